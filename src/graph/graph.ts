@@ -1,0 +1,229 @@
+import { Op, opName } from "./opcodes.js";
+
+/**
+ * What the graph needs to know of a parameter (the model layer implements it; the graph does not import it).
+ * `kind: "lookup"` tables are read one row at a time through `lookup` nodes.
+ */
+export interface GraphParameter {
+  readonly index: number;
+  readonly name: string;
+  readonly rows: number;
+  readonly cols: number;
+  readonly kind: "dense" | "lookup";
+}
+
+/** Thrown when an expression is built with arguments whose shapes do not fit the op. */
+export class ShapeError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ShapeError";
+  }
+}
+
+/**
+ * A handle to one node of a graph. It holds no data of its own: the node lives in the graph's typed arrays.
+ * A handle is only valid for the graph generation it was made in (`renew()` invalidates it).
+ */
+export class Expression {
+  constructor(
+    readonly graph: ComputationGraph,
+    readonly id: number,
+    readonly generation: number,
+  ) {}
+  get rows(): number {
+    return this.graph.rows[this.id]!;
+  }
+  get cols(): number {
+    return this.graph.cols[this.id]!;
+  }
+  /** Number of elements of the node's value. */
+  get size(): number {
+    return this.graph.rows[this.id]! * this.graph.cols[this.id]!;
+  }
+  get op(): Op {
+    return this.graph.op[this.id] as Op;
+  }
+  shapeString(): string {
+    const c = this.cols;
+    return c === 1 ? `[${this.rows}]` : `[${this.rows},${c}]`;
+  }
+}
+
+const INITIAL_NODES = 1024;
+
+/**
+ * A define-by-run computation graph, renewed per batch. Every node is a row in typed arrays: op, shape, arguments
+ * (a slice of `args`), two integer and one float attribute, depth from the leaves and the offset of its value in
+ * the graph's value space (one contiguous float buffer per engine, `valueSize` floats long). Building a node costs a
+ * few array stores, which is what keeps graph construction far below a microsecond per node.
+ */
+export class ComputationGraph {
+  /** Number of nodes. */
+  size = 0;
+  /** Floats in the value space (sum of all node sizes). */
+  valueSize = 0;
+  /** Incremented by `renew()`; expressions of older generations are rejected. */
+  generation = 0;
+
+  op = new Uint8Array(INITIAL_NODES);
+  rows = new Int32Array(INITIAL_NODES);
+  cols = new Int32Array(INITIAL_NODES);
+  argStart = new Int32Array(INITIAL_NODES);
+  argCount = new Int32Array(INITIAL_NODES);
+  /** Op-specific integers: parameter index, input offset, label, range start, child count, dropout key. */
+  aux = new Int32Array(INITIAL_NODES);
+  /** Op-specific second integer: lookup row, range end, dropout counter base. */
+  aux2 = new Int32Array(INITIAL_NODES);
+  /** Op-specific float: the dropout probability. */
+  auxF = new Float32Array(INITIAL_NODES);
+  /** Longest path from a leaf (inputs, parameters and lookups have depth 0). */
+  depth = new Int32Array(INITIAL_NODES);
+  valueOffset = new Int32Array(INITIAL_NODES);
+
+  args = new Int32Array(INITIAL_NODES * 2);
+  argsSize = 0;
+
+  /** Values of input nodes, concatenated (`aux` of an input node is its offset here). */
+  inputData = new Float32Array(256);
+  inputSize = 0;
+
+  /** Parameters used in this graph, by parameter index (the node that reads each dense parameter). */
+  readonly parameters: GraphParameter[] = [];
+  private paramNode = new Map<GraphParameter, number>();
+
+  /** True while training: dropout is active. */
+  training = true;
+  /** Key of the counter-based generator for dropout masks in this graph (set per batch by the trainer). */
+  dropoutKey = 0;
+
+  /** Forgets all nodes; the arrays keep their capacity. */
+  renew(): void {
+    this.size = 0;
+    this.valueSize = 0;
+    this.argsSize = 0;
+    this.inputSize = 0;
+    this.generation++;
+    this.parameters.length = 0;
+    this.paramNode.clear();
+  }
+
+  /** Validates that `e` belongs to this graph's current generation and returns its node id. */
+  check(e: Expression, op: string, arg: string): number {
+    if (e.graph !== this) throw new ShapeError(`${op}: argument '${arg}' belongs to a different graph`);
+    if (e.generation !== this.generation) {
+      throw new ShapeError(`${op}: argument '${arg}' is from a previous batch (the graph was renewed since)`);
+    }
+    return e.id;
+  }
+
+  expression(id: number): Expression {
+    if (id < 0 || id >= this.size) throw new RangeError(`node ${id} does not exist (graph has ${this.size} nodes)`);
+    return new Expression(this, id, this.generation);
+  }
+
+  shapeOf(id: number): string {
+    const c = this.cols[id]!;
+    return c === 1 ? `[${this.rows[id]}]` : `[${this.rows[id]},${c}]`;
+  }
+
+  /** Appends a node; `argIds` are node ids already validated by the caller. Returns the new node id. */
+  addNode(op: Op, rows: number, cols: number, argIds: ArrayLike<number>, aux = 0, aux2 = 0, auxF = 0): number {
+    const id = this.size;
+    if (id === this.op.length) this.growNodes();
+    const n = argIds.length;
+    if (this.argsSize + n > this.args.length) this.growArgs(this.argsSize + n);
+    const start = this.argsSize;
+    let d = -1;
+    for (let k = 0; k < n; k++) {
+      const a = argIds[k]!;
+      this.args[start + k] = a;
+      const da = this.depth[a]!;
+      if (da > d) d = da;
+    }
+    this.argsSize = start + n;
+    this.op[id] = op;
+    this.rows[id] = rows;
+    this.cols[id] = cols;
+    this.argStart[id] = start;
+    this.argCount[id] = n;
+    this.aux[id] = aux;
+    this.aux2[id] = aux2;
+    this.auxF[id] = auxF;
+    this.depth[id] = d + 1;
+    this.valueOffset[id] = this.valueSize;
+    this.valueSize += rows * cols;
+    this.size = id + 1;
+    return id;
+  }
+
+  /** The id of argument `k` of node `id`. */
+  arg(id: number, k: number): number {
+    return this.args[this.argStart[id]! + k]!;
+  }
+
+  /** A node reading a dense parameter; one per parameter per graph. */
+  parameterNode(p: GraphParameter): number {
+    const known = this.paramNode.get(p);
+    if (known !== undefined) return known;
+    if (p.kind !== "dense") {
+      throw new ShapeError(`parameter: '${p.name}' is a lookup table; read rows of it with lookup(table, row)`);
+    }
+    const id = this.addNode(Op.Parameter, p.rows, p.cols, [], p.index);
+    this.depth[id] = 0;
+    this.paramNode.set(p, id);
+    this.parameters[p.index] = p;
+    return id;
+  }
+
+  /** Registers a lookup table as used by this graph (lookup nodes refer to it by index). */
+  useLookup(p: GraphParameter): void {
+    this.parameters[p.index] = p;
+  }
+
+  /** Appends input values and returns their offset in `inputData`. */
+  addInputData(values: ArrayLike<number>): number {
+    const n = values.length;
+    if (this.inputSize + n > this.inputData.length) {
+      const grown = new Float32Array(Math.max(this.inputData.length * 2, this.inputSize + n));
+      grown.set(this.inputData.subarray(0, this.inputSize));
+      this.inputData = grown;
+    }
+    const off = this.inputSize;
+    for (let k = 0; k < n; k++) this.inputData[off + k] = values[k]!;
+    this.inputSize += n;
+    return off;
+  }
+
+  /** A one-line description of a node, for error messages and dumps. */
+  describe(id: number): string {
+    const n = this.argCount[id]!;
+    const a: number[] = [];
+    for (let k = 0; k < n; k++) a.push(this.arg(id, k));
+    return `#${id} ${opName(this.op[id]!)}(${a.map((x) => `#${x}`).join(", ")}) ${this.shapeOf(id)}`;
+  }
+
+  private growNodes(): void {
+    const cap = this.op.length * 2;
+    const grow = <T extends Uint8Array | Int32Array | Float32Array>(a: T, make: (n: number) => T): T => {
+      const b = make(cap);
+      b.set(a);
+      return b;
+    };
+    this.op = grow(this.op, (n) => new Uint8Array(n));
+    this.rows = grow(this.rows, (n) => new Int32Array(n));
+    this.cols = grow(this.cols, (n) => new Int32Array(n));
+    this.argStart = grow(this.argStart, (n) => new Int32Array(n));
+    this.argCount = grow(this.argCount, (n) => new Int32Array(n));
+    this.aux = grow(this.aux, (n) => new Int32Array(n));
+    this.aux2 = grow(this.aux2, (n) => new Int32Array(n));
+    this.auxF = grow(this.auxF, (n) => new Float32Array(n));
+    this.depth = grow(this.depth, (n) => new Int32Array(n));
+    this.valueOffset = grow(this.valueOffset, (n) => new Int32Array(n));
+  }
+
+  private growArgs(need: number): void {
+    const b = new Int32Array(Math.max(this.args.length * 2, need));
+    b.set(this.args.subarray(0, this.argsSize));
+    this.args = b;
+  }
+}

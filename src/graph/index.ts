@@ -1,0 +1,2 @@
+export { ComputationGraph, Expression, type GraphParameter, ShapeError } from "./graph.js";
+export { Op, OP_NAMES, opName } from "./opcodes.js";

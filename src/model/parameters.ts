@@ -1,0 +1,169 @@
+import type { GraphParameter } from "../graph/graph.js";
+import { deriveKey, randomUniform } from "../util/random.js";
+
+/** How a parameter's values start. Matrices default to Glorot, vectors to zero, lookup tables to uniform. */
+export type Init =
+  | { kind: "glorot" }
+  | { kind: "uniform"; scale: number }
+  | { kind: "zero" }
+  | { kind: "const"; value: number };
+
+/** A dense parameter: a matrix [rows, cols] (row-major) or a vector [rows] (cols = 1). */
+export class Parameter implements GraphParameter {
+  readonly kind = "dense" as const;
+  readonly grad: Float32Array;
+  constructor(
+    readonly index: number,
+    readonly name: string,
+    readonly rows: number,
+    readonly cols: number,
+    readonly value: Float32Array,
+    /** True for a matrix ([rows, cols] with cols > 1 or declared 2-D): VPPS caches these in registers. */
+    readonly isMatrix: boolean,
+  ) {
+    this.grad = new Float32Array(value.length);
+  }
+  get shape(): number[] {
+    return this.isMatrix ? [this.rows, this.cols] : [this.rows];
+  }
+}
+
+/**
+ * A lookup table [vocab, dim]: rows are read one at a time, and only the rows a batch touched are updated
+ * (sparse updates), which is what keeps a large vocabulary cheap.
+ */
+export class LookupParameter implements GraphParameter {
+  readonly kind = "lookup" as const;
+  readonly grad: Float32Array;
+  /** 1 for rows with a gradient since the last update. */
+  readonly touched: Uint8Array;
+  /** The touched rows, in order of first touch. */
+  touchedRows: number[] = [];
+  constructor(
+    readonly index: number,
+    readonly name: string,
+    readonly rows: number,
+    readonly cols: number,
+    readonly value: Float32Array,
+  ) {
+    this.grad = new Float32Array(value.length);
+    this.touched = new Uint8Array(rows);
+  }
+  get shape(): number[] {
+    return [this.rows, this.cols];
+  }
+  touch(row: number): void {
+    if (this.touched[row] === 0) {
+      this.touched[row] = 1;
+      this.touchedRows.push(row);
+    }
+  }
+  /** Zeroes the gradient of the touched rows and forgets them. */
+  clearTouched(): void {
+    const d = this.cols;
+    for (const r of this.touchedRows) {
+      this.grad.fill(0, r * d, (r + 1) * d);
+      this.touched[r] = 0;
+    }
+    this.touchedRows = [];
+  }
+}
+
+export type AnyParameter = Parameter | LookupParameter;
+
+function checkDim(what: string, n: number): void {
+  if (!Number.isInteger(n) || n <= 0) throw new RangeError(`${what} must be a positive integer; got ${n}`);
+}
+
+/**
+ * The model's parameters. Every initial value is drawn from the project's counter-based generator keyed by
+ * (seed, parameter index), so a model built in the same order with the same seed is identical on any engine.
+ */
+export class ParameterCollection {
+  readonly all: AnyParameter[] = [];
+  private readonly names = new Set<string>();
+  readonly seed: number;
+
+  constructor(opts: { seed?: number } = {}) {
+    this.seed = opts.seed ?? 1;
+  }
+
+  /** A dense parameter: `n` or `[n]` is a vector, `[rows, cols]` a matrix. */
+  addParameters(shape: number | readonly number[], init?: Init, name?: string): Parameter {
+    const dims = typeof shape === "number" ? [shape] : [...shape];
+    if (dims.length < 1 || dims.length > 2) {
+      throw new RangeError(`addParameters: shape must be [n] or [rows, cols]; got [${dims.join(",")}]`);
+    }
+    const rows = dims[0]!;
+    const cols = dims[1] ?? 1;
+    checkDim("addParameters: rows", rows);
+    checkDim("addParameters: cols", cols);
+    const index = this.all.length;
+    const nm = this.uniqueName(name ?? `p${index}`);
+    const isMatrix = dims.length === 2;
+    const value = new Float32Array(rows * cols);
+    this.initialise(value, index, init ?? (isMatrix ? { kind: "glorot" } : { kind: "zero" }), rows, cols);
+    const p = new Parameter(index, nm, rows, cols, value, isMatrix);
+    this.all.push(p);
+    return p;
+  }
+
+  /** A lookup table of `vocab` rows of length `dim`. */
+  addLookupParameters(vocab: number, dim: number, init?: Init, name?: string): LookupParameter {
+    checkDim("addLookupParameters: vocab", vocab);
+    checkDim("addLookupParameters: dim", dim);
+    const index = this.all.length;
+    const nm = this.uniqueName(name ?? `lookup${index}`);
+    const value = new Float32Array(vocab * dim);
+    this.initialise(value, index, init ?? { kind: "uniform", scale: Math.sqrt(3 / dim) }, vocab, dim);
+    const p = new LookupParameter(index, nm, vocab, dim, value);
+    this.all.push(p);
+    return p;
+  }
+
+  get(name: string): AnyParameter {
+    const p = this.all.find((q) => q.name === name);
+    if (!p) throw new Error(`no parameter named '${name}' (have: ${this.all.map((q) => q.name).join(", ")})`);
+    return p;
+  }
+
+  /** Total number of scalar parameters. */
+  get count(): number {
+    let n = 0;
+    for (const p of this.all) n += p.value.length;
+    return n;
+  }
+
+  zeroGradients(): void {
+    for (const p of this.all) {
+      if (p.kind === "lookup") p.clearTouched();
+      else p.grad.fill(0);
+    }
+  }
+
+  private uniqueName(name: string): string {
+    if (this.names.has(name)) throw new Error(`a parameter named '${name}' already exists`);
+    this.names.add(name);
+    return name;
+  }
+
+  private initialise(value: Float32Array, index: number, init: Init, rows: number, cols: number): void {
+    const key = deriveKey(this.seed, "init", index);
+    switch (init.kind) {
+      case "zero":
+        return;
+      case "const":
+        value.fill(init.value);
+        return;
+      case "glorot": {
+        // Glorot & Bengio: uniform in ±√(6 / (fan_in + fan_out)); a vector counts as [rows, 1]
+        const s = Math.sqrt(6 / (rows + cols));
+        for (let k = 0; k < value.length; k++) value[k] = (2 * randomUniform(key, k) - 1) * s;
+        return;
+      }
+      case "uniform":
+        for (let k = 0; k < value.length; k++) value[k] = (2 * randomUniform(key, k) - 1) * init.scale;
+        return;
+    }
+  }
+}

@@ -1,0 +1,193 @@
+import { Expression, ShapeError } from "../graph/graph.js";
+import { Op } from "../graph/opcodes.js";
+import { randomUniform } from "../util/random.js";
+import { type ExprLike, graphOf, nodeOf, type OpKernels, sameShape } from "./common.js";
+
+// ---- builders -------------------------------------------------------------------------------------------------
+
+function binary(op: Op, name: string, a: ExprLike, b: ExprLike): Expression {
+  const g = graphOf(name, [a, b]);
+  const ai = nodeOf(g, a, name, "a");
+  const bi = nodeOf(g, b, name, "b");
+  sameShape(g, ai, bi, name, "a", "b");
+  return new Expression(g, g.addNode(op, g.rows[ai]!, g.cols[ai]!, [ai, bi]), g.generation);
+}
+
+function unary(op: Op, name: string, x: ExprLike): Expression {
+  const g = graphOf(name, [x]);
+  const xi = nodeOf(g, x, name, "x");
+  return new Expression(g, g.addNode(op, g.rows[xi]!, g.cols[xi]!, [xi]), g.generation);
+}
+
+/** y = a + b */
+export const add = (a: ExprLike, b: ExprLike): Expression => binary(Op.Add, "add", a, b);
+/** y = a − b */
+export const sub = (a: ExprLike, b: ExprLike): Expression => binary(Op.Sub, "sub", a, b);
+/** y = a ⊙ b */
+export const cmul = (a: ExprLike, b: ExprLike): Expression => binary(Op.CMul, "cmul", a, b);
+/** y = tanh(x) */
+export const tanh = (x: ExprLike): Expression => unary(Op.Tanh, "tanh", x);
+/** y = σ(x) */
+export const logistic = (x: ExprLike): Expression => unary(Op.Logistic, "logistic", x);
+/** y = max(0, x) */
+export const relu = (x: ExprLike): Expression => unary(Op.Relu, "relu", x);
+
+/**
+ * Inverted dropout: y = x ⊙ m / (1 − p) with m ~ Bernoulli(1 − p). The mask is a pure function of the graph's
+ * dropout key and the node's value offset, so every engine draws the same mask. When the graph is not training,
+ * or p = 0, this returns x itself and adds no node.
+ */
+export function dropout(x: Expression, p: number): Expression {
+  if (!(p >= 0 && p < 1)) throw new ShapeError(`dropout: probability p must be in [0, 1); got ${p}`);
+  const g = x.graph;
+  const xi = g.check(x, "dropout", "x");
+  if (!g.training || p === 0) return x;
+  const id = g.addNode(Op.Dropout, g.rows[xi]!, g.cols[xi]!, [xi], g.dropoutKey, 0, p);
+  g.aux2[id] = g.valueOffset[id]!;
+  return new Expression(g, id, g.generation);
+}
+
+/** Whether element j of dropout node with (key, base, p) is kept; shared by every engine's kernel. */
+export function dropoutKeeps(key: number, base: number, j: number, p: number): boolean {
+  return randomUniform(key, base + j) >= p;
+}
+
+// ---- reference kernels ----------------------------------------------------------------------------------------
+
+export function sigmoid(x: number): number {
+  if (x >= 0) return 1 / (1 + Math.exp(-x));
+  const e = Math.exp(x);
+  return e / (1 + e);
+}
+
+function len(g: { rows: Int32Array; cols: Int32Array }, i: number): number {
+  return g.rows[i]! * g.cols[i]!;
+}
+
+export const addKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const a = g.valueOffset[g.arg(i, 0)]!;
+    const b = g.valueOffset[g.arg(i, 1)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) v[y + k] = v[a + k]! + v[b + k]!;
+  },
+  backward(g, i, _v, d) {
+    const y = g.valueOffset[i]!;
+    const a = g.valueOffset[g.arg(i, 0)]!;
+    const b = g.valueOffset[g.arg(i, 1)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      d[a + k] = d[a + k]! + d[y + k]!;
+      d[b + k] = d[b + k]! + d[y + k]!;
+    }
+  },
+};
+
+export const subKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const a = g.valueOffset[g.arg(i, 0)]!;
+    const b = g.valueOffset[g.arg(i, 1)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) v[y + k] = v[a + k]! - v[b + k]!;
+  },
+  backward(g, i, _v, d) {
+    const y = g.valueOffset[i]!;
+    const a = g.valueOffset[g.arg(i, 0)]!;
+    const b = g.valueOffset[g.arg(i, 1)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      d[a + k] = d[a + k]! + d[y + k]!;
+      d[b + k] = d[b + k]! - d[y + k]!;
+    }
+  },
+};
+
+export const cmulKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const a = g.valueOffset[g.arg(i, 0)]!;
+    const b = g.valueOffset[g.arg(i, 1)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) v[y + k] = v[a + k]! * v[b + k]!;
+  },
+  backward(g, i, v, d) {
+    const y = g.valueOffset[i]!;
+    const a = g.valueOffset[g.arg(i, 0)]!;
+    const b = g.valueOffset[g.arg(i, 1)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      const gy = d[y + k]!;
+      d[a + k] = d[a + k]! + gy * v[b + k]!;
+      d[b + k] = d[b + k]! + gy * v[a + k]!;
+    }
+  },
+};
+
+export const tanhKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) v[y + k] = Math.tanh(v[x + k]!);
+  },
+  // dx = dy (1 − y²)
+  backward(g, i, v, d) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      const t = v[y + k]!;
+      d[x + k] = d[x + k]! + d[y + k]! * (1 - t * t);
+    }
+  },
+};
+
+export const logisticKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) v[y + k] = sigmoid(v[x + k]!);
+  },
+  // dx = dy · y (1 − y)
+  backward(g, i, v, d) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      const s = v[y + k]!;
+      d[x + k] = d[x + k]! + d[y + k]! * s * (1 - s);
+    }
+  },
+};
+
+export const reluKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      const a = v[x + k]!;
+      v[y + k] = a > 0 ? a : 0;
+    }
+  },
+  backward(g, i, v, d) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    for (let k = 0, n = len(g, i); k < n; k++) if (v[x + k]! > 0) d[x + k] = d[x + k]! + d[y + k]!;
+  },
+};
+
+export const dropoutKernels: OpKernels = {
+  forward(g, i, v) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    const p = g.auxF[i]!;
+    const scale = 1 / (1 - p);
+    const key = g.aux[i]!;
+    const base = g.aux2[i]!;
+    for (let k = 0, n = len(g, i); k < n; k++) v[y + k] = dropoutKeeps(key, base, k, p) ? v[x + k]! * scale : 0;
+  },
+  backward(g, i, _v, d) {
+    const y = g.valueOffset[i]!;
+    const x = g.valueOffset[g.arg(i, 0)]!;
+    const p = g.auxF[i]!;
+    const scale = 1 / (1 - p);
+    const key = g.aux[i]!;
+    const base = g.aux2[i]!;
+    for (let k = 0, n = len(g, i); k < n; k++) {
+      if (dropoutKeeps(key, base, k, p)) d[x + k] = d[x + k]! + d[y + k]! * scale;
+    }
+  },
+};

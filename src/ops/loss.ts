@@ -1,0 +1,39 @@
+import { Expression, ShapeError } from "../graph/graph.js";
+import { Op } from "../graph/opcodes.js";
+import { type OpKernels, requireVector } from "./common.js";
+
+/** y = −log softmax(x)[label]: the negative log-likelihood of `label` under a softmax over x (a scalar). */
+export function pickNegLogSoftmax(x: Expression, label: number): Expression {
+  const g = x.graph;
+  const xi = g.check(x, "pickNegLogSoftmax", "x");
+  const n = requireVector(g, xi, "pickNegLogSoftmax", "x");
+  if (!Number.isInteger(label) || label < 0 || label >= n) {
+    throw new ShapeError(`pickNegLogSoftmax: label ${label} is out of range for x of length ${n}`);
+  }
+  return new Expression(g, g.addNode(Op.PickNegLogSoftmax, 1, 1, [xi], label), g.generation);
+}
+
+export const pickNegLogSoftmaxKernels: OpKernels = {
+  // y = logΣⱼ e^{xⱼ} − x_label, computed with the max subtracted
+  forward(g, i, v) {
+    const a = g.arg(i, 0);
+    const x = g.valueOffset[a]!;
+    const n = g.rows[a]!;
+    let m = Number.NEGATIVE_INFINITY;
+    for (let k = 0; k < n; k++) if (v[x + k]! > m) m = v[x + k]!;
+    let s = 0;
+    for (let k = 0; k < n; k++) s += Math.exp(v[x + k]! - m);
+    v[g.valueOffset[i]!] = m + Math.log(s) - v[x + g.aux[i]!]!;
+  },
+  // dx = dy · (softmax(x) − onehot(label))
+  backward(g, i, v, d) {
+    const a = g.arg(i, 0);
+    const x = g.valueOffset[a]!;
+    const n = g.rows[a]!;
+    const gy = d[g.valueOffset[i]!]!;
+    // softmax from the stored loss: log Z = y + x_label
+    const logZ = v[g.valueOffset[i]!]! + v[x + g.aux[i]!]!;
+    for (let k = 0; k < n; k++) d[x + k] = d[x + k]! + gy * Math.exp(v[x + k]! - logZ);
+    d[x + g.aux[i]!] = d[x + g.aux[i]!]! - gy;
+  },
+};

@@ -1,0 +1,136 @@
+import type { AnyParameter, ParameterCollection } from "../model/parameters.js";
+
+export interface TrainerOptions {
+  learningRate: number;
+  /** Rescale all gradients when their global L2 norm exceeds this (DyNet's default 5); 0 disables clipping. */
+  clipThreshold?: number;
+}
+
+/**
+ * A trainer applies one update to the parameters from their accumulated gradients, then zeroes the gradients.
+ * Dense parameters are updated whole; lookup tables only in the rows the batch touched (sparse updates).
+ * Engines whose parameters live on a device implement the same rule there (`kind` and the hyper-parameters say
+ * which); this class is the reference.
+ */
+export abstract class Trainer {
+  abstract readonly kind: "sgd" | "adam";
+  learningRate: number;
+  readonly clipThreshold: number;
+  /** Number of updates applied so far. */
+  updates = 0;
+
+  constructor(opts: TrainerOptions) {
+    if (!(opts.learningRate > 0)) throw new RangeError(`learning rate must be positive; got ${opts.learningRate}`);
+    this.learningRate = opts.learningRate;
+    this.clipThreshold = opts.clipThreshold ?? 5;
+  }
+
+  /** The factor gradients are scaled by before the update (1 unless clipping applies). */
+  clipScale(params: ParameterCollection): number {
+    if (this.clipThreshold <= 0) return 1;
+    let sq = 0;
+    for (const p of params.all) {
+      if (p.kind === "lookup") {
+        const d = p.cols;
+        for (const r of p.touchedRows) for (let k = r * d; k < (r + 1) * d; k++) sq += p.grad[k]! * p.grad[k]!;
+      } else {
+        for (let k = 0; k < p.grad.length; k++) sq += p.grad[k]! * p.grad[k]!;
+      }
+    }
+    const norm = Math.sqrt(sq);
+    return norm > this.clipThreshold ? this.clipThreshold / norm : 1;
+  }
+
+  update(params: ParameterCollection): void {
+    const scale = this.clipScale(params);
+    this.updates++;
+    for (const p of params.all) {
+      if (p.kind === "lookup") {
+        const d = p.cols;
+        for (const r of p.touchedRows) this.updateRange(p, r * d, (r + 1) * d, scale);
+      } else {
+        this.updateRange(p, 0, p.value.length, scale);
+      }
+    }
+    params.zeroGradients();
+  }
+
+  /** Updates elements [from, to) of p with gradients scaled by `scale`. */
+  protected abstract updateRange(p: AnyParameter, from: number, to: number, scale: number): void;
+}
+
+/** w ← w − η·g */
+export class SimpleSGDTrainer extends Trainer {
+  readonly kind = "sgd" as const;
+  protected updateRange(p: AnyParameter, from: number, to: number, scale: number): void {
+    const lr = this.learningRate * scale;
+    const w = p.value;
+    const g = p.grad;
+    for (let k = from; k < to; k++) w[k] = w[k]! - lr * g[k]!;
+  }
+}
+
+export interface AdamOptions extends TrainerOptions {
+  beta1?: number;
+  beta2?: number;
+  epsilon?: number;
+}
+
+/**
+ * Adam (Kingma & Ba) with bias correction. Lookup rows keep their moments and are updated only when touched
+ * (DyNet's behaviour), with the global step count used for the bias correction.
+ */
+export class AdamTrainer extends Trainer {
+  readonly kind = "adam" as const;
+  readonly beta1: number;
+  readonly beta2: number;
+  readonly epsilon: number;
+  private readonly m = new Map<AnyParameter, Float32Array>();
+  private readonly v = new Map<AnyParameter, Float32Array>();
+
+  constructor(opts: AdamOptions) {
+    super(opts);
+    this.beta1 = opts.beta1 ?? 0.9;
+    this.beta2 = opts.beta2 ?? 0.999;
+    this.epsilon = opts.epsilon ?? 1e-8;
+  }
+
+  protected updateRange(p: AnyParameter, from: number, to: number, scale: number): void {
+    let m = this.m.get(p);
+    let v = this.v.get(p);
+    if (!m || !v) {
+      m = new Float32Array(p.value.length);
+      v = new Float32Array(p.value.length);
+      this.m.set(p, m);
+      this.v.set(p, v);
+    }
+    const b1 = this.beta1;
+    const b2 = this.beta2;
+    const c1 = 1 - b1 ** this.updates;
+    const c2 = 1 - b2 ** this.updates;
+    const lr = this.learningRate;
+    const w = p.value;
+    const g = p.grad;
+    for (let k = from; k < to; k++) {
+      const gk = g[k]! * scale;
+      const mk = b1 * m[k]! + (1 - b1) * gk;
+      const vk = b2 * v[k]! + (1 - b2) * gk * gk;
+      m[k] = mk;
+      v[k] = vk;
+      w[k] = w[k]! - (lr * (mk / c1)) / (Math.sqrt(vk / c2) + this.epsilon);
+    }
+  }
+}
+
+export type OptimizerName = "sgd" | "adam";
+
+export function makeTrainer(name: string, opts: TrainerOptions): Trainer {
+  switch (name) {
+    case "sgd":
+      return new SimpleSGDTrainer(opts);
+    case "adam":
+      return new AdamTrainer(opts);
+    default:
+      throw new Error(`unknown optimizer '${name}'; choose sgd or adam`);
+  }
+}
