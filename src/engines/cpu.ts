@@ -128,7 +128,8 @@ export class CpuEngine implements Engine {
 
   gradient(e: Expression): Float32Array {
     const g = e.graph;
-    if (g !== this.graph || g.generation !== this.generation) throw new Error("gradient: run backward on this graph first");
+    if (g !== this.graph || g.generation !== this.generation)
+      throw new Error("gradient: run backward on this graph first");
     const off = g.valueOffset[e.id]!;
     return Float32Array.from(this.d.subarray(off, off + e.size));
   }

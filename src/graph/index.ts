@@ -1,2 +1,2 @@
 export { ComputationGraph, Expression, type GraphParameter, ShapeError } from "./graph.js";
-export { Op, OP_NAMES, opName } from "./opcodes.js";
+export { OP_NAMES, Op, opName } from "./opcodes.js";

@@ -14,7 +14,9 @@ interface TensorEntry {
 
 /** Writes every parameter as an F32 tensor named after it; atomic (temporary file, then rename). */
 export function saveParameters(params: ParameterCollection, path: string, metadata: Record<string, string> = {}): void {
-  const header: Record<string, TensorEntry | Record<string, string>> = { __metadata__: { format: "vpps", ...metadata } };
+  const header: Record<string, TensorEntry | Record<string, string>> = {
+    __metadata__: { format: "vpps", ...metadata },
+  };
   let offset = 0;
   for (const p of params.all) {
     const bytes = p.value.length * 4;
@@ -60,7 +62,9 @@ export function loadParameters(params: ParameterCollection, path: string): Recor
     }
     const [b, e] = t.data_offsets;
     if (e - b !== p.value.length * 4 || data + e > buf.length) {
-      throw new Error(`${path}: tensor '${p.name}' has data offsets [${b}, ${e}] that do not fit its shape or the file`);
+      throw new Error(
+        `${path}: tensor '${p.name}' has data offsets [${b}, ${e}] that do not fit its shape or the file`,
+      );
     }
     const src = buf.subarray(data + b, data + e);
     p.value.set(new Float32Array(src.buffer.slice(src.byteOffset, src.byteOffset + src.byteLength)));

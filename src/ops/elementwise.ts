@@ -159,7 +159,7 @@ export const reluKernels: OpKernels = {
     const x = g.valueOffset[g.arg(i, 0)]!;
     for (let k = 0, n = len(g, i); k < n; k++) {
       const a = v[x + k]!;
-      v[y + k] = a > 0 ? a : 0;
+      v[y + k] = Math.max(a, 0);
     }
   },
   backward(g, i, v, d) {

@@ -26,7 +26,9 @@ const scratch: number[] = [];
 /** y = b + Σᵢ Wᵢ·xᵢ, with arguments [b, W₁, x₁, W₂, x₂, …] as in DyNet's affine_transform. */
 export function affine(args: readonly ExprLike[]): Expression {
   if (args.length < 3 || args.length % 2 === 0) {
-    throw new ShapeError(`affine: expects [b, W1, x1, W2, x2, ...] (an odd number ≥ 3 of arguments); got ${args.length}`);
+    throw new ShapeError(
+      `affine: expects [b, W1, x1, W2, x2, ...] (an odd number ≥ 3 of arguments); got ${args.length}`,
+    );
   }
   const g = graphOf("affine", args);
   scratch.length = args.length;

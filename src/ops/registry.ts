@@ -1,5 +1,5 @@
 import type { ComputationGraph } from "../graph/graph.js";
-import { Op, OP_COUNT } from "../graph/opcodes.js";
+import { OP_COUNT, Op } from "../graph/opcodes.js";
 import { lstmCellKernels } from "./cells.js";
 import type { OpKernels } from "./common.js";
 import {

@@ -1,0 +1,36 @@
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { cpus, hostname } from "node:os";
+import { join } from "node:path";
+import { readTrees } from "../src/data/sst.js";
+import { splitSynthetic } from "../src/data/synthetic.js";
+import type { TreeNode } from "../src/data/tree.js";
+
+export const ROOT = join(import.meta.dirname, "..");
+export const SST_DIR = join(ROOT, "..", "shared", "data", "sst");
+
+/** SST training trees when the data set is beside the repository, otherwise the synthetic task. */
+export function benchTrees(max = 2048): { trees: TreeNode[]; source: string } {
+  const file = join(SST_DIR, "train.txt");
+  if (existsSync(file)) return { trees: readTrees(file, { maxTrees: max }), source: "SST train" };
+  return { trees: splitSynthetic(1).train.slice(0, max), source: "synthetic (SST not found)" };
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+export function machine(): { host: string; cpu: string; cores: number; node: string } {
+  const c = cpus();
+  return { host: hostname(), cpu: c[0]?.model ?? "unknown", cores: c.length, node: process.version };
+}
+
+/** Writes a result file under bench/results/ and returns its path. */
+export function writeResult(name: string, data: unknown): string {
+  const dir = join(ROOT, "bench", "results");
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${name}.json`);
+  writeFileSync(path, `${JSON.stringify(data, null, 2)}\n`);
+  return path;
+}

@@ -1,0 +1,123 @@
+/**
+ * CPU benchmark: graph construction cost per node, and forward + backward sentences/s of the CPU reference engine,
+ * on SST batches of the Tree-LSTM model. `npm run bench:cpu` (add `-- --quick` for a short run).
+ */
+import { Vocabulary } from "../src/data/vocab.js";
+import { CpuEngine } from "../src/engines/cpu.js";
+import { ComputationGraph } from "../src/graph/graph.js";
+import { TreeLstmModel } from "../src/models/treelstm.js";
+import { makeTrainer } from "../src/train/trainers.js";
+import { benchTrees, machine, median, writeResult } from "./common.js";
+
+const quick = process.argv.includes("--quick");
+const { trees, source } = benchTrees(2048);
+const vocab = Vocabulary.fromTrees(trees);
+
+interface BuildRow {
+  batch: number;
+  cell: string;
+  nodesPerBatch: number;
+  nsPerNode: number;
+}
+interface TrainRow {
+  batch: number;
+  hidden: number;
+  cell: string;
+  sentencesPerSecond: number;
+  msPerBatch: number;
+}
+
+function batches(size: number, count: number): (typeof trees)[] {
+  const out: (typeof trees)[] = [];
+  for (let k = 0; k < count; k++) {
+    const start = (k * size) % Math.max(1, trees.length - size);
+    out.push(trees.slice(start, start + size));
+  }
+  return out;
+}
+
+const build: BuildRow[] = [];
+for (const cell of ["fused", "ops"] as const) {
+  const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, cell });
+  const cg = new ComputationGraph();
+  for (const batch of [1, 16, 128]) {
+    const bs = batches(batch, quick ? 8 : 40);
+    for (const b of bs.slice(0, 4)) {
+      cg.renew();
+      model.buildBatchLoss(cg, b, vocab); // warm-up
+    }
+    const samples: number[] = [];
+    let nodes = 0;
+    for (let rep = 0; rep < (quick ? 3 : 7); rep++) {
+      let total = 0;
+      let ns = 0;
+      for (const b of bs) {
+        const t0 = process.hrtime.bigint();
+        cg.renew();
+        model.buildBatchLoss(cg, b, vocab);
+        ns += Number(process.hrtime.bigint() - t0);
+        total += cg.size;
+      }
+      samples.push(ns / total);
+      nodes = total / bs.length;
+    }
+    build.push({ batch, cell, nodesPerBatch: Math.round(nodes), nsPerNode: median(samples) });
+  }
+}
+
+const train: TrainRow[] = [];
+for (const hidden of quick ? [64] : [64, 256]) {
+  for (const batch of [1, 16]) {
+    const model = new TreeLstmModel({ vocabSize: vocab.size, embed: hidden, hidden, cell: "fused" });
+    const engine = new CpuEngine(model.params);
+    const trainer = makeTrainer("sgd", { learningRate: 0.05 });
+    const cg = new ComputationGraph();
+    const count = Math.max(2, Math.round((hidden === 64 ? 64 : 16) / batch));
+    const bs = batches(batch, count + 1);
+    const step = (b: (typeof trees)[number][]) => {
+      cg.renew();
+      const loss = model.buildBatchLoss(cg, b, vocab);
+      engine.forwardScalar(loss);
+      engine.backward(loss);
+      engine.update(trainer);
+    };
+    step(bs[0]!); // warm-up
+    const times: number[] = [];
+    for (const b of bs.slice(1)) {
+      const t0 = performance.now();
+      step(b);
+      times.push(performance.now() - t0);
+    }
+    const ms = median(times);
+    train.push({ batch, hidden, cell: "fused", msPerBatch: ms, sentencesPerSecond: (1000 * batch) / ms });
+  }
+}
+
+console.log(`data: ${source}; ${machine().cpu}, ${machine().cores} cores, node ${process.version}`);
+console.log("\ngraph construction (Tree-LSTM, hidden 256)");
+console.log("cell   batch  nodes/batch  ns/node");
+for (const r of build) {
+  console.log(
+    `${r.cell.padEnd(5)} ${String(r.batch).padStart(6)} ${String(r.nodesPerBatch).padStart(12)} ${r.nsPerNode.toFixed(1).padStart(8)}`,
+  );
+}
+console.log("\nCPU engine forward + backward + SGD update");
+console.log("hidden  batch  ms/batch  sentences/s");
+for (const r of train) {
+  console.log(
+    `${String(r.hidden).padStart(6)} ${String(r.batch).padStart(6)} ${r.msPerBatch.toFixed(1).padStart(9)} ${r.sentencesPerSecond.toFixed(1).padStart(12)}`,
+  );
+}
+if (!quick) {
+  const path = writeResult("cpu", {
+    benchmark: "cpu",
+    command: "npm run bench:cpu",
+    date: new Date().toISOString(),
+    machine: machine(),
+    data: source,
+    method: "median over repetitions after warm-up; build time per node = graph construction only",
+    build,
+    train,
+  });
+  console.log(`\nwrote ${path}`);
+}

@@ -1,0 +1,124 @@
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { readTrees } from "../data/sst.js";
+import { splitSynthetic } from "../data/synthetic.js";
+import type { TreeNode } from "../data/tree.js";
+import { Vocabulary } from "../data/vocab.js";
+import { createEngine } from "../engines/index.js";
+import { type EpochResult, trainTreeLstm } from "../models/train-treelstm.js";
+import type { CellFormulation } from "../models/treelstm.js";
+import type { OptimizerName } from "../train/trainers.js";
+import { formatDuration, ProgressBar } from "./progress.js";
+
+export interface TrainCommandOptions {
+  data?: string;
+  epochs: number;
+  batch: number;
+  hidden: number;
+  embed: number;
+  lr?: number;
+  optimizer: OptimizerName;
+  seed: number;
+  engine: string;
+  batching: "depth" | "agenda";
+  device: string;
+  maxSentences?: number;
+  json: boolean;
+  out?: string;
+  cell: CellFormulation;
+  clip: number;
+  dropout: number;
+}
+
+/** A user-facing failure: printed as one line, no stack trace. */
+export class CliError extends Error {}
+
+interface Dataset {
+  train: TreeNode[];
+  dev: TreeNode[];
+  source: string;
+}
+
+function loadData(opts: TrainCommandOptions): Dataset {
+  if (!opts.data) {
+    const { train, dev } = splitSynthetic(opts.seed);
+    return { train, dev, source: "synthetic sentiment trees (no --data given)" };
+  }
+  const dir = resolve(opts.data);
+  for (const f of ["train.txt", "dev.txt"]) {
+    if (!existsSync(join(dir, f))) {
+      throw new CliError(
+        `--data ${opts.data}: no ${f} there; the directory must hold train.txt and dev.txt with one PTB tree per line`,
+      );
+    }
+  }
+  const train = readTrees(join(dir, "train.txt"), opts.maxSentences ? { maxTrees: opts.maxSentences } : {});
+  const dev = readTrees(join(dir, "dev.txt"));
+  return { train, dev, source: dir };
+}
+
+/** `vpps train treelstm`: trains, reports progress on stderr and results on stdout. */
+export function runTrainTreeLstm(opts: TrainCommandOptions): void {
+  const data = loadData(opts);
+  const train = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
+  const vocab = Vocabulary.fromTrees(train);
+  const lr = opts.lr ?? (opts.optimizer === "adam" ? 0.001 : 0.1);
+  const log = (s: string) => {
+    if (!opts.json) process.stdout.write(`${s}\n`);
+  };
+  // fail before loading anything heavy when the engine cannot be made
+  const makeEngine = (params: Parameters<typeof createEngine>[1]) =>
+    createEngine(opts.engine, params, { batching: opts.batching, device: opts.device });
+  log(`data: ${data.source}: ${train.length} training trees, ${data.dev.length} dev trees, vocabulary ${vocab.size}`);
+  log(
+    `model: Tree-LSTM (${opts.cell} cell), hidden ${opts.hidden}, embedding ${opts.embed}; ` +
+      `${opts.optimizer} lr ${lr}, batch ${opts.batch}, seed ${opts.seed}, engine ${opts.engine}`,
+  );
+  const bar = new ProgressBar();
+  const { summary } = trainTreeLstm({
+    train,
+    dev: data.dev,
+    vocab,
+    epochs: opts.epochs,
+    batch: opts.batch,
+    hidden: opts.hidden,
+    embed: opts.embed,
+    learningRate: lr,
+    optimizer: opts.optimizer,
+    seed: opts.seed,
+    cell: opts.cell,
+    clipThreshold: opts.clip,
+    dropout: opts.dropout,
+    makeEngine,
+    ...(opts.out ? { outDir: opts.out } : {}),
+    onProgress: (p) => {
+      const eta = (p.sentencesTotal - p.sentencesDone) / Math.max(p.sentencesPerSecond, 1e-9);
+      bar.update(`epoch ${p.epoch}/${opts.epochs}`, p.sentencesDone, p.sentencesTotal, {
+        "sent/s": p.sentencesPerSecond.toFixed(1),
+        ETA: formatDuration(eta),
+        loss: p.loss.toFixed(4),
+      });
+    },
+    onEpoch: (e: EpochResult) => {
+      bar.finish();
+      log(
+        `epoch ${e.epoch}: train loss ${e.trainLoss.toFixed(4)}  dev root accuracy ${(100 * e.devAccuracy).toFixed(2)}%  ` +
+          `${e.sentencesPerSecond.toFixed(1)} sent/s  ${formatDuration(e.seconds)}` +
+          (e.checkpoint ? `  checkpoint ${e.checkpoint}` : ""),
+      );
+    },
+  });
+  if (opts.json) {
+    process.stdout.write(`${JSON.stringify({ data: data.source, learningRate: lr, ...opts, ...summary })}\n`);
+    return;
+  }
+  log("");
+  log("epoch  train loss  dev acc  sent/s   time");
+  for (const e of summary.epochs) {
+    log(
+      `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ${(100 * e.devAccuracy).toFixed(2).padStart(6)}%  ` +
+        `${e.sentencesPerSecond.toFixed(1).padStart(6)}  ${formatDuration(e.seconds).padStart(6)}`,
+    );
+  }
+  log(`best dev root accuracy ${(100 * summary.bestDevAccuracy).toFixed(2)}%; ${summary.parameters} parameters`);
+}
