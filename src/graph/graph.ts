@@ -89,7 +89,9 @@ export class ComputationGraph {
 
   /** Parameters used in this graph, by parameter index (the node that reads each dense parameter). */
   readonly parameters: GraphParameter[] = [];
-  private paramNode = new Map<GraphParameter, number>();
+  /** Node of each dense parameter in this generation, by parameter index (valid where paramGen matches). */
+  private paramNode = new Int32Array(64);
+  private paramGen = new Int32Array(64).fill(-1);
 
   /** True while training: dropout is active. */
   training = true;
@@ -104,7 +106,6 @@ export class ComputationGraph {
     this.inputSize = 0;
     this.generation++;
     this.parameters.length = 0;
-    this.paramNode.clear();
   }
 
   /** Validates that `e` belongs to this graph's current generation and returns its node id. */
@@ -126,11 +127,22 @@ export class ComputationGraph {
     return c === 1 ? `[${this.rows[id]}]` : `[${this.rows[id]},${c}]`;
   }
 
-  /** Appends a node; `argIds` are node ids already validated by the caller. Returns the new node id. */
-  addNode(op: Op, rows: number, cols: number, argIds: ArrayLike<number>, aux = 0, aux2 = 0, auxF = 0): number {
+  /**
+   * Appends a node whose arguments are the first `n` entries of `argIds` (node ids already validated by the
+   * caller; `n` defaults to its length). Returns the new node id.
+   */
+  addNode(
+    op: Op,
+    rows: number,
+    cols: number,
+    argIds: ArrayLike<number>,
+    aux = 0,
+    aux2 = 0,
+    auxF = 0,
+    n = argIds.length,
+  ): number {
     const id = this.size;
     if (id === this.op.length) this.growNodes();
-    const n = argIds.length;
     if (this.argsSize + n > this.args.length) this.growArgs(this.argsSize + n);
     const start = this.argsSize;
     let d = -1;
@@ -163,15 +175,25 @@ export class ComputationGraph {
 
   /** A node reading a dense parameter; one per parameter per graph. */
   parameterNode(p: GraphParameter): number {
-    const known = this.paramNode.get(p);
-    if (known !== undefined) return known;
+    const k = p.index;
+    if (k < this.paramGen.length && this.paramGen[k] === this.generation) return this.paramNode[k]!;
     if (p.kind !== "dense") {
       throw new ShapeError(`parameter: '${p.name}' is a lookup table; read rows of it with lookup(table, row)`);
     }
     const id = this.addNode(Op.Parameter, p.rows, p.cols, [], p.index);
     this.depth[id] = 0;
-    this.paramNode.set(p, id);
-    this.parameters[p.index] = p;
+    if (k >= this.paramGen.length) {
+      const n = Math.max(k + 1, this.paramGen.length * 2);
+      const node = new Int32Array(n);
+      node.set(this.paramNode);
+      const gen = new Int32Array(n).fill(-1);
+      gen.set(this.paramGen);
+      this.paramNode = node;
+      this.paramGen = gen;
+    }
+    this.paramNode[k] = id;
+    this.paramGen[k] = this.generation;
+    this.parameters[k] = p;
     return id;
   }
 

@@ -87,52 +87,68 @@ export class TreeLstmModel {
   buildTree(cg: ComputationGraph, tree: TreeNode, vocab: Vocabulary, withLoss: boolean): TreeOutput {
     const H = this.hidden;
     const losses: Expression[] = [];
-    const hOf = new Map<TreeNode, Expression>();
-    const cOf = new Map<TreeNode, Expression>();
-    const stack: TreeNode[] = [tree];
-    const order: TreeNode[] = [];
-    while (stack.length > 0) {
-      const n = stack.pop()!;
-      order.push(n);
-      for (const ch of n.children) stack.push(ch);
-    }
+    // Post-order walk with an explicit stack (trees can be deep): a node is pushed once to expand its children
+    // and once more (marked) to be built after them; built (h, c) pairs wait on a value stack.
+    const work: TreeNode[] = [tree];
+    const expanded: boolean[] = [false];
+    const hs: Expression[] = [];
+    const cs: Expression[] = [];
     let rootScores: Expression | null = null;
-    for (let k = order.length - 1; k >= 0; k--) {
-      const n = order[k]!;
+    let nodes = 0;
+    while (work.length > 0) {
+      const n = work[work.length - 1]!;
+      if (n.word === null && !expanded[expanded.length - 1]) {
+        expanded[expanded.length - 1] = true;
+        work.push(n.children[1]!, n.children[0]!);
+        expanded.push(false, false);
+        continue;
+      }
+      work.pop();
+      expanded.pop();
+      nodes++;
       let h: Expression;
       let c: Expression;
       if (n.word !== null) {
         let x = lookup(cg, this.E, vocab.index(n.word));
         if (this.dropout > 0) x = dropout(x, this.dropout);
         const g = affine([this.b_iou, this.W_iou, x]);
-        [h, c] = this.cell === "fused" ? split(treeLstmLeaf(g), H) : leafFromOps(g, H);
+        if (this.cell === "fused") {
+          const hc = treeLstmLeaf(g);
+          h = pickRange(hc, 0, H);
+          c = pickRange(hc, H, 2 * H);
+        } else {
+          const pair = leafFromOps(g, H);
+          h = pair[0];
+          c = pair[1];
+        }
       } else {
-        const [l, r] = n.children as [TreeNode, TreeNode];
-        const h1 = hOf.get(l)!;
-        const h2 = hOf.get(r)!;
-        const c1 = cOf.get(l)!;
-        const c2 = cOf.get(r)!;
+        // the left child was built first, so its pair is below the right child's
+        const h2 = hs.pop()!;
+        const h1 = hs.pop()!;
+        const c2 = cs.pop()!;
+        const c1 = cs.pop()!;
         const iou = affine([this.b_iou, this.U_iou, concat([h1, h2])]);
         const f1 = affine([this.b_f, this.U_f1, h1]);
         const f2 = affine([this.b_f, this.U_f2, h2]);
-        [h, c] =
-          this.cell === "fused"
-            ? split(treeLstmNode(concat([iou, f1, f2]), c1, c2), H)
-            : nodeFromOps(iou, f1, f2, c1, c2, H);
-        hOf.delete(l);
-        hOf.delete(r);
-        cOf.delete(l);
-        cOf.delete(r);
+        if (this.cell === "fused") {
+          const hc = treeLstmNode(concat([iou, f1, f2]), c1, c2);
+          h = pickRange(hc, 0, H);
+          c = pickRange(hc, H, 2 * H);
+        } else {
+          const pair = nodeFromOps(iou, f1, f2, c1, c2, H);
+          h = pair[0];
+          c = pair[1];
+        }
       }
-      hOf.set(n, h);
-      cOf.set(n, c);
+      hs.push(h);
+      cs.push(c);
       if (withLoss || n === tree) {
         const scores = affine([this.b_out, this.W_out, h]);
         if (withLoss) losses.push(pickNegLogSoftmax(scores, n.label));
         if (n === tree) rootScores = scores;
       }
     }
-    return { loss: withLoss ? sum(losses) : null, rootScores: rootScores!, nodes: order.length };
+    return { loss: withLoss ? sum(losses) : null, rootScores: rootScores!, nodes };
   }
 
   /** The summed loss of a batch of trees (one graph, renewed by the caller). */
@@ -149,10 +165,6 @@ export interface TreeOutput {
   rootScores: Expression;
   /** Tree nodes (preterminals + internal). */
   nodes: number;
-}
-
-function split(hc: Expression, H: number): [Expression, Expression] {
-  return [pickRange(hc, 0, H), pickRange(hc, H, 2 * H)];
 }
 
 /** Leaf from plain ops: c = σ(i) ⊙ tanh(u), h = σ(o) ⊙ tanh(c). */

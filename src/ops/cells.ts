@@ -1,6 +1,6 @@
 import { Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { type ExprLike, graphOf, nodeOf, type OpKernels, requireVector } from "./common.js";
+import { argBuffer, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector } from "./common.js";
 import { sigmoid } from "./elementwise.js";
 
 /*
@@ -10,8 +10,6 @@ import { sigmoid } from "./elementwise.js";
  * k = 1 is the LSTM step, k = 2 the binary Tree-LSTM node (one forget gate per child), k = 0 a Tree-LSTM leaf.
  * Fused, a whole cell is one node (one kernel, one VPPS instruction) instead of about 10 + 3k elementwise nodes.
  */
-
-const scratch: number[] = [];
 
 /** [h; c] of an LSTM-style cell with k = cs.length children; see the comment above for the gate layout. */
 export function lstmCell(gates: ExprLike, cs: readonly ExprLike[]): Expression {
@@ -23,7 +21,7 @@ export function lstmCell(gates: ExprLike, cs: readonly ExprLike[]): Expression {
     throw new ShapeError(`lstmCell: argument 'gates' has length ${n}; with ${k} children it must be ${3 + k}·H`);
   }
   const h = n / (3 + k);
-  scratch.length = k + 1;
+  const scratch = argBuffer(k + 1);
   scratch[0] = gi;
   for (let j = 0; j < k; j++) {
     const c = nodeOf(g, cs[j]!, "lstmCell", `c${j + 1}`);
@@ -33,7 +31,7 @@ export function lstmCell(gates: ExprLike, cs: readonly ExprLike[]): Expression {
     }
     scratch[j + 1] = c;
   }
-  return new Expression(g, g.addNode(Op.LstmCell, 2 * h, 1, scratch, k), g.generation);
+  return new Expression(g, g.addNode(Op.LstmCell, 2 * h, 1, scratch, k, 0, 0, k + 1), g.generation);
 }
 
 /** One LSTM step: gates [i; o; u; f] (4H), previous memory c (H) → [h; c]. */

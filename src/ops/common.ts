@@ -40,3 +40,10 @@ export function sameShape(g: ComputationGraph, a: number, b: number, op: string,
     );
   }
 }
+
+/** Reusable argument buffer for variadic builders (addNode copies what it needs). */
+let scratchIds = new Int32Array(64);
+export function argBuffer(n: number): Int32Array {
+  if (n > scratchIds.length) scratchIds = new Int32Array(Math.max(n, scratchIds.length * 2));
+  return scratchIds;
+}

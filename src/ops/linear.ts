@@ -1,6 +1,6 @@
 import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { type Buf, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector } from "./common.js";
+import { argBuffer, type Buf, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector } from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
@@ -21,8 +21,6 @@ export function matVec(W: ExprLike, x: Expression): Expression {
   return new Expression(g, g.addNode(Op.MatVec, m, 1, [w, xi]), g.generation);
 }
 
-const scratch: number[] = [];
-
 /** y = b + Σᵢ Wᵢ·xᵢ, with arguments [b, W₁, x₁, W₂, x₂, …] as in DyNet's affine_transform. */
 export function affine(args: readonly ExprLike[]): Expression {
   if (args.length < 3 || args.length % 2 === 0) {
@@ -31,7 +29,7 @@ export function affine(args: readonly ExprLike[]): Expression {
     );
   }
   const g = graphOf("affine", args);
-  scratch.length = args.length;
+  const scratch = argBuffer(args.length);
   const b = nodeOf(g, args[0]!, "affine", "b");
   const m = requireVector(g, b, "affine", "b");
   scratch[0] = b;
@@ -46,7 +44,7 @@ export function affine(args: readonly ExprLike[]): Expression {
     scratch[k] = w;
     scratch[k + 1] = x;
   }
-  return new Expression(g, g.addNode(Op.Affine, m, 1, scratch), g.generation);
+  return new Expression(g, g.addNode(Op.Affine, m, 1, scratch, 0, 0, 0, args.length), g.generation);
 }
 
 // ---- reference kernels ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import { type ComputationGraph, Expression, type GraphParameter, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { type ExprLike, graphOf, nodeOf, type OpKernels, requireVector, sameShape } from "./common.js";
+import { argBuffer, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector, sameShape } from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
@@ -30,22 +30,21 @@ export function lookup(g: ComputationGraph, table: GraphParameter, row: number):
   return new Expression(g, id, g.generation);
 }
 
-const scratch: number[] = [];
-
-function variadic(op: string, xs: readonly ExprLike[]): { g: ComputationGraph; ids: number[] } {
+function variadic(op: string, xs: readonly ExprLike[]): ComputationGraph {
   if (xs.length === 0) throw new ShapeError(`${op}: needs at least one argument`);
   const g = graphOf(op, xs);
-  scratch.length = xs.length;
-  for (let k = 0; k < xs.length; k++) scratch[k] = nodeOf(g, xs[k]!, op, `xs[${k}]`);
-  return { g, ids: scratch };
+  const ids = argBuffer(xs.length);
+  for (let k = 0; k < xs.length; k++) ids[k] = nodeOf(g, xs[k]!, op, `xs[${k}]`);
+  return g;
 }
 
 /** y = [x₁; x₂; …] (vectors). */
 export function concat(xs: readonly ExprLike[]): Expression {
-  const { g, ids } = variadic("concat", xs);
+  const g = variadic("concat", xs);
+  const ids = argBuffer(xs.length);
   let n = 0;
-  for (let k = 0; k < ids.length; k++) n += requireVector(g, ids[k]!, "concat", `xs[${k}]`);
-  return new Expression(g, g.addNode(Op.Concat, n, 1, ids), g.generation);
+  for (let k = 0; k < xs.length; k++) n += requireVector(g, ids[k]!, "concat", `xs[${k}]`);
+  return new Expression(g, g.addNode(Op.Concat, n, 1, ids, 0, 0, 0, xs.length), g.generation);
 }
 
 /** y = x[start:end] (a contiguous slice of a vector). */
@@ -61,10 +60,11 @@ export function pickRange(x: Expression, start: number, end: number): Expression
 
 /** y = Σᵢ xᵢ (all the same shape); DyNet's esum. */
 export function sum(xs: readonly ExprLike[]): Expression {
-  const { g, ids } = variadic("sum", xs);
+  const g = variadic("sum", xs);
+  const ids = argBuffer(xs.length);
   const first = ids[0]!;
-  for (let k = 1; k < ids.length; k++) sameShape(g, first, ids[k]!, "sum", "xs[0]", `xs[${k}]`);
-  return new Expression(g, g.addNode(Op.Sum, g.rows[first]!, g.cols[first]!, ids), g.generation);
+  for (let k = 1; k < xs.length; k++) sameShape(g, first, ids[k]!, "sum", "xs[0]", `xs[${k}]`);
+  return new Expression(g, g.addNode(Op.Sum, g.rows[first]!, g.cols[first]!, ids, 0, 0, 0, xs.length), g.generation);
 }
 
 export { sum as esum };
