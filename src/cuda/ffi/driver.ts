@@ -1,0 +1,668 @@
+// Bindings to the CUDA driver API (libcuda.so.1) through koffi. One table of C prototypes, one typed class whose
+// methods check every result and turn out-parameters into return values.
+//
+// Representation of values crossing the boundary:
+// - Device pointers (CUdeviceptr) are JS `number`s. CUDA uses unified virtual addressing on 64-bit Linux, and user
+//   virtual addresses are below 2^48 (x86-64 and ARM64 with 48-bit VA), so a double holds them exactly (2^53). Numbers
+//   keep the hot path cheap: `base + 4 * offset` needs no BigInt allocation, and kernel arguments are packed without
+//   conversions. `toDevicePtr` refuses any value that is not a safe integer instead of rounding it.
+// - Driver handles (CUcontext, CUstream, CUevent, CUmodule, CUfunction) and host pointers are `bigint`s, which is how
+//   koffi 3 represents pointers; nobody does arithmetic on handles. The NULL stream is `0n`.
+// - Out-parameters are passed as one-element typed arrays that koffi hands to C by address (no copy), reused across
+//   calls so that no call allocates.
+
+import koffi, { type LibraryHandle } from "koffi";
+import { formatBytes } from "../units.js";
+import { type LoadedLibrary, loadCudaLibrary } from "./find.js";
+
+/** A device address (CUdeviceptr), exact as a number: see the note at the top of this file. */
+export type DevicePtr = number;
+/** An opaque driver handle (CUcontext, CUstream, CUevent, CUmodule, CUfunction) as koffi returns it. */
+export type Handle = bigint;
+/** A host pointer (pinned memory from cuMemAllocHost). */
+export type HostPtr = bigint;
+/** Host memory handed to a copy: a typed array (passed by address, no copy) or a raw host pointer. */
+export type HostMemory = ArrayBufferView | HostPtr;
+
+/** The legacy default stream. */
+export const NULL_STREAM: Handle = 0n;
+
+// --- Enums used by vpps (values from cuda.h, CUDA 13.0) ---
+
+/** CUdevice_attribute values vpps reads. */
+export const DeviceAttribute = {
+  MaxThreadsPerBlock: 1,
+  MaxSharedMemoryPerBlock: 8,
+  WarpSize: 10,
+  MaxRegistersPerBlock: 12,
+  ClockRate: 13,
+  MultiprocessorCount: 16,
+  MemoryClockRate: 36,
+  GlobalMemoryBusWidth: 37,
+  L2CacheSize: 38,
+  MaxThreadsPerMultiprocessor: 39,
+  UnifiedAddressing: 41,
+  ComputeCapabilityMajor: 75,
+  ComputeCapabilityMinor: 76,
+  MaxSharedMemoryPerMultiprocessor: 81,
+  MaxRegistersPerMultiprocessor: 82,
+  CooperativeLaunch: 95,
+  MaxSharedMemoryPerBlockOptin: 97,
+  MaxBlocksPerMultiprocessor: 106,
+  ReservedSharedMemoryPerBlock: 111,
+} as const;
+
+/** CUfunction_attribute values. */
+export const FunctionAttribute = {
+  MaxThreadsPerBlock: 0,
+  SharedSizeBytes: 1,
+  ConstSizeBytes: 2,
+  LocalSizeBytes: 3,
+  NumRegs: 4,
+  PtxVersion: 5,
+  BinaryVersion: 6,
+  CacheModeCa: 7,
+  MaxDynamicSharedSizeBytes: 8,
+  PreferredSharedMemoryCarveout: 9,
+} as const;
+
+export const StreamFlags = { Default: 0, NonBlocking: 1 } as const;
+export const EventFlags = { Default: 0, BlockingSync: 1, DisableTiming: 2 } as const;
+
+const CUDA_SUCCESS = 0;
+const CUDA_ERROR_NOT_READY = 600;
+
+/**
+ * Names of the results seen in practice, for messages when cuGetErrorName itself is unavailable (and for tests).
+ * The driver's own cuGetErrorName is used whenever the library is loaded.
+ */
+export const CUDA_RESULT_NAMES: Readonly<Record<number, string>> = {
+  0: "CUDA_SUCCESS",
+  1: "CUDA_ERROR_INVALID_VALUE",
+  2: "CUDA_ERROR_OUT_OF_MEMORY",
+  3: "CUDA_ERROR_NOT_INITIALIZED",
+  4: "CUDA_ERROR_DEINITIALIZED",
+  34: "CUDA_ERROR_STUB_LIBRARY",
+  35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+  46: "CUDA_ERROR_DEVICE_UNAVAILABLE",
+  100: "CUDA_ERROR_NO_DEVICE",
+  101: "CUDA_ERROR_INVALID_DEVICE",
+  200: "CUDA_ERROR_INVALID_IMAGE",
+  201: "CUDA_ERROR_INVALID_CONTEXT",
+  209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+  218: "CUDA_ERROR_INVALID_PTX",
+  222: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+  400: "CUDA_ERROR_INVALID_HANDLE",
+  500: "CUDA_ERROR_NOT_FOUND",
+  600: "CUDA_ERROR_NOT_READY",
+  700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+  701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+  702: "CUDA_ERROR_LAUNCH_TIMEOUT",
+  716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+  719: "CUDA_ERROR_LAUNCH_FAILED",
+  720: "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+  801: "CUDA_ERROR_NOT_SUPPORTED",
+  999: "CUDA_ERROR_UNKNOWN",
+};
+
+/** A failed driver call: `cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory — asked for 90.0 GiB`. */
+export class CudaError extends Error {
+  override readonly name = "CudaError";
+  constructor(
+    readonly call: string,
+    readonly code: number,
+    readonly codeName: string,
+    readonly description?: string,
+    readonly context?: string,
+  ) {
+    super(cudaErrorMessage(call, code, codeName, description, context));
+  }
+}
+
+export function cudaErrorMessage(
+  call: string,
+  code: number,
+  codeName: string,
+  description?: string,
+  context?: string,
+): string {
+  let message = `${call} failed: ${codeName} (${code})`;
+  if (description && description !== codeName) message += `: ${description}`;
+  if (context) message += ` — ${context}`;
+  return message;
+}
+
+/** Converts a 64-bit address from the driver to a DevicePtr, refusing values a double cannot hold exactly. */
+export function toDevicePtr(value: bigint | number, what: string): DevicePtr {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 0) {
+    throw new RangeError(`${what}: device address ${value} is not exactly representable as a number (needs < 2^53)`);
+  }
+  return n;
+}
+
+// --- The C prototypes (cuda.h, CUDA 13.0). Enum and CUdevice arguments are `int`; CUdeviceptr is `uint64_t`;
+// handles are `void *`. Out-parameters are typed pointers filled through one-element typed arrays. ---
+
+interface RawDriver {
+  cuGetErrorName(error: number, out: string[]): number;
+  cuGetErrorString(error: number, out: string[]): number;
+  cuInit(flags: number): number;
+  cuDriverGetVersion(out: Int32Array): number;
+  cuDeviceGetCount(out: Int32Array): number;
+  cuDeviceGet(out: Int32Array, ordinal: number): number;
+  cuDeviceGetName(name: Uint8Array, len: number, dev: number): number;
+  cuDeviceGetAttribute(out: Int32Array, attrib: number, dev: number): number;
+  cuDeviceTotalMem_v2(out: BigUint64Array, dev: number): number;
+  cuDevicePrimaryCtxRetain(out: BigUint64Array, dev: number): number;
+  cuDevicePrimaryCtxRelease_v2(dev: number): number;
+  cuCtxSetCurrent(ctx: Handle): number;
+  cuCtxSynchronize(): number;
+  cuMemAlloc_v2(out: BigUint64Array, bytes: number): number;
+  cuMemFree_v2(ptr: DevicePtr): number;
+  cuMemGetInfo_v2(free: BigUint64Array, total: BigUint64Array): number;
+  cuMemAllocHost_v2(out: BigUint64Array, bytes: number): number;
+  cuMemFreeHost(ptr: HostPtr): number;
+  cuMemcpyHtoD_v2(dst: DevicePtr, src: HostMemory, bytes: number): number;
+  cuMemcpyDtoH_v2(dst: HostMemory, src: DevicePtr, bytes: number): number;
+  cuMemcpyDtoD_v2(dst: DevicePtr, src: DevicePtr, bytes: number): number;
+  cuMemcpyHtoDAsync_v2(dst: DevicePtr, src: HostMemory, bytes: number, stream: Handle): number;
+  cuMemcpyDtoHAsync_v2(dst: HostMemory, src: DevicePtr, bytes: number, stream: Handle): number;
+  cuMemcpyDtoDAsync_v2(dst: DevicePtr, src: DevicePtr, bytes: number, stream: Handle): number;
+  cuMemsetD32_v2(dst: DevicePtr, value: number, count: number): number;
+  cuMemsetD32Async(dst: DevicePtr, value: number, count: number, stream: Handle): number;
+  cuStreamCreate(out: BigUint64Array, flags: number): number;
+  cuStreamSynchronize(stream: Handle): number;
+  cuStreamWaitEvent(stream: Handle, event: Handle, flags: number): number;
+  cuStreamDestroy_v2(stream: Handle): number;
+  cuEventCreate(out: BigUint64Array, flags: number): number;
+  cuEventRecord(event: Handle, stream: Handle): number;
+  cuEventQuery(event: Handle): number;
+  cuEventSynchronize(event: Handle): number;
+  cuEventElapsedTime(out: Float32Array, start: Handle, end: Handle): number;
+  cuEventDestroy_v2(event: Handle): number;
+  cuModuleLoadData(out: BigUint64Array, image: Uint8Array): number;
+  cuModuleGetFunction(out: BigUint64Array, module: Handle, name: string): number;
+  cuModuleGetGlobal_v2(ptr: BigUint64Array, bytes: BigUint64Array, module: Handle, name: string): number;
+  cuModuleUnload(module: Handle): number;
+  cuFuncGetAttribute(out: Int32Array, attrib: number, fn: Handle): number;
+  cuFuncSetAttribute(fn: Handle, attrib: number, value: number): number;
+  cuLaunchKernel(
+    fn: Handle,
+    gridX: number,
+    gridY: number,
+    gridZ: number,
+    blockX: number,
+    blockY: number,
+    blockZ: number,
+    sharedBytes: number,
+    stream: Handle,
+    params: BigUint64Array,
+    extra: null,
+  ): number;
+  cuOccupancyMaxActiveBlocksPerMultiprocessor(out: Int32Array, fn: Handle, blockSize: number, dynSmem: number): number;
+}
+
+const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
+  cuGetErrorName: "int cuGetErrorName(int error, _Out_ const char **pStr)",
+  cuGetErrorString: "int cuGetErrorString(int error, _Out_ const char **pStr)",
+  cuInit: "int cuInit(unsigned int flags)",
+  cuDriverGetVersion: "int cuDriverGetVersion(int *version)",
+  cuDeviceGetCount: "int cuDeviceGetCount(int *count)",
+  cuDeviceGet: "int cuDeviceGet(int *device, int ordinal)",
+  cuDeviceGetName: "int cuDeviceGetName(char *name, int len, int dev)",
+  cuDeviceGetAttribute: "int cuDeviceGetAttribute(int *pi, int attrib, int dev)",
+  cuDeviceTotalMem_v2: "int cuDeviceTotalMem_v2(size_t *bytes, int dev)",
+  cuDevicePrimaryCtxRetain: "int cuDevicePrimaryCtxRetain(void **pctx, int dev)",
+  cuDevicePrimaryCtxRelease_v2: "int cuDevicePrimaryCtxRelease_v2(int dev)",
+  cuCtxSetCurrent: "int cuCtxSetCurrent(void *ctx)",
+  cuCtxSynchronize: "int cuCtxSynchronize()",
+  cuMemAlloc_v2: "int cuMemAlloc_v2(uint64_t *dptr, size_t bytesize)",
+  cuMemFree_v2: "int cuMemFree_v2(uint64_t dptr)",
+  cuMemGetInfo_v2: "int cuMemGetInfo_v2(size_t *free, size_t *total)",
+  cuMemAllocHost_v2: "int cuMemAllocHost_v2(void **pp, size_t bytesize)",
+  cuMemFreeHost: "int cuMemFreeHost(void *p)",
+  cuMemcpyHtoD_v2: "int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes)",
+  cuMemcpyDtoH_v2: "int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes)",
+  cuMemcpyDtoD_v2: "int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t bytes)",
+  cuMemcpyHtoDAsync_v2: "int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t bytes, void *stream)",
+  cuMemcpyDtoHAsync_v2: "int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t bytes, void *stream)",
+  cuMemcpyDtoDAsync_v2: "int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, void *stream)",
+  cuMemsetD32_v2: "int cuMemsetD32_v2(uint64_t dst, unsigned int value, size_t count)",
+  cuMemsetD32Async: "int cuMemsetD32Async(uint64_t dst, unsigned int value, size_t count, void *stream)",
+  cuStreamCreate: "int cuStreamCreate(void **stream, unsigned int flags)",
+  cuStreamSynchronize: "int cuStreamSynchronize(void *stream)",
+  cuStreamWaitEvent: "int cuStreamWaitEvent(void *stream, void *event, unsigned int flags)",
+  cuStreamDestroy_v2: "int cuStreamDestroy_v2(void *stream)",
+  cuEventCreate: "int cuEventCreate(void **event, unsigned int flags)",
+  cuEventRecord: "int cuEventRecord(void *event, void *stream)",
+  cuEventQuery: "int cuEventQuery(void *event)",
+  cuEventSynchronize: "int cuEventSynchronize(void *event)",
+  // CUDA 12.8 added cuEventElapsedTime_v2 (same signature) and CUDA 13's header maps the name to it; the loader
+  // below prefers _v2 and falls back to the original symbol on older drivers.
+  cuEventElapsedTime: "int cuEventElapsedTime_v2(float *ms, void *start, void *end)",
+  cuEventDestroy_v2: "int cuEventDestroy_v2(void *event)",
+  cuModuleLoadData: "int cuModuleLoadData(void **module, const void *image)",
+  cuModuleGetFunction: "int cuModuleGetFunction(void **fn, void *module, const char *name)",
+  cuModuleGetGlobal_v2: "int cuModuleGetGlobal_v2(uint64_t *dptr, size_t *bytes, void *module, const char *name)",
+  cuModuleUnload: "int cuModuleUnload(void *module)",
+  cuFuncGetAttribute: "int cuFuncGetAttribute(int *pi, int attrib, void *fn)",
+  cuFuncSetAttribute: "int cuFuncSetAttribute(void *fn, int attrib, int value)",
+  cuLaunchKernel:
+    "int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, " +
+    "unsigned int bz, unsigned int sharedMemBytes, void *stream, void **kernelParams, void **extra)",
+  cuOccupancyMaxActiveBlocksPerMultiprocessor:
+    "int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, void *fn, int blockSize, size_t dynamicSMemSize)",
+};
+
+/** Older symbol names to try when the preferred one is missing from an older driver. */
+const FALLBACK_PROTOTYPES: Partial<Record<keyof RawDriver, string>> = {
+  cuEventElapsedTime: "int cuEventElapsedTime(float *ms, void *start, void *end)",
+};
+
+function bindDriver(lib: LibraryHandle): RawDriver {
+  const raw: Record<string, unknown> = {};
+  for (const [key, prototype] of Object.entries(DRIVER_PROTOTYPES) as [keyof RawDriver, string][]) {
+    try {
+      raw[key] = lib.func(prototype);
+    } catch (e) {
+      const fallback = FALLBACK_PROTOTYPES[key];
+      if (!fallback) throw e;
+      raw[key] = lib.func(fallback);
+    }
+  }
+  return raw as unknown as RawDriver;
+}
+
+/** Grid or block dimensions; missing components are 1. */
+export type Dim3 = readonly [number, number?, number?];
+
+/** The CUDA driver API with checked results. Obtain it with `getDriver()` (loads and initialises once). */
+export class CudaDriver {
+  private readonly raw: RawDriver;
+  // Reused out-parameters: koffi passes typed arrays by address, so nothing is allocated per call.
+  private readonly i32 = new Int32Array(1);
+  private readonly f32 = new Float32Array(1);
+  private readonly u64 = new BigUint64Array(1);
+  private readonly u64b = new BigUint64Array(1);
+  private initialised = false;
+
+  constructor(readonly library: LoadedLibrary) {
+    this.raw = bindDriver(library.handle);
+  }
+
+  /** Loads libcuda (without initialising it). Throws CudaLibraryNotFoundError. */
+  static load(): CudaDriver {
+    return new CudaDriver(loadCudaLibrary("cuda"));
+  }
+
+  /** The library file in use (the mapped file when known, else the name that loaded). */
+  get path(): string {
+    return this.library.file ?? this.library.path;
+  }
+
+  // --- errors ---
+
+  /** The result's enum name (`CUDA_ERROR_OUT_OF_MEMORY`), from the driver when it knows it. */
+  errorName(code: number): string {
+    const out: string[] = [""];
+    if (this.raw.cuGetErrorName(code, out) === CUDA_SUCCESS && out[0]) return out[0];
+    return CUDA_RESULT_NAMES[code] ?? `CUDA_ERROR_${code}`;
+  }
+
+  /** The driver's one-line description of a result. */
+  errorString(code: number): string | undefined {
+    const out: string[] = [""];
+    if (this.raw.cuGetErrorString(code, out) === CUDA_SUCCESS && out[0]) return out[0];
+    return undefined;
+  }
+
+  /** Throws CudaError for a non-zero result; `context` is only evaluated on failure. */
+  check(code: number, call: string, context?: () => string): void {
+    if (code !== CUDA_SUCCESS) {
+      throw new CudaError(call, code, this.errorName(code), this.errorString(code), context?.());
+    }
+  }
+
+  // --- initialisation and devices ---
+
+  /** cuInit(0), once. Fails with CUDA_ERROR_NO_DEVICE (100) on a machine without a GPU. */
+  init(): void {
+    if (this.initialised) return;
+    this.check(this.raw.cuInit(0), "cuInit");
+    this.initialised = true;
+  }
+
+  /** The driver's CUDA version as an integer: 13000 for 13.0 (works before init). */
+  driverVersion(): number {
+    this.check(this.raw.cuDriverGetVersion(this.i32), "cuDriverGetVersion");
+    return this.i32[0]!;
+  }
+
+  deviceCount(): number {
+    this.check(this.raw.cuDeviceGetCount(this.i32), "cuDeviceGetCount");
+    return this.i32[0]!;
+  }
+
+  /** The CUdevice for an ordinal. */
+  device(ordinal: number): number {
+    this.check(this.raw.cuDeviceGet(this.i32, ordinal), "cuDeviceGet", () => `ordinal ${ordinal}`);
+    return this.i32[0]!;
+  }
+
+  deviceName(dev: number): string {
+    const buf = new Uint8Array(256);
+    this.check(this.raw.cuDeviceGetName(buf, buf.length, dev), "cuDeviceGetName");
+    const end = buf.indexOf(0);
+    return new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end));
+  }
+
+  deviceAttribute(attrib: number, dev: number): number {
+    this.check(
+      this.raw.cuDeviceGetAttribute(this.i32, attrib, dev),
+      "cuDeviceGetAttribute",
+      () => `attribute ${attrib}`,
+    );
+    return this.i32[0]!;
+  }
+
+  deviceTotalMemory(dev: number): number {
+    this.check(this.raw.cuDeviceTotalMem_v2(this.u64, dev), "cuDeviceTotalMem_v2");
+    return Number(this.u64[0]!);
+  }
+
+  /** Retains the device's primary context (the one the runtime API and cuBLAS share). */
+  primaryContextRetain(dev: number): Handle {
+    this.check(this.raw.cuDevicePrimaryCtxRetain(this.u64, dev), "cuDevicePrimaryCtxRetain", () => `device ${dev}`);
+    return this.u64[0]!;
+  }
+
+  primaryContextRelease(dev: number): void {
+    this.check(this.raw.cuDevicePrimaryCtxRelease_v2(dev), "cuDevicePrimaryCtxRelease_v2", () => `device ${dev}`);
+  }
+
+  setCurrentContext(ctx: Handle): void {
+    this.check(this.raw.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  }
+
+  /** Waits for all work in the current context; asynchronous kernel faults surface here. */
+  contextSynchronize(): void {
+    this.check(this.raw.cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+
+  // --- memory ---
+
+  memAlloc(bytes: number): DevicePtr {
+    this.check(this.raw.cuMemAlloc_v2(this.u64, bytes), "cuMemAlloc_v2", () => this.allocContext(bytes));
+    return toDevicePtr(this.u64[0]!, "cuMemAlloc_v2");
+  }
+
+  private allocContext(bytes: number): string {
+    try {
+      const { free, total } = this.memInfo();
+      return `asked for ${formatBytes(bytes)}; device has ${formatBytes(free)} free of ${formatBytes(total)}`;
+    } catch {
+      return `asked for ${formatBytes(bytes)}`;
+    }
+  }
+
+  memFree(ptr: DevicePtr): void {
+    this.check(this.raw.cuMemFree_v2(ptr), "cuMemFree_v2");
+  }
+
+  /** Free and total device memory of the current context's device, in bytes. */
+  memInfo(): { free: number; total: number } {
+    this.check(this.raw.cuMemGetInfo_v2(this.u64, this.u64b), "cuMemGetInfo_v2");
+    return { free: Number(this.u64[0]!), total: Number(this.u64b[0]!) };
+  }
+
+  /** Page-locked host memory (needed for truly asynchronous copies). */
+  memAllocHost(bytes: number): HostPtr {
+    this.check(
+      this.raw.cuMemAllocHost_v2(this.u64, bytes),
+      "cuMemAllocHost_v2",
+      () => `asked for ${formatBytes(bytes)}`,
+    );
+    return this.u64[0]!;
+  }
+
+  memFreeHost(ptr: HostPtr): void {
+    this.check(this.raw.cuMemFreeHost(ptr), "cuMemFreeHost");
+  }
+
+  /** Copies `bytes` (default: the whole view) from host to device. */
+  memcpyHtoD(dst: DevicePtr, src: HostMemory, bytes = hostBytes(src, "memcpyHtoD")): void {
+    checkHostBytes(src, bytes, "memcpyHtoD");
+    this.check(this.raw.cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2", () => copyContext(bytes));
+  }
+
+  memcpyDtoH(dst: HostMemory, src: DevicePtr, bytes = hostBytes(dst, "memcpyDtoH")): void {
+    checkHostBytes(dst, bytes, "memcpyDtoH");
+    this.check(this.raw.cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2", () => copyContext(bytes));
+  }
+
+  memcpyDtoD(dst: DevicePtr, src: DevicePtr, bytes: number): void {
+    this.check(this.raw.cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2", () => copyContext(bytes));
+  }
+
+  /**
+   * Asynchronous host-to-device copy. It only overlaps with the host when `src` is pinned memory; the source must stay
+   * unchanged until the stream reaches the copy.
+   */
+  memcpyHtoDAsync(dst: DevicePtr, src: HostMemory, bytes: number, stream: Handle): void {
+    checkHostBytes(src, bytes, "memcpyHtoDAsync");
+    this.check(this.raw.cuMemcpyHtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyHtoDAsync_v2", () =>
+      copyContext(bytes),
+    );
+  }
+
+  memcpyDtoHAsync(dst: HostMemory, src: DevicePtr, bytes: number, stream: Handle): void {
+    checkHostBytes(dst, bytes, "memcpyDtoHAsync");
+    this.check(this.raw.cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2", () =>
+      copyContext(bytes),
+    );
+  }
+
+  memcpyDtoDAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: Handle): void {
+    this.check(this.raw.cuMemcpyDtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoDAsync_v2", () =>
+      copyContext(bytes),
+    );
+  }
+
+  /** Sets `count` 32-bit words to `value` (an unsigned 32-bit pattern; see `floatBits` for floats). */
+  memsetD32(dst: DevicePtr, value: number, count: number): void {
+    this.check(this.raw.cuMemsetD32_v2(dst, value >>> 0, count), "cuMemsetD32_v2");
+  }
+
+  memsetD32Async(dst: DevicePtr, value: number, count: number, stream: Handle): void {
+    this.check(this.raw.cuMemsetD32Async(dst, value >>> 0, count, stream), "cuMemsetD32Async");
+  }
+
+  // --- streams and events ---
+
+  streamCreate(flags: number = StreamFlags.Default): Handle {
+    this.check(this.raw.cuStreamCreate(this.u64, flags), "cuStreamCreate");
+    return this.u64[0]!;
+  }
+
+  streamSynchronize(stream: Handle): void {
+    this.check(this.raw.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  }
+
+  /** Makes future work on `stream` wait for `event`'s last record. */
+  streamWaitEvent(stream: Handle, event: Handle): void {
+    this.check(this.raw.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent");
+  }
+
+  streamDestroy(stream: Handle): void {
+    this.check(this.raw.cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
+  }
+
+  eventCreate(flags: number = EventFlags.Default): Handle {
+    this.check(this.raw.cuEventCreate(this.u64, flags), "cuEventCreate");
+    return this.u64[0]!;
+  }
+
+  eventRecord(event: Handle, stream: Handle): void {
+    this.check(this.raw.cuEventRecord(event, stream), "cuEventRecord");
+  }
+
+  /** True when all work captured by the event's last record has completed. */
+  eventQuery(event: Handle): boolean {
+    const code = this.raw.cuEventQuery(event);
+    if (code === CUDA_ERROR_NOT_READY) return false;
+    this.check(code, "cuEventQuery");
+    return true;
+  }
+
+  eventSynchronize(event: Handle): void {
+    this.check(this.raw.cuEventSynchronize(event), "cuEventSynchronize");
+  }
+
+  /** Milliseconds between two recorded, completed events (resolution about 0.5 µs). */
+  eventElapsedMs(start: Handle, end: Handle): number {
+    this.check(this.raw.cuEventElapsedTime(this.f32, start, end), "cuEventElapsedTime");
+    return this.f32[0]!;
+  }
+
+  eventDestroy(event: Handle): void {
+    this.check(this.raw.cuEventDestroy_v2(event), "cuEventDestroy_v2");
+  }
+
+  // --- modules and kernels ---
+
+  /** Loads a cubin (or NUL-terminated PTX) image into the current context. */
+  moduleLoadData(image: Uint8Array, what = "module"): Handle {
+    this.check(
+      this.raw.cuModuleLoadData(this.u64, image),
+      "cuModuleLoadData",
+      () => `${what} (${formatBytes(image.byteLength)} image)`,
+    );
+    return this.u64[0]!;
+  }
+
+  moduleGetFunction(module: Handle, name: string): Handle {
+    this.check(this.raw.cuModuleGetFunction(this.u64, module, name), "cuModuleGetFunction", () => `kernel "${name}"`);
+    return this.u64[0]!;
+  }
+
+  /** Address and size of a `__device__` global; `name` is its mangled name unless declared `extern "C"`. */
+  moduleGetGlobal(module: Handle, name: string): { ptr: DevicePtr; bytes: number } {
+    this.check(
+      this.raw.cuModuleGetGlobal_v2(this.u64, this.u64b, module, name),
+      "cuModuleGetGlobal_v2",
+      () => `global "${name}"`,
+    );
+    return { ptr: toDevicePtr(this.u64[0]!, "cuModuleGetGlobal_v2"), bytes: Number(this.u64b[0]!) };
+  }
+
+  moduleUnload(module: Handle): void {
+    this.check(this.raw.cuModuleUnload(module), "cuModuleUnload");
+  }
+
+  funcGetAttribute(attrib: number, fn: Handle): number {
+    this.check(this.raw.cuFuncGetAttribute(this.i32, attrib, fn), "cuFuncGetAttribute", () => `attribute ${attrib}`);
+    return this.i32[0]!;
+  }
+
+  funcSetAttribute(fn: Handle, attrib: number, value: number): void {
+    this.check(this.raw.cuFuncSetAttribute(fn, attrib, value), "cuFuncSetAttribute", () => `attribute ${attrib}`);
+  }
+
+  /**
+   * Launches a kernel. `params` is the `void**` array from `KernelParams.pack`. The driver copies the argument values
+   * during the call, so the same KernelParams may be packed again right after.
+   */
+  launchKernel(
+    fn: Handle,
+    grid: Dim3,
+    block: Dim3,
+    sharedBytes: number,
+    stream: Handle,
+    params: BigUint64Array,
+    context?: () => string,
+  ): void {
+    const code = this.raw.cuLaunchKernel(
+      fn,
+      grid[0],
+      grid[1] ?? 1,
+      grid[2] ?? 1,
+      block[0],
+      block[1] ?? 1,
+      block[2] ?? 1,
+      sharedBytes,
+      stream,
+      params,
+      null,
+    );
+    if (code !== CUDA_SUCCESS) {
+      this.check(code, "cuLaunchKernel", () => {
+        const dims = `grid [${grid.join(",")}], block [${block.join(",")}], ${sharedBytes} B dynamic shared`;
+        return context ? `${context()}, ${dims}` : dims;
+      });
+    }
+  }
+
+  /** How many blocks of `blockSize` threads fit on one SM at once. */
+  occupancyMaxActiveBlocksPerSm(fn: Handle, blockSize: number, dynamicSharedBytes = 0): number {
+    this.check(
+      this.raw.cuOccupancyMaxActiveBlocksPerMultiprocessor(this.i32, fn, blockSize, dynamicSharedBytes),
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    );
+    return this.i32[0]!;
+  }
+
+  /** An ArrayBuffer over host memory at `ptr` (no copy), e.g. pinned memory from memAllocHost. */
+  hostView(ptr: HostPtr, bytes: number): ArrayBuffer {
+    return koffi.view(ptr, bytes);
+  }
+}
+
+function hostBytes(host: HostMemory, call: string): number {
+  if (typeof host === "bigint") throw new TypeError(`${call}: a raw host pointer needs an explicit byte count`);
+  return host.byteLength;
+}
+
+/** Refuses copies larger than a typed array: the driver would read or write past its end. */
+function checkHostBytes(host: HostMemory, bytes: number, call: string): void {
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new RangeError(`${call}: byte count ${bytes} is not valid`);
+  if (typeof host !== "bigint" && bytes > host.byteLength) {
+    throw new RangeError(`${call}: copying ${bytes} bytes but the host array holds only ${host.byteLength} bytes`);
+  }
+}
+
+function copyContext(bytes: number): string {
+  return `copying ${formatBytes(bytes)}`;
+}
+
+const floatScratch = new Float32Array(1);
+const floatScratchBits = new Uint32Array(floatScratch.buffer);
+
+/** The IEEE-754 bit pattern of a float32, for memsetD32. */
+export function floatBits(value: number): number {
+  floatScratch[0] = value;
+  return floatScratchBits[0]!;
+}
+
+// --- the process-wide driver ---
+
+let driverInstance: CudaDriver | undefined;
+let driverFailure: Error | undefined;
+
+/**
+ * The process-wide driver, loaded and initialised (cuInit) on first use. A failure (library missing, no device) is
+ * remembered and rethrown, so that `--device auto` probing is cheap.
+ */
+export function getDriver(): CudaDriver {
+  if (driverInstance) return driverInstance;
+  if (driverFailure) throw driverFailure;
+  try {
+    const driver = CudaDriver.load();
+    driver.init();
+    driverInstance = driver;
+    return driver;
+  } catch (e) {
+    driverFailure = e instanceof Error ? e : new Error(String(e));
+    throw driverFailure;
+  }
+}
