@@ -138,6 +138,8 @@ export class CpuEngine implements Engine {
     trainer.update(this.params);
   }
 
+  syncToHost(): void {}
+
   dispose(): void {}
 
   private alloc(n: number): Buf {

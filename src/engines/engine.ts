@@ -21,6 +21,11 @@ export interface Engine {
   gradient(e: Expression): Float32Array;
   /** Applies `trainer` to the parameters and zeroes their gradients. */
   update(trainer: Trainer): void;
+  /**
+   * Makes the host copy of the parameters (the model's `ParameterCollection`) current, e.g. before a checkpoint.
+   * Engines that keep parameters on a device copy them back here; the CPU engine has nothing to do.
+   */
+  syncToHost(): void;
   /** Releases device resources (no-op on the CPU). */
   dispose(): void;
 }

@@ -115,6 +115,7 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
       let checkpoint: string | null = null;
       if (cfg.outDir) {
         checkpoint = join(cfg.outDir, `epoch-${epoch}.safetensors`);
+        engine.syncToHost();
         saveParameters(model.params, checkpoint, { model: "treelstm", epoch: String(epoch) });
       }
       const result: EpochResult = {
