@@ -1,8 +1,12 @@
+import { cudaAvailable } from "../cuda/device.js";
+import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { CpuEngine } from "./cpu.js";
+import { EagerEngine } from "./eager/engine.js";
 import { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
 
 export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
+export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
 export { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
 
 export interface CreateEngineOptions {
@@ -21,16 +25,44 @@ export class EngineUnavailableError extends Error {
 }
 
 /** Makes the named engine over a model's parameters. */
-export function createEngine(name: string, params: ParameterCollection, _opts: CreateEngineOptions = {}): Engine {
+export function createEngine(name: string, params: ParameterCollection, opts: CreateEngineOptions = {}): Engine {
   if (!(ENGINE_NAMES as readonly string[]).includes(name)) {
     throw new EngineUnavailableError(`unknown engine '${name}'; choose one of ${ENGINE_NAMES.join(", ")}`);
   }
   switch (name as EngineName) {
     case "cpu":
       return new CpuEngine(params);
+    case "eager":
+      return createGpuEngine("eager", opts.device ?? "auto", () => new EagerEngine(params, { device: opts.device }));
     default:
       throw new EngineUnavailableError(
         `the '${name}' engine does not exist yet in this version of vpps; use --engine cpu (the default)`,
       );
+  }
+}
+
+/**
+ * Makes a CUDA engine, turning "no GPU here" into an EngineUnavailableError that says what was missing and what to
+ * use instead. `--device cpu` with a CUDA engine is refused: the two ask for different things.
+ */
+function createGpuEngine(name: string, device: string, make: () => Engine): Engine {
+  if (device.trim().toLowerCase() === "cpu") {
+    throw new EngineUnavailableError(
+      `the '${name}' engine runs on a GPU and cannot run with --device cpu; use --engine cpu, or --device auto or cuda:N`,
+    );
+  }
+  const available = cudaAvailable();
+  if (!available.ok) {
+    throw new EngineUnavailableError(
+      `the '${name}' engine needs a CUDA GPU, and none can be used here: ${available.reason}. Use --engine cpu.`,
+    );
+  }
+  try {
+    return make();
+  } catch (e) {
+    if (e instanceof CudaLibraryNotFoundError) {
+      throw new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. Use --engine cpu.`);
+    }
+    throw e;
   }
 }

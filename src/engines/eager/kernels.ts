@@ -13,12 +13,20 @@ export const EAGER_BLOCK = 256;
 /** Most children an lstmCell may have on the eager engine (pointers are passed as separate arguments). */
 export const EAGER_MAX_CELL_CHILDREN = 4;
 
+/** Arguments one vp_concat4 launch joins; a longer concat is done in chunks of this many. */
+export const EAGER_CONCAT_ARGS = 4;
+
 export const EAGER_KERNEL_NAMES = [
   "vp_fill",
   "vp_copy",
   "vp_axpy",
   "vp_add",
   "vp_sub",
+  "vp_add_backward",
+  "vp_concat4",
+  "vp_concat4_backward",
+  "vp_sum_ptrs",
+  "vp_sum_ptrs_backward",
   "vp_cmul",
   "vp_cmul_backward",
   "vp_tanh",
@@ -36,6 +44,7 @@ export const EAGER_KERNEL_NAMES = [
   "vp_gather_rows",
   "vp_scatter_add_rows",
   "vp_sum_squares",
+  "vp_sum_squares_rows",
   "vp_sgd",
   "vp_adam",
   "vp_sgd_rows",
@@ -65,6 +74,12 @@ __device__ __forceinline__ float vp_uniform(unsigned key, unsigned counter) {
   return (float)(r >> 8) * (1.0f / 16777216.0f);
 }
 
+// Child j's pointer, by selects rather than an indexed array, which would live in local memory (a stack frame).
+template <typename T>
+__device__ __forceinline__ T* vp_child(int j, T* p0, T* p1, T* p2, T* p3) {
+  return j == 0 ? p0 : j == 1 ? p1 : j == 2 ? p2 : p3;
+}
+
 extern "C" {
 
 // y = v
@@ -77,6 +92,46 @@ __global__ void vp_axpy(float* y, const float* x, float a, int n) { GRID_STRIDE(
 __global__ void vp_add(float* y, const float* a, const float* b, int n) { GRID_STRIDE(i, n) y[i] = a[i] + b[i]; }
 // y = a − b
 __global__ void vp_sub(float* y, const float* a, const float* b, int n) { GRID_STRIDE(i, n) y[i] = a[i] - b[i]; }
+// da += dy, db += s·dy (s = 1 for add, −1 for sub); da and db alias when both arguments are one node
+__global__ void vp_add_backward(float* da, float* db, const float* dy, float s, int n) {
+  GRID_STRIDE(i, n) {
+    float g = dy[i];
+    if (da == db) { da[i] += g + s * g; } else { da[i] += g; db[i] += s * g; }
+  }
+}
+// y = [x0; x1; x2; x3] (unused trailing arguments have length 0): one launch per 4 arguments of a concat
+__global__ void vp_concat4(float* y, const float* x0, const float* x1, const float* x2, const float* x3, int n0,
+                           int n1, int n2, int n3) {
+  int e1 = n0, e2 = e1 + n1, e3 = e2 + n2, n = e3 + n3;
+  GRID_STRIDE(i, n) y[i] = i < e1 ? x0[i] : i < e2 ? x1[i - e1] : i < e3 ? x2[i - e2] : x3[i - e3];
+}
+// dx_j += dy[slice j]; two arguments may be one node, so the accumulation is atomic
+__global__ void vp_concat4_backward(const float* dy, float* d0, float* d1, float* d2, float* d3, int n0, int n1,
+                                    int n2, int n3) {
+  int e1 = n0, e2 = e1 + n1, e3 = e2 + n2, n = e3 + n3;
+  GRID_STRIDE(i, n) {
+    if (i < e1) atomicAdd(&d0[i], dy[i]);
+    else if (i < e2) atomicAdd(&d1[i - e1], dy[i]);
+    else if (i < e3) atomicAdd(&d2[i - e2], dy[i]);
+    else atomicAdd(&d3[i - e3], dy[i]);
+  }
+}
+// y = Σ_k xs[k] in the order k = 0, 1, … (the CPU reference's order, so fp32 sums agree exactly); xs is a device
+// table of pointers, so a loss summed over thousands of nodes is one launch
+__global__ void vp_sum_ptrs(float* y, const float* const* xs, int count, int n) {
+  GRID_STRIDE(i, n) {
+    float acc = 0.f;
+    for (int k = 0; k < count; k++) acc += xs[k][i];
+    y[i] = acc;
+  }
+}
+// dxs[k] += dy; one thread owns element i of every argument, so repeated arguments need no atomics
+__global__ void vp_sum_ptrs_backward(float* const* dxs, const float* dy, int count, int n) {
+  GRID_STRIDE(i, n) {
+    float g = dy[i];
+    for (int k = 0; k < count; k++) dxs[k][i] += g;
+  }
+}
 // y = a ⊙ b
 __global__ void vp_cmul(float* y, const float* a, const float* b, int n) { GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
 // da += dy ⊙ b, db += dy ⊙ a (da and db may alias when a and b are the same node)
@@ -118,7 +173,7 @@ __global__ void vp_dropout_backward(float* dx, const float* dy, unsigned key, un
 // y = log Σ exp(x) − x[label]; one block
 __global__ void vp_nll_softmax(float* y, const float* x, int label, int n) {
   __shared__ float red[N_THREADS];
-  float m = -INFINITY;
+  float m = __int_as_float(0xff800000);  // −∞ (NVRTC has no math.h, so no INFINITY)
   for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, x[i]);
   red[threadIdx.x] = m;
   __syncthreads();
@@ -148,10 +203,9 @@ __global__ void vp_nll_softmax_backward(float* dx, const float* x, const float* 
 // [h; c] of a cell with k ≤ ${EAGER_MAX_CELL_CHILDREN} children; gates = [i; o; u; f_1..f_k]
 __global__ void vp_lstm_cell(float* y, const float* gates, const float* c0, const float* c1, const float* c2,
                              const float* c3, int k, int H) {
-  const float* cs[${EAGER_MAX_CELL_CHILDREN}] = {c0, c1, c2, c3};
   GRID_STRIDE(r, H) {
     float c = vp_sigmoid(gates[r]) * tanhf(gates[2 * H + r]);
-    for (int j = 0; j < k; j++) c += vp_sigmoid(gates[(3 + j) * H + r]) * cs[j][r];
+    for (int j = 0; j < k; j++) c += vp_sigmoid(gates[(3 + j) * H + r]) * vp_child(j, c0, c1, c2, c3)[r];
     y[H + r] = c;
     y[r] = vp_sigmoid(gates[H + r]) * tanhf(c);
   }
@@ -159,8 +213,6 @@ __global__ void vp_lstm_cell(float* y, const float* gates, const float* c0, cons
 __global__ void vp_lstm_cell_backward(float* dgates, float* dc0, float* dc1, float* dc2, float* dc3,
                                       const float* y, const float* dy, const float* gates, const float* c0,
                                       const float* c1, const float* c2, const float* c3, int k, int H) {
-  const float* cs[${EAGER_MAX_CELL_CHILDREN}] = {c0, c1, c2, c3};
-  float* dcs[${EAGER_MAX_CELL_CHILDREN}] = {dc0, dc1, dc2, dc3};
   GRID_STRIDE(r, H) {
     float c = y[H + r], tc = tanhf(c);
     float so = vp_sigmoid(gates[H + r]);
@@ -173,9 +225,9 @@ __global__ void vp_lstm_cell_backward(float* dgates, float* dc0, float* dc1, flo
     dgates[2 * H + r] += dc * si * (1.f - tu * tu);
     for (int j = 0; j < k; j++) {
       float sf = vp_sigmoid(gates[(3 + j) * H + r]);
-      dgates[(3 + j) * H + r] += dc * cs[j][r] * sf * (1.f - sf);
+      dgates[(3 + j) * H + r] += dc * vp_child(j, c0, c1, c2, c3)[r] * sf * (1.f - sf);
       // children may be the same node: atomics keep the accumulation exact in any order
-      atomicAdd(&dcs[j][r], dc * sf);
+      atomicAdd(&vp_child(j, dc0, dc1, dc2, dc3)[r], dc * sf);
     }
   }
 }
@@ -200,6 +252,23 @@ __global__ void vp_sum_squares(float* out, const float* g, int n) {
   __shared__ float red[N_THREADS];
   float acc = 0.f;
   GRID_STRIDE(i, n) acc += g[i] * g[i];
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, red[0]);
+}
+
+// out[0] += Σ g² over rows[0 … count) of a [*, dim] table (the touched rows of a lookup table)
+__global__ void vp_sum_squares_rows(float* out, const float* g, const int* rows, int count, int dim) {
+  __shared__ float red[N_THREADS];
+  float acc = 0.f;
+  GRID_STRIDE(i, count * dim) {
+    float x = g[(long long)rows[i / dim] * dim + i % dim];
+    acc += x * x;
+  }
   red[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {

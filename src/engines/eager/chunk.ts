@@ -1,0 +1,117 @@
+// What the host prepares for one forward call of the eager engine, sent to the device with one copy: the values of
+// the new input nodes, the row lists of the new lookups (one gather per table instead of one copy per lookup), and
+// the pointer tables of the new sum nodes (a loss summed over thousands of nodes is one kernel). Pure host code over
+// the graph and a writable buffer, so it is tested without a GPU.
+
+import type { ComputationGraph } from "../../graph/graph.js";
+import { Op } from "../../graph/opcodes.js";
+
+/** The typed views of the buffer a chunk is written into (a PinnedBuffer, or plain arrays in tests). */
+export interface ChunkBuffer {
+  readonly f32: Float32Array;
+  readonly i32: Int32Array;
+  readonly u32: Uint32Array;
+}
+
+/** One table's lookups of a chunk: rows[j] of the table go to value offset offsets[j] (floats), j < count. */
+export interface ChunkLookups {
+  param: number;
+  dim: number;
+  count: number;
+  /** Device addresses of the int lists. */
+  rowsPtr: number;
+  offsetsPtr: number;
+}
+
+export interface ForwardChunk {
+  lookups: ChunkLookups[];
+}
+
+export interface ChunkPlan {
+  /** The chunk's size in floats (even, so that pointer tables after it stay 8-byte aligned). */
+  readonly floats: number;
+  /**
+   * Writes the chunk into `buf` as if it were at device address `chunkPtr`; sets the value address of each input
+   * node (`valPtr`) and the address of each sum node's tables (`tablePtr`: the argument value addresses, then the
+   * argument gradient addresses, 8 bytes each). `valPtr`/`gradPtr` must hold every argument of the sum nodes.
+   */
+  write(
+    buf: ChunkBuffer,
+    chunkPtr: number,
+    valPtr: Float64Array,
+    gradPtr: Float64Array,
+    tablePtr: Float64Array,
+  ): ForwardChunk;
+}
+
+const TWO_32 = 0x1_0000_0000;
+
+/** Plans the chunk of nodes [from, to] of `g`. */
+export function planChunk(g: ComputationGraph, from: number, to: number): ChunkPlan {
+  const inputs: number[] = [];
+  const sums: number[] = [];
+  const tables = new Map<number, number[]>();
+  let floats = 0;
+  for (let i = from; i <= to; i++) {
+    const op = g.op[i]!;
+    if (op === Op.Input) {
+      inputs.push(i);
+      floats += g.rows[i]!;
+    } else if (op === Op.Lookup) {
+      const t = g.aux[i]!;
+      let list = tables.get(t);
+      if (!list) {
+        list = [];
+        tables.set(t, list);
+      }
+      list.push(i);
+      floats += 2;
+    } else if (op === Op.Sum) {
+      sums.push(i);
+    }
+  }
+  if (floats & 1) floats++;
+  const tableStart = floats;
+  for (const i of sums) floats += 4 * g.argCount[i]!;
+  return {
+    floats,
+    write(buf, chunkPtr, valPtr, gradPtr, tablePtr) {
+      let pos = 0;
+      for (const i of inputs) {
+        const n = g.rows[i]!;
+        const off = g.aux[i]!;
+        buf.f32.set(g.inputData.subarray(off, off + n), pos);
+        valPtr[i] = chunkPtr + 4 * pos;
+        pos += n;
+      }
+      const lookups: ChunkLookups[] = [];
+      for (const [param, nodes] of tables) {
+        const rowsAt = pos;
+        for (const i of nodes) buf.i32[pos++] = g.aux2[i]!;
+        const offsetsAt = pos;
+        for (const i of nodes) buf.i32[pos++] = g.valueOffset[i]!;
+        lookups.push({
+          param,
+          dim: g.rows[nodes[0]!]!,
+          count: nodes.length,
+          rowsPtr: chunkPtr + 4 * rowsAt,
+          offsetsPtr: chunkPtr + 4 * offsetsAt,
+        });
+      }
+      pos = tableStart;
+      const u32 = buf.u32;
+      const put = (address: number) => {
+        u32[pos++] = address % TWO_32;
+        u32[pos++] = Math.floor(address / TWO_32);
+      };
+      for (const i of sums) {
+        tablePtr[i] = chunkPtr + 4 * pos;
+        const n = g.argCount[i]!;
+        const s = g.argStart[i]!;
+        for (let a = 0; a < n; a++) put(valPtr[g.args[s + a]!]!);
+        for (let a = 0; a < n; a++) put(gradPtr[g.args[s + a]!]!);
+      }
+      return { lookups };
+    },
+  };
+}

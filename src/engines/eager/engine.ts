@@ -1,0 +1,256 @@
+// The eager GPU engine: one kernel (or cuBLAS call) per node, in node order, on one stream — what PyTorch's eager
+// mode does, and the baseline the batching engines are measured against. It computes exactly the CPU reference's
+// math (src/ops/*.ts), node by node.
+//
+// Memory. Each graph gets a region of the context's pool: values and gradients at the graph's own value offsets, and
+// an append-only "aux" area for what the host prepares per forward call (input values, lookup row lists, pointer
+// tables of sum nodes), sent with one copy from pinned memory. A node's value is read through a per-node device
+// address, so some nodes cost nothing: parameter nodes point at the parameter's weights (and gradient), input nodes
+// at their uploaded values, pickRange nodes at the slice of their argument.
+
+import { type CudaKernel, floatBits, karg } from "../../cuda/index.js";
+import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import { Op } from "../../graph/opcodes.js";
+import type { ParameterCollection } from "../../model/parameters.js";
+import type { Trainer } from "../../train/trainers.js";
+import type { Engine } from "../engine.js";
+import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
+import { DeviceParameters, EAGER_PROGRAM } from "../gpu/parameters.js";
+import { type ForwardChunk, planChunk } from "./chunk.js";
+import { EAGER_KERNEL_NAMES, type EagerKernelName, eagerKernelSource } from "./kernels.js";
+import { type EagerLaunchCounts, EagerNodeKernels, type NodeAddresses } from "./node-kernels.js";
+
+export type { EagerLaunchCounts } from "./node-kernels.js";
+export type EagerEngineOptions = GpuContextOptions;
+
+const MIN_REGION_FLOATS = 1 << 16;
+
+/** The eager engine; see the top of this file. Create it with `createEngine("eager", params)` or directly. */
+export class EagerEngine implements Engine {
+  readonly name = "eager";
+  readonly ctx: GpuContext;
+  readonly device: DeviceParameters;
+  private readonly k: Readonly<Record<EagerKernelName, CudaKernel>>;
+  private readonly staging: StagingBuffer;
+  private readonly nodes: EagerNodeKernels;
+  private readonly counts: EagerLaunchCounts = { kernels: 0, cublas: 0, copies: 0 };
+
+  private graph: ComputationGraph | null = null;
+  private generation = -1;
+  /** Nodes [0, computed) of the current graph have values on the device (or queued). */
+  private computed = 0;
+  // the current region: float offsets in the pool and capacities
+  private valueCap = 0;
+  private auxCap = 0;
+  private valuesOff = 0;
+  private gradsOff = 0;
+  private auxOff = 0;
+  private auxTop = 0;
+  /** Device address of each node's value and gradient; of each sum node's pointer tables. */
+  private readonly at: NodeAddresses = {
+    valPtr: new Float64Array(1024),
+    gradPtr: new Float64Array(1024),
+    tablePtr: new Float64Array(1024),
+  };
+  /** Lookup gathers of the forward calls on this graph, replayed as scatters by backward. */
+  private chunks: ForwardChunk[] = [];
+  private reach = new Uint8Array(1024);
+
+  constructor(
+    readonly params: ParameterCollection,
+    opts: EagerEngineOptions = {},
+  ) {
+    this.ctx = GpuContext.open(opts);
+    try {
+      this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
+      this.device = new DeviceParameters(this.ctx, params);
+      this.staging = this.ctx.staging();
+      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.counts);
+    } catch (e) {
+      this.ctx.dispose();
+      throw e;
+    }
+  }
+
+  /** Device work queued so far (this engine's nodes plus the parameter updates). */
+  launchCounts(): EagerLaunchCounts {
+    return { ...this.counts, kernels: this.counts.kernels + this.device.launches };
+  }
+
+  forward(e: Expression): void {
+    const g = e.graph;
+    g.check(e, "forward", "e");
+    if (g !== this.graph || g.generation !== this.generation) {
+      this.graph = g;
+      this.generation = g.generation;
+      this.computed = 0;
+      this.auxTop = 0;
+      this.chunks = [];
+    }
+    if (e.id < this.computed) return;
+    if (g.valueSize > this.valueCap) this.relayout(Math.max(g.valueSize, 2 * this.valueCap), this.auxCap);
+    this.growNodeArrays(g.size);
+    let plan = planChunk(g, this.computed, e.id);
+    if (this.auxTop + plan.floats > this.auxCap) {
+      // start over in a larger region: the earlier chunks would not move with it
+      if (this.computed > 0) plan = planChunk(g, 0, e.id);
+      this.relayout(this.valueCap, Math.max(2 * this.auxCap, 2 * plan.floats));
+    }
+    const from = this.computed;
+    const chunkPtr = this.ctx.pool.ptr(this.auxOff + this.auxTop);
+    this.assignPointers(g, from, e.id);
+    const buf = this.staging.acquire(4 * plan.floats);
+    const chunk = plan.write(buf, chunkPtr, this.at.valPtr, this.at.gradPtr, this.at.tablePtr);
+    if (plan.floats > 0) {
+      this.staging.upload(chunkPtr, 4 * plan.floats);
+      this.counts.copies++;
+    }
+    this.auxTop += plan.floats;
+    this.chunks.push(chunk);
+    const valuesPtr = this.ctx.pool.ptr(this.valuesOff);
+    for (const l of chunk.lookups) {
+      this.nodes.launch(this.k.vp_gather_rows, l.count * l.dim, [
+        karg.ptr(valuesPtr),
+        karg.ptr(this.device.valuePtr(l.param)),
+        karg.ptr(l.rowsPtr),
+        karg.ptr(l.offsetsPtr),
+        karg.i32(l.count),
+        karg.i32(l.dim),
+      ]);
+    }
+    for (let i = from; i <= e.id; i++) this.nodes.forward(g, i);
+    this.computed = e.id + 1;
+  }
+
+  forwardScalar(e: Expression): number {
+    if (e.size !== 1) throw new Error(`forwardScalar: expression has shape ${e.shapeString()}; expected a scalar`);
+    this.forward(e);
+    return this.ctx.download(this.at.valPtr[e.id]!, new Float32Array(1))[0]!;
+  }
+
+  backward(loss: Expression): void {
+    const g = loss.graph;
+    if (loss.size !== 1) throw new Error(`backward: loss has shape ${loss.shapeString()}; expected a scalar`);
+    this.forward(loss);
+    const driver = this.ctx.device.driver;
+    const stream = this.ctx.stream.handle;
+    const last = loss.id;
+    const top = this.computed - 1;
+    // one memset for the whole gradient region of the computed nodes, then the seed dLoss/dLoss = 1
+    driver.memsetD32Async(
+      this.ctx.pool.ptr(this.gradsOff),
+      0,
+      g.valueOffset[top]! + g.rows[top]! * g.cols[top]!,
+      stream,
+    );
+    driver.memsetD32Async(this.at.gradPtr[last]!, floatBits(1), 1, stream);
+    this.counts.copies += 2;
+    if (this.reach.length < g.size) this.reach = new Uint8Array(Math.max(g.size, 2 * this.reach.length));
+    const reach = this.reach;
+    reach.fill(0, 0, last + 1);
+    reach[last] = 1;
+    for (let i = last; i >= 0; i--) {
+      if (reach[i] === 0) continue;
+      const n = g.argCount[i]!;
+      const s = g.argStart[i]!;
+      for (let a = 0; a < n; a++) reach[g.args[s + a]!] = 1;
+      if (g.op[i] === Op.Lookup) this.device.touch(g.aux[i]!, g.aux2[i]!);
+      else this.nodes.backward(g, i);
+    }
+    // lookup gradients into the tables; unreached lookups add their zeroed gradient (and are not marked touched)
+    const gradsPtr = this.ctx.pool.ptr(this.gradsOff);
+    for (const c of this.chunks) {
+      for (const l of c.lookups) {
+        this.nodes.launch(this.k.vp_scatter_add_rows, l.count * l.dim, [
+          karg.ptr(this.device.gradPtr(l.param)),
+          karg.ptr(gradsPtr),
+          karg.ptr(l.rowsPtr),
+          karg.ptr(l.offsetsPtr),
+          karg.i32(l.count),
+          karg.i32(l.dim),
+        ]);
+      }
+    }
+  }
+
+  value(e: Expression): Float32Array {
+    this.forward(e);
+    return this.ctx.download(this.at.valPtr[e.id]!, new Float32Array(e.size));
+  }
+
+  /** The node's gradient from the last backward; for a parameter node, the parameter's accumulated gradient. */
+  gradient(e: Expression): Float32Array {
+    const g = e.graph;
+    if (g !== this.graph || g.generation !== this.generation || e.id >= this.computed) {
+      throw new Error("gradient: run backward on this graph first");
+    }
+    return this.ctx.download(this.at.gradPtr[e.id]!, new Float32Array(e.size));
+  }
+
+  update(trainer: Trainer): void {
+    this.device.update(trainer);
+  }
+
+  syncToHost(): void {
+    this.device.syncToHost();
+  }
+
+  dispose(): void {
+    try {
+      this.device.dispose();
+    } finally {
+      this.ctx.dispose();
+    }
+  }
+
+  // ---- layout ----------------------------------------------------------------------------------------------------
+
+  /** Drops the current region and lays out a larger one; the current graph is recomputed from its first node. */
+  private relayout(valueFloats: number, auxFloats: number): void {
+    const pool = this.ctx.pool;
+    pool.reset();
+    this.valueCap = 0;
+    this.auxCap = 0;
+    this.computed = 0;
+    this.auxTop = 0;
+    this.chunks = [];
+    const v = Math.max(MIN_REGION_FLOATS, valueFloats);
+    const a = Math.max(MIN_REGION_FLOATS, auxFloats);
+    this.valuesOff = pool.alloc(v, "node values");
+    this.gradsOff = pool.alloc(v, "node gradients");
+    this.auxOff = pool.alloc(a, "inputs, lookup rows and pointer tables of a batch");
+    this.valueCap = v;
+    this.auxCap = a;
+  }
+
+  private growNodeArrays(n: number): void {
+    if (n <= this.at.valPtr.length) return;
+    const grow = (a: Float64Array) => {
+      const b = new Float64Array(Math.max(n, 2 * a.length));
+      b.set(a);
+      return b;
+    };
+    this.at.valPtr = grow(this.at.valPtr);
+    this.at.gradPtr = grow(this.at.gradPtr);
+    this.at.tablePtr = grow(this.at.tablePtr);
+  }
+
+  /** Value and gradient addresses of nodes [from, to]; inputs are placed by the chunk writer. */
+  private assignPointers(g: ComputationGraph, from: number, to: number): void {
+    const values = this.ctx.pool.ptr(this.valuesOff);
+    const grads = this.ctx.pool.ptr(this.gradsOff);
+    for (let i = from; i <= to; i++) {
+      const op = g.op[i]!;
+      const off = 4 * g.valueOffset[i]!;
+      this.at.gradPtr[i] = grads + off;
+      if (op === Op.Parameter) {
+        this.at.valPtr[i] = this.device.valuePtr(g.aux[i]!);
+        this.at.gradPtr[i] = this.device.gradPtr(g.aux[i]!);
+      } else if (op === Op.PickRange) {
+        this.at.valPtr[i] = this.at.valPtr[g.arg(i, 0)]! + 4 * g.aux[i]!;
+      } else {
+        this.at.valPtr[i] = values + off;
+      }
+    }
+  }
+}

@@ -1,0 +1,237 @@
+// What every GPU engine (eager, autobatch, vpps) shares: an opened device, one stream that all of the engine's work
+// is queued on (kernels, copies and cuBLAS alike, so that stream order is the only ordering needed), a cuBLAS handle
+// bound to that stream, one DevicePool sized from the free memory, compiled modules, and pinned staging buffers for
+// host-to-device copies that do not block the host.
+
+import {
+  type CompileResult,
+  type Cublas,
+  type CublasHandle,
+  type CudaDevice,
+  CudaEvent,
+  type CudaKernel,
+  type CudaModule,
+  CudaStream,
+  compileCuda,
+  DevicePool,
+  getCublas,
+  loadModule,
+  openDevice,
+  PinnedBuffer,
+  parseDeviceSpec,
+} from "../../cuda/index.js";
+
+const GiB = 1024 ** 3;
+
+/** The pool is at most this large unless asked for: enough for batches of thousands of tree nodes at hidden 512. */
+export const DEFAULT_POOL_CAP_BYTES = 4 * GiB;
+
+/** min(¼ of the free device memory, 4 GiB): leaves room for cuBLAS workspaces and other processes on the GPU. */
+export function defaultPoolBytes(freeBytes: number): number {
+  return Math.min(Math.floor(freeBytes / 4), DEFAULT_POOL_CAP_BYTES);
+}
+
+/**
+ * The GPU index a `--device` string names: `auto` and `cuda` are GPU 0, `cuda:N` is GPU N. `cpu` is refused: the
+ * caller asked for a GPU engine.
+ */
+export function gpuIndexOf(device: string, engine = "this engine"): number {
+  const spec = parseDeviceSpec(device);
+  if (spec.kind === "cpu") {
+    throw new Error(
+      `${engine} runs on a GPU, but --device cpu was given; use --device auto or cuda:N, or --engine cpu`,
+    );
+  }
+  return spec.kind === "auto" ? 0 : spec.index;
+}
+
+export interface GpuContextOptions {
+  /** `auto` (default: the first GPU), `cuda` or `cuda:N`. */
+  device?: string;
+  /** Pool size in bytes (default: defaultPoolBytes of the free memory). */
+  poolBytes?: number;
+  /** Kernel cache folder; `null` disables the cache. Default: the compile cache's default folder. */
+  cacheDir?: string | null;
+}
+
+/**
+ * A growable page-locked buffer for host-to-device copies. A copy from it is queued on the stream and the host must
+ * not overwrite the bytes until the device has read them, so an event recorded after each copy is waited on before
+ * the buffer is written again (normally long done: the copy sits at the start of the work it feeds).
+ */
+export class StagingBuffer {
+  private buffer: PinnedBuffer;
+  private readonly copied: CudaEvent;
+  private pending = false;
+
+  constructor(
+    private readonly stream: CudaStream,
+    initialBytes = 1 << 20,
+  ) {
+    this.buffer = PinnedBuffer.alloc(initialBytes);
+    this.copied = CudaEvent.create({ timing: false });
+  }
+
+  /** The buffer, at least `bytes` long, safe to write (the previous copy from it has completed). */
+  acquire(bytes: number): PinnedBuffer {
+    if (this.pending) {
+      this.copied.synchronize();
+      this.pending = false;
+    }
+    if (bytes > this.buffer.bytes) {
+      this.buffer.free();
+      this.buffer = PinnedBuffer.alloc(Math.max(bytes, 2 * this.buffer.bytes));
+    }
+    return this.buffer;
+  }
+
+  /** Queues a copy of the buffer's first `bytes` to device address `dst`. */
+  upload(dst: number, bytes: number): void {
+    if (bytes === 0) return;
+    const driver = this.buffer.driver;
+    driver.memcpyHtoDAsync(dst, this.buffer.u8.subarray(0, bytes), bytes, this.stream.handle);
+    this.copied.record(this.stream);
+    this.pending = true;
+  }
+
+  dispose(): void {
+    if (this.pending) this.copied.synchronize();
+    this.buffer.free();
+    this.copied.destroy();
+  }
+}
+
+/** A compiled module's kernels by name, with what the compile reported. */
+export interface KernelSet<N extends string> {
+  readonly module: CudaModule;
+  readonly kernels: Readonly<Record<N, CudaKernel>>;
+  readonly compile: CompileResult;
+}
+
+/** One engine's hold on a GPU. Everything it creates is released by dispose(), in reverse order. */
+export class GpuContext {
+  private readonly modules = new Map<string, KernelSet<string>>();
+  private readonly stagings: StagingBuffer[] = [];
+  private readonly readback: PinnedBuffer;
+  private disposed = false;
+
+  private constructor(
+    readonly device: CudaDevice,
+    readonly stream: CudaStream,
+    readonly pool: DevicePool,
+    readonly cublas: Cublas,
+    readonly cublasHandle: CublasHandle,
+    readonly cacheDir: string | null | undefined,
+  ) {
+    this.readback = PinnedBuffer.alloc(4096);
+  }
+
+  /**
+   * Opens the device, creates the stream, the cuBLAS handle and the pool. Throws CudaLibraryNotFoundError when the
+   * driver or cuBLAS is missing, CudaError when the device cannot be used.
+   */
+  static open(opts: GpuContextOptions = {}): GpuContext {
+    const device = openDevice(gpuIndexOf(opts.device ?? "auto"));
+    const undo: (() => void)[] = [() => device.close()];
+    try {
+      const stream = CudaStream.create({ nonBlocking: true });
+      undo.push(() => stream.destroy());
+      const cublas = getCublas();
+      const handle = cublas.create();
+      undo.push(() => cublas.destroy(handle));
+      cublas.setStream(handle, stream.handle);
+      const pool = DevicePool.create(opts.poolBytes ?? defaultPoolBytes(device.memInfo().free));
+      undo.push(() => pool.free());
+      return new GpuContext(device, stream, pool, cublas, handle, opts.cacheDir);
+    } catch (e) {
+      for (const f of undo.reverse()) {
+        try {
+          f();
+        } catch {
+          // keep the first error
+        }
+      }
+      throw e;
+    }
+  }
+
+  /** The device's name, e.g. `NVIDIA H100 80GB HBM3`. */
+  get deviceName(): string {
+    return this.device.props.name;
+  }
+
+  /**
+   * Compiles (or reads from the kernel cache) and loads `source`, once per context and program name, and looks up
+   * `names`. Throws NvrtcCompileError (log, options, numbered source) when the source does not compile.
+   */
+  kernels<N extends string>(program: string, source: string, names: readonly N[]): KernelSet<N> {
+    const known = this.modules.get(program);
+    if (known) return known as KernelSet<N>;
+    const compile = compileCuda({
+      name: program,
+      source,
+      arch: this.device.props.arch,
+      ...(this.cacheDir !== undefined ? { cacheDir: this.cacheDir } : {}),
+    });
+    const module = loadModule(compile.cubin, program);
+    try {
+      const kernels = {} as Record<N, CudaKernel>;
+      for (const n of names) kernels[n] = module.getFunction(n);
+      const set: KernelSet<N> = { module, kernels, compile };
+      this.modules.set(program, set as KernelSet<string>);
+      return set;
+    } catch (e) {
+      module.unload();
+      throw e;
+    }
+  }
+
+  /** A new staging buffer on this context's stream (freed with the context). */
+  staging(initialBytes?: number): StagingBuffer {
+    const s = new StagingBuffer(this.stream, initialBytes);
+    this.stagings.push(s);
+    return s;
+  }
+
+  /** Copies `out.length` floats from device address `src` after the stream's queued work; waits for them. */
+  download(src: number, out: Float32Array): Float32Array {
+    if (out.length === 0) return out;
+    if (out.byteLength <= this.readback.bytes) {
+      // through pinned memory: a truly asynchronous copy, then one wait
+      this.device.driver.memcpyDtoHAsync(
+        this.readback.u8.subarray(0, out.byteLength),
+        src,
+        out.byteLength,
+        this.stream.handle,
+      );
+      this.stream.synchronize();
+      out.set(this.readback.f32.subarray(0, out.length));
+    } else {
+      this.stream.synchronize();
+      this.device.driver.memcpyDtoH(out, src, out.byteLength);
+    }
+    return out;
+  }
+
+  /** Waits for everything queued on the stream; kernel faults surface here. */
+  synchronize(): void {
+    this.stream.synchronize();
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    try {
+      this.stream.synchronize();
+    } finally {
+      for (const s of this.stagings) s.dispose();
+      this.readback.free();
+      for (const m of this.modules.values()) m.module.unload();
+      this.modules.clear();
+      this.pool.free();
+      this.cublas.destroy(this.cublasHandle);
+      this.stream.destroy();
+      this.device.close();
+    }
+  }
+}

@@ -1,0 +1,316 @@
+// The model's parameters on the device, and the trainers' update rule there. Values and gradients live in the
+// context's pool (allocated before its mark(), so they survive every per-batch reset) at fixed float offsets, which is
+// what lets an engine point a parameter node straight at its weights and a script encode them as 32-bit offsets.
+// The update is the CPU trainer's rule (src/train/trainers.ts) in kernels: the global gradient norm into a device
+// scalar, then SGD or Adam over dense parameters and over the touched rows of lookup tables, all queued on the
+// stream without a host synchronisation.
+
+import { type CudaKernel, type DevicePtr, floatBits, type KernelArg, karg } from "../../cuda/index.js";
+import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
+import type { AdamTrainer, Trainer } from "../../train/trainers.js";
+import { EAGER_BLOCK, EAGER_KERNEL_NAMES, eagerKernelSource } from "../eager/kernels.js";
+import type { GpuContext, StagingBuffer } from "./context.js";
+
+/** The program name the eager kernels are compiled under (one module per context, shared with the eager engine). */
+export const EAGER_PROGRAM = "vpps_eager.cu";
+
+/** Blocks for a grid-stride kernel over n elements: enough to fill the GPU, few enough that launch setup is cheap. */
+export function gridFor(n: number): number {
+  return Math.max(1, Math.min(Math.ceil(n / EAGER_BLOCK), 4096));
+}
+
+interface TouchedRows {
+  /** 1 for rows touched since the last update. */
+  flags: Uint8Array;
+  rows: Int32Array;
+  count: number;
+}
+
+/** A ParameterCollection's values and gradients in device memory, with the trainers' update rule as kernels. */
+export class DeviceParameters {
+  /** Float offsets in the pool, by parameter index. */
+  readonly valueOffset: Float64Array;
+  readonly gradOffset: Float64Array;
+  /** Kernels and cuBLAS calls queued by update() and zeroGradients() so far. */
+  launches = 0;
+  private readonly kernels: Readonly<Record<(typeof EAGER_KERNEL_NAMES)[number], CudaKernel>>;
+  private readonly touched: (TouchedRows | null)[];
+  /** Where the touched rows of all lookup tables are uploaded, packed one table after another (ints). */
+  private readonly touchedOffset: number;
+  /** One float: the squared global gradient norm of the update being applied. */
+  private readonly normSqOffset: number;
+  private readonly staging: StagingBuffer;
+  /** Adam's first and second moments: one device allocation made at the first Adam update. */
+  private moments: { base: DevicePtr; owner: Trainer; m: Float64Array; v: Float64Array } | null = null;
+  private disposed = false;
+
+  constructor(
+    readonly ctx: GpuContext,
+    readonly params: ParameterCollection,
+  ) {
+    this.kernels = ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
+    const n = params.all.length;
+    this.valueOffset = new Float64Array(n);
+    this.gradOffset = new Float64Array(n);
+    const pool = ctx.pool;
+    const stream = ctx.stream.handle;
+    let lookupRows = 0;
+    this.touched = params.all.map((p) => {
+      if (p.kind !== "lookup") return null;
+      lookupRows += p.rows;
+      return { flags: new Uint8Array(p.rows), rows: new Int32Array(p.rows), count: 0 };
+    });
+    for (const p of params.all) {
+      const v = pool.alloc(p.value.length, `value of parameter '${p.name}'`);
+      const g = pool.alloc(p.value.length, `gradient of parameter '${p.name}'`);
+      pool.upload(v, p.value, stream);
+      pool.fill(g, p.value.length, 0, stream);
+      this.valueOffset[p.index] = v;
+      this.gradOffset[p.index] = g;
+    }
+    this.touchedOffset = pool.alloc(Math.max(1, lookupRows), "touched lookup rows");
+    this.normSqOffset = pool.alloc(1, "gradient norm");
+    pool.mark();
+    this.staging = ctx.staging(Math.max(4096, 4 * lookupRows));
+    // the uploads above read pageable host memory; finish them before the caller changes it
+    ctx.synchronize();
+  }
+
+  valuePtr(index: number): DevicePtr {
+    return this.ctx.pool.ptr(this.valueOffset[index]!);
+  }
+
+  gradPtr(index: number): DevicePtr {
+    return this.ctx.pool.ptr(this.gradOffset[index]!);
+  }
+
+  /** Records that row `row` of lookup table `index` has a gradient (it will be updated, sparsely). */
+  touch(index: number, row: number): void {
+    const t = this.touched[index];
+    if (!t) throw new Error(`touch: parameter #${index} is not a lookup table`);
+    if (t.flags[row] === 0) {
+      t.flags[row] = 1;
+      t.rows[t.count++] = row;
+    }
+  }
+
+  /** The rows of lookup table `index` touched since the last update, in order of first touch. */
+  touchedRows(index: number): number[] {
+    const t = this.touched[index];
+    return t ? Array.from(t.rows.subarray(0, t.count)) : [];
+  }
+
+  /** A host copy of a parameter's device values (waits for queued work). */
+  readValue(index: number): Float32Array {
+    const p = this.param(index);
+    return this.ctx.download(this.valuePtr(index), new Float32Array(p.value.length));
+  }
+
+  /** A host copy of a parameter's device gradient (waits for queued work). */
+  readGradient(index: number): Float32Array {
+    const p = this.param(index);
+    return this.ctx.download(this.gradPtr(index), new Float32Array(p.value.length));
+  }
+
+  /** Copies every parameter's device values into the ParameterCollection. */
+  syncToHost(): void {
+    for (const p of this.params.all) this.ctx.download(this.valuePtr(p.index), p.value);
+  }
+
+  /** Zeroes every gradient and forgets the touched rows. */
+  zeroGradients(): void {
+    const driver = this.ctx.device.driver;
+    for (const p of this.params.all) {
+      driver.memsetD32Async(this.gradPtr(p.index), 0, p.value.length, this.ctx.stream.handle);
+      this.launches++;
+    }
+    this.clearTouched();
+  }
+
+  /**
+   * Applies `trainer`'s rule on the device and zeroes the gradients: the same arithmetic as `trainer.update` on the
+   * host (clip scale from the global norm over dense gradients and touched lookup rows, then SGD or Adam with bias
+   * corrections from the incremented `trainer.updates`). Queued on the stream; nothing waits.
+   */
+  update(trainer: Trainer): void {
+    const k = this.kernels;
+    const stream = this.ctx.stream;
+    const threshold = trainer.clipThreshold;
+    const normSq = this.ctx.pool.ptr(this.normSqOffset);
+    const rowsPtr = this.uploadTouched();
+    if (threshold > 0) {
+      this.ctx.device.driver.memsetD32Async(normSq, floatBits(0), 1, stream.handle);
+      this.launches++;
+      for (const p of this.params.all) {
+        const t = this.touched[p.index];
+        if (t) {
+          if (t.count > 0) {
+            this.launch(k.vp_sum_squares_rows, t.count * p.cols, [
+              karg.ptr(normSq),
+              karg.ptr(this.gradPtr(p.index)),
+              karg.ptr(rowsPtr[p.index]!),
+              karg.i32(t.count),
+              karg.i32(p.cols),
+            ]);
+          }
+        } else {
+          this.launch(k.vp_sum_squares, p.value.length, [
+            karg.ptr(normSq),
+            karg.ptr(this.gradPtr(p.index)),
+            karg.i32(p.value.length),
+          ]);
+        }
+      }
+    }
+    trainer.updates++;
+    if (trainer.kind === "adam") this.adam(trainer as AdamTrainer, normSq, rowsPtr);
+    else this.sgd(trainer, normSq, rowsPtr);
+    this.clearTouched();
+  }
+
+  private sgd(trainer: Trainer, normSq: DevicePtr, rowsPtr: Float64Array): void {
+    const k = this.kernels;
+    const threshold = trainer.clipThreshold;
+    const lr = trainer.learningRate;
+    for (const p of this.params.all) {
+      const t = this.touched[p.index];
+      const w = karg.ptr(this.valuePtr(p.index));
+      const g = karg.ptr(this.gradPtr(p.index));
+      if (t) {
+        if (t.count === 0) continue;
+        this.launch(k.vp_sgd_rows, t.count * p.cols, [
+          w,
+          g,
+          karg.ptr(rowsPtr[p.index]!),
+          karg.i32(t.count),
+          karg.i32(p.cols),
+          karg.ptr(normSq),
+          karg.f32(threshold),
+          karg.f32(lr),
+        ]);
+      } else {
+        const n = p.value.length;
+        this.launch(k.vp_sgd, n, [w, g, karg.ptr(normSq), karg.f32(threshold), karg.f32(lr), karg.i32(n)]);
+      }
+    }
+  }
+
+  private adam(trainer: AdamTrainer, normSq: DevicePtr, rowsPtr: Float64Array): void {
+    const k = this.kernels;
+    const mo = this.momentsFor(trainer);
+    // the CPU trainer's bias corrections, in double precision, from the already incremented step count
+    const c1 = 1 - trainer.beta1 ** trainer.updates;
+    const c2 = 1 - trainer.beta2 ** trainer.updates;
+    const hyper = [
+      karg.ptr(normSq),
+      karg.f32(trainer.clipThreshold),
+      karg.f32(trainer.learningRate),
+      karg.f32(trainer.beta1),
+      karg.f32(trainer.beta2),
+      karg.f32(trainer.epsilon),
+      karg.f32(c1),
+      karg.f32(c2),
+    ];
+    for (const p of this.params.all) {
+      const t = this.touched[p.index];
+      const state = [
+        karg.ptr(this.valuePtr(p.index)),
+        karg.ptr(this.gradPtr(p.index)),
+        karg.ptr(mo.m[p.index]!),
+        karg.ptr(mo.v[p.index]!),
+      ];
+      if (t) {
+        if (t.count === 0) continue;
+        this.launch(k.vp_adam_rows, t.count * p.cols, [
+          ...state,
+          karg.ptr(rowsPtr[p.index]!),
+          karg.i32(t.count),
+          karg.i32(p.cols),
+          ...hyper,
+        ]);
+      } else {
+        const n = p.value.length;
+        this.launch(k.vp_adam, n, [...state, ...hyper, karg.i32(n)]);
+      }
+    }
+  }
+
+  /** The moments of `trainer`, allocated (zeroed) on first use and zeroed again when a different trainer arrives. */
+  private momentsFor(trainer: Trainer): { m: Float64Array; v: Float64Array } {
+    const driver = this.ctx.device.driver;
+    const stream = this.ctx.stream.handle;
+    let total = 0;
+    for (const p of this.params.all) total += 2 * p.value.length;
+    if (!this.moments) {
+      // outside the pool: the pool's persistent region was closed by mark() when the engine laid out its batches
+      const base = driver.memAlloc(4 * total);
+      const m = new Float64Array(this.params.all.length);
+      const v = new Float64Array(this.params.all.length);
+      let at = base;
+      for (const p of this.params.all) {
+        m[p.index] = at;
+        at += 4 * p.value.length;
+        v[p.index] = at;
+        at += 4 * p.value.length;
+      }
+      this.moments = { base, owner: trainer, m, v };
+      driver.memsetD32Async(base, 0, total, stream);
+      this.launches++;
+    } else if (this.moments.owner !== trainer) {
+      this.moments.owner = trainer;
+      driver.memsetD32Async(this.moments.base, 0, total, stream);
+      this.launches++;
+    }
+    return this.moments;
+  }
+
+  /** Uploads the touched rows of every lookup table (packed); returns each table's device address (by index). */
+  private uploadTouched(): Float64Array {
+    const at = new Float64Array(this.params.all.length);
+    let total = 0;
+    for (const t of this.touched) if (t) total += t.count;
+    if (total === 0) return at;
+    const buf = this.staging.acquire(4 * total);
+    let pos = 0;
+    for (const p of this.params.all) {
+      const t = this.touched[p.index];
+      if (!t) continue;
+      at[p.index] = this.ctx.pool.ptr(this.touchedOffset + pos);
+      buf.i32.set(t.rows.subarray(0, t.count), pos);
+      pos += t.count;
+    }
+    this.staging.upload(this.ctx.pool.ptr(this.touchedOffset), 4 * total);
+    this.launches++;
+    return at;
+  }
+
+  private clearTouched(): void {
+    for (const t of this.touched) {
+      if (!t) continue;
+      for (let i = 0; i < t.count; i++) t.flags[t.rows[i]!] = 0;
+      t.count = 0;
+    }
+  }
+
+  private launch(kernel: CudaKernel, n: number, args: KernelArg[]): void {
+    kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream: this.ctx.stream }, args);
+    this.launches++;
+  }
+
+  private param(index: number): AnyParameter {
+    const p = this.params.all[index];
+    if (!p) throw new RangeError(`parameter #${index} does not exist (the model has ${this.params.all.length})`);
+    return p;
+  }
+
+  /** Frees the moments; values and gradients go with the context's pool. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    if (this.moments) {
+      this.ctx.synchronize();
+      this.ctx.device.driver.memFree(this.moments.base);
+      this.moments = null;
+    }
+  }
+}
