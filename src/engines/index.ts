@@ -1,10 +1,12 @@
 import { cudaAvailable } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import type { ParameterCollection } from "../model/parameters.js";
+import { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine } from "./eager/engine.js";
 import { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
 
+export { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
 export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
 export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
 export { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
@@ -34,6 +36,15 @@ export function createEngine(name: string, params: ParameterCollection, opts: Cr
       return new CpuEngine(params);
     case "eager":
       return createGpuEngine("eager", opts.device ?? "auto", () => new EagerEngine(params, { device: opts.device }));
+    case "autobatch":
+      // On the CPU the batched engine runs the same plans with reference kernels (for testing and for machines
+      // without a GPU); the GPU backend is the one that is fast.
+      if ((opts.device ?? "auto").trim().toLowerCase() === "cpu") {
+        return new AutobatchCpuEngine(params, { strategy: opts.batching ?? "agenda" });
+      }
+      throw new EngineUnavailableError(
+        "the GPU autobatch engine is not in this version of vpps; use --engine autobatch --device cpu (the batched CPU engine) or --engine eager",
+      );
     default:
       throw new EngineUnavailableError(
         `the '${name}' engine does not exist yet in this version of vpps; use --engine cpu (the default)`,
