@@ -17,7 +17,10 @@ interface BuildRow {
   batch: number;
   cell: string;
   nodesPerBatch: number;
+  /** Wall-clock time per node (median over repetitions). */
   nsPerNode: number;
+  /** Process CPU time per node (median): less disturbed when other jobs share the machine. */
+  cpuNsPerNode: number;
 }
 interface TrainRow {
   batch: number;
@@ -47,10 +50,12 @@ for (const cell of ["fused", "ops"] as const) {
       model.buildBatchLoss(cg, b, vocab); // warm-up
     }
     const samples: number[] = [];
+    const cpuSamples: number[] = [];
     let nodes = 0;
-    for (let rep = 0; rep < (quick ? 3 : 7); rep++) {
+    for (let rep = 0; rep < (quick ? 3 : 9); rep++) {
       let total = 0;
       let ns = 0;
+      const c0 = process.cpuUsage();
       for (const b of bs) {
         const t0 = process.hrtime.bigint();
         cg.renew();
@@ -58,10 +63,18 @@ for (const cell of ["fused", "ops"] as const) {
         ns += Number(process.hrtime.bigint() - t0);
         total += cg.size;
       }
+      const c = process.cpuUsage(c0);
       samples.push(ns / total);
+      cpuSamples.push(((c.user + c.system) * 1000) / total);
       nodes = total / bs.length;
     }
-    build.push({ batch, cell, nodesPerBatch: Math.round(nodes), nsPerNode: median(samples) });
+    build.push({
+      batch,
+      cell,
+      nodesPerBatch: Math.round(nodes),
+      nsPerNode: median(samples),
+      cpuNsPerNode: median(cpuSamples),
+    });
   }
 }
 
@@ -95,10 +108,10 @@ for (const hidden of quick ? [64] : [64, 256]) {
 
 console.log(`data: ${source}; ${machine().cpu}, ${machine().cores} cores, node ${process.version}`);
 console.log("\ngraph construction (Tree-LSTM, hidden 256)");
-console.log("cell   batch  nodes/batch  ns/node");
+console.log("cell   batch  nodes/batch  ns/node (wall)  ns/node (cpu)");
 for (const r of build) {
   console.log(
-    `${r.cell.padEnd(5)} ${String(r.batch).padStart(6)} ${String(r.nodesPerBatch).padStart(12)} ${r.nsPerNode.toFixed(1).padStart(8)}`,
+    `${r.cell.padEnd(5)} ${String(r.batch).padStart(6)} ${String(r.nodesPerBatch).padStart(12)} ${r.nsPerNode.toFixed(1).padStart(15)} ${r.cpuNsPerNode.toFixed(1).padStart(14)}`,
   );
 }
 console.log("\nCPU engine forward + backward + SGD update");
@@ -115,7 +128,9 @@ if (!quick) {
     date: new Date().toISOString(),
     machine: machine(),
     data: source,
-    method: "median over repetitions after warm-up; build time per node = graph construction only",
+    method:
+      "median over repetitions after warm-up; build time per node = graph construction only (model.buildBatchLoss), wall and process CPU time",
+    load: (await import("node:os")).loadavg(),
     build,
     train,
   });
