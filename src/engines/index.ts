@@ -2,11 +2,18 @@ import { cudaAvailable } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
+import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine } from "./eager/engine.js";
 import { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
 
 export { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
+export {
+  AutobatchGpuEngine,
+  type AutobatchGpuOptions,
+  type AutobatchLaunchCounts,
+  type GemmMode,
+} from "./autobatch/gpu-engine.js";
 export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
 export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
 export { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
@@ -42,8 +49,11 @@ export function createEngine(name: string, params: ParameterCollection, opts: Cr
       if ((opts.device ?? "auto").trim().toLowerCase() === "cpu") {
         return new AutobatchCpuEngine(params, { strategy: opts.batching ?? "agenda" });
       }
-      throw new EngineUnavailableError(
-        "the GPU autobatch engine is not in this version of vpps; use --engine autobatch --device cpu (the batched CPU engine) or --engine eager",
+      return createGpuEngine(
+        "autobatch",
+        opts.device ?? "auto",
+        () => new AutobatchGpuEngine(params, { strategy: opts.batching ?? "agenda", device: opts.device }),
+        "Use --device cpu (the batched CPU engine) or --engine cpu.",
       );
     default:
       throw new EngineUnavailableError(
@@ -56,7 +66,7 @@ export function createEngine(name: string, params: ParameterCollection, opts: Cr
  * Makes a CUDA engine, turning "no GPU here" into an EngineUnavailableError that says what was missing and what to
  * use instead. `--device cpu` with a CUDA engine is refused: the two ask for different things.
  */
-function createGpuEngine(name: string, device: string, make: () => Engine): Engine {
+function createGpuEngine(name: string, device: string, make: () => Engine, instead = "Use --engine cpu."): Engine {
   if (device.trim().toLowerCase() === "cpu") {
     throw new EngineUnavailableError(
       `the '${name}' engine runs on a GPU and cannot run with --device cpu; use --engine cpu, or --device auto or cuda:N`,
@@ -65,14 +75,14 @@ function createGpuEngine(name: string, device: string, make: () => Engine): Engi
   const available = cudaAvailable();
   if (!available.ok) {
     throw new EngineUnavailableError(
-      `the '${name}' engine needs a CUDA GPU, and none can be used here: ${available.reason}. Use --engine cpu.`,
+      `the '${name}' engine needs a CUDA GPU, and none can be used here: ${available.reason}. ${instead}`,
     );
   }
   try {
     return make();
   } catch (e) {
     if (e instanceof CudaLibraryNotFoundError) {
-      throw new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. Use --engine cpu.`);
+      throw new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. ${instead}`);
     }
     throw e;
   }

@@ -1,0 +1,291 @@
+// The GPU autobatch engine on a real GPU against the CPU reference: both strategies on random graphs (every op,
+// values and gradients of every node, parameter gradients, touched lookup rows), Tree-LSTM batches, batches wider
+// than a block, the launches per batch the plan implies, and Tree-LSTM training steps with SGD and Adam (clipping,
+// dropout). Skipped, with the reason printed, without a GPU.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { cudaAvailable } from "../../src/cuda/index.js";
+import { syntheticTrees } from "../../src/data/synthetic.js";
+import { Vocabulary } from "../../src/data/vocab.js";
+import { AutobatchGpuEngine, CudaAutobatchDevice, type GemmMode } from "../../src/engines/autobatch/gpu-engine.js";
+import type { BatchPlan, BatchStrategy } from "../../src/engines/autobatch/plan.js";
+import { isMatrixOp } from "../../src/engines/autobatch/signature.js";
+import { CpuEngine } from "../../src/engines/cpu.js";
+import { createEngine } from "../../src/engines/index.js";
+import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
+import { Op } from "../../src/graph/opcodes.js";
+import type { ParameterCollection } from "../../src/model/parameters.js";
+import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { makeTrainer } from "../../src/train/trainers.js";
+import { wideCase } from "../autobatch-emulator.js";
+import { buildRandomGraph, buildTreeLstmBatch, randomModel, randomTrees, treeLstmModel } from "../random-graph.js";
+
+const available = cudaAvailable();
+const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
+if (skip) console.log(`skipping GPU tests: ${skip}`);
+
+const MiB = 1024 ** 2;
+const STRATEGIES: readonly BatchStrategy[] = ["depth", "agenda"];
+
+const gpuEngine = (params: ParameterCollection, strategy: BatchStrategy, gemm: GemmMode = "kernels") =>
+  new AutobatchGpuEngine(params, { strategy, gemm, poolBytes: 256 * MiB });
+
+/** |a − b| ≤ 1e-4 · max(|b|, largest |b| of the array, 1e-3): relative 1e-4 at the array's scale. */
+function assertClose(actual: Float32Array, expected: Float32Array, what: string): void {
+  assert.equal(actual.length, expected.length, `${what}: length`);
+  let scale = 0;
+  for (const x of expected) scale = Math.max(scale, Math.abs(x));
+  for (let k = 0; k < expected.length; k++) {
+    const e = expected[k]!;
+    if (!(Math.abs(actual[k]! - e) <= 1e-4 * Math.max(Math.abs(e), scale, 1e-3))) {
+      assert.fail(`${what}: element ${k} is ${actual[k]}, expected ${e}`);
+    }
+  }
+}
+
+interface Case {
+  params: ParameterCollection;
+  build: (cg: ComputationGraph) => Expression;
+}
+
+/** The case on the CPU engine and on the GPU: loss, every node's value and gradient, parameter gradients, rows. */
+function compare(make: () => Case, strategy: BatchStrategy, what: string, everyNode = true, gemm?: GemmMode): void {
+  const ref = make();
+  const got = make();
+  const cgR = new ComputationGraph();
+  const cgG = new ComputationGraph();
+  const lossR = ref.build(cgR);
+  const lossG = got.build(cgG);
+  const cpu = new CpuEngine(ref.params);
+  const gpu = gpuEngine(got.params, strategy, gemm);
+  try {
+    const lr = cpu.forwardScalar(lossR);
+    const lg = gpu.forwardScalar(lossG);
+    assert.ok(Math.abs(lg - lr) <= 1e-4 * Math.max(1, Math.abs(lr)), `${what}: loss ${lg}, expected ${lr}`);
+    cpu.backward(lossR);
+    gpu.backward(lossG);
+    for (let i = 0; everyNode && i <= lossR.id; i++) {
+      assertClose(gpu.value(cgG.expression(i)), cpu.value(cgR.expression(i)), `${what}: value of ${cgR.describe(i)}`);
+      if (cgR.op[i] === Op.Parameter) continue;
+      assertClose(
+        gpu.gradient(cgG.expression(i)),
+        cpu.gradient(cgR.expression(i)),
+        `${what}: gradient of ${cgR.describe(i)}`,
+      );
+    }
+    for (const p of ref.params.all) {
+      assertClose(gpu.device.readGradient(p.index), p.grad, `${what}: gradient of parameter '${p.name}'`);
+      if (p.kind !== "lookup") continue;
+      const rows = gpu.device.touchedRows(p.index).sort((a, b) => a - b);
+      assert.deepEqual(
+        rows,
+        [...p.touchedRows].sort((a, b) => a - b),
+        `${what}: touched rows of '${p.name}'`,
+      );
+    }
+  } finally {
+    gpu.dispose();
+  }
+}
+
+describe("GPU autobatch engine against the CPU engine", { skip }, () => {
+  test("random graphs (every op, unreached nodes, computed weights and biases, dropout), both strategies", () => {
+    for (let seed = 1; seed <= 8; seed++) {
+      for (const strategy of STRATEGIES) {
+        compare(
+          () => {
+            const m = randomModel(seed);
+            return { params: m.params, build: (cg) => buildRandomGraph(cg, m, { seed, steps: 28 }) };
+          },
+          strategy,
+          `seed ${seed} ${strategy}`,
+        );
+      }
+    }
+  });
+
+  test("Tree-LSTM batches (small, and 24 trees at hidden 64), both strategies", () => {
+    for (const [seed, count, hidden, embed] of [
+      [1, 5, 3, 4],
+      [2, 24, 64, 32],
+    ] as const) {
+      const trees = randomTrees(seed, count, { minWords: 1, maxWords: 20, vocab: 40 });
+      for (const strategy of STRATEGIES) {
+        compare(
+          () => {
+            const m = treeLstmModel(seed, { hidden, embed, vocab: 40 });
+            return { params: m.params, build: (cg) => buildTreeLstmBatch(cg, m, trees) };
+          },
+          strategy,
+          `${count} trees, hidden ${hidden}, ${strategy}`,
+          count < 10,
+        );
+      }
+    }
+  });
+
+  test("batches wider than a block: 300-row products, 300-class softmax, H = 150 cells, a sum of 220", () => {
+    for (const strategy of STRATEGIES) compare(() => wideCase(5), strategy, `wide ${strategy}`);
+  });
+
+  test("products through cuBLAS (gemm: 'cublas'): random graphs, Tree-LSTM, wide batches", () => {
+    for (const strategy of STRATEGIES) {
+      for (let seed = 1; seed <= 3; seed++) {
+        const make = () => {
+          const m = randomModel(seed);
+          return { params: m.params, build: (cg: ComputationGraph) => buildRandomGraph(cg, m, { seed, steps: 28 }) };
+        };
+        compare(make, strategy, `cuBLAS seed ${seed} ${strategy}`, true, "cublas");
+      }
+      const trees = randomTrees(2, 24, { minWords: 1, maxWords: 20, vocab: 40 });
+      const make = () => {
+        const m = treeLstmModel(2, { hidden: 64, embed: 32, vocab: 40 });
+        return { params: m.params, build: (cg: ComputationGraph) => buildTreeLstmBatch(cg, m, trees) };
+      };
+      compare(make, strategy, `cuBLAS trees ${strategy}`, false, "cublas");
+      compare(() => wideCase(5), strategy, `cuBLAS wide ${strategy}`, true, "cublas");
+    }
+  });
+
+  for (const gemm of ["kernels", "cublas"] as const) {
+    test(`launches per batch (${gemm}): what the plan implies (products T + 2 forward, 2T + 2 backward, per-weight dW; views none)`, () => {
+      const trees = randomTrees(4, 6, { minWords: 2, maxWords: 12, vocab: 20 });
+      for (const strategy of STRATEGIES) {
+        const m = treeLstmModel(4, { hidden: 16, embed: 8, vocab: 20 });
+        const gpu = gpuEngine(m.params, strategy, gemm);
+        // our GEMM kernels count as kernels
+        const split = (e: { kernels: number; cublas: number }) =>
+          gemm === "kernels" ? { kernels: e.kernels + e.cublas, cublas: 0 } : e;
+        try {
+          const cg = new ComputationGraph();
+          const loss = buildTreeLstmBatch(cg, m, trees);
+          const before = gpu.launchCounts();
+          gpu.forward(loss);
+          const fwd = gpu.launchCounts();
+          const plan = gpu.lastForwardPlan!;
+          const expectF = split(expectedLaunches(cg, plan, "forward"));
+          assert.equal(fwd.kernels - before.kernels, expectF.kernels, `${strategy} forward kernels`);
+          assert.equal(fwd.cublas - before.cublas, expectF.cublas, `${strategy} forward GEMMs`);
+          assert.equal(fwd.copies - before.copies, 1, "one table upload");
+          gpu.backward(loss);
+          const bwd = gpu.launchCounts();
+          const expectB = split(expectedLaunches(cg, plan, "backward", loss.id));
+          assert.equal(bwd.kernels - fwd.kernels, expectB.kernels, `${strategy} backward kernels`);
+          assert.equal(bwd.cublas - fwd.cublas, expectB.cublas, `${strategy} backward GEMMs`);
+          assert.equal(bwd.copies - fwd.copies, 3, "two memsets (zero, seed) and one table upload");
+          console.log(
+            `${gemm} ${strategy}: ${cg.size} nodes, ${plan.batchCount} batches; forward ${expectF.kernels} kernels + ` +
+              `${expectF.cublas} cuBLAS, backward ${expectB.kernels} + ${expectB.cublas}`,
+          );
+        } finally {
+          gpu.dispose();
+        }
+      }
+    });
+  }
+});
+
+/** Launches the plan implies, counted independently of the backend. */
+function expectedLaunches(
+  g: ComputationGraph,
+  plan: BatchPlan,
+  direction: "forward" | "backward",
+  loss = -1,
+): { kernels: number; cublas: number } {
+  const reach = new Uint8Array(g.size);
+  if (loss >= 0) {
+    reach[loss] = 1;
+    for (let i = loss; i >= 0; i--) if (reach[i]) for (let k = 0; k < g.argCount[i]!; k++) reach[g.arg(i, k)] = 1;
+  }
+  let kernels = 0;
+  let cublas = 0;
+  const weights = new Set<number>();
+  for (let b = 0; b < plan.batchCount; b++) {
+    const nodes = plan.nodes.subarray(plan.batchStart[b]!, plan.batchStart[b + 1]!);
+    const op = plan.batchOp[b]!;
+    if (direction === "backward" && !nodes.some((i) => reach[i] === 1)) continue;
+    if (op === Op.Input || (op === Op.PickRange && direction === "forward")) continue;
+    if (isMatrixOp(op)) {
+      const first = nodes[0]!;
+      const terms = op === Op.Affine ? (g.argCount[first]! - 1) / 2 : 1;
+      const w = g.arg(first, op === Op.Affine ? 1 : 0);
+      // a parameter's single-term products add their weight gradient in one GEMM per pass, not one per batch
+      const perWeight = terms === 1 && g.op[w] === Op.Parameter;
+      if (perWeight) weights.add(w);
+      kernels += 2;
+      cublas += direction === "forward" ? terms : perWeight ? 1 : 2 * terms;
+    } else {
+      kernels += 1;
+    }
+  }
+  return { kernels, cublas: direction === "forward" ? cublas : cublas + weights.size };
+}
+
+describe("Tree-LSTM training steps on the GPU autobatch engine against the CPU engine", { skip }, () => {
+  const trees = syntheticTrees(8, 11, { minWords: 3, maxWords: 9 });
+  const vocab = Vocabulary.fromTrees(trees);
+  const cases = [
+    { optimizer: "sgd", strategy: "depth", dropout: 0, lr: 0.1, gemm: "kernels" },
+    { optimizer: "sgd", strategy: "agenda", dropout: 0, lr: 0.1, gemm: "cublas" },
+    { optimizer: "adam", strategy: "agenda", dropout: 0.2, lr: 0.01, gemm: "kernels" },
+  ] as const;
+  for (const c of cases) {
+    test(`${c.optimizer}, ${c.strategy}, ${c.gemm}, dropout ${c.dropout}, clipping at 1: losses, then the weights`, () => {
+      const make = () =>
+        new TreeLstmModel({ vocabSize: vocab.size, embed: 12, hidden: 10, dropout: c.dropout, seed: 5 });
+      const mC = make();
+      const mG = make();
+      const cpu = new CpuEngine(mC.params);
+      const gpu = gpuEngine(mG.params, c.strategy, c.gemm);
+      const tC = makeTrainer(c.optimizer, { learningRate: c.lr, clipThreshold: 1 });
+      const tG = makeTrainer(c.optimizer, { learningRate: c.lr, clipThreshold: 1 });
+      const cgC = new ComputationGraph();
+      const cgG = new ComputationGraph();
+      let clipped = 0;
+      try {
+        for (let step = 0; step < 4; step++) {
+          const batch = trees.slice(2 * step, 2 * step + 2);
+          for (const cg of [cgC, cgG]) {
+            cg.renew();
+            cg.dropoutKey = 1000 + step;
+          }
+          const lossC = mC.buildBatchLoss(cgC, batch, vocab);
+          const lossG = mG.buildBatchLoss(cgG, batch, vocab);
+          const lc = cpu.forwardScalar(lossC);
+          const lg = gpu.forwardScalar(lossG);
+          assert.ok(Math.abs(lg - lc) <= 1e-4 * Math.max(1, Math.abs(lc)), `loss at step ${step}: ${lg} vs ${lc}`);
+          cpu.backward(lossC);
+          gpu.backward(lossG);
+          if (tC.clipScale(mC.params) < 1) clipped++;
+          cpu.update(tC);
+          gpu.update(tG);
+        }
+        assert.ok(clipped > 0, "clipping was active in at least one step");
+        gpu.syncToHost();
+        for (const p of mC.params.all) assertClose(mG.params.get(p.name).value, p.value, `'${p.name}' after 4 updates`);
+        for (const p of mG.params.all) {
+          assert.ok(
+            gpu.device.readGradient(p.index).every((x) => x === 0),
+            `${p.name}: gradients zeroed by the update`,
+          );
+        }
+      } finally {
+        gpu.dispose();
+      }
+    });
+  }
+
+  test("createEngine('autobatch') makes the GPU engine with the chosen strategy", () => {
+    const m = treeLstmModel(1);
+    const e = createEngine("autobatch", m.params, { device: "cuda:0", batching: "depth" });
+    try {
+      assert.ok(e instanceof AutobatchGpuEngine);
+      assert.equal(e.strategy, "depth");
+      assert.ok(e.device instanceof CudaAutobatchDevice);
+      console.log(`device: ${e.device.name}`);
+    } finally {
+      e.dispose();
+    }
+  });
+});
