@@ -86,4 +86,15 @@ describe("the vpps command line", () => {
     assert.equal(r.code, 1);
     assert.match(r.stderr, /vpps: .*vpps/);
   });
+
+  test("vpps plan treelstm prints the weight distribution, and refuses a model too large for registers", () => {
+    const r = vpps("plan", "treelstm", "--hidden", "128", "--embed", "128", "--gpu", "h200");
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /VPPS plan for NVIDIA H200/);
+    for (const m of ["W_iou", "U_iou", "U_f1", "U_f2", "W_out"]) assert.match(r.stdout, new RegExp(`^${m} `, "m"));
+    const big = vpps("plan", "treelstm", "--hidden", "2048", "--embed", "2048");
+    assert.equal(big.code, 1);
+    assert.match(big.stderr, /does not fit in the registers/);
+    assert.match(big.stderr, /could stay off chip/);
+  });
 });

@@ -3,6 +3,7 @@ import { TreeFormatError } from "../data/sst.js";
 import { EngineUnavailableError } from "../engines/index.js";
 import { ShapeError } from "../graph/graph.js";
 import { integer, nonNegativeNumber, oneOf, positiveInt, positiveNumber } from "./options.js";
+import type { PlanCommandOptions } from "./plan.js";
 import { CliError, runTrainTreeLstm, type TrainCommandOptions } from "./train.js";
 
 const ENGINES = ["cpu", "eager", "autobatch", "vpps"] as const;
@@ -49,6 +50,34 @@ export function buildProgram(): Command {
     .option("--out <dir>", "write a checkpoint (safetensors) per epoch and state.json here")
     .option("--json", "print the final summary as one JSON object on stdout", false)
     .action((opts: TrainCommandOptions) => runTrainTreeLstm(opts));
+
+  const plan = program.command("plan").description("show how VPPS spreads a model's weights over GPU registers");
+  plan
+    .command("treelstm")
+    .description("the VPPS weight distribution for the Tree-LSTM model (no GPU needed with --gpu h100|h200)")
+    .option("--hidden <n>", "hidden size", positiveInt("--hidden"), 256)
+    .option("--embed <n>", "word embedding size", positiveInt("--embed"), 256)
+    .addOption(
+      new Option("--gpu <kind>", "device model: h100, h200, or device (the GPU of this machine)")
+        .argParser(oneOf("--gpu", ["h100", "h200", "device"]))
+        .default("h100"),
+    )
+    .addOption(
+      new Option("--ctas-per-sm <n>", "persistent CTAs per SM (default: 2 when it fits)").argParser((v) =>
+        Number(oneOf("--ctas-per-sm", ["1", "2"])(v)),
+      ),
+    )
+    .option("--rpw <n>", "rows per warp per partition (default: the smallest valid)", positiveInt("--rpw"))
+    .addOption(
+      new Option("--gradients <where>", "auto, registers or gemm")
+        .argParser(oneOf("--gradients", ["auto", "registers", "gemm"]))
+        .default("auto"),
+    )
+    .option("--json", "print the plan as JSON", false)
+    .action(async (opts: PlanCommandOptions) => {
+      const { runPlanTreeLstm } = await import("./plan.js");
+      runPlanTreeLstm(opts);
+    });
 
   program
     .command("info")

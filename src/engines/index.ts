@@ -6,6 +6,7 @@ import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine } from "./eager/engine.js";
 import { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
+import { VppsEngine } from "./vpps/vpps-engine.js";
 
 export { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
 export {
@@ -17,6 +18,8 @@ export {
 export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
 export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
 export { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
+export { Vpps, type VppsOptions } from "./vpps/engine.js";
+export { VppsEngine } from "./vpps/vpps-engine.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */
@@ -54,6 +57,13 @@ export function createEngine(name: string, params: ParameterCollection, opts: Cr
         opts.device ?? "auto",
         () => new AutobatchGpuEngine(params, { strategy: opts.batching ?? "agenda", device: opts.device }),
         "Use --device cpu (the batched CPU engine) or --engine cpu.",
+      );
+    case "vpps":
+      // One persistent kernel per model (src/engines/vpps/); SGD only, updated inside the kernel.
+      return createGpuEngine(
+        "vpps",
+        opts.device ?? "auto",
+        () => new VppsEngine(params, { device: opts.device ?? "auto", name: "model" }),
       );
     default:
       throw new EngineUnavailableError(

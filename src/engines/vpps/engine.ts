@@ -1,0 +1,310 @@
+/**
+ * The VPPS API: `const vpps = await Vpps.create(params, options)` plans the weight distribution with the real
+ * device's numbers, generates and JIT-compiles (through the on-disk cache) one kernel per plan variant, uploads the
+ * weights; then `vpps.fb(graph, loss)` runs forward, backward and the SGD update of a whole batch in one launch and
+ * returns the previous batch's loss while the GPU works on this one.
+ *
+ * Profile-guided rpw (DESIGN §6.1): with `rowsPerWarp: "profile"` every valid plan is compiled, the first batches
+ * rotate over them with CUDA events around each launch, and the fastest (median kernel time) is kept.
+ */
+import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import type { ParameterCollection } from "../../model/parameters.js";
+import { GpuContext } from "../gpu/context.js";
+import { type DeviceModel, deviceModelFromProperties } from "./device-model.js";
+import { generateKernelSource, kernelName } from "./kernel-template.js";
+import { createModelLayout } from "./layout.js";
+import { enumeratePlans, type GradientStrategy, type MatrixSpec, planVpps, type VppsPlan } from "./plan.js";
+import { type KernelVariant, VppsRuntime } from "./runtime.js";
+import { type BatchSchedule, VppsScheduler } from "./schedule.js";
+
+export interface VppsOptions {
+  /** `auto` (GPU 0) or `cuda:N`. */
+  readonly device?: string;
+  /** SGD learning rate (changeable later through `learningRate`); default 0.1. */
+  readonly learningRate?: number;
+  /** Global-norm gradient clipping threshold, 0 disables; default 5 (the trainers' default). */
+  readonly clip?: number;
+  /** Rows per warp, or "profile" (default): compile every valid variant and time the first batches. */
+  readonly rowsPerWarp?: number | "profile";
+  /** Persistent CTAs per SM; default: the planner's choice (with "profile": every one that fits). */
+  readonly ctasPerSm?: 1 | 2;
+  /** Where matrix gradients are formed; default "auto" (registers where they fit). */
+  readonly gradients?: GradientStrategy | "auto";
+  /** Also write register gradients to device memory every batch (for tests: `gradients()`). */
+  readonly exportGradients?: boolean;
+  /** Timed batches per variant while profiling (default 4; the first of each is a warm-up and dropped). */
+  readonly profileBatches?: number;
+  /** Record CUDA events around every batch (kernel time in `stats`). */
+  readonly timing?: boolean;
+  /** Kernel cache folder (null: no cache). */
+  readonly cacheDir?: string | null;
+  readonly poolBytes?: number;
+  /** Model name in the kernel's name (default "model"). */
+  readonly name?: string;
+  /** Spins before a wait reports a timeout (kernel-template.ts default: about 2 s). */
+  readonly barrierSpinLimit?: number;
+  /** Tests only: edits each batch script before it is sent (to provoke kernel errors). */
+  readonly editScript?: (script: Uint32Array, ctas: number) => void;
+  /** Where progress lines go (JIT, profile choice); default: nowhere. */
+  readonly log?: (line: string) => void;
+}
+
+/** What compiling one variant cost. */
+export interface VariantInfo {
+  readonly name: string;
+  readonly ctasPerSm: 1 | 2;
+  readonly rowsPerWarp: number;
+  readonly jitMs: number;
+  readonly cacheHit: boolean;
+  readonly registers: number;
+  readonly localBytes: number;
+  /** Median kernel ms over the profiled batches (undefined until profiled). */
+  profileMs?: number;
+}
+
+/** Host and device time of the batches run so far (ms, summed). */
+export interface VppsStats {
+  batches: number;
+  scheduleMs: number;
+  submitMs: number;
+  kernelMs: number;
+  timedBatches: number;
+  nodes: number;
+}
+
+const SCRIPT_WORDS = 16 << 20;
+
+function matricesOf(params: ParameterCollection): MatrixSpec[] {
+  return params.all
+    .filter((p) => p.kind === "dense" && p.isMatrix)
+    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? Number.NaN : s[Math.floor((s.length - 1) / 2)]!;
+}
+
+interface Variant extends KernelVariant {
+  readonly scheduler: VppsScheduler;
+  readonly info: VariantInfo;
+  readonly samples: number[];
+}
+
+export class Vpps {
+  learningRate: number;
+  clip: number;
+  readonly stats: VppsStats = { batches: 0, scheduleMs: 0, submitMs: 0, kernelMs: 0, timedBatches: 0, nodes: 0 };
+  private chosen: Variant | undefined;
+  private next = 0;
+  private last: { variant: Variant; schedule: BatchSchedule } | undefined;
+  private disposed = false;
+
+  private constructor(
+    readonly ctx: GpuContext,
+    readonly deviceModel: DeviceModel,
+    private readonly variants: readonly Variant[],
+    private readonly runtime: VppsRuntime,
+    private readonly opts: VppsOptions,
+    private readonly params: ParameterCollection,
+  ) {
+    this.learningRate = opts.learningRate ?? 0.1;
+    this.clip = opts.clip ?? 5;
+    if (variants.length === 1) this.chosen = variants[0];
+    runtime.onKernelTime = (v, _batch, ms) => {
+      this.stats.kernelMs += ms;
+      this.stats.timedBatches++;
+      if (!this.chosen) (v as Variant).samples.push(ms);
+    };
+  }
+
+  /** Plans, compiles (or reads the kernel cache), loads and uploads the weights. */
+  static async create(params: ParameterCollection, options: VppsOptions = {}): Promise<Vpps> {
+    return Vpps.createSync(params, options);
+  }
+
+  /** `create` without the promise, for the synchronous Engine adapter. */
+  static createSync(params: ParameterCollection, options: VppsOptions = {}): Vpps {
+    const ctx = GpuContext.open({
+      device: options.device ?? "auto",
+      ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
+      ...(options.poolBytes !== undefined ? { poolBytes: options.poolBytes } : {}),
+    });
+    try {
+      const d = ctx.device.props;
+      const device = deviceModelFromProperties({
+        name: d.name,
+        smCount: d.smCount,
+        regsPerSm: d.regsPerSm,
+        maxRegsPerThread: d.maxRegsPerThread,
+        sharedPerSm: d.sharedPerSm,
+        sharedPerBlock: d.sharedPerBlockOptin,
+        warpSize: d.warpSize,
+        computeCapability: { major: d.ccMajor, minor: d.ccMinor },
+      });
+      const plans = Vpps.plansFor(matricesOf(params), device, options);
+      const log = options.log ?? (() => {});
+      const variants = plans.map((plan) => Vpps.compile(ctx, params, plan, options, log));
+      const first = variants[0]!;
+      const runtime = new VppsRuntime(ctx, {
+        masterFloats: first.plan.masterFloats,
+        modelFloats: first.model.modelFloats,
+        scriptWords: SCRIPT_WORDS,
+      });
+      runtime.uploadWeights(
+        first.model,
+        params.all.map((p) => p.value),
+      );
+      return new Vpps(ctx, device, variants, runtime, options, params);
+    } catch (e) {
+      ctx.dispose();
+      throw e;
+    }
+  }
+
+  private static plansFor(matrices: MatrixSpec[], device: DeviceModel, o: VppsOptions): VppsPlan[] {
+    const gradients = o.gradients ?? "auto";
+    if (typeof o.rowsPerWarp === "number") {
+      return [planVpps(matrices, device, { rowsPerWarp: o.rowsPerWarp, gradients, ...pick(o) })];
+    }
+    const all = enumeratePlans(matrices, device, gradients).filter(
+      (p) => o.ctasPerSm === undefined || p.ctasPerSm === o.ctasPerSm,
+    );
+    if (all.length === 0) return [planVpps(matrices, device, { gradients, ...pick(o) })]; // throws the refusal
+    return all;
+  }
+
+  private static compile(
+    ctx: GpuContext,
+    params: ParameterCollection,
+    plan: VppsPlan,
+    o: VppsOptions,
+    log: (line: string) => void,
+  ): Variant {
+    const spec = {
+      model: o.name ?? "model",
+      ...(o.barrierSpinLimit !== undefined ? { barrierSpinLimit: o.barrierSpinLimit } : {}),
+    };
+    const name = kernelName(plan, spec);
+    const source = generateKernelSource(plan, spec);
+    const set = ctx.kernels(`${name}.cu`, source, [name]);
+    const kernel = set.kernels[name];
+    const attr = kernel.attributes();
+    const resident = kernel.maxActiveBlocksPerSm(plan.threadsPerCta, 0);
+    if (resident < plan.ctasPerSm) {
+      throw new Error(
+        `VPPS: kernel ${name} needs ${plan.ctasPerSm} resident CTA(s) per SM for its persistent grid, but the ` +
+          `device fits ${resident} (${attr.numRegs} registers/thread, ${attr.sharedBytes} B shared)`,
+      );
+    }
+    const model = createModelLayout(params.all, plan);
+    const info: VariantInfo = {
+      name,
+      ctasPerSm: plan.ctasPerSm,
+      rowsPerWarp: plan.rowsPerWarp,
+      jitMs: set.compile.ms,
+      cacheHit: set.compile.fromCache,
+      registers: attr.numRegs,
+      localBytes: attr.localBytes,
+    };
+    log(
+      `vpps: ${name}: ${info.cacheHit ? "kernel cache hit" : "JIT"} ${info.jitMs.toFixed(0)} ms, ` +
+        `${attr.numRegs} registers, ${attr.localBytes} B local${attr.localBytes > 0 ? " (SPILLS)" : ""}`,
+    );
+    const scheduler = new VppsScheduler(model, { exportGradients: o.exportGradients ?? false });
+    return { plan, model, kernel, name, scheduler, info, samples: [] };
+  }
+
+  /** Every compiled variant, with JIT cost and (after profiling) kernel time. */
+  get variantInfo(): readonly VariantInfo[] {
+    return this.variants.map((v) => v.info);
+  }
+
+  /** The variant in use, once profiling has chosen (or the only one). */
+  get chosenVariant(): VariantInfo | undefined {
+    return this.chosen?.info;
+  }
+
+  get plan(): VppsPlan {
+    return (this.chosen ?? this.variants[0]!).plan;
+  }
+
+  /**
+   * Schedules, encodes and launches one batch (forward, backward, SGD update); returns the previous batch's loss
+   * (NaN for the first) without waiting for this one.
+   */
+  fb(graph: ComputationGraph, loss: Expression): number {
+    if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
+    const v = this.pickVariant();
+    const t0 = performance.now();
+    const s = v.scheduler.schedule(graph, loss);
+    this.opts.editScript?.(s.script, v.plan.ctas);
+    const t1 = performance.now();
+    const profiling = this.chosen === undefined;
+    const prev = this.runtime.submit(v, s, graph, this.learningRate, this.clip, profiling || !!this.opts.timing);
+    const t2 = performance.now();
+    this.last = { variant: v, schedule: s };
+    this.stats.batches++;
+    this.stats.scheduleMs += t1 - t0;
+    this.stats.submitMs += t2 - t1;
+    this.stats.nodes += s.liveNodes;
+    return prev;
+  }
+
+  private pickVariant(): Variant {
+    if (this.chosen) return this.chosen;
+    const per = this.opts.profileBatches ?? 4;
+    if (this.next < per * this.variants.length) return this.variants[this.next++ % this.variants.length]!;
+    this.runtime.drain(); // the last samples arrive
+    for (const x of this.variants) x.info.profileMs = median(x.samples.slice(1));
+    const best = [...this.variants].sort((a, b) => a.info.profileMs! - b.info.profileMs!)[0]!;
+    this.chosen = best;
+    (this.opts.log ?? (() => {}))(
+      `vpps: profile: ${this.variants.map((x) => `${x.name} ${x.info.profileMs!.toFixed(3)} ms`).join(", ")}; ` +
+        `keeping ${best.name}`,
+    );
+    return best;
+  }
+
+  /** Waits for the GPU and returns the loss of the latest batch (NaN when none ran). */
+  async syncLatestLoss(): Promise<number> {
+    return this.runtime.drain();
+  }
+
+  /** `syncLatestLoss` without the promise. */
+  latestLossSync(): number {
+    return this.runtime.drain();
+  }
+
+  /** Per parameter, the latest batch's gradient (needs `exportGradients`, or a plan whose host forms them). */
+  gradients(): Float32Array[] {
+    if (!this.last) throw new Error("Vpps.gradients: no batch has run yet");
+    const { variant, schedule } = this.last;
+    if (schedule.update === "kernel" && !this.opts.exportGradients) {
+      throw new Error("Vpps.gradients: create the instance with exportGradients: true to read matrix gradients");
+    }
+    return this.runtime.readGradients(variant.model, schedule);
+  }
+
+  /** Copies the device's weights into the ParameterCollection's host values. */
+  syncToHost(): void {
+    this.runtime.downloadWeights(
+      this.variants[0]!.model,
+      this.params.all.map((p) => p.value),
+    );
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    try {
+      this.runtime.dispose();
+    } finally {
+      this.ctx.dispose();
+    }
+  }
+}
+
+function pick(o: VppsOptions): { ctasPerSm?: 1 | 2 } {
+  return o.ctasPerSm !== undefined ? { ctasPerSm: o.ctasPerSm } : {};
+}

@@ -1,0 +1,334 @@
+/**
+ * Where everything lives in the one device pool VPPS addresses with 32-bit float offsets.
+ *
+ *   [ model region: vector parameters, lookup tables  | persistent across batches            ]
+ *   [ inputs: graph.inputData verbatim                 | one host copy per batch              ]
+ *   [ values: node values, affine temporaries, GEMM operand collections                       ]
+ *   [ gradients: node gradients, parameter and lookup-row gradient slots, the clipping norm   ] zeroed per batch
+ *
+ * Many nodes need no storage of their own: a lookup's value is its table row, a parameter's its slot, a pickRange's
+ * a slice of its argument; an argument used only by a concat is computed in place inside the concat (no copy),
+ * and the gradient of an argument used only by a sum or add is the gradient of that sum (no accumulation). That is
+ * how a Tree-LSTM node's [i; o; u; f₁; f₂] gates, built as concat(affine, affine, affine), cost no copy at all.
+ */
+import type { ComputationGraph, GraphParameter } from "../../graph/graph.js";
+import { Op } from "../../graph/opcodes.js";
+import type { VppsPlan } from "./plan.js";
+
+/** Parameters of a model as VPPS places them, fixed once per model. */
+export interface ModelLayout {
+  readonly plan: VppsPlan;
+  readonly params: readonly GraphParameter[];
+  /** Per parameter index: index of the plan matrix held in registers, or -1. */
+  readonly matrixOf: Int32Array;
+  /** Per parameter index: float offset of the value in the pool (vectors, lookup tables), or -1 for matrices. */
+  readonly paramOffset: Int32Array;
+  /** Floats of the model region at the start of the pool. */
+  readonly modelFloats: number;
+}
+
+/**
+ * Places a model's parameters: every dense parameter whose name is a matrix of the plan stays in registers, all
+ * others (vectors, lookup tables) get a slot in the model region.
+ */
+export function createModelLayout(params: readonly GraphParameter[], plan: VppsPlan): ModelLayout {
+  const byName = new Map(plan.matrices.map((m) => [m.name, m]));
+  const matrixOf = new Int32Array(params.length).fill(-1);
+  const paramOffset = new Int32Array(params.length).fill(-1);
+  let next = 0;
+  for (const p of params) {
+    const m = p.kind === "dense" ? byName.get(p.name) : undefined;
+    if (m !== undefined) {
+      if (m.rows !== p.rows || m.cols !== p.cols) {
+        throw new Error(
+          `VPPS: parameter '${p.name}' has shape [${p.rows},${p.cols}]; the plan holds [${m.rows},${m.cols}]`,
+        );
+      }
+      matrixOf[p.index] = m.index;
+    } else {
+      paramOffset[p.index] = next;
+      next += Math.ceil((p.rows * p.cols) / 32) * 32; // 128-byte aligned, for coalesced row reads
+    }
+  }
+  for (const m of plan.matrices) {
+    if (!params.some((p) => matrixOf[p.index] === m.index)) {
+      throw new Error(`VPPS: the plan holds matrix '${m.name}' but the model has no dense parameter of that name`);
+    }
+  }
+  return { plan, params, matrixOf, paramOffset, modelFloats: next };
+}
+
+/** Offsets of one batch's graph in the pool (-1: the node has no value or gradient there). */
+export interface BatchLayout {
+  readonly value: Int32Array;
+  readonly grad: Int32Array;
+  /** For affine nodes with several products: the first of k consecutive temporaries of the node's length. */
+  readonly temp: Int32Array;
+  /** Per parameter index: the gradient slot of a vector parameter used in this batch, or -1; and its node. */
+  readonly paramGrad: Int32Array;
+  readonly paramNode: Int32Array;
+  /** Lookup-table rows with a gradient: table (parameter index), row, gradient slot, first lookup node of the row. */
+  readonly lookupRows: {
+    readonly table: number[];
+    readonly row: number[];
+    readonly offset: number[];
+    readonly node: number[];
+  };
+  /** GEMM-strategy matrices: where the ȳ rows and x rows of each product are collected (-1 when unused). */
+  readonly collectY: Int32Array;
+  readonly collectX: Int32Array;
+  readonly collectCount: Int32Array;
+  /** Where graph.inputData goes (graph.inputSize floats). */
+  readonly inputStart: number;
+  /** [gradStart, poolFloats) must be zero at launch. */
+  readonly gradStart: number;
+  readonly poolFloats: number;
+  /** One float: the squared gradient norm for clipping (in the zeroed region). */
+  readonly normOffset: number;
+  /** Nodes that take part in this batch (ancestors of the loss) and nodes whose gradient is needed. */
+  readonly live: Uint8Array;
+  readonly needGrad: Uint8Array;
+  /** Per node: number of uses by live nodes (an argument used twice counts twice). */
+  readonly uses: Int32Array;
+  /**
+   * Per node: 1 when the node is computed inside its consumer concat (value and gradient), 2 when its gradient is
+   * that of its consumer sum/add, 0 otherwise.
+   */
+  readonly placed: Uint8Array;
+  /**
+   * Per node: the node owning the storage its value (gradient) lives in, for dependency tracking; -1 for storage
+   * nobody writes during the batch's forward/backward (inputs, parameters, lookup rows).
+   */
+  readonly valueRoot: Int32Array;
+  readonly gradRoot: Int32Array;
+}
+
+const PLACED_IN_CONCAT = 1;
+const GRAD_OF_SUM = 2;
+export const PLACEMENT = { inConcat: PLACED_IN_CONCAT, gradOfSum: GRAD_OF_SUM } as const;
+
+/** Whether argument k of an op is the W of a product (where a register-held matrix may appear). */
+function isMatrixSlot(o: number, k: number): boolean {
+  return (o === Op.MatVec && k === 0) || (o === Op.Affine && k % 2 === 1);
+}
+
+function refuseMatrixUse(g: ComputationGraph, model: ModelLayout, i: number, k: number): never {
+  const name = model.params[g.aux[g.arg(i, k)]!]!.name;
+  throw new Error(
+    `vpps: ${g.describe(i)} uses matrix '${name}' as argument ${k}; VPPS holds '${name}' in registers, so it can only ` +
+      "be the W of matVec or affine (keep it off the plan to use it otherwise)",
+  );
+}
+
+/** Ops whose value is an alias of storage that exists anyway (no allocation, nothing to place). */
+function aliasesValue(op: number): boolean {
+  return op === Op.Input || op === Op.Parameter || op === Op.Lookup || op === Op.PickRange;
+}
+
+/**
+ * The per-node arrays of a layout, kept between batches so that laying out a batch allocates nothing large. A
+ * layout made from a workspace is valid until the workspace lays out the next batch.
+ */
+export class LayoutWorkspace {
+  private capacity = 0;
+  private i32: Int32Array[] = [];
+  private u8: Uint8Array[] = [];
+
+  /** Views of length n: Int32Arrays 0-5 filled with -1, 6-7 with 0; Uint8Arrays 0-2 with 0. */
+  take(n: number): { i32: readonly Int32Array[]; u8: readonly Uint8Array[] } {
+    if (n > this.capacity) {
+      this.capacity = Math.max(n, this.capacity * 2, 1024);
+      this.i32 = Array.from({ length: 8 }, () => new Int32Array(this.capacity));
+      this.u8 = Array.from({ length: 3 }, () => new Uint8Array(this.capacity));
+    }
+    return {
+      i32: this.i32.map((a, k) => a.subarray(0, n).fill(k < 6 ? -1 : 0)),
+      u8: this.u8.map((a) => a.subarray(0, n).fill(0)),
+    };
+  }
+}
+
+/**
+ * Lays out the part of `g` the loss depends on. Rows of lookup tables are addressed inside the model region, so
+ * they need no copy; their gradients get one slot per distinct (table, row).
+ */
+export function layoutBatch(
+  g: ComputationGraph,
+  lossId: number,
+  model: ModelLayout,
+  workspace = new LayoutWorkspace(),
+): BatchLayout {
+  const n = lossId + 1;
+  const { op, argStart, argCount, args, rows, cols, aux, aux2 } = g;
+  const { i32, u8 } = workspace.take(n);
+  const [value, grad, temp, valueRoot, gradRoot, parent, uses, offsetInParent] = i32 as [
+    Int32Array,
+    Int32Array,
+    Int32Array,
+    Int32Array,
+    Int32Array,
+    Int32Array,
+    Int32Array,
+    Int32Array,
+  ];
+  const [live, needGrad, placed] = u8 as [Uint8Array, Uint8Array, Uint8Array];
+  live[lossId] = 1;
+  for (let i = lossId; i >= 0; i--) {
+    if (live[i] === 0) continue;
+    const s = argStart[i]!;
+    for (let k = 0, c = argCount[i]!; k < c; k++) {
+      const a = args[s + k]!;
+      live[a] = 1;
+      uses[a]!++;
+      if (op[a] === Op.Parameter && model.matrixOf[aux[a]!]! >= 0 && !isMatrixSlot(op[i]!, k))
+        refuseMatrixUse(g, model, i, k);
+    }
+  }
+  for (let i = 0; i < n; i++) {
+    if (live[i] === 0) continue;
+    const o = op[i]!;
+    let d = o === Op.Parameter || o === Op.Lookup ? 1 : 0;
+    const s = argStart[i]!;
+    for (let k = 0, c = argCount[i]!; d === 0 && k < c; k++) d = needGrad[args[s + k]!]!;
+    needGrad[i] = d;
+  }
+
+  // Which arguments are computed in place in their only consumer (concat), or share its gradient (sum, add, sub's a).
+  for (let i = 0; i < n; i++) {
+    if (live[i] === 0) continue;
+    const o = op[i]!;
+    if (o !== Op.Concat && o !== Op.Sum && o !== Op.Add && o !== Op.Sub) continue;
+    const s = argStart[i]!;
+    const c = o === Op.Sub ? 1 : argCount[i]!;
+    let off = 0;
+    for (let k = 0; k < c; k++) {
+      const a = args[s + k]!;
+      if (uses[a] === 1 && !aliasesValue(op[a]!)) {
+        if (o === Op.Concat) {
+          placed[a] = PLACED_IN_CONCAT;
+          offsetInParent[a] = off;
+          parent[a] = i;
+        } else if (needGrad[a] === 1) {
+          placed[a] = GRAD_OF_SUM;
+          parent[a] = i;
+        }
+      }
+      off += rows[a]! * cols[a]!;
+    }
+  }
+
+  const inputStart = model.modelFloats;
+  let next = inputStart + Math.ceil(g.inputSize / 32) * 32;
+  const alloc = (size: number): number => {
+    const at = next;
+    next += size;
+    return at;
+  };
+  const plan = model.plan;
+  const collectCount = new Int32Array(plan.matrices.length);
+  for (let i = 0; i < n; i++) {
+    if (live[i] === 0) continue;
+    const o = op[i]!;
+    const size = rows[i]! * cols[i]!;
+    if (o === Op.Input) value[i] = inputStart + aux[i]!;
+    else if (o === Op.Parameter) value[i] = model.paramOffset[aux[i]!]!;
+    else if (o === Op.Lookup) value[i] = model.paramOffset[aux[i]!]! + aux2[i]! * rows[i]!;
+    else if (o === Op.PickRange) {
+      value[i] = value[args[argStart[i]!]!]! + aux[i]!;
+      valueRoot[i] = valueRoot[args[argStart[i]!]!]!;
+    } else if (placed[i] !== PLACED_IN_CONCAT) {
+      value[i] = alloc(size);
+      valueRoot[i] = i;
+    }
+    if (o === Op.Affine && argCount[i]! > 3) temp[i] = alloc(size * ((argCount[i]! - 1) / 2));
+    if ((o === Op.MatVec || o === Op.Affine) && needGrad[i] === 1) {
+      for (let k = o === Op.Affine ? 1 : 0; k < argCount[i]!; k += 2) {
+        const m = model.matrixOf[aux[args[argStart[i]! + k]!]!]!;
+        if (m >= 0 && plan.matrices[m]!.gradients === "gemm") collectCount[m]!++;
+      }
+    }
+  }
+  for (let i = n - 1; i >= 0; i--) {
+    if (placed[i] === PLACED_IN_CONCAT) {
+      value[i] = value[parent[i]!]! + offsetInParent[i]!;
+      valueRoot[i] = valueRoot[parent[i]!]!;
+    }
+  }
+  const collectY = new Int32Array(plan.matrices.length).fill(-1);
+  const collectX = new Int32Array(plan.matrices.length).fill(-1);
+  for (const m of plan.matrices) {
+    const c = collectCount[m.index]!;
+    if (c === 0) continue;
+    collectY[m.index] = alloc(c * m.rows);
+    collectX[m.index] = alloc(c * m.cols);
+  }
+
+  // Gradients: everything from here on is zeroed before the launch.
+  next = Math.ceil(next / 32) * 32;
+  const gradStart = next;
+  const normOffset = alloc(1);
+  const paramGrad = new Int32Array(model.params.length).fill(-1);
+  const paramNode = new Int32Array(model.params.length).fill(-1);
+  const lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
+  const rowSlot = new Map<number, number>(); // (table, row) → first lookup node of that row
+  for (let i = 0; i < n; i++) {
+    if (needGrad[i] === 0) continue;
+    const o = op[i]!;
+    const size = rows[i]! * cols[i]!;
+    if (o === Op.Parameter) {
+      const p = aux[i]!;
+      if (model.matrixOf[p]! >= 0) continue; // in registers (or formed by GEMM)
+      if (paramGrad[p] === -1) paramGrad[p] = alloc(size);
+      paramNode[p] = i;
+      grad[i] = paramGrad[p]!;
+      gradRoot[i] = i; // one parameter node per parameter per graph
+    } else if (o === Op.Lookup) {
+      const key = aux[i]! * 0x1000000 + aux2[i]!;
+      let first = rowSlot.get(key);
+      if (first === undefined) {
+        first = i;
+        grad[i] = alloc(size);
+        rowSlot.set(key, i);
+        lookupRows.table.push(aux[i]!);
+        lookupRows.row.push(aux2[i]!);
+        lookupRows.offset.push(grad[i]!);
+        lookupRows.node.push(i);
+      }
+      grad[i] = grad[first]!;
+      gradRoot[i] = first;
+    } else if (o === Op.PickRange) {
+      grad[i] = grad[args[argStart[i]!]!]! + aux[i]!;
+      gradRoot[i] = gradRoot[args[argStart[i]!]!]!;
+    } else if (placed[i] === 0) {
+      grad[i] = alloc(size);
+      gradRoot[i] = i;
+    }
+  }
+  for (let i = n - 1; i >= 0; i--) {
+    if (placed[i] === PLACED_IN_CONCAT && needGrad[i] === 1) grad[i] = grad[parent[i]!]! + offsetInParent[i]!;
+    else if (placed[i] === GRAD_OF_SUM) grad[i] = grad[parent[i]!]!;
+    else continue;
+    gradRoot[i] = gradRoot[parent[i]!]!;
+  }
+  return {
+    value,
+    grad,
+    temp,
+    paramGrad,
+    paramNode,
+    lookupRows,
+    collectY,
+    collectX,
+    collectCount,
+    inputStart,
+    gradStart,
+    poolFloats: next,
+    normOffset,
+    live,
+    needGrad,
+    uses,
+    placed,
+    valueRoot,
+    gradRoot,
+  };
+}

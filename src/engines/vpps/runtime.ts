@@ -1,0 +1,377 @@
+/**
+ * VPPS on one GPU: the device regions the kernel addresses, one batch's upload → launch → read-back (one script
+ * copy from a pinned buffer, memsets, one launch, two tiny read-backs), double-buffered through BatchPipeline, and
+ * the host's end of a batch when some matrices form their gradient by GEMM (one cuBLAS GEMM per such matrix, then
+ * the clipped SGD step of every parameter by two list kernels).
+ *
+ * All regions live in the GpuContext's pool, so one base address and 32-bit float offsets reach all of them:
+ *   master  row-major copies of the register-held matrices (`MatrixPlan.masterOffset`), read at launch start and
+ *           written back by `update.regs`
+ *   grads   the same layout: exported register gradients, or GEMM-formed ones
+ *   status, barriers, norm   zeroed before every launch
+ *   script  the batch script, then (host update) the list of (parameter, gradient, length) triples
+ *   pool    the script's pool: model region (vectors, lookup tables) at 0, then the batch (layout.ts)
+ * Stream order alone orders batch k's kernel before batch k+1's copies into the same regions; only the pinned
+ * buffers need two slots.
+ */
+import { CudaEvent, type CudaKernel, karg, PinnedBuffer } from "../../cuda/index.js";
+import type { ComputationGraph, GraphParameter } from "../../graph/graph.js";
+import type { GpuContext } from "../gpu/context.js";
+import { STATUS_WORDS } from "./kernel-static.js";
+import type { ModelLayout } from "./layout.js";
+import { BatchPipeline, type SlotDevice } from "./pipeline.js";
+import type { VppsPlan } from "./plan.js";
+import type { BatchSchedule } from "./schedule.js";
+
+/** One compiled kernel variant (a plan: ctasPerSm, rpw, gradient placement) with its own scheduler. */
+export interface KernelVariant {
+  readonly plan: VppsPlan;
+  readonly model: ModelLayout;
+  readonly kernel: CudaKernel;
+  readonly name: string;
+}
+
+/** Barrier counters one batch may use (steps: about 3 per tree level plus a few). */
+export const MAX_BARRIERS = 1 << 16;
+/** Elements per triple of the host-update lists: large matrices are split so that one block takes one piece. */
+const UPDATE_PIECE = 4096;
+
+export const HOST_UPDATE_PROGRAM = "vpps_host_update";
+export const HOST_UPDATE_KERNELS = ["vpps_norm2_list", "vpps_sgd_list"] as const;
+/** Clipped SGD over a list of (parameter, gradient, length) triples of float offsets from one base. */
+export const HOST_UPDATE_SOURCE = `
+typedef unsigned int u32;
+extern "C" __global__ void vpps_norm2_list(const float* base, const u32* list, int entries, float* acc) {
+  float s = 0.f;
+  for (int e = blockIdx.x; e < entries; e += gridDim.x) {
+    const float* g = base + list[3 * e + 1];
+    const u32 n = list[3 * e + 2];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) s += g[i] * g[i];
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0 && s != 0.f) atomicAdd(acc, s);
+}
+// The reference trainer's rule: scale = clip / ||g|| when the global norm exceeds clip (clip 0 disables).
+extern "C" __global__ void vpps_sgd_list(float* base, const u32* list, int entries, float lr, const float* acc, float clip) {
+  float scale = 1.f;
+  if (clip > 0.f) {
+    const float norm = sqrtf(*acc);
+    if (norm > clip) scale = clip / norm;
+  }
+  const float step = lr * scale;
+  for (int e = blockIdx.x; e < entries; e += gridDim.x) {
+    float* p = base + list[3 * e];
+    const float* g = base + list[3 * e + 1];
+    const u32 n = list[3 * e + 2];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) p[i] -= step * g[i];
+  }
+}
+`;
+
+interface Slot {
+  pinned: PinnedBuffer;
+  /** Loss, then the status words. */
+  readonly out: PinnedBuffer;
+  readonly done: CudaEvent;
+  readonly start: CudaEvent;
+  readonly stop: CudaEvent;
+  timed: boolean;
+  variant: KernelVariant | undefined;
+}
+
+/** Where the kernel's time went, per completed batch (CUDA events around the launch and its host-update work). */
+export type KernelTimeSink = (variant: KernelVariant, batch: number, ms: number) => void;
+
+export interface RuntimeOptions {
+  readonly masterFloats: number;
+  readonly modelFloats: number;
+  /** Words reserved for one batch's script (and update list). */
+  readonly scriptWords: number;
+  /** Floats reserved for the script's pool (model region included); default: what the context's pool has left. */
+  readonly poolFloats?: number;
+}
+
+export class VppsRuntime {
+  readonly master: number;
+  readonly grads: number;
+  private readonly status: number;
+  private readonly barriers: number;
+  private readonly norm: number;
+  private readonly script: number;
+  readonly pool: number;
+  readonly poolFloats: number;
+  readonly scriptWords: number;
+  private readonly slots: Slot[];
+  readonly pipeline: BatchPipeline;
+  private hostKernels: Readonly<Record<(typeof HOST_UPDATE_KERNELS)[number], CudaKernel>> | undefined;
+  private lastVariant = "vpps";
+  /** Called with each timed batch's kernel milliseconds. */
+  onKernelTime: KernelTimeSink | undefined;
+
+  constructor(
+    readonly ctx: GpuContext,
+    opts: RuntimeOptions,
+  ) {
+    const p = ctx.pool;
+    this.master = p.alloc(opts.masterFloats, "VPPS master weights");
+    this.grads = p.alloc(opts.masterFloats, "VPPS matrix gradients");
+    this.status = p.alloc(32, "VPPS status words");
+    this.norm = p.alloc(32, "VPPS gradient norm");
+    this.barriers = p.alloc(MAX_BARRIERS, "VPPS barrier counters");
+    this.scriptWords = opts.scriptWords;
+    this.script = p.alloc(opts.scriptWords, "VPPS batch script");
+    const left = p.arena.capacityFloats - Math.ceil(p.arena.usedFloats / 64) * 64;
+    this.poolFloats = opts.poolFloats ?? left;
+    if (this.poolFloats < opts.modelFloats) {
+      throw new Error(
+        `VPPS: the model region needs ${opts.modelFloats} floats of device pool; only ${this.poolFloats} are left`,
+      );
+    }
+    this.pool = p.alloc(this.poolFloats, "VPPS script pool");
+    p.mark();
+    this.slots = [0, 1].map(() => ({
+      pinned: PinnedBuffer.alloc(1 << 20),
+      out: PinnedBuffer.alloc(4 * 16),
+      done: CudaEvent.create({ timing: false }),
+      start: CudaEvent.create(),
+      stop: CudaEvent.create(),
+      timed: false,
+      variant: undefined,
+    }));
+    const slots = this.slots;
+    const device: SlotDevice = {
+      wait: (s) => slots[s]!.done.synchronize(),
+      loss: (s) => slots[s]!.out.f32[0]!,
+      status: (s) => slots[s]!.out.i32.subarray(1, 1 + STATUS_WORDS),
+      retired: (s, batch) => {
+        const slot = slots[s]!;
+        if (slot.timed && slot.variant && this.onKernelTime) {
+          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start));
+        }
+      },
+    };
+    this.pipeline = new BatchPipeline(device, () => this.lastVariant);
+  }
+
+  private ptr(offset: number): number {
+    return this.ctx.pool.ptr(offset);
+  }
+
+  /** Copies the parameters' host values to the device (matrices to the master copy, the rest to the model region). */
+  uploadWeights(model: ModelLayout, values: readonly Float32Array[]): void {
+    this.ctx.synchronize();
+    for (const p of model.params) {
+      const m = model.matrixOf[p.index]!;
+      const at = m >= 0 ? this.master + model.plan.matrices[m]!.masterOffset : this.pool + model.paramOffset[p.index]!;
+      this.ctx.pool.upload(at, values[p.index]!);
+    }
+  }
+
+  /** Reads the device's weights into the parameters' host values (waits for every queued batch). */
+  downloadWeights(model: ModelLayout, values: readonly Float32Array[]): void {
+    this.pipeline.drain();
+    this.ctx.synchronize();
+    for (const p of model.params) {
+      const m = model.matrixOf[p.index]!;
+      const at = m >= 0 ? this.master + model.plan.matrices[m]!.masterOffset : this.pool + model.paramOffset[p.index]!;
+      this.ctx.pool.download(at, values[p.index]!);
+    }
+  }
+
+  /**
+   * Per parameter, its gradient from the last completed batch (`schedule` must be that batch's, scheduled with
+   * `exportGradients` or on a host-update plan). Lookup tables: zero outside the rows the batch touched.
+   */
+  readGradients(model: ModelLayout, schedule: BatchSchedule): Float32Array[] {
+    this.pipeline.drain();
+    const L = schedule.layout;
+    return model.params.map((p: GraphParameter) => {
+      const m = model.matrixOf[p.index]!;
+      const out = new Float32Array(p.rows * p.cols);
+      if (m >= 0) this.ctx.pool.download(this.grads + model.plan.matrices[m]!.masterOffset, out);
+      else if (p.kind === "dense") {
+        if (L.paramGrad[p.index]! >= 0) this.ctx.pool.download(this.pool + L.paramGrad[p.index]!, out);
+      } else {
+        const row = new Float32Array(p.cols);
+        const rows = L.lookupRows;
+        for (let r = 0; r < rows.offset.length; r++) {
+          if (rows.table[r] !== p.index) continue;
+          this.ctx.pool.download(this.pool + rows.offset[r]!, row);
+          out.set(row, rows.row[r]! * p.cols);
+        }
+      }
+      return out;
+    });
+  }
+
+  /** The (parameter, gradient, length) triples of a host update, as absolute pool offsets. */
+  private updateList(model: ModelLayout, s: BatchSchedule, into: Uint32Array, at: number): number {
+    const L = s.layout;
+    let k = at;
+    const push = (p: number, g: number, n: number) => {
+      for (let o = 0; o < n; o += UPDATE_PIECE) {
+        into[k++] = p + o;
+        into[k++] = g + o;
+        into[k++] = Math.min(UPDATE_PIECE, n - o);
+      }
+    };
+    for (const m of model.plan.matrices) {
+      if (m.gradients === "gemm" && L.collectCount[m.index] === 0) continue; // no product: zero gradient
+      push(this.master + m.masterOffset, this.grads + m.masterOffset, m.rows * m.cols);
+    }
+    for (const p of model.params) {
+      if (L.paramGrad[p.index]! >= 0) {
+        push(this.pool + model.paramOffset[p.index]!, this.pool + L.paramGrad[p.index]!, p.rows * p.cols);
+      }
+    }
+    const rows = L.lookupRows;
+    for (let r = 0; r < rows.offset.length; r++) {
+      const cols = model.params[rows.table[r]!]!.cols;
+      push(this.pool + model.paramOffset[rows.table[r]!]! + rows.row[r]! * cols, this.pool + rows.offset[r]!, cols);
+    }
+    return (k - at) / 3;
+  }
+
+  private updateListWords(model: ModelLayout, s: BatchSchedule): number {
+    let n = 0;
+    const pieces = (len: number) => Math.ceil(len / UPDATE_PIECE);
+    for (const m of model.plan.matrices) n += pieces(m.rows * m.cols);
+    for (const p of model.params) if (s.layout.paramGrad[p.index]! >= 0) n += pieces(p.rows * p.cols);
+    for (const t of s.layout.lookupRows.table) n += pieces(model.params[t]!.cols);
+    return 3 * n;
+  }
+
+  /**
+   * Queues one scheduled batch on `variant` and returns the previous batch's loss (NaN for the first). `timed`
+   * records CUDA events around the batch's device work.
+   */
+  submit(
+    variant: KernelVariant,
+    s: BatchSchedule,
+    g: ComputationGraph,
+    lr: number,
+    clip: number,
+    timed: boolean,
+  ): number {
+    const L = s.layout;
+    const host = s.update === "host";
+    if (L.poolFloats > this.poolFloats) {
+      throw new Error(`VPPS: the batch needs ${L.poolFloats} floats of pool; the device pool has ${this.poolFloats}`);
+    }
+    if (s.barriers > MAX_BARRIERS) {
+      throw new Error(`VPPS: the batch uses ${s.barriers} barriers; at most ${MAX_BARRIERS}`);
+    }
+    const slot = this.pipeline.begin();
+    const S = this.slots[slot]!;
+    const scriptWords = s.script.length;
+    const listMax = host ? this.updateListWords(variant.model, s) : 0;
+    if (scriptWords + listMax > this.scriptWords) {
+      throw new Error(
+        `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${this.scriptWords}`,
+      );
+    }
+    const bytes = 4 * (scriptWords + listMax + g.inputSize);
+    if (bytes > S.pinned.bytes) {
+      S.pinned.free();
+      S.pinned = PinnedBuffer.alloc(Math.max(bytes, 2 * S.pinned.bytes));
+    }
+    const words = S.pinned.u32;
+    words.set(s.script, 0);
+    const entries = host ? this.updateList(variant.model, s, words, scriptWords) : 0;
+    const sent = scriptWords + 3 * entries;
+    const ctx = this.ctx;
+    const drv = ctx.device.driver;
+    const st = ctx.stream.handle;
+    drv.memcpyHtoDAsync(this.ptr(this.script), S.pinned.u8.subarray(0, 4 * sent), 4 * sent, st);
+    if (g.inputSize > 0) {
+      S.pinned.f32.set(g.inputData.subarray(0, g.inputSize), sent);
+      const src = S.pinned.u8.subarray(4 * sent, 4 * (sent + g.inputSize));
+      drv.memcpyHtoDAsync(this.ptr(this.pool + L.inputStart), src, 4 * g.inputSize, st);
+    }
+    ctx.pool.fill(this.pool + L.gradStart, L.poolFloats - L.gradStart, 0, st);
+    ctx.pool.fill(this.barriers, s.barriers, 0, st);
+    ctx.pool.fill(this.status, 32, 0, st);
+    if (timed) S.start.record(ctx.stream);
+    variant.kernel.launch({ grid: variant.plan.ctas, block: variant.plan.threadsPerCta, stream: ctx.stream }, [
+      karg.ptr(this.ptr(this.script)),
+      karg.ptr(this.ptr(this.pool)),
+      karg.ptr(this.ptr(this.master)),
+      karg.ptr(this.ptr(this.grads)),
+      karg.ptr(this.ptr(this.barriers)),
+      karg.ptr(this.ptr(this.status)),
+      karg.f32(lr),
+      karg.f32(clip),
+    ]);
+    if (host) this.hostUpdate(variant, s, scriptWords, entries, lr, clip);
+    if (timed) S.stop.record(ctx.stream);
+    drv.memcpyDtoHAsync(S.out.u8.subarray(0, 4), this.ptr(this.pool + s.lossOffset), 4, st);
+    drv.memcpyDtoHAsync(S.out.u8.subarray(4, 4 + 4 * STATUS_WORDS), this.ptr(this.status), 4 * STATUS_WORDS, st);
+    S.done.record(ctx.stream);
+    S.timed = timed;
+    S.variant = variant;
+    this.lastVariant = variant.name;
+    return this.pipeline.end(slot);
+  }
+
+  /** GEMM-formed gradients (W̄ = Ȳᵀ·X over the collected rows), then the clipped SGD step of every parameter. */
+  private hostUpdate(v: KernelVariant, s: BatchSchedule, listAt: number, entries: number, lr: number, clip: number) {
+    const ctx = this.ctx;
+    const L = s.layout;
+    for (const m of v.plan.matrices) {
+      const count = L.collectCount[m.index]!;
+      if (m.gradients !== "gemm" || count === 0) continue;
+      ctx.cublas.sgemmRowMajor(ctx.cublasHandle, {
+        transA: true,
+        m: m.rows,
+        n: m.cols,
+        k: count,
+        A: this.ptr(this.pool + L.collectY[m.index]!),
+        B: this.ptr(this.pool + L.collectX[m.index]!),
+        C: this.ptr(this.grads + m.masterOffset),
+        beta: 0,
+      });
+    }
+    this.hostKernels ??= ctx.kernels(HOST_UPDATE_PROGRAM, HOST_UPDATE_SOURCE, HOST_UPDATE_KERNELS).kernels;
+    if (entries === 0) return;
+    const base = karg.ptr(ctx.pool.ptr(0));
+    const list = karg.ptr(this.ptr(this.script + listAt));
+    const grid = Math.min(entries, 2048);
+    const st = ctx.stream;
+    if (clip > 0) {
+      ctx.pool.fill(this.norm, 1, 0, st.handle);
+      this.hostKernels.vpps_norm2_list.launch({ grid, block: 256, stream: st }, [
+        base,
+        list,
+        karg.i32(entries),
+        karg.ptr(this.ptr(this.norm)),
+      ]);
+    }
+    this.hostKernels.vpps_sgd_list.launch({ grid, block: 256, stream: st }, [
+      base,
+      list,
+      karg.i32(entries),
+      karg.f32(lr),
+      karg.ptr(this.ptr(this.norm)),
+      karg.f32(clip),
+    ]);
+  }
+
+  /** Waits for every queued batch; returns the last one's loss. */
+  drain(): number {
+    return this.pipeline.drain();
+  }
+
+  dispose(): void {
+    try {
+      this.ctx.synchronize();
+    } finally {
+      for (const s of this.slots) {
+        s.pinned.free();
+        s.out.free();
+        s.done.destroy();
+        s.start.destroy();
+        s.stop.destroy();
+      }
+    }
+  }
+}

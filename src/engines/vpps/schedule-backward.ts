@@ -1,0 +1,248 @@
+/**
+ * Backward and update instructions of the VPPS scheduler (schedule.ts walks the levels; schedule-steps.ts keeps
+ * the steps, loads and dependencies). Every gradient write is an atomic accumulation into storage zeroed before
+ * the launch, so instructions of one step may add into the same gradient from different processors in any order.
+ */
+import type { ComputationGraph } from "../../graph/graph.js";
+import { Op, opName } from "../../graph/opcodes.js";
+import { type BatchLayout, PLACEMENT } from "./layout.js";
+import type { Emitter } from "./schedule.js";
+import { gradBuffer, valueBuffer } from "./schedule-steps.js";
+import { floatBits, NONE, Opcode } from "./script.js";
+
+const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] === 1 ? L.grad[node]! : NONE);
+const entry = new Uint32Array(4);
+
+/** Whether the product W_m·x of node i has backward work in the kernel (x̄, b̄ or a register gradient). */
+function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: number): boolean {
+  return E.model.plan.matrices[m]!.gradients === "registers" || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
+}
+
+/** Counts the backward matrix work of node i before the level's other instructions are placed. */
+export function preloadBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  const op = g.op[i]!;
+  if (op !== Op.MatVec && op !== Op.Affine) return;
+  for (let k = op === Op.Affine ? 1 : 0; k < g.argCount[i]!; k += 2) {
+    const m = E.matrixOf(g, i, g.arg(i, k));
+    const b = op === Op.Affine && k === 1 ? g.arg(i, 0) : -1;
+    if (productHasWork(E, L, m, g.arg(i, k + 1), b)) E.products[m]!++;
+  }
+}
+
+/** x̄ += Wᵀȳ (and W̄ += ȳxᵀ, b̄ += ȳ) on the holders of m; for a GEMM-strategy matrix, also collects ȳ and x. */
+function productBackward(
+  E: Emitter,
+  L: BatchLayout,
+  i: number,
+  m: number,
+  x: number,
+  b: number,
+  collected: Int32Array,
+): void {
+  const t = E.t;
+  const mp = E.model.plan.matrices[m]!;
+  const gy = L.grad[i]!;
+  if (productHasWork(E, L, m, x, b)) {
+    entry[0] = gy;
+    entry[1] = L.value[x]!;
+    entry[2] = gradOrNone(L, x);
+    entry[3] = b >= 0 ? gradOrNone(L, b) : NONE;
+    t.listEntry(Opcode.MatVecBwd, m, entry, 4, gradBuffer(L, i), valueBuffer(L, x));
+    if (entry[2] !== NONE) t.wrote(gradBuffer(L, x), -(m + 1));
+    if (entry[3] !== NONE) t.wrote(gradBuffer(L, b), -(m + 1));
+  }
+  if (mp.gradients === "gemm") {
+    // the rows of Ȳ and X for W̄ = ȲᵀX, one GEMM after the kernel (nothing in the script reads them)
+    const j = collected[m]!++;
+    const q = t.leastLoaded(2 * (mp.rows + mp.cols));
+    t.need(q, gradBuffer(L, i));
+    t.need(q, valueBuffer(L, x));
+    t.writer.ins2(q, Opcode.Copy, mp.rows, L.collectY[m]! + j * mp.rows, gy);
+    t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, L.value[x]!);
+  }
+}
+
+/** Accumulates ȳ (or −ȳ for sub's b) into the arguments of a sum-like node that do not share its gradient. */
+function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, count: number, shared: number): void {
+  const t = E.t;
+  const op = g.op[i]!;
+  let q = -1;
+  let off = 0;
+  for (let k = 0; k < count; k++) {
+    const a = g.arg(i, k);
+    const len = g.rows[a]! * g.cols[a]!;
+    if (L.needGrad[a] === 1 && L.placed[a] !== shared) {
+      if (q < 0) {
+        q = t.leastLoaded(3 * g.rows[i]! * g.cols[i]! * count);
+        t.need(q, gradBuffer(L, i));
+      }
+      const code = op === Op.Sub && k === 1 ? Opcode.AccNeg : Opcode.Acc;
+      t.writer.ins2(q, code, len, L.grad[a]!, L.grad[i]! + (op === Op.Concat ? off : 0));
+      t.wrote(gradBuffer(L, a), q);
+    }
+    off += len;
+  }
+}
+
+export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array): void {
+  const t = E.t;
+  const w = t.writer;
+  const op = g.op[i]!;
+  const a0 = g.argCount[i]! > 0 ? g.arg(i, 0) : -1;
+  const gy = L.grad[i]!;
+  const len = g.rows[i]! * g.cols[i]!;
+  switch (op) {
+    case Op.Input:
+    case Op.Parameter:
+    case Op.Lookup:
+    case Op.PickRange:
+      return; // gradients accumulate directly in the argument's (or parameter's) storage
+    case Op.MatVec:
+      productBackward(E, L, i, E.matrixOf(g, i, a0), g.arg(i, 1), -1, collected);
+      return;
+    case Op.Affine:
+      for (let k = 1; k < g.argCount[i]!; k += 2) {
+        productBackward(E, L, i, E.matrixOf(g, i, g.arg(i, k)), g.arg(i, k + 1), k === 1 ? a0 : -1, collected);
+      }
+      return;
+    case Op.Concat:
+      accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.inConcat);
+      return;
+    case Op.Sum:
+    case Op.Add:
+      accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
+      return;
+    case Op.Sub:
+      // only the first argument may share the node's gradient (layout.ts); the second accumulates −ȳ
+      accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
+      return;
+    case Op.CMul: {
+      const b = g.arg(i, 1);
+      const q = t.leastLoaded(5 * len);
+      t.need(q, gradBuffer(L, i));
+      t.need(q, valueBuffer(L, a0));
+      t.need(q, valueBuffer(L, b));
+      w.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), gy, L.value[a0]!, L.value[b]!);
+      if (L.needGrad[a0] === 1) t.wrote(gradBuffer(L, a0), q);
+      if (L.needGrad[b] === 1) t.wrote(gradBuffer(L, b), q);
+      return;
+    }
+    case Op.Tanh:
+    case Op.Logistic:
+    case Op.Relu: {
+      const q = t.leastLoaded(3 * len);
+      t.need(q, gradBuffer(L, i));
+      const code = op === Op.Tanh ? Opcode.TanhBwd : op === Op.Logistic ? Opcode.LogisticBwd : Opcode.ReluBwd;
+      // tanh and σ differentiate from their output, relu from its input (as the reference does)
+      const from = op === Op.Relu ? a0 : i;
+      t.need(q, valueBuffer(L, from));
+      w.ins3(q, code, len, L.grad[a0]!, gy, L.value[from]!);
+      t.wrote(gradBuffer(L, a0), q);
+      return;
+    }
+    case Op.Dropout: {
+      const q = t.leastLoaded(2 * len);
+      t.need(q, gradBuffer(L, i));
+      w.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, gy, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
+      t.wrote(gradBuffer(L, a0), q);
+      return;
+    }
+    case Op.PickNegLogSoftmax: {
+      const classes = g.rows[a0]!;
+      const q = t.leastLoaded(2 * classes);
+      t.need(q, gradBuffer(L, i));
+      t.need(q, valueBuffer(L, a0));
+      w.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, gy, L.value[a0]!, g.aux[i]!);
+      t.wrote(gradBuffer(L, a0), q);
+      return;
+    }
+    case Op.LstmCell: {
+      const k = g.aux[i]!;
+      const H = len / 2;
+      const q = t.leastLoaded((8 + 3 * k) * H);
+      t.need(q, gradBuffer(L, i));
+      t.need(q, valueBuffer(L, i));
+      t.need(q, valueBuffer(L, a0));
+      const ops = E.operands;
+      ops[0] = gy;
+      ops[1] = L.value[i]!;
+      ops[2] = L.value[a0]!;
+      ops[3] = gradOrNone(L, a0);
+      ops[4] = k;
+      for (let j = 0; j < k; j++) {
+        const c = g.arg(i, 1 + j);
+        t.need(q, valueBuffer(L, c));
+        ops[5 + 2 * j] = L.value[c]!;
+        ops[6 + 2 * j] = gradOrNone(L, c);
+      }
+      w.insN(q, Opcode.LstmCellBwd, H, ops, 5 + 2 * k);
+      if (L.needGrad[a0] === 1) t.wrote(gradBuffer(L, a0), q);
+      for (let j = 0; j < k; j++) if (L.needGrad[g.arg(i, 1 + j)] === 1) t.wrote(gradBuffer(L, g.arg(i, 1 + j)), q);
+      return;
+    }
+    default:
+      throw new Error(`vpps: no VPPS backward instruction for op '${opName(op)}' (${g.describe(i)})`);
+  }
+}
+
+/**
+ * The end of the script, from step `s`: the squared gradient norm (for clipping), the register gradients exported
+ * when asked or when the host updates, then — when the kernel updates — a grid-wide barrier and the SGD steps.
+ * Returns the number of steps (barrier counters) used.
+ */
+export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
+  const t = E.t;
+  const w = t.writer;
+  const kernelUpdate = E.update === "kernel";
+  const clip = kernelUpdate && (E.options.clip ?? true);
+  const acc = clip ? L.normOffset : NONE;
+  const params = E.model.params;
+  const rows = L.lookupRows;
+  t.startStep(s);
+  if (clip) {
+    for (let p = 0; p < params.length; p++) {
+      if (L.paramGrad[p]! < 0) continue;
+      const size = params[p]!.rows * params[p]!.cols;
+      const q = t.leastLoaded(size);
+      t.need(q, gradBuffer(L, L.paramNode[p]!));
+      w.ins2(q, Opcode.Norm2, size, acc, L.paramGrad[p]!);
+    }
+    for (let r = 0; r < rows.offset.length; r++) {
+      const size = params[rows.table[r]!]!.cols;
+      const q = t.leastLoaded(size);
+      t.need(q, gradBuffer(L, rows.node[r]!));
+      w.ins2(q, Opcode.Norm2, size, acc, rows.offset[r]!);
+    }
+    for (const q of E.registerGradCtas) {
+      t.touch(q);
+      w.ins1(q, Opcode.GradNorm2, 0, acc);
+    }
+  }
+  if (E.options.exportGradients === true || !kernelUpdate) {
+    for (const q of E.registerGradCtas) {
+      t.touch(q);
+      w.insN(q, Opcode.ExportGrads, 0, [], 0);
+    }
+  }
+  t.endStep();
+  if (!kernelUpdate) return s + 1;
+  // Every gradient is complete and every read of a parameter done: only now may parameters change.
+  t.gridBarrier(s + 1);
+  t.startStep(s + 2);
+  for (let p = 0; p < params.length; p++) {
+    if (L.paramGrad[p]! < 0) continue;
+    const size = params[p]!.rows * params[p]!.cols;
+    w.ins3(t.leastLoaded(size), Opcode.Sgd, size, E.model.paramOffset[p]!, L.paramGrad[p]!, acc);
+  }
+  for (let r = 0; r < rows.offset.length; r++) {
+    const table = rows.table[r]!;
+    const cols = params[table]!.cols;
+    const at = E.model.paramOffset[table]! + rows.row[r]! * cols;
+    w.ins3(t.leastLoaded(cols), Opcode.Sgd, cols, at, rows.offset[r]!, acc);
+  }
+  for (const q of E.registerGradCtas) {
+    t.touch(q);
+    w.ins1(q, Opcode.UpdateRegs, 0, acc);
+  }
+  return s + 3;
+}

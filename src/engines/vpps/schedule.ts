@@ -1,0 +1,369 @@
+/**
+ * Per-batch scheduling for VPPS (paper §III-B1): the batch's super-graph is cut into depth levels; each level's
+ * forward instructions, then each level's backward instructions in reverse order, are dealt to the virtual
+ * processors, and the parameter update closes the script.
+ *
+ * - Products with a matrix go to every CTA holding rows of it; all products of one matrix in one step form one
+ *   list instruction per holder (schedule-steps.ts). Any other instruction goes to the least-loaded CTA of the step
+ *   (load ≈ floats touched, matrix work announced before anything is placed).
+ * - Signals and waits only where data crosses processors (schedule-steps.ts).
+ * - Steps: 0 seeds the loss gradient; per level a main step and a step for the sums of affine transforms with
+ *   several products; one backward step per level; then the norm for clipping, a grid-wide barrier and the update
+ *   (in the kernel when every matrix keeps its gradient in registers, otherwise left to the host).
+ */
+import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import { Op, opName } from "../../graph/opcodes.js";
+import { dumpBatch, dumpDirectory, type TraceEntry } from "./dump.js";
+import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "./layout.js";
+import { emitBackward, emitUpdate, preloadBackward } from "./schedule-backward.js";
+import { gradBuffer, StepTracker, tempBuffer, valueBuffer } from "./schedule-steps.js";
+import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "./script.js";
+
+export interface ScheduleOptions {
+  /** Accumulate the global gradient norm so the kernel can clip (its `clip` argument decides); default true. */
+  readonly clip?: boolean;
+  /** Write register gradients to the gradient buffer (always done when the host updates); default false. */
+  readonly exportGradients?: boolean;
+}
+
+export interface BatchSchedule {
+  readonly layout: BatchLayout;
+  /** Prefix sums, all processors' scripts and the shared operand table (script.ts). */
+  readonly script: Uint32Array;
+  /** Barrier counters the script uses (zeroed before the launch). */
+  readonly barriers: number;
+  /** "kernel": the script ends with the update; "host": gradients are exported and the host updates. */
+  readonly update: "kernel" | "host";
+  readonly lossOffset: number;
+  readonly liveNodes: number;
+}
+
+/** What the backward and update emitters need (schedule-backward.ts). */
+export interface Emitter {
+  readonly t: StepTracker;
+  readonly model: ModelLayout;
+  readonly options: ScheduleOptions;
+  readonly update: "kernel" | "host";
+  /** CTAs holding a partition whose gradient lives in registers. */
+  readonly registerGradCtas: Int32Array;
+  /** Scratch for variadic operands. */
+  readonly operands: Uint32Array;
+  /** Products per matrix counted for the step being prepared. */
+  readonly products: Int32Array;
+  matrixOf(g: ComputationGraph, i: number, w: number): number;
+}
+
+/**
+ * Reusable scheduler of one model (its typed arrays keep their capacity across batches). A BatchSchedule's script
+ * is its own; its layout's per-node arrays are reused two `schedule` calls later.
+ */
+export class VppsScheduler implements Emitter {
+  readonly t: StepTracker;
+  readonly update: "kernel" | "host";
+  readonly registerGradCtas: Int32Array;
+  readonly operands = new Uint32Array(MAX_INSTRUCTION_WORDS);
+  /** VPPS_DUMP: where batches are dumped, how many so far, and the trace of the batch being scheduled. */
+  private readonly dumpTo = dumpDirectory();
+  private dumped = 0;
+  private trace: TraceEntry[] | undefined;
+  private readonly entries = new Uint32Array(4);
+  /** Two, so that a batch's layout stays valid while the next one is scheduled (the runtime overlaps them). */
+  private readonly workspaces = [new LayoutWorkspace(), new LayoutWorkspace()];
+  private scheduled = 0;
+  /** Products per matrix in the step being prepared (see announce). */
+  readonly products: Int32Array;
+
+  constructor(
+    readonly model: ModelLayout,
+    readonly options: ScheduleOptions = {},
+  ) {
+    const plan = model.plan;
+    this.t = new StepTracker(plan);
+    this.products = new Int32Array(plan.matrices.length);
+    this.update = plan.matrices.every((m) => m.gradients === "registers") ? "kernel" : "host";
+    const withGrad = new Set<number>();
+    for (const m of plan.matrices) if (m.gradients === "registers") for (const p of m.partitions) withGrad.add(p.cta);
+    this.registerGradCtas = Int32Array.from(withGrad).sort();
+  }
+
+  schedule(g: ComputationGraph, loss: Expression): BatchSchedule {
+    const lossId = g.check(loss, "vpps", "loss");
+    if (loss.size !== 1) throw new Error(`vpps: the loss has shape ${loss.shapeString()}; expected a scalar`);
+    const L = layoutBatch(g, lossId, this.model, this.workspaces[this.scheduled++ % 2]!);
+    const n = lossId + 1;
+    // nodes of each depth level, in graph order (a counting sort)
+    let maxLevel = 0;
+    let live = 0;
+    for (let i = 0; i < n; i++) {
+      if (L.live[i] === 0) continue;
+      live++;
+      if (g.depth[i]! > maxLevel) maxLevel = g.depth[i]!;
+    }
+    const levelStart = new Int32Array(maxLevel + 2);
+    for (let i = 0; i < n; i++) if (L.live[i] === 1) levelStart[g.depth[i]! + 1]!++;
+    for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
+    const byLevel = new Int32Array(live);
+    const fill = levelStart.slice(0, maxLevel + 1);
+    for (let i = 0; i < n; i++) if (L.live[i] === 1) byLevel[fill[g.depth[i]!]!++] = i;
+
+    const t = this.t;
+    t.begin(3 * n, 1 + 3 * maxLevel + 3);
+    this.trace = this.dumpTo === undefined ? undefined : [];
+    // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
+    t.startStep(0);
+    if (L.needGrad[lossId] === 1) {
+      const q = t.leastLoaded(1);
+      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, floatBits(1));
+      t.wrote(gradBuffer(L, lossId), q);
+    }
+    t.endStep();
+    for (let l = 1; l <= maxLevel; l++) {
+      t.startStep(2 * l - 1);
+      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) this.preloadForward(g, byLevel[k]!);
+      this.announce();
+      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+        const i = byLevel[k]!;
+        if (this.trace === undefined) this.forward(g, L, i);
+        else this.traced("forward", i, () => this.forward(g, L, i));
+      }
+      t.endStep();
+      t.startStep(2 * l);
+      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+        const i = byLevel[k]!;
+        if (g.op[i] === Op.Affine && g.argCount[i]! > 3) this.affineSum(g, L, i);
+      }
+      t.endStep();
+    }
+    const collected = new Int32Array(this.model.plan.matrices.length);
+    let s = 2 * maxLevel + 1;
+    for (let l = maxLevel; l >= 1; l--) {
+      t.startStep(s++);
+      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+        if (L.needGrad[byLevel[k]!] === 1) preloadBackward(this, g, L, byLevel[k]!);
+      }
+      this.announce();
+      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+        const i = byLevel[k]!;
+        if (L.needGrad[i] === 0) continue;
+        if (this.trace === undefined) emitBackward(this, g, L, i, collected);
+        else this.traced("backward", i, () => emitBackward(this, g, L, i, collected));
+      }
+      t.endStep();
+    }
+    s = emitUpdate(this, L, s);
+    const result: BatchSchedule = {
+      layout: L,
+      script: t.finish(s),
+      barriers: s,
+      update: this.update,
+      lossOffset: L.value[lossId]!,
+      liveNodes: live,
+    };
+    if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
+    return result;
+  }
+
+  /** Runs `emit` for one node, recording which processors got instructions (only when dumping). */
+  private traced(phase: "forward" | "backward", node: number, emit: () => void): void {
+    const w = this.t.writer;
+    const before = Int32Array.from({ length: this.t.ctas }, (_, c) => w.length(c));
+    emit();
+    const ctas: number[] = [];
+    for (let c = 0; c < this.t.ctas; c++) if (w.length(c) !== before[c]) ctas.push(c);
+    this.trace!.push({ step: this.t.step, phase, node, ctas });
+  }
+
+  matrixOf(g: ComputationGraph, i: number, w: number): number {
+    const m = g.op[w] === Op.Parameter ? this.model.matrixOf[g.aux[w]!]! : -1;
+    if (m < 0) {
+      const what = g.op[w] === Op.Parameter ? `parameter '${this.model.params[g.aux[w]!]!.name}'` : g.describe(w);
+      throw new Error(
+        `vpps: ${g.describe(i)} multiplies by ${what}, which is not a matrix held in registers by the plan`,
+      );
+    }
+    return m;
+  }
+
+  /** Counts the matrix products of node i (forward) so that placing the level's other instructions sees them. */
+  private preloadForward(g: ComputationGraph, i: number): void {
+    const op = g.op[i]!;
+    if (op === Op.MatVec) this.products[this.matrixOf(g, i, g.arg(i, 0))]!++;
+    else if (op === Op.Affine) {
+      for (let k = 1; k < g.argCount[i]!; k += 2) this.products[this.matrixOf(g, i, g.arg(i, k))]!++;
+    }
+  }
+
+  /** Adds the counted products of this step to their holders' loads (once per matrix, not per product). */
+  private announce(): void {
+    const p = this.products;
+    for (let m = 0; m < p.length; m++) {
+      if (p[m] === 0) continue;
+      this.t.preloadMatrix(m, p[m]!);
+      p[m] = 0;
+    }
+  }
+
+  // ---- forward -----------------------------------------------------------------------------------------------------
+
+  private forward(g: ComputationGraph, L: BatchLayout, i: number): void {
+    const op = g.op[i]!;
+    const a0 = g.argCount[i]! > 0 ? g.arg(i, 0) : -1;
+    const y = L.value[i]!;
+    const len = g.rows[i]! * g.cols[i]!;
+    const t = this.t;
+    const w = t.writer;
+    switch (op) {
+      case Op.Input:
+      case Op.Parameter:
+      case Op.Lookup:
+      case Op.PickRange:
+        return; // storage that already holds the value (layout.ts)
+      case Op.MatVec:
+        this.product(L, this.matrixOf(g, i, a0), g.arg(i, 1), y, -1, valueBuffer(L, i));
+        return;
+      case Op.Affine: {
+        const terms = (g.argCount[i]! - 1) / 2;
+        if (terms === 1) {
+          this.product(L, this.matrixOf(g, i, g.arg(i, 1)), g.arg(i, 2), y, a0, valueBuffer(L, i));
+        } else {
+          for (let k = 0; k < terms; k++) {
+            const m = this.matrixOf(g, i, g.arg(i, 1 + 2 * k));
+            this.product(L, m, g.arg(i, 2 + 2 * k), L.temp[i]! + k * len, -1, tempBuffer(i));
+          }
+        }
+        return;
+      }
+      case Op.Concat: {
+        let q = -1;
+        let off = 0;
+        for (let k = 0; k < g.argCount[i]!; k++) {
+          const a = g.arg(i, k);
+          const al = g.rows[a]! * g.cols[a]!;
+          if (L.placed[a] !== PLACEMENT.inConcat) {
+            if (q < 0) q = t.leastLoaded(2 * len);
+            t.need(q, valueBuffer(L, a));
+            w.ins2(q, Opcode.Copy, al, y + off, L.value[a]!);
+          }
+          off += al;
+        }
+        if (q >= 0) t.wrote(valueBuffer(L, i), q);
+        return;
+      }
+      case Op.Add:
+      case Op.Sub:
+      case Op.CMul: {
+        const b = g.arg(i, 1);
+        const q = t.leastLoaded(3 * len);
+        t.need(q, valueBuffer(L, a0));
+        t.need(q, valueBuffer(L, b));
+        const code = op === Op.Add ? Opcode.Add : op === Op.Sub ? Opcode.Sub : Opcode.CMul;
+        w.ins3(q, code, len, y, L.value[a0]!, L.value[b]!);
+        t.wrote(valueBuffer(L, i), q);
+        return;
+      }
+      case Op.Tanh:
+      case Op.Logistic:
+      case Op.Relu: {
+        const q = t.leastLoaded(2 * len);
+        t.need(q, valueBuffer(L, a0));
+        const code = op === Op.Tanh ? Opcode.Tanh : op === Op.Logistic ? Opcode.Logistic : Opcode.Relu;
+        w.ins2(q, code, len, y, L.value[a0]!);
+        t.wrote(valueBuffer(L, i), q);
+        return;
+      }
+      case Op.Dropout: {
+        const q = t.leastLoaded(2 * len);
+        t.need(q, valueBuffer(L, a0));
+        w.ins5(q, Opcode.Dropout, len, y, L.value[a0]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
+        t.wrote(valueBuffer(L, i), q);
+        return;
+      }
+      case Op.PickNegLogSoftmax: {
+        const classes = g.rows[a0]!;
+        const q = t.leastLoaded(classes);
+        t.need(q, valueBuffer(L, a0));
+        w.ins3(q, Opcode.PickNls, classes, y, L.value[a0]!, g.aux[i]!);
+        t.wrote(valueBuffer(L, i), q);
+        return;
+      }
+      case Op.Sum:
+        this.sum(g, L, i);
+        return;
+      case Op.LstmCell: {
+        const k = g.aux[i]!;
+        const H = len / 2;
+        const q = t.leastLoaded((5 + 2 * k) * H);
+        const ops = this.operands;
+        ops[0] = y;
+        ops[1] = L.value[a0]!;
+        ops[2] = k;
+        t.need(q, valueBuffer(L, a0));
+        for (let j = 0; j < k; j++) {
+          const c = g.arg(i, 1 + j);
+          t.need(q, valueBuffer(L, c));
+          ops[3 + j] = L.value[c]!;
+        }
+        w.insN(q, Opcode.LstmCell, H, ops, 3 + k);
+        t.wrote(valueBuffer(L, i), q);
+        return;
+      }
+      default:
+        throw new Error(`vpps: no VPPS instruction for op '${opName(op)}' (${g.describe(i)})`);
+    }
+  }
+
+  /** y = (b) + W_m·x, one entry of matrix m's list in this step; `out` is the buffer y belongs to. */
+  private product(L: BatchLayout, m: number, x: number, y: number, b: number, out: number): void {
+    const e = this.entries;
+    e[0] = y;
+    e[1] = L.value[x]!;
+    e[2] = b >= 0 ? L.value[b]! : NONE;
+    this.t.listEntry(Opcode.MatVec, m, e, 3, valueBuffer(L, x), b >= 0 ? valueBuffer(L, b) : -1);
+    this.t.wrote(out, -(m + 1));
+  }
+
+  /** y = b + Σ temporaries, for an affine transform with several products (the step after the products). */
+  private affineSum(g: ComputationGraph, L: BatchLayout, i: number): void {
+    const terms = (g.argCount[i]! - 1) / 2;
+    const len = g.rows[i]!;
+    const b = g.arg(i, 0);
+    const t = this.t;
+    const q = t.leastLoaded((terms + 2) * len);
+    t.need(q, valueBuffer(L, b));
+    t.need(q, tempBuffer(i));
+    const ops = this.operands;
+    ops[0] = L.value[i]!;
+    ops[1] = terms + 1;
+    ops[2] = L.value[b]!;
+    for (let k = 0; k < terms; k++) ops[3 + k] = L.temp[i]! + k * len;
+    t.writer.insN(q, Opcode.Sum, len, ops, 3 + terms);
+    t.wrote(valueBuffer(L, i), q);
+  }
+
+  /** y = Σ xⱼ on one processor, chained in pieces that fit an instruction (y joins each later piece). */
+  private sum(g: ComputationGraph, L: BatchLayout, i: number): void {
+    const count = g.argCount[i]!;
+    const len = g.rows[i]! * g.cols[i]!;
+    const t = this.t;
+    const q = t.leastLoaded((count + 1) * len);
+    const y = L.value[i]!;
+    const room = MAX_INSTRUCTION_WORDS - 3;
+    const ops = this.operands;
+    let k = 0;
+    let first = true;
+    while (k < count) {
+      let c = 0;
+      ops[0] = y;
+      if (!first) ops[2 + c++] = y;
+      while (k < count && c < room) {
+        const a = g.arg(i, k++);
+        t.need(q, valueBuffer(L, a));
+        ops[2 + c++] = L.value[a]!;
+      }
+      ops[1] = c;
+      t.writer.insN(q, Opcode.Sum, len, ops, 2 + c);
+      first = false;
+    }
+    t.wrote(valueBuffer(L, i), q);
+  }
+}

@@ -1,0 +1,458 @@
+/**
+ * THE VPPS script format, in one place: opcodes, their operands, the encoder and `disassemble()`.
+ *
+ * An instruction is a 4-byte preamble followed by 4-byte operands (paper §III-B1, CISC style):
+ *   preamble = opcode (bits 0-7) | n << 8 (bits 8-31),
+ * where n is the tensor length for vector instructions, the matrix index for matrix instructions and the barrier
+ * index for signal/wait. Operands are float offsets into the one device pool (32 bits: 16 GiB addressable),
+ * `NONE` where an optional operand is absent, or small integers (counts, labels, keys, float bit patterns).
+ * Variadic instructions carry a count `k` among their fixed operands, followed by `k` repeated groups.
+ *
+ * Memory conventions every producer of scripts must keep (the CUDA kernel and the emulator rely on them):
+ * - gradient regions of the pool are zero at launch (all gradient writes are atomic accumulations `+=`);
+ * - value regions are written once (plain stores) before any consumer reads them, ordered by signal/wait when
+ *   producer and consumer run on different processors;
+ * - barrier counters are zero at launch.
+ *
+ * The whole batch is one `Uint32Array`: `ctas + 1` prefix sums (word offsets of each processor's script, relative to
+ * the end of this header), the scripts back to back, then the shared operand table: matrix instructions name a
+ * list of entries there (offsets relative to the table's start, word `prefix[ctas]` after the header), so that one
+ * instruction per holder and step covers every product of that matrix in the step. The kernel stages each
+ * processor's script into shared memory in chunks; no instruction may be longer than `MAX_INSTRUCTION_WORDS`.
+ */
+
+/** Sentinel operand: an optional pool offset that is absent (e.g. no bias, no gradient wanted). */
+export const NONE = 0xffffffff;
+
+/** Longest instruction in words; variadic instructions longer than this are split by the scheduler. */
+export const MAX_INSTRUCTION_WORDS = 64;
+
+/** Largest `n` the 24-bit field of the preamble holds. */
+export const MAX_PREAMBLE_N = 0xffffff;
+
+export enum Opcode {
+  /** Stop: the rest of this processor's script is empty. */
+  End = 0,
+  /** Release: bump barrier counter n once all of this CTA's earlier writes are visible GPU-wide. */
+  Signal = 1,
+  /** Acquire: spin until barrier counter n reaches `count` (bounded; on timeout the kernel reports an error). */
+  Wait = 2,
+  /** For each table entry (y, x, b): y[r] = (b ? b[r] : 0) + W_n[r]·x for the rows of matrix n this CTA holds. */
+  MatVec = 3,
+  /** For each entry (ȳ, x, x̄, b̄): x̄ += W_nᵀ·ȳ (atomics), W̄_n += ȳ·xᵀ (in registers, if kept there), b̄ += ȳ. */
+  MatVecBwd = 4,
+  /** y = x */
+  Copy = 5,
+  /** y = a + b */
+  Add = 6,
+  /** y = a − b */
+  Sub = 7,
+  /** y = a ⊙ b */
+  CMul = 8,
+  /** y = tanh(x) */
+  Tanh = 9,
+  /** y = σ(x) */
+  Logistic = 10,
+  /** y = max(0, x) */
+  Relu = 11,
+  /** y += x (atomic; gradients) */
+  Acc = 12,
+  /** y −= x (atomic; gradients) */
+  AccNeg = 13,
+  /** y = Σⱼ xⱼ over k operands (y may be among them: long sums are chained on one processor) */
+  Sum = 14,
+  /** y[i] = the float whose bits are `bits` (seeds the loss gradient with 1) */
+  Set = 15,
+  /** ā += ȳ⊙b, b̄ += ȳ⊙a (either target may be NONE) */
+  CMulBwd = 16,
+  /** x̄ += ȳ⊙(1 − y²) */
+  TanhBwd = 17,
+  /** x̄ += ȳ⊙y⊙(1 − y) */
+  LogisticBwd = 18,
+  /** x̄ += ȳ⊙[x > 0] */
+  ReluBwd = 19,
+  /** y = x⊙m/(1 − p), m[i] = uniform(key, base + i) ≥ p (the counter-based generator of src/util/random.ts) */
+  Dropout = 20,
+  /** x̄ += ȳ⊙m/(1 − p), the same mask */
+  DropoutBwd = 21,
+  /** out = [h; c] of a cell with k children, n = H: c = σ(i)tanh(u) + Σ σ(fⱼ)cⱼ, h = σ(o)tanh(c) */
+  LstmCell = 22,
+  /** Gradients of LstmCell into gates and children's memories (atomics) */
+  LstmCellBwd = 23,
+  /** loss = −log softmax(x)[label], n = classes */
+  PickNls = 24,
+  /** x̄ += ℓ̄·(softmax(x) − onehot(label)) */
+  PickNlsBwd = 25,
+  /** acc += Σ g² (for gradient clipping) */
+  Norm2 = 26,
+  /** acc += Σ W̄² over this CTA's register gradients */
+  GradNorm2 = 27,
+  /** p −= lr·s·g, s = the clipping scale from acc (1 when acc is NONE or clipping is off) */
+  Sgd = 28,
+  /** W −= lr·s·W̄ for this CTA's register-gradient partitions, then write W back to the master copy */
+  UpdateRegs = 29,
+  /** Write this CTA's register gradients W̄ to the gradient buffer (same layout as the master copy) */
+  ExportGrads = 30,
+}
+
+/** What the 24-bit field of an opcode's preamble means. */
+export type PreambleField = "length" | "matrix" | "barrier" | "hidden" | "classes" | "unused";
+
+export interface OpcodeInfo {
+  readonly opcode: Opcode;
+  /** Lower-case mnemonic for disassembly and the CUDA `case` comments. */
+  readonly mnemonic: string;
+  readonly n: PreambleField;
+  /** Names of the fixed operands, in order; one of them is `k` for variadic instructions. */
+  readonly fixed: readonly string[];
+  /** Names of each repeated group (k groups follow the fixed operands). */
+  readonly repeated: readonly string[];
+}
+
+const info = (
+  opcode: Opcode,
+  mnemonic: string,
+  n: PreambleField,
+  fixed: readonly string[],
+  repeated: readonly string[] = [],
+): OpcodeInfo => ({ opcode, mnemonic, n, fixed, repeated });
+
+/** Operand layout of every opcode, indexed by opcode. Generated CUDA and the emulator both follow this table. */
+export const OPCODES: readonly OpcodeInfo[] = [
+  info(Opcode.End, "end", "unused", []),
+  info(Opcode.Signal, "signal", "barrier", []),
+  info(Opcode.Wait, "wait", "barrier", ["count"]),
+  info(Opcode.MatVec, "matvec", "matrix", ["list", "count"]),
+  info(Opcode.MatVecBwd, "matvec.bwd", "matrix", ["list", "count"]),
+  info(Opcode.Copy, "copy", "length", ["y", "x"]),
+  info(Opcode.Add, "add", "length", ["y", "a", "b"]),
+  info(Opcode.Sub, "sub", "length", ["y", "a", "b"]),
+  info(Opcode.CMul, "cmul", "length", ["y", "a", "b"]),
+  info(Opcode.Tanh, "tanh", "length", ["y", "x"]),
+  info(Opcode.Logistic, "logistic", "length", ["y", "x"]),
+  info(Opcode.Relu, "relu", "length", ["y", "x"]),
+  info(Opcode.Acc, "acc", "length", ["y", "x"]),
+  info(Opcode.AccNeg, "acc.neg", "length", ["y", "x"]),
+  info(Opcode.Sum, "sum", "length", ["y", "k"], ["x"]),
+  info(Opcode.Set, "set", "length", ["y", "bits"]),
+  info(Opcode.CMulBwd, "cmul.bwd", "length", ["abar", "bbar", "ybar", "a", "b"]),
+  info(Opcode.TanhBwd, "tanh.bwd", "length", ["xbar", "ybar", "y"]),
+  info(Opcode.LogisticBwd, "logistic.bwd", "length", ["xbar", "ybar", "y"]),
+  info(Opcode.ReluBwd, "relu.bwd", "length", ["xbar", "ybar", "x"]),
+  info(Opcode.Dropout, "dropout", "length", ["y", "x", "key", "base", "prob"]),
+  info(Opcode.DropoutBwd, "dropout.bwd", "length", ["xbar", "ybar", "key", "base", "prob"]),
+  info(Opcode.LstmCell, "lstm", "hidden", ["out", "gates", "k"], ["c"]),
+  info(Opcode.LstmCellBwd, "lstm.bwd", "hidden", ["outbar", "out", "gates", "gatesbar", "k"], ["c", "cbar"]),
+  info(Opcode.PickNls, "picknls", "classes", ["loss", "x", "label"]),
+  info(Opcode.PickNlsBwd, "picknls.bwd", "classes", ["xbar", "lossbar", "x", "label"]),
+  info(Opcode.Norm2, "norm2", "length", ["acc", "g"]),
+  info(Opcode.GradNorm2, "gradnorm2", "unused", ["acc"]),
+  info(Opcode.Sgd, "sgd", "length", ["p", "g", "acc"]),
+  info(Opcode.UpdateRegs, "update.regs", "unused", ["acc"]),
+  info(Opcode.ExportGrads, "export.grads", "unused", []),
+];
+
+export const OPCODE_COUNT = OPCODES.length;
+
+/** Words of one table entry of a list instruction, and their names. */
+export const LIST_ENTRIES: Readonly<Partial<Record<Opcode, readonly string[]>>> = {
+  [Opcode.MatVec]: ["y", "x", "b"],
+  [Opcode.MatVecBwd]: ["ybar", "x", "xbar", "bbar"],
+};
+
+/** Words of the instruction starting at `words[at]` (preamble included). */
+export function instructionWords(words: ArrayLike<number>, at: number): number {
+  const desc = OPCODES[words[at]! & 0xff];
+  if (desc === undefined) throw new Error(`VPPS script: unknown opcode ${words[at]! & 0xff} at word ${at}`);
+  const fixed = 1 + desc.fixed.length;
+  if (desc.repeated.length === 0) return fixed;
+  const k = words[at + 1 + desc.fixed.indexOf("k")]!;
+  return fixed + k * desc.repeated.length;
+}
+
+export function preamble(opcode: Opcode, n: number): number {
+  if (!Number.isInteger(n) || n < 0 || n > MAX_PREAMBLE_N) {
+    throw new RangeError(`VPPS script: ${OPCODES[opcode]!.mnemonic}: n must be in [0, ${MAX_PREAMBLE_N}]; got ${n}`);
+  }
+  return (opcode | (n << 8)) >>> 0;
+}
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** The bit pattern of a float32, for operands such as `Set`'s value and `Dropout`'s probability. */
+export function floatBits(x: number): number {
+  f32[0] = x;
+  return u32[0]!;
+}
+
+export function bitsFloat(bits: number): number {
+  u32[0] = bits >>> 0;
+  return f32[0]!;
+}
+
+function operandText(name: string, v: number): string {
+  if (v === NONE) return `${name}=-`;
+  if (name === "prob" || name === "bits") return `${name}=${bitsFloat(v)}`;
+  return `${name}=${v}`;
+}
+
+/** One instruction as text, e.g. `tanh n=8 y=1024 x=512`; list entries are shown when `table` is given. */
+export function disassembleInstruction(words: ArrayLike<number>, at: number, table = -1): string {
+  const pre = words[at]!;
+  const desc = OPCODES[pre & 0xff];
+  if (desc === undefined) return `??? opcode ${pre & 0xff}`;
+  const n = pre >>> 8;
+  const field = {
+    length: `n=${n}`,
+    matrix: `m=${n}`,
+    barrier: `bar=${n}`,
+    hidden: `H=${n}`,
+    classes: `n=${n}`,
+    unused: "",
+  };
+  const parts = [desc.mnemonic, field[desc.n]];
+  for (const [i, name] of desc.fixed.entries()) parts.push(operandText(name, words[at + 1 + i]!));
+  if (desc.repeated.length > 0) {
+    const k = words[at + 1 + desc.fixed.indexOf("k")]!;
+    let p = at + 1 + desc.fixed.length;
+    for (let g = 0; g < k; g++)
+      for (const name of desc.repeated) parts.push(operandText(`${name}${g + 1}`, words[p++]!));
+  }
+  const entry = LIST_ENTRIES[desc.opcode];
+  if (entry !== undefined && table >= 0) {
+    const list = table + words[at + 1]!;
+    const count = words[at + 2]!;
+    for (let e = 0; e < Math.min(count, 4); e++) {
+      parts.push(`[${entry.map((name, k) => operandText(name, words[list + e * entry.length + k]!)).join(" ")}]`);
+    }
+    if (count > 4) parts.push("...");
+  }
+  return parts.filter((s) => s !== "").join(" ");
+}
+
+/** A whole batch script (header + all processors' scripts) as text, one processor after the other. */
+export function disassemble(script: Uint32Array, ctas: number): string {
+  const lines: string[] = [];
+  const header = ctas + 1;
+  const table = header + script[ctas]!;
+  for (let c = 0; c < ctas; c++) {
+    const begin = script[c]!;
+    const end = script[c + 1]!;
+    lines.push(`processor ${c}: ${end - begin} words`);
+    for (let at = header + begin; at < header + end; ) {
+      lines.push(`  ${String(at - header - begin).padStart(6)}  ${disassembleInstruction(script, at, table)}`);
+      at += instructionWords(script, at);
+    }
+  }
+  return lines.join("\n");
+}
+
+/**
+ * Builds all processors' scripts of one batch. Instructions are appended per processor; a signal is reserved at
+ * the end of each step a processor takes part in and kept only if a consumer on another processor turned out to
+ * need it (known later), and each wait's count is patched at `finish()` to the number of signals kept for its
+ * barrier. Reused across batches: buffers keep their capacity.
+ */
+export class ScriptWriter {
+  private bufs: Uint32Array[];
+  private readonly lens: Int32Array;
+  private sigCta: Int32Array = new Int32Array(256);
+  private sigPos: Int32Array = new Int32Array(256);
+  private sigBarrier: Int32Array = new Int32Array(256);
+  private sigKeep: Uint8Array = new Uint8Array(256);
+  private signals = 0;
+  private waitCta: Int32Array = new Int32Array(256);
+  private waitPos: Int32Array = new Int32Array(256);
+  private waitBarrier: Int32Array = new Int32Array(256);
+  private waits = 0;
+  private table: Uint32Array = new Uint32Array(4096);
+  private tableLength = 0;
+
+  constructor(readonly ctas: number) {
+    this.bufs = Array.from({ length: ctas }, () => new Uint32Array(1024));
+    this.lens = new Int32Array(ctas);
+  }
+
+  reset(): void {
+    this.lens.fill(0);
+    this.signals = 0;
+    this.waits = 0;
+    this.tableLength = 0;
+  }
+
+  /** Appends `count` words of `entries` to the shared table; returns their offset in the table. */
+  appendTable(entries: Uint32Array, count: number): number {
+    const at = this.tableLength;
+    if (at + count > this.table.length) {
+      const grown = new Uint32Array(Math.max(at + count, this.table.length * 2));
+      grown.set(this.table.subarray(0, at));
+      this.table = grown;
+    }
+    this.table.set(entries.subarray(0, count), at);
+    this.tableLength = at + count;
+    return at;
+  }
+
+  /** Words written so far for processor `cta`. */
+  length(cta: number): number {
+    return this.lens[cta]!;
+  }
+
+  private room(cta: number, words: number): Uint32Array {
+    let b = this.bufs[cta]!;
+    const need = this.lens[cta]! + words;
+    if (need > b.length) {
+      const grown = new Uint32Array(Math.max(need, b.length * 2));
+      grown.set(b.subarray(0, this.lens[cta]!));
+      this.bufs[cta] = grown;
+      b = grown;
+    }
+    return b;
+  }
+
+  ins1(cta: number, op: Opcode, n: number, a: number): void {
+    const b = this.room(cta, 2);
+    let p = this.lens[cta]!;
+    b[p++] = preamble(op, n);
+    b[p++] = a;
+    this.lens[cta] = p;
+  }
+
+  ins2(cta: number, op: Opcode, n: number, a: number, c: number): void {
+    const b = this.room(cta, 3);
+    let p = this.lens[cta]!;
+    b[p++] = preamble(op, n);
+    b[p++] = a;
+    b[p++] = c;
+    this.lens[cta] = p;
+  }
+
+  ins3(cta: number, op: Opcode, n: number, a: number, c: number, d: number): void {
+    const b = this.room(cta, 4);
+    let p = this.lens[cta]!;
+    b[p++] = preamble(op, n);
+    b[p++] = a;
+    b[p++] = c;
+    b[p++] = d;
+    this.lens[cta] = p;
+  }
+
+  ins4(cta: number, op: Opcode, n: number, a: number, c: number, d: number, e: number): void {
+    const b = this.room(cta, 5);
+    let p = this.lens[cta]!;
+    b[p++] = preamble(op, n);
+    b[p++] = a;
+    b[p++] = c;
+    b[p++] = d;
+    b[p++] = e;
+    this.lens[cta] = p;
+  }
+
+  ins5(cta: number, op: Opcode, n: number, a: number, c: number, d: number, e: number, f: number): void {
+    const b = this.room(cta, 6);
+    let p = this.lens[cta]!;
+    b[p++] = preamble(op, n);
+    b[p++] = a;
+    b[p++] = c;
+    b[p++] = d;
+    b[p++] = e;
+    b[p++] = f;
+    this.lens[cta] = p;
+  }
+
+  /** An instruction with any operand list (variadic ones); refuses one longer than `MAX_INSTRUCTION_WORDS`. */
+  insN(cta: number, op: Opcode, n: number, operands: ArrayLike<number>, count = operands.length): void {
+    if (count + 1 > MAX_INSTRUCTION_WORDS) {
+      throw new RangeError(
+        `VPPS script: ${OPCODES[op]!.mnemonic} has ${count + 1} words; at most ${MAX_INSTRUCTION_WORDS}`,
+      );
+    }
+    const b = this.room(cta, count + 1);
+    let p = this.lens[cta]!;
+    b[p++] = preamble(op, n);
+    for (let k = 0; k < count; k++) b[p++] = operands[k]!;
+    this.lens[cta] = p;
+  }
+
+  /** Reserves a signal on `barrier` at this point of `cta`'s script; returns its slot for `keep()`. */
+  reserveSignal(cta: number, barrier: number): number {
+    const s = this.signals;
+    if (s === this.sigCta.length) {
+      this.sigCta = grow(this.sigCta);
+      this.sigPos = grow(this.sigPos);
+      this.sigBarrier = grow(this.sigBarrier);
+      const k = new Uint8Array(s * 2);
+      k.set(this.sigKeep);
+      this.sigKeep = k;
+    }
+    const b = this.room(cta, 1);
+    this.sigCta[s] = cta;
+    this.sigPos[s] = this.lens[cta]!;
+    this.sigBarrier[s] = barrier;
+    this.sigKeep[s] = 0;
+    b[this.lens[cta]!] = preamble(Opcode.Signal, barrier);
+    this.lens[cta]!++;
+    this.signals = s + 1;
+    return s;
+  }
+
+  keep(slot: number): void {
+    this.sigKeep[slot] = 1;
+  }
+
+  /** A wait on `barrier`; its count becomes the number of kept signals of that barrier. */
+  wait(cta: number, barrier: number): void {
+    const w = this.waits;
+    if (w === this.waitCta.length) {
+      this.waitCta = grow(this.waitCta);
+      this.waitPos = grow(this.waitPos);
+      this.waitBarrier = grow(this.waitBarrier);
+    }
+    this.ins1(cta, Opcode.Wait, barrier, 0);
+    this.waitCta[w] = cta;
+    this.waitPos[w] = this.lens[cta]! - 1;
+    this.waitBarrier[w] = barrier;
+    this.waits = w + 1;
+  }
+
+  /** The batch script: prefix sums of the processors' lengths, then their scripts without unkept signals. */
+  finish(barriers: number): Uint32Array {
+    const count = new Uint32Array(barriers);
+    const dropped = new Int32Array(this.ctas);
+    for (let s = 0; s < this.signals; s++) {
+      if (this.sigKeep[s] === 1) count[this.sigBarrier[s]!]!++;
+      else dropped[this.sigCta[s]!]!++;
+    }
+    for (let w = 0; w < this.waits; w++) this.bufs[this.waitCta[w]!]![this.waitPos[w]!] = count[this.waitBarrier[w]!]!;
+    const header = this.ctas + 1;
+    let total = 0;
+    for (let c = 0; c < this.ctas; c++) total += this.lens[c]! - dropped[c]!;
+    const out = new Uint32Array(header + total + this.tableLength);
+    // Unkept signals are cut out per processor, in order of their positions.
+    const cut: number[][] = Array.from({ length: this.ctas }, () => []);
+    for (let s = 0; s < this.signals; s++) if (this.sigKeep[s] === 0) cut[this.sigCta[s]!]!.push(this.sigPos[s]!);
+    let at = header;
+    for (let c = 0; c < this.ctas; c++) {
+      out[c] = at - header;
+      const b = this.bufs[c]!;
+      let from = 0;
+      for (const pos of cut[c]!) {
+        out.set(b.subarray(from, pos), at);
+        at += pos - from;
+        from = pos + 1;
+      }
+      out.set(b.subarray(from, this.lens[c]!), at);
+      at += this.lens[c]! - from;
+    }
+    out[this.ctas] = at - header;
+    out.set(this.table.subarray(0, this.tableLength), at);
+    return out;
+  }
+}
+
+function grow(a: Int32Array): Int32Array {
+  const b = new Int32Array(a.length * 2);
+  b.set(a);
+  return b;
+}

@@ -1,0 +1,238 @@
+// The VPPS persistent kernel on a real GPU against the CPU reference: loss, every parameter's gradient and the
+// SGD-updated weights (clipping active) on Tree-LSTM batches of 1, 8 and 32 trees at hidden 128, 256 and 512 (512
+// forms some gradients by GEMM), the ops cell, dropout, gradients forced to GEMM, profile-guided rpw, the Engine
+// adapter in a training loop, and a barrier that is never satisfied (an error naming processor and barrier, no
+// hang). Skipped, with the reason printed, without a GPU.
+
+import assert from "node:assert/strict";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { cudaAvailable } from "../../src/cuda/index.js";
+import { syntheticTrees } from "../../src/data/synthetic.js";
+import { Vocabulary } from "../../src/data/vocab.js";
+import { CpuEngine } from "../../src/engines/cpu.js";
+import { createEngine } from "../../src/engines/index.js";
+import { Vpps, type VppsOptions } from "../../src/engines/vpps/engine.js";
+import { VppsKernelError } from "../../src/engines/vpps/pipeline.js";
+import { instructionWords, Opcode } from "../../src/engines/vpps/script.js";
+import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
+import type { ParameterCollection } from "../../src/model/parameters.js";
+import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
+import { SimpleSGDTrainer } from "../../src/train/trainers.js";
+
+const available = cudaAvailable();
+const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
+if (skip) console.log(`skipping GPU tests: ${skip}`);
+
+const LR = 0.05;
+const CLIP = 5;
+const cacheDir = process.env["VPPS_TEST_CACHE"] ?? join(tmpdir(), "vpps-test-kernels");
+
+interface Reference {
+  loss: number;
+  gradients: Float32Array[];
+  values: Float32Array[];
+}
+
+/** The CPU engine's loss, gradients and clipped-SGD values; leaves the collection's values as it found them. */
+function reference(pc: ParameterCollection, loss: Expression, clip: number): Reference {
+  const before = pc.all.map((p) => Float32Array.from(p.value));
+  pc.zeroGradients();
+  const cpu = new CpuEngine(pc);
+  const value = cpu.forwardScalar(loss);
+  cpu.backward(loss);
+  const gradients = pc.all.map((p) => Float32Array.from(p.grad));
+  new SimpleSGDTrainer({ learningRate: LR, clipThreshold: clip }).update(pc);
+  const values = pc.all.map((p) => Float32Array.from(p.value));
+  for (const [i, p] of pc.all.entries()) p.value.set(before[i]!);
+  pc.zeroGradients();
+  return { loss: value, gradients, values };
+}
+
+/**
+ * First element off by more than 2e-4 of the tensor's largest magnitude (fp32 sums in another order) plus, for
+ * updated weights, two fp32 ulps of the weight itself (the step is compared as new − old, and W − step rounds to the
+ * weight's precision: a gradient differing in its 7th digit may move the result by an ulp), or "".
+ */
+function firstDifference(what: string, expected: Float32Array, actual: Float32Array, base?: Float32Array): string {
+  let scale = 0;
+  for (const v of expected) scale = Math.max(scale, Math.abs(v));
+  for (let k = 0; k < expected.length; k++) {
+    const tol = 1e-9 + 2e-4 * scale + (base ? 2.4e-7 * Math.abs(base[k]!) : 0);
+    const d = Math.abs(expected[k]! - actual[k]!);
+    if (!(d <= tol)) return `${what}[${k}]: CPU ${expected[k]}, VPPS ${actual[k]} (tolerance ${tol.toExponential(1)})`;
+  }
+  return "";
+}
+
+function setup(H: number, cell: CellFormulation = "fused", dropout = 0) {
+  const trees = syntheticTrees(64, 7);
+  const vocab = Vocabulary.fromTrees(trees);
+  const model = new TreeLstmModel({
+    vocabSize: vocab.size,
+    embed: H === 512 ? 256 : H,
+    hidden: H,
+    seed: 3,
+    cell,
+    dropout,
+  });
+  return { trees, vocab, model };
+}
+
+/**
+ * Runs batches of `sizes` trees through one Vpps instance and the CPU reference from the same weights; returns
+ * the first mismatch per batch (empty strings when all agree).
+ */
+async function compareBatches(
+  H: number,
+  sizes: readonly number[],
+  opts: VppsOptions,
+  cell: CellFormulation = "fused",
+  dropout = 0,
+) {
+  const { trees, vocab, model } = setup(H, cell, dropout);
+  const pc = model.params;
+  const vpps = await Vpps.create(pc, { cacheDir, exportGradients: true, learningRate: LR, clip: CLIP, ...opts });
+  const out: string[] = [];
+  try {
+    let start = 0;
+    for (const n of sizes) {
+      const cg = new ComputationGraph();
+      cg.training = dropout > 0;
+      cg.dropoutKey = 99 + n;
+      const loss = model.buildBatchLoss(cg, trees.slice(start, start + n), vocab);
+      start += n;
+      const ref = reference(pc, loss, CLIP);
+      const before = pc.all.map((p) => Float32Array.from(p.value));
+      vpps.fb(cg, loss);
+      const got = await vpps.syncLatestLoss();
+      const grads = vpps.gradients();
+      vpps.syncToHost();
+      let d =
+        Math.abs(got - ref.loss) <= 1e-4 * Math.max(1, Math.abs(ref.loss)) ? "" : `loss: CPU ${ref.loss}, VPPS ${got}`;
+      for (const [i, p] of pc.all.entries()) {
+        const step = (v: Float32Array) => Float32Array.from(v, (x, k) => x - before[i]![k]!);
+        d ||= firstDifference(`gradient of ${p.name}`, ref.gradients[i]!, grads[i]!);
+        d ||= firstDifference(`update of ${p.name}`, step(ref.values[i]!), step(p.value), before[i]);
+      }
+      console.log(`  H ${H} ${cell} batch ${n}: loss CPU ${ref.loss.toFixed(5)} VPPS ${got.toFixed(5)} ${d || "ok"}`);
+      out.push(d);
+    }
+    return { out, vpps: vpps.variantInfo };
+  } finally {
+    vpps.dispose();
+  }
+}
+
+describe("VPPS kernel against the CPU engine", { skip }, () => {
+  for (const H of [128, 256, 512]) {
+    test(`Tree-LSTM hidden ${H}: loss, gradients, updated weights for batches of 1, 8, 32`, async () => {
+      const { out, vpps } = await compareBatches(H, [1, 8, 32], { rowsPerWarp: 1 });
+      console.log(
+        `  variant ${vpps[0]!.name}: JIT ${vpps[0]!.jitMs.toFixed(0)} ms (cache ${vpps[0]!.cacheHit}), ${vpps[0]!.registers} regs, ${vpps[0]!.localBytes} B local`,
+      );
+      assert.deepEqual(out, ["", "", ""]);
+      assert.equal(vpps[0]!.localBytes, 0, "the kernel spills to local memory");
+    });
+  }
+
+  test("ops cell and dropout, hidden 128, 2 CTAs/SM", async () => {
+    const { out } = await compareBatches(128, [8], { rowsPerWarp: 1, ctasPerSm: 2 }, "ops", 0.2);
+    assert.deepEqual(out, [""]);
+  });
+
+  test("gradients forced to GEMM (host update), hidden 256", async () => {
+    const { out } = await compareBatches(256, [1, 8], { rowsPerWarp: 1, gradients: "gemm" });
+    assert.deepEqual(out, ["", ""]);
+  });
+
+  test("rpw 2 and 3 at 1 CTA/SM, hidden 256", async () => {
+    for (const rowsPerWarp of [2, 3]) {
+      const { out } = await compareBatches(256, [8], { rowsPerWarp, ctasPerSm: 1 });
+      assert.deepEqual(out, [""], `rpw ${rowsPerWarp}`);
+    }
+  });
+
+  test("profile-guided rpw picks one of the compiled variants and keeps training", async () => {
+    const { trees, vocab, model } = setup(256);
+    const lines: string[] = [];
+    const vpps = await Vpps.create(model.params, { cacheDir, profileBatches: 2, log: (l) => lines.push(l) });
+    try {
+      const losses: number[] = [];
+      for (let k = 0; k < 2 * vpps.variantInfo.length + 4; k++) {
+        const cg = new ComputationGraph();
+        losses.push(vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(k, k + 8), vocab)));
+      }
+      losses.push(await vpps.syncLatestLoss());
+      console.log(lines.join("\n"));
+      assert.ok(vpps.variantInfo.length >= 2, "H100 offers several rpw variants at hidden 256");
+      assert.ok(vpps.chosenVariant !== undefined, "no variant was chosen");
+      assert.ok(Number.isNaN(losses[0]!), "the first fb returns NaN (no previous batch)");
+      assert.ok(losses.slice(1).every(Number.isFinite), `losses: ${losses.join(", ")}`);
+    } finally {
+      vpps.dispose();
+    }
+  });
+
+  test("the Engine adapter trains like the CPU engine (3 SGD batches)", () => {
+    const run = (engineName: "cpu" | "vpps") => {
+      const { trees, vocab, model } = setup(128);
+      const engine = createEngine(engineName, model.params);
+      const trainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
+      const losses: number[] = [];
+      try {
+        for (let k = 0; k < 3; k++) {
+          const cg = new ComputationGraph();
+          const loss = model.buildBatchLoss(cg, trees.slice(8 * k, 8 * k + 8), vocab);
+          losses.push(engine.forwardScalar(loss));
+          engine.backward(loss);
+          engine.update(trainer);
+        }
+        engine.syncToHost();
+      } finally {
+        engine.dispose();
+      }
+      return { losses, w: Float32Array.from(model.params.all[0]!.value) };
+    };
+    const cpu = run("cpu");
+    const gpu = run("vpps");
+    console.log(`  losses CPU ${cpu.losses.join(", ")}; VPPS ${gpu.losses.join(", ")}`);
+    for (let k = 0; k < 3; k++)
+      assert.ok(Math.abs(cpu.losses[k]! - gpu.losses[k]!) <= 1e-4 * cpu.losses[k]!, `batch ${k}`);
+    assert.equal(firstDifference("W after 3 batches", cpu.w, gpu.w), "");
+  });
+
+  test("a barrier never satisfied ends the launch with an error naming processor and barrier", async () => {
+    const { trees, vocab, model } = setup(128);
+    const vpps = await Vpps.create(model.params, {
+      cacheDir,
+      rowsPerWarp: 1,
+      barrierSpinLimit: 1 << 14,
+      // the first wait of the script expects one signal more than will ever come
+      editScript: (script, ctas) => {
+        for (let at = ctas + 1; at < ctas + 1 + script[ctas]!; at += instructionWords(script, at)) {
+          if ((script[at]! & 0xff) === Opcode.Wait) {
+            script[at + 1]! += 1;
+            return;
+          }
+        }
+      },
+    });
+    try {
+      const cg = new ComputationGraph();
+      vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(0, 8), vocab));
+      const t0 = performance.now();
+      await assert.rejects(vpps.syncLatestLoss(), (e: unknown) => {
+        assert.ok(e instanceof VppsKernelError, String(e));
+        console.log(`  ${e.message} (after ${(performance.now() - t0).toFixed(0)} ms)`);
+        assert.ok(e.processor >= 0 && e.processor < vpps.plan.ctas, `processor ${e.processor}`);
+        assert.ok(e.barrier >= 0);
+        assert.match(e.message, /processor \(CTA\) \d+ timed out waiting on barrier \d+/);
+        return true;
+      });
+    } finally {
+      vpps.dispose();
+    }
+  });
+});

@@ -1,0 +1,359 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { promisify } from "node:util";
+import { deviceModelFromProperties, H100_SXM, H200 } from "../src/engines/vpps/device-model.js";
+import { opcodeConstant } from "../src/engines/vpps/kernel-static.js";
+import { generateKernelSource, kernelName } from "../src/engines/vpps/kernel-template.js";
+import {
+  enumeratePlans,
+  INTERPRETER_RESERVED_REGS,
+  type MatrixSpec,
+  planVpps,
+  type VppsPlan,
+  validRowsPerWarp,
+} from "../src/engines/vpps/plan.js";
+import { formatPlan } from "../src/engines/vpps/plan-format.js";
+import { assertNoSpills, parsePtxasReport } from "../src/engines/vpps/ptxas-report.js";
+import { OPCODES } from "../src/engines/vpps/script.js";
+import { RandomStream } from "../src/util/random.js";
+
+const run = promisify(execFile);
+
+/** The Tree-LSTM model's matrices exactly as the lead builds the model (vectors and E stay off chip). */
+function treeLstm(H: number, E: number): MatrixSpec[] {
+  return [
+    { name: "W_iou", rows: 3 * H, cols: E },
+    { name: "U_iou", rows: 3 * H, cols: 2 * H },
+    { name: "U_f1", rows: H, cols: H },
+    { name: "U_f2", rows: H, cols: H },
+    { name: "W_out", rows: 5, cols: H },
+  ];
+}
+
+const TREE_LSTM_SIZES = [128, 256, 512].flatMap((H) => [128, 256].map((E) => ({ H, E })));
+
+function randomMatrices(seed: number): MatrixSpec[] {
+  const r = new RandomStream(seed);
+  return Array.from({ length: 1 + r.int(7) }, (_, i) => ({
+    name: `M${i}`,
+    rows: 1 + r.int(r.int(2) === 0 ? 40 : 1500),
+    cols: 1 + r.int(r.int(2) === 0 ? 33 : 700),
+  }));
+}
+
+/** Every plan under test: all Tree-LSTM plans the planner offers, and plans of random models. */
+function plansUnderTest(): VppsPlan[] {
+  const plans = TREE_LSTM_SIZES.flatMap(({ H, E }) => enumeratePlans(treeLstm(H, E), H100_SXM));
+  for (let seed = 1; seed <= 40; seed++) plans.push(...enumeratePlans(randomMatrices(seed), H100_SXM));
+  return plans;
+}
+
+function describePlan(p: VppsPlan): string {
+  return `${p.matrices.map((m) => `${m.name}[${m.rows}x${m.cols}]`).join(" ")} cta${p.ctasPerSm} rpw${p.rowsPerWarp}`;
+}
+
+describe("VPPS weight distribution (plan)", () => {
+  const plans = plansUnderTest();
+
+  test("offers plans for every Tree-LSTM size, rpw 1 always among them", () => {
+    for (const { H, E } of TREE_LSTM_SIZES) {
+      const cta1 = validRowsPerWarp(treeLstm(H, E), H100_SXM, 1);
+      assert.equal(cta1[0], 1, `H=${H} E=${E}: valid rpw ${cta1}`);
+    }
+    assert.ok(plans.length > 40, `only ${plans.length} plans`);
+  });
+
+  test("every row of every matrix is held exactly once, by whole-row warps within its partition", () => {
+    for (const plan of plans) {
+      const where = describePlan(plan);
+      const slotsUsed = new Set<string>();
+      for (const m of plan.matrices) {
+        const seen = new Uint8Array(m.rows);
+        assert.equal(m.partitions.length, m.partitionCount, where);
+        for (const p of m.partitions) {
+          const key = `${p.cta}/${p.slot}`;
+          assert.ok(!slotsUsed.has(key), `${where}: two partitions in CTA ${p.cta} slot ${p.slot}`);
+          slotsUsed.add(key);
+          assert.ok(p.cta >= 0 && p.cta < plan.ctas, `${where}: CTA ${p.cta} out of the grid of ${plan.ctas}`);
+          assert.equal(p.globalPartition % plan.ctas, p.cta, `${where}: round-robin broken`);
+          assert.ok(plan.slots[p.slot]!.chunks >= m.chunks, `${where}: slot ${p.slot} narrower than ${m.name}`);
+          let rows = 0;
+          for (const w of p.warps) {
+            assert.ok(w.rowCount <= plan.rowsPerWarp, `${where}: warp holds ${w.rowCount} rows`);
+            for (let r = w.firstRow; r < w.firstRow + w.rowCount; r++) {
+              assert.ok(r >= p.firstRow && r < p.firstRow + p.rowCount, `${where}: row ${r} outside its partition`);
+              assert.equal(seen[r], 0, `${where}: ${m.name} row ${r} held twice`);
+              seen[r] = 1;
+              rows++;
+            }
+          }
+          assert.equal(rows, p.rowCount, `${where}: warps of ${m.name} partition ${p.partition}`);
+        }
+        const missing = seen.indexOf(0);
+        assert.equal(missing, -1, `${where}: ${m.name} row ${missing} is held by no warp`);
+      }
+    }
+  });
+
+  test("load is balanced: partitions per CTA differ by at most one, rows per CTA by at most one row group", () => {
+    for (const plan of plans) {
+      const where = describePlan(plan);
+      const perCta = new Array<number>(plan.ctas).fill(0);
+      for (const m of plan.matrices) for (const p of m.partitions) perCta[p.cta]!++;
+      assert.ok(
+        Math.max(...perCta) - Math.min(...perCta) <= 1,
+        `${where}: partitions per CTA ${Math.min(...perCta)}..${Math.max(...perCta)}`,
+      );
+      const group = 8 * plan.rowsPerWarp;
+      for (const m of plan.matrices) {
+        const rows = new Array<number>(plan.ctas).fill(0);
+        for (const p of m.partitions) rows[p.cta]! += p.rowCount;
+        const holders = rows.filter((r) => r > 0);
+        // a matrix spread over every CTA is balanced over all of them; a smaller one over the CTAs holding it
+        const pool = m.partitionCount >= plan.ctas ? rows : holders;
+        assert.ok(
+          Math.max(...pool) - Math.min(...pool) <= group,
+          `${where}: ${m.name} rows per CTA ${Math.min(...pool)}..${Math.max(...pool)}`,
+        );
+      }
+    }
+  });
+
+  test("register accounting: slots add up and stay within the budget", () => {
+    for (const plan of plans) {
+      const where = describePlan(plan);
+      const w = plan.slots.reduce((s, x) => s + x.weightRegs, 0);
+      const g = plan.slots.reduce((s, x) => s + x.gradientRegs, 0);
+      assert.equal(plan.weightRegs, w, where);
+      assert.equal(plan.gradientRegs, g, where);
+      assert.ok(w + g <= plan.budget.forParameters, `${where}: ${w}+${g} > ${plan.budget.forParameters}`);
+      assert.equal(plan.budget.forParameters, plan.budget.limitPerThread - INTERPRETER_RESERVED_REGS);
+      assert.equal(plan.budget.limitPerThread, plan.ctasPerSm === 1 ? 255 : 128);
+      for (const s of plan.slots) {
+        for (const i of s.matrices) {
+          const m = plan.matrices[i]!;
+          if (m.gradients === "registers")
+            assert.ok(s.gradientChunks >= m.chunks, `${where}: gradient slot ${s.index}`);
+        }
+      }
+      const last = plan.matrices.reduce((end, m) => Math.max(end, m.masterOffset + m.rows * m.cols), 0);
+      assert.ok(plan.masterFloats >= last, `${where}: master buffer too small`);
+    }
+  });
+
+  test("auto gradients: all in registers when they fit; otherwise the largest matrices go to GEMM first", () => {
+    const small = planVpps(treeLstm(256, 256), H100_SXM);
+    assert.ok(small.matrices.every((m) => m.gradients === "registers"));
+    assert.equal(small.ctasPerSm, 2, "a model that fits twice over should get two CTAs per SM");
+    // on a GPU with 100 SMs the H=512 model's gradients do not all fit: only the largest matrix's go to GEMM
+    const big = planVpps(treeLstm(512, 256), { ...H100_SXM, smCount: 100 }, { ctasPerSm: 1 });
+    const gemm = big.matrices.filter((m) => m.gradients === "gemm").map((m) => m.name);
+    assert.deepEqual(gemm, ["U_iou"]);
+    assert.ok(big.weightRegs + big.gradientRegs <= big.budget.forParameters);
+    assert.equal(planVpps(treeLstm(512, 256), H100_SXM).ctasPerSm, 1);
+    const forced = planVpps(treeLstm(128, 128), H100_SXM, { gradients: "gemm" });
+    assert.equal(forced.gradientRegs, 0);
+    assert.throws(
+      () => planVpps(treeLstm(512, 256), H100_SXM, { ctasPerSm: 2, gradients: "registers" }),
+      /does not fit/,
+    );
+  });
+
+  test("refuses an oversized model with the budget, the need and the matrices that could stay off chip", () => {
+    assert.throws(
+      () => planVpps(treeLstm(2048, 1024), H100_SXM),
+      (e: Error) => {
+        assert.match(e.message, /does not fit in the registers of NVIDIA H100 SXM/);
+        assert.match(e.message, /budget is 183 \(255 per thread minus 72 reserved for the interpreter\)/);
+        assert.match(e.message, /needs 1216 registers per thread for weights alone/);
+        const list = e.message.split("largest first:\n")[1]!;
+        assert.ok(list.indexOf("U_iou [6144x4096]") < list.indexOf("W_iou [6144x1024]"), list);
+        assert.match(e.message, /keeping the first 3 of these off chip would let the rest fit/);
+        return true;
+      },
+    );
+  });
+
+  test("rejects bad input naming the field", () => {
+    assert.throws(() => planVpps([], H100_SXM), /no 2-D weight matrices/);
+    assert.throws(
+      () => planVpps([{ name: "W", rows: 0, cols: 3 }], H100_SXM),
+      /matrix 'W' must have a positive integer rows; got 0/,
+    );
+    assert.throws(
+      () =>
+        planVpps(
+          [
+            { name: "W", rows: 2, cols: 3 },
+            { name: "W", rows: 2, cols: 3 },
+          ],
+          H100_SXM,
+        ),
+      /'W' appears twice/,
+    );
+    assert.throws(
+      () => planVpps(treeLstm(128, 128), H100_SXM, { rowsPerWarp: 0 }),
+      /rowsPerWarp must be a positive integer; got 0/,
+    );
+    const plan = planVpps(treeLstm(128, 128), H100_SXM, { rowsPerWarp: 3, ctasPerSm: 1 });
+    assert.equal(plan.rowsPerWarp, 3);
+  });
+
+  test("device models: presets and properties from the driver", () => {
+    assert.equal(H100_SXM.smCount, 132);
+    assert.equal(H200.regsPerSm, 65_536);
+    assert.equal(H200.sharedPerBlock, 227 * 1024);
+    const d = deviceModelFromProperties({
+      ...H100_SXM,
+      name: "GPU",
+      smCount: 80,
+      computeCapability: { major: 8, minor: 0 },
+    });
+    assert.equal(d.arch, "sm_80");
+    assert.equal(planVpps(treeLstm(128, 128), d).ctas, 160);
+    assert.throws(
+      () => deviceModelFromProperties({ ...H100_SXM, smCount: 0 }),
+      /'smCount' must be a positive integer; got 0/,
+    );
+    assert.throws(() => deviceModelFromProperties({ ...H100_SXM, warpSize: 64 }), /'warpSize' must be 32/);
+  });
+
+  test("formatPlan shows the grid, the budget and every matrix and slot", () => {
+    const text = formatPlan(planVpps(treeLstm(512, 256), H100_SXM));
+    assert.match(text, /132 SMs x 1 CTA\(s\) = 132 persistent CTAs of 256 threads, 1 row\(s\) per warp/);
+    assert.match(text, /255 limit - 72 interpreter = 183 for parameters; used 88 weights \+ 88 gradients = 176/);
+    assert.match(text, /valid rows per warp for 1 CTA\(s\)\/SM: 1$/m);
+    for (const name of ["W_iou", "U_iou", "U_f1", "U_f2", "W_out"]) assert.match(text, new RegExp(`^${name}\\s`, "m"));
+    assert.match(text, /^U_iou\s+1536x1024\s+32\s+192\s+0-131\s/m);
+    assert.match(text, /^3\s+8\s+8\s+W_iou$/m);
+  });
+});
+
+describe("VPPS kernel source", () => {
+  const plan = planVpps(treeLstm(256, 128), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 2 });
+  const source = generateKernelSource(plan, { model: "treelstm" });
+
+  test("header states the spec and the register budget; constants are derived from the plan", () => {
+    assert.equal(kernelName(plan, { model: "treelstm" }), "vpps_treelstm_cta1_rpw2");
+    assert.match(source, /spec: \{ model: "treelstm", rowsPerWarp: 2, ctasPerSm: 1, scriptChunkWords: 2048/);
+    assert.match(
+      source,
+      /register budget per thread: 255 limit - 72 reserved for the interpreter = 183 for parameters/,
+    );
+    assert.match(source, /constexpr int kCtas = 132; /);
+    assert.match(source, /constexpr int kRpw = 2; /);
+    assert.match(
+      source,
+      /extern "C" __global__ void __launch_bounds__\(kThreads, kCtasPerSm\)\nvpps_treelstm_cta1_rpw2\(/,
+    );
+    assert.doesNotMatch(source, /\$\{|undefined|NaN/);
+  });
+
+  test("the interpreter has one case per opcode of the script format", () => {
+    for (const o of OPCODES) {
+      const c = opcodeConstant(o.opcode);
+      assert.match(source, new RegExp(`constexpr u32 ${c} = ${o.opcode};`));
+      assert.equal(
+        source.split(`case ${c}:`).length - 1,
+        2,
+        `${c}: one case in instruction_words, one in the interpreter`,
+      );
+    }
+  });
+
+  test("register arrays are declared per slot with the planned sizes", () => {
+    for (const s of plan.slots) {
+      assert.match(source, new RegExp(`float w${s.index}\\[kRpw\\]\\[${s.chunks}\\];`));
+      if (s.gradientChunks > 0)
+        assert.match(source, new RegExp(`float g${s.index}\\[kRpw\\]\\[${s.gradientChunks}\\];`));
+    }
+  });
+
+  test("parsePtxasReport reads functions, spills and registers", () => {
+    const log = `ptxas info    : Compiling entry function 'a' for 'sm_90'
+ptxas info    : Function properties for a
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 80 registers, used 1 barriers, 16388 bytes smem
+ptxas info    : Function properties for b
+    96 bytes stack frame, 92 bytes spill stores, 60 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 96 bytes cumulative stack size, 16388 bytes smem`;
+    const [a, b] = parsePtxasReport(log);
+    assert.deepEqual(a, {
+      name: "a",
+      stackFrameBytes: 0,
+      spillStoreBytes: 0,
+      spillLoadBytes: 0,
+      registers: 80,
+      sharedBytes: 16388,
+    });
+    assert.equal(b!.spillStoreBytes, 92);
+    assertNoSpills(a!);
+    assert.throws(() => assertNoSpills(b!), /b: expected 0 bytes of stack frame and spills .* 92 bytes spill stores/);
+  });
+});
+
+const NVCC = process.env["NVCC"] ?? "nvcc";
+
+async function nvccVersion(): Promise<string | undefined> {
+  try {
+    const { stdout } = await run(NVCC, ["--version"]);
+    return stdout.trim().split("\n").pop();
+  } catch {
+    return undefined;
+  }
+}
+
+describe("VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v)", async () => {
+  const version = await nvccVersion();
+  if (version === undefined) {
+    test("nvcc", { skip: `nvcc not found (tried '${NVCC}'): cannot compile the generated CUDA here` }, () => {});
+    return;
+  }
+
+  test(`every Tree-LSTM plan (H 128/256/512, E 128/256, every valid rpw and CTAs/SM) — ${version}`, async () => {
+    const kernels = TREE_LSTM_SIZES.flatMap(({ H, E }) =>
+      enumeratePlans(treeLstm(H, E), H100_SXM).map((plan) => {
+        const spec = { model: `treelstm_h${H}_e${E}` };
+        return { plan, name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
+      }),
+    );
+    assert.equal(new Set(kernels.map((k) => k.name)).size, kernels.length, "kernel names must be unique");
+    // One translation unit per core (each kernel in its own namespace) pays nvcc's front end once per core.
+    const units = Math.max(1, Math.min(availableParallelism(), 4, kernels.length));
+    const sources: string[][] = Array.from({ length: units }, () => []);
+    for (const [i, k] of kernels.entries()) sources[i % units]!.push(`namespace plan${i} {\n${k.source}\n}`);
+    const dir = await mkdtemp(join(tmpdir(), "vpps-codegen-"));
+    try {
+      const logs = await Promise.all(
+        sources.map(async (parts, u) => {
+          const file = join(dir, `unit${u}.cu`);
+          await writeFile(file, parts.join("\n"));
+          const args = ["-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", join(dir, `unit${u}.cubin`), file];
+          try {
+            const { stdout, stderr } = await run(NVCC, args, { maxBuffer: 1 << 24 });
+            return stdout + stderr;
+          } catch (e) {
+            const err = e as { stderr?: string; message: string };
+            throw new Error(`nvcc failed on ${file}: ${err.stderr ?? err.message}`);
+          }
+        }),
+      );
+      const reports = new Map(parsePtxasReport(logs.join("\n")).map((r) => [r.name, r]));
+      const summary: string[] = [];
+      for (const k of kernels) {
+        const r = reports.get(k.name);
+        assert.ok(r, `no ptxas report for ${k.name}`);
+        assertNoSpills(r);
+        assert.ok(r.registers <= k.plan.budget.limitPerThread, `${k.name}: ${r.registers} registers`);
+        summary.push(`${k.name}: ${k.plan.weightRegs}+${k.plan.gradientRegs} parameter regs, ${r.registers} used`);
+      }
+      console.log(`compiled ${kernels.length} kernels without spills:\n  ${summary.join("\n  ")}`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,416 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { syntheticTrees } from "../src/data/synthetic.js";
+import { Vocabulary } from "../src/data/vocab.js";
+import { CpuEngine } from "../src/engines/cpu.js";
+import { type DeviceModel, H100_SXM } from "../src/engines/vpps/device-model.js";
+import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/emulator-batch.js";
+import { createModelLayout, type ModelLayout } from "../src/engines/vpps/layout.js";
+import { type PlanOptions, planVpps } from "../src/engines/vpps/plan.js";
+import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule.js";
+import { disassemble, instructionWords, Opcode } from "../src/engines/vpps/script.js";
+import { ComputationGraph, type Expression } from "../src/graph/graph.js";
+import { type LookupParameter, type Parameter, ParameterCollection } from "../src/model/parameters.js";
+import { TreeLstmModel } from "../src/models/treelstm.js";
+import {
+  add,
+  affine,
+  cmul,
+  concat,
+  dropout,
+  input,
+  logistic,
+  lookup,
+  lstmCell,
+  matVec,
+  parameter,
+  pickNegLogSoftmax,
+  pickRange,
+  relu,
+  sub,
+  sum,
+  tanh,
+} from "../src/ops/index.js";
+import { SimpleSGDTrainer } from "../src/train/trainers.js";
+import { RandomStream } from "../src/util/random.js";
+
+/** A small GPU: few CTAs, so matrices spread over several slots of each CTA and processors share work. */
+const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
+const LR = 0.1;
+
+interface Reference {
+  loss: number;
+  gradients: Float32Array[];
+  values: Float32Array[];
+}
+
+/** The CPU engine's loss, gradients and SGD-updated values; leaves the collection as it found it. */
+function reference(pc: ParameterCollection, loss: Expression, clip: number): Reference {
+  const before = pc.all.map((p) => Float32Array.from(p.value));
+  pc.zeroGradients();
+  const cpu = new CpuEngine(pc);
+  const value = cpu.forwardScalar(loss);
+  cpu.backward(loss);
+  const gradients = pc.all.map((p) => Float32Array.from(p.grad));
+  new SimpleSGDTrainer({ learningRate: LR, clipThreshold: clip }).update(pc);
+  const values = pc.all.map((p) => Float32Array.from(p.value));
+  for (const [i, p] of pc.all.entries()) p.value.set(before[i]!);
+  return { loss: value, gradients, values };
+}
+
+/** First element where `actual` differs from `expected` beyond fp32 noise (relative to the tensor's scale), or "". */
+function firstDifference(what: string, expected: Float32Array, actual: Float32Array): string {
+  let scale = 0;
+  for (const v of expected) scale = Math.max(scale, Math.abs(v));
+  const tol = 1e-12 + 2e-4 * scale;
+  for (let k = 0; k < expected.length; k++) {
+    const d = Math.abs(expected[k]! - actual[k]!);
+    if (!(d <= tol)) return `${what}[${k}]: CPU ${expected[k]}, VPPS ${actual[k]} (tolerance ${tol.toExponential(1)})`;
+  }
+  return "";
+}
+
+/** The loss, every gradient, and every parameter's update step (new − old: small next to the weights themselves). */
+function compare(pc: ParameterCollection, ref: Reference, got: EmulatedBatch): string {
+  if (!(Math.abs(ref.loss - got.loss) <= 1e-5 * Math.max(1, Math.abs(ref.loss)))) {
+    return `loss: CPU ${ref.loss}, VPPS ${got.loss}`;
+  }
+  for (const [i, p] of pc.all.entries()) {
+    const step = (v: Float32Array) => Float32Array.from(v, (x, k) => x - p.value[k]!);
+    const d =
+      firstDifference(`gradient of ${p.name}`, ref.gradients[i]!, got.gradients[i]!) ||
+      firstDifference(`update of ${p.name}`, step(ref.values[i]!), step(got.values[i]!));
+    if (d) return d;
+  }
+  return "";
+}
+
+function matricesOf(pc: ParameterCollection) {
+  return pc.all
+    .filter((p) => p.kind === "dense" && p.isMatrix)
+    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+}
+
+function schedule(
+  pc: ParameterCollection,
+  device: DeviceModel,
+  plan: PlanOptions,
+  cg: ComputationGraph,
+  loss: Expression,
+  opts: ScheduleOptions = {},
+) {
+  const model = createModelLayout(pc.all, planVpps(matricesOf(pc), device, plan));
+  return { model, sched: new VppsScheduler(model, { exportGradients: true, ...opts }).schedule(cg, loss) };
+}
+
+function runAll(
+  pc: ParameterCollection,
+  model: ModelLayout,
+  sched: BatchSchedule,
+  cg: ComputationGraph,
+  ref: Reference,
+  seeds: number,
+  clip: number,
+): { mismatches: string[]; stalls: number } {
+  const mismatches: string[] = [];
+  let stalls = 0;
+  const values = pc.all.map((p) => p.value);
+  for (let seed = 1; seed <= seeds; seed++) {
+    for (const interleaving of ["random", "greedy"] as const) {
+      const got = emulateBatch(model, sched, cg, values, { seed, interleaving, learningRate: LR, clip });
+      stalls += got.stats.stalls;
+      const d = compare(pc, ref, got);
+      if (d) mismatches.push(`${interleaving} seed ${seed}: ${d}`);
+    }
+  }
+  return { mismatches, stalls };
+}
+
+function treeBatch(count: number, seed: number, H: number, E: number, dropout = 0) {
+  const trees = syntheticTrees(count, seed);
+  const vocab = Vocabulary.fromTrees(trees);
+  const model = new TreeLstmModel({ vocabSize: 60, embed: E, hidden: H, seed, dropout });
+  const cg = new ComputationGraph();
+  cg.dropoutKey = seed;
+  const loss = model.buildBatchLoss(cg, trees, vocab);
+  return { pc: model.params, cg, loss };
+}
+
+describe("VPPS emulator against the CPU engine", () => {
+  const configs: { name: string; plan: PlanOptions; device: DeviceModel; clip: number }[] = [
+    { name: "1 CTA/SM, rpw 1, clipping", plan: { ctasPerSm: 1, rowsPerWarp: 1 }, device: SMALL, clip: 5 },
+    { name: "2 CTAs/SM, rpw 2, no clipping", plan: { ctasPerSm: 2, rowsPerWarp: 2 }, device: SMALL, clip: 0 },
+    {
+      name: "gradients by GEMM (host update)",
+      plan: { ctasPerSm: 1, rowsPerWarp: 1, gradients: "gemm" },
+      device: SMALL,
+      clip: 5,
+    },
+    { name: "132 CTAs (H100 grid)", plan: { ctasPerSm: 1, rowsPerWarp: 1 }, device: H100_SXM, clip: 1 },
+  ];
+  for (const c of configs) {
+    test(`Tree-LSTM batches, ${c.name}: loss, gradients and updated weights over many interleavings`, () => {
+      for (const [count, seed] of [
+        [1, 11],
+        [3, 12],
+        [8, 13],
+      ] as const) {
+        const { pc, cg, loss } = treeBatch(count, seed, 12, 7, seed === 13 ? 0.2 : 0);
+        const ref = reference(pc, loss, c.clip);
+        const { model, sched } = schedule(pc, c.device, c.plan, cg, loss);
+        const { mismatches, stalls } = runAll(pc, model, sched, cg, ref, 4, c.clip);
+        assert.deepEqual(mismatches.slice(0, 3), [], `${count} tree(s), seed ${seed}`);
+        assert.ok(stalls > 0, "no processor ever had to wait: the interleavings did not test the barriers");
+      }
+    });
+  }
+
+  test("random graphs over every op: loss, gradients and updated weights", () => {
+    for (let seed = 1; seed <= 30; seed++) {
+      const { pc, build } = randomModel(seed);
+      const cg = new ComputationGraph();
+      const loss = buildRandomGraph(cg, build, seed);
+      const clip = seed % 3 === 0 ? 0 : 2;
+      const ref = reference(pc, loss, clip);
+      const plan: PlanOptions = {
+        ctasPerSm: seed % 2 === 0 ? 2 : 1,
+        rowsPerWarp: 1 + (seed % 3),
+        gradients: seed % 5 === 0 ? "gemm" : "auto",
+      };
+      const { model, sched } = schedule(pc, SMALL, plan, cg, loss);
+      const { mismatches } = runAll(pc, model, sched, cg, ref, 2, clip);
+      assert.deepEqual(mismatches.slice(0, 3), [], `random graph seed ${seed} (${cg.size} nodes)`);
+    }
+  });
+});
+
+describe("VPPS scheduling errors and dumps", () => {
+  test("a register-held matrix used other than as the W of a product is refused, naming it", () => {
+    const pc = new ParameterCollection({ seed: 1 });
+    const W = pc.addParameters([3, 1], undefined, "W"); // a [3,1] matrix: the graph also accepts it as a vector
+    const cg = new ComputationGraph();
+    const loss = pickNegLogSoftmax(add(matVec(W, input(cg, [2])), parameter(cg, W)), 0);
+    assert.throws(
+      () => schedule(pc, SMALL, {}, cg, loss),
+      /add\(.*\) \[3\] uses matrix 'W' as argument 1; VPPS holds 'W' in registers/,
+    );
+  });
+
+  test("VPPS_DUMP writes the graph, the schedule, the script and the kernel source", async () => {
+    const { mkdtemp, readdir, readFile, rm } = await import("node:fs/promises");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { generateKernelSource, kernelName } = await import("../src/engines/vpps/kernel-template.js");
+    const dir = await mkdtemp(join(tmpdir(), "vpps-dump-"));
+    const saved = process.env["VPPS_DUMP"];
+    process.env["VPPS_DUMP"] = dir;
+    try {
+      const { pc, cg, loss } = treeBatch(2, 5, 8, 5);
+      const { model } = schedule(pc, SMALL, {}, cg, loss);
+      generateKernelSource(model.plan, { model: "dumped" });
+      const kernelFile = `${kernelName(model.plan, { model: "dumped" })}.cu`;
+      const [batch] = (await readdir(dir)).filter((f) => f.startsWith("batch-"));
+      assert.ok(batch, "no batch folder");
+      const files = await readdir(join(dir, batch));
+      assert.deepEqual(files.sort(), ["graph.txt", "layout.json", "schedule.txt", "script.txt"]);
+      assert.match(await readFile(join(dir, batch, "schedule.txt"), "utf8"), /step +\d+ forward +#\d+ affine/);
+      assert.match(await readFile(join(dir, batch, "script.txt"), "utf8"), /processor 0: \d+ words\n +0 +/);
+      assert.match(await readFile(join(dir, kernelFile), "utf8"), /VPPS forward\/backward\/update kernel/);
+    } finally {
+      if (saved === undefined) delete process.env["VPPS_DUMP"];
+      else process.env["VPPS_DUMP"] = saved;
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+/** Word offsets of every wait instruction, per processor. */
+function waitsOf(script: Uint32Array, ctas: number): { cta: number; at: number }[] {
+  const out: { cta: number; at: number }[] = [];
+  for (let c = 0; c < ctas; c++) {
+    for (let at = ctas + 1 + script[c]!; at < ctas + 1 + script[c + 1]!; at += instructionWords(script, at)) {
+      if ((script[at]! & 0xff) === Opcode.Wait) out.push({ cta: c, at });
+    }
+  }
+  return out;
+}
+
+/** The script without the 2-word instruction at `at` of processor `cta`. */
+function without(script: Uint32Array, ctas: number, cta: number, at: number): Uint32Array {
+  const out = new Uint32Array(script.length - 2);
+  out.set(script.subarray(0, at));
+  out.set(script.subarray(at + 2), at);
+  for (let c = cta + 1; c <= ctas; c++) out[c]! -= 2;
+  return out;
+}
+
+describe("VPPS script synchronisation", () => {
+  // clipping always active (a tiny threshold), so even the waits of the norm's reads decide the result
+  const CLIP = 0.01;
+  const { pc, cg, loss } = treeBatch(4, 21, 8, 5);
+  const ref = reference(pc, loss, CLIP);
+  const { model, sched } = schedule(pc, SMALL, { ctasPerSm: 1, rowsPerWarp: 1 }, cg, loss);
+  const ctas = model.plan.ctas;
+
+  test("every wait counts exactly the signals of its barrier, and every signal is waited for", () => {
+    const signals = new Map<number, number>();
+    const waited = new Set<number>();
+    const text = disassemble(sched.script, ctas);
+    for (const line of text.split("\n")) {
+      const s = /\bsignal bar=(\d+)/.exec(line);
+      if (s) signals.set(Number(s[1]), (signals.get(Number(s[1])) ?? 0) + 1);
+    }
+    for (const { at } of waitsOf(sched.script, ctas)) {
+      const b = sched.script[at]! >>> 8;
+      waited.add(b);
+      assert.equal(sched.script[at + 1], signals.get(b), `wait on barrier ${b}`);
+    }
+    for (const b of signals.keys()) assert.ok(waited.has(b), `barrier ${b} is signalled but nobody waits for it`);
+    assert.ok(waited.size > 3, `only ${waited.size} barriers used`);
+  });
+
+  test("a script with one wait removed is caught by some interleaving", () => {
+    // Waits of the forward and backward passes. Not every wait is essential: one may be covered transitively by
+    // an earlier wait on a later step of the same producers (release/acquire chains compose), and the waits of the
+    // seed step and of the norm change results too little or not at all. So a sample must mostly be caught.
+    const waits = waitsOf(sched.script, ctas).filter(({ at }) => {
+      const b = sched.script[at]! >>> 8;
+      return b > 0 && b < sched.barriers - 4;
+    });
+    assert.ok(waits.length > 10);
+    const values = pc.all.map((p) => p.value);
+    const sample = Array.from({ length: 8 }, (_, k) => waits[Math.floor((k * waits.length) / 8)]!);
+    const missed: string[] = [];
+    for (const { cta, at } of sample) {
+      const broken = { ...sched, script: without(sched.script, ctas, cta, at) };
+      let caught = "";
+      for (let seed = 1; seed <= 20 && !caught; seed++) {
+        for (const interleaving of ["greedy", "random"] as const) {
+          const got = emulateBatch(model, broken, cg, values, { seed, interleaving, learningRate: LR, clip: CLIP });
+          caught ||= compare(pc, ref, got);
+        }
+      }
+      if (!caught) missed.push(`processor ${cta} wait on barrier ${sched.script[at]! >>> 8}`);
+    }
+    console.log(`removed-wait sample: ${sample.length - missed.length}/${sample.length} caught`);
+    assert.ok(missed.length <= 2, `removed waits that no interleaving noticed: ${missed.join("; ")}`);
+  });
+
+  test("a wait that can never be satisfied is reported as a deadlock, naming the barrier", () => {
+    const { at } = waitsOf(sched.script, ctas)[0]!;
+    const stuck = Uint32Array.from(sched.script);
+    stuck[at + 1]! += 1;
+    const values = pc.all.map((p) => p.value);
+    assert.throws(
+      () => emulateBatch(model, { ...sched, script: stuck }, cg, values, { seed: 1, learningRate: LR, clip: 0 }),
+      new RegExp(`deadlock.*waits on barrier ${stuck[at]! >>> 8} for ${stuck[at + 1]} signals`),
+    );
+  });
+});
+
+// ---- random graphs over every op ------------------------------------------------------------------------------
+
+interface RandomModel {
+  mats: Parameter[];
+  vecs: Parameter[];
+  table: LookupParameter;
+}
+
+const DIMS = [3, 5, 8, 33];
+
+function randomModel(seed: number): { pc: ParameterCollection; build: RandomModel } {
+  const pc = new ParameterCollection({ seed });
+  const r = new RandomStream(seed);
+  const mats: Parameter[] = [];
+  for (let k = 0; k < 4; k++) mats.push(pc.addParameters([DIMS[r.int(4)]!, DIMS[r.int(4)]!], undefined, `W${k}`));
+  const vecs = DIMS.map((d) => pc.addParameters(d, { kind: "uniform", scale: 0.5 }, `b${d}`));
+  const table = pc.addLookupParameters(10, DIMS[r.int(3)]!, undefined, "E");
+  return { pc, build: { mats, vecs, table } };
+}
+
+/** A random graph using every op the VPPS script supports; the loss is a sum of softmax losses over its nodes. */
+function buildRandomGraph(cg: ComputationGraph, m: RandomModel, seed: number): Expression {
+  const r = new RandomStream(seed * 7919 + 1);
+  cg.dropoutKey = seed;
+  const exprs: Expression[] = [];
+  const ofSize = (n: number) => exprs.filter((e) => e.size === n);
+  const pick = <T>(xs: readonly T[]): T | undefined => (xs.length === 0 ? undefined : xs[r.int(xs.length)]);
+  const values = (n: number) => Array.from({ length: n }, () => 2 * r.uniform() - 1);
+  for (const d of DIMS) exprs.push(input(cg, values(d)));
+  for (let k = 0; k < 3; k++) exprs.push(lookup(cg, m.table, r.int(m.table.rows)));
+  for (const v of m.vecs) if (r.int(2) === 0) exprs.push(parameter(cg, v));
+  for (let step = 0; step < 45; step++) {
+    const a = pick(exprs)!;
+    const same = pick(ofSize(a.size))!;
+    switch (r.int(13)) {
+      case 0: {
+        const W = pick(m.mats)!;
+        const x = pick(ofSize(W.cols));
+        if (x) exprs.push(matVec(W, x));
+        break;
+      }
+      case 1: {
+        const W = pick(m.mats)!;
+        const x = pick(ofSize(W.cols));
+        const b = r.int(2) === 0 ? m.vecs[DIMS.indexOf(W.rows)]! : pick(ofSize(W.rows));
+        if (!x || !b) break;
+        const W2 = pick(m.mats.filter((w) => w.rows === W.rows && w !== W));
+        const x2 = W2 ? pick(ofSize(W2.cols)) : undefined;
+        exprs.push(W2 && x2 && r.int(2) === 0 ? affine([b, W, x, W2, x2]) : affine([b, W, x]));
+        break;
+      }
+      case 2:
+        if (a.size + same.size <= 40) exprs.push(concat([a, same, ...(r.int(2) === 0 ? [pick(exprs)!] : [])]));
+        break;
+      case 3: {
+        if (a.size < 2) break;
+        const s = r.int(a.size - 1);
+        exprs.push(pickRange(a, s, s + 1 + r.int(a.size - s - 1)));
+        break;
+      }
+      case 4:
+        exprs.push(add(a, same));
+        break;
+      case 5:
+        exprs.push(sub(a, same));
+        break;
+      case 6:
+        exprs.push(cmul(a, same));
+        break;
+      case 7:
+        exprs.push([tanh, logistic, relu][r.int(3)]!(a));
+        break;
+      case 8:
+        exprs.push(dropout(a, 0.3));
+        break;
+      case 9:
+        exprs.push(sum([a, same, ...(r.int(2) === 0 ? [same] : [])]));
+        break;
+      case 10:
+      case 11: {
+        const H = pick([3, 5, 8])!;
+        const k = r.int(3);
+        const part = () =>
+          pick(ofSize(H)) ??
+          pickRange(pick(exprs.filter((e) => e.size >= H)) ?? concat([a, a, a, a, a, a, a, a]), 0, H);
+        const gates = pick(ofSize((3 + k) * H)) ?? concat(Array.from({ length: 3 + k }, part));
+        const hc = lstmCell(gates, Array.from({ length: k }, part));
+        exprs.push(hc, pickRange(hc, 0, H), pickRange(hc, H, 2 * H));
+        break;
+      }
+      case 12:
+        if (a.size > 1) exprs.push(pickNegLogSoftmax(a, r.int(a.size)));
+        break;
+    }
+  }
+  const losses: Expression[] = exprs
+    .slice(-6)
+    .filter((e) => e.size > 1)
+    .map((e) => pickNegLogSoftmax(e, r.int(e.size)));
+  for (let k = 0; k < 6; k++) {
+    const e = pick(exprs.filter((x) => x.size > 1))!;
+    losses.push(pickNegLogSoftmax(e, r.int(e.size)));
+  }
+  for (const e of exprs) if (e.size === 1 && e.op !== 0) losses.push(e);
+  return sum(losses);
+}
