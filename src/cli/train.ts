@@ -17,7 +17,7 @@ export interface TrainCommandOptions {
   hidden: number;
   embed: number;
   lr?: number;
-  optimizer: OptimizerName;
+  optimizer?: OptimizerName;
   seed: number;
   engine: string;
   batching: "depth" | "agenda";
@@ -62,7 +62,8 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
   const data = loadData(opts);
   const train = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
   const vocab = Vocabulary.fromTrees(train);
-  const lr = opts.lr ?? (opts.optimizer === "adam" ? 0.001 : 0.1);
+  const optimizer: OptimizerName = opts.optimizer ?? (opts.engine === "vpps" ? "sgd" : "adam");
+  const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {
     if (!opts.json) process.stdout.write(`${s}\n`);
   };
@@ -72,7 +73,7 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
   log(`data: ${data.source}: ${train.length} training trees, ${data.dev.length} dev trees, vocabulary ${vocab.size}`);
   log(
     `model: Tree-LSTM (${opts.cell} cell), hidden ${opts.hidden}, embedding ${opts.embed}; ` +
-      `${opts.optimizer} lr ${lr}, batch ${opts.batch}, seed ${opts.seed}, engine ${opts.engine}`,
+      `${optimizer} lr ${lr}, batch ${opts.batch}, seed ${opts.seed}, engine ${opts.engine}`,
   );
   const bar = new ProgressBar();
   const { summary } = trainTreeLstm({
@@ -84,7 +85,7 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
     hidden: opts.hidden,
     embed: opts.embed,
     learningRate: lr,
-    optimizer: opts.optimizer,
+    optimizer,
     seed: opts.seed,
     cell: opts.cell,
     clipThreshold: opts.clip,
@@ -109,7 +110,9 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
     },
   });
   if (opts.json) {
-    process.stdout.write(`${JSON.stringify({ data: data.source, learningRate: lr, ...opts, ...summary })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ data: data.source, learningRate: lr, ...opts, optimizer, ...summary })}\n`,
+    );
     return;
   }
   log("");
