@@ -81,10 +81,14 @@ describe("the vpps command line", () => {
     assert.match(r.stderr, /epoch 2\/2/, "progress goes to stderr");
   });
 
-  test("an engine that does not exist yet says so", () => {
-    const r = vpps("train", "treelstm", "--engine", "vpps", "--max-sentences", "10", "--hidden", "4", "--embed", "4");
-    assert.equal(r.code, 1);
-    assert.match(r.stderr, /vpps: .*vpps/);
+  test("a GPU engine on a machine without a GPU says what is missing and what to use", () => {
+    for (const engine of ["eager", "autobatch", "vpps"]) {
+      const r = vpps("train", "treelstm", "--engine", engine, "--max-sentences", "10", "--hidden", "4", "--embed", "4");
+      if (r.code === 0) continue; // a machine with a GPU runs it
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, new RegExp(`^vpps: the '${engine}' engine needs .*(libcuda|GPU).*Use --`, "m"));
+      assert.doesNotMatch(r.stderr, /at .*\.ts:\d+/);
+    }
   });
 
   test("vpps plan treelstm prints the weight distribution, and refuses a model too large for registers", () => {
@@ -96,5 +100,20 @@ describe("the vpps command line", () => {
     assert.equal(big.code, 1);
     assert.match(big.stderr, /does not fit in the registers/);
     assert.match(big.stderr, /could stay off chip/);
+  });
+
+  test("--resume continues a run: with SGD, 1 epoch + 1 resumed equals 2 epochs straight", () => {
+    const common = ["--hidden", "6", "--embed", "6", "--max-sentences", "120", "--optimizer", "sgd", "--lr", "0.05"];
+    const a = mkdtempSync(join(tmpdir(), "vpps-a-"));
+    const b = mkdtempSync(join(tmpdir(), "vpps-b-"));
+    assert.equal(vpps("train", "treelstm", ...common, "--epochs", "2", "--out", a).code, 0);
+    assert.equal(vpps("train", "treelstm", ...common, "--epochs", "1", "--out", b).code, 0);
+    const r = vpps("train", "treelstm", ...common, "--epochs", "2", "--resume", b);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /resuming from .*epoch-1\.safetensors after epoch 1/);
+    assert.deepEqual(readFileSync(join(b, "epoch-2.safetensors")), readFileSync(join(a, "epoch-2.safetensors")));
+    const missing = vpps("train", "treelstm", "--resume", mkdtempSync(join(tmpdir(), "vpps-c-")));
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /--resume .*: no state\.json there/);
   });
 });

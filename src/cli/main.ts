@@ -51,6 +51,7 @@ export function buildProgram(): Command {
     .option("--clip <x>", "gradient clipping threshold on the global norm (0 = off)", nonNegativeNumber("--clip"), 5)
     .option("--dropout <p>", "dropout on word embeddings while training", nonNegativeNumber("--dropout", 1), 0)
     .option("--out <dir>", "write a checkpoint (safetensors) per epoch and state.json here")
+    .option("--resume <dir>", "continue the run saved in <dir> (its state.json and last checkpoint) up to --epochs")
     .option("--json", "print the final summary as one JSON object on stdout", false)
     .action((opts: TrainCommandOptions) => runTrainTreeLstm(opts));
 

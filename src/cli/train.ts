@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { readTrees } from "../data/sst.js";
 import { splitSynthetic } from "../data/synthetic.js";
@@ -28,6 +28,7 @@ export interface TrainCommandOptions {
   cell: CellFormulation;
   clip: number;
   dropout: number;
+  resume?: string;
 }
 
 /** A user-facing failure: printed as one line, no stack trace. */
@@ -57,11 +58,44 @@ function loadData(opts: TrainCommandOptions): Dataset {
   return { train, dev, source: dir };
 }
 
+interface SavedState {
+  options: { hidden: number; embed: number; cell: CellFormulation };
+  epochs: EpochResult[];
+  vocabulary: string[];
+}
+
+/** Reads `<dir>/state.json` of an earlier run with --out; names what is missing or malformed. */
+function readState(dir: string): SavedState & { checkpoint: string } {
+  const path = join(resolve(dir), "state.json");
+  if (!existsSync(path)) throw new CliError(`--resume ${dir}: no state.json there (it is written by a run with --out)`);
+  let state: SavedState;
+  try {
+    state = JSON.parse(readFileSync(path, "utf8")) as SavedState;
+  } catch (e) {
+    throw new CliError(`--resume ${dir}: state.json is not valid JSON (${(e as Error).message})`);
+  }
+  const last = state.epochs?.[state.epochs.length - 1];
+  if (!last || !Array.isArray(state.vocabulary) || !state.options) {
+    throw new CliError(`--resume ${dir}: state.json has no finished epoch, options or vocabulary`);
+  }
+  const checkpoint = join(resolve(dir), `epoch-${last.epoch}.safetensors`);
+  if (!existsSync(checkpoint)) throw new CliError(`--resume ${dir}: the checkpoint ${checkpoint} is missing`);
+  return { ...state, checkpoint };
+}
+
 /** `vpps train treelstm`: trains, reports progress on stderr and results on stdout. */
 export function runTrainTreeLstm(opts: TrainCommandOptions): void {
   const data = loadData(opts);
   const train = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
-  const vocab = Vocabulary.fromTrees(train);
+  const saved = opts.resume ? readState(opts.resume) : null;
+  if (saved) {
+    // the model's shape and vocabulary are the checkpoint's, whatever the command line says
+    opts.hidden = saved.options.hidden;
+    opts.embed = saved.options.embed;
+    opts.cell = saved.options.cell;
+    opts.out ??= opts.resume;
+  }
+  const vocab = saved ? Vocabulary.fromJSON(saved.vocabulary) : Vocabulary.fromTrees(train);
   const optimizer: OptimizerName = opts.optimizer ?? (opts.engine === "vpps" ? "sgd" : "adam");
   const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {
@@ -70,6 +104,7 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
   // fail before loading anything heavy when the engine cannot be made
   const makeEngine = (params: Parameters<typeof createEngine>[1]) =>
     createEngine(opts.engine, params, { batching: opts.batching, device: opts.device });
+  if (saved) log(`resuming from ${saved.checkpoint} after epoch ${saved.epochs.length}`);
   log(`data: ${data.source}: ${train.length} training trees, ${data.dev.length} dev trees, vocabulary ${vocab.size}`);
   log(
     `model: Tree-LSTM (${opts.cell} cell), hidden ${opts.hidden}, embedding ${opts.embed}; ` +
@@ -92,6 +127,9 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
     dropout: opts.dropout,
     makeEngine,
     ...(opts.out ? { outDir: opts.out } : {}),
+    ...(saved
+      ? { resume: { checkpoint: saved.checkpoint, epochsDone: saved.epochs.length, previous: saved.epochs } }
+      : {}),
     onProgress: (p) => {
       const eta = (p.sentencesTotal - p.sentencesDone) / Math.max(p.sentencesPerSecond, 1e-9);
       bar.update(`epoch ${p.epoch}/${opts.epochs}`, p.sentencesDone, p.sentencesTotal, {

@@ -5,7 +5,7 @@ import type { Vocabulary } from "../data/vocab.js";
 import type { Engine } from "../engines/engine.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
-import { saveParameters } from "../model/safetensors.js";
+import { loadParameters, saveParameters } from "../model/safetensors.js";
 import { makeTrainer, type OptimizerName } from "../train/trainers.js";
 import { deriveKey, RandomStream } from "../util/random.js";
 import { argmax, type CellFormulation, TreeLstmModel } from "./treelstm.js";
@@ -28,6 +28,8 @@ export interface TrainTreeLstmConfig {
   makeEngine: (params: ParameterCollection) => Engine;
   /** Where checkpoints go (one safetensors file per epoch, plus state.json); none when absent. */
   outDir?: string;
+  /** Continue a run: load this checkpoint and start after `epochsDone` (earlier results are kept in the summary). */
+  resume?: { checkpoint: string; epochsDone: number; previous: readonly EpochResult[] };
   onProgress?: (p: TrainProgress) => void;
   onEpoch?: (e: EpochResult) => void;
 }
@@ -68,6 +70,7 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
     dropout: cfg.dropout ?? 0,
     seed: cfg.seed,
   });
+  if (cfg.resume) loadParameters(model.params, cfg.resume.checkpoint);
   const engine = cfg.makeEngine(model.params);
   const trainer = makeTrainer(cfg.optimizer, {
     learningRate: cfg.learningRate,
@@ -75,10 +78,12 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
   });
   const cg = new ComputationGraph();
   const order = cfg.train.map((_, i) => i);
-  const epochs: EpochResult[] = [];
+  const epochs: EpochResult[] = [...(cfg.resume?.previous ?? [])];
   if (cfg.outDir) mkdirSync(cfg.outDir, { recursive: true });
   try {
-    for (let epoch = 1; epoch <= cfg.epochs; epoch++) {
+    for (let epoch = (cfg.resume?.epochsDone ?? 0) + 1; epoch <= cfg.epochs; epoch++) {
+      // each epoch's order depends on (seed, epoch) alone, so a resumed run sees the same batches
+      for (let i = 0; i < order.length; i++) order[i] = i;
       new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
       const t0 = performance.now();
       let lossSum = 0;
