@@ -15,6 +15,30 @@ import { LIST_ENTRIES, OPCODES, Opcode } from "./script.js";
 export const REDUCE_BLOCK_COLS = 256;
 const BLOCK_CHUNKS = REDUCE_BLOCK_COLS / 32;
 
+/**
+ * Floats of shared memory the matrix instructions stage their x vectors in. A warp walking entries one at a time
+ * waits a full L2 round trip per entry for its x (and 8 warps each fetch the same x); staging up to
+ * `MAX_STAGE_ENTRIES` entries' vectors with the whole CTA puts all those loads in flight at once and reads each x
+ * from L2 once per CTA.
+ */
+export const STAGE_FLOATS = 4096;
+export const MAX_STAGE_ENTRIES = 8;
+/** Floats of shared memory for the staged ȳ rows of matvec.bwd (per entry and slot: the CTA's 8·rpw rows). */
+export const STAGE_YBAR_FLOATS = 1024;
+/** Words of the staged operand-list entries (4 words per entry at most). */
+export const STAGE_ENTRY_WORDS = 4 * MAX_STAGE_ENTRIES;
+
+/** Entries a matvec of `m` stages per round (0: too wide to stage; the unstaged path walks entries per warp). */
+export function forwardStage(m: MatrixPlan): number {
+  return m.cols > STAGE_FLOATS ? 0 : Math.min(MAX_STAGE_ENTRIES, Math.floor(STAGE_FLOATS / m.cols));
+}
+
+/** Entries a matvec.bwd of `m` stages per round: also bounded by the ȳ buffer (8·rpw rows per slot holding m). */
+export function backwardStage(m: MatrixPlan, rowsPerWarp: number): number {
+  const perEntry = m.slots.length * 8 * rowsPerWarp;
+  return Math.min(forwardStage(m), Math.floor(STAGE_YBAR_FLOATS / perEntry));
+}
+
 /** A C identifier for a matrix's constants struct: `M1_U_iou`. */
 export function matrixStruct(m: MatrixPlan): string {
   return `M${m.index}_${m.name.replace(/[^A-Za-z0-9_]/g, "_")}`;
@@ -76,6 +100,98 @@ __device__ __forceinline__ void mv_forward(const float (&w)[kRpw][SC], int row0,
   }
   const int r = row0 + lane;
   if (lane < kRpw && r < M::kRows) y[r] = (b ? b[r] : 0.f) + mine;
+}
+
+// Copies the x operand (word XI of EW-word entries) of ne <= M::kStage staged entries into xs, entry e at
+// e * kCols. All of a thread's loads are issued before its shared stores, so the CTA has them all in flight.
+template <class M, int EW, int XI, int S>
+__device__ __forceinline__ void stage_x(const u32* ent, u32 ne, const float* pool, float* xs) {
+  constexpr int kPer = (S * M::kCols + kThreads - 1) / kThreads;
+  const u32 total = ne * M::kCols;
+  float v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const u32 i = threadIdx.x + k * kThreads;
+    const u32 e = i / M::kCols;
+    v[k] = i < total ? pool[ent[EW * e + XI] + (i - e * M::kCols)] : 0.f;
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const u32 i = threadIdx.x + k * kThreads;
+    if (i < total) xs[i] = v[k];
+  }
+}
+
+// The forward product of ne staged entries (y, x, b) for the warp's rows: x from shared memory, the biases of all
+// entries loaded up front so their latency overlaps the products. Unrolled over entries so bias[] stays in registers.
+template <class M, int SC>
+__device__ __forceinline__ void mv_forward_staged(const float (&w)[kRpw][SC], int row0, const u32* ent, const float* xs, u32 ne, float* pool, int lane) {
+  const int r = row0 + lane;
+  const bool store = lane < kRpw && r < M::kRows;
+  float bias[M::kStage];
+#pragma unroll
+  for (int e = 0; e < M::kStage; ++e) {
+    const u32 bo = ent[3 * e + 2];
+    bias[e] = (store && (u32)e < ne && bo != kNone) ? pool[bo + r] : 0.f;
+  }
+#pragma unroll
+  for (int e = 0; e < M::kStage; ++e) {
+    if ((u32)e >= ne) break;
+    const float* x = xs + e * M::kCols;
+    float acc[kRpw];
+#pragma unroll
+    for (int q = 0; q < kRpw; ++q) acc[q] = 0.f;
+#pragma unroll
+    for (int i = 0; i < M::kChunks; ++i) {
+      const float xv = has_col<M>(lane, i) ? x[lane + 32 * i] : 0.f;
+#pragma unroll
+      for (int q = 0; q < kRpw; ++q) acc[q] = fmaf(w[q][i], xv, acc[q]);
+    }
+    float mine = 0.f;
+#pragma unroll
+    for (int q = 0; q < kRpw; ++q) {
+      const float s = warp_sum(acc[q]);
+      mine = lane == q ? s : mine;
+    }
+    if (store) pool[ent[3 * e] + r] = bias[e] + mine;
+  }
+}
+
+// ȳ rows [row0, row0 + kRowsPerPartition) of ne staged entries into gy (entry e at e * kRowsPerPartition); zeros
+// for padding rows and for a slot this CTA does not hold.
+template <class M>
+__device__ __forceinline__ void stage_ybar(const u32* ent, u32 ne, bool held, int row0, const float* pool, float* gy) {
+#pragma unroll 1
+  for (u32 t = threadIdx.x; t < ne * kRowsPerPartition; t += kThreads) {
+    const u32 e = t / kRowsPerPartition;
+    const int row = row0 + (int)(t - e * kRowsPerPartition);
+    gy[t] = held && row < M::kRows ? pool[ent[4 * e] + row] : 0.f;
+  }
+}
+
+template <class M> __device__ __forceinline__ void read_ybar(float (&gy)[kRpw], const float* staged, int warp) {
+#pragma unroll
+  for (int q = 0; q < kRpw; ++q) gy[q] = staged[warp * kRpw + q];
+}
+
+// reduce_partials with two alternating buffers: one __syncthreads per column block instead of two (a buffer is
+// written again only after the next barrier, by which time every thread has read it).
+template <class M, int B>
+__device__ __forceinline__ void reduce_partials_db(const float (&p)[${BLOCK_CHUNKS}], float* red, int& parity, float* xbar, int lane, int warp) {
+  constexpr int kBlockChunks = M::kChunks - ${BLOCK_CHUNKS} * B < ${BLOCK_CHUNKS} ? M::kChunks - ${BLOCK_CHUNKS} * B : ${BLOCK_CHUNKS};
+  float* buf = red + parity * (kWarps * ${REDUCE_BLOCK_COLS});
+  parity ^= 1;
+#pragma unroll
+  for (int t = 0; t < kBlockChunks; ++t) buf[warp * ${REDUCE_BLOCK_COLS} + t * 32 + lane] = p[t];
+  __syncthreads();
+  const int col = threadIdx.x;
+  const int c = ${REDUCE_BLOCK_COLS} * B + col;
+  if (col < kBlockChunks * 32 && c < M::kCols) {
+    float s = 0.f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) s += buf[v * ${REDUCE_BLOCK_COLS} + col];
+    if (s != 0.f) atomicAdd(xbar + c, s);
+  }
 }
 
 // The warp's rows of ybar (all lanes read the same address: a broadcast); 0 for padding rows or unheld slots.
@@ -177,6 +293,7 @@ struct ${s} {
   static constexpr int kRows = ${m.rows}, kCols = ${m.cols}, kChunks = ${m.chunks};
   static constexpr int kFirstPartition = ${m.firstPartition}, kPartitions = ${m.partitionCount};
   static constexpr long long kMaster = ${m.masterOffset}; // float offset in the master copy and gradient buffer
+  static constexpr int kStage = ${forwardStage(m)}, kStageBwd = ${backwardStage(m, plan.rowsPerWarp)}; // entries staged per round
 };`;
     })
     .join("\n");
@@ -225,10 +342,45 @@ ${body}
           }`;
 }
 
+// The staged routines address entry words by position; the format fixes them (script.ts), this keeps them honest.
+function checkEntryLayout(): void {
+  const fwd = LIST_ENTRIES[Opcode.MatVec]!.join(",");
+  const bwd = LIST_ENTRIES[Opcode.MatVecBwd]!.join(",");
+  if (fwd !== "y,x,b" || bwd !== "ybar,x,xbar,bbar") {
+    throw new Error(
+      `kernel template: staged matvec routines expect entries (y,x,b) and (ybar,x,xbar,bbar); got (${fwd}) and (${bwd})`,
+    );
+  }
+}
+
+/** Rounds of up to kStage entries: the CTA stages the entries and their x vectors, then every warp multiplies. */
+function matVecStaged(m: MatrixPlan): string {
+  const M = matrixStruct(m);
+  const calls = m.slots.map(
+    (s) =>
+      `            if (holds<${M}>(${s})) mv_forward_staged<${M}>(${w(s)}, first_row<${M}>(${s}, warp), s_ent, s_stage, ne, pool, lane);`,
+  );
+  return `        case ${m.index}: { // ${m.name}: ${forwardStage(m)} entries staged per round
+          constexpr u32 S = ${M}::kStage;
+#pragma unroll 1
+          for (u32 e0 = 0; e0 < count; e0 += S) {
+            const u32 ne = count - e0 < S ? count - e0 : S;
+            if (threadIdx.x < 3 * ne) s_ent[threadIdx.x] = list[3 * e0 + threadIdx.x];
+            __syncthreads();
+            stage_x<${M}, 3, 1, S>(s_ent, ne, pool, s_stage);
+            __syncthreads();
+${calls.join("\n")}
+            if (e0 + S < count) __syncthreads(); // the next round overwrites s_ent and s_stage
+          }
+        } break;`;
+}
+
 function matVecCase(plan: VppsPlan): string {
+  checkEntryLayout();
   const o = Opcode.MatVec;
   const at = (name: string) => LIST_ENTRIES[o]!.indexOf(name);
   const cases = plan.matrices.map((m) => {
+    if (forwardStage(m) > 0) return matVecStaged(m);
     const M = matrixStruct(m);
     const calls = m.slots.map(
       (s) =>
@@ -250,7 +402,60 @@ ${cases.join("\n")}
       } break;`;
 }
 
-function matVecBwdMatrix(m: MatrixPlan): string {
+/** matvec.bwd in staged rounds: entries, x vectors and the CTA's ȳ rows in shared memory, then entry by entry. */
+function matVecBwdStaged(m: MatrixPlan, plan: VppsPlan): string {
+  const M = matrixStruct(m);
+  const registers = m.gradients === "registers";
+  const stageYbar = m.slots.map(
+    (s, j) =>
+      `            stage_ybar<${M}>(s_ent, ne, holds<${M}>(${s}), first_row<${M}>(${s}, 0), pool, s_gy + ${j} * S * kRowsPerPartition);`,
+  );
+  const perSlot = m.slots.map(
+    (s, j) => `              const bool h${s} = holds<${M}>(${s});
+              float gy${s}[kRpw];
+              read_ybar<${M}>(gy${s}, s_gy + (${j} * S + e) * kRowsPerPartition, warp);
+              if (h${s}) {
+                bias_grad<${M}>(gy${s}, first_row<${M}>(${s}, warp), bbar, lane);${registers ? `\n                mv_outer<${M}>(${g(s)}, gy${s}, x, lane);` : ""}
+              }`,
+  );
+  const blocks = Math.ceil(m.chunks / BLOCK_CHUNKS);
+  const reduce: string[] = [];
+  for (let b = 0; b < blocks; b++) {
+    reduce.push(`                { // columns ${b * REDUCE_BLOCK_COLS}..${Math.min(m.cols, (b + 1) * REDUCE_BLOCK_COLS) - 1}
+                  float p[${BLOCK_CHUNKS}] = {${new Array(BLOCK_CHUNKS).fill("0.f").join(", ")}};`);
+    for (const s of m.slots) reduce.push(`                  mv_partial<${M}, ${b}>(${w(s)}, gy${s}, p);`);
+    reduce.push(`                  reduce_partials_db<${M}, ${b}>(p, s_reduce, parity, xbar, lane, warp);
+                }`);
+  }
+  return `        case ${m.index}: { // ${m.name}: gradient in ${m.gradients}; ${backwardStage(m, plan.rowsPerWarp)} entries staged per round
+          constexpr u32 S = ${M}::kStageBwd;
+          int parity = 0;
+#pragma unroll 1
+          for (u32 e0 = 0; e0 < count; e0 += S) {
+            const u32 ne = count - e0 < S ? count - e0 : S;
+            if (threadIdx.x < 4 * ne) s_ent[threadIdx.x] = list[4 * e0 + threadIdx.x];
+            __syncthreads();${registers ? `\n            stage_x<${M}, 4, 1, S>(s_ent, ne, pool, s_stage);` : ""}
+${stageYbar.join("\n")}
+            __syncthreads();
+#pragma unroll 1
+            for (u32 e = 0; e < ne; ++e) {
+              const u32 xo = s_ent[4 * e + 2], bo = s_ent[4 * e + 3];
+              float* xbar = xo == kNone ? nullptr : pool + xo;
+              float* bbar = bo == kNone ? nullptr : pool + bo;
+              const float* x = s_stage + e * ${M}::kCols;
+              (void)x;
+${perSlot.join("\n")}
+              if (xbar) { // uniform across the CTA: every thread reaches the reduction's __syncthreads
+${reduce.join("\n")}
+              }
+            }
+            if (e0 + S < count) __syncthreads(); // the next round overwrites the staged entries
+          }
+        } break;`;
+}
+
+function matVecBwdMatrix(m: MatrixPlan, plan: VppsPlan): string {
+  if (backwardStage(m, plan.rowsPerWarp) > 0) return matVecBwdStaged(m, plan);
   const o = Opcode.MatVecBwd;
   const at = (name: string) => LIST_ENTRIES[o]!.indexOf(name);
   const M = matrixStruct(m);
@@ -291,7 +496,7 @@ function matVecBwdCase(plan: VppsPlan): string {
         const u32* list = table + ${W(o, "list")};
         const u32 count = ${W(o, "count")};
         switch (n) {
-${plan.matrices.map((m) => matVecBwdMatrix(m)).join("\n")}
+${plan.matrices.map((m) => matVecBwdMatrix(m, plan)).join("\n")}
           default: report_error(status, kErrBadMatrix, (int)n, 0, 0, (int)(pc + at)); s_abort = 1;
         }
       } break;`;

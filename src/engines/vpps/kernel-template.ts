@@ -23,6 +23,9 @@ import {
   renderMatrixCases,
   renderMatrixStructs,
   renderSlotDeclarations,
+  STAGE_ENTRY_WORDS,
+  STAGE_FLOATS,
+  STAGE_YBAR_FLOATS,
 } from "./kernel-partition.js";
 import {
   KERNEL_ERRORS,
@@ -50,9 +53,17 @@ export interface KernelSpec {
 export const DEFAULT_SCRIPT_CHUNK_WORDS = 2048;
 export const DEFAULT_BARRIER_SPIN_LIMIT = 1 << 24;
 
-/** Static shared memory of a kernel in bytes: the script chunk, the x̄ reduction buffer and the abort flag. */
+/**
+ * Static shared memory of a kernel in bytes: the script chunk, the two x̄ reduction buffers, the staged x vectors,
+ * ȳ rows and list entries of the matrix instructions, and the abort flag.
+ */
 export function kernelSharedBytes(spec: KernelSpec): number {
-  return 4 * (spec.scriptChunkWords ?? DEFAULT_SCRIPT_CHUNK_WORDS) + 4 * WARPS_PER_CTA * REDUCE_BLOCK_COLS + 4;
+  return (
+    4 * (spec.scriptChunkWords ?? DEFAULT_SCRIPT_CHUNK_WORDS) +
+    4 * 2 * WARPS_PER_CTA * REDUCE_BLOCK_COLS +
+    4 * (STAGE_FLOATS + STAGE_YBAR_FLOATS + STAGE_ENTRY_WORDS) +
+    4
+  );
 }
 
 /** `vpps_treelstm_cta1_rpw2`: the entry point's name for a spec and plan. */
@@ -119,7 +130,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads, u32* barriers, int* status,
         float lr, float clip) {
   __shared__ u32 s_script[kScriptChunkWords];
-  __shared__ float s_reduce[kWarps * ${REDUCE_BLOCK_COLS}];
+  __shared__ float s_reduce[2 * kWarps * ${REDUCE_BLOCK_COLS}]; // x̄ partials, two alternating buffers
+  __shared__ float s_stage[${STAGE_FLOATS}];   // x vectors of the staged list entries
+  __shared__ float s_gy[${STAGE_YBAR_FLOATS}];      // ȳ rows of the staged matvec.bwd entries
+  __shared__ u32 s_ent[${STAGE_ENTRY_WORDS}];        // the staged list entries
   __shared__ int s_abort;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;

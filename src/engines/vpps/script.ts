@@ -252,7 +252,8 @@ export function disassemble(script: Uint32Array, ctas: number): string {
  * Builds all processors' scripts of one batch. Instructions are appended per processor; a signal is reserved at
  * the end of each step a processor takes part in and kept only if a consumer on another processor turned out to
  * need it (known later), and each wait's count is patched at `finish()` to the number of signals kept for its
- * barrier. Reused across batches: buffers keep their capacity.
+ * barrier. Reused across batches: every buffer keeps its capacity, so a batch allocates nothing once warm (the
+ * host path runs per batch, at up to ~10⁵ instructions).
  */
 export class ScriptWriter {
   private bufs: Uint32Array[];
@@ -268,10 +269,15 @@ export class ScriptWriter {
   private waits = 0;
   private table: Uint32Array = new Uint32Array(4096);
   private tableLength = 0;
+  /** finish() scratch: kept signals per barrier, dropped signals per processor, their positions grouped by CTA. */
+  private kept = new Uint32Array(256);
+  private readonly cutStart: Int32Array;
+  private cutPos = new Int32Array(256);
 
   constructor(readonly ctas: number) {
     this.bufs = Array.from({ length: ctas }, () => new Uint32Array(1024));
     this.lens = new Int32Array(ctas);
+    this.cutStart = new Int32Array(ctas + 1);
   }
 
   reset(): void {
@@ -289,7 +295,10 @@ export class ScriptWriter {
       grown.set(this.table.subarray(0, at));
       this.table = grown;
     }
-    this.table.set(entries.subarray(0, count), at);
+    const t = this.table;
+    // short lists are the common case at small batches; a loop beats creating a subarray view for them
+    if (count <= 64) for (let k = 0; k < count; k++) t[at + k] = entries[k]!;
+    else t.set(entries.subarray(0, count), at);
     this.tableLength = at + count;
     return at;
   }
@@ -299,66 +308,65 @@ export class ScriptWriter {
     return this.lens[cta]!;
   }
 
+  /** Processor `cta`'s buffer with room for `words` more words (grown by doubling; kept across batches). */
   private room(cta: number, words: number): Uint32Array {
-    let b = this.bufs[cta]!;
+    const b = this.bufs[cta]!;
     const need = this.lens[cta]! + words;
-    if (need > b.length) {
-      const grown = new Uint32Array(Math.max(need, b.length * 2));
-      grown.set(b.subarray(0, this.lens[cta]!));
-      this.bufs[cta] = grown;
-      b = grown;
-    }
-    return b;
+    if (need <= b.length) return b;
+    const grown = new Uint32Array(Math.max(need, b.length * 2));
+    grown.set(b.subarray(0, this.lens[cta]!));
+    this.bufs[cta] = grown;
+    return grown;
   }
 
   ins1(cta: number, op: Opcode, n: number, a: number): void {
     const b = this.room(cta, 2);
-    let p = this.lens[cta]!;
-    b[p++] = preamble(op, n);
-    b[p++] = a;
-    this.lens[cta] = p;
+    const p = this.lens[cta]!;
+    b[p] = preambleFast(op, n);
+    b[p + 1] = a;
+    this.lens[cta] = p + 2;
   }
 
   ins2(cta: number, op: Opcode, n: number, a: number, c: number): void {
     const b = this.room(cta, 3);
-    let p = this.lens[cta]!;
-    b[p++] = preamble(op, n);
-    b[p++] = a;
-    b[p++] = c;
-    this.lens[cta] = p;
+    const p = this.lens[cta]!;
+    b[p] = preambleFast(op, n);
+    b[p + 1] = a;
+    b[p + 2] = c;
+    this.lens[cta] = p + 3;
   }
 
   ins3(cta: number, op: Opcode, n: number, a: number, c: number, d: number): void {
     const b = this.room(cta, 4);
-    let p = this.lens[cta]!;
-    b[p++] = preamble(op, n);
-    b[p++] = a;
-    b[p++] = c;
-    b[p++] = d;
-    this.lens[cta] = p;
+    const p = this.lens[cta]!;
+    b[p] = preambleFast(op, n);
+    b[p + 1] = a;
+    b[p + 2] = c;
+    b[p + 3] = d;
+    this.lens[cta] = p + 4;
   }
 
   ins4(cta: number, op: Opcode, n: number, a: number, c: number, d: number, e: number): void {
     const b = this.room(cta, 5);
-    let p = this.lens[cta]!;
-    b[p++] = preamble(op, n);
-    b[p++] = a;
-    b[p++] = c;
-    b[p++] = d;
-    b[p++] = e;
-    this.lens[cta] = p;
+    const p = this.lens[cta]!;
+    b[p] = preambleFast(op, n);
+    b[p + 1] = a;
+    b[p + 2] = c;
+    b[p + 3] = d;
+    b[p + 4] = e;
+    this.lens[cta] = p + 5;
   }
 
   ins5(cta: number, op: Opcode, n: number, a: number, c: number, d: number, e: number, f: number): void {
     const b = this.room(cta, 6);
-    let p = this.lens[cta]!;
-    b[p++] = preamble(op, n);
-    b[p++] = a;
-    b[p++] = c;
-    b[p++] = d;
-    b[p++] = e;
-    b[p++] = f;
-    this.lens[cta] = p;
+    const p = this.lens[cta]!;
+    b[p] = preambleFast(op, n);
+    b[p + 1] = a;
+    b[p + 2] = c;
+    b[p + 3] = d;
+    b[p + 4] = e;
+    b[p + 5] = f;
+    this.lens[cta] = p + 6;
   }
 
   /** An instruction with any operand list (variadic ones); refuses one longer than `MAX_INSTRUCTION_WORDS`. */
@@ -370,7 +378,7 @@ export class ScriptWriter {
     }
     const b = this.room(cta, count + 1);
     let p = this.lens[cta]!;
-    b[p++] = preamble(op, n);
+    b[p++] = preambleFast(op, n);
     for (let k = 0; k < count; k++) b[p++] = operands[k]!;
     this.lens[cta] = p;
   }
@@ -387,12 +395,13 @@ export class ScriptWriter {
       this.sigKeep = k;
     }
     const b = this.room(cta, 1);
+    const p = this.lens[cta]!;
     this.sigCta[s] = cta;
-    this.sigPos[s] = this.lens[cta]!;
+    this.sigPos[s] = p;
     this.sigBarrier[s] = barrier;
     this.sigKeep[s] = 0;
-    b[this.lens[cta]!] = preamble(Opcode.Signal, barrier);
-    this.lens[cta]!++;
+    b[p] = preambleFast(Opcode.Signal, barrier);
+    this.lens[cta] = p + 1;
     this.signals = s + 1;
     return s;
   }
@@ -416,39 +425,72 @@ export class ScriptWriter {
     this.waits = w + 1;
   }
 
-  /** The batch script: prefix sums of the processors' lengths, then their scripts without unkept signals. */
-  finish(barriers: number): Uint32Array {
-    const count = new Uint32Array(barriers);
-    const dropped = new Int32Array(this.ctas);
-    for (let s = 0; s < this.signals; s++) {
-      if (this.sigKeep[s] === 1) count[this.sigBarrier[s]!]!++;
-      else dropped[this.sigCta[s]!]!++;
+  /**
+   * The batch script: prefix sums of the processors' lengths, then their scripts without unkept signals, then the
+   * table. Written into `into(words)` when given (e.g. a pinned upload buffer of at least `words` words; the
+   * result is a view of its first `words`), else into a new array.
+   */
+  finish(barriers: number, into?: (words: number) => Uint32Array): Uint32Array {
+    const ctas = this.ctas;
+    if (this.kept.length < barriers) this.kept = new Uint32Array(Math.max(barriers, 2 * this.kept.length));
+    const kept = this.kept;
+    kept.fill(0, 0, barriers);
+    // Unkept signals grouped by processor with a counting sort; slots are in script order within each processor.
+    const cutStart = this.cutStart;
+    cutStart.fill(0);
+    const { sigKeep, sigCta, sigPos, sigBarrier } = this;
+    const signals = this.signals;
+    let cuts = 0;
+    for (let s = 0; s < signals; s++) {
+      if (sigKeep[s] === 1) kept[sigBarrier[s]!]!++;
+      else {
+        cutStart[sigCta[s]! + 1]!++;
+        cuts++;
+      }
     }
-    for (let w = 0; w < this.waits; w++) this.bufs[this.waitCta[w]!]![this.waitPos[w]!] = count[this.waitBarrier[w]!]!;
-    const header = this.ctas + 1;
+    for (let c = 0; c < ctas; c++) cutStart[c + 1]! += cutStart[c]!;
+    if (this.cutPos.length < cuts) this.cutPos = new Int32Array(Math.max(cuts, 2 * this.cutPos.length));
+    const cutPos = this.cutPos;
+    for (let s = 0; s < signals; s++) if (sigKeep[s] === 0) cutPos[cutStart[sigCta[s]!]!++] = sigPos[s]!;
+    // cutStart[c] now ends processor c's cuts; its start is cutStart[c - 1] (0 for c = 0)
+    const { waitCta, waitPos, waitBarrier, bufs } = this;
+    for (let w = 0; w < this.waits; w++) bufs[waitCta[w]!]![waitPos[w]!] = kept[waitBarrier[w]!]!;
+    const header = ctas + 1;
     let total = 0;
-    for (let c = 0; c < this.ctas; c++) total += this.lens[c]! - dropped[c]!;
-    const out = new Uint32Array(header + total + this.tableLength);
-    // Unkept signals are cut out per processor, in order of their positions.
-    const cut: number[][] = Array.from({ length: this.ctas }, () => []);
-    for (let s = 0; s < this.signals; s++) if (this.sigKeep[s] === 0) cut[this.sigCta[s]!]!.push(this.sigPos[s]!);
+    for (let c = 0; c < ctas; c++) total += this.lens[c]!;
+    const words = header + total - cuts + this.tableLength;
+    const out = into === undefined ? new Uint32Array(words) : into(words).subarray(0, words);
     let at = header;
-    for (let c = 0; c < this.ctas; c++) {
+    let k = 0;
+    for (let c = 0; c < ctas; c++) {
       out[c] = at - header;
-      const b = this.bufs[c]!;
+      const b = bufs[c]!;
       let from = 0;
-      for (const pos of cut[c]!) {
-        out.set(b.subarray(from, pos), at);
-        at += pos - from;
+      for (const end = cutStart[c]!; k < end; k++) {
+        const pos = cutPos[k]!;
+        at = copyWords(out, at, b, from, pos);
         from = pos + 1;
       }
-      out.set(b.subarray(from, this.lens[c]!), at);
-      at += this.lens[c]! - from;
+      at = copyWords(out, at, b, from, this.lens[c]!);
     }
-    out[this.ctas] = at - header;
-    out.set(this.table.subarray(0, this.tableLength), at);
+    out[ctas] = at - header;
+    copyWords(out, at, this.table, 0, this.tableLength);
     return out;
   }
+}
+
+/** Copies src[from, to) to dst at `at`; returns the end. Short runs by hand: a subarray view costs more. */
+function copyWords(dst: Uint32Array, at: number, src: Uint32Array, from: number, to: number): number {
+  const n = to - from;
+  if (n <= 32) for (let k = 0; k < n; k++) dst[at + k] = src[from + k]!;
+  else dst.set(src.subarray(from, to), at);
+  return at + n;
+}
+
+/** `preamble` for the writer's hot path: one mask test instead of the integer and range checks. */
+function preambleFast(opcode: Opcode, n: number): number {
+  if ((n & MAX_PREAMBLE_N) !== n) return preamble(opcode, n); // throws the descriptive error
+  return (opcode | (n << 8)) >>> 0;
 }
 
 function grow(a: Int32Array): Int32Array {
