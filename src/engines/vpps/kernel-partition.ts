@@ -28,15 +28,31 @@ export const STAGE_YBAR_FLOATS = 1024;
 /** Words of the staged operand-list entries (4 words per entry at most). */
 export const STAGE_ENTRY_WORDS = 4 * MAX_STAGE_ENTRIES;
 
+/**
+ * Registers a plan leaves free beyond what the unstaged routines were measured to need: the staged forward product
+ * keeps one bias per staged entry and a group of x loads in flight in registers, so tight plans stage fewer.
+ */
+function stagingHeadroom(plan: VppsPlan): number {
+  return plan.budget.limitPerThread - plan.weightRegs - plan.gradientRegs - 64;
+}
+
+/** x loads in flight per thread while staging (registers), by headroom. */
+export function stageLoads(plan: VppsPlan): number {
+  return stagingHeadroom(plan) >= 24 ? 8 : 4;
+}
+
 /** Entries a matvec of `m` stages per round (0: too wide to stage; the unstaged path walks entries per warp). */
-export function forwardStage(m: MatrixPlan): number {
-  return m.cols > STAGE_FLOATS ? 0 : Math.min(MAX_STAGE_ENTRIES, Math.floor(STAGE_FLOATS / m.cols));
+export function forwardStage(m: MatrixPlan, plan: VppsPlan): number {
+  if (m.cols > STAGE_FLOATS) return 0;
+  const cap = stagingHeadroom(plan) >= 24 ? MAX_STAGE_ENTRIES : 0;
+  return Math.min(cap, Math.floor(STAGE_FLOATS / m.cols));
 }
 
 /** Entries a matvec.bwd of `m` stages per round: also bounded by the ȳ buffer (8·rpw rows per slot holding m). */
-export function backwardStage(m: MatrixPlan, rowsPerWarp: number): number {
-  const perEntry = m.slots.length * 8 * rowsPerWarp;
-  return Math.min(forwardStage(m), Math.floor(STAGE_YBAR_FLOATS / perEntry));
+export function backwardStage(m: MatrixPlan, plan: VppsPlan): number {
+  if (m.cols > STAGE_FLOATS || stagingHeadroom(plan) < 24) return 0;
+  const perEntry = m.slots.length * 8 * plan.rowsPerWarp;
+  return Math.min(MAX_STAGE_ENTRIES, Math.floor(STAGE_FLOATS / m.cols), Math.floor(STAGE_YBAR_FLOATS / perEntry));
 }
 
 /** A C identifier for a matrix's constants struct: `M1_U_iou`. */
@@ -107,18 +123,22 @@ __device__ __forceinline__ void mv_forward(const float (&w)[kRpw][SC], int row0,
 template <class M, int EW, int XI, int S>
 __device__ __forceinline__ void stage_x(const u32* ent, u32 ne, const float* pool, float* xs) {
   constexpr int kPer = (S * M::kCols + kThreads - 1) / kThreads;
+  constexpr int kGroup = kPer < kStageLoads ? kPer : kStageLoads; // loads in flight per thread (registers)
   const u32 total = ne * M::kCols;
-  float v[kPer];
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const u32 i = threadIdx.x + k * kThreads;
-    const u32 e = i / M::kCols;
-    v[k] = i < total ? pool[ent[EW * e + XI] + (i - e * M::kCols)] : 0.f;
-  }
+  for (int k0 = 0; k0 < kPer; k0 += kGroup) {
+    float v[kGroup];
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const u32 i = threadIdx.x + k * kThreads;
-    if (i < total) xs[i] = v[k];
+    for (int k = 0; k < kGroup; ++k) {
+      const u32 i = threadIdx.x + (k0 + k) * kThreads;
+      const u32 e = i / M::kCols;
+      v[k] = k0 + k < kPer && i < total ? pool[ent[EW * e + XI] + (i - e * M::kCols)] : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      const u32 i = threadIdx.x + (k0 + k) * kThreads;
+      if (k0 + k < kPer && i < total) xs[i] = v[k];
+    }
   }
 }
 
@@ -293,7 +313,7 @@ struct ${s} {
   static constexpr int kRows = ${m.rows}, kCols = ${m.cols}, kChunks = ${m.chunks};
   static constexpr int kFirstPartition = ${m.firstPartition}, kPartitions = ${m.partitionCount};
   static constexpr long long kMaster = ${m.masterOffset}; // float offset in the master copy and gradient buffer
-  static constexpr int kStage = ${forwardStage(m)}, kStageBwd = ${backwardStage(m, plan.rowsPerWarp)}; // entries staged per round
+  static constexpr int kStage = ${forwardStage(m, plan)}, kStageBwd = ${backwardStage(m, plan)}; // entries staged per round
 };`;
     })
     .join("\n");
@@ -354,13 +374,13 @@ function checkEntryLayout(): void {
 }
 
 /** Rounds of up to kStage entries: the CTA stages the entries and their x vectors, then every warp multiplies. */
-function matVecStaged(m: MatrixPlan): string {
+function matVecStaged(m: MatrixPlan, plan: VppsPlan): string {
   const M = matrixStruct(m);
   const calls = m.slots.map(
     (s) =>
       `            if (holds<${M}>(${s})) mv_forward_staged<${M}>(${w(s)}, first_row<${M}>(${s}, warp), s_ent, s_stage, ne, pool, lane);`,
   );
-  return `        case ${m.index}: { // ${m.name}: ${forwardStage(m)} entries staged per round
+  return `        case ${m.index}: { // ${m.name}: ${forwardStage(m, plan)} entries staged per round
           constexpr u32 S = ${M}::kStage;
 #pragma unroll 1
           for (u32 e0 = 0; e0 < count; e0 += S) {
@@ -380,7 +400,7 @@ function matVecCase(plan: VppsPlan): string {
   const o = Opcode.MatVec;
   const at = (name: string) => LIST_ENTRIES[o]!.indexOf(name);
   const cases = plan.matrices.map((m) => {
-    if (forwardStage(m) > 0) return matVecStaged(m);
+    if (forwardStage(m, plan) > 0) return matVecStaged(m, plan);
     const M = matrixStruct(m);
     const calls = m.slots.map(
       (s) =>
@@ -427,7 +447,7 @@ function matVecBwdStaged(m: MatrixPlan, plan: VppsPlan): string {
     reduce.push(`                  reduce_partials_db<${M}, ${b}>(p, s_reduce, parity, xbar, lane, warp);
                 }`);
   }
-  return `        case ${m.index}: { // ${m.name}: gradient in ${m.gradients}; ${backwardStage(m, plan.rowsPerWarp)} entries staged per round
+  return `        case ${m.index}: { // ${m.name}: gradient in ${m.gradients}; ${backwardStage(m, plan)} entries staged per round
           constexpr u32 S = ${M}::kStageBwd;
           int parity = 0;
 #pragma unroll 1
@@ -455,7 +475,7 @@ ${reduce.join("\n")}
 }
 
 function matVecBwdMatrix(m: MatrixPlan, plan: VppsPlan): string {
-  if (backwardStage(m, plan.rowsPerWarp) > 0) return matVecBwdStaged(m, plan);
+  if (backwardStage(m, plan) > 0) return matVecBwdStaged(m, plan);
   const o = Opcode.MatVecBwd;
   const at = (name: string) => LIST_ENTRIES[o]!.indexOf(name);
   const M = matrixStruct(m);

@@ -26,6 +26,7 @@ import {
   STAGE_ENTRY_WORDS,
   STAGE_FLOATS,
   STAGE_YBAR_FLOATS,
+  stageLoads,
 } from "./kernel-partition.js";
 import {
   KERNEL_ERRORS,
@@ -117,6 +118,7 @@ constexpr int kRowsPerPartition = kWarps * kRpw; // consecutive rows of one matr
 constexpr u32 kScriptChunkWords = ${chunk}u;     // script words staged in shared memory at a time
 constexpr u32 kBarrierSpinLimit = ${spec.barrierSpinLimit ?? DEFAULT_BARRIER_SPIN_LIMIT}u;  // spins before a wait reports a timeout
 constexpr u32 kNone = 0xffffffffu;         // absent optional operand
+constexpr int kStageLoads = ${stageLoads(plan)};              // x loads in flight per thread while staging (registers)
 constexpr int kErrBarrierTimeout = ${KERNEL_ERRORS.barrierTimeout}, kErrBadOpcode = ${KERNEL_ERRORS.badOpcode}, kErrBadLength = ${
     KERNEL_ERRORS.badLength
   }, kErrBadMatrix = ${KERNEL_ERRORS.badMatrix};
