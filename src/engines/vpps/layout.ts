@@ -126,13 +126,19 @@ function aliasesValue(op: number): boolean {
 }
 
 /**
- * The per-node arrays of a layout, kept between batches so that laying out a batch allocates nothing large. A
- * layout made from a workspace is valid until the workspace lays out the next batch.
+ * The arrays of a layout, kept between batches so that laying out a batch allocates nothing once warm. A layout
+ * made from a workspace is valid until the workspace lays out the next batch.
  */
 export class LayoutWorkspace {
   private capacity = 0;
   private i32: Int32Array[] = [];
   private u8: Uint8Array[] = [];
+  /** Per lookup table (parameter index): the batch that last used each row, and that row's first lookup node. */
+  private readonly rowBatch = new Map<number, Int32Array>();
+  private readonly rowFirst = new Map<number, Int32Array>();
+  batch = 0;
+  readonly lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
+  perModel: { paramGrad: Int32Array; paramNode: Int32Array; collect: Int32Array[] } | undefined;
 
   /** Views of length n: Int32Arrays 0-5 filled with -1, 6-7 with 0; Uint8Arrays 0-2 with 0. */
   take(n: number): { i32: readonly Int32Array[]; u8: readonly Uint8Array[] } {
@@ -146,11 +152,26 @@ export class LayoutWorkspace {
       u8: this.u8.map((a) => a.subarray(0, n).fill(0)),
     };
   }
+
+  /** The row tables of lookup table `p` with `rows` rows (grown on first use of a row beyond them). */
+  rowTables(p: number, rows: number): [Int32Array, Int32Array] {
+    let b = this.rowBatch.get(p);
+    if (b === undefined || b.length < rows) {
+      b = new Int32Array(rows);
+      this.rowBatch.set(p, b);
+      this.rowFirst.set(p, new Int32Array(rows));
+    }
+    return [b, this.rowFirst.get(p)!];
+  }
 }
 
 /**
  * Lays out the part of `g` the loss depends on. Rows of lookup tables are addressed inside the model region, so
  * they need no copy; their gradients get one slot per distinct (table, row).
+ *
+ * Three passes over the nodes: backwards for liveness, uses and each node's last consumer; forwards for needGrad,
+ * placement, values and gradients (gradients relative to a region whose start is known only after all values);
+ * backwards again for storage borrowed from the consumer and for the final gradient offsets.
  */
 export function layoutBatch(
   g: ComputationGraph,
@@ -172,144 +193,164 @@ export function layoutBatch(
     Int32Array,
   ];
   const [live, needGrad, placed] = u8 as [Uint8Array, Uint8Array, Uint8Array];
+  const matrixOf = model.matrixOf;
+  // parent[a]: the last live consumer seen (the only one when uses[a] is 1); offsetInParent[a]: a's offset in a
+  // concat consumer, or its argument position in a sub (only sub's first argument may share the gradient)
   live[lossId] = 1;
   for (let i = lossId; i >= 0; i--) {
     if (live[i] === 0) continue;
     const s = argStart[i]!;
+    const o = op[i]!;
+    let off = 0;
     for (let k = 0, c = argCount[i]!; k < c; k++) {
       const a = args[s + k]!;
       live[a] = 1;
       uses[a]!++;
-      if (op[a] === Op.Parameter && model.matrixOf[aux[a]!]! >= 0 && !isMatrixSlot(op[i]!, k))
-        refuseMatrixUse(g, model, i, k);
+      parent[a] = i;
+      offsetInParent[a] = o === Op.Concat ? off : k;
+      if (o === Op.Concat) off += rows[a]! * cols[a]!;
+      if (op[a] === Op.Parameter && matrixOf[aux[a]!]! >= 0 && !isMatrixSlot(o, k)) refuseMatrixUse(g, model, i, k);
     }
-  }
-  for (let i = 0; i < n; i++) {
-    if (live[i] === 0) continue;
-    const o = op[i]!;
-    let d = o === Op.Parameter || o === Op.Lookup ? 1 : 0;
-    const s = argStart[i]!;
-    for (let k = 0, c = argCount[i]!; d === 0 && k < c; k++) d = needGrad[args[s + k]!]!;
-    needGrad[i] = d;
   }
 
-  // Which arguments are computed in place in their only consumer (concat), or share its gradient (sum, add, sub's a).
-  for (let i = 0; i < n; i++) {
-    if (live[i] === 0) continue;
-    const o = op[i]!;
-    if (o !== Op.Concat && o !== Op.Sum && o !== Op.Add && o !== Op.Sub) continue;
-    const s = argStart[i]!;
-    const c = o === Op.Sub ? 1 : argCount[i]!;
-    let off = 0;
-    for (let k = 0; k < c; k++) {
-      const a = args[s + k]!;
-      if (uses[a] === 1 && !aliasesValue(op[a]!)) {
-        if (o === Op.Concat) {
-          placed[a] = PLACED_IN_CONCAT;
-          offsetInParent[a] = off;
-          parent[a] = i;
-        } else if (needGrad[a] === 1) {
-          placed[a] = GRAD_OF_SUM;
-          parent[a] = i;
-        }
-      }
-      off += rows[a]! * cols[a]!;
-    }
+  const plan = model.plan;
+  const matrices = plan.matrices.length;
+  const params = model.params.length;
+  if (workspace.perModel === undefined || workspace.perModel.paramGrad.length !== params) {
+    workspace.perModel = {
+      paramGrad: new Int32Array(params),
+      paramNode: new Int32Array(params),
+      collect: [new Int32Array(matrices), new Int32Array(matrices), new Int32Array(matrices)],
+    };
   }
+  const { paramGrad, paramNode } = workspace.perModel;
+  const [collectY, collectX, collectCount] = workspace.perModel.collect as [Int32Array, Int32Array, Int32Array];
+  paramGrad.fill(-1);
+  paramNode.fill(-1);
+  collectY.fill(-1);
+  collectX.fill(-1);
+  collectCount.fill(0);
+  const gemm = new Uint8Array(matrices);
+  for (const m of plan.matrices) gemm[m.index] = m.gradients === "gemm" ? 1 : 0;
+  const lookupRows = workspace.lookupRows;
+  lookupRows.table.length = 0;
+  lookupRows.row.length = 0;
+  lookupRows.offset.length = 0;
+  lookupRows.node.length = 0;
+  const stamp = ++workspace.batch;
 
   const inputStart = model.modelFloats;
   let next = inputStart + Math.ceil(g.inputSize / 32) * 32;
-  const alloc = (size: number): number => {
-    const at = next;
-    next += size;
-    return at;
-  };
-  const plan = model.plan;
-  const collectCount = new Int32Array(plan.matrices.length);
+  let gradNext = 0; // relative to the first gradient slot
   for (let i = 0; i < n; i++) {
     if (live[i] === 0) continue;
     const o = op[i]!;
+    const s = argStart[i]!;
+    const c = argCount[i]!;
+    let d = o === Op.Parameter || o === Op.Lookup ? 1 : 0;
+    for (let k = 0; d === 0 && k < c; k++) d = needGrad[args[s + k]!]!;
+    needGrad[i] = d;
+    // computed in place in its only consumer (concat), or sharing its gradient (sum, add, sub's first argument)
+    if (uses[i] === 1 && !aliasesValue(o)) {
+      const po = op[parent[i]!]!;
+      if (po === Op.Concat) placed[i] = PLACED_IN_CONCAT;
+      else if (d === 1 && (po === Op.Sum || po === Op.Add || (po === Op.Sub && offsetInParent[i] === 0))) {
+        placed[i] = GRAD_OF_SUM;
+      }
+    }
     const size = rows[i]! * cols[i]!;
     if (o === Op.Input) value[i] = inputStart + aux[i]!;
     else if (o === Op.Parameter) value[i] = model.paramOffset[aux[i]!]!;
     else if (o === Op.Lookup) value[i] = model.paramOffset[aux[i]!]! + aux2[i]! * rows[i]!;
     else if (o === Op.PickRange) {
-      value[i] = value[args[argStart[i]!]!]! + aux[i]!;
-      valueRoot[i] = valueRoot[args[argStart[i]!]!]!;
+      value[i] = value[args[s]!]! + aux[i]!;
+      valueRoot[i] = valueRoot[args[s]!]!;
     } else if (placed[i] !== PLACED_IN_CONCAT) {
-      value[i] = alloc(size);
+      value[i] = next;
+      next += size;
       valueRoot[i] = i;
     }
-    if (o === Op.Affine && argCount[i]! > 3) temp[i] = alloc(size * ((argCount[i]! - 1) / 2));
-    if ((o === Op.MatVec || o === Op.Affine) && needGrad[i] === 1) {
-      for (let k = o === Op.Affine ? 1 : 0; k < argCount[i]!; k += 2) {
-        const m = model.matrixOf[aux[args[argStart[i]! + k]!]!]!;
-        if (m >= 0 && plan.matrices[m]!.gradients === "gemm") collectCount[m]!++;
+    if (o === Op.Affine && c > 3) {
+      temp[i] = next;
+      next += size * ((c - 1) / 2);
+    }
+    if (d === 0) continue;
+    if (o === Op.MatVec || o === Op.Affine) {
+      for (let k = o === Op.Affine ? 1 : 0; k < c; k += 2) {
+        const m = matrixOf[aux[args[s + k]!]!]!;
+        if (m >= 0 && gemm[m] === 1) collectCount[m]!++;
       }
     }
-  }
-  for (let i = n - 1; i >= 0; i--) {
-    if (placed[i] === PLACED_IN_CONCAT) {
-      value[i] = value[parent[i]!]! + offsetInParent[i]!;
-      valueRoot[i] = valueRoot[parent[i]!]!;
-    }
-  }
-  const collectY = new Int32Array(plan.matrices.length).fill(-1);
-  const collectX = new Int32Array(plan.matrices.length).fill(-1);
-  for (const m of plan.matrices) {
-    const c = collectCount[m.index]!;
-    if (c === 0) continue;
-    collectY[m.index] = alloc(c * m.rows);
-    collectX[m.index] = alloc(c * m.cols);
-  }
-
-  // Gradients: everything from here on is zeroed before the launch.
-  next = Math.ceil(next / 32) * 32;
-  const gradStart = next;
-  const normOffset = alloc(1);
-  const paramGrad = new Int32Array(model.params.length).fill(-1);
-  const paramNode = new Int32Array(model.params.length).fill(-1);
-  const lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
-  const rowSlot = new Map<number, number>(); // (table, row) → first lookup node of that row
-  for (let i = 0; i < n; i++) {
-    if (needGrad[i] === 0) continue;
-    const o = op[i]!;
-    const size = rows[i]! * cols[i]!;
+    // gradients, relative for now
     if (o === Op.Parameter) {
       const p = aux[i]!;
-      if (model.matrixOf[p]! >= 0) continue; // in registers (or formed by GEMM)
-      if (paramGrad[p] === -1) paramGrad[p] = alloc(size);
+      if (matrixOf[p]! >= 0) continue; // in registers (or formed by GEMM)
+      if (paramGrad[p] === -1) {
+        paramGrad[p] = gradNext;
+        gradNext += size;
+      }
       paramNode[p] = i;
       grad[i] = paramGrad[p]!;
       gradRoot[i] = i; // one parameter node per parameter per graph
     } else if (o === Op.Lookup) {
-      const key = aux[i]! * 0x1000000 + aux2[i]!;
-      let first = rowSlot.get(key);
-      if (first === undefined) {
-        first = i;
-        grad[i] = alloc(size);
-        rowSlot.set(key, i);
-        lookupRows.table.push(aux[i]!);
-        lookupRows.row.push(aux2[i]!);
+      const table = aux[i]!;
+      const row = aux2[i]!;
+      const [rowBatch, rowFirst] = workspace.rowTables(table, Math.max(model.params[table]!.rows, row + 1));
+      let first = rowFirst[row]!;
+      if (rowBatch[row] !== stamp) {
+        rowBatch[row] = stamp;
+        rowFirst[row] = first = i;
+        grad[i] = gradNext;
+        gradNext += size;
+        lookupRows.table.push(table);
+        lookupRows.row.push(row);
         lookupRows.offset.push(grad[i]!);
         lookupRows.node.push(i);
       }
       grad[i] = grad[first]!;
       gradRoot[i] = first;
     } else if (o === Op.PickRange) {
-      grad[i] = grad[args[argStart[i]!]!]! + aux[i]!;
-      gradRoot[i] = gradRoot[args[argStart[i]!]!]!;
+      grad[i] = grad[args[s]!]! + aux[i]!;
+      gradRoot[i] = gradRoot[args[s]!]!;
     } else if (placed[i] === 0) {
-      grad[i] = alloc(size);
+      grad[i] = gradNext;
+      gradNext += size;
       gradRoot[i] = i;
     }
   }
-  for (let i = n - 1; i >= 0; i--) {
-    if (placed[i] === PLACED_IN_CONCAT && needGrad[i] === 1) grad[i] = grad[parent[i]!]! + offsetInParent[i]!;
-    else if (placed[i] === GRAD_OF_SUM) grad[i] = grad[parent[i]!]!;
-    else continue;
-    gradRoot[i] = gradRoot[parent[i]!]!;
+  for (const m of plan.matrices) {
+    const c = collectCount[m.index]!;
+    if (c === 0) continue;
+    collectY[m.index] = next;
+    next += c * m.rows;
+    collectX[m.index] = next;
+    next += c * m.cols;
   }
+
+  // Gradients: everything from here on is zeroed before the launch; the norm comes first, then the slots above.
+  next = Math.ceil(next / 32) * 32;
+  const gradStart = next;
+  const normOffset = gradStart;
+  const gradBase = gradStart + 1;
+  for (let i = n - 1; i >= 0; i--) {
+    const pl = placed[i]!;
+    if (pl === PLACED_IN_CONCAT) {
+      const p = parent[i]!;
+      value[i] = value[p]! + offsetInParent[i]!;
+      valueRoot[i] = valueRoot[p]!;
+      if (needGrad[i] === 1) {
+        grad[i] = grad[p]! + offsetInParent[i]!;
+        gradRoot[i] = gradRoot[p]!;
+      }
+    } else if (pl === GRAD_OF_SUM) {
+      grad[i] = grad[parent[i]!]!;
+      gradRoot[i] = gradRoot[parent[i]!]!;
+    } else if (grad[i]! >= 0) {
+      grad[i]! += gradBase;
+    }
+  }
+  for (let p = 0; p < params; p++) if (paramGrad[p]! >= 0) paramGrad[p]! += gradBase;
+  for (let r = 0; r < lookupRows.offset.length; r++) lookupRows.offset[r]! += gradBase;
   return {
     value,
     grad,
@@ -322,7 +363,7 @@ export function layoutBatch(
     collectCount,
     inputStart,
     gradStart,
-    poolFloats: next,
+    poolFloats: gradBase + gradNext,
     normOffset,
     live,
     needGrad,

@@ -7,11 +7,9 @@ import type { ComputationGraph } from "../../graph/graph.js";
 import { Op, opName } from "../../graph/opcodes.js";
 import { type BatchLayout, PLACEMENT } from "./layout.js";
 import type { Emitter } from "./schedule.js";
-import { gradBuffer, valueBuffer } from "./schedule-steps.js";
 import { floatBits, NONE, Opcode } from "./script.js";
 
 const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] === 1 ? L.grad[node]! : NONE);
-const entry = new Uint32Array(4);
 
 /** Whether the product W_m·x of node i has backward work in the kernel (x̄, b̄ or a register gradient). */
 function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: number): boolean {
@@ -43,20 +41,18 @@ function productBackward(
   const mp = E.model.plan.matrices[m]!;
   const gy = L.grad[i]!;
   if (productHasWork(E, L, m, x, b)) {
-    entry[0] = gy;
-    entry[1] = L.value[x]!;
-    entry[2] = gradOrNone(L, x);
-    entry[3] = b >= 0 ? gradOrNone(L, b) : NONE;
-    t.listEntry(Opcode.MatVecBwd, m, entry, 4, gradBuffer(L, i), valueBuffer(L, x));
-    if (entry[2] !== NONE) t.wrote(gradBuffer(L, x), -(m + 1));
-    if (entry[3] !== NONE) t.wrote(gradBuffer(L, b), -(m + 1));
+    const gx = gradOrNone(L, x);
+    const gb = b >= 0 ? gradOrNone(L, b) : NONE;
+    t.listEntry(Opcode.MatVecBwd, m, 4, gy, L.value[x]!, gx, gb, t.gradBuffer(i), t.valueBuffer(x));
+    if (gx !== NONE) t.wroteGrad(x, -(m + 1));
+    if (gb !== NONE) t.wroteGrad(b, -(m + 1));
   }
   if (mp.gradients === "gemm") {
     // the rows of Ȳ and X for W̄ = ȲᵀX, one GEMM after the kernel (nothing in the script reads them)
     const j = collected[m]!++;
     const q = t.leastLoaded(2 * (mp.rows + mp.cols));
-    t.need(q, gradBuffer(L, i));
-    t.need(q, valueBuffer(L, x));
+    t.needGrad(q, i);
+    t.needValue(q, x);
     t.writer.ins2(q, Opcode.Copy, mp.rows, L.collectY[m]! + j * mp.rows, gy);
     t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, L.value[x]!);
   }
@@ -74,11 +70,11 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
     if (L.needGrad[a] === 1 && L.placed[a] !== shared) {
       if (q < 0) {
         q = t.leastLoaded(3 * g.rows[i]! * g.cols[i]! * count);
-        t.need(q, gradBuffer(L, i));
+        t.needGrad(q, i);
       }
       const code = op === Op.Sub && k === 1 ? Opcode.AccNeg : Opcode.Acc;
       t.writer.ins2(q, code, len, L.grad[a]!, L.grad[i]! + (op === Op.Concat ? off : 0));
-      t.wrote(gradBuffer(L, a), q);
+      t.wroteGrad(a, q);
     }
     off += len;
   }
@@ -119,50 +115,50 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
     case Op.CMul: {
       const b = g.arg(i, 1);
       const q = t.leastLoaded(5 * len);
-      t.need(q, gradBuffer(L, i));
-      t.need(q, valueBuffer(L, a0));
-      t.need(q, valueBuffer(L, b));
+      t.needGrad(q, i);
+      t.needValue(q, a0);
+      t.needValue(q, b);
       w.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), gy, L.value[a0]!, L.value[b]!);
-      if (L.needGrad[a0] === 1) t.wrote(gradBuffer(L, a0), q);
-      if (L.needGrad[b] === 1) t.wrote(gradBuffer(L, b), q);
+      if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
+      if (L.needGrad[b] === 1) t.wroteGrad(b, q);
       return;
     }
     case Op.Tanh:
     case Op.Logistic:
     case Op.Relu: {
       const q = t.leastLoaded(3 * len);
-      t.need(q, gradBuffer(L, i));
+      t.needGrad(q, i);
       const code = op === Op.Tanh ? Opcode.TanhBwd : op === Op.Logistic ? Opcode.LogisticBwd : Opcode.ReluBwd;
       // tanh and σ differentiate from their output, relu from its input (as the reference does)
       const from = op === Op.Relu ? a0 : i;
-      t.need(q, valueBuffer(L, from));
+      t.needValue(q, from);
       w.ins3(q, code, len, L.grad[a0]!, gy, L.value[from]!);
-      t.wrote(gradBuffer(L, a0), q);
+      t.wroteGrad(a0, q);
       return;
     }
     case Op.Dropout: {
       const q = t.leastLoaded(2 * len);
-      t.need(q, gradBuffer(L, i));
+      t.needGrad(q, i);
       w.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, gy, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
-      t.wrote(gradBuffer(L, a0), q);
+      t.wroteGrad(a0, q);
       return;
     }
     case Op.PickNegLogSoftmax: {
       const classes = g.rows[a0]!;
       const q = t.leastLoaded(2 * classes);
-      t.need(q, gradBuffer(L, i));
-      t.need(q, valueBuffer(L, a0));
+      t.needGrad(q, i);
+      t.needValue(q, a0);
       w.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, gy, L.value[a0]!, g.aux[i]!);
-      t.wrote(gradBuffer(L, a0), q);
+      t.wroteGrad(a0, q);
       return;
     }
     case Op.LstmCell: {
       const k = g.aux[i]!;
       const H = len / 2;
       const q = t.leastLoaded((8 + 3 * k) * H);
-      t.need(q, gradBuffer(L, i));
-      t.need(q, valueBuffer(L, i));
-      t.need(q, valueBuffer(L, a0));
+      t.needGrad(q, i);
+      t.needValue(q, i);
+      t.needValue(q, a0);
       const ops = E.operands;
       ops[0] = gy;
       ops[1] = L.value[i]!;
@@ -171,13 +167,13 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
       ops[4] = k;
       for (let j = 0; j < k; j++) {
         const c = g.arg(i, 1 + j);
-        t.need(q, valueBuffer(L, c));
+        t.needValue(q, c);
         ops[5 + 2 * j] = L.value[c]!;
         ops[6 + 2 * j] = gradOrNone(L, c);
       }
       w.insN(q, Opcode.LstmCellBwd, H, ops, 5 + 2 * k);
-      if (L.needGrad[a0] === 1) t.wrote(gradBuffer(L, a0), q);
-      for (let j = 0; j < k; j++) if (L.needGrad[g.arg(i, 1 + j)] === 1) t.wrote(gradBuffer(L, g.arg(i, 1 + j)), q);
+      if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
+      for (let j = 0; j < k; j++) if (L.needGrad[g.arg(i, 1 + j)] === 1) t.wroteGrad(g.arg(i, 1 + j), q);
       return;
     }
     default:
@@ -204,13 +200,13 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
       if (L.paramGrad[p]! < 0) continue;
       const size = params[p]!.rows * params[p]!.cols;
       const q = t.leastLoaded(size);
-      t.need(q, gradBuffer(L, L.paramNode[p]!));
+      t.needGrad(q, L.paramNode[p]!);
       w.ins2(q, Opcode.Norm2, size, acc, L.paramGrad[p]!);
     }
     for (let r = 0; r < rows.offset.length; r++) {
       const size = params[rows.table[r]!]!.cols;
       const q = t.leastLoaded(size);
-      t.need(q, gradBuffer(L, rows.node[r]!));
+      t.needGrad(q, rows.node[r]!);
       w.ins2(q, Opcode.Norm2, size, acc, rows.offset[r]!);
     }
     for (const q of E.registerGradCtas) {

@@ -11,35 +11,18 @@
  */
 import type { BatchLayout } from "./layout.js";
 import type { VppsPlan } from "./plan.js";
-import { LIST_ENTRIES, type Opcode, ScriptWriter } from "./script.js";
-
-/** Buffer ids of a node's value and gradient storage (-1: storage nobody writes during the batch). */
-export function valueBuffer(L: BatchLayout, node: number): number {
-  const r = L.valueRoot[node]!;
-  return r < 0 ? -1 : 3 * r;
-}
-
-export function gradBuffer(L: BatchLayout, node: number): number {
-  const r = L.gradRoot[node]!;
-  return r < 0 ? -1 : 3 * r + 1;
-}
-
-/** The temporaries of an affine transform with several products. */
-export function tempBuffer(node: number): number {
-  return 3 * node + 2;
-}
+import { LIST_ENTRIES, Opcode, ScriptWriter } from "./script.js";
 
 /** Load of one weight element of a matrix product relative to one float of an elementwise instruction. */
 export const MATRIX_LOAD_WEIGHT = 0.25;
 
-interface MatrixList {
-  op: Opcode;
-  words: Uint32Array;
-  length: number;
-  reads: Int32Array;
-  readCount: number;
-}
+const NO_ROOTS = new Int32Array(0);
 
+/**
+ * Steps, loads and dependencies of one scheduler; every array is kept across batches (grow-only), so that a batch
+ * allocates nothing once warm. Per-cell tables (step × CTA) are not cleared per batch: `waited` holds a stamp of
+ * the batch that set it, and a CTA's signal slot of a step is only read after that CTA worked in the step.
+ */
 export class StepTracker {
   readonly ctas: number;
   readonly writer: ScriptWriter;
@@ -47,6 +30,12 @@ export class StepTracker {
   readonly holders: Int32Array[];
   private readonly heldRows: Int32Array[];
   private readonly cols: Int32Array;
+  /** Per matrix: its holder when it has exactly one, else -1. */
+  private readonly soleHolder: Int32Array;
+
+  /** Storage roots of the batch being scheduled (layout.ts): buffer ids are 3·root (+1 gradient, +2 temporaries). */
+  private valueRoot: Int32Array = NO_ROOTS;
+  private gradRoot: Int32Array = NO_ROOTS;
 
   private head = new Int32Array(0);
   private wStep: Int32Array = new Int32Array(1024);
@@ -55,10 +44,15 @@ export class StepTracker {
   private writes = 0;
 
   step = 0;
+  private batch = 0;
+  /** Per (step, CTA): `batch` when that CTA already waits on that step in this batch (a byte: cache footprint). */
   private waited = new Uint8Array(0);
   private slotOf = new Int32Array(0);
   private slotMask = new Uint32Array(1024);
   private usedGroups = new Uint32Array(0);
+  /** Signal slots reserved by endStep of each step: [slotStart, slotEnd). */
+  private slotStart = new Int32Array(0);
+  private slotEnd = new Int32Array(0);
   private steps = 0;
 
   private readonly active: Int32Array;
@@ -67,20 +61,28 @@ export class StepTracker {
   private readonly stepMask: Uint32Array;
   private readonly load: Float64Array;
   private readonly heap: Int32Array;
+  private readonly identity: Int32Array;
   private heapReady = false;
 
-  private readonly lists: MatrixList[];
-  private readonly listed: number[] = [];
+  /** Per matrix: this step's list entries, the buffers they read, and the list's opcode. */
+  private readonly listWords: Uint32Array[];
+  private readonly listLength: Int32Array;
+  private readonly listReads: Int32Array[];
+  private readonly listReadCount: Int32Array;
+  private readonly listOp: Int32Array;
+  private readonly listed: Int32Array;
+  private listedCount = 0;
   private stepStamp = new Int32Array(0);
   private stamp = 0;
   private onlyWriter = new Int32Array(0);
-  private readonly needed: number[] = [];
+  private needed: Int32Array = new Int32Array(64);
 
   constructor(plan: VppsPlan) {
     if (plan.matrices.length > 32) {
       throw new Error(`VPPS: at most 32 matrices can be held in registers; the plan has ${plan.matrices.length}`);
     }
     const ctas = plan.ctas;
+    const matrices = plan.matrices.length;
     this.ctas = ctas;
     this.writer = new ScriptWriter(ctas);
     this.holders = plan.matrices.map((m) => Int32Array.from(new Set(m.partitions.map((p) => p.cta))).sort());
@@ -89,24 +91,27 @@ export class StepTracker {
       for (const p of m.partitions) rows[p.cta]! += p.rowCount;
       return Int32Array.from(this.holders[i]!, (c) => rows[c]!);
     });
+    this.soleHolder = Int32Array.from(this.holders, (hs) => (hs.length === 1 ? hs[0]! : -1));
     this.cols = Int32Array.from(plan.matrices, (m) => m.cols);
     this.active = new Int32Array(ctas);
     this.activeList = new Int32Array(ctas);
     this.stepMask = new Uint32Array(ctas);
     this.load = new Float64Array(ctas);
     this.heap = new Int32Array(ctas);
-    this.lists = plan.matrices.map(() => ({
-      op: 0 as Opcode,
-      words: new Uint32Array(1024),
-      length: 0,
-      reads: new Int32Array(512),
-      readCount: 0,
-    }));
+    this.identity = Int32Array.from({ length: ctas }, (_, k) => k);
+    this.listWords = plan.matrices.map(() => new Uint32Array(1024));
+    this.listLength = new Int32Array(matrices);
+    this.listReads = plan.matrices.map(() => new Int32Array(512));
+    this.listReadCount = new Int32Array(matrices);
+    this.listOp = new Int32Array(matrices);
+    this.listed = new Int32Array(matrices);
   }
 
-  /** Prepares for a batch with `buffers` buffer ids and at most `steps` steps. */
-  begin(buffers: number, steps: number): void {
+  /** Prepares for a batch laid out as `L` with `buffers` buffer ids and at most `steps` steps. */
+  begin(L: BatchLayout, buffers: number, steps: number): void {
     this.writer.reset();
+    this.valueRoot = L.valueRoot;
+    this.gradRoot = L.gradRoot;
     if (this.head.length < buffers) this.head = new Int32Array(buffers * 2);
     this.head.fill(-1, 0, buffers);
     this.writes = 0;
@@ -115,15 +120,23 @@ export class StepTracker {
     if (this.waited.length < cells) {
       this.waited = new Uint8Array(cells * 2);
       this.slotOf = new Int32Array(cells * 2);
+      this.batch = 0;
     }
-    this.waited.fill(0, 0, cells);
-    this.slotOf.fill(-1, 0, cells);
+    // the stamp wraps after 255 batches; only then is the table cleared
+    if (++this.batch === 256) {
+      this.waited.fill(0);
+      this.batch = 1;
+    }
     if (this.usedGroups.length < steps) {
       this.usedGroups = new Uint32Array(steps * 2);
       this.stepStamp = new Int32Array(steps * 2);
       this.onlyWriter = new Int32Array(steps * 2);
+      this.slotStart = new Int32Array(steps * 2);
+      this.slotEnd = new Int32Array(steps * 2);
     }
     this.usedGroups.fill(0, 0, steps);
+    this.slotStart.fill(0, 0, steps);
+    this.slotEnd.fill(0, 0, steps);
     this.active.fill(0);
   }
 
@@ -146,18 +159,20 @@ export class StepTracker {
   preloadMatrix(m: number, entries: number): void {
     const hs = this.holders[m]!;
     const rows = this.heldRows[m]!;
+    const load = this.load;
     const work = this.cols[m]! * MATRIX_LOAD_WEIGHT * entries;
-    for (let k = 0; k < hs.length; k++) this.load[hs[k]!]! += rows[k]! * work;
+    for (let k = 0; k < hs.length; k++) load[hs[k]!]! += rows[k]! * work;
     this.heapReady = false;
   }
 
   /** The CTA with the least work in this step (a binary heap over the loads). */
   leastLoaded(work: number): number {
     const { heap, load } = this;
-    const n = this.ctas;
     if (!this.heapReady) {
-      for (let k = 0; k < n; k++) heap[k] = k;
-      for (let k = (n >> 1) - 1; k >= 0; k--) this.siftDown(k);
+      // Bottom-up heapify of the identity order. While position k is processed it still holds CTA k, and sifting
+      // down a zero load moves nothing (loads are never negative), so only loaded positions need the call.
+      heap.set(this.identity);
+      for (let k = (this.ctas >> 1) - 1; k >= 0; k--) if (load[k]! > 0) this.siftDown(k);
       this.heapReady = true;
     }
     const q = heap[0]!;
@@ -175,12 +190,63 @@ export class StepTracker {
     for (;;) {
       let c = 2 * k + 1;
       if (c >= n) break;
-      if (c + 1 < n && load[heap[c + 1]!]! < load[heap[c]!]!) c++;
-      if (load[heap[c]!]! >= l) break;
-      heap[k] = heap[c]!;
+      let hc = heap[c]!;
+      let lc = load[hc]!;
+      if (c + 1 < n) {
+        const h2 = heap[c + 1]!;
+        const l2 = load[h2]!;
+        if (l2 < lc) {
+          c++;
+          hc = h2;
+          lc = l2;
+        }
+      }
+      if (lc >= l) break;
+      heap[k] = hc;
       k = c;
     }
     heap[k] = q;
+  }
+
+  /** Buffer ids of node storage: value `3·root`, gradient `3·root + 1` (-1: storage nobody writes in the batch). */
+  valueBuffer(node: number): number {
+    const r = this.valueRoot[node]!;
+    return r < 0 ? -1 : 3 * r;
+  }
+
+  gradBuffer(node: number): number {
+    const r = this.gradRoot[node]!;
+    return r < 0 ? -1 : 3 * r + 1;
+  }
+
+  /** Before CTA q reads the value (gradient, temporaries) of a node. */
+  needValue(q: number, node: number): void {
+    const r = this.valueRoot[node]!;
+    if (r >= 0) this.need(q, 3 * r);
+  }
+
+  needGrad(q: number, node: number): void {
+    const r = this.gradRoot[node]!;
+    if (r >= 0) this.need(q, 3 * r + 1);
+  }
+
+  needTemp(q: number, node: number): void {
+    this.need(q, 3 * node + 2);
+  }
+
+  /** `who` (a CTA, or -(m+1) for the holders of matrix m) wrote the value (gradient, temporaries) of a node. */
+  wroteValue(node: number, who: number): void {
+    const r = this.valueRoot[node]!;
+    if (r >= 0) this.wrote(3 * r, who);
+  }
+
+  wroteGrad(node: number, who: number): void {
+    const r = this.gradRoot[node]!;
+    if (r >= 0) this.wrote(3 * r + 1, who);
+  }
+
+  wroteTemp(node: number, who: number): void {
+    this.wrote(3 * node + 2, who);
   }
 
   /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer b in this step. */
@@ -203,21 +269,23 @@ export class StepTracker {
   /** Before CTA q reads buffer b: wait for every earlier step in which another CTA wrote it. */
   need(q: number, b: number): void {
     if (b < 0) return;
-    for (let e = this.head[b]!; e >= 0; e = this.wNext[e]!) {
-      const who = this.wWho[e]!;
+    const { wWho, wStep, wNext, waited } = this;
+    const ctas = this.ctas;
+    for (let e = this.head[b]!; e >= 0; e = wNext[e]!) {
+      const who = wWho[e]!;
       if (who === q) continue;
-      const st = this.wStep[e]!;
+      const st = wStep[e]!;
       if (who < 0) {
-        const hs = this.holders[-who - 1]!;
-        if (hs.length === 1 && hs[0] === q) continue;
+        if (this.soleHolder[-who - 1] === q) continue;
+        this.sameStepCheck(st);
         this.usedGroups[st]! |= 1 << (-who - 1);
       } else {
-        this.writer.keep(this.slotOf[st * this.ctas + who]!);
+        this.sameStepCheck(st);
+        this.writer.keep(this.slotOf[st * ctas + who]!);
       }
-      this.sameStepCheck(st);
-      const w = st * this.ctas + q;
-      if (this.waited[w] === 0) {
-        this.waited[w] = 1;
+      const w = st * ctas + q;
+      if (waited[w] !== this.batch) {
+        waited[w] = this.batch;
         this.writer.wait(q, st);
       }
     }
@@ -229,91 +297,123 @@ export class StepTracker {
     }
   }
 
-  /** Adds one product of matrix m to this step's list (entry words `e`, buffers read `r0`, `r1`). */
-  listEntry(op: Opcode, m: number, e: ArrayLike<number>, count: number, r0: number, r1: number): void {
-    const list = this.lists[m]!;
-    if (list.length === 0 && list.readCount === 0) this.listed.push(m);
-    list.op = op;
-    if (list.length + count > list.words.length) {
-      const w = new Uint32Array(list.words.length * 2);
-      w.set(list.words);
-      list.words = w;
+  /** Adds one product of matrix m to this step's list (entry words e0..e3, `count` of them; buffers read r0, r1). */
+  listEntry(
+    op: Opcode,
+    m: number,
+    count: number,
+    e0: number,
+    e1: number,
+    e2: number,
+    e3: number,
+    r0: number,
+    r1: number,
+  ): void {
+    const len = this.listLength[m]!;
+    let reads = this.listReadCount[m]!;
+    if (len === 0 && reads === 0) this.listed[this.listedCount++] = m;
+    this.listOp[m] = op;
+    let words = this.listWords[m]!;
+    if (len + count > words.length) {
+      const w = new Uint32Array(words.length * 2);
+      w.set(words);
+      this.listWords[m] = words = w;
     }
-    for (let k = 0; k < count; k++) list.words[list.length++] = e[k]!;
-    if (list.readCount + 2 > list.reads.length) list.reads = grow(list.reads);
-    list.reads[list.readCount++] = r0;
-    list.reads[list.readCount++] = r1;
+    words[len] = e0;
+    words[len + 1] = e1;
+    words[len + 2] = e2;
+    if (count > 3) words[len + 3] = e3;
+    this.listLength[m] = len + count;
+    let r = this.listReads[m]!;
+    if (reads + 2 > r.length) this.listReads[m] = r = grow(r);
+    r[reads++] = r0;
+    r[reads++] = r1;
+    this.listReadCount[m] = reads;
   }
 
   /** One list instruction per holder for every matrix used in this step, after the waits its reads need. */
   private flushLists(): void {
-    for (const m of this.listed) {
-      const list = this.lists[m]!;
-      const hs = this.holders[m]!;
+    const { wWho, wStep, wNext, head, waited, writer, holders, soleHolder } = this;
+    const ctas = this.ctas;
+    for (let li = 0; li < this.listedCount; li++) {
+      const m = this.listed[li]!;
+      const hs = holders[m]!;
+      const sole = hs.length === 1 ? hs[0]! : -3;
       const stamp = ++this.stamp;
-      const needed = this.needed;
-      needed.length = 0;
-      for (let k = 0; k < list.readCount; k++) {
-        const b = list.reads[k]!;
+      let needed = 0;
+      const reads = this.listReads[m]!;
+      const readCount = this.listReadCount[m]!;
+      for (let k = 0; k < readCount; k++) {
+        const b = reads[k]!;
         if (b < 0) continue;
-        for (let e = this.head[b]!; e >= 0; e = this.wNext[e]!) {
-          const who = this.wWho[e]!;
-          const st = this.wStep[e]!;
+        for (let e = head[b]!; e >= 0; e = wNext[e]!) {
+          const who = wWho[e]!;
+          const st = wStep[e]!;
           // the CTA that wrote: a single one, or the only holder of a one-holder matrix; -2 when several did
           let cta = who;
           if (who < 0) {
-            const wh = this.holders[-who - 1]!;
-            cta = wh.length === 1 ? wh[0]! : -2;
+            const only = soleHolder[-who - 1]!;
+            cta = only >= 0 ? only : -2;
           }
-          if (hs.length === 1 && cta === hs[0]) continue; // the only reader wrote it itself
+          if (cta === sole) continue; // the only reader wrote it itself
           this.sameStepCheck(st);
-          if (who >= 0) this.writer.keep(this.slotOf[st * this.ctas + who]!);
+          if (who >= 0) writer.keep(this.slotOf[st * ctas + who]!);
           else this.usedGroups[st]! |= 1 << (-who - 1);
           if (this.stepStamp[st] !== stamp) {
             this.stepStamp[st] = stamp;
             this.onlyWriter[st] = cta;
-            needed.push(st);
+            if (needed === this.needed.length) this.needed = grow(this.needed);
+            this.needed[needed++] = st;
           } else if (this.onlyWriter[st] !== cta) {
             this.onlyWriter[st] = -2;
           }
         }
       }
-      const at = this.writer.appendTable(list.words, list.length);
-      const count = list.length / LIST_ENTRIES[list.op]!.length;
+      const op = this.listOp[m]! as Opcode;
+      const length = this.listLength[m]!;
+      const at = writer.appendTable(this.listWords[m]!, length);
+      const count = length / (op === Opcode.MatVec ? MATVEC_ENTRY : MATVEC_BWD_ENTRY);
+      const list = this.needed;
+      const bit = 1 << m;
       for (let k = 0; k < hs.length; k++) {
         const q = hs[k]!;
         this.touch(q);
-        this.stepMask[q]! |= 1 << m;
-        for (const st of needed) {
+        this.stepMask[q]! |= bit;
+        for (let j = 0; j < needed; j++) {
+          const st = list[j]!;
           if (this.onlyWriter[st] === q) continue;
-          const w = st * this.ctas + q;
-          if (this.waited[w] === 0) {
-            this.waited[w] = 1;
-            this.writer.wait(q, st);
+          const w = st * ctas + q;
+          if (waited[w] !== this.batch) {
+            waited[w] = this.batch;
+            writer.wait(q, st);
           }
         }
-        this.writer.ins2(q, list.op, m, at, count);
+        writer.ins2(q, op, m, at, count);
       }
-      list.length = 0;
-      list.readCount = 0;
+      this.listLength[m] = 0;
+      this.listReadCount[m] = 0;
     }
-    this.listed.length = 0;
+    this.listedCount = 0;
   }
 
   /** Flushes the step's lists and reserves the end-of-step signal of every CTA that worked in it. */
   endStep(): void {
     this.flushLists();
+    const first = this.writer.signalCount;
+    if (first + this.activeCount > this.slotMask.length) {
+      const m = new Uint32Array(Math.max(2 * this.slotMask.length, first + this.activeCount));
+      m.set(this.slotMask);
+      this.slotMask = m;
+    }
+    const base = this.step * this.ctas;
     for (let k = 0; k < this.activeCount; k++) {
       const q = this.activeList[k]!;
       const slot = this.writer.reserveSignal(q, this.step);
-      this.slotOf[this.step * this.ctas + q] = slot;
-      if (slot >= this.slotMask.length) {
-        const m = new Uint32Array(slot * 2);
-        m.set(this.slotMask);
-        this.slotMask = m;
-      }
+      this.slotOf[base + q] = slot;
       this.slotMask[slot] = this.stepMask[q]!;
     }
+    this.slotStart[this.step] = first;
+    this.slotEnd[this.step] = this.writer.signalCount;
   }
 
   /** Every CTA signals and then waits for all: the grid-wide barrier before the update. */
@@ -326,19 +426,25 @@ export class StepTracker {
     for (let q = 0; q < this.ctas; q++) this.writer.wait(q, s);
   }
 
-  /** The batch script, keeping the signals of holders whose matrix output somebody needed. */
-  finish(steps: number): Uint32Array {
+  /**
+   * The batch script (into `into(words)` when given, see ScriptWriter.finish), keeping the signals of holders
+   * whose matrix output somebody needed.
+   */
+  finish(steps: number, into?: (words: number) => Uint32Array): Uint32Array {
     for (let st = 0; st < this.steps; st++) {
       const used = this.usedGroups[st]!;
       if (used === 0) continue;
-      for (let q = 0; q < this.ctas; q++) {
-        const slot = this.slotOf[st * this.ctas + q]!;
-        if (slot >= 0 && (this.slotMask[slot]! & used) !== 0) this.writer.keep(slot);
+      for (let slot = this.slotStart[st]!; slot < this.slotEnd[st]!; slot++) {
+        if ((this.slotMask[slot]! & used) !== 0) this.writer.keep(slot);
       }
     }
-    return this.writer.finish(steps);
+    return this.writer.finish(steps, into);
   }
 }
+
+/** Words of a list entry (script.ts LIST_ENTRIES), as constants for the flush loop. */
+const MATVEC_ENTRY = LIST_ENTRIES[Opcode.MatVec]!.length;
+const MATVEC_BWD_ENTRY = LIST_ENTRIES[Opcode.MatVecBwd]!.length;
 
 function grow(a: Int32Array): Int32Array {
   const b = new Int32Array(a.length * 2);

@@ -16,7 +16,7 @@ import { Op, opName } from "../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "./dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "./layout.js";
 import { emitBackward, emitUpdate, preloadBackward } from "./schedule-backward.js";
-import { gradBuffer, StepTracker, tempBuffer, valueBuffer } from "./schedule-steps.js";
+import { StepTracker } from "./schedule-steps.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "./script.js";
 
 export interface ScheduleOptions {
@@ -66,12 +66,15 @@ export class VppsScheduler implements Emitter {
   private readonly dumpTo = dumpDirectory();
   private dumped = 0;
   private trace: TraceEntry[] | undefined;
-  private readonly entries = new Uint32Array(4);
   /** Two, so that a batch's layout stays valid while the next one is scheduled (the runtime overlaps them). */
   private readonly workspaces = [new LayoutWorkspace(), new LayoutWorkspace()];
   private scheduled = 0;
   /** Products per matrix in the step being prepared (see announce). */
   readonly products: Int32Array;
+  /** Per-batch scratch kept across batches: nodes sorted by level, where each level starts, GEMM rows collected. */
+  private levelStart = new Int32Array(64);
+  private byLevel = new Int32Array(1024);
+  private readonly collected: Int32Array;
 
   constructor(
     readonly model: ModelLayout,
@@ -80,71 +83,90 @@ export class VppsScheduler implements Emitter {
     const plan = model.plan;
     this.t = new StepTracker(plan);
     this.products = new Int32Array(plan.matrices.length);
+    this.collected = new Int32Array(plan.matrices.length);
     this.update = plan.matrices.every((m) => m.gradients === "registers") ? "kernel" : "host";
     const withGrad = new Set<number>();
     for (const m of plan.matrices) if (m.gradients === "registers") for (const p of m.partitions) withGrad.add(p.cta);
     this.registerGradCtas = Int32Array.from(withGrad).sort();
   }
 
-  schedule(g: ComputationGraph, loss: Expression): BatchSchedule {
+  /**
+   * Schedules and encodes one batch. The script goes into `into(words)` when given (e.g. the pinned upload buffer;
+   * the result is a view of its first `words` words), else into a new array.
+   */
+  schedule(g: ComputationGraph, loss: Expression, into?: (words: number) => Uint32Array): BatchSchedule {
     const lossId = g.check(loss, "vpps", "loss");
     if (loss.size !== 1) throw new Error(`vpps: the loss has shape ${loss.shapeString()}; expected a scalar`);
     const L = layoutBatch(g, lossId, this.model, this.workspaces[this.scheduled++ % 2]!);
     const n = lossId + 1;
+    const depth = g.depth;
+    const live = L.live;
     // nodes of each depth level, in graph order (a counting sort)
     let maxLevel = 0;
-    let live = 0;
+    let liveCount = 0;
     for (let i = 0; i < n; i++) {
-      if (L.live[i] === 0) continue;
-      live++;
-      if (g.depth[i]! > maxLevel) maxLevel = g.depth[i]!;
+      if (live[i] === 0) continue;
+      liveCount++;
+      if (depth[i]! > maxLevel) maxLevel = depth[i]!;
     }
-    const levelStart = new Int32Array(maxLevel + 2);
-    for (let i = 0; i < n; i++) if (L.live[i] === 1) levelStart[g.depth[i]! + 1]!++;
+    if (this.levelStart.length < maxLevel + 2) this.levelStart = new Int32Array(2 * (maxLevel + 2));
+    if (this.byLevel.length < liveCount) this.byLevel = new Int32Array(2 * liveCount);
+    const levelStart = this.levelStart;
+    const byLevel = this.byLevel;
+    levelStart.fill(0, 0, maxLevel + 2);
+    for (let i = 0; i < n; i++) if (live[i] === 1) levelStart[depth[i]! + 1]!++;
     for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
-    const byLevel = new Int32Array(live);
-    const fill = levelStart.slice(0, maxLevel + 1);
-    for (let i = 0; i < n; i++) if (L.live[i] === 1) byLevel[fill[g.depth[i]!]!++] = i;
+    // levelStart[d] becomes the end of level d while filling; shift it back afterwards
+    for (let i = 0; i < n; i++) if (live[i] === 1) byLevel[levelStart[depth[i]!]!++] = i;
+    for (let l = maxLevel + 1; l > 0; l--) levelStart[l] = levelStart[l - 1]!;
+    levelStart[0] = 0;
 
     const t = this.t;
-    t.begin(3 * n, 1 + 3 * maxLevel + 3);
+    t.begin(L, 3 * n, 1 + 3 * maxLevel + 3);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
     if (L.needGrad[lossId] === 1) {
       const q = t.leastLoaded(1);
-      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, floatBits(1));
-      t.wrote(gradBuffer(L, lossId), q);
+      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, ONE_BITS);
+      t.wroteGrad(lossId, q);
     }
     t.endStep();
+    const op = g.op;
+    const argCount = g.argCount;
     for (let l = 1; l <= maxLevel; l++) {
+      const begin = levelStart[l]!;
+      const end = levelStart[l + 1]!;
       t.startStep(2 * l - 1);
-      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) this.preloadForward(g, byLevel[k]!);
+      for (let k = begin; k < end; k++) this.preloadForward(g, byLevel[k]!);
       this.announce();
-      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+      for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
         if (this.trace === undefined) this.forward(g, L, i);
         else this.traced("forward", i, () => this.forward(g, L, i));
       }
       t.endStep();
       t.startStep(2 * l);
-      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+      for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
-        if (g.op[i] === Op.Affine && g.argCount[i]! > 3) this.affineSum(g, L, i);
+        if (op[i] === Op.Affine && argCount[i]! > 3) this.affineSum(g, L, i);
       }
       t.endStep();
     }
-    const collected = new Int32Array(this.model.plan.matrices.length);
+    const collected = this.collected.fill(0);
+    const needGrad = L.needGrad;
     let s = 2 * maxLevel + 1;
     for (let l = maxLevel; l >= 1; l--) {
+      const begin = levelStart[l]!;
+      const end = levelStart[l + 1]!;
       t.startStep(s++);
-      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
-        if (L.needGrad[byLevel[k]!] === 1) preloadBackward(this, g, L, byLevel[k]!);
+      for (let k = begin; k < end; k++) {
+        if (needGrad[byLevel[k]!] === 1) preloadBackward(this, g, L, byLevel[k]!);
       }
       this.announce();
-      for (let k = levelStart[l]!; k < levelStart[l + 1]!; k++) {
+      for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
-        if (L.needGrad[i] === 0) continue;
+        if (needGrad[i] === 0) continue;
         if (this.trace === undefined) emitBackward(this, g, L, i, collected);
         else this.traced("backward", i, () => emitBackward(this, g, L, i, collected));
       }
@@ -153,11 +175,11 @@ export class VppsScheduler implements Emitter {
     s = emitUpdate(this, L, s);
     const result: BatchSchedule = {
       layout: L,
-      script: t.finish(s),
+      script: t.finish(s, into),
       barriers: s,
       update: this.update,
       lossOffset: L.value[lossId]!,
-      liveNodes: live,
+      liveNodes: liveCount,
     };
     if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
     return result;
@@ -207,8 +229,9 @@ export class VppsScheduler implements Emitter {
 
   private forward(g: ComputationGraph, L: BatchLayout, i: number): void {
     const op = g.op[i]!;
-    const a0 = g.argCount[i]! > 0 ? g.arg(i, 0) : -1;
-    const y = L.value[i]!;
+    const value = L.value;
+    const a0 = g.argCount[i]! > 0 ? g.args[g.argStart[i]!]! : -1;
+    const y = value[i]!;
     const len = g.rows[i]! * g.cols[i]!;
     const t = this.t;
     const w = t.writer;
@@ -219,16 +242,16 @@ export class VppsScheduler implements Emitter {
       case Op.PickRange:
         return; // storage that already holds the value (layout.ts)
       case Op.MatVec:
-        this.product(L, this.matrixOf(g, i, a0), g.arg(i, 1), y, -1, valueBuffer(L, i));
+        this.product(g, L, i, this.matrixOf(g, i, a0), g.arg(i, 1), y, -1);
         return;
       case Op.Affine: {
         const terms = (g.argCount[i]! - 1) / 2;
         if (terms === 1) {
-          this.product(L, this.matrixOf(g, i, g.arg(i, 1)), g.arg(i, 2), y, a0, valueBuffer(L, i));
+          this.product(g, L, i, this.matrixOf(g, i, g.arg(i, 1)), g.arg(i, 2), y, a0);
         } else {
           for (let k = 0; k < terms; k++) {
             const m = this.matrixOf(g, i, g.arg(i, 1 + 2 * k));
-            this.product(L, m, g.arg(i, 2 + 2 * k), L.temp[i]! + k * len, -1, tempBuffer(i));
+            this.product(g, L, i, m, g.arg(i, 2 + 2 * k), L.temp[i]! + k * len, -1);
           }
         }
         return;
@@ -241,12 +264,12 @@ export class VppsScheduler implements Emitter {
           const al = g.rows[a]! * g.cols[a]!;
           if (L.placed[a] !== PLACEMENT.inConcat) {
             if (q < 0) q = t.leastLoaded(2 * len);
-            t.need(q, valueBuffer(L, a));
-            w.ins2(q, Opcode.Copy, al, y + off, L.value[a]!);
+            t.needValue(q, a);
+            w.ins2(q, Opcode.Copy, al, y + off, value[a]!);
           }
           off += al;
         }
-        if (q >= 0) t.wrote(valueBuffer(L, i), q);
+        if (q >= 0) t.wroteValue(i, q);
         return;
       }
       case Op.Add:
@@ -254,36 +277,36 @@ export class VppsScheduler implements Emitter {
       case Op.CMul: {
         const b = g.arg(i, 1);
         const q = t.leastLoaded(3 * len);
-        t.need(q, valueBuffer(L, a0));
-        t.need(q, valueBuffer(L, b));
+        t.needValue(q, a0);
+        t.needValue(q, b);
         const code = op === Op.Add ? Opcode.Add : op === Op.Sub ? Opcode.Sub : Opcode.CMul;
-        w.ins3(q, code, len, y, L.value[a0]!, L.value[b]!);
-        t.wrote(valueBuffer(L, i), q);
+        w.ins3(q, code, len, y, value[a0]!, value[b]!);
+        t.wroteValue(i, q);
         return;
       }
       case Op.Tanh:
       case Op.Logistic:
       case Op.Relu: {
         const q = t.leastLoaded(2 * len);
-        t.need(q, valueBuffer(L, a0));
+        t.needValue(q, a0);
         const code = op === Op.Tanh ? Opcode.Tanh : op === Op.Logistic ? Opcode.Logistic : Opcode.Relu;
-        w.ins2(q, code, len, y, L.value[a0]!);
-        t.wrote(valueBuffer(L, i), q);
+        w.ins2(q, code, len, y, value[a0]!);
+        t.wroteValue(i, q);
         return;
       }
       case Op.Dropout: {
         const q = t.leastLoaded(2 * len);
-        t.need(q, valueBuffer(L, a0));
-        w.ins5(q, Opcode.Dropout, len, y, L.value[a0]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
-        t.wrote(valueBuffer(L, i), q);
+        t.needValue(q, a0);
+        w.ins5(q, Opcode.Dropout, len, y, value[a0]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
+        t.wroteValue(i, q);
         return;
       }
       case Op.PickNegLogSoftmax: {
         const classes = g.rows[a0]!;
         const q = t.leastLoaded(classes);
-        t.need(q, valueBuffer(L, a0));
-        w.ins3(q, Opcode.PickNls, classes, y, L.value[a0]!, g.aux[i]!);
-        t.wrote(valueBuffer(L, i), q);
+        t.needValue(q, a0);
+        w.ins3(q, Opcode.PickNls, classes, y, value[a0]!, g.aux[i]!);
+        t.wroteValue(i, q);
         return;
       }
       case Op.Sum:
@@ -295,16 +318,16 @@ export class VppsScheduler implements Emitter {
         const q = t.leastLoaded((5 + 2 * k) * H);
         const ops = this.operands;
         ops[0] = y;
-        ops[1] = L.value[a0]!;
+        ops[1] = value[a0]!;
         ops[2] = k;
-        t.need(q, valueBuffer(L, a0));
+        t.needValue(q, a0);
         for (let j = 0; j < k; j++) {
           const c = g.arg(i, 1 + j);
-          t.need(q, valueBuffer(L, c));
-          ops[3 + j] = L.value[c]!;
+          t.needValue(q, c);
+          ops[3 + j] = value[c]!;
         }
         w.insN(q, Opcode.LstmCell, H, ops, 3 + k);
-        t.wrote(valueBuffer(L, i), q);
+        t.wroteValue(i, q);
         return;
       }
       default:
@@ -312,14 +335,16 @@ export class VppsScheduler implements Emitter {
     }
   }
 
-  /** y = (b) + W_m·x, one entry of matrix m's list in this step; `out` is the buffer y belongs to. */
-  private product(L: BatchLayout, m: number, x: number, y: number, b: number, out: number): void {
-    const e = this.entries;
-    e[0] = y;
-    e[1] = L.value[x]!;
-    e[2] = b >= 0 ? L.value[b]! : NONE;
-    this.t.listEntry(Opcode.MatVec, m, e, 3, valueBuffer(L, x), b >= 0 ? valueBuffer(L, b) : -1);
-    this.t.wrote(out, -(m + 1));
+  /**
+   * y = (b) + W_m·x, one entry of matrix m's list in this step, for node i: y is i's value, or with several
+   * products one of its temporaries.
+   */
+  private product(g: ComputationGraph, L: BatchLayout, i: number, m: number, x: number, y: number, b: number): void {
+    const t = this.t;
+    const bias = b >= 0 ? L.value[b]! : NONE;
+    t.listEntry(Opcode.MatVec, m, 3, y, L.value[x]!, bias, 0, t.valueBuffer(x), b >= 0 ? t.valueBuffer(b) : -1);
+    if (g.argCount[i]! > 3) t.wroteTemp(i, -(m + 1));
+    else t.wroteValue(i, -(m + 1));
   }
 
   /** y = b + Σ temporaries, for an affine transform with several products (the step after the products). */
@@ -329,15 +354,15 @@ export class VppsScheduler implements Emitter {
     const b = g.arg(i, 0);
     const t = this.t;
     const q = t.leastLoaded((terms + 2) * len);
-    t.need(q, valueBuffer(L, b));
-    t.need(q, tempBuffer(i));
+    t.needValue(q, b);
+    t.needTemp(q, i);
     const ops = this.operands;
     ops[0] = L.value[i]!;
     ops[1] = terms + 1;
     ops[2] = L.value[b]!;
     for (let k = 0; k < terms; k++) ops[3 + k] = L.temp[i]! + k * len;
     t.writer.insN(q, Opcode.Sum, len, ops, 3 + terms);
-    t.wrote(valueBuffer(L, i), q);
+    t.wroteValue(i, q);
   }
 
   /** y = Σ xⱼ on one processor, chained in pieces that fit an instruction (y joins each later piece). */
@@ -357,13 +382,16 @@ export class VppsScheduler implements Emitter {
       if (!first) ops[2 + c++] = y;
       while (k < count && c < room) {
         const a = g.arg(i, k++);
-        t.need(q, valueBuffer(L, a));
+        t.needValue(q, a);
         ops[2 + c++] = L.value[a]!;
       }
       ops[1] = c;
       t.writer.insN(q, Opcode.Sum, len, ops, 2 + c);
       first = false;
     }
-    t.wrote(valueBuffer(L, i), q);
+    t.wroteValue(i, q);
   }
 }
+
+/** The bit pattern of 1.0f, the seed of the loss gradient. */
+const ONE_BITS = floatBits(1);

@@ -383,6 +383,11 @@ export class ScriptWriter {
     this.lens[cta] = p;
   }
 
+  /** Signals reserved so far (the next slot). */
+  get signalCount(): number {
+    return this.signals;
+  }
+
   /** Reserves a signal on `barrier` at this point of `cta`'s script; returns its slot for `keep()`. */
   reserveSignal(cta: number, barrier: number): number {
     const s = this.signals;
@@ -459,7 +464,15 @@ export class ScriptWriter {
     let total = 0;
     for (let c = 0; c < ctas; c++) total += this.lens[c]!;
     const words = header + total - cuts + this.tableLength;
-    const out = into === undefined ? new Uint32Array(words) : into(words).subarray(0, words);
+    let out: Uint32Array;
+    if (into === undefined) out = new Uint32Array(words);
+    else {
+      const given = into(words);
+      if (given.length < words) {
+        throw new RangeError(`VPPS script: the batch needs ${words} words; the buffer given holds ${given.length}`);
+      }
+      out = given.subarray(0, words);
+    }
     let at = header;
     let k = 0;
     for (let c = 0; c < ctas; c++) {
