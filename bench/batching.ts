@@ -14,7 +14,6 @@
  * sizes 1, 8 and 64 with fewer repeats and writes no file.
  */
 import { CudaEvent, type CudaStream } from "../src/cuda/index.js";
-import { readTrees } from "../src/data/sst.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { AutobatchGpuEngine, type CudaAutobatchDevice } from "../src/engines/autobatch/gpu-engine.js";
@@ -24,7 +23,7 @@ import type { Engine } from "../src/engines/engine.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { makeTrainer } from "../src/train/trainers.js";
-import { benchTrees, machine, median, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, machine, median, writeResult } from "./common.js";
 
 const argv = process.argv.slice(2);
 const quick = argv.includes("--quick");
@@ -44,22 +43,11 @@ const MAX_TREES = 4096;
 const ENGINES = ["eager", "autobatch-depth", "autobatch-agenda", "autobatch-agenda-cublas"] as const;
 type EngineKind = (typeof ENGINES)[number];
 
-const { trees, source } = dataFile
-  ? { trees: readTrees(dataFile, { maxTrees: MAX_TREES }), source: `SST train (${dataFile})` }
-  : benchTrees(MAX_TREES);
+const { trees, source } = loadBenchTrees(dataFile, MAX_TREES);
 const vocab = Vocabulary.fromTrees(trees);
 const makeModel = () => new TreeLstmModel({ vocabSize: vocab.size, embed: EMBED, hidden: HIDDEN, seed: 1 });
 
-/** `NVIDIA H100 80GB HBM3` → `h100`; other names as a lower-case slug. */
-function deviceSlug(name: string): string {
-  const m = /\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b/.exec(name.replace(/^NVIDIA\s+/, ""));
-  return (m ? m[1]! : name).toLowerCase().replace(/[^a-z0-9]+/g, "-");
-}
-
-function batchAt(size: number, k: number): TreeNode[] {
-  const start = (k * size) % Math.max(1, trees.length - size);
-  return trees.slice(start, start + size);
-}
+const batchOf = (size: number, k: number): TreeNode[] => batchAt(trees, size, k);
 
 function open(kind: EngineKind, model: TreeLstmModel): { engine: Engine; stream: CudaStream; name: string } {
   if (kind === "eager") {
@@ -82,7 +70,7 @@ function launchCounts(e: Engine): { kernels: number; cublas: number; copies: num
 // the reference loss of the first batch of 8, before any update
 const reference = makeModel();
 const cpuLoss = new CpuEngine(reference.params).forwardScalar(
-  reference.buildBatchLoss(new ComputationGraph(), batchAt(8, 0), vocab),
+  reference.buildBatchLoss(new ComputationGraph(), batchOf(8, 0), vocab),
 );
 
 interface Profile {
@@ -157,7 +145,7 @@ try {
       start: CudaEvent.create(),
       end: CudaEvent.create(),
     });
-    const check = engine.forwardScalar(model.buildBatchLoss(new ComputationGraph(), batchAt(8, 0), vocab));
+    const check = engine.forwardScalar(model.buildBatchLoss(new ComputationGraph(), batchOf(8, 0), vocab));
     const relErr = Math.abs(check - cpuLoss) / Math.max(1, Math.abs(cpuLoss));
     firstLoss[kind] = check;
     console.log(
@@ -184,7 +172,7 @@ try {
       const step = () => {
         const t0 = performance.now();
         cg.renew();
-        const loss = model.buildBatchLoss(cg, batchAt(batch, batchIndex++), vocab);
+        const loss = model.buildBatchLoss(cg, batchOf(batch, batchIndex++), vocab);
         const t1 = performance.now();
         prof.build += t1 - t0;
         nodes += cg.size;

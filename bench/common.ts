@@ -8,6 +8,25 @@ import type { TreeNode } from "../src/data/tree.js";
 export const ROOT = join(import.meta.dirname, "..");
 export const SST_DIR = join(ROOT, "..", "shared", "data", "sst");
 
+/** The trees of `--data <file>` when given, else SST beside the repository, else the synthetic task. */
+export function loadBenchTrees(dataFile: string | undefined, max: number): { trees: TreeNode[]; source: string } {
+  return dataFile
+    ? { trees: readTrees(dataFile, { maxTrees: max }), source: `SST train (${dataFile})` }
+    : benchTrees(max);
+}
+
+/** Batch k of `size` consecutive trees, wrapping around the list. */
+export function batchAt(trees: readonly TreeNode[], size: number, k: number): TreeNode[] {
+  const start = (k * size) % Math.max(1, trees.length - size);
+  return trees.slice(start, start + size);
+}
+
+/** `NVIDIA H100 80GB HBM3` → `h100`; other names as a lower-case slug (for result file names). */
+export function deviceSlug(name: string): string {
+  const m = /\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b/.exec(name.replace(/^NVIDIA\s+/, ""));
+  return (m ? m[1]! : name).toLowerCase().replace(/[^a-z0-9]+/g, "-");
+}
+
 /** SST training trees when the data set is beside the repository, otherwise the synthetic task. */
 export function benchTrees(max = 2048): { trees: TreeNode[]; source: string } {
   const file = join(SST_DIR, "train.txt");

@@ -7,7 +7,6 @@
  *
  * Without --data it reads ../shared/data/sst/train.txt when present, else the synthetic trees.
  */
-import { readTrees } from "../src/data/sst.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
@@ -15,7 +14,7 @@ import { EagerEngine } from "../src/engines/eager/engine.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { makeTrainer } from "../src/train/trainers.js";
-import { benchTrees, machine, median, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, machine, median, writeResult } from "./common.js";
 
 const argv = process.argv.slice(2);
 const quick = argv.includes("--quick");
@@ -28,22 +27,11 @@ const EMBED = 256;
 const BATCHES = [1, 8, 128];
 const MAX_TREES = 4096;
 
-const { trees, source } = dataFile
-  ? { trees: readTrees(dataFile, { maxTrees: MAX_TREES }), source: `SST train (${dataFile})` }
-  : benchTrees(MAX_TREES);
+const { trees, source } = loadBenchTrees(dataFile, MAX_TREES);
 const vocab = Vocabulary.fromTrees(trees);
 const makeModel = () => new TreeLstmModel({ vocabSize: vocab.size, embed: EMBED, hidden: HIDDEN, seed: 1 });
 
-/** `NVIDIA H100 80GB HBM3` → `h100`; other names as a lower-case slug. */
-function deviceSlug(name: string): string {
-  const m = /\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b/.exec(name.replace(/^NVIDIA\s+/, ""));
-  return (m ? m[1]! : name).toLowerCase().replace(/[^a-z0-9]+/g, "-");
-}
-
-function batchAt(size: number, k: number): TreeNode[] {
-  const start = (k * size) % Math.max(1, trees.length - size);
-  return trees.slice(start, start + size);
-}
+const batchOf = (size: number, k: number): TreeNode[] => batchAt(trees, size, k);
 
 const model = makeModel();
 const engine = new EagerEngine(model.params);
@@ -52,9 +40,9 @@ const device = engine.ctx.deviceName;
 // correctness first: the first batch of 8 on both engines (before any update)
 const cgCheck = new ComputationGraph();
 const reference = makeModel();
-const cpuLoss = new CpuEngine(reference.params).forwardScalar(reference.buildBatchLoss(cgCheck, batchAt(8, 0), vocab));
+const cpuLoss = new CpuEngine(reference.params).forwardScalar(reference.buildBatchLoss(cgCheck, batchOf(8, 0), vocab));
 const cgEager = new ComputationGraph();
-const eagerLoss = engine.forwardScalar(model.buildBatchLoss(cgEager, batchAt(8, 0), vocab));
+const eagerLoss = engine.forwardScalar(model.buildBatchLoss(cgEager, batchOf(8, 0), vocab));
 const relErr = Math.abs(eagerLoss - cpuLoss) / Math.max(1, Math.abs(cpuLoss));
 console.log(
   `first batch of 8: loss cpu ${cpuLoss.toFixed(6)}, eager ${eagerLoss.toFixed(6)}, relative error ${relErr.toExponential(2)}`,
@@ -89,7 +77,7 @@ for (const batch of BATCHES) {
   const step = () => {
     const t0 = performance.now();
     cg.renew();
-    const loss = model.buildBatchLoss(cg, batchAt(batch, batchIndex++), vocab);
+    const loss = model.buildBatchLoss(cg, batchOf(batch, batchIndex++), vocab);
     buildMs += performance.now() - t0;
     nodes += cg.size;
     const value = engine.forwardScalar(loss);

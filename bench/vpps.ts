@@ -14,14 +14,13 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readTrees } from "../src/data/sst.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { type VariantInfo, Vpps } from "../src/engines/vpps/engine.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
-import { benchTrees, machine, ROOT, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, machine, ROOT, writeResult } from "./common.js";
 
 const argv = process.argv.slice(2);
 const arg = (name: string): string | undefined => {
@@ -43,15 +42,10 @@ const EMBED = 256;
 const BATCHES = quick ? [1, 8, 128] : [1, 2, 4, 8, 16, 32, 64, 128];
 /** Sentences timed per batch size (at least 20 batches), after 5 untimed batches. */
 const SENTENCES = quick ? 1024 : 4096;
-const { trees, source } = dataFile
-  ? { trees: readTrees(dataFile, { maxTrees: 8192 }), source: `SST train (${dataFile})` }
-  : benchTrees(8192);
+const { trees, source } = loadBenchTrees(dataFile, 8192);
 const vocab = Vocabulary.fromTrees(trees);
 
-function batchAt(size: number, k: number): TreeNode[] {
-  const start = (k * size) % Math.max(1, trees.length - size);
-  return trees.slice(start, start + size);
-}
+const batchOf = (size: number, k: number): TreeNode[] => batchAt(trees, size, k);
 
 interface Row {
   cell: CellFormulation;
@@ -117,17 +111,17 @@ for (const cell of CELLS) {
   {
     const ref = makeModel();
     const cpu = new CpuEngine(ref.params).forwardScalar(
-      ref.buildBatchLoss(new ComputationGraph(), batchAt(8, 0), vocab),
+      ref.buildBatchLoss(new ComputationGraph(), batchOf(8, 0), vocab),
     );
     const cg = new ComputationGraph();
-    vpps.fb(cg, model.buildBatchLoss(cg, batchAt(8, 0), vocab));
+    vpps.fb(cg, model.buildBatchLoss(cg, batchOf(8, 0), vocab));
     firstLoss[cell] = { cpu, vpps: await vpps.syncLatestLoss() };
     console.log(`${cell}: first batch of 8: CPU loss ${cpu}, VPPS ${firstLoss[cell]!.vpps}`);
   }
   // profile-guided rpw: run batches of 8 until a variant is chosen
   for (let k = 1; vpps.chosenVariant === undefined; k++) {
     const cg = new ComputationGraph();
-    vpps.fb(cg, model.buildBatchLoss(cg, batchAt(8, k), vocab));
+    vpps.fb(cg, model.buildBatchLoss(cg, batchOf(8, k), vocab));
   }
   await vpps.syncLatestLoss();
   chosen[cell] = vpps.chosenVariant;
@@ -139,7 +133,7 @@ for (const cell of CELLS) {
       const cg = graphs[k % 3]!; // a graph stays untouched while its batch may still be in flight
       cg.renew();
       const t0 = performance.now();
-      const loss = model.buildBatchLoss(cg, batchAt(batch, k), vocab);
+      const loss = model.buildBatchLoss(cg, batchOf(batch, k), vocab);
       stats.build += performance.now() - t0;
       return vpps.fb(cg, loss);
     };
@@ -206,7 +200,7 @@ const result = {
   targets: { batch1: 5000, batch8: 15000, batch128: 30000, vsAgendaUpTo32: 3 },
 };
 if (!quick) {
-  const slug = /\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b/.exec(deviceName.replace(/^NVIDIA\s+/, ""))?.[1]?.toLowerCase() ?? "gpu";
+  const slug = deviceSlug(deviceName);
   console.log(`wrote ${writeResult(`vpps-${slug}`, result)}`);
 } else {
   console.log(JSON.stringify(rows.map((r) => [r.cell, r.batch, Math.round(r.sentencesPerSecond)])));
