@@ -121,10 +121,9 @@ for (const r of rows) {
   );
 }
 if (!quick) {
-  const date = new Date().toISOString().slice(0, 10);
   const path = writeResult("vpps-host", {
     benchmark: "vpps-host",
-    command: "npx tsx bench/vpps-host.ts",
+    command: "npm run bench:vpps-host",
     date: new Date().toISOString(),
     machine: m,
     data: source,
