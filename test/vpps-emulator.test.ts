@@ -10,29 +10,11 @@ import { type PlanOptions, planVpps } from "../src/engines/vpps/plan.js";
 import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule.js";
 import { disassemble, instructionWords, Opcode } from "../src/engines/vpps/script.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { type LookupParameter, type Parameter, ParameterCollection } from "../src/model/parameters.js";
+import { ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
-import {
-  add,
-  affine,
-  cmul,
-  concat,
-  dropout,
-  input,
-  logistic,
-  lookup,
-  lstmCell,
-  matVec,
-  parameter,
-  pickNegLogSoftmax,
-  pickRange,
-  relu,
-  sub,
-  sum,
-  tanh,
-} from "../src/ops/index.js";
+import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
 import { SimpleSGDTrainer } from "../src/train/trainers.js";
-import { RandomStream } from "../src/util/random.js";
+import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
 
 /** A small GPU: few CTAs, so matrices spread over several slots of each CTA and processors share work. */
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
@@ -167,9 +149,9 @@ describe("VPPS emulator against the CPU engine", () => {
 
   test("random graphs over every op: loss, gradients and updated weights", () => {
     for (let seed = 1; seed <= 30; seed++) {
-      const { pc, build } = randomModel(seed);
+      const { pc, build } = randomVppsModel(seed);
       const cg = new ComputationGraph();
-      const loss = buildRandomGraph(cg, build, seed);
+      const loss = buildRandomVppsGraph(cg, build, seed);
       const clip = seed % 3 === 0 ? 0 : 2;
       const ref = reference(pc, loss, clip);
       const plan: PlanOptions = {
@@ -307,110 +289,3 @@ describe("VPPS script synchronisation", () => {
     );
   });
 });
-
-// ---- random graphs over every op ------------------------------------------------------------------------------
-
-interface RandomModel {
-  mats: Parameter[];
-  vecs: Parameter[];
-  table: LookupParameter;
-}
-
-const DIMS = [3, 5, 8, 33];
-
-function randomModel(seed: number): { pc: ParameterCollection; build: RandomModel } {
-  const pc = new ParameterCollection({ seed });
-  const r = new RandomStream(seed);
-  const mats: Parameter[] = [];
-  for (let k = 0; k < 4; k++) mats.push(pc.addParameters([DIMS[r.int(4)]!, DIMS[r.int(4)]!], undefined, `W${k}`));
-  const vecs = DIMS.map((d) => pc.addParameters(d, { kind: "uniform", scale: 0.5 }, `b${d}`));
-  const table = pc.addLookupParameters(10, DIMS[r.int(3)]!, undefined, "E");
-  return { pc, build: { mats, vecs, table } };
-}
-
-/** A random graph using every op the VPPS script supports; the loss is a sum of softmax losses over its nodes. */
-function buildRandomGraph(cg: ComputationGraph, m: RandomModel, seed: number): Expression {
-  const r = new RandomStream(seed * 7919 + 1);
-  cg.dropoutKey = seed;
-  const exprs: Expression[] = [];
-  const ofSize = (n: number) => exprs.filter((e) => e.size === n);
-  const pick = <T>(xs: readonly T[]): T | undefined => (xs.length === 0 ? undefined : xs[r.int(xs.length)]);
-  const values = (n: number) => Array.from({ length: n }, () => 2 * r.uniform() - 1);
-  for (const d of DIMS) exprs.push(input(cg, values(d)));
-  for (let k = 0; k < 3; k++) exprs.push(lookup(cg, m.table, r.int(m.table.rows)));
-  for (const v of m.vecs) if (r.int(2) === 0) exprs.push(parameter(cg, v));
-  for (let step = 0; step < 45; step++) {
-    const a = pick(exprs)!;
-    const same = pick(ofSize(a.size))!;
-    switch (r.int(13)) {
-      case 0: {
-        const W = pick(m.mats)!;
-        const x = pick(ofSize(W.cols));
-        if (x) exprs.push(matVec(W, x));
-        break;
-      }
-      case 1: {
-        const W = pick(m.mats)!;
-        const x = pick(ofSize(W.cols));
-        const b = r.int(2) === 0 ? m.vecs[DIMS.indexOf(W.rows)]! : pick(ofSize(W.rows));
-        if (!x || !b) break;
-        const W2 = pick(m.mats.filter((w) => w.rows === W.rows && w !== W));
-        const x2 = W2 ? pick(ofSize(W2.cols)) : undefined;
-        exprs.push(W2 && x2 && r.int(2) === 0 ? affine([b, W, x, W2, x2]) : affine([b, W, x]));
-        break;
-      }
-      case 2:
-        if (a.size + same.size <= 40) exprs.push(concat([a, same, ...(r.int(2) === 0 ? [pick(exprs)!] : [])]));
-        break;
-      case 3: {
-        if (a.size < 2) break;
-        const s = r.int(a.size - 1);
-        exprs.push(pickRange(a, s, s + 1 + r.int(a.size - s - 1)));
-        break;
-      }
-      case 4:
-        exprs.push(add(a, same));
-        break;
-      case 5:
-        exprs.push(sub(a, same));
-        break;
-      case 6:
-        exprs.push(cmul(a, same));
-        break;
-      case 7:
-        exprs.push([tanh, logistic, relu][r.int(3)]!(a));
-        break;
-      case 8:
-        exprs.push(dropout(a, 0.3));
-        break;
-      case 9:
-        exprs.push(sum([a, same, ...(r.int(2) === 0 ? [same] : [])]));
-        break;
-      case 10:
-      case 11: {
-        const H = pick([3, 5, 8])!;
-        const k = r.int(3);
-        const part = () =>
-          pick(ofSize(H)) ??
-          pickRange(pick(exprs.filter((e) => e.size >= H)) ?? concat([a, a, a, a, a, a, a, a]), 0, H);
-        const gates = pick(ofSize((3 + k) * H)) ?? concat(Array.from({ length: 3 + k }, part));
-        const hc = lstmCell(gates, Array.from({ length: k }, part));
-        exprs.push(hc, pickRange(hc, 0, H), pickRange(hc, H, 2 * H));
-        break;
-      }
-      case 12:
-        if (a.size > 1) exprs.push(pickNegLogSoftmax(a, r.int(a.size)));
-        break;
-    }
-  }
-  const losses: Expression[] = exprs
-    .slice(-6)
-    .filter((e) => e.size > 1)
-    .map((e) => pickNegLogSoftmax(e, r.int(e.size)));
-  for (let k = 0; k < 6; k++) {
-    const e = pick(exprs.filter((x) => x.size > 1))!;
-    losses.push(pickNegLogSoftmax(e, r.int(e.size)));
-  }
-  for (const e of exprs) if (e.size === 1 && e.op !== 0) losses.push(e);
-  return sum(losses);
-}

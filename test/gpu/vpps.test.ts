@@ -1,14 +1,16 @@
 // The VPPS persistent kernel on a real GPU against the CPU reference: loss, every parameter's gradient and the
 // SGD-updated weights (clipping active) on Tree-LSTM batches of 1, 8 and 32 trees at hidden 128, 256 and 512 (512
 // forms some gradients by GEMM), the ops cell, dropout, gradients forced to GEMM, profile-guided rpw, the Engine
-// adapter in a training loop, and a barrier that is never satisfied (an error naming processor and barrier, no
-// hang). Skipped, with the reason printed, without a GPU.
+// adapter in a training loop, random graphs over every op, and a barrier that is never satisfied (an error naming
+// processor and barrier, no hang). Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
+import { readTrees } from "../../src/data/sst.js";
 import { syntheticTrees } from "../../src/data/synthetic.js";
 import { Vocabulary } from "../../src/data/vocab.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
@@ -20,6 +22,7 @@ import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import type { ParameterCollection } from "../../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
 import { SimpleSGDTrainer } from "../../src/train/trainers.js";
+import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
@@ -66,8 +69,14 @@ function firstDifference(what: string, expected: Float32Array, actual: Float32Ar
   return "";
 }
 
-function setup(H: number, cell: CellFormulation = "fused", dropout = 0) {
-  const trees = syntheticTrees(64, 7);
+/** SST training trees where the data set is beside the repository (or copied into .gpu-data on a GPU machine). */
+const SST_FILE = [
+  join(import.meta.dirname, "..", "..", "..", "shared", "data", "sst", "train.txt"),
+  join(import.meta.dirname, "..", "..", ".gpu-data", "sst", "train.txt"),
+].find((f) => existsSync(f));
+
+function setup(H: number, cell: CellFormulation = "fused", dropout = 0, real = false) {
+  const trees = real && SST_FILE ? readTrees(SST_FILE, { maxTrees: 160 }) : syntheticTrees(64, 7);
   const vocab = Vocabulary.fromTrees(trees);
   const model = new TreeLstmModel({
     vocabSize: vocab.size,
@@ -81,6 +90,28 @@ function setup(H: number, cell: CellFormulation = "fused", dropout = 0) {
 }
 
 /**
+ * Runs one batch through `vpps` and the CPU reference from the same weights (the collection's host values, which
+ * must equal the device's); returns the first mismatch of loss, gradients or updated weights, or "".
+ */
+async function checkBatch(vpps: Vpps, pc: ParameterCollection, cg: ComputationGraph, loss: Expression, what: string) {
+  const ref = reference(pc, loss, CLIP);
+  const before = pc.all.map((p) => Float32Array.from(p.value));
+  vpps.fb(cg, loss);
+  const got = await vpps.syncLatestLoss();
+  const grads = vpps.gradients();
+  vpps.syncToHost();
+  let d =
+    Math.abs(got - ref.loss) <= 1e-4 * Math.max(1, Math.abs(ref.loss)) ? "" : `loss: CPU ${ref.loss}, VPPS ${got}`;
+  for (const [i, p] of pc.all.entries()) {
+    const step = (v: Float32Array) => Float32Array.from(v, (x, k) => x - before[i]![k]!);
+    d ||= firstDifference(`gradient of ${p.name}`, ref.gradients[i]!, grads[i]!);
+    d ||= firstDifference(`update of ${p.name}`, step(ref.values[i]!), step(p.value), before[i]);
+  }
+  console.log(`  ${what}: loss CPU ${ref.loss.toFixed(5)} VPPS ${got.toFixed(5)} ${d || "ok"}`);
+  return d;
+}
+
+/**
  * Runs batches of `sizes` trees through one Vpps instance and the CPU reference from the same weights; returns
  * the first mismatch per batch (empty strings when all agree).
  */
@@ -90,8 +121,9 @@ async function compareBatches(
   opts: VppsOptions,
   cell: CellFormulation = "fused",
   dropout = 0,
+  real = false,
 ) {
-  const { trees, vocab, model } = setup(H, cell, dropout);
+  const { trees, vocab, model } = setup(H, cell, dropout, real);
   const pc = model.params;
   const vpps = await Vpps.create(pc, { cacheDir, exportGradients: true, learningRate: LR, clip: CLIP, ...opts });
   const out: string[] = [];
@@ -103,21 +135,7 @@ async function compareBatches(
       cg.dropoutKey = 99 + n;
       const loss = model.buildBatchLoss(cg, trees.slice(start, start + n), vocab);
       start += n;
-      const ref = reference(pc, loss, CLIP);
-      const before = pc.all.map((p) => Float32Array.from(p.value));
-      vpps.fb(cg, loss);
-      const got = await vpps.syncLatestLoss();
-      const grads = vpps.gradients();
-      vpps.syncToHost();
-      let d =
-        Math.abs(got - ref.loss) <= 1e-4 * Math.max(1, Math.abs(ref.loss)) ? "" : `loss: CPU ${ref.loss}, VPPS ${got}`;
-      for (const [i, p] of pc.all.entries()) {
-        const step = (v: Float32Array) => Float32Array.from(v, (x, k) => x - before[i]![k]!);
-        d ||= firstDifference(`gradient of ${p.name}`, ref.gradients[i]!, grads[i]!);
-        d ||= firstDifference(`update of ${p.name}`, step(ref.values[i]!), step(p.value), before[i]);
-      }
-      console.log(`  H ${H} ${cell} batch ${n}: loss CPU ${ref.loss.toFixed(5)} VPPS ${got.toFixed(5)} ${d || "ok"}`);
-      out.push(d);
+      out.push(await checkBatch(vpps, pc, cg, loss, `H ${H} ${cell} batch ${n}`));
     }
     return { out, vpps: vpps.variantInfo };
   } finally {
@@ -137,6 +155,11 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     });
   }
 
+  test("SST batches of 1, 16 and 128 trees, hidden 256", { skip: SST_FILE ? false : "SST not found" }, async () => {
+    const { out } = await compareBatches(256, [1, 16, 128], { rowsPerWarp: 1 }, "fused", 0, true);
+    assert.deepEqual(out, ["", "", ""]);
+  });
+
   test("ops cell and dropout, hidden 128, 2 CTAs/SM", async () => {
     const { out } = await compareBatches(128, [8], { rowsPerWarp: 1, ctasPerSm: 2 }, "ops", 0.2);
     assert.deepEqual(out, [""]);
@@ -152,6 +175,32 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       const { out } = await compareBatches(256, [8], { rowsPerWarp, ctasPerSm: 1 });
       assert.deepEqual(out, [""], `rpw ${rowsPerWarp}`);
     }
+  });
+
+  test("random graphs over every op (awkward widths, GEMM and register gradients, dropout)", async () => {
+    const out: string[] = [];
+    for (let seed = 1; seed <= 6; seed++) {
+      const { pc, build } = randomVppsModel(seed);
+      const vpps = await Vpps.create(pc, {
+        cacheDir,
+        exportGradients: true,
+        learningRate: LR,
+        clip: CLIP,
+        rowsPerWarp: 1,
+        gradients: seed % 3 === 0 ? "gemm" : "auto",
+        name: `random${seed}`,
+      });
+      try {
+        for (let batch = 0; batch < 2; batch++) {
+          const cg = new ComputationGraph();
+          const loss = buildRandomVppsGraph(cg, build, 100 * seed + batch);
+          out.push(await checkBatch(vpps, pc, cg, loss, `random graph seed ${seed}.${batch} (${cg.size} nodes)`));
+        }
+      } finally {
+        vpps.dispose();
+      }
+    }
+    assert.deepEqual(out, Array(12).fill(""));
   });
 
   test("profile-guided rpw picks one of the compiled variants and keeps training", async () => {
