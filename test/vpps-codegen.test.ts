@@ -6,8 +6,9 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { promisify } from "node:util";
 import { deviceModelFromProperties, H100_SXM, H200 } from "../src/engines/vpps/device-model.js";
+import { formatKernelProfile, summarizeKernelProfile } from "../src/engines/vpps/kernel-profile.js";
 import { opcodeConstant } from "../src/engines/vpps/kernel-static.js";
-import { generateKernelSource, kernelName } from "../src/engines/vpps/kernel-template.js";
+import { generateKernelSource, kernelName, PROFILE_SLOTS, PROFILE_WORDS } from "../src/engines/vpps/kernel-template.js";
 import {
   enumeratePlans,
   INTERPRETER_RESERVED_REGS,
@@ -18,7 +19,7 @@ import {
 } from "../src/engines/vpps/plan.js";
 import { formatPlan } from "../src/engines/vpps/plan-format.js";
 import { assertNoSpills, parsePtxasReport } from "../src/engines/vpps/ptxas-report.js";
-import { OPCODES } from "../src/engines/vpps/script.js";
+import { OPCODES, Opcode } from "../src/engines/vpps/script.js";
 import { RandomStream } from "../src/util/random.js";
 
 const run = promisify(execFile);
@@ -251,6 +252,10 @@ describe("VPPS kernel source", () => {
       /extern "C" __global__ void __launch_bounds__\(kThreads, kCtasPerSm\)\nvpps_treelstm_cta1_rpw2\(/,
     );
     assert.doesNotMatch(source, /\$\{|undefined|NaN/);
+    assert.match(source, /constexpr bool kProfile = false;/);
+    const profiled = generateKernelSource(plan, { model: "treelstm", profile: true });
+    assert.match(profiled, /constexpr bool kProfile = true;/);
+    assert.equal(kernelName(plan, { model: "treelstm", profile: true }), "vpps_treelstm_cta1_rpw2_prof");
   });
 
   test("the interpreter has one case per opcode of the script format", () => {
@@ -321,6 +326,10 @@ describe("VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v)", asyn
         return { plan, name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
       }),
     );
+    // the cycle-counting build (`profile: true`) of the tightest plan must not spill either
+    const tight = planVpps(treeLstm(256, 256), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 3 });
+    const profiled = { model: "treelstm_profiled", profile: true };
+    kernels.push({ plan: tight, name: kernelName(tight, profiled), source: generateKernelSource(tight, profiled) });
     assert.equal(new Set(kernels.map((k) => k.name)).size, kernels.length, "kernel names must be unique");
     // One translation unit per core (each kernel in its own namespace) pays nvcc's front end once per core.
     const units = Math.max(1, Math.min(availableParallelism(), 4, kernels.length));
@@ -355,5 +364,34 @@ describe("VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v)", asyn
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("VPPS kernel profile summary", () => {
+  test("shares per opcode class from the raw counters, most cycles first", () => {
+    const words = new BigUint64Array(PROFILE_WORDS);
+    const set = (op: Opcode, cycles: number, count: number) => {
+      words[2 * op] = BigInt(cycles);
+      words[2 * op + 1] = BigInt(count);
+    };
+    set(Opcode.Wait, 500, 10);
+    set(Opcode.MatVec, 300, 4);
+    set(Opcode.LstmCell, 100, 2);
+    words[PROFILE_SLOTS.load] = 50n;
+    words[PROFILE_SLOTS.staging] = 10n;
+    words[PROFILE_SLOTS.total] = 1000n;
+    const p = summarizeKernelProfile(words);
+    assert.deepEqual(
+      p.opcodes.map((o) => [o.mnemonic, o.count, o.share]),
+      [
+        ["wait", 10, 0.5],
+        ["matvec", 4, 0.3],
+        ["lstm", 2, 0.1],
+      ],
+    );
+    assert.equal(p.waitShare, 0.5);
+    assert.equal(p.matrixShare, 0.3);
+    assert.equal(p.otherShare, 0.1);
+    assert.match(formatKernelProfile(p), /wait 50\.0%, matrix 30\.0%, other instructions 10\.0%, weight load 5\.0%/);
   });
 });

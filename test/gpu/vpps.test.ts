@@ -16,8 +16,9 @@ import { Vocabulary } from "../../src/data/vocab.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import { createEngine } from "../../src/engines/index.js";
 import { Vpps, type VppsOptions } from "../../src/engines/vpps/engine.js";
+import { formatKernelProfile } from "../../src/engines/vpps/kernel-profile.js";
 import { VppsKernelError } from "../../src/engines/vpps/pipeline.js";
-import { instructionWords, Opcode } from "../../src/engines/vpps/script.js";
+import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engines/vpps/script.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import type { ParameterCollection } from "../../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
@@ -201,6 +202,48 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       }
     }
     assert.deepEqual(out, Array(12).fill(""));
+  });
+
+  test("kernel profile: every executed instruction counted once, cycle shares add up", async () => {
+    const { trees, vocab, model } = setup(128);
+    const counts = new Array<number>(OPCODE_COUNT).fill(0);
+    const vpps = await Vpps.create(model.params, {
+      cacheDir,
+      rowsPerWarp: 1,
+      profileKernel: true,
+      exportGradients: true,
+      learningRate: LR,
+      clip: CLIP,
+      editScript: (script, ctas) => {
+        for (let at = ctas + 1; at < ctas + 1 + script[ctas]!; at += instructionWords(script, at)) {
+          counts[script[at]! & 0xff]!++;
+        }
+      },
+    });
+    try {
+      const out: string[] = [];
+      for (let b = 0; b < 2; b++) {
+        const cg = new ComputationGraph();
+        const loss = model.buildBatchLoss(cg, trees.slice(8 * b, 8 * b + 8), vocab);
+        out.push(await checkBatch(vpps, model.params, cg, loss, `profiled kernel, batch ${b}`));
+      }
+      assert.deepEqual(out, ["", ""]);
+      const p = vpps.kernelProfile(true);
+      console.log(formatKernelProfile(p));
+      for (const o of OPCODES) {
+        const got = p.opcodes.find((x) => x.mnemonic === o.mnemonic)?.count ?? 0;
+        assert.equal(
+          got,
+          counts[o.opcode],
+          `${o.mnemonic}: executed ${got} times, the scripts hold ${counts[o.opcode]}`,
+        );
+      }
+      const shares = p.waitShare + p.matrixShare + p.otherShare + (p.loadCycles + p.stagingCycles) / p.totalCycles;
+      assert.ok(shares > 0.5 && shares <= 1 + 1e-9, `cycle shares add up to ${shares}`);
+      assert.equal(vpps.kernelProfile().totalCycles, 0, "reset zeroes the counters");
+    } finally {
+      vpps.dispose();
+    }
   });
 
   test("profile-guided rpw picks one of the compiled variants and keeps training", async () => {

@@ -11,6 +11,7 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { GpuContext } from "../gpu/context.js";
 import { type DeviceModel, deviceModelFromProperties } from "./device-model.js";
+import { type KernelProfile, summarizeKernelProfile } from "./kernel-profile.js";
 import { generateKernelSource, kernelName } from "./kernel-template.js";
 import { createModelLayout } from "./layout.js";
 import { enumeratePlans, type GradientStrategy, type MatrixSpec, planVpps, type VppsPlan } from "./plan.js";
@@ -45,6 +46,11 @@ export interface VppsOptions {
   readonly barrierSpinLimit?: number;
   /** Tests only: edits each batch script before it is sent (to provoke kernel errors). */
   readonly editScript?: (script: Uint32Array, ctas: number) => void;
+  /**
+   * Compile kernels that count SM cycles per instruction (kernel-profile.ts): `kernelProfile()` then says where the
+   * kernel's time went (waits vs matrix work vs the rest). A little slower; for measurement, not training.
+   */
+  readonly profileKernel?: boolean;
   /** Where progress lines go (JIT, profile choice); default: nowhere. */
   readonly log?: (line: string) => void;
 }
@@ -184,6 +190,7 @@ export class Vpps {
     const spec = {
       model: o.name ?? "model",
       ...(o.barrierSpinLimit !== undefined ? { barrierSpinLimit: o.barrierSpinLimit } : {}),
+      ...(o.profileKernel ? { profile: true } : {}),
     };
     const name = kernelName(plan, spec);
     const source = generateKernelSource(plan, spec);
@@ -212,7 +219,7 @@ export class Vpps {
         `${attr.numRegs} registers, ${attr.localBytes} B local${attr.localBytes > 0 ? " (SPILLS)" : ""}`,
     );
     const scheduler = new VppsScheduler(model, { exportGradients: o.exportGradients ?? false });
-    return { plan, model, kernel, name, scheduler, info, samples: [] };
+    return { plan, model, kernel, name, scheduler, info, samples: [], profiled: o.profileKernel === true };
   }
 
   /** Every compiled variant, with JIT cost and (after profiling) kernel time. */
@@ -284,6 +291,15 @@ export class Vpps {
       throw new Error("Vpps.gradients: create the instance with exportGradients: true to read matrix gradients");
     }
     return this.runtime.readGradients(variant.model, schedule);
+  }
+
+  /**
+   * Where the kernel's cycles went over the batches since the last call with `reset` (needs `profileKernel`; waits
+   * for the queued batches).
+   */
+  kernelProfile(reset = false): KernelProfile {
+    if (!this.opts.profileKernel) throw new Error("Vpps.kernelProfile: create the instance with profileKernel: true");
+    return summarizeKernelProfile(this.runtime.readProfile(reset));
   }
 
   /** Copies the device's weights into the ParameterCollection's host values. */

@@ -13,6 +13,9 @@
  *   status   int*        — `STATUS_WORDS` ints, zeroed before the launch; nonzero `status[0]` is an error
  *   lr       float       — learning rate of `sgd` and `update.regs`
  *   clip     float       — gradient clipping threshold (0 disables)
+ *   profile  u64*        — null, or (kernels rendered with `profile: true`) `PROFILE_WORDS` counters the kernel adds
+ *                          to: per opcode the SM cycles thread 0 spent in it (up to the barrier that ends it) and how
+ *                          often it ran, then the cycles of weight loading, of script staging, and of the whole CTA
  * Grid: `plan.ctas` CTAs of 256 threads, all co-resident (a persistent kernel), static shared memory only.
  */
 import { createHash } from "node:crypto";
@@ -37,7 +40,7 @@ import {
   STATUS_WORDS,
 } from "./kernel-static.js";
 import { type VppsPlan, WARPS_PER_CTA } from "./plan.js";
-import { MAX_INSTRUCTION_WORDS } from "./script.js";
+import { MAX_INSTRUCTION_WORDS, OPCODE_COUNT } from "./script.js";
 
 export { KERNEL_ERRORS, STATUS_WORDS };
 
@@ -49,7 +52,23 @@ export interface KernelSpec {
   readonly scriptChunkWords?: number;
   /** Spins of a wait before it reports a timeout (default 2^24, about 2 s with the back-off sleeps). */
   readonly barrierSpinLimit?: number;
+  /**
+   * Count SM cycles per opcode into the `profile` argument (where the kernel's time goes: waits vs math). Costs a
+   * clock read and a shared-memory add per instruction; off by default, and a different kernel name.
+   */
+  readonly profile?: boolean;
 }
+
+/**
+ * u64 words of the `profile` argument: cycles and count per opcode, then weight-load cycles, script-staging cycles
+ * and whole-CTA cycles (all summed over CTAs; PROFILE_SLOTS names them).
+ */
+export const PROFILE_WORDS = 2 * OPCODE_COUNT + 3;
+export const PROFILE_SLOTS = {
+  load: 2 * OPCODE_COUNT,
+  staging: 2 * OPCODE_COUNT + 1,
+  total: 2 * OPCODE_COUNT + 2,
+} as const;
 
 export const DEFAULT_SCRIPT_CHUNK_WORDS = 2048;
 export const DEFAULT_BARRIER_SPIN_LIMIT = 1 << 24;
@@ -63,14 +82,15 @@ export function kernelSharedBytes(spec: KernelSpec): number {
     4 * (spec.scriptChunkWords ?? DEFAULT_SCRIPT_CHUNK_WORDS) +
     4 * 2 * WARPS_PER_CTA * REDUCE_BLOCK_COLS +
     4 * (STAGE_FLOATS + STAGE_YBAR_FLOATS + STAGE_ENTRY_WORDS) +
-    4
+    4 +
+    (spec.profile ? 8 * PROFILE_WORDS : 0)
   );
 }
 
 /** `vpps_treelstm_cta1_rpw2`: the entry point's name for a spec and plan. */
 export function kernelName(plan: VppsPlan, spec: KernelSpec): string {
   const model = spec.model.replace(/[^A-Za-z0-9_]/g, "_");
-  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}`;
+  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${spec.profile ? "_prof" : ""}`;
 }
 
 /** A short content hash of the plan's geometry, stated in the header so a dumped source names what it was for. */
@@ -118,6 +138,8 @@ constexpr int kRowsPerPartition = kWarps * kRpw; // consecutive rows of one matr
 constexpr u32 kScriptChunkWords = ${chunk}u;     // script words staged in shared memory at a time
 constexpr u32 kBarrierSpinLimit = ${spec.barrierSpinLimit ?? DEFAULT_BARRIER_SPIN_LIMIT}u;  // spins before a wait reports a timeout
 constexpr u32 kNone = 0xffffffffu;         // absent optional operand
+constexpr bool kProfile = ${spec.profile ? "true" : "false"};         // count cycles per opcode into \`profile\`
+constexpr int kProfileWords = ${PROFILE_WORDS};
 constexpr int kStageLoads = ${stageLoads(plan)};              // x loads in flight per thread while staging (registers)
 constexpr int kErrBarrierTimeout = ${KERNEL_ERRORS.barrierTimeout}, kErrBadOpcode = ${KERNEL_ERRORS.badOpcode}, kErrBadLength = ${
     KERNEL_ERRORS.badLength
@@ -130,21 +152,32 @@ function kernel(plan: VppsPlan, name: string): string {
   return `
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads, u32* barriers, int* status,
-        float lr, float clip) {
+        float lr, float clip, unsigned long long* profile) {
   __shared__ u32 s_script[kScriptChunkWords];
   __shared__ float s_reduce[2 * kWarps * ${REDUCE_BLOCK_COLS}]; // x̄ partials, two alternating buffers
   __shared__ float s_stage[${STAGE_FLOATS}];   // x vectors of the staged list entries
   __shared__ float s_gy[${STAGE_YBAR_FLOATS}];      // ȳ rows of the staged matvec.bwd entries
   __shared__ u32 s_ent[${STAGE_ENTRY_WORDS}];        // the staged list entries
   __shared__ int s_abort;
+  // profiling (kProfile): thread 0's cycle counts, added to \`profile\` once at the end
+  __shared__ unsigned long long s_prof[kProfile ? kProfileWords : 1];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  long long t_cta = 0, t_ins = 0;
+  if (kProfile && threadIdx.x == 0) {
+    t_cta = clock64();
+    for (int k = 0; k < kProfileWords; ++k) s_prof[k] = 0;
+  }
 
   // ---- specialised: this CTA's partitions into registers, gradients zeroed ----
 ${renderSlotDeclarations(plan)}
 
   // ---- the script interpreter ----
   if (threadIdx.x == 0) s_abort = 0;
+  if (kProfile) {
+    __syncthreads(); // the weight loads above are done
+    if (threadIdx.x == 0) s_prof[kProfileWords - 3] += clock64() - t_cta;
+  }
   const u32 begin = script[blockIdx.x];
   const u32 end = script[blockIdx.x + 1];
   const u32* mine = script + (kCtas + 1);
@@ -154,9 +187,11 @@ ${renderSlotDeclarations(plan)}
   __syncthreads();
   while (pc < end && !stop) {
     const u32 avail = end - pc < kScriptChunkWords ? end - pc : kScriptChunkWords;
+    if (kProfile && threadIdx.x == 0) t_ins = clock64();
 #pragma unroll 1
     for (u32 i = threadIdx.x; i < avail; i += kThreads) s_script[i] = mine[pc + i];
     __syncthreads();
+    if (kProfile && threadIdx.x == 0) s_prof[kProfileWords - 2] += clock64() - t_ins;
     u32 at = 0;
     while (at < avail && !stop) {
       const u32* ins = s_script + at;
@@ -168,11 +203,16 @@ ${renderSlotDeclarations(plan)}
         return;
       }
       if (at + words > avail) break; // restage from this instruction
+      if (kProfile && threadIdx.x == 0) t_ins = clock64();
       switch (op) {
 ${renderStaticCases()}
 ${renderMatrixCases(plan)}
       }
       __syncthreads(); // the next instruction may read what this one wrote
+      if (kProfile && threadIdx.x == 0) {
+        s_prof[2 * op] += clock64() - t_ins;
+        s_prof[2 * op + 1] += 1;
+      }
       if (s_abort) return;
       at += words;
     }
@@ -182,6 +222,10 @@ ${renderMatrixCases(plan)}
     }
     pc += at;
     __syncthreads(); // everyone is done with the chunk before it is overwritten
+  }
+  if (kProfile && threadIdx.x == 0 && profile != nullptr) {
+    s_prof[kProfileWords - 1] += clock64() - t_cta;
+    for (int k = 0; k < kProfileWords; ++k) if (s_prof[k] != 0) atomicAdd(profile + k, s_prof[k]);
   }
 }
 `;

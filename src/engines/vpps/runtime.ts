@@ -18,6 +18,7 @@ import { CudaEvent, type CudaKernel, karg, PinnedBuffer } from "../../cuda/index
 import type { ComputationGraph, GraphParameter } from "../../graph/graph.js";
 import type { GpuContext } from "../gpu/context.js";
 import { STATUS_WORDS } from "./kernel-static.js";
+import { PROFILE_WORDS } from "./kernel-template.js";
 import type { ModelLayout } from "./layout.js";
 import { BatchPipeline, type SlotDevice } from "./pipeline.js";
 import type { VppsPlan } from "./plan.js";
@@ -29,6 +30,8 @@ export interface KernelVariant {
   readonly model: ModelLayout;
   readonly kernel: CudaKernel;
   readonly name: string;
+  /** Rendered with `profile: true`: the launch passes the profile counters (kernel-template.ts PROFILE_WORDS). */
+  readonly profiled?: boolean;
 }
 
 /** Barrier counters one batch may use (steps: about 3 per tree level plus a few). */
@@ -95,6 +98,8 @@ export class VppsRuntime {
   readonly master: number;
   readonly grads: number;
   private readonly status: number;
+  /** u64 counters of profiled kernels (kernel-template.ts PROFILE_WORDS), summed over batches until reset. */
+  private readonly profile: number;
   private readonly barriers: number;
   private readonly norm: number;
   private readonly script: number;
@@ -116,6 +121,8 @@ export class VppsRuntime {
     this.master = p.alloc(opts.masterFloats, "VPPS master weights");
     this.grads = p.alloc(opts.masterFloats, "VPPS matrix gradients");
     this.status = p.alloc(32, "VPPS status words");
+    this.profile = p.alloc(2 * PROFILE_WORDS, "VPPS kernel profile counters");
+    p.fill(this.profile, 2 * PROFILE_WORDS, 0);
     this.norm = p.alloc(32, "VPPS gradient norm");
     this.barriers = p.alloc(MAX_BARRIERS, "VPPS barrier counters");
     this.scriptWords = opts.scriptWords;
@@ -301,6 +308,7 @@ export class VppsRuntime {
       karg.ptr(this.ptr(this.status)),
       karg.f32(lr),
       karg.f32(clip),
+      karg.ptr(variant.profiled ? this.ptr(this.profile) : 0),
     ]);
     if (host) this.hostUpdate(variant, s, scriptWords, entries, lr, clip);
     if (timed) S.stop.record(ctx.stream);
@@ -354,6 +362,18 @@ export class VppsRuntime {
       karg.ptr(this.ptr(this.norm)),
       karg.f32(clip),
     ]);
+  }
+
+  /**
+   * The profiled kernels' counters summed since the last reset (waits for every queued batch): per opcode cycles
+   * and count, then load, staging and whole-CTA cycles (kernel-template.ts PROFILE_SLOTS); `reset` zeroes them.
+   */
+  readProfile(reset = false): BigUint64Array {
+    this.pipeline.drain();
+    const words = new Uint32Array(2 * PROFILE_WORDS);
+    this.ctx.pool.download(this.profile, words);
+    if (reset) this.ctx.pool.fill(this.profile, 2 * PROFILE_WORDS, 0);
+    return new BigUint64Array(words.buffer);
   }
 
   /** Waits for every queued batch; returns the last one's loss. */
