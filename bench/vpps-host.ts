@@ -1,7 +1,9 @@
 /**
  * VPPS host path: the time to schedule and encode one batch (layout, levels, processor assignment, signal/wait
  * placement, script encoding: `VppsScheduler.schedule`) per graph node, for Tree-LSTM batches of 1-128 SST trees on
- * the H100 plan. Graph construction is not included (bench/cpu.ts measures it). Target: < 1 µs per node at batch
+ * the H100 plan. Graph construction is not included in ns/node; it is timed alternately with scheduling, on the same
+ * batches, as a yardstick (schedule/build: the ratio of the two, which a slow or noisy machine affects much less
+ * than either). Each size is warmed up first so that V8 times its optimised code. Target: < 1 µs per node at batch
  * 128. `npx tsx bench/vpps-host.ts` (add `--quick` for a short run).
  */
 import { Vocabulary } from "../src/data/vocab.js";
@@ -11,7 +13,7 @@ import { planVpps } from "../src/engines/vpps/plan.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
-import { benchTrees, machine, median, writeResult } from "./common.js";
+import { batchAt, benchTrees, machine, median, writeResult } from "./common.js";
 
 const quick = process.argv.includes("--quick");
 const HIDDEN = 256;
@@ -36,24 +38,46 @@ interface Row {
   msPerBatch: number;
   /** Graph construction of the same batches in the same process, as a yardstick of the machine's speed. */
   buildNsPerNode: number;
+  /**
+   * Median over repetitions of (schedule ns/node / build ns/node), each repetition timing both back to back: a
+   * machine-independent yardstick (noise that slows the whole machine for a while cancels).
+   */
+  scheduleToBuild: number;
 }
+
+/** Nodes scheduled per size before timing (V8 reaches its optimising tier and stays there), and per repetition. */
+const WARM_NODES = quick ? 150_000 : 400_000;
+const REP_NODES = quick ? 60_000 : 250_000;
+const REPS = quick ? 5 : 9;
 
 const rows: Row[] = [];
 for (const batch of [1, 2, 4, 8, 16, 32, 64, 128]) {
-  const count = Math.max(4, Math.round((quick ? 256 : 2048) / batch));
-  const graphs: { cg: ComputationGraph; loss: Expression }[] = [];
-  for (let k = 0; k < Math.min(count, 16); k++) {
+  const graphs: { cg: ComputationGraph; loss: Expression; trees: ReturnType<typeof batchAt> }[] = [];
+  for (let k = 0; k < 16; k++) {
     const cg = new ComputationGraph();
-    const start = (k * batch) % Math.max(1, trees.length - batch);
-    graphs.push({ cg, loss: model.buildBatchLoss(cg, trees.slice(start, start + batch), vocab) });
+    const batchTrees = batchAt(trees, batch, k);
+    graphs.push({ cg, loss: model.buildBatchLoss(cg, batchTrees, vocab), trees: batchTrees });
   }
-  for (const { cg, loss } of graphs) scheduler.schedule(cg, loss); // warm-up
+  const graphNodes = graphs.reduce((n, g) => n + g.cg.size, 0) / graphs.length;
+  const count = Math.max(graphs.length, Math.round(REP_NODES / graphNodes)); // batches per repetition
+  // warm-up: schedule (and build) until V8 has optimised both paths for graphs of this size
+  const buildGraph = new ComputationGraph();
+  for (let k = 0, warm = 0; warm < WARM_NODES || k < 2 * graphs.length; k++) {
+    const { cg, loss, trees: batchTrees } = graphs[k % graphs.length]!;
+    scheduler.schedule(cg, loss);
+    buildGraph.renew();
+    model.buildBatchLoss(buildGraph, batchTrees, vocab);
+    warm += cg.size;
+  }
   const samples: number[] = [];
   const cpuSamples: number[] = [];
+  const buildSamples: number[] = [];
+  const ratios: number[] = [];
   let nodes = 0;
   let words = 0;
   let barriers = 0;
-  for (let rep = 0; rep < (quick ? 3 : 7); rep++) {
+  // repetitions alternate a timed schedule round and a timed build round over the same batches
+  for (let rep = 0; rep < REPS; rep++) {
     let total = 0;
     let ns = 0;
     const c0 = process.cpuUsage();
@@ -70,33 +94,30 @@ for (const batch of [1, 2, 4, 8, 16, 32, 64, 128]) {
     samples.push(ns / total);
     cpuSamples.push(((c.user + c.system) * 1000) / total);
     nodes = total / count;
-  }
-  const reps = quick ? 3 : 7;
-  const nsPerNode = median(samples);
-  const buildSamples: number[] = [];
-  for (let rep = 0; rep < reps; rep++) {
-    const cg = new ComputationGraph();
-    let ns = 0;
-    let total = 0;
+    let buildNs = 0;
+    let built = 0;
     for (let k = 0; k < count; k++) {
-      const start = ((k % graphs.length) * batch) % Math.max(1, trees.length - batch);
+      const batchTrees = graphs[k % graphs.length]!.trees;
       const t0 = process.hrtime.bigint();
-      cg.renew();
-      model.buildBatchLoss(cg, trees.slice(start, start + batch), vocab);
-      ns += Number(process.hrtime.bigint() - t0);
-      total += cg.size;
+      buildGraph.renew();
+      model.buildBatchLoss(buildGraph, batchTrees, vocab);
+      buildNs += Number(process.hrtime.bigint() - t0);
+      built += buildGraph.size;
     }
-    buildSamples.push(ns / total);
+    buildSamples.push(buildNs / built);
+    ratios.push(ns / total / (buildNs / built));
   }
+  const nsPerNode = median(samples);
   rows.push({
     batch,
     nodesPerBatch: Math.round(nodes),
-    scriptWordsPerBatch: Math.round(words / (reps * count)),
-    barriersPerBatch: Math.round(barriers / (reps * count)),
+    scriptWordsPerBatch: Math.round(words / (REPS * count)),
+    barriersPerBatch: Math.round(barriers / (REPS * count)),
     nsPerNode,
     cpuNsPerNode: median(cpuSamples),
     msPerBatch: (nsPerNode * nodes) / 1e6,
     buildNsPerNode: median(buildSamples),
+    scheduleToBuild: median(ratios),
   });
 }
 
@@ -105,7 +126,9 @@ console.log(
   `VPPS schedule + encode, Tree-LSTM H=${HIDDEN} E=${EMBED}, ${plan.device.name} plan (${plan.ctas} CTAs, rpw ${plan.rowsPerWarp})`,
 );
 console.log(`data: ${source}; ${m.cpu}, ${m.cores} cores, node ${m.node}\n`);
-console.log("batch  nodes/batch  script words  barriers  ns/node (wall)  ns/node (cpu)  ms/batch  graph build ns/node");
+console.log(
+  "batch  nodes/batch  script words  barriers  ns/node (wall)  ns/node (cpu)  ms/batch  graph build ns/node  schedule/build",
+);
 for (const r of rows) {
   console.log(
     [
@@ -117,6 +140,7 @@ for (const r of rows) {
       r.cpuNsPerNode.toFixed(1).padStart(14),
       r.msPerBatch.toFixed(3).padStart(9),
       r.buildNsPerNode.toFixed(1).padStart(20),
+      r.scheduleToBuild.toFixed(2).padStart(15),
     ].join(" "),
   );
 }
@@ -130,7 +154,7 @@ if (!quick) {
     model: { name: "treelstm", hidden: HIDDEN, embed: EMBED },
     plan: { device: plan.device.name, ctas: plan.ctas, rowsPerWarp: plan.rowsPerWarp, ctasPerSm: plan.ctasPerSm },
     method:
-      "VppsScheduler.schedule (layout + levels + assignment + barriers + encoding) on prebuilt graphs; median over repetitions of total time / total graph nodes, wall and process CPU time; graph construction excluded from ns/node and timed separately (buildNsPerNode) as a yardstick of the machine's speed",
+      "VppsScheduler.schedule (layout + levels + assignment + barriers + encoding) on 16 prebuilt graphs per batch size, after a warm-up of 400k scheduled nodes per size; median over 9 repetitions of total time / total graph nodes (about 250k nodes each), wall and process CPU time; each repetition is followed by a timed rebuild of the same batches (graph construction, excluded from ns/node): buildNsPerNode is its median and scheduleToBuild the median of the per-repetition ratios, a yardstick that cancels slow phases of the machine",
     target: "< 1000 ns/node at batch 128",
     rows,
   });

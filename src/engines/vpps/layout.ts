@@ -103,6 +103,7 @@ export interface BatchLayout {
   readonly gradRoot: Int32Array;
 }
 
+const NO_ROWS = new Int32Array(0);
 const PLACED_IN_CONCAT = 1;
 const GRAD_OF_SUM = 2;
 export const PLACEMENT = { inConcat: PLACED_IN_CONCAT, gradOfSum: GRAD_OF_SUM } as const;
@@ -138,19 +139,32 @@ export class LayoutWorkspace {
   private readonly rowFirst = new Map<number, Int32Array>();
   batch = 0;
   readonly lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
-  perModel: { paramGrad: Int32Array; paramNode: Int32Array; collect: Int32Array[] } | undefined;
+  perModel: { paramGrad: Int32Array; paramNode: Int32Array; collect: Int32Array[]; gemm: Uint8Array } | undefined;
 
-  /** Views of length n: Int32Arrays 0-5 filled with -1, 6-7 with 0; Uint8Arrays 0-2 with 0. */
+  /** The views of the last take(), reused while n stays the same. */
+  private views: { i32: Int32Array[]; u8: Uint8Array[] } = { i32: [], u8: [] };
+  private viewLength = -1;
+
+  /**
+   * Views of length n: Int32Arrays 0-4 filled with -1, 6 with 0, 5 and 7 left as they are (scratch written before
+   * it is read); Uint8Arrays 0-2 filled with 0.
+   */
   take(n: number): { i32: readonly Int32Array[]; u8: readonly Uint8Array[] } {
     if (n > this.capacity) {
       this.capacity = Math.max(n, this.capacity * 2, 1024);
       this.i32 = Array.from({ length: 8 }, () => new Int32Array(this.capacity));
       this.u8 = Array.from({ length: 3 }, () => new Uint8Array(this.capacity));
+      this.viewLength = -1;
     }
-    return {
-      i32: this.i32.map((a, k) => a.subarray(0, n).fill(k < 6 ? -1 : 0)),
-      u8: this.u8.map((a) => a.subarray(0, n).fill(0)),
-    };
+    if (n !== this.viewLength) {
+      this.views = { i32: this.i32.map((a) => a.subarray(0, n)), u8: this.u8.map((a) => a.subarray(0, n)) };
+      this.viewLength = n;
+    }
+    const { i32, u8 } = this.views;
+    for (let k = 0; k < 5; k++) i32[k]!.fill(-1);
+    i32[6]!.fill(0);
+    for (let k = 0; k < 3; k++) u8[k]!.fill(0);
+    return this.views;
   }
 
   /** The row tables of lookup table `p` with `rows` rows (grown on first use of a row beyond them). */
@@ -221,6 +235,7 @@ export function layoutBatch(
       paramGrad: new Int32Array(params),
       paramNode: new Int32Array(params),
       collect: [new Int32Array(matrices), new Int32Array(matrices), new Int32Array(matrices)],
+      gemm: Uint8Array.from(plan.matrices, (m) => (m.gradients === "gemm" ? 1 : 0)),
     };
   }
   const { paramGrad, paramNode } = workspace.perModel;
@@ -230,8 +245,7 @@ export function layoutBatch(
   collectY.fill(-1);
   collectX.fill(-1);
   collectCount.fill(0);
-  const gemm = new Uint8Array(matrices);
-  for (const m of plan.matrices) gemm[m.index] = m.gradients === "gemm" ? 1 : 0;
+  const gemm = workspace.perModel.gemm;
   const lookupRows = workspace.lookupRows;
   lookupRows.table.length = 0;
   lookupRows.row.length = 0;
@@ -239,6 +253,9 @@ export function layoutBatch(
   lookupRows.node.length = 0;
   const stamp = ++workspace.batch;
 
+  let lastTable = -1;
+  let rowBatch: Int32Array = NO_ROWS;
+  let rowFirst: Int32Array = NO_ROWS;
   const inputStart = model.modelFloats;
   let next = inputStart + Math.ceil(g.inputSize / 32) * 32;
   let gradNext = 0; // relative to the first gradient slot
@@ -295,7 +312,11 @@ export function layoutBatch(
     } else if (o === Op.Lookup) {
       const table = aux[i]!;
       const row = aux2[i]!;
-      const [rowBatch, rowFirst] = workspace.rowTables(table, Math.max(model.params[table]!.rows, row + 1));
+      if (table !== lastTable || row >= rowBatch.length) {
+        // the row tables of this table (a batch usually reads one table: look it up once per change)
+        [rowBatch, rowFirst] = workspace.rowTables(table, Math.max(model.params[table]!.rows, row + 1));
+        lastTable = table;
+      }
       let first = rowFirst[row]!;
       if (rowBatch[row] !== stamp) {
         rowBatch[row] = stamp;

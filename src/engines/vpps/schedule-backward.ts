@@ -13,17 +13,20 @@ const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] =
 
 /** Whether the product W_m·x of node i has backward work in the kernel (x̄, b̄ or a register gradient). */
 function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: number): boolean {
-  return E.model.plan.matrices[m]!.gradients === "registers" || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
+  return E.registerGrad[m] === 1 || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
 }
 
 /** Counts the backward matrix work of node i before the level's other instructions are placed. */
 export function preloadBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
   const op = g.op[i]!;
   if (op !== Op.MatVec && op !== Op.Affine) return;
-  for (let k = op === Op.Affine ? 1 : 0; k < g.argCount[i]!; k += 2) {
-    const m = E.matrixOf(g, i, g.arg(i, k));
-    const b = op === Op.Affine && k === 1 ? g.arg(i, 0) : -1;
-    if (productHasWork(E, L, m, g.arg(i, k + 1), b)) E.products[m]!++;
+  const args = g.args;
+  const s = g.argStart[i]!;
+  const count = g.argCount[i]!;
+  for (let k = op === Op.Affine ? 1 : 0; k < count; k += 2) {
+    const m = E.matrixOf(g, i, args[s + k]!);
+    const b = op === Op.Affine && k === 1 ? args[s]! : -1;
+    if (productHasWork(E, L, m, args[s + k + 1]!, b)) E.products[m]!++;
   }
 }
 
@@ -38,7 +41,6 @@ function productBackward(
   collected: Int32Array,
 ): void {
   const t = E.t;
-  const mp = E.model.plan.matrices[m]!;
   const gy = L.grad[i]!;
   if (productHasWork(E, L, m, x, b)) {
     const gx = gradOrNone(L, x);
@@ -47,33 +49,40 @@ function productBackward(
     if (gx !== NONE) t.wroteGrad(x, -(m + 1));
     if (gb !== NONE) t.wroteGrad(b, -(m + 1));
   }
-  if (mp.gradients === "gemm") {
-    // the rows of Ȳ and X for W̄ = ȲᵀX, one GEMM after the kernel (nothing in the script reads them)
-    const j = collected[m]!++;
-    const q = t.leastLoaded(2 * (mp.rows + mp.cols));
-    t.needGrad(q, i);
-    t.needValue(q, x);
-    t.writer.ins2(q, Opcode.Copy, mp.rows, L.collectY[m]! + j * mp.rows, gy);
-    t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, L.value[x]!);
-  }
+  if (E.registerGrad[m] === 0) gemmRows(E, L, i, m, x, collected);
+}
+
+/** For a GEMM-strategy matrix, the rows of Ȳ and X for W̄ = ȲᵀX, one GEMM after the kernel (nothing in the script reads them). */
+function gemmRows(E: Emitter, L: BatchLayout, i: number, m: number, x: number, collected: Int32Array): void {
+  const t = E.t;
+  const mp = E.model.plan.matrices[m]!;
+  const j = collected[m]!++;
+  const q = t.leastLoaded(2 * (mp.rows + mp.cols));
+  t.needGrad(q, i);
+  t.needValue(q, x);
+  t.writer.ins2(q, Opcode.Copy, mp.rows, L.collectY[m]! + j * mp.rows, L.grad[i]!);
+  t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, L.value[x]!);
 }
 
 /** Accumulates ȳ (or −ȳ for sub's b) into the arguments of a sum-like node that do not share its gradient. */
 function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, count: number, shared: number): void {
   const t = E.t;
   const op = g.op[i]!;
+  const { args, rows, cols } = g;
+  const { needGrad, placed, grad } = L;
+  const s = g.argStart[i]!;
   let q = -1;
   let off = 0;
   for (let k = 0; k < count; k++) {
-    const a = g.arg(i, k);
-    const len = g.rows[a]! * g.cols[a]!;
-    if (L.needGrad[a] === 1 && L.placed[a] !== shared) {
+    const a = args[s + k]!;
+    const len = rows[a]! * cols[a]!;
+    if (needGrad[a] === 1 && placed[a] !== shared) {
       if (q < 0) {
-        q = t.leastLoaded(3 * g.rows[i]! * g.cols[i]! * count);
+        q = t.leastLoaded(3 * rows[i]! * cols[i]! * count);
         t.needGrad(q, i);
       }
       const code = op === Op.Sub && k === 1 ? Opcode.AccNeg : Opcode.Acc;
-      t.writer.ins2(q, code, len, L.grad[a]!, L.grad[i]! + (op === Op.Concat ? off : 0));
+      t.writer.ins2(q, code, len, grad[a]!, grad[i]! + (op === Op.Concat ? off : 0));
       t.wroteGrad(a, q);
     }
     off += len;
@@ -81,26 +90,25 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
 }
 
 export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array): void {
-  const t = E.t;
-  const w = t.writer;
   const op = g.op[i]!;
-  const a0 = g.argCount[i]! > 0 ? g.arg(i, 0) : -1;
-  const gy = L.grad[i]!;
-  const len = g.rows[i]! * g.cols[i]!;
+  // inputs, parameters, lookups and pickRanges: gradients accumulate directly in the argument's (or parameter's)
+  // storage; every op below has arguments
+  if (op === Op.Input || op === Op.Parameter || op === Op.Lookup || op === Op.PickRange) return;
+  const t = E.t;
+  const args = g.args;
+  const s = g.argStart[i]!;
+  const a0 = args[s]!;
   switch (op) {
-    case Op.Input:
-    case Op.Parameter:
-    case Op.Lookup:
-    case Op.PickRange:
-      return; // gradients accumulate directly in the argument's (or parameter's) storage
     case Op.MatVec:
-      productBackward(E, L, i, E.matrixOf(g, i, a0), g.arg(i, 1), -1, collected);
+      productBackward(E, L, i, E.matrixOf(g, i, a0), args[s + 1]!, -1, collected);
       return;
-    case Op.Affine:
-      for (let k = 1; k < g.argCount[i]!; k += 2) {
-        productBackward(E, L, i, E.matrixOf(g, i, g.arg(i, k)), g.arg(i, k + 1), k === 1 ? a0 : -1, collected);
+    case Op.Affine: {
+      const count = g.argCount[i]!;
+      for (let k = 1; k < count; k += 2) {
+        productBackward(E, L, i, E.matrixOf(g, i, args[s + k]!), args[s + k + 1]!, k === 1 ? a0 : -1, collected);
       }
       return;
+    }
     case Op.Concat:
       accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.inConcat);
       return;
@@ -113,12 +121,14 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
       accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
       return;
     case Op.CMul: {
-      const b = g.arg(i, 1);
+      const b = args[s + 1]!;
+      const len = g.rows[i]! * g.cols[i]!;
       const q = t.leastLoaded(5 * len);
       t.needGrad(q, i);
       t.needValue(q, a0);
       t.needValue(q, b);
-      w.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), gy, L.value[a0]!, L.value[b]!);
+      const value = L.value;
+      t.writer.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), L.grad[i]!, value[a0]!, value[b]!);
       if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
       if (L.needGrad[b] === 1) t.wroteGrad(b, q);
       return;
@@ -126,20 +136,23 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
     case Op.Tanh:
     case Op.Logistic:
     case Op.Relu: {
+      const len = g.rows[i]! * g.cols[i]!;
       const q = t.leastLoaded(3 * len);
       t.needGrad(q, i);
       const code = op === Op.Tanh ? Opcode.TanhBwd : op === Op.Logistic ? Opcode.LogisticBwd : Opcode.ReluBwd;
       // tanh and σ differentiate from their output, relu from its input (as the reference does)
       const from = op === Op.Relu ? a0 : i;
       t.needValue(q, from);
-      w.ins3(q, code, len, L.grad[a0]!, gy, L.value[from]!);
+      t.writer.ins3(q, code, len, L.grad[a0]!, L.grad[i]!, L.value[from]!);
       t.wroteGrad(a0, q);
       return;
     }
     case Op.Dropout: {
+      const len = g.rows[i]! * g.cols[i]!;
       const q = t.leastLoaded(2 * len);
       t.needGrad(q, i);
-      w.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, gy, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
+      const bits = floatBits(g.auxF[i]!);
+      t.writer.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, L.grad[i]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, bits);
       t.wroteGrad(a0, q);
       return;
     }
@@ -148,36 +161,48 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
       const q = t.leastLoaded(2 * classes);
       t.needGrad(q, i);
       t.needValue(q, a0);
-      w.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, gy, L.value[a0]!, g.aux[i]!);
+      t.writer.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, L.grad[i]!, L.value[a0]!, g.aux[i]!);
       t.wroteGrad(a0, q);
       return;
     }
-    case Op.LstmCell: {
-      const k = g.aux[i]!;
-      const H = len / 2;
-      const q = t.leastLoaded((8 + 3 * k) * H);
-      t.needGrad(q, i);
-      t.needValue(q, i);
-      t.needValue(q, a0);
-      const ops = E.operands;
-      ops[0] = gy;
-      ops[1] = L.value[i]!;
-      ops[2] = L.value[a0]!;
-      ops[3] = gradOrNone(L, a0);
-      ops[4] = k;
-      for (let j = 0; j < k; j++) {
-        const c = g.arg(i, 1 + j);
-        t.needValue(q, c);
-        ops[5 + 2 * j] = L.value[c]!;
-        ops[6 + 2 * j] = gradOrNone(L, c);
-      }
-      w.insN(q, Opcode.LstmCellBwd, H, ops, 5 + 2 * k);
-      if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
-      for (let j = 0; j < k; j++) if (L.needGrad[g.arg(i, 1 + j)] === 1) t.wroteGrad(g.arg(i, 1 + j), q);
+    case Op.LstmCell:
+      lstmBackward(E, g, L, i);
       return;
-    }
     default:
       throw new Error(`vpps: no VPPS backward instruction for op '${opName(op)}' (${g.describe(i)})`);
+  }
+}
+
+/** Gradients of a cell with k children into its gates and its children's memories, on one processor. */
+function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  const t = E.t;
+  const { value, needGrad } = L;
+  const args = g.args;
+  const s = g.argStart[i]!;
+  const a0 = args[s]!;
+  const k = g.aux[i]!;
+  const H = (g.rows[i]! * g.cols[i]!) / 2;
+  const q = t.leastLoaded((8 + 3 * k) * H);
+  t.needGrad(q, i);
+  t.needValue(q, i);
+  t.needValue(q, a0);
+  const ops = E.operands;
+  ops[0] = L.grad[i]!;
+  ops[1] = value[i]!;
+  ops[2] = value[a0]!;
+  ops[3] = gradOrNone(L, a0);
+  ops[4] = k;
+  for (let j = 0; j < k; j++) {
+    const c = args[s + 1 + j]!;
+    t.needValue(q, c);
+    ops[5 + 2 * j] = value[c]!;
+    ops[6 + 2 * j] = gradOrNone(L, c);
+  }
+  t.writer.insN(q, Opcode.LstmCellBwd, H, ops, 5 + 2 * k);
+  if (needGrad[a0] === 1) t.wroteGrad(a0, q);
+  for (let j = 0; j < k; j++) {
+    const c = args[s + 1 + j]!;
+    if (needGrad[c] === 1) t.wroteGrad(c, q);
   }
 }
 

@@ -37,11 +37,16 @@ export class StepTracker {
   private valueRoot: Int32Array = NO_ROOTS;
   private gradRoot: Int32Array = NO_ROOTS;
 
-  private head = new Int32Array(0);
-  private wStep: Int32Array = new Int32Array(1024);
-  private wWho: Int32Array = new Int32Array(1024);
-  private wNext: Int32Array = new Int32Array(1024);
-  private writes = 0;
+  /**
+   * Writes of each buffer b, newest first. The newest lives in `bw[4b..4b+3]` = (epoch, step, who, offset in `wr`
+   * of the next older write or -1), valid only when its epoch is this batch's: one cache line answers "who wrote
+   * this?" for most buffers, and nothing needs clearing per batch. Older writes are 3 words each in `wr` (step,
+   * who, next older or -1).
+   */
+  private bw = new Int32Array(0);
+  private epoch = 0;
+  private wr: Int32Array = new Int32Array(3 * 1024);
+  private wrLength = 0;
 
   step = 0;
   private batch = 0;
@@ -61,8 +66,15 @@ export class StepTracker {
   private readonly stepMask: Uint32Array;
   private readonly load: Float64Array;
   private readonly heap: Int32Array;
+  private readonly heapLoad: Float64Array;
   private readonly identity: Int32Array;
   private heapReady = false;
+  /**
+   * Heaps already built, by the step's announcement (see leastLoaded): `announced` spells this step's
+   * preloadMatrix calls, or is undefined once loads depend on anything else (a placement before an announcement).
+   */
+  private readonly heapMemo = new Map<string, { heap: Int32Array; heapLoad: Float64Array }>();
+  private announced: string | undefined = "";
 
   /** Per matrix: this step's list entries, the buffers they read, and the list's opcode. */
   private readonly listWords: Uint32Array[];
@@ -76,6 +88,7 @@ export class StepTracker {
   private stamp = 0;
   private onlyWriter = new Int32Array(0);
   private needed: Int32Array = new Int32Array(64);
+  private neededCount = 0;
 
   constructor(plan: VppsPlan) {
     if (plan.matrices.length > 32) {
@@ -98,6 +111,7 @@ export class StepTracker {
     this.stepMask = new Uint32Array(ctas);
     this.load = new Float64Array(ctas);
     this.heap = new Int32Array(ctas);
+    this.heapLoad = new Float64Array(ctas);
     this.identity = Int32Array.from({ length: ctas }, (_, k) => k);
     this.listWords = plan.matrices.map(() => new Uint32Array(1024));
     this.listLength = new Int32Array(matrices);
@@ -112,9 +126,9 @@ export class StepTracker {
     this.writer.reset();
     this.valueRoot = L.valueRoot;
     this.gradRoot = L.gradRoot;
-    if (this.head.length < buffers) this.head = new Int32Array(buffers * 2);
-    this.head.fill(-1, 0, buffers);
-    this.writes = 0;
+    if (this.bw.length < 4 * buffers) this.bw = new Int32Array(8 * buffers); // epochs 0: nothing written
+    this.epoch++;
+    this.wrLength = 0;
     this.steps = steps;
     const cells = steps * this.ctas;
     if (this.waited.length < cells) {
@@ -145,6 +159,7 @@ export class StepTracker {
     this.activeCount = 0;
     this.load.fill(0);
     this.heapReady = false;
+    this.announced = "";
   }
 
   touch(q: number): void {
@@ -163,49 +178,72 @@ export class StepTracker {
     const work = this.cols[m]! * MATRIX_LOAD_WEIGHT * entries;
     for (let k = 0; k < hs.length; k++) load[hs[k]!]! += rows[k]! * work;
     this.heapReady = false;
+    if (this.announced !== undefined) this.announced += `${m}:${entries},`;
   }
 
   /** The CTA with the least work in this step (a binary heap over the loads). */
   leastLoaded(work: number): number {
-    const { heap, load } = this;
-    if (!this.heapReady) {
-      // Bottom-up heapify of the identity order. While position k is processed it still holds CTA k, and sifting
-      // down a zero load moves nothing (loads are never negative), so only loaded positions need the call.
-      heap.set(this.identity);
-      for (let k = (this.ctas >> 1) - 1; k >= 0; k--) if (load[k]! > 0) this.siftDown(k);
-      this.heapReady = true;
-    }
-    const q = heap[0]!;
+    if (!this.heapReady) this.buildHeap();
+    const q = this.heap[0]!;
     this.touch(q);
-    load[q]! += work;
+    const l = this.heapLoad[0]! + work;
+    this.load[q] = l;
+    this.heapLoad[0] = l;
     this.siftDown(0);
     return q;
   }
 
+  /**
+   * Heapifies the loads. Before the first placement of a step the loads are a function of the step's announcement
+   * alone (the same matrices with the same product counts give the same floats), and so is the heap: a step
+   * announcing what an earlier one did (every level of a small batch does) copies that heap instead of building it.
+   */
+  private buildHeap(): void {
+    const key = this.announced;
+    this.announced = undefined; // from now on loads include placements
+    this.heapReady = true;
+    const { heap, heapLoad, load } = this;
+    const memo = key === undefined ? undefined : this.heapMemo.get(key);
+    if (memo !== undefined) {
+      heap.set(memo.heap);
+      heapLoad.set(memo.heapLoad);
+      return;
+    }
+    // Bottom-up heapify of the identity order. While position k is processed it still holds CTA k, and sifting
+    // down a zero load moves nothing (loads are never negative), so only loaded positions need the call.
+    heap.set(this.identity);
+    heapLoad.set(load);
+    for (let k = (this.ctas >> 1) - 1; k >= 0; k--) if (heapLoad[k]! > 0) this.siftDown(k);
+    if (key !== undefined) {
+      if (this.heapMemo.size >= HEAP_MEMO_LIMIT) this.heapMemo.clear(); // large batches rarely repeat a step
+      this.heapMemo.set(key, { heap: heap.slice(), heapLoad: heapLoad.slice() });
+    }
+  }
+
+  /** Restores the heap order below position k (`heapLoad` mirrors the loads in heap order: one load per level). */
   private siftDown(k: number): void {
-    const { heap, load } = this;
+    const { heap, heapLoad } = this;
     const n = this.ctas;
     const q = heap[k]!;
-    const l = load[q]!;
+    const l = heapLoad[k]!;
     for (;;) {
       let c = 2 * k + 1;
       if (c >= n) break;
-      let hc = heap[c]!;
-      let lc = load[hc]!;
+      let lc = heapLoad[c]!;
       if (c + 1 < n) {
-        const h2 = heap[c + 1]!;
-        const l2 = load[h2]!;
+        const l2 = heapLoad[c + 1]!;
         if (l2 < lc) {
           c++;
-          hc = h2;
           lc = l2;
         }
       }
       if (lc >= l) break;
-      heap[k] = hc;
+      heap[k] = heap[c]!;
+      heapLoad[k] = lc;
       k = c;
     }
     heap[k] = q;
+    heapLoad[k] = l;
   }
 
   /** Buffer ids of node storage: value `3·root`, gradient `3·root + 1` (-1: storage nobody writes in the batch). */
@@ -252,42 +290,53 @@ export class StepTracker {
   /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer b in this step. */
   wrote(b: number, who: number): void {
     if (b < 0) return;
-    const h = this.head[b]!;
-    if (h >= 0 && this.wStep[h] === this.step && this.wWho[h] === who) return;
-    const e = this.writes++;
-    if (e === this.wStep.length) {
-      this.wStep = grow(this.wStep);
-      this.wWho = grow(this.wWho);
-      this.wNext = grow(this.wNext);
+    const bw = this.bw;
+    const at = b << 2;
+    if (bw[at] === this.epoch) {
+      if (bw[at + 1] === this.step && bw[at + 2] === who) return; // already recorded
+      // the newest write so far moves to the list of older ones
+      let wr = this.wr;
+      const e = this.wrLength;
+      if (e === wr.length) this.wr = wr = grow(wr);
+      wr[e] = bw[at + 1]!;
+      wr[e + 1] = bw[at + 2]!;
+      wr[e + 2] = bw[at + 3]!;
+      this.wrLength = e + 3;
+      bw[at + 3] = e;
+    } else {
+      bw[at] = this.epoch;
+      bw[at + 3] = -1;
     }
-    this.wStep[e] = this.step;
-    this.wWho[e] = who;
-    this.wNext[e] = h;
-    this.head[b] = e;
+    bw[at + 1] = this.step;
+    bw[at + 2] = who;
   }
 
   /** Before CTA q reads buffer b: wait for every earlier step in which another CTA wrote it. */
   need(q: number, b: number): void {
     if (b < 0) return;
-    const { wWho, wStep, wNext, waited } = this;
-    const ctas = this.ctas;
-    for (let e = this.head[b]!; e >= 0; e = wNext[e]!) {
-      const who = wWho[e]!;
-      if (who === q) continue;
-      const st = wStep[e]!;
-      if (who < 0) {
-        if (this.soleHolder[-who - 1] === q) continue;
-        this.sameStepCheck(st);
-        this.usedGroups[st]! |= 1 << (-who - 1);
-      } else {
-        this.sameStepCheck(st);
-        this.writer.keep(this.slotOf[st * ctas + who]!);
-      }
-      const w = st * ctas + q;
-      if (waited[w] !== this.batch) {
-        waited[w] = this.batch;
-        this.writer.wait(q, st);
-      }
+    const bw = this.bw;
+    const at = b << 2;
+    if (bw[at] !== this.epoch) return; // nobody wrote it in this batch
+    this.waitFor(q, bw[at + 1]!, bw[at + 2]!);
+    const wr = this.wr;
+    for (let e = bw[at + 3]!; e >= 0; e = wr[e + 2]!) this.waitFor(q, wr[e]!, wr[e + 1]!);
+  }
+
+  /** CTA q reads what `who` wrote in step st: unless q wrote it itself, keep the writer's signal and wait once. */
+  private waitFor(q: number, st: number, who: number): void {
+    if (who === q) return;
+    if (who < 0) {
+      if (this.soleHolder[-who - 1] === q) return;
+      this.sameStepCheck(st);
+      this.usedGroups[st]! |= 1 << (-who - 1);
+    } else {
+      this.sameStepCheck(st);
+      this.writer.keep(this.slotOf[st * this.ctas + who]!);
+    }
+    const w = st * this.ctas + q;
+    if (this.waited[w] !== this.batch) {
+      this.waited[w] = this.batch;
+      this.writer.wait(q, st);
     }
   }
 
@@ -333,42 +382,25 @@ export class StepTracker {
 
   /** One list instruction per holder for every matrix used in this step, after the waits its reads need. */
   private flushLists(): void {
-    const { wWho, wStep, wNext, head, waited, writer, holders, soleHolder } = this;
+    const { waited, writer, holders, bw, wr } = this;
+    const epoch = this.epoch;
     const ctas = this.ctas;
     for (let li = 0; li < this.listedCount; li++) {
       const m = this.listed[li]!;
       const hs = holders[m]!;
       const sole = hs.length === 1 ? hs[0]! : -3;
       const stamp = ++this.stamp;
-      let needed = 0;
+      this.neededCount = 0;
       const reads = this.listReads[m]!;
       const readCount = this.listReadCount[m]!;
       for (let k = 0; k < readCount; k++) {
         const b = reads[k]!;
-        if (b < 0) continue;
-        for (let e = head[b]!; e >= 0; e = wNext[e]!) {
-          const who = wWho[e]!;
-          const st = wStep[e]!;
-          // the CTA that wrote: a single one, or the only holder of a one-holder matrix; -2 when several did
-          let cta = who;
-          if (who < 0) {
-            const only = soleHolder[-who - 1]!;
-            cta = only >= 0 ? only : -2;
-          }
-          if (cta === sole) continue; // the only reader wrote it itself
-          this.sameStepCheck(st);
-          if (who >= 0) writer.keep(this.slotOf[st * ctas + who]!);
-          else this.usedGroups[st]! |= 1 << (-who - 1);
-          if (this.stepStamp[st] !== stamp) {
-            this.stepStamp[st] = stamp;
-            this.onlyWriter[st] = cta;
-            if (needed === this.needed.length) this.needed = grow(this.needed);
-            this.needed[needed++] = st;
-          } else if (this.onlyWriter[st] !== cta) {
-            this.onlyWriter[st] = -2;
-          }
-        }
+        if (b < 0 || bw[b << 2] !== epoch) continue;
+        const at = b << 2;
+        this.listDependency(bw[at + 1]!, bw[at + 2]!, sole, stamp);
+        for (let e = bw[at + 3]!; e >= 0; e = wr[e + 2]!) this.listDependency(wr[e]!, wr[e + 1]!, sole, stamp);
       }
+      const needed = this.neededCount;
       const op = this.listOp[m]! as Opcode;
       const length = this.listLength[m]!;
       const at = writer.appendTable(this.listWords[m]!, length);
@@ -394,6 +426,31 @@ export class StepTracker {
       this.listReadCount[m] = 0;
     }
     this.listedCount = 0;
+  }
+
+  /**
+   * A list of this step reads what `who` wrote in step st: unless the list's only holder `sole` wrote it, keep the
+   * writer's signal and note the step in `needed` with the CTA that wrote it (-2 when several did).
+   */
+  private listDependency(st: number, who: number, sole: number, stamp: number): void {
+    // the CTA that wrote: a single one, or the only holder of a one-holder matrix; -2 when several did
+    let cta = who;
+    if (who < 0) {
+      const only = this.soleHolder[-who - 1]!;
+      cta = only >= 0 ? only : -2;
+    }
+    if (cta === sole) return; // the only reader wrote it itself
+    this.sameStepCheck(st);
+    if (who >= 0) this.writer.keep(this.slotOf[st * this.ctas + who]!);
+    else this.usedGroups[st]! |= 1 << (-who - 1);
+    if (this.stepStamp[st] !== stamp) {
+      this.stepStamp[st] = stamp;
+      this.onlyWriter[st] = cta;
+      if (this.neededCount === this.needed.length) this.needed = grow(this.needed);
+      this.needed[this.neededCount++] = st;
+    } else if (this.onlyWriter[st] !== cta) {
+      this.onlyWriter[st] = -2;
+    }
   }
 
   /** Flushes the step's lists and reserves the end-of-step signal of every CTA that worked in it. */
@@ -441,6 +498,9 @@ export class StepTracker {
     return this.writer.finish(steps, into);
   }
 }
+
+/** Heaps remembered per scheduler (each `ctas` words). */
+const HEAP_MEMO_LIMIT = 512;
 
 /** Words of a list entry (script.ts LIST_ENTRIES), as constants for the flush loop. */
 const MATVEC_ENTRY = LIST_ENTRIES[Opcode.MatVec]!.length;

@@ -50,6 +50,8 @@ export interface Emitter {
   readonly operands: Uint32Array;
   /** Products per matrix counted for the step being prepared. */
   readonly products: Int32Array;
+  /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
+  readonly registerGrad: Uint8Array;
   matrixOf(g: ComputationGraph, i: number, w: number): number;
 }
 
@@ -71,9 +73,11 @@ export class VppsScheduler implements Emitter {
   private scheduled = 0;
   /** Products per matrix in the step being prepared (see announce). */
   readonly products: Int32Array;
+  readonly registerGrad: Uint8Array;
   /** Per-batch scratch kept across batches: nodes sorted by level, where each level starts, GEMM rows collected. */
   private levelStart = new Int32Array(64);
   private byLevel = new Int32Array(1024);
+  private sums = new Int32Array(1024);
   private readonly collected: Int32Array;
 
   constructor(
@@ -84,6 +88,7 @@ export class VppsScheduler implements Emitter {
     this.t = new StepTracker(plan);
     this.products = new Int32Array(plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
+    this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
     this.update = plan.matrices.every((m) => m.gradients === "registers") ? "kernel" : "host";
     const withGrad = new Set<number>();
     for (const m of plan.matrices) if (m.gradients === "registers") for (const p of m.partitions) withGrad.add(p.cta);
@@ -101,7 +106,11 @@ export class VppsScheduler implements Emitter {
     const n = lossId + 1;
     const depth = g.depth;
     const live = L.live;
-    // nodes of each depth level, in graph order (a counting sort)
+    const op = g.op;
+    // Nodes of each depth level, in graph order (a counting sort). Only nodes that emit instructions are listed
+    // (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace shows every node; the
+    // deepest live node of any kind still sets the number of levels (and so the barrier numbering).
+    const everyNode = this.dumpTo !== undefined;
     let maxLevel = 0;
     let liveCount = 0;
     for (let i = 0; i < n; i++) {
@@ -110,14 +119,21 @@ export class VppsScheduler implements Emitter {
       if (depth[i]! > maxLevel) maxLevel = depth[i]!;
     }
     if (this.levelStart.length < maxLevel + 2) this.levelStart = new Int32Array(2 * (maxLevel + 2));
-    if (this.byLevel.length < liveCount) this.byLevel = new Int32Array(2 * liveCount);
+    if (this.byLevel.length < liveCount) {
+      this.byLevel = new Int32Array(2 * liveCount);
+      this.sums = new Int32Array(2 * liveCount);
+    }
     const levelStart = this.levelStart;
     const byLevel = this.byLevel;
     levelStart.fill(0, 0, maxLevel + 2);
-    for (let i = 0; i < n; i++) if (live[i] === 1) levelStart[depth[i]! + 1]!++;
+    for (let i = 0; i < n; i++) {
+      if (live[i] === 1 && (everyNode || emitsInstructions(op[i]!))) levelStart[depth[i]! + 1]!++;
+    }
     for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
     // levelStart[d] becomes the end of level d while filling; shift it back afterwards
-    for (let i = 0; i < n; i++) if (live[i] === 1) byLevel[levelStart[depth[i]!]!++] = i;
+    for (let i = 0; i < n; i++) {
+      if (live[i] === 1 && (everyNode || emitsInstructions(op[i]!))) byLevel[levelStart[depth[i]!]!++] = i;
+    }
     for (let l = maxLevel + 1; l > 0; l--) levelStart[l] = levelStart[l - 1]!;
     levelStart[0] = 0;
 
@@ -132,7 +148,6 @@ export class VppsScheduler implements Emitter {
       t.wroteGrad(lossId, q);
     }
     t.endStep();
-    const op = g.op;
     const argCount = g.argCount;
     for (let l = 1; l <= maxLevel; l++) {
       const begin = levelStart[l]!;
@@ -140,17 +155,17 @@ export class VppsScheduler implements Emitter {
       t.startStep(2 * l - 1);
       for (let k = begin; k < end; k++) this.preloadForward(g, byLevel[k]!);
       this.announce();
+      // affine transforms with several products, summed in the next step
+      let sums = 0;
       for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
         if (this.trace === undefined) this.forward(g, L, i);
         else this.traced("forward", i, () => this.forward(g, L, i));
+        if (op[i] === Op.Affine && argCount[i]! > 3) this.sums[sums++] = i;
       }
       t.endStep();
       t.startStep(2 * l);
-      for (let k = begin; k < end; k++) {
-        const i = byLevel[k]!;
-        if (op[i] === Op.Affine && argCount[i]! > 3) this.affineSum(g, L, i);
-      }
+      for (let k = 0; k < sums; k++) this.affineSum(g, L, this.sums[k]!);
       t.endStep();
     }
     const collected = this.collected.fill(0);
@@ -229,75 +244,65 @@ export class VppsScheduler implements Emitter {
 
   private forward(g: ComputationGraph, L: BatchLayout, i: number): void {
     const op = g.op[i]!;
+    if (!emitsInstructions(op)) return; // storage that already holds the value (layout.ts)
+    // every op below has arguments; read the first (and the node's facts) once
+    const args = g.args;
+    const s = g.argStart[i]!;
+    const a0 = args[s]!;
     const value = L.value;
-    const a0 = g.argCount[i]! > 0 ? g.args[g.argStart[i]!]! : -1;
     const y = value[i]!;
-    const len = g.rows[i]! * g.cols[i]!;
     const t = this.t;
-    const w = t.writer;
     switch (op) {
-      case Op.Input:
-      case Op.Parameter:
-      case Op.Lookup:
-      case Op.PickRange:
-        return; // storage that already holds the value (layout.ts)
       case Op.MatVec:
-        this.product(g, L, i, this.matrixOf(g, i, a0), g.arg(i, 1), y, -1);
+        this.product(L, i, this.matrixOf(g, i, a0), args[s + 1]!, y, -1, false);
         return;
       case Op.Affine: {
-        const terms = (g.argCount[i]! - 1) / 2;
-        if (terms === 1) {
-          this.product(g, L, i, this.matrixOf(g, i, g.arg(i, 1)), g.arg(i, 2), y, a0);
+        const count = g.argCount[i]!;
+        if (count === 3) {
+          this.product(L, i, this.matrixOf(g, i, args[s + 1]!), args[s + 2]!, y, a0, false);
         } else {
-          for (let k = 0; k < terms; k++) {
-            const m = this.matrixOf(g, i, g.arg(i, 1 + 2 * k));
-            this.product(g, L, i, m, g.arg(i, 2 + 2 * k), L.temp[i]! + k * len, -1);
+          const len = g.rows[i]! * g.cols[i]!;
+          const temp = L.temp[i]!;
+          for (let k = 1; k < count; k += 2) {
+            const m = this.matrixOf(g, i, args[s + k]!);
+            this.product(L, i, m, args[s + k + 1]!, temp + ((k - 1) >> 1) * len, -1, true);
           }
         }
         return;
       }
-      case Op.Concat: {
-        let q = -1;
-        let off = 0;
-        for (let k = 0; k < g.argCount[i]!; k++) {
-          const a = g.arg(i, k);
-          const al = g.rows[a]! * g.cols[a]!;
-          if (L.placed[a] !== PLACEMENT.inConcat) {
-            if (q < 0) q = t.leastLoaded(2 * len);
-            t.needValue(q, a);
-            w.ins2(q, Opcode.Copy, al, y + off, value[a]!);
-          }
-          off += al;
-        }
-        if (q >= 0) t.wroteValue(i, q);
+      case Op.Concat:
+        this.concat(g, L, i);
         return;
-      }
       case Op.Add:
       case Op.Sub:
       case Op.CMul: {
-        const b = g.arg(i, 1);
+        const b = args[s + 1]!;
+        const len = g.rows[i]! * g.cols[i]!;
         const q = t.leastLoaded(3 * len);
         t.needValue(q, a0);
         t.needValue(q, b);
         const code = op === Op.Add ? Opcode.Add : op === Op.Sub ? Opcode.Sub : Opcode.CMul;
-        w.ins3(q, code, len, y, value[a0]!, value[b]!);
+        t.writer.ins3(q, code, len, y, value[a0]!, value[b]!);
         t.wroteValue(i, q);
         return;
       }
       case Op.Tanh:
       case Op.Logistic:
       case Op.Relu: {
+        const len = g.rows[i]! * g.cols[i]!;
         const q = t.leastLoaded(2 * len);
         t.needValue(q, a0);
         const code = op === Op.Tanh ? Opcode.Tanh : op === Op.Logistic ? Opcode.Logistic : Opcode.Relu;
-        w.ins2(q, code, len, y, value[a0]!);
+        t.writer.ins2(q, code, len, y, value[a0]!);
         t.wroteValue(i, q);
         return;
       }
       case Op.Dropout: {
+        const len = g.rows[i]! * g.cols[i]!;
         const q = t.leastLoaded(2 * len);
         t.needValue(q, a0);
-        w.ins5(q, Opcode.Dropout, len, y, value[a0]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, floatBits(g.auxF[i]!));
+        const bits = floatBits(g.auxF[i]!);
+        t.writer.ins5(q, Opcode.Dropout, len, y, value[a0]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, bits);
         t.wroteValue(i, q);
         return;
       }
@@ -305,7 +310,7 @@ export class VppsScheduler implements Emitter {
         const classes = g.rows[a0]!;
         const q = t.leastLoaded(classes);
         t.needValue(q, a0);
-        w.ins3(q, Opcode.PickNls, classes, y, value[a0]!, g.aux[i]!);
+        t.writer.ins3(q, Opcode.PickNls, classes, y, value[a0]!, g.aux[i]!);
         t.wroteValue(i, q);
         return;
       }
@@ -314,7 +319,7 @@ export class VppsScheduler implements Emitter {
         return;
       case Op.LstmCell: {
         const k = g.aux[i]!;
-        const H = len / 2;
+        const H = g.rows[i]! >> 1; // [h; c] is a column of 2H
         const q = t.leastLoaded((5 + 2 * k) * H);
         const ops = this.operands;
         ops[0] = y;
@@ -322,11 +327,11 @@ export class VppsScheduler implements Emitter {
         ops[2] = k;
         t.needValue(q, a0);
         for (let j = 0; j < k; j++) {
-          const c = g.arg(i, 1 + j);
+          const c = args[s + 1 + j]!;
           t.needValue(q, c);
           ops[3 + j] = value[c]!;
         }
-        w.insN(q, Opcode.LstmCell, H, ops, 3 + k);
+        t.writer.insN(q, Opcode.LstmCell, H, ops, 3 + k);
         t.wroteValue(i, q);
         return;
       }
@@ -335,15 +340,39 @@ export class VppsScheduler implements Emitter {
     }
   }
 
+  /** y = [x₁; x₂; …]: copies of the arguments not computed in place, on one processor. */
+  private concat(g: ComputationGraph, L: BatchLayout, i: number): void {
+    const t = this.t;
+    const { args, rows, cols } = g;
+    const value = L.value;
+    const placed = L.placed;
+    const y = value[i]!;
+    const s = g.argStart[i]!;
+    const count = g.argCount[i]!;
+    let q = -1;
+    let off = 0;
+    for (let k = 0; k < count; k++) {
+      const a = args[s + k]!;
+      const al = rows[a]! * cols[a]!;
+      if (placed[a] !== PLACEMENT.inConcat) {
+        if (q < 0) q = t.leastLoaded(2 * rows[i]! * cols[i]!);
+        t.needValue(q, a);
+        t.writer.ins2(q, Opcode.Copy, al, y + off, value[a]!);
+      }
+      off += al;
+    }
+    if (q >= 0) t.wroteValue(i, q);
+  }
+
   /**
    * y = (b) + W_m·x, one entry of matrix m's list in this step, for node i: y is i's value, or with several
-   * products one of its temporaries.
+   * products (`toTemp`) one of its temporaries.
    */
-  private product(g: ComputationGraph, L: BatchLayout, i: number, m: number, x: number, y: number, b: number): void {
+  private product(L: BatchLayout, i: number, m: number, x: number, y: number, b: number, toTemp: boolean): void {
     const t = this.t;
     const bias = b >= 0 ? L.value[b]! : NONE;
     t.listEntry(Opcode.MatVec, m, 3, y, L.value[x]!, bias, 0, t.valueBuffer(x), b >= 0 ? t.valueBuffer(b) : -1);
-    if (g.argCount[i]! > 3) t.wroteTemp(i, -(m + 1));
+    if (toTemp) t.wroteTemp(i, -(m + 1));
     else t.wroteValue(i, -(m + 1));
   }
 
@@ -391,6 +420,11 @@ export class VppsScheduler implements Emitter {
     }
     t.wroteValue(i, q);
   }
+}
+
+/** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, layout.ts). */
+function emitsInstructions(o: number): boolean {
+  return o !== Op.Input && o !== Op.Parameter && o !== Op.Lookup && o !== Op.PickRange;
 }
 
 /** The bit pattern of 1.0f, the seed of the loss gradient. */

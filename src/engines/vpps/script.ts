@@ -465,7 +465,7 @@ export class ScriptWriter {
     for (let c = 0; c < ctas; c++) total += this.lens[c]!;
     const words = header + total - cuts + this.tableLength;
     let out: Uint32Array;
-    if (into === undefined) out = new Uint32Array(words);
+    if (into === undefined) out = uninitialisedWords(words);
     else {
       const given = into(words);
       if (given.length < words) {
@@ -492,12 +492,24 @@ export class ScriptWriter {
   }
 }
 
-/** Copies src[from, to) to dst at `at`; returns the end. Short runs by hand: a subarray view costs more. */
+/**
+ * Copies src[from, to) to dst at `at`; returns the end. Runs of up to a few hundred words by hand: creating the
+ * subarray view that `set` needs costs more than that many word copies.
+ */
 function copyWords(dst: Uint32Array, at: number, src: Uint32Array, from: number, to: number): number {
   const n = to - from;
   if (n <= 32) for (let k = 0; k < n; k++) dst[at + k] = src[from + k]!;
   else dst.set(src.subarray(from, to), at);
   return at + n;
+}
+
+/**
+ * A new array of `words` words whose contents are undefined (finish() writes every word): skips the zeroing of a
+ * new typed array, which at large batches is megabytes per batch.
+ */
+function uninitialisedWords(words: number): Uint32Array {
+  const bytes = Buffer.allocUnsafeSlow(4 * words); // its own ArrayBuffer, offset 0
+  return new Uint32Array(bytes.buffer, bytes.byteOffset, words);
 }
 
 /** `preamble` for the writer's hot path: one mask test instead of the integer and range checks. */
