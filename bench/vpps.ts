@@ -8,6 +8,9 @@
  * numbers are read from bench/results/batching-<device>.json when present.
  *
  *   node --import tsx bench/vpps.ts [--data <SST train.txt>] [--quick] [--cell fused|ops|both] [--cache <dir>]
+ *                                   [--workers N]
+ *
+ * --workers: schedule worker threads (Vpps `scheduleWorkers`; 0 schedules inside fb; default: the engine's).
  *
  * Writes bench/results/vpps-<device>.json (not with --quick).
  */
@@ -36,6 +39,12 @@ const cellArg = arg("--cell") ?? "both";
 if (!["fused", "ops", "both"].includes(cellArg)) throw new Error(`--cell must be fused, ops or both; got ${cellArg}`);
 const CELLS: CellFormulation[] = cellArg === "both" ? ["fused", "ops"] : [cellArg as CellFormulation];
 const cacheDir = arg("--cache") ?? mkdtempSync(join(tmpdir(), "vpps-bench-kernels-"));
+const workersArg = arg("--workers");
+const workers = workersArg === undefined ? undefined : Number(workersArg);
+if (workers !== undefined && !(Number.isInteger(workers) && workers >= 0)) {
+  throw new Error(`--workers must be an integer >= 0; got ${workersArg}`);
+}
+const workerOption = workers === undefined ? {} : { scheduleWorkers: workers };
 
 const HIDDEN = 256;
 const EMBED = 256;
@@ -55,7 +64,13 @@ interface Row {
   nodesPerBatch: number;
   /** Host ms per batch. */
   buildMs: number;
+  /** Scheduling + encoding; with schedule workers, the workers' time (summed over threads). */
   scheduleMs: number;
+  /** Schedule worker threads (0: scheduled inside fb). */
+  workers: number;
+  /** With workers, main thread: snapshotting and posting graphs, and blocked waiting for a script. */
+  snapshotMs: number;
+  waitMs: number;
   /** fb's submit: pinned copy, memsets, launch, and the wait for the previous batch. */
   submitMs: number;
   /** Kernel ms per batch (CUDA events around the launch). */
@@ -92,13 +107,20 @@ for (const cell of CELLS) {
     console.log(l);
   };
   let t = performance.now();
-  const first = await Vpps.create(makeModel().params, { cacheDir, log });
+  const first = await Vpps.create(makeModel().params, { cacheDir, log, ...workerOption });
   const firstMs = performance.now() - t;
   const firstInfo = first.variantInfo.map((v) => ({ ...v }));
   first.dispose();
   const model = makeModel();
   t = performance.now();
-  const vpps = await Vpps.create(model.params, { cacheDir, log, timing: true, learningRate: 0.05, clip: 5 });
+  const vpps = await Vpps.create(model.params, {
+    cacheDir,
+    log,
+    timing: true,
+    learningRate: 0.05,
+    clip: 5,
+    ...workerOption,
+  });
   jit[cell] = {
     first: firstInfo,
     cached: vpps.variantInfo.map((v) => ({ ...v })),
@@ -161,6 +183,9 @@ for (const cell of CELLS) {
       nodesPerBatch: nodes,
       buildMs: per(host.build),
       scheduleMs: per(s1.scheduleMs - s0.scheduleMs),
+      workers: vpps.scheduleWorkers,
+      snapshotMs: per(s1.snapshotMs - s0.snapshotMs),
+      waitMs: per(s1.waitMs - s0.waitMs),
       submitMs: per(s1.submitMs - s0.submitMs),
       kernelMs: (s1.kernelMs - s0.kernelMs) / Math.max(1, s1.timedBatches - s0.timedBatches),
       scheduleNsPerNode: (1e6 * per(s1.scheduleMs - s0.scheduleMs)) / Math.max(1, nodes),
@@ -171,7 +196,8 @@ for (const cell of CELLS) {
     console.log(
       `${cell} batch ${String(batch).padStart(3)}: ${sps.toFixed(0).padStart(7)} sentences/s, ` +
         `${row.msPerBatch.toFixed(3)} ms/batch (build ${row.buildMs.toFixed(3)}, schedule ${row.scheduleMs.toFixed(3)} = ` +
-        `${row.scheduleNsPerNode.toFixed(0)} ns/node, submit ${row.submitMs.toFixed(3)}; kernel ${row.kernelMs.toFixed(3)}), ` +
+        `${row.scheduleNsPerNode.toFixed(0)} ns/node${row.workers > 0 ? ` on ${row.workers} workers, snapshot ${row.snapshotMs.toFixed(3)}, wait ${row.waitMs.toFixed(3)}` : ""}, ` +
+        `submit ${row.submitMs.toFixed(3)}; kernel ${row.kernelMs.toFixed(3)}), ` +
         `${nodes.toFixed(0)} nodes${agenda ? `, ${row.vsAutobatchAgenda!.toFixed(2)}x autobatch agenda` : ""}`,
     );
   }
@@ -192,7 +218,9 @@ const result = {
     "per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the " +
     "previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall " +
     "time of all batches of a size (5 untimed first), ending with a synchronize. Kernel ms from CUDA events around " +
-    "each launch. Weight bytes per 128 sentences: matrices read from DRAM once per launch (and written back once).",
+    "each launch. Weight bytes per 128 sentences: matrices read from DRAM once per launch (and written back once). " +
+    "With schedule workers (a row's `workers` > 0) fb snapshots the graph and posts it to a worker thread, and " +
+    "launches the batches whose scripts are ready, in order; scheduleMs is then the workers' time.",
   jit,
   chosenVariant: chosen,
   firstBatchLoss: firstLoss,

@@ -19,6 +19,7 @@ export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
 export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
 export { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
 export { Vpps, type VppsOptions } from "./vpps/engine.js";
+export { ScheduleWorkerError } from "./vpps/schedule-pool.js";
 export { VppsEngine } from "./vpps/vpps-engine.js";
 
 export interface CreateEngineOptions {

@@ -52,6 +52,41 @@ export class Expression {
 const INITIAL_NODES = 1024;
 
 /**
+ * The layout of `ComputationGraph.snapshot`: a header of HEADER_WORDS float64s (magic, version, nodes, argument
+ * entries, parameters in use, input floats, value size, training, dropout key, generation, total bytes, 0), then
+ * int32 rows, cols, argStart, argCount, aux, aux2, depth, valueOffset (one per node), float32 auxF, int32 args,
+ * int32 indices of the parameters in use, float32 input values, and uint8 ops last (nothing after them needs
+ * alignment).
+ */
+const SNAPSHOT_MAGIC = 0x56505347; // "VPSG"
+const SNAPSHOT_VERSION = 1;
+const HEADER_WORDS = 12;
+
+function snapshotOffsets(n: number, argsSize: number, params: number, inputs: number) {
+  let at = 8 * HEADER_WORDS;
+  const i32: number[] = [];
+  for (let k = 0; k < 8; k++, at += 4 * n) i32.push(at);
+  const auxF = at;
+  const args = (at += 4 * n);
+  const paramsAt = (at += 4 * argsSize);
+  const inputsAt = (at += 4 * params);
+  const op = (at += 4 * inputs);
+  return { i32, auxF, args, params: paramsAt, inputs: inputsAt, op, bytes: op + n };
+}
+
+/** The input values stored in a `ComputationGraph.snapshot` (a view of the buffer, no copy). */
+export function snapshotInputs(buffer: ArrayBuffer): Float32Array {
+  const h = new Float64Array(buffer, 0, HEADER_WORDS);
+  if (h[0] !== SNAPSHOT_MAGIC) throw new Error("snapshotInputs: the buffer is not a graph snapshot");
+  const at = snapshotOffsets(h[2]!, h[3]!, h[4]!, h[5]!);
+  return new Float32Array(buffer, at.inputs, h[5]!);
+}
+
+function readOnlyError(what: string): Error {
+  return new Error(`ComputationGraph: cannot ${what} a graph rebuilt from a snapshot (it is read-only)`);
+}
+
+/**
  * A define-by-run computation graph, renewed per batch. Every node is a row in typed arrays: op, shape, arguments
  * (a slice of `args`), two integer and one float attribute, depth from the leaves and the offset of its value in
  * the graph's value space (one contiguous float buffer per engine, `valueSize` floats long). Building a node costs a
@@ -97,9 +132,106 @@ export class ComputationGraph {
   training = true;
   /** Key of the counter-based generator for dropout masks in this graph (set per batch by the trainer). */
   dropoutKey = 0;
+  /** True for a graph rebuilt by `fromSnapshot`: its arrays are views of the snapshot and it cannot grow. */
+  readonly readOnly: boolean = false;
+
+  /**
+   * Packs nodes [0, n) — every per-node array, their arguments, the input values, the parameter indices in use and
+   * the graph-wide fields — into one ArrayBuffer (a 96-byte header, then one `set` per array), so that another
+   * thread can rebuild the graph with `fromSnapshot` after a transfer. `into` is reused when it is large enough
+   * (the result is then `into` itself). See SNAPSHOT_LAYOUT for the format.
+   */
+  snapshot(n: number = this.size, into?: ArrayBuffer): ArrayBuffer {
+    if (!Number.isInteger(n) || n < 0 || n > this.size) {
+      throw new RangeError(`snapshot: node count ${n} is outside 0..${this.size}`);
+    }
+    const argsSize = n === this.size ? this.argsSize : n === 0 ? 0 : this.argStart[n - 1]! + this.argCount[n - 1]!;
+    const valueSize = n === this.size ? this.valueSize : this.valueOffset[n]!;
+    const params: number[] = [];
+    for (let k = 0; k < this.parameters.length; k++) if (this.parameters[k] !== undefined) params.push(k);
+    const at = snapshotOffsets(n, argsSize, params.length, this.inputSize);
+    const buffer = into !== undefined && into.byteLength >= at.bytes ? into : new ArrayBuffer(at.bytes);
+    const h = new Float64Array(buffer, 0, HEADER_WORDS);
+    h[0] = SNAPSHOT_MAGIC;
+    h[1] = SNAPSHOT_VERSION;
+    h[2] = n;
+    h[3] = argsSize;
+    h[4] = params.length;
+    h[5] = this.inputSize;
+    h[6] = valueSize;
+    h[7] = this.training ? 1 : 0;
+    h[8] = this.dropoutKey;
+    h[9] = this.generation;
+    h[10] = at.bytes;
+    h[11] = 0;
+    const i32 = (k: number, a: Int32Array) => new Int32Array(buffer, at.i32[k]!, n).set(a.subarray(0, n));
+    i32(0, this.rows);
+    i32(1, this.cols);
+    i32(2, this.argStart);
+    i32(3, this.argCount);
+    i32(4, this.aux);
+    i32(5, this.aux2);
+    i32(6, this.depth);
+    i32(7, this.valueOffset);
+    new Float32Array(buffer, at.auxF, n).set(this.auxF.subarray(0, n));
+    new Int32Array(buffer, at.args, argsSize).set(this.args.subarray(0, argsSize));
+    new Int32Array(buffer, at.params, params.length).set(params);
+    new Float32Array(buffer, at.inputs, this.inputSize).set(this.inputData.subarray(0, this.inputSize));
+    new Uint8Array(buffer, at.op, n).set(this.op.subarray(0, n));
+    return buffer;
+  }
+
+  /**
+   * A read-only graph over a `snapshot` (no copy: its arrays are views of `buffer`). `parameters` is filled from
+   * `params` (by index) when given, else left empty. Adding nodes or renewing it throws.
+   */
+  static fromSnapshot(buffer: ArrayBuffer, params?: readonly GraphParameter[]): ComputationGraph {
+    const bytes = buffer.byteLength;
+    const h = bytes >= 8 * HEADER_WORDS ? new Float64Array(buffer, 0, HEADER_WORDS) : undefined;
+    if (h === undefined || h[0] !== SNAPSHOT_MAGIC) throw new Error("fromSnapshot: the buffer is not a graph snapshot");
+    if (h[1] !== SNAPSHOT_VERSION) {
+      throw new Error(`fromSnapshot: snapshot format version ${h[1]}; this build reads version ${SNAPSHOT_VERSION}`);
+    }
+    const [n, argsSize, paramCount, inputSize] = [h[2]!, h[3]!, h[4]!, h[5]!];
+    const at = snapshotOffsets(n, argsSize, paramCount, inputSize);
+    if (at.bytes !== h[10] || at.bytes > bytes) {
+      throw new Error(`fromSnapshot: the snapshot needs ${at.bytes} bytes; the buffer has ${bytes}`);
+    }
+    const g = new ComputationGraph();
+    const i32 = (k: number) => new Int32Array(buffer, at.i32[k]!, n);
+    g.rows = i32(0);
+    g.cols = i32(1);
+    g.argStart = i32(2);
+    g.argCount = i32(3);
+    g.aux = i32(4);
+    g.aux2 = i32(5);
+    g.depth = i32(6);
+    g.valueOffset = i32(7);
+    g.auxF = new Float32Array(buffer, at.auxF, n);
+    g.args = new Int32Array(buffer, at.args, argsSize);
+    g.argsSize = argsSize;
+    g.inputData = new Float32Array(buffer, at.inputs, inputSize);
+    g.inputSize = inputSize;
+    g.op = new Uint8Array(buffer, at.op, n);
+    g.size = n;
+    g.valueSize = h[6]!;
+    g.training = h[7] === 1;
+    g.dropoutKey = h[8]!;
+    g.generation = h[9]!;
+    if (params !== undefined) {
+      for (const k of new Int32Array(buffer, at.params, paramCount)) {
+        const p = params[k];
+        if (p === undefined) throw new Error(`fromSnapshot: the graph uses parameter ${k}; none given with that index`);
+        g.parameters[k] = p;
+      }
+    }
+    (g as { readOnly: boolean }).readOnly = true;
+    return g;
+  }
 
   /** Forgets all nodes; the arrays keep their capacity. */
   renew(): void {
+    if (this.readOnly) throw readOnlyError("renew");
     this.size = 0;
     this.valueSize = 0;
     this.argsSize = 0;
@@ -206,6 +338,7 @@ export class ComputationGraph {
   addInputData(values: ArrayLike<number>): number {
     const n = values.length;
     if (this.inputSize + n > this.inputData.length) {
+      if (this.readOnly) throw readOnlyError("add input data to");
       const grown = new Float32Array(Math.max(this.inputData.length * 2, this.inputSize + n));
       grown.set(this.inputData.subarray(0, this.inputSize));
       this.inputData = grown;
@@ -225,6 +358,7 @@ export class ComputationGraph {
   }
 
   private growNodes(): void {
+    if (this.readOnly) throw readOnlyError("add a node to");
     const cap = this.op.length * 2;
     const grow = <T extends Uint8Array | Int32Array | Float32Array>(a: T, make: (n: number) => T): T => {
       const b = make(cap);
@@ -244,6 +378,7 @@ export class ComputationGraph {
   }
 
   private growArgs(need: number): void {
+    if (this.readOnly) throw readOnlyError("add a node to");
     const b = new Int32Array(Math.max(this.args.length * 2, need));
     b.set(this.args.subarray(0, this.argsSize));
     this.args = b;

@@ -20,8 +20,9 @@ import { formatKernelProfile } from "../../src/engines/vpps/kernel-profile.js";
 import { VppsKernelError } from "../../src/engines/vpps/pipeline.js";
 import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engines/vpps/script.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
-import type { ParameterCollection } from "../../src/model/parameters.js";
+import { ParameterCollection } from "../../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
+import { add, input, matVec, parameter, pickNegLogSoftmax } from "../../src/ops/index.js";
 import { SimpleSGDTrainer } from "../../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
 
@@ -249,7 +250,13 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
   test("profile-guided rpw picks one of the compiled variants and keeps training", async () => {
     const { trees, vocab, model } = setup(256);
     const lines: string[] = [];
-    const vpps = await Vpps.create(model.params, { cacheDir, profileBatches: 2, log: (l) => lines.push(l) });
+    const W = 2; // schedule workers: fb returns a loss at most W + 1 batches old
+    const vpps = await Vpps.create(model.params, {
+      cacheDir,
+      profileBatches: 2,
+      log: (l) => lines.push(l),
+      scheduleWorkers: W,
+    });
     try {
       const losses: number[] = [];
       for (let k = 0; k < 2 * vpps.variantInfo.length + 4; k++) {
@@ -261,9 +268,82 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       assert.ok(vpps.variantInfo.length >= 2, "H100 offers several rpw variants at hidden 256");
       assert.ok(vpps.chosenVariant !== undefined, "no variant was chosen");
       assert.ok(Number.isNaN(losses[0]!), "the first fb returns NaN (no previous batch)");
-      assert.ok(losses.slice(1).every(Number.isFinite), `losses: ${losses.join(", ")}`);
+      assert.ok(losses.slice(W + 1).every(Number.isFinite), `losses: ${losses.join(", ")}`);
     } finally {
       vpps.dispose();
+    }
+  });
+
+  test("schedule workers: batches in flight train like scheduling inside fb; stale losses are earlier ones", async () => {
+    const W = 2;
+    const run = async (scheduleWorkers: number) => {
+      const { trees, vocab, model } = setup(128);
+      const vpps = await Vpps.create(model.params, {
+        cacheDir,
+        rowsPerWarp: 1,
+        learningRate: LR,
+        clip: CLIP,
+        scheduleWorkers,
+      });
+      try {
+        assert.equal(vpps.scheduleWorkers, scheduleWorkers);
+        const returned: number[] = [];
+        const graphs = [new ComputationGraph(), new ComputationGraph()];
+        for (let k = 0; k < 8; k++) {
+          const cg = graphs[k % 2]!;
+          cg.renew(); // with workers the graph is snapshotted: renewing it while its batch is in flight is fine
+          returned.push(vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(4 * k, 4 * k + 4), vocab)));
+        }
+        const last = await vpps.syncLatestLoss();
+        vpps.syncToHost();
+        assert.equal(vpps.stats.batches, 8);
+        return { returned, last, w: model.params.all.map((p) => Float32Array.from(p.value)), stats: { ...vpps.stats } };
+      } finally {
+        vpps.dispose();
+      }
+    };
+    const inline = await run(0);
+    const pooled = await run(W);
+    console.log(`  losses returned: in fb ${inline.returned.join(", ")}; workers ${pooled.returned.join(", ")}`);
+    // loss of batch j: what the in-thread run's fb returned at j + 1, or its final loss
+    const lossOf = (j: number) => (j + 1 < inline.returned.length ? inline.returned[j + 1]! : inline.last);
+    const near = (a: number, b: number) => Math.abs(a - b) <= 1e-4 * Math.max(1, Math.abs(a));
+    assert.ok(near(inline.last, pooled.last), `last loss: in fb ${inline.last}, workers ${pooled.last}`);
+    for (let k = 0; k < 8; k++) {
+      const got = pooled.returned[k]!;
+      if (k >= W + 1) assert.ok(Number.isFinite(got), `fb ${k} returned ${got} with ${W} workers`);
+      if (Number.isNaN(got)) continue;
+      const candidates = Array.from({ length: W + 1 }, (_, i) => k - 1 - i).filter((j) => j >= 0);
+      assert.ok(
+        candidates.some((j) => near(lossOf(j), got)),
+        `fb ${k} returned ${got}, not the loss of batches ${candidates.join(", ")}`,
+      );
+    }
+    for (const [i, w] of inline.w.entries()) assert.equal(firstDifference(`weight ${i}`, w, pooled.w[i]!), "");
+    assert.ok(pooled.stats.scheduleMs > 0 && pooled.stats.snapshotMs > 0, JSON.stringify(pooled.stats));
+    assert.equal(inline.stats.snapshotMs, 0);
+  });
+
+  test("a scheduling error comes back from fb's caller with the scheduler's message, with and without workers", async () => {
+    const pc = new ParameterCollection({ seed: 1 });
+    const W = pc.addParameters([3, 1], undefined, "W"); // a [3,1] matrix: the graph also accepts it as a vector
+    const v = pc.addParameters(3, undefined, "v");
+    const message = /add\(.*\) \[3\] uses matrix 'W' as argument 1; VPPS holds 'W' in registers/;
+    for (const scheduleWorkers of [0, 1]) {
+      const vpps = await Vpps.create(pc, { cacheDir, rowsPerWarp: 1, name: "refused", scheduleWorkers });
+      try {
+        const cg = new ComputationGraph();
+        const bad = pickNegLogSoftmax(add(matVec(W, input(cg, [2])), parameter(cg, W)), 0);
+        assert.throws(() => {
+          vpps.fb(cg, bad);
+          vpps.latestLossSync();
+        }, message);
+        const cg2 = new ComputationGraph();
+        vpps.fb(cg2, pickNegLogSoftmax(add(matVec(W, input(cg2, [2])), parameter(cg2, v)), 1));
+        assert.ok(Number.isFinite(vpps.latestLossSync()), `workers ${scheduleWorkers}: the next batch runs`);
+      } finally {
+        vpps.dispose();
+      }
     }
   });
 

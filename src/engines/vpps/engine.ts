@@ -2,7 +2,11 @@
  * The VPPS API: `const vpps = await Vpps.create(params, options)` plans the weight distribution with the real
  * device's numbers, generates and JIT-compiles (through the on-disk cache) one kernel per plan variant, uploads the
  * weights; then `vpps.fb(graph, loss)` runs forward, backward and the SGD update of a whole batch in one launch and
- * returns the previous batch's loss while the GPU works on this one.
+ * returns the loss of an earlier batch while the GPU works on this one.
+ *
+ * Host pipeline: with `scheduleWorkers` > 0 (the default where there are spare cores), scheduling and encoding run
+ * on worker threads (schedule-pool.ts): `fb` snapshots the graph, posts it, and submits to the GPU, in order,
+ * every earlier batch whose script is ready, so that building graphs, scheduling them and running kernels overlap.
  *
  * Profile-guided rpw (DESIGN §6.1): with `rowsPerWarp: "profile"` every valid plan is compiled, the first batches
  * rotate over them with CUDA events around each launch, and the fastest (median kernel time) is kept.
@@ -16,7 +20,9 @@ import { generateKernelSource, kernelName } from "./kernel-template.js";
 import { createModelLayout } from "./layout.js";
 import { enumeratePlans, type GradientStrategy, type MatrixSpec, planVpps, type VppsPlan } from "./plan.js";
 import { type KernelVariant, VppsRuntime } from "./runtime.js";
-import { type BatchSchedule, VppsScheduler } from "./schedule.js";
+import { VppsScheduler } from "./schedule.js";
+import { defaultScheduleWorkers, type PooledBatch, SchedulePool } from "./schedule-pool.js";
+import type { ScheduledBatch } from "./scheduled-batch.js";
 
 export interface VppsOptions {
   /** `auto` (GPU 0) or `cuda:N`. */
@@ -44,7 +50,13 @@ export interface VppsOptions {
   readonly name?: string;
   /** Spins before a wait reports a timeout (kernel-template.ts default: about 2 s). */
   readonly barrierSpinLimit?: number;
-  /** Tests only: edits each batch script before it is sent (to provoke kernel errors). */
+  /**
+   * Worker threads that schedule and encode batches while the main thread builds the next graph; 0 schedules on
+   * the main thread inside `fb`. Default: one per spare core, at most 4 (`min(4, os.availableParallelism() - 1)`),
+   * and 0 when VPPS_DUMP is set (dumps are numbered per scheduler).
+   */
+  readonly scheduleWorkers?: number;
+  /** Tests only: edits each batch script before it is sent (to provoke kernel errors), on the main thread. */
   readonly editScript?: (script: Uint32Array, ctas: number) => void;
   /**
    * Compile kernels that count SM cycles per instruction (kernel-profile.ts): `kernelProfile()` then says where the
@@ -68,14 +80,30 @@ export interface VariantInfo {
   profileMs?: number;
 }
 
-/** Host and device time of the batches run so far (ms, summed). */
+/**
+ * Host and device time of the batches submitted so far (ms, summed). On the main thread, `fb` costs
+ * `scheduleMs + submitMs` without schedule workers, and `snapshotMs + waitMs + submitMs` with them.
+ */
 export interface VppsStats {
+  /** Batches submitted to the GPU. */
   batches: number;
+  /** Scheduling and encoding: on the main thread, or (with schedule workers) the workers' own time, summed. */
   scheduleMs: number;
+  /** Pinned copy, memsets, launch, and the wait for the previous batch. */
   submitMs: number;
+  /** Schedule workers: snapshotting graphs and posting them (main thread). */
+  snapshotMs: number;
+  /** Schedule workers: the main thread blocked, waiting for a script. */
+  waitMs: number;
   kernelMs: number;
   timedBatches: number;
   nodes: number;
+}
+
+/** What `fb` fixes for a batch that is submitted later (schedule workers). */
+interface BatchTag {
+  readonly lr: number;
+  readonly clip: number;
 }
 
 const SCRIPT_WORDS = 16 << 20;
@@ -92,6 +120,8 @@ function median(xs: readonly number[]): number {
 }
 
 interface Variant extends KernelVariant {
+  /** Position in the engine's variant list (and the schedule workers' plan list). */
+  readonly index: number;
   readonly scheduler: VppsScheduler;
   readonly info: VariantInfo;
   readonly samples: number[];
@@ -100,10 +130,21 @@ interface Variant extends KernelVariant {
 export class Vpps {
   learningRate: number;
   clip: number;
-  readonly stats: VppsStats = { batches: 0, scheduleMs: 0, submitMs: 0, kernelMs: 0, timedBatches: 0, nodes: 0 };
+  readonly stats: VppsStats = {
+    batches: 0,
+    scheduleMs: 0,
+    submitMs: 0,
+    snapshotMs: 0,
+    waitMs: 0,
+    kernelMs: 0,
+    timedBatches: 0,
+    nodes: 0,
+  };
   private chosen: Variant | undefined;
   private next = 0;
-  private last: { variant: Variant; schedule: BatchSchedule } | undefined;
+  private last: { variant: Variant; schedule: ScheduledBatch } | undefined;
+  /** With schedule workers: the loss `fb` returns (that of the batch before the last one submitted). */
+  private latest = Number.NaN;
   private disposed = false;
 
   private constructor(
@@ -113,6 +154,7 @@ export class Vpps {
     private readonly runtime: VppsRuntime,
     private readonly opts: VppsOptions,
     private readonly params: ParameterCollection,
+    private readonly pool: SchedulePool<BatchTag> | undefined,
   ) {
     this.learningRate = opts.learningRate ?? 0.1;
     this.clip = opts.clip ?? 5;
@@ -136,7 +178,9 @@ export class Vpps {
       ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
       ...(options.poolBytes !== undefined ? { poolBytes: options.poolBytes } : {}),
     });
+    let pool: SchedulePool<BatchTag> | undefined;
     try {
+      const workers = Vpps.workersFor(options);
       const d = ctx.device.props;
       const device = deviceModelFromProperties({
         name: d.name,
@@ -150,7 +194,16 @@ export class Vpps {
       });
       const plans = Vpps.plansFor(matricesOf(params), device, options);
       const log = options.log ?? (() => {});
-      const variants = plans.map((plan) => Vpps.compile(ctx, params, plan, options, log));
+      // the workers start (and load their modules) while the kernels compile
+      if (workers > 0) {
+        pool = new SchedulePool<BatchTag>({
+          workers,
+          params: params.all,
+          plans,
+          schedule: { exportGradients: options.exportGradients ?? false },
+        });
+      }
+      const variants = plans.map((plan, index) => Vpps.compile(ctx, params, plan, index, options, log));
       const first = variants[0]!;
       const runtime = new VppsRuntime(ctx, {
         masterFloats: first.plan.masterFloats,
@@ -161,11 +214,24 @@ export class Vpps {
         first.model,
         params.all.map((p) => p.value),
       );
-      return new Vpps(ctx, device, variants, runtime, options, params);
+      return new Vpps(ctx, device, variants, runtime, options, params, pool);
     } catch (e) {
+      pool?.dispose();
       ctx.dispose();
       throw e;
     }
+  }
+
+  private static workersFor(o: VppsOptions): number {
+    const n = o.scheduleWorkers;
+    if (n === undefined) {
+      const dump = process.env["VPPS_DUMP"];
+      return dump !== undefined && dump !== "" ? 0 : defaultScheduleWorkers();
+    }
+    if (!Number.isInteger(n) || n < 0) {
+      throw new RangeError(`Vpps: scheduleWorkers must be an integer >= 0 (0: schedule in fb); got ${n}`);
+    }
+    return n;
   }
 
   private static plansFor(matrices: MatrixSpec[], device: DeviceModel, o: VppsOptions): VppsPlan[] {
@@ -184,6 +250,7 @@ export class Vpps {
     ctx: GpuContext,
     params: ParameterCollection,
     plan: VppsPlan,
+    index: number,
     o: VppsOptions,
     log: (line: string) => void,
   ): Variant {
@@ -219,7 +286,7 @@ export class Vpps {
         `${attr.numRegs} registers, ${attr.localBytes} B local${attr.localBytes > 0 ? " (SPILLS)" : ""}`,
     );
     const scheduler = new VppsScheduler(model, { exportGradients: o.exportGradients ?? false });
-    return { plan, model, kernel, name, scheduler, info, samples: [], profiled: o.profileKernel === true };
+    return { plan, model, kernel, name, index, scheduler, info, samples: [], profiled: o.profileKernel === true };
   }
 
   /** Every compiled variant, with JIT cost and (after profiling) kernel time. */
@@ -236,32 +303,88 @@ export class Vpps {
     return (this.chosen ?? this.variants[0]!).plan;
   }
 
+  /** Worker threads scheduling batches (0: `fb` schedules on the main thread). */
+  get scheduleWorkers(): number {
+    return this.pool?.size ?? 0;
+  }
+
   /**
-   * Schedules, encodes and launches one batch (forward, backward, SGD update); returns the previous batch's loss
-   * (NaN for the first) without waiting for this one.
+   * Runs one batch (forward, backward, SGD update) without waiting for it, and returns the loss of an earlier
+   * batch whose kernel has finished (NaN while there is none).
+   *
+   * Without schedule workers it schedules, encodes and launches this batch, and returns the previous batch's loss.
+   * With `scheduleWorkers` = W it snapshots the graph (so the caller may renew it at once), posts it to a worker,
+   * and launches every earlier batch whose script is ready, in order; it blocks only while more than W batches
+   * are being scheduled. The loss returned is that of the batch before the last one launched, so it can be up to
+   * W + 1 batches old, and the same value may be returned twice; `latestLossSync()` gives the newest. Learning
+   * rate and clip are taken when `fb` is called. A scheduling error (an op VPPS cannot run, …) is thrown by the
+   * `fb` (or flushing call) that reaches the failed batch, with the worker's message; that batch is skipped.
    */
   fb(graph: ComputationGraph, loss: Expression): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
     const v = this.pickVariant();
-    const t0 = performance.now();
-    const s = v.scheduler.schedule(graph, loss);
-    this.opts.editScript?.(s.script, v.plan.ctas);
+    const pool = this.pool;
+    if (pool === undefined) {
+      const t0 = performance.now();
+      const s = v.scheduler.schedule(graph, loss);
+      this.opts.editScript?.(s.script, v.plan.ctas);
+      this.stats.scheduleMs += performance.now() - t0;
+      return this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), this.learningRate, this.clip);
+    }
+    pool.post(graph, loss, v.index, { lr: this.learningRate, clip: this.clip });
+    this.submitScheduled(false);
+    return this.latest;
+  }
+
+  /** Launches scheduled batches in order: those ready, or (`all`) every one posted, waiting for the workers. */
+  private submitScheduled(all: boolean): void {
+    const pool = this.pool;
+    if (pool === undefined) return;
+    try {
+      for (;;) {
+        const b = pool.take(all || pool.pending > pool.size);
+        if (b === undefined) return;
+        this.submitPooled(b);
+      }
+    } finally {
+      this.stats.snapshotMs = pool.stats.snapshotMs;
+      this.stats.waitMs = pool.stats.waitMs;
+    }
+  }
+
+  private submitPooled(b: PooledBatch<BatchTag>): void {
+    const pool = this.pool!;
+    try {
+      const v = this.variants[b.variant]!;
+      this.stats.scheduleMs += b.scheduleMs;
+      this.opts.editScript?.(b.batch.script, v.plan.ctas);
+      this.latest = this.submit(v, b.batch, b.inputs, b.tag.lr, b.tag.clip);
+    } finally {
+      pool.release(b);
+    }
+  }
+
+  private submit(v: Variant, s: ScheduledBatch, inputs: Float32Array, lr: number, clip: number): number {
     const t1 = performance.now();
     const profiling = this.chosen === undefined;
-    const prev = this.runtime.submit(v, s, graph, this.learningRate, this.clip, profiling || !!this.opts.timing);
-    const t2 = performance.now();
+    const prev = this.runtime.submit(v, s, inputs, lr, clip, profiling || !!this.opts.timing);
+    this.stats.submitMs += performance.now() - t1;
     this.last = { variant: v, schedule: s };
     this.stats.batches++;
-    this.stats.scheduleMs += t1 - t0;
-    this.stats.submitMs += t2 - t1;
     this.stats.nodes += s.liveNodes;
     return prev;
+  }
+
+  /** Waits for the schedule workers and launches every batch posted so far. */
+  private flush(): void {
+    this.submitScheduled(true);
   }
 
   private pickVariant(): Variant {
     if (this.chosen) return this.chosen;
     const per = this.opts.profileBatches ?? 4;
     if (this.next < per * this.variants.length) return this.variants[this.next++ % this.variants.length]!;
+    this.flush(); // every profiled batch is launched
     this.runtime.drain(); // the last samples arrive
     for (const x of this.variants) x.info.profileMs = median(x.samples.slice(1));
     const best = [...this.variants].sort((a, b) => a.info.profileMs! - b.info.profileMs!)[0]!;
@@ -273,18 +396,21 @@ export class Vpps {
     return best;
   }
 
-  /** Waits for the GPU and returns the loss of the latest batch (NaN when none ran). */
+  /** Launches every batch still being scheduled, waits for the GPU, and returns the last batch's loss (NaN if none). */
   async syncLatestLoss(): Promise<number> {
-    return this.runtime.drain();
+    return this.latestLossSync();
   }
 
   /** `syncLatestLoss` without the promise. */
   latestLossSync(): number {
-    return this.runtime.drain();
+    this.flush();
+    this.latest = this.runtime.drain();
+    return this.latest;
   }
 
   /** Per parameter, the latest batch's gradient (needs `exportGradients`, or a plan whose host forms them). */
   gradients(): Float32Array[] {
+    this.flush();
     if (!this.last) throw new Error("Vpps.gradients: no batch has run yet");
     const { variant, schedule } = this.last;
     if (schedule.update === "kernel" && !this.opts.exportGradients) {
@@ -299,24 +425,32 @@ export class Vpps {
    */
   kernelProfile(reset = false): KernelProfile {
     if (!this.opts.profileKernel) throw new Error("Vpps.kernelProfile: create the instance with profileKernel: true");
+    this.flush();
     return summarizeKernelProfile(this.runtime.readProfile(reset));
   }
 
-  /** Copies the device's weights into the ParameterCollection's host values. */
+  /** Copies the device's weights into the ParameterCollection's host values (after every batch posted so far). */
   syncToHost(): void {
+    this.flush();
     this.runtime.downloadWeights(
       this.variants[0]!.model,
       this.params.all.map((p) => p.value),
     );
   }
 
+  /** Launches and finishes what is queued, then stops the schedule workers and frees the device. */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
     try {
-      this.runtime.dispose();
+      this.flush();
     } finally {
-      this.ctx.dispose();
+      try {
+        this.pool?.dispose();
+        this.runtime.dispose();
+      } finally {
+        this.ctx.dispose();
+      }
     }
   }
 }

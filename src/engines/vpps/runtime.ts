@@ -15,14 +15,14 @@
  * buffers need two slots.
  */
 import { CudaEvent, type CudaKernel, karg, PinnedBuffer } from "../../cuda/index.js";
-import type { ComputationGraph, GraphParameter } from "../../graph/graph.js";
+import type { GraphParameter } from "../../graph/graph.js";
 import type { GpuContext } from "../gpu/context.js";
 import { STATUS_WORDS } from "./kernel-static.js";
 import { PROFILE_WORDS } from "./kernel-template.js";
 import type { ModelLayout } from "./layout.js";
 import { BatchPipeline, type SlotDevice } from "./pipeline.js";
 import type { VppsPlan } from "./plan.js";
-import type { BatchSchedule } from "./schedule.js";
+import type { ScheduledBatch } from "./scheduled-batch.js";
 
 /** One compiled kernel variant (a plan: ctasPerSm, rpw, gradient placement) with its own scheduler. */
 export interface KernelVariant {
@@ -189,7 +189,7 @@ export class VppsRuntime {
    * Per parameter, its gradient from the last completed batch (`schedule` must be that batch's, scheduled with
    * `exportGradients` or on a host-update plan). Lookup tables: zero outside the rows the batch touched.
    */
-  readGradients(model: ModelLayout, schedule: BatchSchedule): Float32Array[] {
+  readGradients(model: ModelLayout, schedule: ScheduledBatch): Float32Array[] {
     this.pipeline.drain();
     const L = schedule.layout;
     return model.params.map((p: GraphParameter) => {
@@ -212,7 +212,7 @@ export class VppsRuntime {
   }
 
   /** The (parameter, gradient, length) triples of a host update, as absolute pool offsets. */
-  private updateList(model: ModelLayout, s: BatchSchedule, into: Uint32Array, at: number): number {
+  private updateList(model: ModelLayout, s: ScheduledBatch, into: Uint32Array, at: number): number {
     const L = s.layout;
     let k = at;
     const push = (p: number, g: number, n: number) => {
@@ -239,23 +239,25 @@ export class VppsRuntime {
     return (k - at) / 3;
   }
 
-  private updateListWords(model: ModelLayout, s: BatchSchedule): number {
+  private updateListWords(model: ModelLayout, s: ScheduledBatch): number {
     let n = 0;
     const pieces = (len: number) => Math.ceil(len / UPDATE_PIECE);
     for (const m of model.plan.matrices) n += pieces(m.rows * m.cols);
     for (const p of model.params) if (s.layout.paramGrad[p.index]! >= 0) n += pieces(p.rows * p.cols);
-    for (const t of s.layout.lookupRows.table) n += pieces(model.params[t]!.cols);
+    const tables = s.layout.lookupRows.table;
+    for (let r = 0; r < tables.length; r++) n += pieces(model.params[tables[r]!]!.cols);
     return 3 * n;
   }
 
   /**
-   * Queues one scheduled batch on `variant` and returns the previous batch's loss (NaN for the first). `timed`
-   * records CUDA events around the batch's device work.
+   * Queues one scheduled batch on `variant` and returns the previous batch's loss (NaN for the first). `inputs` are
+   * the graph's input values (`inputData[0, inputSize)`, copied to the pinned buffer here). `timed` records CUDA
+   * events around the batch's device work.
    */
   submit(
     variant: KernelVariant,
-    s: BatchSchedule,
-    g: ComputationGraph,
+    s: ScheduledBatch,
+    inputs: Float32Array,
     lr: number,
     clip: number,
     timed: boolean,
@@ -277,7 +279,8 @@ export class VppsRuntime {
         `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${this.scriptWords}`,
       );
     }
-    const bytes = 4 * (scriptWords + listMax + g.inputSize);
+    const inputSize = inputs.length;
+    const bytes = 4 * (scriptWords + listMax + inputSize);
     if (bytes > S.pinned.bytes) {
       S.pinned.free();
       S.pinned = PinnedBuffer.alloc(Math.max(bytes, 2 * S.pinned.bytes));
@@ -290,10 +293,10 @@ export class VppsRuntime {
     const drv = ctx.device.driver;
     const st = ctx.stream.handle;
     drv.memcpyHtoDAsync(this.ptr(this.script), S.pinned.u8.subarray(0, 4 * sent), 4 * sent, st);
-    if (g.inputSize > 0) {
-      S.pinned.f32.set(g.inputData.subarray(0, g.inputSize), sent);
-      const src = S.pinned.u8.subarray(4 * sent, 4 * (sent + g.inputSize));
-      drv.memcpyHtoDAsync(this.ptr(this.pool + L.inputStart), src, 4 * g.inputSize, st);
+    if (inputSize > 0) {
+      S.pinned.f32.set(inputs, sent);
+      const src = S.pinned.u8.subarray(4 * sent, 4 * (sent + inputSize));
+      drv.memcpyHtoDAsync(this.ptr(this.pool + L.inputStart), src, 4 * inputSize, st);
     }
     ctx.pool.fill(this.pool + L.gradStart, L.poolFloats - L.gradStart, 0, st);
     ctx.pool.fill(this.barriers, s.barriers, 0, st);
@@ -322,7 +325,7 @@ export class VppsRuntime {
   }
 
   /** GEMM-formed gradients (W̄ = Ȳᵀ·X over the collected rows), then the clipped SGD step of every parameter. */
-  private hostUpdate(v: KernelVariant, s: BatchSchedule, listAt: number, entries: number, lr: number, clip: number) {
+  private hostUpdate(v: KernelVariant, s: ScheduledBatch, listAt: number, entries: number, lr: number, clip: number) {
     const ctx = this.ctx;
     const L = s.layout;
     for (const m of v.plan.matrices) {

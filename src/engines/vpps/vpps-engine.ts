@@ -28,7 +28,8 @@ export class VppsEngine implements Engine {
     private readonly params: ParameterCollection,
     options: VppsOptions = {},
   ) {
-    this.vpps = Vpps.createSync(params, options);
+    // every batch waits for its own loss here, so schedule workers would only add a thread hop
+    this.vpps = Vpps.createSync(params, { scheduleWorkers: 0, ...options });
   }
 
   forward(e: Expression): void {

@@ -1,0 +1,385 @@
+/**
+ * Scheduling VPPS batches on worker threads while the main thread builds the next graph (the main side; the
+ * worker's is schedule-worker.ts). A batch's schedule depends only on its graph and the fixed plan, so batches are
+ * dealt round-robin to the workers and taken back in the order they were posted.
+ *
+ * Protocol, per worker: one MessageChannel. The main thread posts `ScheduleJob`s (the graph snapshot's buffer is
+ * transferred); the worker answers each with a `ScheduleReply` (script and layout arrays transferred, the snapshot
+ * buffer returned for reuse), then bumps a shared Int32 counter and notifies it. The main thread's `fb` is
+ * synchronous, so it never waits on the event loop: it reads replies with `receiveMessageOnPort` and, when it must
+ * block, sleeps in `Atomics.wait` on the counter (reading the counter before polling the ports, so that no reply
+ * slips between the poll and the wait).
+ *
+ * The worker runs from `schedule-worker.ts` under tsx (tests, the CLI in a checkout) or `schedule-worker.js` in a
+ * built package, whichever matches this module's own file. A small CommonJS bootstrap (eval'd) imports it and, when
+ * the .ts file cannot be loaded because no TypeScript loader is active in the worker (tsx's `--import` hook is
+ * registered in the main thread only on Node 20; `bin/vpps.js` registers tsx through its API), registers tsx's ESM
+ * loader in the worker and imports it again. A worker that fails to start, or throws outside a job, reports a
+ * fatal error through the same channel, so a blocked main thread wakes and throws it instead of hanging.
+ */
+import { availableParallelism } from "node:os";
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
+import { type ComputationGraph, type Expression, type GraphParameter, snapshotInputs } from "../../graph/graph.js";
+import type { VppsPlan } from "./plan.js";
+import type { ScheduleOptions } from "./schedule.js";
+import type { ScheduledBatch } from "./scheduled-batch.js";
+
+/** What a worker is started with (structured-cloned; `port` transferred). */
+export interface ScheduleWorkerData {
+  readonly port: MessagePort;
+  /** One Int32: bumped (and notified) by every worker after every reply. */
+  readonly counter: SharedArrayBuffer;
+  readonly params: readonly GraphParameter[];
+  /** One per kernel variant, in the engine's order (a job names its variant by index). */
+  readonly plans: readonly VppsPlan[];
+  readonly options: ScheduleOptions;
+  /** URL of the worker module, and of tsx's ESM API when that module is TypeScript. */
+  readonly entry: string;
+  readonly tsx: string | undefined;
+}
+
+/** Main → worker: schedule the graph in `snapshot` (ComputationGraph.snapshot) whose loss is node `loss`. */
+export interface ScheduleJob {
+  readonly id: number;
+  readonly variant: number;
+  readonly loss: number;
+  readonly snapshot: ArrayBuffer;
+}
+
+/** Worker → main. */
+export type ScheduleReply =
+  | { readonly kind: "ready" }
+  | {
+      readonly kind: "done";
+      readonly id: number;
+      readonly batch: ScheduledBatch;
+      /** The worker's time for this job: rebuild, schedule and encode, detach. */
+      readonly ms: number;
+      readonly snapshot: ArrayBuffer;
+    }
+  | {
+      readonly kind: "failed";
+      readonly id: number;
+      readonly name: string;
+      readonly message: string;
+      readonly stack: string;
+      readonly snapshot: ArrayBuffer;
+    }
+  | { readonly kind: "fatal"; readonly message: string; readonly stack: string };
+
+/** An error thrown by the scheduler in a worker (its message ends with "(in schedule worker)"), or a dead worker. */
+export class ScheduleWorkerError extends Error {
+  override readonly name = "ScheduleWorkerError";
+  constructor(
+    message: string,
+    /** The original error's class name (e.g. "Error", "ShapeError", "RangeError"). */
+    readonly workerErrorName: string,
+    /** The original error's stack, in the worker. */
+    readonly workerStack: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Default worker count: one per spare core, at most 4 (`os.availableParallelism() - 1`, 0 on one core). */
+export function defaultScheduleWorkers(): number {
+  return Math.max(0, Math.min(4, availableParallelism() - 1));
+}
+
+export interface SchedulePoolOptions {
+  /** Worker threads, at least 1. */
+  readonly workers: number;
+  /** The model's parameters (only index, name, rows, cols and kind are sent). */
+  readonly params: readonly GraphParameter[];
+  /** The plan of each kernel variant. */
+  readonly plans: readonly VppsPlan[];
+  readonly schedule?: ScheduleOptions;
+  /** How long a blocked `take` waits for one batch before it gives up (ms); default 120 000. */
+  readonly stallMs?: number;
+}
+
+/** One scheduled batch, in posting order. */
+export interface PooledBatch<T> {
+  readonly id: number;
+  readonly variant: number;
+  /** What the caller posted with the batch (e.g. its learning rate). */
+  readonly tag: T;
+  readonly batch: ScheduledBatch;
+  /** graph.inputData[0, inputSize) at posting time; valid until `release`. */
+  readonly inputs: Float32Array;
+  /** The worker's milliseconds for this batch. */
+  readonly scheduleMs: number;
+  /** @internal the snapshot buffer `inputs` lives in. */
+  readonly snapshot: ArrayBuffer;
+}
+
+/** Main-thread time of the pool (ms, summed). */
+export interface SchedulePoolStats {
+  /** Snapshotting graphs and posting them. */
+  snapshotMs: number;
+  /** Blocked in `take`, waiting for a worker. */
+  waitMs: number;
+  /** The workers' own time (summed over threads), as they reported it. */
+  scheduleMs: number;
+}
+
+interface Slot {
+  readonly worker: Worker;
+  readonly port: MessagePort;
+  fatal: ScheduleWorkerError | undefined;
+}
+
+interface Job<T> {
+  readonly id: number;
+  readonly variant: number;
+  readonly tag: T;
+  readonly slot: number;
+  reply: ScheduleReply | undefined;
+}
+
+/** The CommonJS bootstrap each worker evaluates (see the module comment). */
+const BOOTSTRAP = `
+const { workerData } = require("node:worker_threads");
+const fatal = (e) => {
+  try {
+    const m = e instanceof Error ? e.message : String(e);
+    workerData.port.postMessage({ kind: "fatal", message: m, stack: (e && e.stack) || "" });
+  } finally {
+    const c = new Int32Array(workerData.counter);
+    Atomics.add(c, 0, 1);
+    Atomics.notify(c, 0);
+  }
+};
+process.on("uncaughtException", fatal);
+(async () => {
+  try {
+    await import(workerData.entry);
+  } catch (e) {
+    if (workerData.tsx === undefined || !e || e.code !== "ERR_UNKNOWN_FILE_EXTENSION") throw e;
+    (await import(workerData.tsx)).register();
+    await import(workerData.entry + "?tsx");
+  }
+})().catch(fatal);
+`;
+
+/** The worker module beside this one: .ts when this module runs as TypeScript (tsx), else the built .js. */
+function workerEntry(): { entry: string; tsx: string | undefined } {
+  const here = new URL(import.meta.url);
+  const ts = here.pathname.endsWith(".ts");
+  const entry = new URL(`./schedule-worker.${ts ? "ts" : "js"}`, here).href;
+  let tsx: string | undefined;
+  if (ts) {
+    try {
+      tsx = import.meta.resolve("tsx/esm/api");
+    } catch {
+      tsx = undefined; // the worker then fails to load the .ts entry and reports why
+    }
+  }
+  return { entry, tsx };
+}
+
+/**
+ * Worker threads scheduling batches: `post` snapshots a graph and sends it to the next worker, `take` returns
+ * scheduled batches in posting order (waiting for the next one when asked to), `release` hands a batch's snapshot
+ * buffer back for reuse. Workers are unref'd (they never keep the process alive) and terminated by `dispose`.
+ */
+export class SchedulePool<T = undefined> {
+  readonly size: number;
+  readonly stats: SchedulePoolStats = { snapshotMs: 0, waitMs: 0, scheduleMs: 0 };
+  private readonly slots: Slot[] = [];
+  private readonly counter: Int32Array;
+  private readonly queue: Job<T>[] = [];
+  private readonly byId = new Map<number, Job<T>>();
+  private readonly free: ArrayBuffer[] = [];
+  private readonly stallMs: number;
+  private nextId = 0;
+  private disposed = false;
+
+  constructor(o: SchedulePoolOptions) {
+    if (!Number.isInteger(o.workers) || o.workers < 1) {
+      throw new RangeError(`SchedulePool: workers must be an integer >= 1; got ${o.workers}`);
+    }
+    if (o.plans.length === 0) throw new RangeError("SchedulePool: no plan variant given");
+    this.size = o.workers;
+    this.stallMs = o.stallMs ?? 120_000;
+    const shared = new SharedArrayBuffer(4);
+    this.counter = new Int32Array(shared);
+    const params: GraphParameter[] = o.params.map((p) => ({
+      index: p.index,
+      name: p.name,
+      rows: p.rows,
+      cols: p.cols,
+      kind: p.kind,
+    }));
+    const { entry, tsx } = workerEntry();
+    try {
+      for (let k = 0; k < o.workers; k++) {
+        const { port1, port2 } = new MessageChannel();
+        const data: ScheduleWorkerData = {
+          port: port2,
+          counter: shared,
+          params,
+          plans: o.plans,
+          options: o.schedule ?? {},
+          entry,
+          tsx,
+        };
+        const worker = new Worker(BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
+        const slot: Slot = { worker, port: port1, fatal: undefined };
+        worker.on("error", (e: Error) => {
+          slot.fatal ??= new ScheduleWorkerError(
+            `VPPS: schedule worker ${k} failed: ${e.message}`,
+            e.name,
+            e.stack ?? "",
+          );
+        });
+        worker.on("exit", (code: number) => {
+          if (!this.disposed) {
+            slot.fatal ??= new ScheduleWorkerError(`VPPS: schedule worker ${k} exited (code ${code})`, "Error", "");
+          }
+        });
+        worker.unref();
+        port1.unref();
+        this.slots.push(slot);
+      }
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+  }
+
+  /** Batches posted and not yet taken. */
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  /**
+   * Snapshots `graph` (nodes up to the loss, the input values) and posts it to the next worker, to be scheduled on
+   * plan variant `variant`. The graph may be renewed as soon as this returns.
+   */
+  post(graph: ComputationGraph, loss: Expression, variant: number, tag: T): void {
+    if (this.disposed) throw new Error("SchedulePool.post: the pool was disposed");
+    const t0 = performance.now();
+    const lossId = graph.check(loss, "vpps", "loss");
+    const id = this.nextId++;
+    const slot = id % this.size;
+    const dead = this.slots[slot]!.fatal;
+    if (dead) throw dead;
+    const into = this.free.pop();
+    const snapshot = graph.snapshot(lossId + 1, into);
+    const job: Job<T> = { id, variant, tag, slot, reply: undefined };
+    this.queue.push(job);
+    this.byId.set(id, job);
+    const message: ScheduleJob = { id, variant, loss: lossId, snapshot };
+    this.slots[slot]!.port.postMessage(message, [snapshot]);
+    this.stats.snapshotMs += performance.now() - t0;
+  }
+
+  /**
+   * The oldest posted batch once it is scheduled: undefined when none is pending, or (with `block` false) when it
+   * is not ready yet; with `block` it waits for it. A scheduling error of that batch is thrown here (the batch is
+   * dropped, so the next call goes on with the following one).
+   */
+  take(block: boolean): PooledBatch<T> | undefined {
+    const job = this.queue[0];
+    if (job === undefined) return undefined;
+    if (job.reply === undefined) this.poll();
+    if (job.reply === undefined) {
+      if (!block && this.slots[job.slot]!.fatal === undefined) return undefined;
+      this.waitFor(job);
+    }
+    this.queue.shift();
+    const r = job.reply!;
+    if (r.kind === "done") {
+      this.stats.scheduleMs += r.ms;
+      return {
+        id: job.id,
+        variant: job.variant,
+        tag: job.tag,
+        batch: r.batch,
+        inputs: snapshotInputs(r.snapshot),
+        scheduleMs: r.ms,
+        snapshot: r.snapshot,
+      };
+    }
+    if (r.kind === "failed") {
+      this.recycle(r.snapshot);
+      throw new ScheduleWorkerError(`${r.message} (in schedule worker)`, r.name, r.stack);
+    }
+    throw new Error(`VPPS: unexpected reply '${r.kind}' for batch ${job.id}`);
+  }
+
+  /** Hands a taken batch's snapshot buffer back (its `inputs` are invalid afterwards). */
+  release(b: PooledBatch<T>): void {
+    this.recycle(b.snapshot);
+  }
+
+  /** Terminates the workers and forgets pending batches. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    for (const s of this.slots) {
+      s.port.close();
+      void s.worker.terminate();
+    }
+    this.queue.length = 0;
+    this.byId.clear();
+    this.free.length = 0;
+  }
+
+  private recycle(buffer: ArrayBuffer): void {
+    if (this.free.length < this.size + 2 && buffer.byteLength > 0) this.free.push(buffer);
+  }
+
+  /** Reads every reply that has arrived, without blocking. */
+  private poll(): void {
+    for (let k = 0; k < this.slots.length; k++) {
+      const port = this.slots[k]!.port;
+      for (;;) {
+        const m = receiveMessageOnPort(port);
+        if (m === undefined) break;
+        this.handle(k, m.message as ScheduleReply);
+      }
+    }
+  }
+
+  private handle(k: number, r: ScheduleReply): void {
+    if (r.kind === "ready") return;
+    if (r.kind === "fatal") {
+      const slot = this.slots[k]!;
+      slot.fatal ??= new ScheduleWorkerError(`VPPS: schedule worker ${k} failed: ${r.message}`, "Error", r.stack);
+      return;
+    }
+    const job = this.byId.get(r.id);
+    if (job === undefined) return;
+    this.byId.delete(r.id);
+    job.reply = r;
+  }
+
+  private waitFor(job: Job<T>): void {
+    const t0 = performance.now();
+    const slot = this.slots[job.slot]!;
+    try {
+      for (;;) {
+        const seen = Atomics.load(this.counter, 0);
+        this.poll();
+        if (job.reply !== undefined) return;
+        if (slot.fatal !== undefined) {
+          this.queue.shift();
+          this.byId.delete(job.id);
+          throw slot.fatal;
+        }
+        const r = Atomics.wait(this.counter, 0, seen, 1000);
+        if (r === "timed-out" && performance.now() - t0 > this.stallMs) {
+          throw new ScheduleWorkerError(
+            `VPPS: schedule worker ${job.slot} has not answered batch ${job.id} in ${(this.stallMs / 1000).toFixed(0)} s`,
+            "Error",
+            "",
+          );
+        }
+      }
+    } finally {
+      this.stats.waitMs += performance.now() - t0;
+    }
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * A schedule worker's thread (started by schedule-pool.ts, which documents the protocol). It rebuilds the model
+ * layout and a VppsScheduler per plan variant from the plain data it was started with, then for each job rebuilds
+ * the graph from its snapshot, schedules it and sends back the detached schedule (script and layout arrays
+ * transferred) with the snapshot buffer (which carries the batch's input values for the main thread's upload).
+ * After every message it bumps the shared counter and notifies, so that a main thread blocked in `Atomics.wait`
+ * wakes up.
+ */
+import { workerData } from "node:worker_threads";
+import { ComputationGraph } from "../../graph/graph.js";
+import { createModelLayout } from "./layout.js";
+import { VppsScheduler } from "./schedule.js";
+import type { ScheduleJob, ScheduleReply, ScheduleWorkerData } from "./schedule-pool.js";
+import { detachSchedule, scheduledBuffers } from "./scheduled-batch.js";
+
+const data = workerData as ScheduleWorkerData;
+const port = data.port;
+const counter = new Int32Array(data.counter);
+const schedulers: (VppsScheduler | undefined)[] = data.plans.map(() => undefined);
+
+function reply(message: ScheduleReply, transfer: ArrayBuffer[]): void {
+  port.postMessage(message, transfer);
+  Atomics.add(counter, 0, 1);
+  Atomics.notify(counter, 0);
+}
+
+function schedulerOf(variant: number): VppsScheduler {
+  const plan = data.plans[variant];
+  if (plan === undefined) throw new Error(`no plan variant ${variant} (the worker has ${data.plans.length})`);
+  let s = schedulers[variant];
+  if (s === undefined) {
+    s = new VppsScheduler(createModelLayout(data.params, plan), data.options);
+    schedulers[variant] = s;
+  }
+  return s;
+}
+
+port.on("message", (job: ScheduleJob) => {
+  const t0 = performance.now();
+  try {
+    const g = ComputationGraph.fromSnapshot(job.snapshot, data.params);
+    const s = schedulerOf(job.variant).schedule(g, g.expression(job.loss), (words) => new Uint32Array(words));
+    const batch = detachSchedule(s);
+    const ms = performance.now() - t0;
+    reply({ kind: "done", id: job.id, batch, ms, snapshot: job.snapshot }, [...scheduledBuffers(batch), job.snapshot]);
+  } catch (e) {
+    const err = e instanceof Error ? e : new Error(String(e));
+    reply(
+      {
+        kind: "failed",
+        id: job.id,
+        name: err.name,
+        message: err.message,
+        stack: err.stack ?? "",
+        snapshot: job.snapshot,
+      },
+      [job.snapshot],
+    );
+  }
+});
+reply({ kind: "ready" }, []);
