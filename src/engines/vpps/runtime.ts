@@ -195,8 +195,13 @@ export class VppsRuntime {
     return model.params.map((p: GraphParameter) => {
       const m = model.matrixOf[p.index]!;
       const out = new Float32Array(p.rows * p.cols);
-      if (m >= 0) this.ctx.pool.download(this.grads + model.plan.matrices[m]!.masterOffset, out);
-      else if (p.kind === "dense") {
+      if (m >= 0) {
+        const mp = model.plan.matrices[m]!;
+        // a GEMM-strategy matrix without products in this batch has a zero gradient: no GEMM wrote its region,
+        // which still holds an earlier batch's
+        if (mp.gradients !== "gemm" || L.collectCount[m]! > 0)
+          this.ctx.pool.download(this.grads + mp.masterOffset, out);
+      } else if (p.kind === "dense") {
         if (L.paramGrad[p.index]! >= 0) this.ctx.pool.download(this.pool + L.paramGrad[p.index]!, out);
       } else {
         const row = new Float32Array(p.cols);
