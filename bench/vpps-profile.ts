@@ -92,7 +92,7 @@ for (const cell of CELLS) {
 }
 
 if (!quick) {
-  writeResult(`vpps-profile-${deviceSlug(device)}.json`, {
+  writeResult(`vpps-profile-${deviceSlug(device)}`, {
     benchmark: "vpps-profile",
     command: `node --import tsx bench/vpps-profile.ts ${argv.join(" ")}`.trim(),
     date: new Date().toISOString(),
