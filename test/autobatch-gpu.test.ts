@@ -12,8 +12,7 @@ import { cudaAvailable } from "../src/cuda/index.js";
 import { AutobatchCpuEngine } from "../src/engines/autobatch/cpu-batched.js";
 import { AUTOBATCH_KERNEL_NAMES, autobatchKernelSource } from "../src/engines/autobatch/cuda-kernels.js";
 import { AutobatchGpuEngine } from "../src/engines/autobatch/gpu-engine.js";
-import type { BatchPlan, BatchStrategy } from "../src/engines/autobatch/plan.js";
-import { isMatrixOp } from "../src/engines/autobatch/signature.js";
+import type { BatchStrategy } from "../src/engines/autobatch/plan.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
@@ -22,6 +21,7 @@ import { ParameterCollection } from "../src/model/parameters.js";
 import { concat, input, lookup, matVec, pickNegLogSoftmax, sum, tanh } from "../src/ops/index.js";
 import { makeTrainer } from "../src/train/trainers.js";
 import { EmulatedAutobatchDevice, wideCase } from "./autobatch-emulator.js";
+import { expectedLaunches } from "./autobatch-launches.js";
 import { buildRandomGraph, buildTreeLstmBatch, randomModel, randomTrees, treeLstmModel } from "./random-graph.js";
 
 const STRATEGIES: readonly BatchStrategy[] = ["depth", "agenda"];
@@ -248,42 +248,6 @@ describe("GPU autobatch engine on an emulated device, against the CPU engine", (
     assert.equal(dev.regions, 3);
   });
 });
-
-/** Launches the plan implies, counted independently of the backend: see the test's title. */
-function expectedLaunches(
-  g: ComputationGraph,
-  plan: BatchPlan,
-  direction: "forward" | "backward",
-  loss = -1,
-): { kernels: number; cublas: number } {
-  const reach = new Uint8Array(g.size);
-  if (loss >= 0) {
-    reach[loss] = 1;
-    for (let i = loss; i >= 0; i--) if (reach[i]) for (let k = 0; k < g.argCount[i]!; k++) reach[g.arg(i, k)] = 1;
-  }
-  let kernels = 0;
-  let cublas = 0;
-  const weights = new Set<number>();
-  for (let b = 0; b < plan.batchCount; b++) {
-    const nodes = plan.nodes.subarray(plan.batchStart[b]!, plan.batchStart[b + 1]!);
-    const op = plan.batchOp[b]!;
-    if (direction === "backward" && !nodes.some((i) => reach[i] === 1)) continue;
-    if (op === Op.Input || (op === Op.PickRange && direction === "forward")) continue;
-    if (isMatrixOp(op)) {
-      const first = nodes[0]!;
-      const terms = op === Op.Affine ? (g.argCount[first]! - 1) / 2 : 1;
-      const w = g.arg(first, op === Op.Affine ? 1 : 0);
-      // a parameter's single-term products add their weight gradient in one GEMM per pass, not one per batch
-      const perWeight = terms === 1 && g.op[w] === Op.Parameter;
-      if (perWeight) weights.add(w);
-      kernels += 2;
-      cublas += direction === "forward" ? terms : perWeight ? 1 : 2 * terms;
-    } else {
-      kernels += 1;
-    }
-  }
-  return { kernels, cublas: direction === "forward" ? cublas : cublas + weights.size };
-}
 
 describe("createEngine('autobatch')", () => {
   const available = cudaAvailable();
