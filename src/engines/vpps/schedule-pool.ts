@@ -4,8 +4,10 @@
  * dealt round-robin to the workers and taken back in the order they were posted.
  *
  * Protocol, per worker: one MessageChannel. The main thread posts `ScheduleJob`s (the graph snapshot's buffer is
- * transferred); the worker answers each with a `ScheduleReply` (script and layout arrays transferred, the snapshot
- * buffer returned for reuse), then bumps a shared Int32 counter and notifies it. The main thread's `fb` is
+ * transferred, with a script buffer of an earlier batch of that worker, returned for reuse); the worker answers each
+ * with a `ScheduleReply` (script and layout arrays transferred, the snapshot buffer returned for reuse), then bumps a
+ * shared Int32 counter and notifies it. Both big buffers go round in circles: once warm, no batch allocates (and
+ * zeroes and page-faults) megabytes of fresh memory on either side, nor leaves them to the garbage collector. The main thread's `fb` is
  * synchronous, so it never waits on the event loop: it reads replies with `receiveMessageOnPort` and, when it must
  * block, sleeps in `Atomics.wait` on the counter (reading the counter before polling the ports, so that no reply
  * slips between the poll and the wait).
@@ -44,6 +46,8 @@ export interface ScheduleJob {
   readonly variant: number;
   readonly loss: number;
   readonly snapshot: ArrayBuffer;
+  /** A script buffer this worker sent earlier, back for reuse (transferred), or undefined. */
+  readonly spare: ArrayBuffer | undefined;
 }
 
 /** Worker → main. */
@@ -109,8 +113,9 @@ export interface PooledBatch<T> {
   readonly inputs: Float32Array;
   /** The worker's milliseconds for this batch. */
   readonly scheduleMs: number;
-  /** @internal the snapshot buffer `inputs` lives in. */
+  /** @internal the snapshot buffer `inputs` lives in, and the worker that scheduled the batch. */
   readonly snapshot: ArrayBuffer;
+  readonly slot: number;
 }
 
 /** Main-thread time of the pool (ms, summed). */
@@ -127,6 +132,8 @@ interface Slot {
   readonly worker: Worker;
   readonly port: MessagePort;
   fatal: ScheduleWorkerError | undefined;
+  /** Script buffers of this worker's released batches, to go back with its next jobs. */
+  readonly spares: ArrayBuffer[];
 }
 
 interface Job<T> {
@@ -225,7 +232,7 @@ export class SchedulePool<T = undefined> {
           tsx,
         };
         const worker = new Worker(BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
-        const slot: Slot = { worker, port: port1, fatal: undefined };
+        const slot: Slot = { worker, port: port1, fatal: undefined, spares: [] };
         worker.on("error", (e: Error) => {
           slot.fatal ??= new ScheduleWorkerError(
             `VPPS: schedule worker ${k} failed: ${e.message}`,
@@ -270,8 +277,9 @@ export class SchedulePool<T = undefined> {
     const job: Job<T> = { id, variant, tag, slot, reply: undefined };
     this.queue.push(job);
     this.byId.set(id, job);
-    const message: ScheduleJob = { id, variant, loss: lossId, snapshot };
-    this.slots[slot]!.port.postMessage(message, [snapshot]);
+    const spare = this.slots[slot]!.spares.pop();
+    const message: ScheduleJob = { id, variant, loss: lossId, snapshot, spare };
+    this.slots[slot]!.port.postMessage(message, spare === undefined ? [snapshot] : [snapshot, spare]);
     this.stats.snapshotMs += performance.now() - t0;
   }
 
@@ -300,6 +308,7 @@ export class SchedulePool<T = undefined> {
         inputs: snapshotInputs(r.snapshot),
         scheduleMs: r.ms,
         snapshot: r.snapshot,
+        slot: job.slot,
       };
     }
     if (r.kind === "failed") {
@@ -309,9 +318,15 @@ export class SchedulePool<T = undefined> {
     throw new Error(`VPPS: unexpected reply '${r.kind}' for batch ${job.id}`);
   }
 
-  /** Hands a taken batch's snapshot buffer back (its `inputs` are invalid afterwards). */
+  /**
+   * Hands a taken batch's buffers back for reuse: its snapshot (`inputs`) and its script (to the worker that wrote
+   * it, with that worker's next job). Both are invalid afterwards; the layout arrays stay valid.
+   */
   release(b: PooledBatch<T>): void {
     this.recycle(b.snapshot);
+    const script = b.batch.script.buffer;
+    const spares = this.slots[b.slot]!.spares;
+    if (script instanceof ArrayBuffer && script.byteLength > 0 && spares.length < 2) spares.push(script);
   }
 
   /** Terminates the workers and forgets pending batches. */
@@ -325,6 +340,7 @@ export class SchedulePool<T = undefined> {
     this.queue.length = 0;
     this.byId.clear();
     this.free.length = 0;
+    for (const s of this.slots) s.spares.length = 0;
   }
 
   private recycle(buffer: ArrayBuffer): void {

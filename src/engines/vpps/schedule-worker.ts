@@ -3,6 +3,8 @@
  * layout and a VppsScheduler per plan variant from the plain data it was started with, then for each job rebuilds
  * the graph from its snapshot, schedules it and sends back the detached schedule (script and layout arrays
  * transferred) with the snapshot buffer (which carries the batch's input values for the main thread's upload).
+ * Scripts are written into buffers the main thread sends back once it has uploaded them (a few kept here), so that
+ * a warm worker allocates no script memory.
  * After every message it bumps the shared counter and notifies, so that a main thread blocked in `Atomics.wait`
  * wakes up.
  */
@@ -17,6 +19,18 @@ const data = workerData as ScheduleWorkerData;
 const port = data.port;
 const counter = new Int32Array(data.counter);
 const schedulers: (VppsScheduler | undefined)[] = data.plans.map(() => undefined);
+/** Script buffers back from the main thread, for reuse. */
+const spares: ArrayBuffer[] = [];
+const SPARES = 3;
+
+/** A script array of `words` words in a spare buffer large enough, else in a new one with room to grow. */
+function scriptArray(words: number): Uint32Array {
+  for (let k = spares.length - 1; k >= 0; k--) {
+    if (spares[k]!.byteLength >= 4 * words) return new Uint32Array(spares.splice(k, 1)[0]!, 0, words);
+  }
+  spares.pop(); // too small for batches this large: let it go
+  return new Uint32Array(new ArrayBuffer(4 * Math.ceil(words * 1.25)), 0, words);
+}
 
 function reply(message: ScheduleReply, transfer: ArrayBuffer[]): void {
   port.postMessage(message, transfer);
@@ -37,9 +51,10 @@ function schedulerOf(variant: number): VppsScheduler {
 
 port.on("message", (job: ScheduleJob) => {
   const t0 = performance.now();
+  if (job.spare !== undefined && spares.length < SPARES) spares.push(job.spare);
   try {
     const g = ComputationGraph.fromSnapshot(job.snapshot, data.params);
-    const s = schedulerOf(job.variant).schedule(g, g.expression(job.loss), (words) => new Uint32Array(words));
+    const s = schedulerOf(job.variant).schedule(g, g.expression(job.loss), scriptArray);
     const batch = detachSchedule(s);
     const ms = performance.now() - t0;
     reply({ kind: "done", id: job.id, batch, ms, snapshot: job.snapshot }, [...scheduledBuffers(batch), job.snapshot]);
