@@ -1,0 +1,235 @@
+/**
+ * Timing VPPS on Tree-LSTM training batches, shared by bench/vpps.ts and bench/treelstm.ts: create twice (the first
+ * create JIT-compiles every variant, the second reads them from the kernel cache), check the first batch's loss
+ * against the CPU engine, let profile-guided rpw choose a variant, then time one batch size at a time.
+ *
+ * Per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the
+ * previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall time of
+ * all batches of a size (5 untimed first), ending with a synchronize.
+ */
+import type { DeviceProperties } from "../src/cuda/index.js";
+import type { TreeNode } from "../src/data/tree.js";
+import type { Vocabulary } from "../src/data/vocab.js";
+import { CpuEngine } from "../src/engines/cpu.js";
+import { deviceModelFromProperties } from "../src/engines/vpps/device-model.js";
+import { type VariantInfo, Vpps } from "../src/engines/vpps/engine.js";
+import { enumeratePlans, planVpps } from "../src/engines/vpps/plan.js";
+import { ComputationGraph } from "../src/graph/graph.js";
+import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+
+/** One cell formulation at one batch size (the rows of bench/results/vpps-<device>.json). */
+export interface VppsRow {
+  cell: CellFormulation;
+  batch: number;
+  sentencesPerSecond: number;
+  msPerBatch: number;
+  nodesPerBatch: number;
+  /** Host ms per batch. */
+  buildMs: number;
+  /** Scheduling + encoding; with schedule workers, the workers' time (summed over threads). */
+  scheduleMs: number;
+  /** Schedule worker threads (0: scheduled inside fb). */
+  workers: number;
+  /** With workers, main thread: snapshotting and posting graphs, and blocked waiting for a script. */
+  snapshotMs: number;
+  waitMs: number;
+  /** fb's submit: pinned copy, memsets, launch, and the wait for the previous batch. */
+  submitMs: number;
+  /** Kernel ms per batch (CUDA events around the launch). */
+  kernelMs: number;
+  scheduleNsPerNode: number;
+  weightBytesPer128: number;
+  vsAutobatchAgenda: number | null;
+}
+
+/**
+ * The VPPS planner's refusal of `model` on the device with `props` (why its weights do not fit in the registers), or
+ * null when it plans: the check Vpps.create makes with default options, made before anything is compiled. The device
+ * model is built as Vpps.create builds it.
+ */
+export function vppsPlannerRefusal(model: TreeLstmModel, props: DeviceProperties): string | null {
+  const matrices = model.params.all
+    .filter((p) => p.kind === "dense" && p.isMatrix)
+    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+  const device = deviceModelFromProperties({
+    name: props.name,
+    smCount: props.smCount,
+    regsPerSm: props.regsPerSm,
+    maxRegsPerThread: props.maxRegsPerThread,
+    sharedPerSm: props.sharedPerSm,
+    sharedPerBlock: props.sharedPerBlockOptin,
+    warpSize: props.warpSize,
+    computeCapability: { major: props.ccMajor, minor: props.ccMinor },
+  });
+  if (enumeratePlans(matrices, device, "auto").length > 0) return null;
+  try {
+    planVpps(matrices, device, { gradients: "auto" });
+    return null;
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e);
+  }
+}
+
+/** Whether an error from Vpps.create is the planner's refusal (the model does not fit), not a failure. */
+export function isPlannerRefusal(e: unknown): boolean {
+  return e instanceof Error && /^(VPPS: the model does not fit|planVpps:)/.test(e.message);
+}
+
+/** What compiling cost: every variant's info on the first create and on the second (cached), and both creates' ms. */
+export interface VppsJit {
+  first: VariantInfo[];
+  cached: VariantInfo[];
+  createMs: [number, number];
+}
+
+export interface VppsCreateOptions {
+  cacheDir: string;
+  /** Schedule worker threads (Vpps `scheduleWorkers`); undefined: the engine's default. */
+  workers: number | undefined;
+  log: (line: string) => void;
+  /** Called while the first (JIT) instance is still alive, just before it is disposed (memory samples). */
+  afterFirstCreate?: () => void;
+}
+
+/**
+ * Creates VPPS twice on models from `makeModel` (same seed: same weights): the first create compiles every variant
+ * and is disposed; the second, kept, reads them from the cache and records kernel time (SGD, lr 0.05, clip 5).
+ */
+export async function createVppsWithJit(
+  makeModel: () => TreeLstmModel,
+  opts: VppsCreateOptions,
+): Promise<{ vpps: Vpps; model: TreeLstmModel; jit: VppsJit }> {
+  const { cacheDir, log } = opts;
+  const workerOption = opts.workers === undefined ? {} : { scheduleWorkers: opts.workers };
+  // JIT: the first create compiles every variant; a second one reads them from the cache
+  let t = performance.now();
+  const first = await Vpps.create(makeModel().params, { cacheDir, log, ...workerOption });
+  const firstMs = performance.now() - t;
+  const firstInfo = first.variantInfo.map((v) => ({ ...v }));
+  try {
+    opts.afterFirstCreate?.();
+  } finally {
+    first.dispose();
+  }
+  const model = makeModel();
+  t = performance.now();
+  const vpps = await Vpps.create(model.params, {
+    cacheDir,
+    log,
+    timing: true,
+    learningRate: 0.05,
+    clip: 5,
+    ...workerOption,
+  });
+  const jit: VppsJit = {
+    first: firstInfo,
+    cached: vpps.variantInfo.map((v) => ({ ...v })),
+    createMs: [firstMs, performance.now() - t],
+  };
+  return { vpps, model, jit };
+}
+
+/**
+ * The correctness guard: the first batch of 8 through VPPS against the CPU engine on a fresh model from `makeModel`,
+ * before any update (VPPS then applies that batch's update).
+ */
+export async function vppsFirstLoss(
+  vpps: Vpps,
+  model: TreeLstmModel,
+  makeModel: () => TreeLstmModel,
+  batchOf: (size: number, k: number) => TreeNode[],
+  vocab: Vocabulary,
+): Promise<{ cpu: number; vpps: number }> {
+  const ref = makeModel();
+  const cpu = new CpuEngine(ref.params).forwardScalar(ref.buildBatchLoss(new ComputationGraph(), batchOf(8, 0), vocab));
+  const cg = new ComputationGraph();
+  vpps.fb(cg, model.buildBatchLoss(cg, batchOf(8, 0), vocab));
+  return { cpu, vpps: await vpps.syncLatestLoss() };
+}
+
+/** Profile-guided rpw: runs batches of 8 until a variant is chosen. */
+export async function chooseVppsVariant(
+  vpps: Vpps,
+  model: TreeLstmModel,
+  batchOf: (size: number, k: number) => TreeNode[],
+  vocab: Vocabulary,
+): Promise<VariantInfo | undefined> {
+  for (let k = 1; vpps.chosenVariant === undefined; k++) {
+    const cg = new ComputationGraph();
+    vpps.fb(cg, model.buildBatchLoss(cg, batchOf(8, k), vocab));
+  }
+  await vpps.syncLatestLoss();
+  return vpps.chosenVariant;
+}
+
+/** Floats of the weight matrices the kernel loads into registers (once per launch). */
+export function vppsWeightFloats(vpps: Vpps): number {
+  return vpps.plan.matrices.reduce((s, m) => s + m.rows * m.cols, 0);
+}
+
+export interface VppsBatchOptions {
+  cell: CellFormulation;
+  batch: number;
+  /** Sentences timed (at least 20 batches), after 5 untimed batches. */
+  sentences: number;
+  batchOf: (size: number, k: number) => TreeNode[];
+  vocab: Vocabulary;
+  weightFloats: number;
+  /** The autobatch agenda engine's sentences/s at this batch size, when known (for vsAutobatchAgenda). */
+  agenda: number | undefined;
+}
+
+/** Times one batch size and prints a line. Throws when the loss becomes non-finite. */
+export async function timeVppsBatch(vpps: Vpps, model: TreeLstmModel, o: VppsBatchOptions): Promise<VppsRow> {
+  const { cell, batch, batchOf, vocab, weightFloats, agenda } = o;
+  const count = Math.max(20, Math.ceil(o.sentences / batch));
+  const graphs = [new ComputationGraph(), new ComputationGraph(), new ComputationGraph()];
+  const run = (k: number, stats: { build: number }) => {
+    const cg = graphs[k % 3]!; // a graph stays untouched while its batch may still be in flight
+    cg.renew();
+    const t0 = performance.now();
+    const loss = model.buildBatchLoss(cg, batchOf(batch, k), vocab);
+    stats.build += performance.now() - t0;
+    return vpps.fb(cg, loss);
+  };
+  const scratch = { build: 0 };
+  for (let k = 0; k < 5; k++) run(k, scratch);
+  await vpps.syncLatestLoss();
+  const s0 = { ...vpps.stats };
+  const host = { build: 0 };
+  const t0 = performance.now();
+  let last = 0;
+  for (let k = 0; k < count; k++) last = run(5 + k, host);
+  last = await vpps.syncLatestLoss();
+  const wall = performance.now() - t0;
+  if (!Number.isFinite(last)) throw new Error(`${cell} batch ${batch}: the loss became ${last}`);
+  const s1 = vpps.stats;
+  const per = (x: number) => x / count;
+  const sps = (count * batch) / (wall / 1000);
+  const nodes = per(s1.nodes - s0.nodes);
+  const row: VppsRow = {
+    cell,
+    batch,
+    sentencesPerSecond: sps,
+    msPerBatch: wall / count,
+    nodesPerBatch: nodes,
+    buildMs: per(host.build),
+    scheduleMs: per(s1.scheduleMs - s0.scheduleMs),
+    workers: vpps.scheduleWorkers,
+    snapshotMs: per(s1.snapshotMs - s0.snapshotMs),
+    waitMs: per(s1.waitMs - s0.waitMs),
+    submitMs: per(s1.submitMs - s0.submitMs),
+    kernelMs: (s1.kernelMs - s0.kernelMs) / Math.max(1, s1.timedBatches - s0.timedBatches),
+    scheduleNsPerNode: (1e6 * per(s1.scheduleMs - s0.scheduleMs)) / Math.max(1, nodes),
+    weightBytesPer128: 4 * weightFloats * (128 / batch),
+    vsAutobatchAgenda: agenda ? sps / agenda : null,
+  };
+  console.log(
+    `${cell} batch ${String(batch).padStart(3)}: ${sps.toFixed(0).padStart(7)} sentences/s, ` +
+      `${row.msPerBatch.toFixed(3)} ms/batch (build ${row.buildMs.toFixed(3)}, schedule ${row.scheduleMs.toFixed(3)} = ` +
+      `${row.scheduleNsPerNode.toFixed(0)} ns/node${row.workers > 0 ? ` on ${row.workers} workers, snapshot ${row.snapshotMs.toFixed(3)}, wait ${row.waitMs.toFixed(3)}` : ""}, ` +
+      `submit ${row.submitMs.toFixed(3)}; kernel ${row.kernelMs.toFixed(3)}), ` +
+      `${nodes.toFixed(0)} nodes${agenda ? `, ${row.vsAutobatchAgenda!.toFixed(2)}x autobatch agenda` : ""}`,
+  );
+  return row;
+}
