@@ -86,12 +86,13 @@ export class ScheduleWorkerError extends Error {
 }
 
 /**
- * Default worker count: one per spare core, at most 8 (`os.availableParallelism() - 1`, 0 on one core). Measured on
- * the 16-core H100 host (bench/vpps-threads.ts): the host pipeline gains from 4 to 8 workers at small batches (batch
- * 1: 2,291 → 3,386 sentences/s, batch 8: 6,638 → 8,749) and stays level at batch 128.
+ * Default worker count: one per spare core, at most 4 (`os.availableParallelism() - 1`, 0 on one core). On the
+ * 16-core H100 host more workers did not pay in training (bench/vpps.ts, 2026-11-21: with 8, each worker's
+ * ns/node roughly doubled against 4 and throughput was level or lower), though the host pipeline alone
+ * (bench/vpps-threads.ts) gained from 4 to 8 at batch 1 and 8.
  */
 export function defaultScheduleWorkers(): number {
-  return Math.max(0, Math.min(8, availableParallelism() - 1));
+  return Math.max(0, Math.min(4, availableParallelism() - 1));
 }
 
 export interface SchedulePoolOptions {
