@@ -19,7 +19,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
-import { batchAt, deviceSlug, loadBenchTrees, machine, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, resultHeader, writeResult } from "./common.js";
 import {
   BASELINE_ENGINES,
   type BaselineKind,
@@ -123,14 +123,14 @@ if (target) {
 
 if (!quick) {
   const path = writeResult(`batching-${deviceSlug(device)}`, {
-    benchmark: "batching",
-    command: `node --import tsx bench/batching.ts${dataFile ? ` --data ${dataFile}` : ""}`,
-    date: new Date().toISOString(),
-    device,
-    machine: machine(),
-    data: source,
-    trees: trees.length,
-    vocabulary: vocab.size,
+    ...resultHeader({
+      benchmark: "batching",
+      command: `node --import tsx bench/batching.ts${dataFile ? ` --data ${dataFile}` : ""}`,
+      device,
+      data: source,
+      trees: trees.length,
+      vocabulary: vocab.size,
+    }),
     model: { name: "treelstm", cell: "fused", hidden: HIDDEN, embed: EMBED, optimizer: "sgd" },
     method:
       "per batch: build the graph, backward (which runs forward), SGD update on the device, then read the loss " +

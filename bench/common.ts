@@ -45,6 +45,30 @@ export function machine(): { host: string; cpu: string; cores: number; node: str
   return { host: hostname(), cpu: c[0]?.model ?? "unknown", cores: c.length, node: process.version };
 }
 
+/**
+ * The fields every result file starts with, in this order: what ran (benchmark, command), when, on which device and
+ * machine, and on which data (trees and vocabulary when the benchmark trains on trees).
+ */
+export function resultHeader(o: {
+  benchmark: string;
+  command: string;
+  device?: string;
+  data: string;
+  trees?: number;
+  vocabulary?: number;
+}): Record<string, unknown> {
+  return {
+    benchmark: o.benchmark,
+    command: o.command,
+    date: new Date().toISOString(),
+    ...(o.device === undefined ? {} : { device: o.device }),
+    machine: machine(),
+    data: o.data,
+    ...(o.trees === undefined ? {} : { trees: o.trees }),
+    ...(o.vocabulary === undefined ? {} : { vocabulary: o.vocabulary }),
+  };
+}
+
 /** Writes a result file under bench/results/ and returns its path. */
 export function writeResult(name: string, data: unknown): string {
   const dir = join(ROOT, "bench", "results");

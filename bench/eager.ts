@@ -14,7 +14,10 @@ import { EagerEngine } from "../src/engines/eager/engine.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { makeTrainer } from "../src/train/trainers.js";
-import { batchAt, deviceSlug, loadBenchTrees, machine, median, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, median, resultHeader, writeResult } from "./common.js";
+import { requireGpu } from "./engine-timing.js";
+
+requireGpu("bench/eager.ts");
 
 const argv = process.argv.slice(2);
 const quick = argv.includes("--quick");
@@ -127,14 +130,14 @@ engine.dispose();
 
 if (!quick) {
   const path = writeResult(`eager-${deviceSlug(device)}`, {
-    benchmark: "eager",
-    command: `node --import tsx bench/eager.ts${dataFile ? ` --data ${dataFile}` : ""}`,
-    date: new Date().toISOString(),
-    device,
-    machine: machine(),
-    data: source,
-    trees: trees.length,
-    vocabulary: vocab.size,
+    ...resultHeader({
+      benchmark: "eager",
+      command: `node --import tsx bench/eager.ts${dataFile ? ` --data ${dataFile}` : ""}`,
+      device,
+      data: source,
+      trees: trees.length,
+      vocabulary: vocab.size,
+    }),
     model: { name: "treelstm", cell: "fused", hidden: HIDDEN, embed: EMBED, optimizer: "sgd" },
     method:
       "per batch: build the graph, forwardScalar (reads the loss back), backward, update; warm-up, then the median " +

@@ -32,7 +32,7 @@ import type { VariantInfo } from "../src/engines/vpps/engine.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
 import { renderLogLogPlot } from "../src/report/svg-plot.js";
-import { batchAt, deviceSlug, loadBenchTrees, machine, ROOT, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, ROOT, resultHeader, writeResult } from "./common.js";
 import {
   type BaselineKind,
   type BaselineRow,
@@ -633,14 +633,14 @@ async function main(flags: Flags): Promise<number> {
   } else {
     const slug = deviceSlug(device);
     const result = {
-      benchmark: "treelstm",
-      command: `node --import tsx ${SCRIPT} ${process.argv.slice(2).join(" ")}`.trim(),
-      date: new Date().toISOString(),
-      device,
-      machine: machine(),
-      data: source,
-      trees: trees.length,
-      vocabulary: vocab.size,
+      ...resultHeader({
+        benchmark: "treelstm",
+        command: `node --import tsx ${SCRIPT} ${process.argv.slice(2).join(" ")}`.trim(),
+        device,
+        data: source,
+        trees: trees.length,
+        vocabulary: vocab.size,
+      }),
       options: {
         engines: flags.engines,
         hidden: flags.hidden,

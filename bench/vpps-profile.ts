@@ -17,7 +17,10 @@ import { Vpps } from "../src/engines/vpps/engine.js";
 import { formatKernelProfile, type KernelProfile } from "../src/engines/vpps/kernel-profile.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
-import { batchAt, deviceSlug, loadBenchTrees, machine, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, resultHeader, writeResult } from "./common.js";
+import { requireGpu } from "./engine-timing.js";
+
+requireGpu("bench/vpps-profile.ts");
 
 const argv = process.argv.slice(2);
 const at = argv.indexOf("--data");
@@ -93,12 +96,12 @@ for (const cell of CELLS) {
 
 if (!quick) {
   writeResult(`vpps-profile-${deviceSlug(device)}`, {
-    benchmark: "vpps-profile",
-    command: `node --import tsx bench/vpps-profile.ts ${argv.join(" ")}`.trim(),
-    date: new Date().toISOString(),
-    device,
-    machine: machine(),
-    data: source,
+    ...resultHeader({
+      benchmark: "vpps-profile",
+      command: `node --import tsx bench/vpps-profile.ts ${argv.join(" ")}`.trim(),
+      device,
+      data: source,
+    }),
     model: { name: "treelstm", hidden: 256, embed: 256 },
     method:
       "kernels rendered with profile: true; thread 0 of every CTA reads clock64() around each instruction (up to the " +

@@ -22,7 +22,7 @@ import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import type { VariantInfo } from "../src/engines/vpps/engine.js";
 import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
-import { batchAt, deviceSlug, loadBenchTrees, machine, ROOT, writeResult } from "./common.js";
+import { batchAt, deviceSlug, loadBenchTrees, ROOT, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 import {
   chooseVppsVariant,
@@ -117,14 +117,14 @@ for (const cell of CELLS) {
 }
 
 const result = {
-  benchmark: "vpps",
-  command: `node --import tsx bench/vpps.ts ${argv.join(" ")}`.trim(),
-  date: new Date().toISOString(),
-  device: deviceName,
-  machine: machine(),
-  data: source,
-  trees: trees.length,
-  vocabulary: vocab.size,
+  ...resultHeader({
+    benchmark: "vpps",
+    command: `node --import tsx bench/vpps.ts ${argv.join(" ")}`.trim(),
+    device: deviceName,
+    data: source,
+    trees: trees.length,
+    vocabulary: vocab.size,
+  }),
   model: { name: "treelstm", hidden: HIDDEN, embed: EMBED, optimizer: "sgd", clip: 5 },
   method:
     "per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the " +
