@@ -251,6 +251,41 @@ describe("VPPS script synchronisation", () => {
     assert.ok(waited.size > 3, `only ${waited.size} barriers used`);
   });
 
+  test("barriers per producer class: a matrix's barrier counts only its holders, after their lists", () => {
+    // Barrier K·s + 1 + m (K = 1 + matrices) is signalled by the holders of matrix m right after their list of step
+    // s; barrier K·s by the CTAs that ran elementwise instructions in step s, before their lists. So a reader of one
+    // list waits for exactly that matrix's holders, and a reader of elementwise results for no list at all.
+    const K = 1 + model.plan.matrices.length;
+    const holders = model.plan.matrices.map((m) => new Set(m.partitions.map((p) => p.cta)).size);
+    const lastForward = sched.barriers - 3 * K; // the norm, grid barrier and update steps close the script
+    let groupWaits = 0;
+    let elementwiseSignals = 0;
+    for (let c = 0; c < ctas; c++) {
+      let previous = -1;
+      for (let at = ctas + 1 + sched.script[c]!; at < ctas + 1 + sched.script[c + 1]!; ) {
+        const op = sched.script[at]! & 0xff;
+        const n = sched.script[at]! >>> 8;
+        if (op === Opcode.Signal && n < lastForward) {
+          const list = previous === Opcode.MatVec || previous === Opcode.MatVecBwd;
+          if (n % K === 0) {
+            elementwiseSignals++;
+            assert.ok(!list, `processor ${c}: elementwise barrier ${n} signalled right after a matrix list`);
+          } else {
+            assert.ok(list, `processor ${c}: matrix barrier ${n} signalled other than right after its list`);
+            assert.equal(sched.script[at - 3]! >>> 8, (n % K) - 1, `processor ${c}: barrier ${n} after another matrix`);
+          }
+        }
+        if (op === Opcode.Wait && n % K !== 0 && n < lastForward) {
+          groupWaits++;
+          assert.equal(sched.script[at + 1], holders[(n % K) - 1], `wait on matrix barrier ${n}`);
+        }
+        if (op !== Opcode.Signal) previous = op;
+        at += instructionWords(sched.script, at);
+      }
+    }
+    assert.ok(groupWaits > 10 && elementwiseSignals > 10, `${groupWaits} matrix waits, ${elementwiseSignals} signals`);
+  });
+
   test("a script with one wait removed is caught by some interleaving", () => {
     // Waits of the forward and backward passes. Not every wait is essential: one may be covered transitively by
     // an earlier wait on a later step of the same producers (release/acquire chains compose), and the waits of the

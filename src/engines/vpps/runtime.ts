@@ -34,8 +34,8 @@ export interface KernelVariant {
   readonly profiled?: boolean;
 }
 
-/** Barrier counters one batch may use (steps: about 3 per tree level plus a few). */
-export const MAX_BARRIERS = 1 << 16;
+/** Barrier counters one batch may use (steps × (1 + matrices): an elementwise barrier and one per matrix per step). */
+export const MAX_BARRIERS = 1 << 20;
 /** Elements per triple of the host-update lists: large matrices are split so that one block takes one piece. */
 const UPDATE_PIECE = 4096;
 

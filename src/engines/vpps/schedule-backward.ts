@@ -71,16 +71,13 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
   const { args, rows, cols } = g;
   const { needGrad, placed, grad } = L;
   const s = g.argStart[i]!;
-  let q = -1;
   let off = 0;
   for (let k = 0; k < count; k++) {
     const a = args[s + k]!;
     const len = rows[a]! * cols[a]!;
     if (needGrad[a] === 1 && placed[a] !== shared) {
-      if (q < 0) {
-        q = t.leastLoaded(3 * rows[i]! * cols[i]! * count);
-        t.needGrad(q, i);
-      }
+      const q = t.leastLoaded(3 * len);
+      t.needGrad(q, i);
       const code = op === Op.Sub && k === 1 ? Opcode.AccNeg : Opcode.Acc;
       t.writer.ins2(q, code, len, grad[a]!, grad[i]! + (op === Op.Concat ? off : 0));
       t.wroteGrad(a, q);

@@ -4,8 +4,13 @@
  *
  * - Buffers are storage roots (layout.ts): value `3i`, gradient `3i + 1`, affine temporaries `3i + 2`. Each keeps a
  *   list of (step, writer) where the writer is a CTA or, as `-(m + 1)`, the holders of matrix m.
- * - A CTA reading a buffer written by another CTA in an earlier step waits once on that step's barrier, and the
- *   writer's end-of-step signal is kept; signals nobody needs are dropped when the script is finished.
+ * - Each step has `1 + matrices` barriers (`barriersPerStep`): barrier `K·s` counts the signals of the CTAs that
+ *   ran elementwise (non-matrix) instructions in step s, given right after those instructions and before the CTA's
+ *   matrix lists of the step; barrier `K·s + 1 + m` counts the holders of matrix m after its list. A reader waits
+ *   only for the class of producer it reads from, so a cell waiting for a copy does not also wait for an unrelated
+ *   matrix list of the same step (which, at batch 1, added a barrier hop per tree level).
+ * - A CTA reading a buffer written by another CTA in an earlier step waits once on that barrier, and the writer's
+ *   signal is kept; signals nobody needs are dropped when the script is finished.
  * - Matrix products of one step are collected per matrix and flushed at the end of the step as one list
  *   instruction per holder, whose entries live once in the script's shared table.
  */
@@ -49,13 +54,15 @@ export class StepTracker {
   private wrLength = 0;
 
   step = 0;
+  /** Barriers of one step: the elementwise writers', then one per matrix (see the file comment). */
+  readonly barriersPerStep: number;
   private batch = 0;
-  /** Per (step, CTA): `batch` when that CTA already waits on that step in this batch (a byte: cache footprint). */
+  /** Per (barrier, CTA): `batch` when that CTA already waits on that barrier in this batch (a byte: cache footprint). */
   private waited = new Uint8Array(0);
   private slotOf = new Int32Array(0);
   private slotMask = new Uint32Array(1024);
   private usedGroups = new Uint32Array(0);
-  /** Signal slots reserved by endStep of each step: [slotStart, slotEnd). */
+  /** Per step: slots of the elementwise signals (slotOf) and, per matrix group, of all signals (slotStart..slotEnd). */
   private slotStart = new Int32Array(0);
   private slotEnd = new Int32Array(0);
   private steps = 0;
@@ -63,7 +70,6 @@ export class StepTracker {
   private readonly active: Int32Array;
   private readonly activeList: Int32Array;
   private activeCount = 0;
-  private readonly stepMask: Uint32Array;
   private readonly load: Float64Array;
   private readonly heap: Int32Array;
   private readonly heapLoad: Float64Array;
@@ -84,7 +90,8 @@ export class StepTracker {
   private readonly listOp: Int32Array;
   private readonly listed: Int32Array;
   private listedCount = 0;
-  private stepStamp = new Int32Array(0);
+  /** Per barrier, while flushing one list: whether the list needs it (stamp) and the only CTA it waits for. */
+  private barrierStamp = new Int32Array(0);
   private stamp = 0;
   private onlyWriter = new Int32Array(0);
   private needed: Int32Array = new Int32Array(64);
@@ -97,6 +104,7 @@ export class StepTracker {
     const ctas = plan.ctas;
     const matrices = plan.matrices.length;
     this.ctas = ctas;
+    this.barriersPerStep = 1 + matrices;
     this.writer = new ScriptWriter(ctas);
     this.holders = plan.matrices.map((m) => Int32Array.from(new Set(m.partitions.map((p) => p.cta))).sort());
     this.heldRows = plan.matrices.map((m, i) => {
@@ -108,7 +116,6 @@ export class StepTracker {
     this.cols = Int32Array.from(plan.matrices, (m) => m.cols);
     this.active = new Int32Array(ctas);
     this.activeList = new Int32Array(ctas);
-    this.stepMask = new Uint32Array(ctas);
     this.load = new Float64Array(ctas);
     this.heap = new Int32Array(ctas);
     this.heapLoad = new Float64Array(ctas);
@@ -131,10 +138,15 @@ export class StepTracker {
     this.wrLength = 0;
     this.steps = steps;
     const cells = steps * this.ctas;
-    if (this.waited.length < cells) {
-      this.waited = new Uint8Array(cells * 2);
-      this.slotOf = new Int32Array(cells * 2);
+    const barriers = steps * this.barriersPerStep;
+    if (this.waited.length < barriers * this.ctas) {
+      this.waited = new Uint8Array(barriers * this.ctas * 2);
       this.batch = 0;
+    }
+    if (this.slotOf.length < cells) this.slotOf = new Int32Array(cells * 2);
+    if (this.barrierStamp.length < barriers) {
+      this.barrierStamp = new Int32Array(barriers * 2);
+      this.onlyWriter = new Int32Array(barriers * 2);
     }
     // the stamp wraps after 255 batches; only then is the table cleared
     if (++this.batch === 256) {
@@ -143,8 +155,6 @@ export class StepTracker {
     }
     if (this.usedGroups.length < steps) {
       this.usedGroups = new Uint32Array(steps * 2);
-      this.stepStamp = new Int32Array(steps * 2);
-      this.onlyWriter = new Int32Array(steps * 2);
       this.slotStart = new Int32Array(steps * 2);
       this.slotEnd = new Int32Array(steps * 2);
     }
@@ -166,7 +176,6 @@ export class StepTracker {
     if (this.active[q] !== this.step + 1) {
       this.active[q] = this.step + 1;
       this.activeList[this.activeCount++] = q;
-      this.stepMask[q] = 0;
     }
   }
 
@@ -325,18 +334,20 @@ export class StepTracker {
   /** CTA q reads what `who` wrote in step st: unless q wrote it itself, keep the writer's signal and wait once. */
   private waitFor(q: number, st: number, who: number): void {
     if (who === q) return;
+    let bar = st * this.barriersPerStep;
     if (who < 0) {
       if (this.soleHolder[-who - 1] === q) return;
       this.sameStepCheck(st);
       this.usedGroups[st]! |= 1 << (-who - 1);
+      bar += -who;
     } else {
       this.sameStepCheck(st);
       this.writer.keep(this.slotOf[st * this.ctas + who]!);
     }
-    const w = st * this.ctas + q;
+    const w = bar * this.ctas + q;
     if (this.waited[w] !== this.batch) {
       this.waited[w] = this.batch;
-      this.writer.wait(q, st);
+      this.writer.wait(q, bar);
     }
   }
 
@@ -407,20 +418,20 @@ export class StepTracker {
       const count = length / (op === Opcode.MatVec ? MATVEC_ENTRY : MATVEC_BWD_ENTRY);
       const list = this.needed;
       const bit = 1 << m;
+      const group = this.step * this.barriersPerStep + 1 + m;
       for (let k = 0; k < hs.length; k++) {
         const q = hs[k]!;
-        this.touch(q);
-        this.stepMask[q]! |= bit;
         for (let j = 0; j < needed; j++) {
-          const st = list[j]!;
-          if (this.onlyWriter[st] === q) continue;
-          const w = st * ctas + q;
+          const bar = list[j]!;
+          if (this.onlyWriter[bar] === q) continue;
+          const w = bar * ctas + q;
           if (waited[w] !== this.batch) {
             waited[w] = this.batch;
-            writer.wait(q, st);
+            writer.wait(q, bar);
           }
         }
         writer.ins2(q, op, m, at, count);
+        this.reserve(q, group, bit);
       }
       this.listLength[m] = 0;
       this.listReadCount[m] = 0;
@@ -430,7 +441,7 @@ export class StepTracker {
 
   /**
    * A list of this step reads what `who` wrote in step st: unless the list's only holder `sole` wrote it, keep the
-   * writer's signal and note the step in `needed` with the CTA that wrote it (-2 when several did).
+   * writer's signal and note its barrier in `needed` with the CTA that wrote it (-2 when several did).
    */
   private listDependency(st: number, who: number, sole: number, stamp: number): void {
     // the CTA that wrote: a single one, or the only holder of a one-holder matrix; -2 when several did
@@ -441,46 +452,60 @@ export class StepTracker {
     }
     if (cta === sole) return; // the only reader wrote it itself
     this.sameStepCheck(st);
+    let bar = st * this.barriersPerStep;
     if (who >= 0) this.writer.keep(this.slotOf[st * this.ctas + who]!);
-    else this.usedGroups[st]! |= 1 << (-who - 1);
-    if (this.stepStamp[st] !== stamp) {
-      this.stepStamp[st] = stamp;
-      this.onlyWriter[st] = cta;
+    else {
+      this.usedGroups[st]! |= 1 << (-who - 1);
+      bar += -who;
+    }
+    if (this.barrierStamp[bar] !== stamp) {
+      this.barrierStamp[bar] = stamp;
+      this.onlyWriter[bar] = cta;
       if (this.neededCount === this.needed.length) this.needed = grow(this.needed);
-      this.needed[this.neededCount++] = st;
-    } else if (this.onlyWriter[st] !== cta) {
-      this.onlyWriter[st] = -2;
+      this.needed[this.neededCount++] = bar;
+    } else if (this.onlyWriter[bar] !== cta) {
+      this.onlyWriter[bar] = -2;
     }
   }
 
-  /** Flushes the step's lists and reserves the end-of-step signal of every CTA that worked in it. */
+  /**
+   * Ends the step: the elementwise signal of every CTA that placed instructions in it (right after them), then the
+   * matrix lists, each holder signalling its matrix's barrier right after its list.
+   */
   endStep(): void {
-    this.flushLists();
     const first = this.writer.signalCount;
-    if (first + this.activeCount > this.slotMask.length) {
-      const m = new Uint32Array(Math.max(2 * this.slotMask.length, first + this.activeCount));
+    const base = this.step * this.ctas;
+    const bar = this.step * this.barriersPerStep;
+    for (let k = 0; k < this.activeCount; k++) {
+      const q = this.activeList[k]!;
+      this.slotOf[base + q] = this.reserve(q, bar, 0);
+    }
+    this.flushLists();
+    this.slotStart[this.step] = first;
+    this.slotEnd[this.step] = this.writer.signalCount;
+  }
+
+  /** Reserves a signal of CTA q on barrier `bar`; `mask`: the matrix whose holders it counts (0: elementwise). */
+  private reserve(q: number, bar: number, mask: number): number {
+    const slot = this.writer.reserveSignal(q, bar);
+    if (slot >= this.slotMask.length) {
+      const m = new Uint32Array(Math.max(2 * this.slotMask.length, slot + 1));
       m.set(this.slotMask);
       this.slotMask = m;
     }
-    const base = this.step * this.ctas;
-    for (let k = 0; k < this.activeCount; k++) {
-      const q = this.activeList[k]!;
-      const slot = this.writer.reserveSignal(q, this.step);
-      this.slotOf[base + q] = slot;
-      this.slotMask[slot] = this.stepMask[q]!;
-    }
-    this.slotStart[this.step] = first;
-    this.slotEnd[this.step] = this.writer.signalCount;
+    this.slotMask[slot] = mask;
+    return slot;
   }
 
   /** Every CTA signals and then waits for all: the grid-wide barrier before the update. */
   gridBarrier(s: number): void {
     this.startStep(s);
+    const bar = s * this.barriersPerStep;
     for (let q = 0; q < this.ctas; q++) {
       this.touch(q);
-      this.writer.keep(this.writer.reserveSignal(q, s));
+      this.writer.keep(this.writer.reserveSignal(q, bar));
     }
-    for (let q = 0; q < this.ctas; q++) this.writer.wait(q, s);
+    for (let q = 0; q < this.ctas; q++) this.writer.wait(q, bar);
   }
 
   /**
@@ -495,7 +520,7 @@ export class StepTracker {
         if ((this.slotMask[slot]! & used) !== 0) this.writer.keep(slot);
       }
     }
-    return this.writer.finish(steps, into);
+    return this.writer.finish(steps * this.barriersPerStep, into);
   }
 }
 

@@ -191,7 +191,7 @@ export class VppsScheduler implements Emitter {
     const result: BatchSchedule = {
       layout: L,
       script: t.finish(s, into),
-      barriers: s,
+      barriers: s * t.barriersPerStep,
       update: this.update,
       lossOffset: L.value[lossId]!,
       liveNodes: liveCount,
@@ -340,7 +340,7 @@ export class VppsScheduler implements Emitter {
     }
   }
 
-  /** y = [x₁; x₂; …]: copies of the arguments not computed in place, on one processor. */
+  /** y = [x₁; x₂; …]: a copy for each argument not computed in place, each on the least-loaded processor. */
   private concat(g: ComputationGraph, L: BatchLayout, i: number): void {
     const t = this.t;
     const { args, rows, cols } = g;
@@ -349,19 +349,18 @@ export class VppsScheduler implements Emitter {
     const y = value[i]!;
     const s = g.argStart[i]!;
     const count = g.argCount[i]!;
-    let q = -1;
     let off = 0;
     for (let k = 0; k < count; k++) {
       const a = args[s + k]!;
       const al = rows[a]! * cols[a]!;
       if (placed[a] !== PLACEMENT.inConcat) {
-        if (q < 0) q = t.leastLoaded(2 * rows[i]! * cols[i]!);
+        const q = t.leastLoaded(2 * al);
         t.needValue(q, a);
         t.writer.ins2(q, Opcode.Copy, al, y + off, value[a]!);
+        t.wroteValue(i, q);
       }
       off += al;
     }
-    if (q >= 0) t.wroteValue(i, q);
   }
 
   /**
