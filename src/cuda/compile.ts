@@ -15,7 +15,7 @@ import {
   NULL_STREAM,
 } from "./ffi/driver.js";
 import { type KernelArg, KernelParams } from "./ffi/kernel-params.js";
-import { getNvrtc } from "./ffi/nvrtc.js";
+import { getNvrtc, type Nvrtc, type NvrtcOutput, type NvrtcSource } from "./ffi/nvrtc.js";
 import type { CudaStream } from "./stream.js";
 
 /** Bump when the cache's layout or what a key covers changes, so old entries are ignored rather than misread. */
@@ -134,6 +134,31 @@ export function writeCacheEntry(cacheDir: string, key: string, entry: { cubin: U
  * numbered source) when the source does not compile, CudaLibraryNotFoundError when NVRTC is missing.
  */
 export function compileCuda(req: CompileRequest): CompileResult {
+  const job = prepareCompile(req);
+  return job.hit ?? finishCompile(job, job.nvrtc.compile(job.source));
+}
+
+/**
+ * `compileCuda` with NVRTC's work on a worker thread: several programs (e.g. the plan variants of one model)
+ * compile at once, each taking one core, while the event loop stays free. Same cache, same errors.
+ */
+export async function compileCudaAsync(req: CompileRequest): Promise<CompileResult> {
+  const job = prepareCompile(req);
+  return job.hit ?? finishCompile(job, await job.nvrtc.compileAsync(job.source));
+}
+
+interface CompileJob {
+  req: CompileRequest;
+  start: number;
+  nvrtc: Nvrtc;
+  key: string;
+  cacheDir: string | null;
+  source: NvrtcSource;
+  hit?: CompileResult;
+}
+
+/** Validates the request, computes its cache key and reads the cache. */
+function prepareCompile(req: CompileRequest): CompileJob {
   if (!/^sm_\d+[a-z]?$/.test(req.arch)) {
     throw new Error(`compileCuda(${req.name}): arch must be a real architecture like "sm_90", got "${req.arch}"`);
   }
@@ -149,26 +174,32 @@ export function compileCuda(req: CompileRequest): CompileResult {
     headers: req.headers,
   });
   const cacheDir = req.cacheDir === undefined ? defaultCacheDir() : req.cacheDir;
-  if (cacheDir !== null) {
-    const hit = readCacheEntry(cacheDir, key);
-    if (hit) return { ...hit, fromCache: true, ms: performance.now() - start, key };
-  }
-  const out = nvrtc.compile({
+  const source: NvrtcSource = {
     name: req.name,
     source: req.source,
     options: [`--gpu-architecture=${req.arch}`, ...userOptions],
-    headers: req.headers,
-  });
-  if (!out.cubin) throw new Error(`compileCuda(${req.name}): NVRTC produced no cubin for ${req.arch}`);
-  const result: CompileResult = { cubin: out.cubin, log: out.log, fromCache: false, ms: 0, key };
+    ...(req.headers !== undefined ? { headers: req.headers } : {}),
+  };
+  const job: CompileJob = { req, start, nvrtc, key, cacheDir, source };
   if (cacheDir !== null) {
+    const hit = readCacheEntry(cacheDir, key);
+    if (hit) job.hit = { ...hit, fromCache: true, ms: performance.now() - start, key };
+  }
+  return job;
+}
+
+/** Stores NVRTC's output in the cache (a failed write is reported in `cacheError`, not thrown). */
+function finishCompile(job: CompileJob, out: NvrtcOutput): CompileResult {
+  if (!out.cubin) throw new Error(`compileCuda(${job.req.name}): NVRTC produced no cubin for ${job.req.arch}`);
+  const result: CompileResult = { cubin: out.cubin, log: out.log, fromCache: false, ms: 0, key: job.key };
+  if (job.cacheDir !== null) {
     try {
-      writeCacheEntry(cacheDir, key, { cubin: out.cubin, log: out.log });
+      writeCacheEntry(job.cacheDir, job.key, { cubin: out.cubin, log: out.log });
     } catch (e) {
-      result.cacheError = `could not write the kernel cache in ${cacheDir}: ${e instanceof Error ? e.message : e}`;
+      result.cacheError = `could not write the kernel cache in ${job.cacheDir}: ${e instanceof Error ? e.message : e}`;
     }
   }
-  result.ms = performance.now() - start;
+  result.ms = performance.now() - job.start;
   return result;
 }
 

@@ -7,6 +7,7 @@ export {
   CudaKernel,
   CudaModule,
   compileCuda,
+  compileCudaAsync,
   defaultCacheDir,
   getFunction,
   KERNEL_CACHE_FORMAT,

@@ -14,6 +14,7 @@ import {
   type CudaModule,
   CudaStream,
   compileCuda,
+  compileCudaAsync,
   cudaAvailable,
   DevicePool,
   DevicePoolOutOfMemory,
@@ -217,6 +218,28 @@ describe("CUDA on the GPU", { skip }, () => {
     assert.equal(err.line, 4);
     assert.match(err.log, /bad\.cu\(4\): error: identifier "z" is undefined/);
     assert.match(err.message, /> 4 \| {3}if \(i < n\) y\[i\] = a \* x\[i\] \+ z\[i\];/);
+  });
+
+  test("compileCudaAsync: programs compile concurrently, equal the synchronous cubin, and report compile errors", async () => {
+    // four distinct programs (a comment makes each source, and so each cache key, different); no cache
+    const sources = [0, 1, 2, 3].map((k) => `// variant ${k}\n${KERNELS}`);
+    const t0 = performance.now();
+    const one = compileCuda({ name: "v0.cu", source: sources[0]!, arch: dev.props.arch, cacheDir: null });
+    const serialMs = performance.now() - t0;
+    const t1 = performance.now();
+    const all = await Promise.all(
+      sources.map((source, k) => compileCudaAsync({ name: `v${k}.cu`, source, arch: dev.props.arch, cacheDir: null })),
+    );
+    const parallelMs = performance.now() - t1;
+    assert.deepEqual(all[0]!.cubin, one.cubin, "the async compile differs from the synchronous one");
+    for (const r of all) assert.equal(r.fromCache, false);
+    console.log(`one program ${serialMs.toFixed(0)} ms; four at once ${parallelMs.toFixed(0)} ms`);
+    assert.ok(parallelMs < 3 * serialMs, `four concurrent compiles took ${parallelMs} ms, one alone ${serialMs} ms`);
+    const bad = KERNELS.replace("a * x[i] + y[i]", "a * x[i] + z[i]");
+    await assert.rejects(
+      compileCudaAsync({ name: "bad.cu", source: bad, arch: dev.props.arch, cacheDir: null }),
+      (e: unknown) => e instanceof NvrtcCompileError && /identifier "z" is undefined/.test(e.log),
+    );
   });
 
   test("a bad launch configuration is a CudaError naming the kernel", () => {

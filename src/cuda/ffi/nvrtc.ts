@@ -136,7 +136,15 @@ interface RawNvrtc {
     includeNames: string[] | null,
   ): number;
   nvrtcDestroyProgram(prog: BigUint64Array): number;
-  nvrtcCompileProgram(prog: NvrtcProgram, numOptions: number, options: string[] | null): number;
+  nvrtcCompileProgram: ((prog: NvrtcProgram, numOptions: number, options: string[] | null) => number) & {
+    /** koffi: the same call on a libuv worker thread; the result comes to `done` on the main thread. */
+    async(
+      prog: NvrtcProgram,
+      numOptions: number,
+      options: string[] | null,
+      done: (err: unknown, result: number) => void,
+    ): void;
+  };
   nvrtcGetProgramLogSize(prog: NvrtcProgram, size: BigUint64Array): number;
   nvrtcGetProgramLog(prog: NvrtcProgram, log: Uint8Array): number;
   nvrtcGetCUBINSize(prog: NvrtcProgram, size: BigUint64Array): number;
@@ -302,23 +310,57 @@ export class Nvrtc {
    * The CUBIN is only produced for a real architecture (`--gpu-architecture=sm_90`), the PTX always.
    */
   compile(src: NvrtcSource): NvrtcOutput {
-    const options = src.options ?? [];
-    const prog = this.createProgram(src);
+    const prog = this.prepare(src);
     try {
-      for (const e of src.nameExpressions ?? []) this.addNameExpression(prog, e);
-      const code = this.compileProgram(prog, options);
-      const log = this.programLog(prog);
-      if (code === NVRTC_ERROR_COMPILATION) {
-        throw new NvrtcCompileError({ programName: src.name, log, options, source: src.source });
-      }
-      this.check(code, "nvrtcCompileProgram", () => `${src.name}; log:\n${log}`);
-      const realArch = options.some((o) => /(?:^|[=\s])sm_\d/.test(o));
-      const loweredNames: Record<string, string> = {};
-      for (const e of src.nameExpressions ?? []) loweredNames[e] = this.loweredName(prog, e);
-      return { cubin: realArch ? this.cubin(prog) : undefined, ptx: this.ptx(prog), log, loweredNames };
+      return this.output(src, prog, this.compileProgram(prog, src.options ?? []));
     } finally {
       this.destroyProgram(prog);
     }
+  }
+
+  /**
+   * `compile` with the compilation itself (nvrtcCompileProgram, seconds for a large kernel) on a libuv worker thread,
+   * so that several programs compile at once and the event loop stays free. NVRTC allows concurrent compiles of
+   * different programs.
+   */
+  async compileAsync(src: NvrtcSource): Promise<NvrtcOutput> {
+    const prog = this.prepare(src);
+    try {
+      const options = src.options ?? [];
+      const code = await new Promise<number>((resolve, reject) => {
+        this.raw.nvrtcCompileProgram.async(prog, options.length, options.length ? [...options] : null, (err, r) =>
+          err ? reject(err) : resolve(r),
+        );
+      });
+      return this.output(src, prog, code);
+    } finally {
+      this.destroyProgram(prog);
+    }
+  }
+
+  private prepare(src: NvrtcSource): NvrtcProgram {
+    const prog = this.createProgram(src);
+    try {
+      for (const e of src.nameExpressions ?? []) this.addNameExpression(prog, e);
+    } catch (e) {
+      this.destroyProgram(prog);
+      throw e;
+    }
+    return prog;
+  }
+
+  /** The result of nvrtcCompileProgram (`code`) as an NvrtcOutput, or the compile error with log and source. */
+  private output(src: NvrtcSource, prog: NvrtcProgram, code: number): NvrtcOutput {
+    const options = src.options ?? [];
+    const log = this.programLog(prog);
+    if (code === NVRTC_ERROR_COMPILATION) {
+      throw new NvrtcCompileError({ programName: src.name, log, options, source: src.source });
+    }
+    this.check(code, "nvrtcCompileProgram", () => `${src.name}; log:\n${log}`);
+    const realArch = options.some((o) => /(?:^|[=\s])sm_\d/.test(o));
+    const loweredNames: Record<string, string> = {};
+    for (const e of src.nameExpressions ?? []) loweredNames[e] = this.loweredName(prog, e);
+    return { cubin: realArch ? this.cubin(prog) : undefined, ptx: this.ptx(prog), log, loweredNames };
   }
 }
 

@@ -13,6 +13,7 @@ import {
   type CudaModule,
   CudaStream,
   compileCuda,
+  compileCudaAsync,
   DevicePool,
   getCublas,
   loadModule,
@@ -167,12 +168,31 @@ export class GpuContext {
   kernels<N extends string>(program: string, source: string, names: readonly N[]): KernelSet<N> {
     const known = this.modules.get(program);
     if (known) return known as KernelSet<N>;
-    const compile = compileCuda({
+    return this.load(compileCuda(this.request(program, source)), program, names);
+  }
+
+  /**
+   * `kernels` with NVRTC on a worker thread, so that several programs compile at once (each `await` of a cache
+   * hit or a compile; loading the module stays on this thread).
+   */
+  async kernelsAsync<N extends string>(program: string, source: string, names: readonly N[]): Promise<KernelSet<N>> {
+    const known = this.modules.get(program);
+    if (known) return known as KernelSet<N>;
+    const compile = await compileCudaAsync(this.request(program, source));
+    // another call may have loaded the program while this one compiled
+    return (this.modules.get(program) as KernelSet<N> | undefined) ?? this.load(compile, program, names);
+  }
+
+  private request(program: string, source: string) {
+    return {
       name: program,
       source,
       arch: this.device.props.arch,
       ...(this.cacheDir !== undefined ? { cacheDir: this.cacheDir } : {}),
-    });
+    };
+  }
+
+  private load<N extends string>(compile: CompileResult, program: string, names: readonly N[]): KernelSet<N> {
     const module = loadModule(compile.cubin, program);
     try {
       const kernels = {} as Record<N, CudaKernel>;

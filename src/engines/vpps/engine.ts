@@ -13,7 +13,7 @@
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
-import { GpuContext } from "../gpu/context.js";
+import { GpuContext, type KernelSet } from "../gpu/context.js";
 import { type DeviceModel, deviceModelFromProperties } from "./device-model.js";
 import { type KernelProfile, summarizeKernelProfile } from "./kernel-profile.js";
 import { generateKernelSource, kernelName } from "./kernel-template.js";
@@ -166,19 +166,55 @@ export class Vpps {
     };
   }
 
-  /** Plans, compiles (or reads the kernel cache), loads and uploads the weights. */
+  /**
+   * Plans, compiles (or reads the kernel cache), loads and uploads the weights. Every plan variant compiles at once,
+   * NVRTC on worker threads (a cold JIT takes seconds per variant).
+   */
   static async create(params: ParameterCollection, options: VppsOptions = {}): Promise<Vpps> {
-    return Vpps.createSync(params, options);
+    const setup = Vpps.open(params, options);
+    try {
+      const started = performance.now();
+      // all settle before anything is disposed: a failed variant must not leave others compiling into a closed context
+      const settled = await Promise.allSettled(
+        setup.plans.map((plan) => {
+          const k = Vpps.source(plan, options);
+          return setup.ctx.kernelsAsync(`${k.name}.cu`, k.source, [k.name]);
+        }),
+      );
+      const failed = settled.find((r) => r.status === "rejected");
+      if (failed) throw failed.reason;
+      const sets = settled.map((r) => (r as PromiseFulfilledResult<KernelSet<string>>).value);
+      if (sets.length > 1 && sets.some((k) => !k.compile.fromCache)) {
+        const ms = performance.now() - started;
+        setup.log(`vpps: ${sets.length} variants compiled in parallel in ${ms.toFixed(0)} ms`);
+      }
+      return Vpps.assemble(setup, params, options);
+    } catch (e) {
+      setup.pool?.dispose();
+      setup.ctx.dispose();
+      throw e;
+    }
   }
 
-  /** `create` without the promise, for the synchronous Engine adapter. */
+  /** `create` without the promise (variants compile one after another), for the synchronous Engine adapter. */
   static createSync(params: ParameterCollection, options: VppsOptions = {}): Vpps {
+    const setup = Vpps.open(params, options);
+    try {
+      return Vpps.assemble(setup, params, options);
+    } catch (e) {
+      setup.pool?.dispose();
+      setup.ctx.dispose();
+      throw e;
+    }
+  }
+
+  /** The context, the device's numbers, the plan variants and the schedule workers (started first: they load while the kernels compile). */
+  private static open(params: ParameterCollection, options: VppsOptions) {
     const ctx = GpuContext.open({
       device: options.device ?? "auto",
       ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
       ...(options.poolBytes !== undefined ? { poolBytes: options.poolBytes } : {}),
     });
-    let pool: SchedulePool<BatchTag> | undefined;
     try {
       const workers = Vpps.workersFor(options);
       const d = ctx.device.props;
@@ -194,32 +230,41 @@ export class Vpps {
       });
       const plans = Vpps.plansFor(matricesOf(params), device, options);
       const log = options.log ?? (() => {});
-      // the workers start (and load their modules) while the kernels compile
-      if (workers > 0) {
-        pool = new SchedulePool<BatchTag>({
-          workers,
-          params: params.all,
-          plans,
-          schedule: { exportGradients: options.exportGradients ?? false },
-        });
-      }
-      const variants = plans.map((plan, index) => Vpps.compile(ctx, params, plan, index, options, log));
-      const first = variants[0]!;
-      const runtime = new VppsRuntime(ctx, {
-        masterFloats: first.plan.masterFloats,
-        modelFloats: first.model.modelFloats,
-        scriptWords: SCRIPT_WORDS,
-      });
-      runtime.uploadWeights(
-        first.model,
-        params.all.map((p) => p.value),
-      );
-      return new Vpps(ctx, device, variants, runtime, options, params, pool);
+      const pool =
+        workers > 0
+          ? new SchedulePool<BatchTag>({
+              workers,
+              params: params.all,
+              plans,
+              schedule: { exportGradients: options.exportGradients ?? false },
+            })
+          : undefined;
+      return { ctx, device, plans, log, pool };
     } catch (e) {
-      pool?.dispose();
       ctx.dispose();
       throw e;
     }
+  }
+
+  /** Compiles (or loads what create compiled) and checks every variant, uploads the weights. */
+  private static assemble(
+    setup: ReturnType<typeof Vpps.open>,
+    params: ParameterCollection,
+    options: VppsOptions,
+  ): Vpps {
+    const { ctx, device, plans, log, pool } = setup;
+    const variants = plans.map((plan, index) => Vpps.compile(ctx, params, plan, index, options, log));
+    const first = variants[0]!;
+    const runtime = new VppsRuntime(ctx, {
+      masterFloats: first.plan.masterFloats,
+      modelFloats: first.model.modelFloats,
+      scriptWords: SCRIPT_WORDS,
+    });
+    runtime.uploadWeights(
+      first.model,
+      params.all.map((p) => p.value),
+    );
+    return new Vpps(ctx, device, variants, runtime, options, params, pool);
   }
 
   private static workersFor(o: VppsOptions): number {
@@ -246,6 +291,16 @@ export class Vpps {
     return all;
   }
 
+  /** The kernel name and generated CUDA source of one plan variant. */
+  private static source(plan: VppsPlan, o: VppsOptions): { name: string; source: string } {
+    const spec = {
+      model: o.name ?? "model",
+      ...(o.barrierSpinLimit !== undefined ? { barrierSpinLimit: o.barrierSpinLimit } : {}),
+      ...(o.profileKernel ? { profile: true } : {}),
+    };
+    return { name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
+  }
+
   private static compile(
     ctx: GpuContext,
     params: ParameterCollection,
@@ -254,14 +309,8 @@ export class Vpps {
     o: VppsOptions,
     log: (line: string) => void,
   ): Variant {
-    const spec = {
-      model: o.name ?? "model",
-      ...(o.barrierSpinLimit !== undefined ? { barrierSpinLimit: o.barrierSpinLimit } : {}),
-      ...(o.profileKernel ? { profile: true } : {}),
-    };
-    const name = kernelName(plan, spec);
-    const source = generateKernelSource(plan, spec);
-    const set = ctx.kernels(`${name}.cu`, source, [name]);
+    const { name, source } = Vpps.source(plan, o);
+    const set = ctx.kernels(`${name}.cu`, source, [name]); // loaded by create's parallel compile
     const kernel = set.kernels[name];
     const attr = kernel.attributes();
     const resident = kernel.maxActiveBlocksPerSm(plan.threadsPerCta, 0);
