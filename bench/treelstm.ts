@@ -417,7 +417,7 @@ class TreeLstmBench {
       }
       run.status = "timed";
     } finally {
-      this.finishMemory(run, track, () => vpps.ctx.pool.stats());
+      this.finishMemory(run, track, () => vpps.deviceMemory());
       vpps.dispose();
     }
   }
@@ -600,8 +600,9 @@ const METHOD = {
     "Device-wide: it includes anything else allocated on the GPU meanwhile (the benchmark holds the CUDA context " +
     "for the whole run, so the context itself is in the baseline; engines are disposed before the next one is " +
     "created). Each engine reserves one DevicePool up front (min(¼ of free memory, 4 GiB)), which dominates the " +
-    "device-wide number; poolPeakMiB is the most of that pool in use at once (VPPS hands whatever its weights and " +
-    "buffers leave of the pool to its script pool at creation, so for VPPS it equals the reservation).",
+    "device-wide number; poolPeakMiB is the most of that pool in use at once: for the baselines the pool's own " +
+    "high-water mark, for VPPS (which reserves the rest of its pool for batches at creation) its fixed buffers plus " +
+    "the largest batch's values and gradients (Vpps.deviceMemory()).",
   correctness:
     `before timing, each engine's loss on the first batch of 8 (fresh weights) is compared with the CPU engine's; ` +
     `an engine whose |loss − cpu| / max(1, |cpu|) exceeds ${LOSS_TOLERANCE} is not timed (status wrong-loss).`,

@@ -11,6 +11,7 @@
  * Profile-guided rpw (DESIGN §6.1): with `rowsPerWarp: "profile"` every valid plan is compiled, the first batches
  * rotate over them with CUDA events around each launch, and the fastest (median kernel time) is kept.
  */
+import type { PoolStats } from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { GpuContext, type KernelSet } from "../gpu/context.js";
@@ -455,6 +456,14 @@ export class Vpps {
     this.flush();
     this.latest = this.runtime.drain();
     return this.latest;
+  }
+
+  /**
+   * Device memory of this engine's pool as batches use it: capacity (reserved at creation), and the bytes up to the
+   * end of the largest batch submitted so far (weights, gradients, script, model region, values, gradients).
+   */
+  deviceMemory(): PoolStats {
+    return this.runtime.poolStats();
   }
 
   /** Per parameter, the latest batch's gradient (needs `exportGradients`, or a plan whose host forms them). */

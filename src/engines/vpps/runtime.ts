@@ -14,7 +14,7 @@
  * Stream order alone orders batch k's kernel before batch k+1's copies into the same regions; only the pinned
  * buffers need two slots.
  */
-import { CudaEvent, type CudaKernel, karg, PinnedBuffer } from "../../cuda/index.js";
+import { CudaEvent, type CudaKernel, karg, PinnedBuffer, type PoolStats } from "../../cuda/index.js";
 import type { GraphParameter } from "../../graph/graph.js";
 import type { GpuContext } from "../gpu/context.js";
 import { STATUS_WORDS } from "./kernel-static.js";
@@ -110,6 +110,8 @@ export class VppsRuntime {
   readonly pipeline: BatchPipeline;
   private hostKernels: Readonly<Record<(typeof HOST_UPDATE_KERNELS)[number], CudaKernel>> | undefined;
   private lastVariant = "vpps";
+  /** The most pool floats any submitted batch used (the region is reserved whole; this is what batches touch). */
+  private peakPoolFloats = 0;
   /** Called with each timed batch's kernel milliseconds. */
   onKernelTime: KernelTimeSink | undefined;
 
@@ -162,6 +164,17 @@ export class VppsRuntime {
 
   private ptr(offset: number): number {
     return this.ctx.pool.ptr(offset);
+  }
+
+  /**
+   * The device pool's numbers as far as VPPS uses it: the script pool takes everything left at creation, so the
+   * pool's own peak is its capacity; here used and peak end at the largest batch's pool instead (weights,
+   * gradients, script, counters, then the model region and the biggest batch's values and gradients).
+   */
+  poolStats(): PoolStats {
+    const s = this.ctx.pool.stats();
+    const touched = 4 * (this.pool + this.peakPoolFloats);
+    return { ...s, usedBytes: touched, peakBytes: touched };
   }
 
   /** Copies the parameters' host values to the device (matrices to the master copy, the rest to the model region). */
@@ -275,6 +288,7 @@ export class VppsRuntime {
     if (s.barriers > MAX_BARRIERS) {
       throw new Error(`VPPS: the batch uses ${s.barriers} barriers; at most ${MAX_BARRIERS}`);
     }
+    if (L.poolFloats > this.peakPoolFloats) this.peakPoolFloats = L.poolFloats;
     const slot = this.pipeline.begin();
     const S = this.slots[slot]!;
     const scriptWords = s.script.length;
