@@ -9,64 +9,87 @@ import { KERNEL_ERRORS } from "../src/engines/vpps/kernel-static.js";
 import { BatchPipeline, decodeKernelStatus, type SlotDevice, VppsKernelError } from "../src/engines/vpps/pipeline.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 
-/** A fake device: slot s holds the loss of the batch last queued in it; records every wait. */
-function fakeDevice() {
-  const losses = [0, 0];
-  const status = [new Int32Array(6), new Int32Array(6)];
+/**
+ * A fake device: slot s holds the loss of the batch last queued in it; `finished` says which slots the GPU has
+ * completed (a wait completes the slot); records every wait.
+ */
+function fakeDevice(slots = 4) {
+  const losses = new Array<number>(slots).fill(0);
+  const status = Array.from({ length: slots }, () => new Int32Array(6));
+  const finished = new Array<boolean>(slots).fill(false);
   const waits: number[] = [];
   const retired: number[] = [];
   const device: SlotDevice = {
-    wait: (s) => waits.push(s),
+    wait: (s) => {
+      waits.push(s);
+      finished[s] = true;
+    },
+    done: (s) => finished[s]!,
     loss: (s) => losses[s]!,
     status: (s) => status[s]!,
     retired: (_s, batch) => retired.push(batch),
   };
-  return { device, losses, status, waits, retired };
+  /** Queues one batch with loss `loss` (not finished yet); returns what end() returned. */
+  const queue = (p: BatchPipeline, loss: number): number => {
+    const s = p.begin();
+    losses[s] = loss;
+    finished[s] = false;
+    return p.end(s);
+  };
+  return { device, losses, status, finished, waits, retired, queue };
 }
 
-describe("VPPS batch pipeline (double buffering)", () => {
-  test("slots alternate, fb returns the previous batch's loss, NaN first", () => {
+describe("VPPS batch pipeline (batches in flight)", () => {
+  test("slots fill in turn; launching never waits while a slot is free; the host waits only for a reused slot", () => {
     const f = fakeDevice();
-    const p = new BatchPipeline(f.device, () => "k");
+    const p = new BatchPipeline(f.device, () => "k", 4);
     const returned: number[] = [];
-    for (let k = 0; k < 5; k++) {
-      const s = p.begin();
-      assert.equal(s, k % 2, `batch ${k} fills slot ${k % 2}`);
-      f.losses[s] = 100 + k; // what the kernel will write
-      returned.push(p.end(s));
-    }
-    assert.ok(Number.isNaN(returned[0]!));
-    assert.deepEqual(returned.slice(1), [100, 101, 102, 103]);
-    // each batch is waited for exactly once, right after its successor is queued, in order
-    assert.deepEqual(f.retired, [0, 1, 2, 3]);
-    assert.deepEqual(f.waits, [0, 1, 0, 1]);
+    for (let k = 0; k < 4; k++) returned.push(f.queue(p, 100 + k));
+    assert.deepEqual(f.waits, [], "no batch waited for while slots were free");
+    assert.ok(returned.every(Number.isNaN), "nothing finished yet: NaN");
+    // the fifth batch reuses slot 0: it waits for batch 0 (and only it)
+    returned.push(f.queue(p, 104));
+    assert.deepEqual(f.waits, [0]);
+    assert.deepEqual(f.retired, [0]);
+    assert.equal(returned[4], 100);
     assert.equal(p.drain(), 104);
-    assert.deepEqual(f.retired, [0, 1, 2, 3, 4]);
+    assert.deepEqual(f.retired, [0, 1, 2, 3, 4], "every batch retired once, in order");
   });
 
-  test("drain between batches: the next fb still returns the previous loss", () => {
+  test("finished batches retire in order without waiting, and fb returns the newest finished batch's loss", () => {
     const f = fakeDevice();
-    const p = new BatchPipeline(f.device, () => "k");
-    let s = p.begin();
-    f.losses[s] = 1;
-    p.end(s);
-    assert.equal(p.drain(), 1);
-    s = p.begin();
-    f.losses[s] = 2;
-    assert.equal(p.end(s), 1);
-    assert.equal(p.drain(), 2);
+    const p = new BatchPipeline(f.device, () => "k", 4);
+    assert.ok(Number.isNaN(f.queue(p, 10)));
+    assert.ok(Number.isNaN(f.queue(p, 11)));
+    // the GPU finishes batch 1 but not batch 0: nothing may retire out of order
+    f.finished[1] = true;
+    assert.ok(Number.isNaN(f.queue(p, 12)));
+    assert.deepEqual(f.retired, []);
+    f.finished[0] = true;
+    assert.equal(f.queue(p, 13), 11, "batches 0 and 1 retired, 1 is the newest");
+    assert.deepEqual(f.retired, [0, 1]);
+    assert.deepEqual(f.waits, [0, 1], "retiring a finished batch reads its results (no blocking wait needed)");
+    assert.equal(p.drain(), 13);
     assert.ok(Number.isNaN(new BatchPipeline(f.device, () => "k").drain()));
+  });
+
+  test("two slots: each launch waits for the batch two before it, as double buffering does", () => {
+    const f = fakeDevice(2);
+    const p = new BatchPipeline(f.device, () => "k", 2);
+    for (let k = 0; k < 5; k++) f.queue(p, 100 + k);
+    assert.deepEqual(f.waits, [0, 1, 0]);
+    assert.equal(p.drain(), 104);
+    assert.throws(() => new BatchPipeline(f.device, () => "k", 1), /slots must be >= 2/);
   });
 
   test("a kernel error surfaces when its batch is retired, naming kernel, batch, processor and barrier", () => {
     const f = fakeDevice();
-    const p = new BatchPipeline(f.device, () => "vpps_m_cta1_rpw1");
-    const s0 = p.begin();
-    p.end(s0);
-    f.status[s0]!.set([KERNEL_ERRORS.barrierTimeout, 17, 42, 3, 4, 900]);
-    const s1 = p.begin();
+    const p = new BatchPipeline(f.device, () => "vpps_m_cta1_rpw1", 4);
+    f.queue(p, 1);
+    f.status[0]!.set([KERNEL_ERRORS.barrierTimeout, 17, 42, 3, 4, 900]);
+    f.finished[0] = true;
     assert.throws(
-      () => p.end(s1),
+      () => f.queue(p, 2),
       (e: unknown) =>
         e instanceof VppsKernelError &&
         e.processor === 17 &&
@@ -75,6 +98,7 @@ describe("VPPS batch pipeline (double buffering)", () => {
           e.message,
         ),
     );
+    assert.equal(p.drain(), 2, "the failed batch is skipped; the next one, still queued, is waited for");
   });
 });
 

@@ -362,11 +362,12 @@ export class Vpps {
    * Runs one batch (forward, backward, SGD update) without waiting for it, and returns the loss of an earlier
    * batch whose kernel has finished (NaN while there is none).
    *
-   * Without schedule workers it schedules, encodes and launches this batch, and returns the previous batch's loss.
-   * With `scheduleWorkers` = W it snapshots the graph (so the caller may renew it at once), posts it to a worker,
-   * and launches every earlier batch whose script is ready, in order; it blocks only while more than W batches
-   * are being scheduled. The loss returned is that of the batch before the last one launched, so it can be up to
-   * W + 1 batches old, and the same value may be returned twice; `latestLossSync()` gives the newest. Learning
+   * Without schedule workers it schedules, encodes and launches this batch. With `scheduleWorkers` = W it snapshots
+   * the graph (so the caller may renew it at once), posts it to a worker, and launches every earlier batch whose
+   * script is ready, in order; it blocks only while more than W batches are being scheduled. Launching waits for
+   * the GPU only when PIPELINE_SLOTS (4) batches are already queued on it. The loss returned is that of the newest
+   * batch the GPU has finished by then, so it may be a few batches old, and the same value may be returned more
+   * than once; `latestLossSync()` waits and gives the newest. Learning
    * rate and clip are taken when `fb` is called. A scheduling error (an op VPPS cannot run, …) is thrown by the
    * `fb` (or flushing call) that reaches the failed batch, with the worker's message; that batch is skipped.
    */

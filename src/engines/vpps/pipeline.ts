@@ -1,15 +1,20 @@
 /**
- * The host side of VPPS's overlap, free of CUDA so that it can be tested without a GPU: two slots (pinned script
- * buffer, loss and status words, events) alternate between batches, so the host builds batch k+1 while the GPU runs
- * batch k, and `fb` returns the loss of batch k−1 — the one batch that is certainly finished once k is queued behind
- * it on the stream. Also the decoding of the kernel's error word (kernel-static.ts, `report_error`).
+ * The host side of VPPS's overlap, free of CUDA so that it can be tested without a GPU: a ring of slots (pinned
+ * script buffer, loss and status words, events) that batches fill in turn, so the host builds and queues later
+ * batches while the GPU runs earlier ones. Queuing never waits for the GPU unless every slot is still in flight;
+ * finished batches are retired (status checked, loss taken) in order whenever the host comes by, and `fb` returns
+ * the loss of the newest one. (With two slots and a wait for the previous batch at every launch, as before, a host
+ * that launched two batches in one `fb` — schedule workers hand scripts back in bursts — blocked for a whole kernel:
+ * ~3 ms per batch at batch 128 on the H100.) Also the decoding of the kernel's error word (kernel-static.ts).
  */
 import { KERNEL_ERRORS, STATUS_WORDS } from "./kernel-static.js";
 
-/** What the pipeline needs from the device, per slot (0 or 1). */
+/** What the pipeline needs from the device, per slot. */
 export interface SlotDevice {
   /** Blocks until the slot's last batch (its kernel and read-backs) has completed. */
   wait(slot: number): void;
+  /** Whether the slot's last batch has completed, without waiting. */
+  done(slot: number): boolean;
   /** The slot's batch loss, valid after wait(). */
   loss(slot: number): number;
   /** The slot's `STATUS_WORDS` status words, valid after wait(). */
@@ -77,51 +82,67 @@ export function decodeKernelStatus(
   }
 }
 
-/** Double buffering of batches: which slot a batch fills, and whose loss `fb` returns. */
+/** Slots in flight by default: deep enough that a burst of launches does not wait for the GPU. */
+export const PIPELINE_SLOTS = 4;
+
+/** Batches in flight: which slot a batch fills, when the host must wait, and whose loss `fb` returns. */
 export class BatchPipeline {
-  private readonly busy = [false, false];
-  private readonly batchOf = [-1, -1];
+  private readonly busy: boolean[];
+  private readonly batchOf: number[];
+  /** Busy slots, oldest first (a ring of `slots` entries starting at `head`). */
+  private readonly queue: number[];
+  private head = 0;
+  private queued = 0;
   private submitted = 0;
   private latest = Number.NaN;
-  private latestBatch = -1;
 
   constructor(
     private readonly device: SlotDevice,
     private readonly kernelName: () => string,
-  ) {}
+    readonly slots: number = PIPELINE_SLOTS,
+  ) {
+    if (!Number.isInteger(slots) || slots < 2) throw new RangeError(`BatchPipeline: slots must be >= 2; got ${slots}`);
+    this.busy = new Array<boolean>(slots).fill(false);
+    this.batchOf = new Array<number>(slots).fill(-1);
+    this.queue = new Array<number>(slots).fill(-1);
+  }
 
   /** Batches queued so far. */
   get batches(): number {
     return this.submitted;
   }
 
-  /** The slot the next batch may fill; first waits for the batch that used it last (two batches ago). */
+  /** The slot the next batch may fill; waits only when it still holds a batch (every slot in flight). */
   begin(): number {
-    const s = this.submitted % 2;
-    if (this.busy[s]) this.retire(s);
+    const s = this.submitted % this.slots;
+    // slots are filled in turn, so a busy slot is the oldest in flight: everything before it is retired already
+    while (this.busy[s]) this.retireOldest();
     return s;
   }
 
   /**
-   * Marks `slot`'s batch as queued and returns the loss of the batch before it, waiting for that one (which the
-   * GPU finishes before it starts this one); NaN for the first batch.
+   * Marks `slot`'s batch as queued, retires every earlier batch that has finished (without waiting), and returns
+   * the loss of the newest retired batch: NaN until one has finished.
    */
   end(slot: number): number {
     this.busy[slot] = true;
     this.batchOf[slot] = this.submitted++;
-    const p = slot ^ 1;
-    if (this.busy[p]) this.retire(p);
-    return this.latestBatch === this.submitted - 2 ? this.latest : Number.NaN;
+    this.queue[(this.head + this.queued) % this.slots] = slot;
+    this.queued++;
+    while (this.queued > 0 && this.device.done(this.queue[this.head]!)) this.retireOldest();
+    return this.latest;
   }
 
   /** Waits for every queued batch and returns the loss of the last one (NaN when none ran). */
   drain(): number {
-    const order = [0, 1].filter((s) => this.busy[s]).sort((a, b) => this.batchOf[a]! - this.batchOf[b]!);
-    for (const s of order) this.retire(s);
+    while (this.queued > 0) this.retireOldest();
     return this.latest;
   }
 
-  private retire(s: number): void {
+  private retireOldest(): void {
+    const s = this.queue[this.head]!;
+    this.head = (this.head + 1) % this.slots;
+    this.queued--;
     this.busy[s] = false;
     this.device.wait(s);
     const batch = this.batchOf[s]!;
@@ -129,6 +150,5 @@ export class BatchPipeline {
     if (err) throw err;
     this.device.retired?.(s, batch);
     this.latest = this.device.loss(s);
-    this.latestBatch = batch;
   }
 }

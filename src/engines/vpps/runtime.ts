@@ -1,6 +1,6 @@
 /**
  * VPPS on one GPU: the device regions the kernel addresses, one batch's upload → launch → read-back (one script
- * copy from a pinned buffer, memsets, one launch, two tiny read-backs), double-buffered through BatchPipeline, and
+ * copy from a pinned buffer, memsets, one launch, two tiny read-backs), several in flight through BatchPipeline, and
  * the host's end of a batch when some matrices form their gradient by GEMM (one cuBLAS GEMM per such matrix, then
  * the clipped SGD step of every parameter by two list kernels).
  *
@@ -12,7 +12,7 @@
  *   script  the batch script, then (host update) the list of (parameter, gradient, length) triples
  *   pool    the script's pool: model region (vectors, lookup tables) at 0, then the batch (layout.ts)
  * Stream order alone orders batch k's kernel before batch k+1's copies into the same regions; only the pinned
- * buffers need two slots.
+ * buffers and read-backs need a slot per batch in flight.
  */
 import { CudaEvent, type CudaKernel, karg, PinnedBuffer, type PoolStats } from "../../cuda/index.js";
 import type { GraphParameter } from "../../graph/graph.js";
@@ -20,7 +20,7 @@ import type { GpuContext } from "../gpu/context.js";
 import { STATUS_WORDS } from "./kernel-static.js";
 import { PROFILE_WORDS } from "./kernel-template.js";
 import type { ModelLayout } from "./layout.js";
-import { BatchPipeline, type SlotDevice } from "./pipeline.js";
+import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
 import type { VppsPlan } from "./plan.js";
 import type { ScheduledBatch } from "./scheduled-batch.js";
 
@@ -138,7 +138,7 @@ export class VppsRuntime {
     }
     this.pool = p.alloc(this.poolFloats, "VPPS script pool");
     p.mark();
-    this.slots = [0, 1].map(() => ({
+    this.slots = Array.from({ length: PIPELINE_SLOTS }, () => ({
       pinned: PinnedBuffer.alloc(1 << 20),
       out: PinnedBuffer.alloc(4 * 16),
       done: CudaEvent.create({ timing: false }),
@@ -150,6 +150,7 @@ export class VppsRuntime {
     const slots = this.slots;
     const device: SlotDevice = {
       wait: (s) => slots[s]!.done.synchronize(),
+      done: (s) => slots[s]!.done.query(),
       loss: (s) => slots[s]!.out.f32[0]!,
       status: (s) => slots[s]!.out.i32.subarray(1, 1 + STATUS_WORDS),
       retired: (s, batch) => {
