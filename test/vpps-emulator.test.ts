@@ -1,11 +1,15 @@
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { describe, test } from "node:test";
+import { readTrees } from "../src/data/sst.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { type DeviceModel, H100_SXM } from "../src/engines/vpps/device-model.js";
 import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/emulator-batch.js";
 import { createModelLayout, type ModelLayout } from "../src/engines/vpps/layout.js";
+import { ADAM_DEFAULTS, adamStep, momentLayout, momentsOfParameters } from "../src/engines/vpps/moments.js";
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan.js";
 import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule.js";
 import { disassemble, instructionWords, Opcode } from "../src/engines/vpps/script.js";
@@ -13,8 +17,9 @@ import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
-import { SimpleSGDTrainer } from "../src/train/trainers.js";
+import { AdamTrainer, SimpleSGDTrainer } from "../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
+import { compareAdamBatch, type Looseness, referenceAdamBatch } from "./vpps-adam-compare.js";
 
 /** A small GPU: few CTAs, so matrices spread over several slots of each CTA and processors share work. */
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
@@ -322,5 +327,108 @@ describe("VPPS script synchronisation", () => {
       () => emulateBatch(model, { ...sched, script: stuck }, cg, values, { seed: 1, learningRate: LR, clip: 0 }),
       new RegExp(`deadlock.*waits on barrier ${stuck[at]! >>> 8} for ${stuck[at + 1]} signals`),
     );
+  });
+});
+
+/** SST training trees beside the repository (the shared data set), when present. */
+const SST_FILE = join(import.meta.dirname, "..", "..", "shared", "data", "sst", "train.txt");
+
+/**
+ * Runs `batches` consecutive Adam batches through the CPU engine + AdamTrainer and, from the same start, through the
+ * emulator (each on its own trajectory: weights and moments carried from batch to batch); per batch compares the
+ * loss, every gradient, every moment and every step over two interleavings. Returns the mismatches.
+ */
+function adamTrajectories(
+  pc: ParameterCollection,
+  graphs: (k: number) => { cg: ComputationGraph; loss: Expression },
+  device: DeviceModel,
+  plan: PlanOptions,
+  clip: number,
+  lr: number,
+  batches: number,
+  loose: Looseness,
+): string[] {
+  const model = createModelLayout(pc.all, planVpps(matricesOf(pc), device, plan));
+  const scheduler = new VppsScheduler(model, { exportGradients: true, optimizer: "adam" });
+  const trainer = new AdamTrainer({ learningRate: lr, clipThreshold: clip });
+  let values: Float32Array[] = pc.all.map((p) => Float32Array.from(p.value));
+  let moments: Float32Array = new Float32Array(momentLayout(model).floats);
+  const out: string[] = [];
+  for (let k = 0; k < batches; k++) {
+    const { cg, loss } = graphs(k);
+    const ref = referenceAdamBatch(pc, trainer, loss);
+    const sched = scheduler.schedule(cg, loss);
+    const adam = adamStep(ADAM_DEFAULTS, k + 1);
+    let next: { values: Float32Array[]; moments: Float32Array } | undefined;
+    for (const [seed, interleaving] of [
+      [k + 1, "random"],
+      [k + 2, "greedy"],
+    ] as const) {
+      const got = emulateBatch(model, sched, cg, values, { seed, interleaving, learningRate: lr, clip, adam }, moments);
+      next ??= { values: got.values, moments: got.moments! };
+      const mine = { ...got, before: values, after: got.values, moments: momentsOfParameters(model, got.moments!) };
+      const d = compareAdamBatch(pc.all, ref, mine, lr, k + 1, loose);
+      if (d) out.push(`batch ${k + 1} (${interleaving} seed ${seed}): ${d}`);
+    }
+    values = next!.values;
+    moments = next!.moments;
+  }
+  return out;
+}
+
+describe("VPPS emulator: Adam against the CPU engine and the AdamTrainer", () => {
+  const sst = existsSync(SST_FILE);
+  const configs: { name: string; plan: PlanOptions; clip: number }[] = [
+    { name: "kernel update, 1 CTA/SM, rpw 1, clipping at 1", plan: { ctasPerSm: 1, rowsPerWarp: 1 }, clip: 1 },
+    { name: "kernel update, 2 CTAs/SM, rpw 2, clipping at 5", plan: { ctasPerSm: 2, rowsPerWarp: 2 }, clip: 5 },
+    { name: "gradients by GEMM (host update), clipping at 1", plan: { rowsPerWarp: 1, gradients: "gemm" }, clip: 1 },
+  ];
+  for (const c of configs) {
+    test(`${sst ? "SST" : "synthetic (SST not found)"} Tree-LSTM batches, ${c.name}: 3 Adam steps`, () => {
+      const trees = sst ? readTrees(SST_FILE, { maxTrees: 12 }) : syntheticTrees(12, 31);
+      const vocab = Vocabulary.fromTrees(trees);
+      const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 7, hidden: 12, seed: 4 });
+      const graphs = (k: number) => {
+        const cg = new ComputationGraph();
+        return { cg, loss: model.buildBatchLoss(cg, trees.slice(4 * k, 4 * k + 1 + k), vocab) };
+      };
+      const loose = { count: 0, total: 0 };
+      const out = adamTrajectories(model.params, graphs, SMALL, c.plan, c.clip, 0.01, 3, loose);
+      assert.deepEqual(out.slice(0, 3), []);
+      assert.ok(loose.count <= 0.01 * loose.total, `${loose.count} of ${loose.total} steps compared loosely`);
+    });
+  }
+
+  test("random graphs (unused parameters keep moving): 3 Adam steps, kernel and host update", () => {
+    const loose = { count: 0, total: 0 };
+    for (let seed = 1; seed <= 12; seed++) {
+      const { pc, build } = randomVppsModel(seed);
+      const graphs = (k: number) => {
+        const cg = new ComputationGraph();
+        return { cg, loss: buildRandomVppsGraph(cg, build, 100 * seed + k) };
+      };
+      const plan: PlanOptions = {
+        ctasPerSm: seed % 2 === 0 ? 2 : 1,
+        rowsPerWarp: 1 + (seed % 3),
+        gradients: seed % 4 === 0 ? "gemm" : "auto",
+      };
+      const out = adamTrajectories(pc, graphs, SMALL, plan, seed % 3 === 0 ? 0 : 1, 0.05, 3, loose);
+      assert.deepEqual(out.slice(0, 3), [], `random graph seed ${seed}`);
+    }
+    assert.ok(loose.count <= 0.01 * loose.total, `${loose.count} of ${loose.total} steps compared loosely`);
+  });
+
+  test("an Adam script with learning rate 0 changes neither weights nor moments", () => {
+    const { pc, cg, loss } = treeBatch(2, 41, 8, 5);
+    const model = createModelLayout(pc.all, planVpps(matricesOf(pc), SMALL, { rowsPerWarp: 1 }));
+    const sched = new VppsScheduler(model, { optimizer: "adam" }).schedule(cg, loss);
+    const moments = new Float32Array(momentLayout(model).floats).fill(0.5);
+    const values = pc.all.map((p) => p.value);
+    const adam = adamStep(ADAM_DEFAULTS, 3);
+    const got = emulateBatch(model, sched, cg, values, { seed: 1, learningRate: 0, clip: 1, adam }, moments);
+    assert.deepEqual(got.moments, moments);
+    for (const [i, v] of got.values.entries()) assert.deepEqual(v, values[i], pc.all[i]!.name);
+    const ran = emulateBatch(model, sched, cg, values, { seed: 1, learningRate: 0.01, clip: 1, adam }, moments);
+    assert.notDeepEqual(ran.moments, moments);
   });
 });

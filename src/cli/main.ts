@@ -29,10 +29,7 @@ export function buildProgram(): Command {
     .option("--embed <n>", "word embedding size", positiveInt("--embed"), 256)
     .option("--lr <x>", "learning rate (default: 0.001 for adam, 0.1 for sgd)", positiveNumber("--lr"))
     .addOption(
-      new Option(
-        "--optimizer <name>",
-        "sgd or adam (default: adam; sgd with --engine vpps, whose kernel applies SGD)",
-      ).argParser(oneOf("--optimizer", ["sgd", "adam"])),
+      new Option("--optimizer <name>", "sgd or adam (default: adam)").argParser(oneOf("--optimizer", ["sgd", "adam"])),
     )
     .option("--seed <n>", "seed for initialisation, shuffling and dropout (same seed, same run)", integer("--seed"), 1)
     .addOption(new Option("--engine <name>", "execution engine").argParser(oneOf("--engine", ENGINES)).default("cpu"))

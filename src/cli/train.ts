@@ -96,7 +96,7 @@ export function runTrainTreeLstm(opts: TrainCommandOptions): void {
     opts.out ??= opts.resume;
   }
   const vocab = saved ? Vocabulary.fromJSON(saved.vocabulary) : Vocabulary.fromTrees(train);
-  const optimizer: OptimizerName = opts.optimizer ?? (opts.engine === "vpps" ? "sgd" : "adam");
+  const optimizer: OptimizerName = opts.optimizer ?? "adam";
   const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {
     if (!opts.json) process.stdout.write(`${s}\n`);

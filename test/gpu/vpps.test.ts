@@ -2,7 +2,9 @@
 // SGD-updated weights (clipping active) on Tree-LSTM batches of 1, 8 and 32 trees at hidden 128, 256 and 512 (512
 // forms some gradients by GEMM), the ops cell, dropout, gradients forced to GEMM, profile-guided rpw, the Engine
 // adapter in a training loop, random graphs over every op, and a barrier that is never satisfied (an error naming
-// processor and barrier, no hang). Skipped, with the reason printed, without a GPU.
+// processor and barrier, no hang); and Adam over consecutive batches (moments and steps against the AdamTrainer) in
+// the kernel and in the host update, on random graphs and through the Engine adapter. Skipped, with the reason
+// printed, without a GPU.
 
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
@@ -17,14 +19,16 @@ import { CpuEngine } from "../../src/engines/cpu.js";
 import { createEngine } from "../../src/engines/index.js";
 import { Vpps, type VppsOptions } from "../../src/engines/vpps/engine.js";
 import { formatKernelProfile } from "../../src/engines/vpps/kernel-profile.js";
-import { VppsKernelError } from "../../src/engines/vpps/pipeline.js";
+import { PIPELINE_SLOTS, VppsKernelError } from "../../src/engines/vpps/pipeline.js";
 import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engines/vpps/script.js";
+import { VppsEngine } from "../../src/engines/vpps/vpps-engine.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../../src/ops/index.js";
-import { SimpleSGDTrainer } from "../../src/train/trainers.js";
+import { AdamTrainer, SimpleSGDTrainer } from "../../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
+import { type AdamBatch, compareAdamBatch, type Looseness, referenceAdamBatch } from "../vpps-adam-compare.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
@@ -145,6 +149,78 @@ async function compareBatches(
   }
 }
 
+const ADAM_LR = 0.01;
+const ADAM_CLIP = 1;
+
+/**
+ * Consecutive Adam batches through `run` (one VPPS trajectory) and through the CPU engine + AdamTrainer on a copy of
+ * the model with the same initial weights; per batch the first mismatch of loss, gradients (when `run` reads
+ * them), moments or steps (vpps-adam-compare.ts), or "".
+ */
+async function compareAdamRuns(
+  what: string,
+  batches: number,
+  reference: (k: number) => AdamBatch,
+  run: (k: number) => Promise<AdamBatch>,
+  params: ParameterCollection,
+): Promise<{ out: string[]; loose: Looseness }> {
+  const loose = { count: 0, total: 0 };
+  const out: string[] = [];
+  for (let k = 0; k < batches; k++) {
+    const ref = reference(k);
+    const got = await run(k);
+    const d = compareAdamBatch(params.all, ref, got, ADAM_LR, k + 1, loose, 1e-4);
+    console.log(
+      `  ${what}, Adam step ${k + 1}: loss CPU ${ref.loss.toFixed(5)} VPPS ${got.loss.toFixed(5)} ${d || "ok"}`,
+    );
+    out.push(d);
+  }
+  console.log(
+    `  ${what}: ${loose.count} of ${loose.total} steps compared with a tolerance above 1% of the learning rate`,
+  );
+  return { out, loose };
+}
+
+/** One Vpps batch for compareAdamRuns: fb, the loss, gradients, weights before and after, moments. */
+async function vppsAdamBatch(vpps: Vpps, pc: ParameterCollection, cg: ComputationGraph, loss: Expression) {
+  const before = pc.all.map((p) => Float32Array.from(p.value));
+  vpps.fb(cg, loss);
+  const value = await vpps.syncLatestLoss();
+  const gradients = vpps.gradients();
+  vpps.syncToHost();
+  const moments = vpps.adamMoments();
+  assert.ok(moments, "an Adam instance has moments");
+  return { loss: value, gradients, before, after: pc.all.map((p) => Float32Array.from(p.value)), moments };
+}
+
+/** Tree-LSTM batches of `sizes` trees, one Adam step each, VPPS against the CPU engine + AdamTrainer. */
+async function compareAdamTrees(H: number, sizes: readonly number[], opts: VppsOptions, real = false) {
+  const { trees, vocab, model } = setup(H, "fused", 0, real);
+  const reference = setup(H, "fused", 0, real).model; // same seed: the same initial weights
+  const trainer = new AdamTrainer({ learningRate: ADAM_LR, clipThreshold: ADAM_CLIP });
+  const pc = model.params;
+  const vpps = await Vpps.create(pc, { cacheDir, learningRate: ADAM_LR, clip: ADAM_CLIP, optimizer: "adam", ...opts });
+  const starts = sizes.map((_, k) => sizes.slice(0, k).reduce((a, b) => a + b, 0));
+  const batch = (k: number) => trees.slice(starts[k]!, starts[k]! + sizes[k]!);
+  try {
+    return await compareAdamRuns(
+      `H ${H}${opts.gradients === "gemm" ? " GEMM" : ""} batch of ${sizes.join("/")}`,
+      sizes.length,
+      (k) => {
+        const cg = new ComputationGraph();
+        return referenceAdamBatch(reference.params, trainer, reference.buildBatchLoss(cg, batch(k), vocab));
+      },
+      (k) => {
+        const cg = new ComputationGraph();
+        return vppsAdamBatch(vpps, pc, cg, model.buildBatchLoss(cg, batch(k), vocab));
+      },
+      pc,
+    );
+  } finally {
+    vpps.dispose();
+  }
+}
+
 describe("VPPS kernel against the CPU engine", { skip }, () => {
   for (const H of [128, 256, 512]) {
     test(`Tree-LSTM hidden ${H}: loss, gradients, updated weights for batches of 1, 8, 32`, async () => {
@@ -250,7 +326,7 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
   test("profile-guided rpw picks one of the compiled variants and keeps training", async () => {
     const { trees, vocab, model } = setup(256);
     const lines: string[] = [];
-    const W = 2; // schedule workers: fb returns a loss at most W + 1 batches old
+    const W = 2; // schedule workers: launches lag fb by up to W batches
     const vpps = await Vpps.create(model.params, {
       cacheDir,
       profileBatches: 2,
@@ -267,8 +343,9 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       console.log(lines.join("\n"));
       assert.ok(vpps.variantInfo.length >= 2, "H100 offers several rpw variants at hidden 256");
       assert.ok(vpps.chosenVariant !== undefined, "no variant was chosen");
-      assert.ok(Number.isNaN(losses[0]!), "the first fb returns NaN (no previous batch)");
-      assert.ok(losses.slice(W + 1).every(Number.isFinite), `losses: ${losses.join(", ")}`);
+      assert.ok(Number.isNaN(losses[0]!), "the first fb returns NaN (no batch finished)");
+      // once every pipeline slot has been used, each launch retires the oldest batch: a loss is always known
+      assert.ok(losses.slice(W + PIPELINE_SLOTS).every(Number.isFinite), `losses: ${losses.join(", ")}`);
     } finally {
       vpps.dispose();
     }
@@ -288,16 +365,20 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       try {
         assert.equal(vpps.scheduleWorkers, scheduleWorkers);
         const returned: number[] = [];
+        // in the reference run (no workers) every batch's own loss, waited for after its fb
+        const exact: number[] = [];
         const graphs = [new ComputationGraph(), new ComputationGraph()];
         for (let k = 0; k < 8; k++) {
           const cg = graphs[k % 2]!;
           cg.renew(); // with workers the graph is snapshotted: renewing it while its batch is in flight is fine
           returned.push(vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(4 * k, 4 * k + 4), vocab)));
+          if (scheduleWorkers === 0) exact.push(await vpps.syncLatestLoss());
         }
         const last = await vpps.syncLatestLoss();
         vpps.syncToHost();
         assert.equal(vpps.stats.batches, 8);
-        return { returned, last, w: model.params.all.map((p) => Float32Array.from(p.value)), stats: { ...vpps.stats } };
+        const w = model.params.all.map((p) => Float32Array.from(p.value));
+        return { returned, exact, last, w, stats: { ...vpps.stats } };
       } finally {
         vpps.dispose();
       }
@@ -305,15 +386,15 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     const inline = await run(0);
     const pooled = await run(W);
     console.log(`  losses returned: in fb ${inline.returned.join(", ")}; workers ${pooled.returned.join(", ")}`);
-    // loss of batch j: what the in-thread run's fb returned at j + 1, or its final loss
-    const lossOf = (j: number) => (j + 1 < inline.returned.length ? inline.returned[j + 1]! : inline.last);
+    const lossOf = (j: number) => inline.exact[j]!;
     const near = (a: number, b: number) => Math.abs(a - b) <= 1e-4 * Math.max(1, Math.abs(a));
     assert.ok(near(inline.last, pooled.last), `last loss: in fb ${inline.last}, workers ${pooled.last}`);
     for (let k = 0; k < 8; k++) {
       const got = pooled.returned[k]!;
-      if (k >= W + 1) assert.ok(Number.isFinite(got), `fb ${k} returned ${got} with ${W} workers`);
+      // launches lag by up to W batches, and a launch waits for a batch only once every slot is in flight
+      if (k >= W + PIPELINE_SLOTS) assert.ok(Number.isFinite(got), `fb ${k} returned ${got} with ${W} workers`);
       if (Number.isNaN(got)) continue;
-      const candidates = Array.from({ length: W + 1 }, (_, i) => k - 1 - i).filter((j) => j >= 0);
+      const candidates = Array.from({ length: k }, (_, j) => j);
       assert.ok(
         candidates.some((j) => near(lossOf(j), got)),
         `fb ${k} returned ${got}, not the loss of batches ${candidates.join(", ")}`,
@@ -322,6 +403,28 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     for (const [i, w] of inline.w.entries()) assert.equal(firstDifference(`weight ${i}`, w, pooled.w[i]!), "");
     assert.ok(pooled.stats.scheduleMs > 0 && pooled.stats.snapshotMs > 0, JSON.stringify(pooled.stats));
     assert.equal(inline.stats.snapshotMs, 0);
+  });
+
+  test("deviceMemory: the pool as batches use it grows with the batch and stays within the reservation", async () => {
+    const { trees, vocab, model } = setup(128);
+    const vpps = await Vpps.create(model.params, { cacheDir, rowsPerWarp: 1, scheduleWorkers: 0 });
+    try {
+      const run = async (n: number) => {
+        const cg = new ComputationGraph();
+        vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(0, n), vocab));
+        await vpps.syncLatestLoss();
+        return vpps.deviceMemory();
+      };
+      const one = await run(1);
+      const many = await run(32);
+      const weightBytes = 4 * model.params.all.reduce((a, p) => a + p.value.length, 0);
+      assert.ok(one.peakBytes > weightBytes, `peak ${one.peakBytes} B holds less than the weights (${weightBytes} B)`);
+      assert.ok(many.peakBytes > one.peakBytes, `batch 32 peak ${many.peakBytes} B, batch 1 ${one.peakBytes} B`);
+      assert.ok(many.peakBytes < many.capacityBytes, `peak ${many.peakBytes} B, reserved ${many.capacityBytes} B`);
+      assert.equal((await run(1)).peakBytes, many.peakBytes, "the peak is a high-water mark");
+    } finally {
+      vpps.dispose();
+    }
   });
 
   test("a scheduling error comes back from fb's caller with the scheduler's message, with and without workers", async () => {
@@ -373,6 +476,98 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     for (let k = 0; k < 3; k++)
       assert.ok(Math.abs(cpu.losses[k]! - gpu.losses[k]!) <= 1e-4 * cpu.losses[k]!, `batch ${k}`);
     assert.equal(firstDifference("W after 3 batches", cpu.w, gpu.w), "");
+  });
+
+  test("Adam, hidden 256, SST: 3 consecutive batches of 1, 8 and 32 trees: loss, gradients, moments, steps", async () => {
+    const { out, loose } = await compareAdamTrees(256, [1, 8, 32], { rowsPerWarp: 1 }, true);
+    assert.deepEqual(out, ["", "", ""]);
+    assert.ok(loose.count <= 0.01 * loose.total, `${loose.count} of ${loose.total} steps compared loosely`);
+  });
+
+  test("Adam with gradients forced to GEMM (host update), hidden 256: 3 batches of 1, 8 and 16 trees", async () => {
+    const { out, loose } = await compareAdamTrees(256, [1, 8, 16], { rowsPerWarp: 1, gradients: "gemm" });
+    assert.deepEqual(out, ["", "", ""]);
+    assert.ok(loose.count <= 0.01 * loose.total, `${loose.count} of ${loose.total} steps compared loosely`);
+  });
+
+  test("Adam on random graphs (parameters a batch does not use still move), kernel and host update", async () => {
+    const out: string[] = [];
+    for (const seed of [1, 3]) {
+      const { pc, build } = randomVppsModel(seed);
+      const reference = randomVppsModel(seed); // the same weights
+      const trainer = new AdamTrainer({ learningRate: ADAM_LR, clipThreshold: ADAM_CLIP });
+      const vpps = await Vpps.create(pc, {
+        cacheDir,
+        learningRate: ADAM_LR,
+        clip: ADAM_CLIP,
+        optimizer: "adam",
+        rowsPerWarp: 1,
+        gradients: seed === 3 ? "gemm" : "auto",
+        name: `random${seed}`,
+      });
+      try {
+        const r = await compareAdamRuns(
+          `random graph seed ${seed}`,
+          3,
+          (k) => {
+            const cg = new ComputationGraph();
+            return referenceAdamBatch(reference.pc, trainer, buildRandomVppsGraph(cg, reference.build, 100 * seed + k));
+          },
+          (k) => {
+            const cg = new ComputationGraph();
+            return vppsAdamBatch(vpps, pc, cg, buildRandomVppsGraph(cg, build, 100 * seed + k));
+          },
+          pc,
+        );
+        out.push(...r.out);
+      } finally {
+        vpps.dispose();
+      }
+    }
+    assert.deepEqual(out, Array(6).fill(""));
+  });
+
+  test("the Engine adapter trains with an AdamTrainer like the CPU engine (3 batches; the trainer's step count)", async () => {
+    const { trees, vocab, model } = setup(128);
+    const reference = setup(128).model;
+    const refTrainer = new AdamTrainer({ learningRate: ADAM_LR, clipThreshold: ADAM_CLIP });
+    const trainer = new AdamTrainer({ learningRate: ADAM_LR, clipThreshold: ADAM_CLIP });
+    const engine = createEngine("vpps", model.params);
+    assert.ok(engine instanceof VppsEngine);
+    const pc = model.params;
+    try {
+      const { out } = await compareAdamRuns(
+        "Engine adapter",
+        3,
+        (k) => {
+          const cg = new ComputationGraph();
+          return referenceAdamBatch(
+            reference.params,
+            refTrainer,
+            reference.buildBatchLoss(cg, trees.slice(8 * k, 8 * k + 8), vocab),
+          );
+        },
+        async (k) => {
+          const before = pc.all.map((p) => Float32Array.from(p.value));
+          const cg = new ComputationGraph();
+          const loss = model.buildBatchLoss(cg, trees.slice(8 * k, 8 * k + 8), vocab);
+          const value = engine.forwardScalar(loss);
+          engine.backward(loss);
+          engine.update(trainer);
+          engine.syncToHost();
+          const moments = engine.vpps.adamMoments();
+          assert.ok(moments);
+          return { loss: value, before, after: pc.all.map((p) => Float32Array.from(p.value)), moments };
+        },
+        pc,
+      );
+      assert.deepEqual(out, ["", "", ""]);
+      assert.equal(trainer.updates, 3);
+      assert.equal(engine.vpps.updates, 3);
+      assert.equal(engine.vpps.optimizer, "adam");
+    } finally {
+      engine.dispose();
+    }
   });
 
   test("a barrier never satisfied ends the launch with an error naming processor and barrier", async () => {

@@ -8,6 +8,7 @@
 import { sigmoid } from "../../ops/elementwise.js";
 import { dropoutKeeps } from "../../ops/index.js";
 import { RandomStream } from "../../util/random.js";
+import { type AdamStep, adamRange } from "./moments.js";
 import type { VppsPlan } from "./plan.js";
 import { bitsFloat, instructionWords, NONE, OPCODES, Opcode } from "./script.js";
 
@@ -20,6 +21,8 @@ export interface EmulatorMemory {
   readonly grads: Float32Array;
   /** One counter per barrier, zero at the start. */
   readonly barriers: Uint32Array;
+  /** Adam's moments (moments.ts layout); needed by scripts with `adam` or `adam.master`. */
+  readonly moments?: Float32Array;
 }
 
 export interface EmulatorOptions {
@@ -33,6 +36,8 @@ export interface EmulatorOptions {
   readonly learningRate: number;
   /** Clipping threshold of the kernel's `clip` argument (0 disables). */
   readonly clip: number;
+  /** The kernel's Adam arguments (β1, β2, ε, bias corrections of the step); needed by Adam scripts. */
+  readonly adam?: AdamStep;
 }
 
 export interface EmulatorStats {
@@ -296,6 +301,18 @@ export class VppsEmulator {
           for (let k = 0; k < p.w.length; k++) p.w[k]! -= step * p.g[k]!;
           mem.master.set(p.w, this.plan.matrices[p.matrix]!.masterOffset + p.firstRow * p.cols);
         }
+        return;
+      }
+      case Opcode.Adam:
+      case Opcode.AdamMaster: {
+        if (o.learningRate === 0) return; // no step, as in the kernel
+        if (mem.moments === undefined || o.adam === undefined) {
+          throw new Error(`VPPS emulator: ${mnemonic(op)} needs the moments and the Adam arguments (options.adam)`);
+        }
+        const master = op === Opcode.AdamMaster;
+        const g = a(2) === NONE ? undefined : master ? mem.grads : pool;
+        const scale = clipScale(pool, a(5), o.clip);
+        adamRange(master ? mem.master : pool, a(1), g, a(2), scale, mem.moments, a(3), a(4), n, o.adam, o.learningRate);
         return;
       }
       case Opcode.ExportGrads:

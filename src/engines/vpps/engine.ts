@@ -1,8 +1,13 @@
 /**
  * The VPPS API: `const vpps = await Vpps.create(params, options)` plans the weight distribution with the real
  * device's numbers, generates and JIT-compiles (through the on-disk cache) one kernel per plan variant, uploads the
- * weights; then `vpps.fb(graph, loss)` runs forward, backward and the SGD update of a whole batch in one launch and
- * returns the loss of an earlier batch while the GPU works on this one.
+ * weights; then `vpps.fb(graph, loss)` runs forward, backward and the SGD or Adam update of a whole batch in one
+ * launch and returns the loss of an earlier batch while the GPU works on this one.
+ *
+ * Optimizers: `optimizer: "sgd"` (default) or `"adam"`, both the reference trainers' rules with global-norm clipping
+ * (src/train/trainers.ts). Adam's moments live on the device (moments.ts); its step count `updates` advances with
+ * every batch launched with a positive learning rate, and the bias corrections of that step go to the kernel with
+ * the launch. A learning rate of 0 runs forward and backward only: weights, moments and `updates` stay.
  *
  * Host pipeline: with `scheduleWorkers` > 0 (the default where there are spare cores), scheduling and encoding run
  * on worker threads (schedule-pool.ts): `fb` snapshots the graph, posts it, and submits to the GPU, in order,
@@ -19,6 +24,14 @@ import { type DeviceModel, deviceModelFromProperties } from "./device-model.js";
 import { type KernelProfile, summarizeKernelProfile } from "./kernel-profile.js";
 import { generateKernelSource, kernelName } from "./kernel-template.js";
 import { createModelLayout } from "./layout.js";
+import {
+  ADAM_DEFAULTS,
+  type AdamHyperParameters,
+  type AdamStep,
+  adamStep,
+  checkAdamHyperParameters,
+  momentsOfParameters,
+} from "./moments.js";
 import { enumeratePlans, type GradientStrategy, type MatrixSpec, planVpps, type VppsPlan } from "./plan.js";
 import { type KernelVariant, VppsRuntime } from "./runtime.js";
 import { VppsScheduler } from "./schedule.js";
@@ -28,8 +41,17 @@ import type { ScheduledBatch } from "./scheduled-batch.js";
 export interface VppsOptions {
   /** `auto` (GPU 0) or `cuda:N`. */
   readonly device?: string;
-  /** SGD learning rate (changeable later through `learningRate`); default 0.1. */
+  /** Learning rate (changeable later through `learningRate`); default 0.1. */
   readonly learningRate?: number;
+  /**
+   * The update the kernel applies: "sgd" (default) or "adam" (the AdamTrainer's rule, moments on the device);
+   * `setOptimizer` switches later.
+   */
+  readonly optimizer?: "sgd" | "adam";
+  /** Adam's β1, β2 and ε (defaults 0.9, 0.999, 1e-8 as the AdamTrainer's; changeable later through the fields). */
+  readonly beta1?: number;
+  readonly beta2?: number;
+  readonly epsilon?: number;
   /** Global-norm gradient clipping threshold, 0 disables; default 5 (the trainers' default). */
   readonly clip?: number;
   /** Rows per warp, or "profile" (default): compile every valid variant and time the first batches. */
@@ -105,6 +127,8 @@ export interface VppsStats {
 interface BatchTag {
   readonly lr: number;
   readonly clip: number;
+  /** Adam's step for this batch (undefined: SGD, or a learning rate of 0). */
+  readonly adam: AdamStep | undefined;
 }
 
 const SCRIPT_WORDS = 16 << 20;
@@ -123,7 +147,8 @@ function median(xs: readonly number[]): number {
 interface Variant extends KernelVariant {
   /** Position in the engine's variant list (and the schedule workers' plan list). */
   readonly index: number;
-  readonly scheduler: VppsScheduler;
+  /** Replaced by setOptimizer (the script's update depends on the optimizer). */
+  scheduler: VppsScheduler;
   readonly info: VariantInfo;
   readonly samples: number[];
 }
@@ -131,6 +156,16 @@ interface Variant extends KernelVariant {
 export class Vpps {
   learningRate: number;
   clip: number;
+  /** Adam's hyper-parameters, taken when `fb` is called (like the learning rate). */
+  beta1: number;
+  beta2: number;
+  epsilon: number;
+  /**
+   * Updates applied so far: batches launched with a positive learning rate (the AdamTrainer's `updates`); the next
+   * such batch is Adam's step `updates + 1`. Set it to continue another trainer's count.
+   */
+  updates = 0;
+  private optimizerName: "sgd" | "adam";
   readonly stats: VppsStats = {
     batches: 0,
     scheduleMs: 0,
@@ -155,10 +190,14 @@ export class Vpps {
     private readonly runtime: VppsRuntime,
     private readonly opts: VppsOptions,
     private readonly params: ParameterCollection,
-    private readonly pool: SchedulePool<BatchTag> | undefined,
+    private pool: SchedulePool<BatchTag> | undefined,
   ) {
     this.learningRate = opts.learningRate ?? 0.1;
     this.clip = opts.clip ?? 5;
+    this.optimizerName = opts.optimizer ?? "sgd";
+    this.beta1 = opts.beta1 ?? ADAM_DEFAULTS.beta1;
+    this.beta2 = opts.beta2 ?? ADAM_DEFAULTS.beta2;
+    this.epsilon = opts.epsilon ?? ADAM_DEFAULTS.epsilon;
     if (variants.length === 1) this.chosen = variants[0];
     runtime.onKernelTime = (v, _batch, ms) => {
       this.stats.kernelMs += ms;
@@ -211,6 +250,11 @@ export class Vpps {
 
   /** The context, the device's numbers, the plan variants and the schedule workers (started first: they load while the kernels compile). */
   private static open(params: ParameterCollection, options: VppsOptions) {
+    const optimizer = options.optimizer ?? "sgd";
+    if (optimizer !== "sgd" && optimizer !== "adam") {
+      throw new RangeError(`Vpps: optimizer must be "sgd" or "adam"; got '${String(optimizer)}'`);
+    }
+    checkAdamHyperParameters({ ...ADAM_DEFAULTS, ...definedHyperParameters(options) });
     const ctx = GpuContext.open({
       device: options.device ?? "auto",
       ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
@@ -237,7 +281,7 @@ export class Vpps {
               workers,
               params: params.all,
               plans,
-              schedule: { exportGradients: options.exportGradients ?? false },
+              schedule: scheduleOptions(options, options.optimizer ?? "sgd"),
             })
           : undefined;
       return { ctx, device, plans, log, pool };
@@ -265,6 +309,7 @@ export class Vpps {
       first.model,
       params.all.map((p) => p.value),
     );
+    if (options.optimizer === "adam") runtime.resetMoments(first.model);
     return new Vpps(ctx, device, variants, runtime, options, params, pool);
   }
 
@@ -335,7 +380,7 @@ export class Vpps {
       `vpps: ${name}: ${info.cacheHit ? "kernel cache hit" : "JIT"} ${info.jitMs.toFixed(0)} ms, ` +
         `${attr.numRegs} registers, ${attr.localBytes} B local${attr.localBytes > 0 ? " (SPILLS)" : ""}`,
     );
-    const scheduler = new VppsScheduler(model, { exportGradients: o.exportGradients ?? false });
+    const scheduler = new VppsScheduler(model, scheduleOptions(o, o.optimizer ?? "sgd"));
     return { plan, model, kernel, name, index, scheduler, info, samples: [], profiled: o.profileKernel === true };
   }
 
@@ -358,9 +403,73 @@ export class Vpps {
     return this.pool?.size ?? 0;
   }
 
+  /** The update the kernel applies ("sgd" or "adam"). */
+  get optimizer(): "sgd" | "adam" {
+    return this.optimizerName;
+  }
+
   /**
-   * Runs one batch (forward, backward, SGD update) without waiting for it, and returns the loss of an earlier
-   * batch whose kernel has finished (NaN while there is none).
+   * Switches the update to `optimizer` for the batches posted from now on (the earlier ones are launched first),
+   * with Adam's hyper-parameters when given. Switching to Adam, or calling this with "adam" again, starts Adam
+   * afresh as a new AdamTrainer would: moments zeroed (allocated on the device the first time) and `updates` 0.
+   */
+  setOptimizer(optimizer: "sgd" | "adam", hyper: Partial<AdamHyperParameters> = {}): void {
+    if (optimizer !== "sgd" && optimizer !== "adam") {
+      throw new RangeError(`Vpps.setOptimizer: optimizer must be "sgd" or "adam"; got '${String(optimizer)}'`);
+    }
+    const h = { beta1: this.beta1, beta2: this.beta2, epsilon: this.epsilon, ...definedHyperParameters(hyper) };
+    checkAdamHyperParameters(h);
+    this.flush();
+    if (optimizer !== this.optimizerName) {
+      this.optimizerName = optimizer;
+      const schedule = scheduleOptions(this.opts, optimizer);
+      for (const v of this.variants) v.scheduler = new VppsScheduler(v.model, schedule);
+      const pool = this.pool;
+      if (pool !== undefined) {
+        // the workers' schedulers were made with the old options: new workers with the new ones
+        this.pool = undefined;
+        pool.dispose();
+        this.pool = new SchedulePool<BatchTag>({
+          workers: pool.size,
+          params: this.params.all,
+          plans: this.variants.map((v) => v.plan),
+          schedule,
+        });
+      }
+    }
+    this.beta1 = h.beta1;
+    this.beta2 = h.beta2;
+    this.epsilon = h.epsilon;
+    if (optimizer === "adam") this.runtime.resetMoments(this.variants[0]!.model);
+    this.updates = 0;
+  }
+
+  /**
+   * Adam's moments per parameter index, laid out like its values (after every batch posted so far; lookup tables:
+   * zero in rows never touched); undefined while the optimizer is SGD.
+   */
+  adamMoments(): { readonly m: Float32Array; readonly v: Float32Array }[] | undefined {
+    if (this.optimizerName !== "adam") return undefined;
+    this.flush();
+    const raw = this.runtime.readMoments();
+    return raw === undefined ? undefined : momentsOfParameters(this.variants[0]!.model, raw);
+  }
+
+  /** What `fb` fixes for its batch: learning rate, clip and, for Adam, the step (which advances `updates`). */
+  private tag(): BatchTag {
+    const lr = this.learningRate;
+    const clip = this.clip;
+    if (!(lr > 0)) return { lr, clip, adam: undefined };
+    this.updates++;
+    if (this.optimizerName !== "adam") return { lr, clip, adam: undefined };
+    const h = { beta1: this.beta1, beta2: this.beta2, epsilon: this.epsilon };
+    checkAdamHyperParameters(h);
+    return { lr, clip, adam: adamStep(h, this.updates) };
+  }
+
+  /**
+   * Runs one batch (forward, backward, SGD or Adam update) without waiting for it, and returns the loss of an
+   * earlier batch whose kernel has finished (NaN while there is none).
    *
    * Without schedule workers it schedules, encodes and launches this batch. With `scheduleWorkers` = W it snapshots
    * the graph (so the caller may renew it at once), posts it to a worker, and launches every earlier batch whose
@@ -380,9 +489,9 @@ export class Vpps {
       const s = v.scheduler.schedule(graph, loss);
       this.opts.editScript?.(s.script, v.plan.ctas);
       this.stats.scheduleMs += performance.now() - t0;
-      return this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), this.learningRate, this.clip);
+      return this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), this.tag());
     }
-    pool.post(graph, loss, v.index, { lr: this.learningRate, clip: this.clip });
+    pool.post(graph, loss, v.index, this.tag());
     this.submitScheduled(false);
     return this.latest;
   }
@@ -409,16 +518,16 @@ export class Vpps {
       const v = this.variants[b.variant]!;
       this.stats.scheduleMs += b.scheduleMs;
       this.opts.editScript?.(b.batch.script, v.plan.ctas);
-      this.latest = this.submit(v, b.batch, b.inputs, b.tag.lr, b.tag.clip);
+      this.latest = this.submit(v, b.batch, b.inputs, b.tag);
     } finally {
       pool.release(b);
     }
   }
 
-  private submit(v: Variant, s: ScheduledBatch, inputs: Float32Array, lr: number, clip: number): number {
+  private submit(v: Variant, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag): number {
     const t1 = performance.now();
     const profiling = this.chosen === undefined;
-    const prev = this.runtime.submit(v, s, inputs, lr, clip, profiling || !!this.opts.timing);
+    const prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, profiling || !!this.opts.timing, tag.adam);
     this.stats.submitMs += performance.now() - t1;
     this.last = { variant: v, schedule: s };
     this.stats.batches++;
@@ -467,12 +576,15 @@ export class Vpps {
     return this.runtime.poolStats();
   }
 
-  /** Per parameter, the latest batch's gradient (needs `exportGradients`, or a plan whose host forms them). */
+  /**
+   * Per parameter, the latest batch's gradient (needs `exportGradients`, Adam, whose update reads exported matrix
+   * gradients, or a plan whose host forms them).
+   */
   gradients(): Float32Array[] {
     this.flush();
     if (!this.last) throw new Error("Vpps.gradients: no batch has run yet");
     const { variant, schedule } = this.last;
-    if (schedule.update === "kernel" && !this.opts.exportGradients) {
+    if (schedule.update === "kernel" && !this.opts.exportGradients && this.optimizerName !== "adam") {
       throw new Error("Vpps.gradients: create the instance with exportGradients: true to read matrix gradients");
     }
     return this.runtime.readGradients(variant.model, schedule);
@@ -512,6 +624,20 @@ export class Vpps {
       }
     }
   }
+}
+
+/** The schedulers' options (the same in every variant and worker). */
+function scheduleOptions(o: VppsOptions, optimizer: "sgd" | "adam") {
+  return { exportGradients: o.exportGradients ?? false, optimizer };
+}
+
+/** The hyper-parameters given (an explicit undefined is not given). */
+function definedHyperParameters(h: Partial<AdamHyperParameters>): Partial<AdamHyperParameters> {
+  return {
+    ...(h.beta1 !== undefined ? { beta1: h.beta1 } : {}),
+    ...(h.beta2 !== undefined ? { beta2: h.beta2 } : {}),
+    ...(h.epsilon !== undefined ? { epsilon: h.epsilon } : {}),
+  };
 }
 
 function pick(o: VppsOptions): { ctasPerSm?: 1 | 2 } {

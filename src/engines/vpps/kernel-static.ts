@@ -98,6 +98,31 @@ __device__ __forceinline__ float clip_scale(const float* pool, u32 acc, float cl
   return norm > clip ? clip / norm : 1.f;
 }
 
+// Adam's hyper-parameters of the launch. They are kernel arguments rather than script operands: they are the same
+// for every instruction of a launch, the bias corrections change with every step (so no script word would be
+// constant), and arguments live in the constant bank, costing neither script words nor registers. The host passes
+// 1 − β and 1/c rather than having the kernel derive them: values derived from arguments are loop-invariant, and
+// the compiler hoists them out of the interpreter loop into registers held for the whole launch, which made the
+// tightest plans spill (measured: 2 CTAs/SM, hidden 256).
+struct AdamArgs {
+  float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  float inv_c1, inv_c2; // 1 / (1 - beta1^t), 1 / (1 - beta2^t) of this launch's step t
+};
+
+// One element of the reference AdamTrainer (src/train/trainers.ts), g already scaled by the clipping factor:
+// m = β1 m + (1 − β1) g, v = β2 v + (1 − β2) g², w −= lr (m / c1) / (√(v / c2) + ε). The emulator's adamElement
+// (moments.ts) is the same arithmetic. Reciprocals, the approximate division (__fdividef, 2 ulp) and square root
+// (sqrt.approx, ~1 ulp; subnormals flush to 0, where ε dominates anyway) rather than IEEE '/' and sqrtf: their slow
+// paths cost registers the tightest plans do not have (measured: spills), and the comparison with the reference
+// allows fp32 noise anyway. The remaining divisor is at least ε, far from where __fdividef returns 0.
+__device__ __forceinline__ float adam_element(float w, float g, float& m, float& v, const AdamArgs& a) {
+  m = a.beta1 * m + a.one_minus_beta1 * g;
+  v = a.beta2 * v + a.one_minus_beta2 * g * g;
+  float root;
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(root) : "f"(v * a.inv_c2));
+  return w - __fdividef(a.lr * (m * a.inv_c1), root + a.eps);
+}
+
 // ---- signal / wait on global counters --------------------------------------------------------------------------
 
 __device__ __forceinline__ u32 ld_acquire(const u32* p) {
@@ -302,6 +327,10 @@ function renderLossCases(): string {
 
 function renderUpdateCases(): string {
   const O = Opcode;
+  // adam and adam.master share one case, which reads their operands at the same positions
+  if (OPCODES[O.Adam]!.fixed.join() !== OPCODES[O.AdamMaster]!.fixed.join()) {
+    throw new Error("kernel template: adam and adam.master must have the same operands");
+  }
   return `      case ${opcodeConstant(O.Norm2)}: { // norm2: acc += sum g^2, one atomic per warp
         const float* g = ${P(O.Norm2, "g")};
         float s = 0.f;
@@ -309,6 +338,27 @@ function renderUpdateCases(): string {
         for (u32 i = threadIdx.x; i < n; i += kThreads) s += g[i] * g[i];
         s = warp_sum(s);
         if (lane == 0 && s != 0.f) atomicAdd(${P(O.Norm2, "acc")}, s);
+      } break;
+      case ${opcodeConstant(O.Adam)}:
+      case ${opcodeConstant(O.AdamMaster)}: { // adam, adam.master: p, m, v <- Adam's step on n elements; lr = 0: no step
+        if (lr == 0.f) break;
+        // one loop for both (the bases differ): a second copy of such a loop made ptxas spill in the tightest plans
+        const bool regs = op == ${opcodeConstant(O.AdamMaster)};
+        float* p = (regs ? master : pool) + ${W(O.Adam, "p")};
+        const u32 go = ${W(O.Adam, "g")};
+        const float* g = go == kNone ? nullptr : (regs ? grads : pool) + go;
+        float* m = moments + ${W(O.Adam, "m")};
+        float* v = moments + ${W(O.Adam, "v")};
+        const float scale = clip_scale(pool, ${W(O.Adam, "acc")}, clip);
+        const AdamArgs a = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_c1, inv_c2};
+#pragma unroll 1
+        for (u32 i = threadIdx.x; i < n; i += kThreads) {
+          // a parameter this batch does not use (g = NONE) still moves: its moments decay, as in the reference
+          float mi = m[i], vi = v[i];
+          p[i] = adam_element(p[i], g ? g[i] * scale : 0.f, mi, vi, a);
+          m[i] = mi;
+          v[i] = vi;
+        }
       } break;
       case ${opcodeConstant(O.Sgd)}: { // sgd: p -= lr * scale * g
         float* p = ${P(O.Sgd, "p")}; const float* g = ${P(O.Sgd, "g")};

@@ -11,11 +11,17 @@
  *   grads    float*      — same layout; written by `export.grads` (may be null if the script never exports)
  *   barriers u32*        — one counter per barrier id used by the script, zeroed before the launch
  *   status   int*        — `STATUS_WORDS` ints, zeroed before the launch; nonzero `status[0]` is an error
- *   lr       float       — learning rate of `sgd` and `update.regs`
+ *   lr       float       — learning rate of `sgd`, `update.regs`, `adam` and `adam.master`; with Adam, 0
+ *                          takes no step at all (weights and moments stay)
  *   clip     float       — gradient clipping threshold (0 disables)
  *   profile  u64*        — null, or (kernels rendered with `profile: true`) `PROFILE_WORDS` counters the kernel adds
  *                          to: per opcode the SM cycles thread 0 spent in it (up to the barrier that ends it) and how
  *                          often it ran, then the cycles of weight loading, of script staging, and of the whole CTA
+ *   moments  float*      — Adam's m and v (moments.ts: m then v of the master copy, then of the model region); may be
+ *                          null when the script has no Adam instruction
+ *   beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_c1, inv_c2  float — Adam's hyper-parameters and the
+ *                          reciprocals of this step's bias corrections 1 − β1ᵗ, 1 − β2ᵗ (AdamArgs in kernel-static.ts;
+ *                          unused by SGD scripts)
  * Grid: `plan.ctas` CTAs of 256 threads, all co-resident (a persistent kernel), static shared memory only.
  */
 import { createHash } from "node:crypto";
@@ -152,7 +158,9 @@ function kernel(plan: VppsPlan, name: string): string {
   return `
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads, u32* barriers, int* status,
-        float lr, float clip, unsigned long long* profile) {
+        float lr, float clip, unsigned long long* profile,
+        float* moments, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+        float inv_c1, float inv_c2) {
   __shared__ u32 s_script[kScriptChunkWords];
   __shared__ float s_reduce[2 * kWarps * ${REDUCE_BLOCK_COLS}]; // x̄ partials, two alternating buffers
   __shared__ float s_stage[${STAGE_FLOATS}];   // x vectors of the staged list entries

@@ -14,12 +14,13 @@
  * Stream order alone orders batch k's kernel before batch k+1's copies into the same regions; only the pinned
  * buffers and read-backs need a slot per batch in flight.
  */
-import { CudaEvent, type CudaKernel, karg, PinnedBuffer, type PoolStats } from "../../cuda/index.js";
+import { CudaEvent, type CudaKernel, type DevicePtr, karg, PinnedBuffer, type PoolStats } from "../../cuda/index.js";
 import type { GraphParameter } from "../../graph/graph.js";
 import type { GpuContext } from "../gpu/context.js";
 import { STATUS_WORDS } from "./kernel-static.js";
 import { PROFILE_WORDS } from "./kernel-template.js";
 import type { ModelLayout } from "./layout.js";
+import { type AdamStep, adamKernelArgs, momentLayout } from "./moments.js";
 import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
 import type { VppsPlan } from "./plan.js";
 import type { ScheduledBatch } from "./scheduled-batch.js";
@@ -40,15 +41,26 @@ export const MAX_BARRIERS = 1 << 20;
 const UPDATE_PIECE = 4096;
 
 export const HOST_UPDATE_PROGRAM = "vpps_host_update";
-export const HOST_UPDATE_KERNELS = ["vpps_norm2_list", "vpps_sgd_list"] as const;
-/** Clipped SGD over a list of (parameter, gradient, length) triples of float offsets from one base. */
+export const HOST_UPDATE_KERNELS = ["vpps_norm2_list", "vpps_sgd_list", "vpps_adam_list"] as const;
+/** Words of one entry of the SGD list (parameter, gradient, length) and of the Adam list (parameter, gradient, m, v, length). */
+const SGD_ENTRY = 3;
+const ADAM_ENTRY = 5;
+/** The absent-gradient word of an Adam list entry (script.ts NONE): a parameter without gradient this batch. */
+const NO_GRADIENT = 0xffffffff;
+/**
+ * Clipped SGD over a list of (parameter, gradient, length) triples of float offsets from one base, and Adam over a
+ * list of (parameter, gradient, m, v, length) entries (m and v: offsets from the moments base; gradient NONE:
+ * none this batch, it counts as zero). The norm reads either list (`words` per entry, gradient second, length last).
+ */
 export const HOST_UPDATE_SOURCE = `
 typedef unsigned int u32;
-extern "C" __global__ void vpps_norm2_list(const float* base, const u32* list, int entries, float* acc) {
+extern "C" __global__ void vpps_norm2_list(const float* base, const u32* list, int entries, int words, float* acc) {
   float s = 0.f;
   for (int e = blockIdx.x; e < entries; e += gridDim.x) {
-    const float* g = base + list[3 * e + 1];
-    const u32 n = list[3 * e + 2];
+    const u32 go = list[words * e + 1];
+    if (go == 0xffffffffu) continue;
+    const float* g = base + go;
+    const u32 n = list[words * e + words - 1];
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) s += g[i] * g[i];
   }
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -67,6 +79,34 @@ extern "C" __global__ void vpps_sgd_list(float* base, const u32* list, int entri
     const float* g = base + list[3 * e + 1];
     const u32 n = list[3 * e + 2];
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) p[i] -= step * g[i];
+  }
+}
+// The kernel's adam_element (kernel-static.ts), with the same arguments, over the list.
+extern "C" __global__ void vpps_adam_list(float* base, float* moments, const u32* list, int entries, float lr,
+                                          const float* acc, float clip, float beta1, float one_minus_beta1,
+                                          float beta2, float one_minus_beta2, float eps, float inv_c1, float inv_c2) {
+  float scale = 1.f;
+  if (clip > 0.f) {
+    const float norm = sqrtf(*acc);
+    if (norm > clip) scale = clip / norm;
+  }
+  for (int e = blockIdx.x; e < entries; e += gridDim.x) {
+    float* p = base + list[5 * e];
+    const u32 go = list[5 * e + 1];
+    const float* g = go == 0xffffffffu ? nullptr : base + go;
+    float* m = moments + list[5 * e + 2];
+    float* v = moments + list[5 * e + 3];
+    const u32 n = list[5 * e + 4];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+      const float gi = g ? g[i] * scale : 0.f;
+      const float mi = beta1 * m[i] + one_minus_beta1 * gi;
+      const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      float root;
+      asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(root) : "f"(vi * inv_c2));
+      p[i] -= __fdividef(lr * (mi * inv_c1), root + eps);
+    }
   }
 }
 `;
@@ -112,6 +152,9 @@ export class VppsRuntime {
   private lastVariant = "vpps";
   /** The most pool floats any submitted batch used (the region is reserved whole; this is what batches touch). */
   private peakPoolFloats = 0;
+  /** Adam's moments (moments.ts layout), a device allocation of `momentFloats` made by resetMoments; 0 before. */
+  private moments: DevicePtr = 0;
+  private momentFloats = 0;
   /** Called with each timed batch's kernel milliseconds. */
   onKernelTime: KernelTimeSink | undefined;
 
@@ -230,8 +273,39 @@ export class VppsRuntime {
     });
   }
 
-  /** The (parameter, gradient, length) triples of a host update, as absolute pool offsets. */
-  private updateList(model: ModelLayout, s: ScheduledBatch, into: Uint32Array, at: number): number {
+  /**
+   * Zeroes Adam's moments of `model`, allocating them the first time (outside the pool, whose regions were closed
+   * at creation, and only for Adam: SGD needs none); queued on the stream behind every earlier batch.
+   */
+  resetMoments(model: ModelLayout): void {
+    const floats = momentLayout(model).floats;
+    const drv = this.ctx.device.driver;
+    if (this.moments !== 0 && floats > this.momentFloats) {
+      this.ctx.synchronize();
+      drv.memFree(this.moments);
+      this.moments = 0;
+    }
+    if (this.moments === 0) {
+      this.moments = drv.memAlloc(4 * Math.max(1, floats));
+      this.momentFloats = floats;
+    }
+    drv.memsetD32Async(this.moments, 0, floats, this.ctx.stream.handle);
+  }
+
+  /** Adam's moments as momentLayout lays them out (waits for every queued batch); undefined before resetMoments. */
+  readMoments(): Float32Array | undefined {
+    if (this.moments === 0) return undefined;
+    this.pipeline.drain();
+    return this.ctx.download(this.moments, new Float32Array(this.momentFloats));
+  }
+
+  /**
+   * The entries of a host update, as absolute pool offsets: SGD's (parameter, gradient, length) triples for the
+   * parameters with a gradient, or Adam's (parameter, gradient or NONE, m, v, length) for every matrix and dense
+   * parameter and the touched lookup rows (the AdamTrainer's rule: unused parameters still move by their moments).
+   */
+  private updateList(model: ModelLayout, s: ScheduledBatch, into: Uint32Array, at: number, adam: boolean): number {
+    if (adam) return this.adamList(model, s, into, at);
     const L = s.layout;
     let k = at;
     const push = (p: number, g: number, n: number) => {
@@ -255,23 +329,61 @@ export class VppsRuntime {
       const cols = model.params[rows.table[r]!]!.cols;
       push(this.pool + model.paramOffset[rows.table[r]!]! + rows.row[r]! * cols, this.pool + rows.offset[r]!, cols);
     }
-    return (k - at) / 3;
+    return (k - at) / SGD_ENTRY;
   }
 
-  private updateListWords(model: ModelLayout, s: ScheduledBatch): number {
+  private adamList(model: ModelLayout, s: ScheduledBatch, into: Uint32Array, at: number): number {
+    const L = s.layout;
+    const mo = momentLayout(model);
+    let k = at;
+    const push = (p: number, g: number, m: number, v: number, n: number) => {
+      for (let o = 0; o < n; o += UPDATE_PIECE) {
+        into[k++] = p + o;
+        into[k++] = g === NO_GRADIENT ? g : g + o;
+        into[k++] = m + o;
+        into[k++] = v + o;
+        into[k++] = Math.min(UPDATE_PIECE, n - o);
+      }
+    };
+    for (const m of model.plan.matrices) {
+      const at = m.masterOffset;
+      // a GEMM-strategy matrix without products has a zero gradient: its region holds an earlier batch's
+      const g = m.gradients === "gemm" && L.collectCount[m.index] === 0 ? NO_GRADIENT : this.grads + at;
+      push(this.master + at, g, mo.masterM + at, mo.masterV + at, m.rows * m.cols);
+    }
+    for (const p of model.params) {
+      if (model.matrixOf[p.index]! >= 0 || p.kind !== "dense") continue;
+      const at = model.paramOffset[p.index]!;
+      const g = L.paramGrad[p.index]! >= 0 ? this.pool + L.paramGrad[p.index]! : NO_GRADIENT;
+      push(this.pool + at, g, mo.modelM + at, mo.modelV + at, p.rows * p.cols);
+    }
+    const rows = L.lookupRows;
+    for (let r = 0; r < rows.offset.length; r++) {
+      const cols = model.params[rows.table[r]!]!.cols;
+      const at = model.paramOffset[rows.table[r]!]! + rows.row[r]! * cols;
+      push(this.pool + at, this.pool + rows.offset[r]!, mo.modelM + at, mo.modelV + at, cols);
+    }
+    return (k - at) / ADAM_ENTRY;
+  }
+
+  private updateListWords(model: ModelLayout, s: ScheduledBatch, adam: boolean): number {
     let n = 0;
     const pieces = (len: number) => Math.ceil(len / UPDATE_PIECE);
     for (const m of model.plan.matrices) n += pieces(m.rows * m.cols);
-    for (const p of model.params) if (s.layout.paramGrad[p.index]! >= 0) n += pieces(p.rows * p.cols);
+    for (const p of model.params) {
+      const used = adam ? model.matrixOf[p.index]! < 0 && p.kind === "dense" : s.layout.paramGrad[p.index]! >= 0;
+      if (used) n += pieces(p.rows * p.cols);
+    }
     const tables = s.layout.lookupRows.table;
     for (let r = 0; r < tables.length; r++) n += pieces(model.params[tables[r]!]!.cols);
-    return 3 * n;
+    return (adam ? ADAM_ENTRY : SGD_ENTRY) * n;
   }
 
   /**
    * Queues one scheduled batch on `variant` and returns the previous batch's loss (NaN for the first). `inputs` are
    * the graph's input values (`inputData[0, inputSize)`, copied to the pinned buffer here). `timed` records CUDA
-   * events around the batch's device work.
+   * events around the batch's device work. `adam`: the batch's Adam step (its script was scheduled for Adam, or
+   * its host update does Adam), after resetMoments; undefined for SGD.
    */
   submit(
     variant: KernelVariant,
@@ -280,9 +392,11 @@ export class VppsRuntime {
     lr: number,
     clip: number,
     timed: boolean,
+    adam?: AdamStep,
   ): number {
     const L = s.layout;
     const host = s.update === "host";
+    if (adam !== undefined && this.moments === 0) throw new Error("VPPS: an Adam batch before resetMoments()");
     if (L.poolFloats > this.poolFloats) {
       throw new Error(`VPPS: the batch needs ${L.poolFloats} floats of pool; the device pool has ${this.poolFloats}`);
     }
@@ -293,7 +407,7 @@ export class VppsRuntime {
     const slot = this.pipeline.begin();
     const S = this.slots[slot]!;
     const scriptWords = s.script.length;
-    const listMax = host ? this.updateListWords(variant.model, s) : 0;
+    const listMax = host ? this.updateListWords(variant.model, s, adam !== undefined) : 0;
     if (scriptWords + listMax > this.scriptWords) {
       throw new Error(
         `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${this.scriptWords}`,
@@ -307,8 +421,8 @@ export class VppsRuntime {
     }
     const words = S.pinned.u32;
     words.set(s.script, 0);
-    const entries = host ? this.updateList(variant.model, s, words, scriptWords) : 0;
-    const sent = scriptWords + 3 * entries;
+    const entries = host ? this.updateList(variant.model, s, words, scriptWords, adam !== undefined) : 0;
+    const sent = scriptWords + (adam !== undefined ? ADAM_ENTRY : SGD_ENTRY) * entries;
     const ctx = this.ctx;
     const drv = ctx.device.driver;
     const st = ctx.stream.handle;
@@ -332,8 +446,10 @@ export class VppsRuntime {
       karg.f32(lr),
       karg.f32(clip),
       karg.ptr(variant.profiled ? this.ptr(this.profile) : 0),
+      karg.ptr(this.moments),
+      ...adamArgs(adam),
     ]);
-    if (host) this.hostUpdate(variant, s, scriptWords, entries, lr, clip);
+    if (host) this.hostUpdate(variant, s, scriptWords, entries, lr, clip, adam);
     if (timed) S.stop.record(ctx.stream);
     drv.memcpyDtoHAsync(S.out.u8.subarray(0, 4), this.ptr(this.pool + s.lossOffset), 4, st);
     drv.memcpyDtoHAsync(S.out.u8.subarray(4, 4 + 4 * STATUS_WORDS), this.ptr(this.status), 4 * STATUS_WORDS, st);
@@ -344,8 +460,19 @@ export class VppsRuntime {
     return this.pipeline.end(slot);
   }
 
-  /** GEMM-formed gradients (W̄ = Ȳᵀ·X over the collected rows), then the clipped SGD step of every parameter. */
-  private hostUpdate(v: KernelVariant, s: ScheduledBatch, listAt: number, entries: number, lr: number, clip: number) {
+  /**
+   * GEMM-formed gradients (W̄ = Ȳᵀ·X over the collected rows), then the clipped SGD or Adam step of the list's
+   * entries (Adam with learning rate 0: no step, as in the kernel).
+   */
+  private hostUpdate(
+    v: KernelVariant,
+    s: ScheduledBatch,
+    listAt: number,
+    entries: number,
+    lr: number,
+    clip: number,
+    adam: AdamStep | undefined,
+  ) {
     const ctx = this.ctx;
     const L = s.layout;
     for (const m of v.plan.matrices) {
@@ -363,7 +490,7 @@ export class VppsRuntime {
       });
     }
     this.hostKernels ??= ctx.kernels(HOST_UPDATE_PROGRAM, HOST_UPDATE_SOURCE, HOST_UPDATE_KERNELS).kernels;
-    if (entries === 0) return;
+    if (entries === 0 || (adam !== undefined && lr === 0)) return;
     const base = karg.ptr(ctx.pool.ptr(0));
     const list = karg.ptr(this.ptr(this.script + listAt));
     const grid = Math.min(entries, 2048);
@@ -374,8 +501,22 @@ export class VppsRuntime {
         base,
         list,
         karg.i32(entries),
+        karg.i32(adam !== undefined ? ADAM_ENTRY : SGD_ENTRY),
         karg.ptr(this.ptr(this.norm)),
       ]);
+    }
+    if (adam !== undefined) {
+      this.hostKernels.vpps_adam_list.launch({ grid, block: 256, stream: st }, [
+        base,
+        karg.ptr(this.moments),
+        list,
+        karg.i32(entries),
+        karg.f32(lr),
+        karg.ptr(this.ptr(this.norm)),
+        karg.f32(clip),
+        ...adamArgs(adam),
+      ]);
+      return;
     }
     this.hostKernels.vpps_sgd_list.launch({ grid, block: 256, stream: st }, [
       base,
@@ -408,6 +549,8 @@ export class VppsRuntime {
     try {
       this.ctx.synchronize();
     } finally {
+      if (this.moments !== 0) this.ctx.device.driver.memFree(this.moments);
+      this.moments = 0;
       for (const s of this.slots) {
         s.pinned.free();
         s.out.free();
@@ -417,4 +560,9 @@ export class VppsRuntime {
       }
     }
   }
+}
+
+/** The kernels' Adam arguments after the learning rate (zeros for SGD, whose scripts never read them). */
+function adamArgs(adam: AdamStep | undefined) {
+  return (adam === undefined ? new Array<number>(7).fill(0) : adamKernelArgs(adam)).map((x) => karg.f32(x));
 }

@@ -24,6 +24,11 @@ export interface ScheduleOptions {
   readonly clip?: boolean;
   /** Write register gradients to the gradient buffer (always done when the host updates); default false. */
   readonly exportGradients?: boolean;
+  /**
+   * The update the script ends with when the kernel updates: "sgd" (default) or "adam" (every dense parameter,
+   * used in the batch or not, and the touched lookup rows, with moments in the kernel's `moments` buffer).
+   */
+  readonly optimizer?: "sgd" | "adam";
 }
 
 export interface BatchSchedule {

@@ -93,6 +93,16 @@ export enum Opcode {
   UpdateRegs = 29,
   /** Write this CTA's register gradients W̄ to the gradient buffer (same layout as the master copy) */
   ExportGrads = 30,
+  /**
+   * Adam on n elements of the pool: g ← s·g (0 when g is NONE), m ← β1·m + (1 − β1)·g, v ← β2·v + (1 − β2)·g²,
+   * p ← p − lr·(m/c1) / (√(v/c2) + ε); m and v are offsets from the kernel's `moments` base (moments.ts)
+   */
+  Adam = 31,
+  /**
+   * Adam on n elements of the register-held matrices: as `adam`, with p an offset in the master copy, g one in the
+   * gradient buffer (written by the holders' export.grads before the update's grid barrier)
+   */
+  AdamMaster = 32,
 }
 
 /** What the 24-bit field of an opcode's preamble means. */
@@ -150,6 +160,8 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.Sgd, "sgd", "length", ["p", "g", "acc"]),
   info(Opcode.UpdateRegs, "update.regs", "unused", ["acc"]),
   info(Opcode.ExportGrads, "export.grads", "unused", []),
+  info(Opcode.Adam, "adam", "length", ["p", "g", "m", "v", "acc"]),
+  info(Opcode.AdamMaster, "adam.master", "length", ["p", "g", "m", "v", "acc"]),
 ];
 
 export const OPCODE_COUNT = OPCODES.length;

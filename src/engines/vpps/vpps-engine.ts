@@ -3,14 +3,17 @@
  * forwardScalar → backward → update(trainer) per batch and needs the loss at once, so here one batch is one
  * synchronous `fb` (the overlap of host and GPU is the `Vpps` API's, which returns the previous loss instead).
  *
- * The update runs inside the kernel, so the learning rate must be known when the batch is launched: the first
- * batch runs once with learning rate 0 (which changes nothing) to produce its loss, and again with the trainer's
- * settings at update(); later batches use the settings of the previous update() call. Forward-only passes
- * (evaluation) run on the CPU reference over weights read back from the GPU.
+ * The update runs inside the kernel, so the trainer must be known when the batch is launched: the first batch
+ * runs once with learning rate 0 (which changes nothing: no weight, no moment, no step count) to produce its loss,
+ * and again with the trainer's settings at update(); later batches use the trainer of the previous update() call,
+ * read when they are launched. SGD and Adam (SimpleSGDTrainer, AdamTrainer: `trainer.kind`) both run in the kernel;
+ * the step count is the trainer's `updates`, which update() advances as the trainer's own update() would. A new
+ * trainer object starts afresh (Adam's moments zeroed), as its own state would. Forward-only passes (evaluation)
+ * run on the CPU reference over weights read back from the GPU.
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
-import { SimpleSGDTrainer, type Trainer } from "../../train/trainers.js";
+import { AdamTrainer, type Trainer } from "../../train/trainers.js";
 import { CpuEngine } from "../cpu.js";
 import type { Engine } from "../engine.js";
 import { Vpps, type VppsOptions } from "./engine.js";
@@ -18,7 +21,7 @@ import { Vpps, type VppsOptions } from "./engine.js";
 export class VppsEngine implements Engine {
   readonly name = "vpps";
   readonly vpps: Vpps;
-  private sgd: { lr: number; clip: number } | undefined;
+  private trainer: Trainer | undefined;
   private pending: { g: ComputationGraph; loss: Expression } | undefined;
   private lastLoss: { e: Expression; value: number } | undefined;
   private cpu: CpuEngine | undefined;
@@ -42,13 +45,11 @@ export class VppsEngine implements Engine {
 
   forwardScalar(e: Expression): number {
     const g = e.graph;
-    const sgd = this.sgd;
-    this.vpps.learningRate = sgd?.lr ?? 0;
-    this.vpps.clip = sgd?.clip ?? 0;
+    this.configure(this.trainer);
     this.vpps.fb(g, e);
     const value = this.vpps.latestLossSync();
     this.weightsOnHost = false;
-    this.pending = sgd === undefined ? { g, loss: e } : undefined;
+    this.pending = this.trainer === undefined ? { g, loss: e } : undefined;
     this.lastLoss = { e, value };
     return value;
   }
@@ -72,21 +73,35 @@ export class VppsEngine implements Engine {
   }
 
   update(trainer: Trainer): void {
-    if (!(trainer instanceof SimpleSGDTrainer)) {
-      throw new Error(
-        `vpps engine: the kernel updates weights with SGD only; got the ${trainer.constructor.name}. ` +
-          "Use --optimizer sgd with --engine vpps",
-      );
+    if (trainer !== this.trainer) {
+      const hyper =
+        trainer instanceof AdamTrainer ? { beta1: trainer.beta1, beta2: trainer.beta2, epsilon: trainer.epsilon } : {};
+      this.vpps.setOptimizer(trainer.kind, hyper);
+      this.trainer = trainer;
     }
-    this.sgd = { lr: trainer.learningRate, clip: trainer.clipThreshold };
     if (this.pending) {
       const { g, loss } = this.pending;
       this.pending = undefined;
-      this.vpps.learningRate = this.sgd.lr;
-      this.vpps.clip = this.sgd.clip;
+      this.configure(trainer);
       this.vpps.fb(g, loss);
       this.vpps.latestLossSync();
     }
+    // the batch launched for this update was step updates + 1 (configure), as the trainer's own update() counts it
+    trainer.updates++;
+  }
+
+  /** The trainer's settings for the next launch; no trainer yet: learning rate 0, which takes no step. */
+  private configure(t: Trainer | undefined): void {
+    const v = this.vpps;
+    v.learningRate = t?.learningRate ?? 0;
+    v.clip = t?.clipThreshold ?? 0;
+    if (t === undefined) return;
+    if (t instanceof AdamTrainer) {
+      v.beta1 = t.beta1;
+      v.beta2 = t.beta2;
+      v.epsilon = t.epsilon;
+    }
+    v.updates = t.updates;
   }
 
   syncToHost(): void {
