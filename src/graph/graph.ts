@@ -261,7 +261,8 @@ export class ComputationGraph {
 
   /**
    * Appends a node whose arguments are the first `n` entries of `argIds` (node ids already validated by the
-   * caller; `n` defaults to its length). Returns the new node id.
+   * caller; `n` defaults to its length). Returns the new node id. Builders with a fixed arity use `addNode0` …
+   * `addNode3` instead: no argument array to allocate, and one array type at every call site of the loop here.
    */
   addNode(
     op: Op,
@@ -273,17 +274,83 @@ export class ComputationGraph {
     auxF = 0,
     n = argIds.length,
   ): number {
-    const id = this.size;
-    if (id === this.op.length) this.growNodes();
-    if (this.argsSize + n > this.args.length) this.growArgs(this.argsSize + n);
+    const id = this.reserve(n);
     const start = this.argsSize;
+    const args = this.args;
+    const depth = this.depth;
     let d = -1;
     for (let k = 0; k < n; k++) {
       const a = argIds[k]!;
-      this.args[start + k] = a;
-      const da = this.depth[a]!;
+      args[start + k] = a;
+      const da = depth[a]!;
       if (da > d) d = da;
     }
+    return this.finish(id, op, rows, cols, n, d + 1, aux, aux2, auxF);
+  }
+
+  /** `addNode` for a node without arguments (depth 0). */
+  addNode0(op: Op, rows: number, cols: number, aux = 0, aux2 = 0, auxF = 0): number {
+    return this.finish(this.reserve(0), op, rows, cols, 0, 0, aux, aux2, auxF);
+  }
+
+  /** `addNode` for a node with one argument, `a` (a validated node id). */
+  addNode1(op: Op, rows: number, cols: number, a: number, aux = 0, aux2 = 0, auxF = 0): number {
+    const id = this.reserve(1);
+    this.args[this.argsSize] = a;
+    return this.finish(id, op, rows, cols, 1, this.depth[a]! + 1, aux, aux2, auxF);
+  }
+
+  /** `addNode` for a node with two arguments, `a` and `b` (validated node ids). */
+  addNode2(op: Op, rows: number, cols: number, a: number, b: number, aux = 0, aux2 = 0, auxF = 0): number {
+    const id = this.reserve(2);
+    const args = this.args;
+    const start = this.argsSize;
+    args[start] = a;
+    args[start + 1] = b;
+    const depth = this.depth;
+    const da = depth[a]!;
+    const db = depth[b]!;
+    return this.finish(id, op, rows, cols, 2, Math.max(da, db) + 1, aux, aux2, auxF);
+  }
+
+  /** `addNode` for a node with three arguments, `a`, `b` and `c` (validated node ids). */
+  addNode3(op: Op, rows: number, cols: number, a: number, b: number, c: number, aux = 0, aux2 = 0, auxF = 0): number {
+    const id = this.reserve(3);
+    const args = this.args;
+    const start = this.argsSize;
+    args[start] = a;
+    args[start + 1] = b;
+    args[start + 2] = c;
+    const depth = this.depth;
+    let d = depth[a]!;
+    const db = depth[b]!;
+    const dc = depth[c]!;
+    if (db > d) d = db;
+    if (dc > d) d = dc;
+    return this.finish(id, op, rows, cols, 3, d + 1, aux, aux2, auxF);
+  }
+
+  /** Makes room for one more node with `n` arguments (at `argsSize`) and returns the new node's id. */
+  private reserve(n: number): number {
+    const id = this.size;
+    if (id === this.op.length) this.growNodes();
+    if (this.argsSize + n > this.args.length) this.growArgs(this.argsSize + n);
+    return id;
+  }
+
+  /** Writes node `id` (reserved, its `n` arguments already stored at `argsSize`) and counts it. */
+  private finish(
+    id: number,
+    op: Op,
+    rows: number,
+    cols: number,
+    n: number,
+    depth: number,
+    aux: number,
+    aux2: number,
+    auxF: number,
+  ): number {
+    const start = this.argsSize;
     this.argsSize = start + n;
     this.op[id] = op;
     this.rows[id] = rows;
@@ -293,7 +360,7 @@ export class ComputationGraph {
     this.aux[id] = aux;
     this.aux2[id] = aux2;
     this.auxF[id] = auxF;
-    this.depth[id] = d + 1;
+    this.depth[id] = depth;
     this.valueOffset[id] = this.valueSize;
     this.valueSize += rows * cols;
     this.size = id + 1;
@@ -312,8 +379,7 @@ export class ComputationGraph {
     if (p.kind !== "dense") {
       throw new ShapeError(`parameter: '${p.name}' is a lookup table; read rows of it with lookup(table, row)`);
     }
-    const id = this.addNode(Op.Parameter, p.rows, p.cols, [], p.index);
-    this.depth[id] = 0;
+    const id = this.addNode0(Op.Parameter, p.rows, p.cols, p.index);
     if (k >= this.paramGen.length) {
       const n = Math.max(k + 1, this.paramGen.length * 2);
       const node = new Int32Array(n);

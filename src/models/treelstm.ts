@@ -1,23 +1,14 @@
 import type { TreeNode } from "../data/tree.js";
 import type { Vocabulary } from "../data/vocab.js";
-import type { ComputationGraph, Expression } from "../graph/graph.js";
+import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
+import { Op } from "../graph/opcodes.js";
 import type { LookupParameter, Parameter } from "../model/parameters.js";
 import { ParameterCollection } from "../model/parameters.js";
-import {
-  add,
-  affine,
-  cmul,
-  concat,
-  dropout,
-  logistic,
-  lookup,
-  pickNegLogSoftmax,
-  pickRange,
-  sum,
-  tanh,
-  treeLstmLeaf,
-  treeLstmNode,
-} from "../ops/index.js";
+import { cellNode0, cellNode2 } from "../ops/cells.js";
+import { binaryNode, dropoutNode, unaryNode } from "../ops/elementwise.js";
+import { affineNode } from "../ops/linear.js";
+import { pickNegLogSoftmaxNode } from "../ops/loss.js";
+import { concat2Node, concat3Node, lookupNode, pickRangeNode, sumNode } from "../ops/structure.js";
 
 export type CellFormulation = "fused" | "ops";
 
@@ -85,19 +76,52 @@ export class TreeLstmModel {
    * class scores. Uses an explicit post-order walk: trees can be deep.
    */
   buildTree(cg: ComputationGraph, tree: TreeNode, vocab: Vocabulary, withLoss: boolean): TreeOutput {
+    const losses: number[] = [];
+    const nodes = this.addTree(cg, tree, vocab, withLoss ? losses : null);
+    const loss = withLoss ? new Expression(cg, sumNode(cg, losses, losses.length), cg.generation) : null;
+    return { loss, rootScores: new Expression(cg, this.lastRootScores, cg.generation), nodes };
+  }
+
+  /** The summed loss of a batch of trees (one graph, renewed by the caller). */
+  buildBatchLoss(cg: ComputationGraph, trees: readonly TreeNode[], vocab: Vocabulary): Expression {
+    const losses: number[] = [];
+    const treeLosses: number[] = [];
+    for (const t of trees) {
+      losses.length = 0;
+      this.addTree(cg, t, vocab, losses);
+      treeLosses.push(sumNode(cg, losses, losses.length));
+    }
+    const n = treeLosses.length;
+    // (the message sum([]) gave when this summed expressions)
+    if (n === 0) throw new ShapeError("sum: needs at least one argument");
+    return new Expression(cg, n === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, n), cg.generation);
+  }
+
+  /** Node id of the root's class scores of the last tree `addTree` added. */
+  private lastRootScores = -1;
+
+  /**
+   * Adds the nodes of one tree (appending the id of the loss at each of its nodes to `losses` unless null) and
+   * returns the number of tree nodes; the root's class scores are left in `lastRootScores`. The nodes are built with
+   * the node builders (NODE BUILDERS in src/ops/common.ts): every argument is a node this walk has just made in
+   * `cg`, or a parameter node, so only shapes need checking, and expressions are made only for what is returned.
+   */
+  private addTree(cg: ComputationGraph, tree: TreeNode, vocab: Vocabulary, losses: number[] | null): number {
     const H = this.hidden;
-    const losses: Expression[] = [];
+    const fused = this.cell === "fused";
+    const words = this.leafWords(tree, vocab);
     // Post-order walk with an explicit stack (trees can be deep): a node is pushed once to expand its children
     // and once more (marked) to be built after them; built (h, c) pairs wait on a value stack.
     const work: TreeNode[] = [tree];
     const expanded: boolean[] = [false];
-    const hs: Expression[] = [];
-    const cs: Expression[] = [];
-    let rootScores: Expression | null = null;
+    const hs: number[] = [];
+    const cs: number[] = [];
     let nodes = 0;
+    let leaf = 0;
     while (work.length > 0) {
       const n = work[work.length - 1]!;
-      if (n.word === null && !expanded[expanded.length - 1]) {
+      const word = n.word;
+      if (word === null && !expanded[expanded.length - 1]) {
         expanded[expanded.length - 1] = true;
         work.push(n.children[1]!, n.children[0]!);
         expanded.push(false, false);
@@ -106,20 +130,16 @@ export class TreeLstmModel {
       work.pop();
       expanded.pop();
       nodes++;
-      let h: Expression;
-      let c: Expression;
-      if (n.word !== null) {
-        let x = lookup(cg, this.E, vocab.index(n.word));
-        if (this.dropout > 0) x = dropout(x, this.dropout);
-        const g = affine([this.b_iou, this.W_iou, x]);
-        if (this.cell === "fused") {
-          const hc = treeLstmLeaf(g);
-          h = pickRange(hc, 0, H);
-          c = pickRange(hc, H, 2 * H);
+      if (word !== null) {
+        let x = lookupNode(cg, this.E, words.index(leaf++, word));
+        if (this.dropout > 0) x = dropoutNode(cg, x, this.dropout);
+        const g = affineNode(cg, cg.parameterNode(this.b_iou), cg.parameterNode(this.W_iou), x);
+        if (fused) {
+          const hc = cellNode0(cg, g);
+          hs.push(pickRangeNode(cg, hc, 0, H));
+          cs.push(pickRangeNode(cg, hc, H, 2 * H));
         } else {
-          const pair = leafFromOps(g, H);
-          h = pair[0];
-          c = pair[1];
+          leafFromOps(cg, g, H, hs, cs);
         }
       } else {
         // the left child was built first, so its pair is below the right child's
@@ -127,34 +147,39 @@ export class TreeLstmModel {
         const h1 = hs.pop()!;
         const c2 = cs.pop()!;
         const c1 = cs.pop()!;
-        const iou = affine([this.b_iou, this.U_iou, concat([h1, h2])]);
-        const f1 = affine([this.b_f, this.U_f1, h1]);
-        const f2 = affine([this.b_f, this.U_f2, h2]);
-        if (this.cell === "fused") {
-          const hc = treeLstmNode(concat([iou, f1, f2]), c1, c2);
-          h = pickRange(hc, 0, H);
-          c = pickRange(hc, H, 2 * H);
+        // node order as with the expression builders: an argument's nodes before the parameter nodes it reads
+        const h12 = concat2Node(cg, h1, h2);
+        const iou = affineNode(cg, cg.parameterNode(this.b_iou), cg.parameterNode(this.U_iou), h12);
+        const f1 = affineNode(cg, cg.parameterNode(this.b_f), cg.parameterNode(this.U_f1), h1);
+        const f2 = affineNode(cg, cg.parameterNode(this.b_f), cg.parameterNode(this.U_f2), h2);
+        if (fused) {
+          const hc = cellNode2(cg, concat3Node(cg, iou, f1, f2), c1, c2);
+          hs.push(pickRangeNode(cg, hc, 0, H));
+          cs.push(pickRangeNode(cg, hc, H, 2 * H));
         } else {
-          const pair = nodeFromOps(iou, f1, f2, c1, c2, H);
-          h = pair[0];
-          c = pair[1];
+          nodeFromOps(cg, iou, f1, f2, c1, c2, H, hs, cs);
         }
       }
-      hs.push(h);
-      cs.push(c);
-      if (withLoss || n === tree) {
-        const scores = affine([this.b_out, this.W_out, h]);
-        if (withLoss) losses.push(pickNegLogSoftmax(scores, n.label));
-        if (n === tree) rootScores = scores;
+      if (losses !== null || n === tree) {
+        const h = hs[hs.length - 1]!;
+        const scores = affineNode(cg, cg.parameterNode(this.b_out), cg.parameterNode(this.W_out), h);
+        if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, scores, n.label));
+        if (n === tree) this.lastRootScores = scores;
       }
     }
-    return { loss: withLoss ? sum(losses) : null, rootScores: rootScores!, nodes };
+    return nodes;
   }
 
-  /** The summed loss of a batch of trees (one graph, renewed by the caller). */
-  buildBatchLoss(cg: ComputationGraph, trees: readonly TreeNode[], vocab: Vocabulary): Expression {
-    const losses = trees.map((t) => this.buildTree(cg, t, vocab, true).loss!);
-    return losses.length === 1 ? losses[0]! : sum(losses);
+  /** The vocabulary indices of each tree's words, from the tree's last build (see LeafWords). */
+  private readonly leafIndices = new WeakMap<TreeNode, LeafWords>();
+
+  private leafWords(tree: TreeNode, vocab: Vocabulary): LeafWords {
+    let w = this.leafIndices.get(tree);
+    if (w === undefined || w.vocab !== vocab) {
+      w = new LeafWords(vocab);
+      this.leafIndices.set(tree, w);
+    }
+    return w;
   }
 }
 
@@ -167,29 +192,65 @@ export interface TreeOutput {
   nodes: number;
 }
 
-/** Leaf from plain ops: c = σ(i) ⊙ tanh(u), h = σ(o) ⊙ tanh(c). */
-function leafFromOps(g: Expression, H: number): [Expression, Expression] {
-  const i = logistic(pickRange(g, 0, H));
-  const o = logistic(pickRange(g, H, 2 * H));
-  const u = tanh(pickRange(g, 2 * H, 3 * H));
-  const c = cmul(i, u);
-  return [cmul(o, tanh(c)), c];
+/**
+ * The vocabulary index of each word of one tree, by position left to right, remembered from the tree's last build
+ * with `vocab`: a Map lookup of a word costs as much as building a few graph nodes (cache misses in a table of 18k
+ * strings for SST: 120–260 ns a word on the 2-core development machine), and a tree is built once per epoch. Each
+ * use compares the word with the one remembered at that position (the same string object unless the tree was
+ * changed since: one pointer comparison), so a changed tree reads the vocabulary again and gets what
+ * `vocab.index(word)` gives.
+ */
+class LeafWords {
+  private readonly words: string[] = [];
+  private readonly indices: number[] = [];
+  constructor(readonly vocab: Vocabulary) {}
+
+  /** `this.vocab.index(word)` for `word`, the k-th word of the tree (k counts from 0, in order). */
+  index(k: number, word: string): number {
+    if (k < this.words.length && this.words[k] === word) return this.indices[k]!;
+    const i = this.vocab.index(word);
+    // positions are visited in order, so k is at most the current length
+    this.words[k] = word;
+    this.indices[k] = i;
+    return i;
+  }
 }
 
-/** Internal node from plain ops: c = σ(i) ⊙ tanh(u) + σ(f₁) ⊙ c₁ + σ(f₂) ⊙ c₂, h = σ(o) ⊙ tanh(c). */
+/** Leaf from plain ops: c = σ(i) ⊙ tanh(u), h = σ(o) ⊙ tanh(c); pushes h onto hs and c onto cs. */
+function leafFromOps(g: ComputationGraph, gates: number, H: number, hs: number[], cs: number[]): void {
+  const i = unaryNode(g, Op.Logistic, pickRangeNode(g, gates, 0, H));
+  const o = unaryNode(g, Op.Logistic, pickRangeNode(g, gates, H, 2 * H));
+  const u = unaryNode(g, Op.Tanh, pickRangeNode(g, gates, 2 * H, 3 * H));
+  const c = binaryNode(g, Op.CMul, "cmul", i, u);
+  hs.push(binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c)));
+  cs.push(c);
+}
+
+/**
+ * Internal node from plain ops: c = σ(i) ⊙ tanh(u) + σ(f₁) ⊙ c₁ + σ(f₂) ⊙ c₂, h = σ(o) ⊙ tanh(c); pushes h onto hs
+ * and c onto cs.
+ */
 function nodeFromOps(
-  iou: Expression,
-  f1: Expression,
-  f2: Expression,
-  c1: Expression,
-  c2: Expression,
+  g: ComputationGraph,
+  iou: number,
+  f1: number,
+  f2: number,
+  c1: number,
+  c2: number,
   H: number,
-): [Expression, Expression] {
-  const i = logistic(pickRange(iou, 0, H));
-  const o = logistic(pickRange(iou, H, 2 * H));
-  const u = tanh(pickRange(iou, 2 * H, 3 * H));
-  const c = add(add(cmul(i, u), cmul(logistic(f1), c1)), cmul(logistic(f2), c2));
-  return [cmul(o, tanh(c)), c];
+  hs: number[],
+  cs: number[],
+): void {
+  const i = unaryNode(g, Op.Logistic, pickRangeNode(g, iou, 0, H));
+  const o = unaryNode(g, Op.Logistic, pickRangeNode(g, iou, H, 2 * H));
+  const u = unaryNode(g, Op.Tanh, pickRangeNode(g, iou, 2 * H, 3 * H));
+  const iu = binaryNode(g, Op.CMul, "cmul", i, u);
+  const fc1 = binaryNode(g, Op.CMul, "cmul", unaryNode(g, Op.Logistic, f1), c1);
+  const sum1 = binaryNode(g, Op.Add, "add", iu, fc1);
+  const fc2 = binaryNode(g, Op.CMul, "cmul", unaryNode(g, Op.Logistic, f2), c2);
+  const c = binaryNode(g, Op.Add, "add", sum1, fc2);
+  hs.push(binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c)));
+  cs.push(c);
 }
 
 /** Index of the largest score. */

@@ -1,6 +1,19 @@
-import { Expression, ShapeError } from "../graph/graph.js";
+import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { argBuffer, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector } from "./common.js";
+import {
+  argBuffer,
+  argNode,
+  type ExprLike,
+  exprNode,
+  graphOf,
+  graphOf3,
+  nodeOf,
+  nodeOfAt,
+  noExpression,
+  type OpKernels,
+  requireVector,
+  requireVectorAt,
+} from "./common.js";
 import { sigmoid } from "./elementwise.js";
 
 /*
@@ -13,25 +26,32 @@ import { sigmoid } from "./elementwise.js";
 
 /** [h; c] of an LSTM-style cell with k = cs.length children; see the comment above for the gate layout. */
 export function lstmCell(gates: ExprLike, cs: readonly ExprLike[]): Expression {
-  const g = graphOf("lstmCell", [gates, ...cs]);
-  const gi = nodeOf(g, gates, "lstmCell", "gates");
-  const n = requireVector(g, gi, "lstmCell", "gates");
   const k = cs.length;
+  if (k === 0) return treeLstmLeaf(gates);
+  if (k === 2) return treeLstmNode(gates, cs[0]!, cs[1]!);
+  const g = gates instanceof Expression ? gates.graph : graphOf("lstmCell", cs);
+  const gi = nodeOf(g, gates, "lstmCell", "gates");
+  const h = hiddenOf(g, gi, k);
+  const scratch = argBuffer(k + 1);
+  scratch[0] = gi;
+  for (let j = 0; j < k; j++) scratch[j + 1] = memoryOf(g, nodeOfAt(g, cs[j]!, "lstmCell", "c", j + 1), j + 1, h);
+  return new Expression(g, g.addNode(Op.LstmCell, 2 * h, 1, scratch, k, 0, 0, k + 1), g.generation);
+}
+
+/** H of a cell with k children whose gates are node gi (a vector of (3 + k)·H values). */
+function hiddenOf(g: ComputationGraph, gi: number, k: number): number {
+  const n = requireVector(g, gi, "lstmCell", "gates");
   if (n % (3 + k) !== 0) {
     throw new ShapeError(`lstmCell: argument 'gates' has length ${n}; with ${k} children it must be ${3 + k}·H`);
   }
-  const h = n / (3 + k);
-  const scratch = argBuffer(k + 1);
-  scratch[0] = gi;
-  for (let j = 0; j < k; j++) {
-    const c = nodeOf(g, cs[j]!, "lstmCell", `c${j + 1}`);
-    const len = requireVector(g, c, "lstmCell", `c${j + 1}`);
-    if (len !== h) {
-      throw new ShapeError(`lstmCell: argument 'c${j + 1}' has length ${len}; gates imply H = ${h}`);
-    }
-    scratch[j + 1] = c;
-  }
-  return new Expression(g, g.addNode(Op.LstmCell, 2 * h, 1, scratch, k, 0, 0, k + 1), g.generation);
+  return n / (3 + k);
+}
+
+/** Checks that node `id`, child memory c_j (argument 'cj'), is a vector of length h; returns id. */
+function memoryOf(g: ComputationGraph, id: number, j: number, h: number): number {
+  const len = requireVectorAt(g, id, "lstmCell", "c", j);
+  if (len !== h) throw new ShapeError(`lstmCell: argument 'c${j}' has length ${len}; gates imply H = ${h}`);
+  return id;
 }
 
 /** One LSTM step: gates [i; o; u; f] (4H), previous memory c (H) → [h; c]. */
@@ -41,12 +61,36 @@ export function lstmStep(gates: ExprLike, cPrev: ExprLike): Expression {
 
 /** A binary Tree-LSTM node: gates [i; o; u; f₁; f₂] (5H), children's memories c₁, c₂ → [h; c]. */
 export function treeLstmNode(gates: ExprLike, c1: ExprLike, c2: ExprLike): Expression {
-  return lstmCell(gates, [c1, c2]);
+  const gx = gates instanceof Expression;
+  const ax = c1 instanceof Expression;
+  const bx = c2 instanceof Expression;
+  const g = gx ? gates.graph : ax ? c1.graph : bx ? c2.graph : graphOf3("lstmCell", gates, c1, c2);
+  // each argument is checked as soon as it is read, as lstmCell does (cellNode2 checks them all again)
+  const gi = argNode(g, gates, gx, "lstmCell", "gates");
+  const h = hiddenOf(g, gi, 2);
+  const a = memoryOf(g, argNode(g, c1, ax, "lstmCell", "c1"), 1, h);
+  const b = argNode(g, c2, bx, "lstmCell", "c2");
+  return new Expression(g, cellNode2(g, gi, a, b), g.generation);
+}
+
+/** `treeLstmNode` of nodes gates, c1 and c2 of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function cellNode2(g: ComputationGraph, gates: number, c1: number, c2: number): number {
+  const h = hiddenOf(g, gates, 2);
+  memoryOf(g, c1, 1, h);
+  memoryOf(g, c2, 2, h);
+  return g.addNode3(Op.LstmCell, 2 * h, 1, gates, c1, c2, 2);
 }
 
 /** A Tree-LSTM leaf: gates [i; o; u] (3H) → [h; c]. */
 export function treeLstmLeaf(gates: ExprLike): Expression {
-  return lstmCell(gates, []);
+  if (!(gates instanceof Expression)) throw noExpression("lstmCell");
+  const g = gates.graph;
+  return new Expression(g, cellNode0(g, exprNode(g, gates, "lstmCell", "gates")), g.generation);
+}
+
+/** `treeLstmLeaf` of node gates of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function cellNode0(g: ComputationGraph, gates: number): number {
+  return g.addNode1(Op.LstmCell, 2 * hiddenOf(g, gates, 0), 1, gates, 0);
 }
 
 export const lstmCellKernels: OpKernels = {

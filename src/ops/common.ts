@@ -13,32 +13,119 @@ export interface OpKernels {
   backward(g: ComputationGraph, i: number, v: Buf, d: Buf): void;
 }
 
+/*
+ * NODE BUILDERS. Every op has a builder on expressions (`affine3`, `pickRange`, …: the public API) and, for the ops a
+ * model builds once per tree node, one on node ids (`affineNode`, `pickRangeNode`, …) that the expression builder
+ * calls once it has checked its arguments. The node builders check shapes and attributes with the same messages, but
+ * not that each id is a node of g's current generation: they are for builders that made those nodes themselves in
+ * this build (TreeLstmModel), and save the expressions in between (an object per node, and its checks).
+ *
+ * The builders run once per graph node, tens of thousands of times per batch, so the checks below cost a property
+ * load or two when the arguments are fine; every message (and every argument name with a number in it, such as
+ * 'W2' or 'xs[3]') is built only once a check has failed.
+ */
+
+/** The error of an op none of whose arguments is an expression. */
+export function noExpression(op: string): ShapeError {
+  return new ShapeError(`${op}: no argument is an expression, so there is no graph to add the node to`);
+}
+
 /** Finds the graph of an op's arguments (at least one must be an expression). */
 export function graphOf(op: string, args: readonly ExprLike[]): ComputationGraph {
-  for (const a of args) if (a instanceof Expression) return a.graph;
-  throw new ShapeError(`${op}: no argument is an expression, so there is no graph to add the node to`);
+  for (let k = 0; k < args.length; k++) {
+    const a = args[k];
+    if (a instanceof Expression) return a.graph;
+  }
+  throw noExpression(op);
+}
+
+/** `graphOf` for two arguments, without an array. */
+export function graphOf2(op: string, a: ExprLike, b: ExprLike): ComputationGraph {
+  if (a instanceof Expression) return a.graph;
+  if (b instanceof Expression) return b.graph;
+  throw noExpression(op);
+}
+
+/** `graphOf` for three arguments, without an array. */
+export function graphOf3(op: string, a: ExprLike, b: ExprLike, c: ExprLike): ComputationGraph {
+  if (a instanceof Expression) return a.graph;
+  if (b instanceof Expression) return b.graph;
+  if (c instanceof Expression) return c.graph;
+  throw noExpression(op);
 }
 
 /** Turns an argument into a node id of `g`, validating it. */
 export function nodeOf(g: ComputationGraph, a: ExprLike, op: string, name: string): number {
-  if (a instanceof Expression) return g.check(a, op, name);
+  if (a instanceof Expression) {
+    if (a.graph === g && a.generation === g.generation) return a.id;
+    return g.check(a, op, name); // throws, naming what is wrong
+  }
   return g.parameterNode(a);
+}
+
+/** `nodeOf` for an argument known to be an expression. */
+export function exprNode(g: ComputationGraph, e: Expression, op: string, name: string): number {
+  if (e.graph === g && e.generation === g.generation) return e.id;
+  return g.check(e, op, name); // throws, naming what is wrong
+}
+
+/**
+ * `nodeOf` with the `instanceof` test already done (`isExpr`): builders test each argument once, to find the graph,
+ * and reuse the answer here.
+ */
+export function argNode(g: ComputationGraph, a: ExprLike, isExpr: boolean, op: string, name: string): number {
+  return isExpr ? exprNode(g, a as Expression, op, name) : g.parameterNode(a as GraphParameter);
+}
+
+/** The name of argument `k` of a numbered family: `argName("W", 2)` is 'W2', `argName("xs[", 3, "]")` 'xs[3]'. */
+export function argName(prefix: string, k: number, suffix = ""): string {
+  return `${prefix}${k}${suffix}`;
+}
+
+/** `nodeOf` for argument `argName(prefix, k, suffix)`; the name is only built if the check fails. */
+export function nodeOfAt(g: ComputationGraph, a: ExprLike, op: string, prefix: string, k: number, suffix = ""): number {
+  if (a instanceof Expression) {
+    if (a.graph === g && a.generation === g.generation) return a.id;
+    return g.check(a, op, argName(prefix, k, suffix));
+  }
+  return g.parameterNode(a);
+}
+
+function notVector(g: ComputationGraph, id: number, op: string, name: string): ShapeError {
+  return new ShapeError(`${op}: argument '${name}' must be a vector; it has shape ${g.shapeOf(id)}`);
 }
 
 /** Requires node `id` to be a vector (cols = 1). */
 export function requireVector(g: ComputationGraph, id: number, op: string, name: string): number {
-  if (g.cols[id] !== 1) {
-    throw new ShapeError(`${op}: argument '${name}' must be a vector; it has shape ${g.shapeOf(id)}`);
-  }
+  if (g.cols[id] !== 1) throw notVector(g, id, op, name);
   return g.rows[id]!;
 }
 
-export function sameShape(g: ComputationGraph, a: number, b: number, op: string, na: string, nb: string): void {
-  if (g.rows[a] !== g.rows[b] || g.cols[a] !== g.cols[b]) {
-    throw new ShapeError(
-      `${op}: arguments '${na}' and '${nb}' must have the same shape; '${na}' is ${g.shapeOf(a)}, '${nb}' is ${g.shapeOf(b)}`,
-    );
-  }
+/** `requireVector` for argument `argName(prefix, k, suffix)`. */
+export function requireVectorAt(
+  g: ComputationGraph,
+  id: number,
+  op: string,
+  prefix: string,
+  k: number,
+  suffix = "",
+): number {
+  if (g.cols[id] !== 1) throw notVector(g, id, op, argName(prefix, k, suffix));
+  return g.rows[id]!;
+}
+
+/** The error of two arguments that must have the same shape and do not. */
+export function shapeMismatch(
+  g: ComputationGraph,
+  a: number,
+  b: number,
+  op: string,
+  na: string,
+  nb: string,
+): ShapeError {
+  return new ShapeError(
+    `${op}: arguments '${na}' and '${nb}' must have the same shape; '${na}' is ${g.shapeOf(a)}, '${nb}' is ${g.shapeOf(b)}`,
+  );
 }
 
 /** Reusable argument buffer for variadic builders (addNode copies what it needs). */

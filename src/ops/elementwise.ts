@@ -1,22 +1,44 @@
-import { Expression, ShapeError } from "../graph/graph.js";
+import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
 import { randomUniform } from "../util/random.js";
-import { type ExprLike, graphOf, nodeOf, type OpKernels, sameShape } from "./common.js";
+import { argNode, type ExprLike, exprNode, graphOf2, noExpression, type OpKernels, shapeMismatch } from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
 function binary(op: Op, name: string, a: ExprLike, b: ExprLike): Expression {
-  const g = graphOf(name, [a, b]);
-  const ai = nodeOf(g, a, name, "a");
-  const bi = nodeOf(g, b, name, "b");
-  sameShape(g, ai, bi, name, "a", "b");
-  return new Expression(g, g.addNode(op, g.rows[ai]!, g.cols[ai]!, [ai, bi]), g.generation);
+  const ax = a instanceof Expression;
+  const bx = b instanceof Expression;
+  const g = ax ? a.graph : bx ? b.graph : graphOf2(name, a, b);
+  const ai = argNode(g, a, ax, name, "a");
+  const bi = argNode(g, b, bx, name, "b");
+  return new Expression(g, binaryNode(g, op, name, ai, bi), g.generation);
+}
+
+/**
+ * The binary elementwise op `op` (Add, Sub or CMul; `name` for messages) of nodes a and b of g, returning the new
+ * node's id (see NODE BUILDERS in common.ts).
+ */
+export function binaryNode(g: ComputationGraph, op: Op, name: string, a: number, b: number): number {
+  const rows = g.rows;
+  const cols = g.cols;
+  const r = rows[a]!;
+  const c = cols[a]!;
+  if (rows[b] !== r || cols[b] !== c) throw shapeMismatch(g, a, b, name, "a", "b");
+  return g.addNode2(op, r, c, a, b);
 }
 
 function unary(op: Op, name: string, x: ExprLike): Expression {
-  const g = graphOf(name, [x]);
-  const xi = nodeOf(g, x, name, "x");
-  return new Expression(g, g.addNode(op, g.rows[xi]!, g.cols[xi]!, [xi]), g.generation);
+  if (!(x instanceof Expression)) throw noExpression(name);
+  const g = x.graph;
+  return new Expression(g, unaryNode(g, op, exprNode(g, x, name, "x")), g.generation);
+}
+
+/**
+ * The unary elementwise op `op` (Tanh, Logistic or Relu) of node x of g, returning the new node's id (see NODE
+ * BUILDERS in common.ts).
+ */
+export function unaryNode(g: ComputationGraph, op: Op, x: number): number {
+  return g.addNode1(op, g.rows[x]!, g.cols[x]!, x);
 }
 
 /** y = a + b */
@@ -41,10 +63,17 @@ export function dropout(x: Expression, p: number): Expression {
   if (!(p >= 0 && p < 1)) throw new ShapeError(`dropout: probability p must be in [0, 1); got ${p}`);
   const g = x.graph;
   const xi = g.check(x, "dropout", "x");
+  const id = dropoutNode(g, xi, p);
+  return id === xi ? x : new Expression(g, id, g.generation);
+}
+
+/** `dropout` of node x of g: the new node's id, or x when no node is added (see NODE BUILDERS in common.ts). */
+export function dropoutNode(g: ComputationGraph, x: number, p: number): number {
+  if (!(p >= 0 && p < 1)) throw new ShapeError(`dropout: probability p must be in [0, 1); got ${p}`);
   if (!g.training || p === 0) return x;
-  const id = g.addNode(Op.Dropout, g.rows[xi]!, g.cols[xi]!, [xi], g.dropoutKey, 0, p);
+  const id = g.addNode1(Op.Dropout, g.rows[x]!, g.cols[x]!, x, g.dropoutKey, 0, p);
   g.aux2[id] = g.valueOffset[id]!;
-  return new Expression(g, id, g.generation);
+  return id;
 }
 
 /** Whether element j of dropout node with (key, base, p) is kept; shared by every engine's kernel. */

@@ -1,28 +1,46 @@
 import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { argBuffer, type Buf, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector } from "./common.js";
+import {
+  argBuffer,
+  argName,
+  type Buf,
+  type ExprLike,
+  exprNode,
+  graphOf,
+  graphOf2,
+  graphOf3,
+  nodeOf,
+  nodeOfAt,
+  type OpKernels,
+  requireVector,
+  requireVectorAt,
+} from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
+/** Shape error of W·x: W's columns are not x's length (x is a vector of length n). */
+function productError(g: ComputationGraph, w: number, n: number, op: string, wn: string, xn: string): ShapeError {
+  return new ShapeError(`${op}: argument '${wn}' has shape ${g.shapeOf(w)}; ${xn} has length ${n}`);
+}
+
 function checkProduct(g: ComputationGraph, w: number, x: number, op: string, wn: string, xn: string): number {
   const n = requireVector(g, x, op, xn);
-  if (g.cols[w] !== n) {
-    throw new ShapeError(`${op}: argument '${wn}' has shape ${g.shapeOf(w)}; ${xn} has length ${n}`);
-  }
+  if (g.cols[w] !== n) throw productError(g, w, n, op, wn, xn);
   return g.rows[w]!;
 }
 
 /** y = W·x */
 export function matVec(W: ExprLike, x: Expression): Expression {
-  const g = graphOf("matVec", [W, x]);
+  const g = graphOf2("matVec", W, x);
   const w = nodeOf(g, W, "matVec", "W");
   const xi = nodeOf(g, x, "matVec", "x");
   const m = checkProduct(g, w, xi, "matVec", "W", "x");
-  return new Expression(g, g.addNode(Op.MatVec, m, 1, [w, xi]), g.generation);
+  return new Expression(g, g.addNode2(Op.MatVec, m, 1, w, xi), g.generation);
 }
 
 /** y = b + Σᵢ Wᵢ·xᵢ, with arguments [b, W₁, x₁, W₂, x₂, …] as in DyNet's affine_transform. */
 export function affine(args: readonly ExprLike[]): Expression {
+  if (args.length === 3) return affine3(args[0]!, args[1]!, args[2]!);
   if (args.length < 3 || args.length % 2 === 0) {
     throw new ShapeError(
       `affine: expects [b, W1, x1, W2, x2, ...] (an odd number ≥ 3 of arguments); got ${args.length}`,
@@ -35,16 +53,47 @@ export function affine(args: readonly ExprLike[]): Expression {
   scratch[0] = b;
   for (let k = 1; k < args.length; k += 2) {
     const j = (k + 1) / 2;
-    const w = nodeOf(g, args[k]!, "affine", `W${j}`);
-    const x = nodeOf(g, args[k + 1]!, "affine", `x${j}`);
-    const r = checkProduct(g, w, x, "affine", `W${j}`, `x${j}`);
-    if (r !== m) {
-      throw new ShapeError(`affine: argument 'W${j}' has shape ${g.shapeOf(w)}; b has length ${m}`);
-    }
+    const w = nodeOfAt(g, args[k]!, "affine", "W", j);
+    const x = nodeOfAt(g, args[k + 1]!, "affine", "x", j);
+    const n = requireVectorAt(g, x, "affine", "x", j);
+    if (g.cols[w] !== n) throw productError(g, w, n, "affine", argName("W", j), argName("x", j));
+    if (g.rows[w] !== m) throw rowsError(g, w, j, m);
     scratch[k] = w;
     scratch[k + 1] = x;
   }
   return new Expression(g, g.addNode(Op.Affine, m, 1, scratch, 0, 0, 0, args.length), g.generation);
+}
+
+function rowsError(g: ComputationGraph, w: number, j: number, m: number): ShapeError {
+  return new ShapeError(`affine: argument 'W${j}' has shape ${g.shapeOf(w)}; b has length ${m}`);
+}
+
+/**
+ * y = b + W·x: `affine([b, W, x])` without the argument array (the same node, checks and messages), for builders
+ * that run once per tree node.
+ */
+export function affine3(b: ExprLike, W: ExprLike, x: ExprLike): Expression {
+  // one instanceof per argument (graphOf3 and nodeOf would test each twice): usually b and W are parameters
+  const bx = b instanceof Expression;
+  const wx = W instanceof Expression;
+  const xx = x instanceof Expression;
+  const g = bx ? b.graph : wx ? W.graph : xx ? x.graph : graphOf3("affine", b, W, x);
+  const bi = bx ? exprNode(g, b, "affine", "b") : g.parameterNode(b);
+  // b is checked before W and x are read (W's parameter node is not added when b is wrong), as affine does
+  requireVector(g, bi, "affine", "b");
+  const w = wx ? exprNode(g, W, "affine", "W1") : g.parameterNode(W);
+  const xi = xx ? exprNode(g, x, "affine", "x1") : g.parameterNode(x);
+  return new Expression(g, affineNode(g, bi, w, xi), g.generation);
+}
+
+/** `affine3` of nodes b, W and x of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function affineNode(g: ComputationGraph, b: number, W: number, x: number): number {
+  const m = requireVector(g, b, "affine", "b");
+  const n = requireVector(g, x, "affine", "x1");
+  const rows = g.rows;
+  if (g.cols[W] !== n) throw productError(g, W, n, "affine", "W1", "x1");
+  if (rows[W] !== m) throw rowsError(g, W, 1, m);
+  return g.addNode3(Op.Affine, m, 1, b, W, x);
 }
 
 // ---- reference kernels ----------------------------------------------------------------------------------------

@@ -1,16 +1,20 @@
-import { Expression, ShapeError } from "../graph/graph.js";
+import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
 import { type OpKernels, requireVector } from "./common.js";
 
 /** y = −log softmax(x)[label]: the negative log-likelihood of `label` under a softmax over x (a scalar). */
 export function pickNegLogSoftmax(x: Expression, label: number): Expression {
   const g = x.graph;
-  const xi = g.check(x, "pickNegLogSoftmax", "x");
-  const n = requireVector(g, xi, "pickNegLogSoftmax", "x");
+  return new Expression(g, pickNegLogSoftmaxNode(g, g.check(x, "pickNegLogSoftmax", "x"), label), g.generation);
+}
+
+/** `pickNegLogSoftmax` of node x of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function pickNegLogSoftmaxNode(g: ComputationGraph, x: number, label: number): number {
+  const n = requireVector(g, x, "pickNegLogSoftmax", "x");
   if (!Number.isInteger(label) || label < 0 || label >= n) {
     throw new ShapeError(`pickNegLogSoftmax: label ${label} is out of range for x of length ${n}`);
   }
-  return new Expression(g, g.addNode(Op.PickNegLogSoftmax, 1, 1, [xi], label), g.generation);
+  return g.addNode1(Op.PickNegLogSoftmax, 1, 1, x, label);
 }
 
 export const pickNegLogSoftmaxKernels: OpKernels = {

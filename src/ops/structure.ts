@@ -1,6 +1,19 @@
 import { type ComputationGraph, Expression, type GraphParameter, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { argBuffer, type ExprLike, graphOf, nodeOf, type OpKernels, requireVector, sameShape } from "./common.js";
+import {
+  argBuffer,
+  argName,
+  argNode,
+  type ExprLike,
+  graphOf,
+  graphOf2,
+  graphOf3,
+  nodeOfAt,
+  type OpKernels,
+  requireVector,
+  requireVectorAt,
+  shapeMismatch,
+} from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
@@ -8,7 +21,7 @@ import { argBuffer, type ExprLike, graphOf, nodeOf, type OpKernels, requireVecto
 export function input(g: ComputationGraph, values: ArrayLike<number>): Expression {
   if (values.length === 0) throw new ShapeError("input: needs at least one value");
   const off = g.addInputData(values);
-  const id = g.addNode(Op.Input, values.length, 1, [], off);
+  const id = g.addNode0(Op.Input, values.length, 1, off);
   return new Expression(g, id, g.generation);
 }
 
@@ -19,6 +32,11 @@ export function parameter(g: ComputationGraph, p: GraphParameter): Expression {
 
 /** y = E[row]: one row of a lookup table, as a vector. */
 export function lookup(g: ComputationGraph, table: GraphParameter, row: number): Expression {
+  return new Expression(g, lookupNode(g, table, row), g.generation);
+}
+
+/** `lookup` returning the new node's id (see NODE BUILDERS in common.ts). */
+export function lookupNode(g: ComputationGraph, table: GraphParameter, row: number): number {
   if (table.kind !== "lookup") {
     throw new ShapeError(`lookup: '${table.name}' is not a lookup table (use addLookupParameters)`);
   }
@@ -26,45 +44,102 @@ export function lookup(g: ComputationGraph, table: GraphParameter, row: number):
     throw new ShapeError(`lookup: row ${row} is out of range for '${table.name}' with ${table.rows} rows`);
   }
   g.useLookup(table);
-  const id = g.addNode(Op.Lookup, table.cols, 1, [], table.index, row);
-  return new Expression(g, id, g.generation);
+  return g.addNode0(Op.Lookup, table.cols, 1, table.index, row);
 }
 
-function variadic(op: string, xs: readonly ExprLike[]): ComputationGraph {
-  if (xs.length === 0) throw new ShapeError(`${op}: needs at least one argument`);
-  const g = graphOf(op, xs);
+/** Validates the arguments of a variadic op into the argument buffer (which it returns). */
+function variadic(g: ComputationGraph, op: string, xs: readonly ExprLike[]): Int32Array {
   const ids = argBuffer(xs.length);
-  for (let k = 0; k < xs.length; k++) ids[k] = nodeOf(g, xs[k]!, op, `xs[${k}]`);
-  return g;
+  for (let k = 0; k < xs.length; k++) ids[k] = nodeOfAt(g, xs[k]!, op, "xs[", k, "]");
+  return ids;
+}
+
+function graphOfVariadic(op: string, xs: readonly ExprLike[]): ComputationGraph {
+  if (xs.length === 0) throw new ShapeError(`${op}: needs at least one argument`);
+  return graphOf(op, xs);
 }
 
 /** y = [x₁; x₂; …] (vectors). */
 export function concat(xs: readonly ExprLike[]): Expression {
-  const g = variadic("concat", xs);
-  const ids = argBuffer(xs.length);
+  if (xs.length === 2) return concat2(xs[0]!, xs[1]!);
+  if (xs.length === 3) return concat3(xs[0]!, xs[1]!, xs[2]!);
+  const g = graphOfVariadic("concat", xs);
+  const ids = variadic(g, "concat", xs);
   let n = 0;
-  for (let k = 0; k < xs.length; k++) n += requireVector(g, ids[k]!, "concat", `xs[${k}]`);
+  for (let k = 0; k < xs.length; k++) n += requireVectorAt(g, ids[k]!, "concat", "xs[", k, "]");
   return new Expression(g, g.addNode(Op.Concat, n, 1, ids, 0, 0, 0, xs.length), g.generation);
+}
+
+/** `concat([a, b])` without the argument array (the same node, checks and messages). */
+export function concat2(a: ExprLike, b: ExprLike): Expression {
+  const ax = a instanceof Expression;
+  const bx = b instanceof Expression;
+  const g = ax ? a.graph : bx ? b.graph : graphOf2("concat", a, b);
+  const ai = argNode(g, a, ax, "concat", "xs[0]");
+  const bi = argNode(g, b, bx, "concat", "xs[1]");
+  return new Expression(g, concat2Node(g, ai, bi), g.generation);
+}
+
+/** `concat2` of nodes a and b of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function concat2Node(g: ComputationGraph, a: number, b: number): number {
+  const n = requireVector(g, a, "concat", "xs[0]") + requireVector(g, b, "concat", "xs[1]");
+  return g.addNode2(Op.Concat, n, 1, a, b);
+}
+
+/** `concat([a, b, c])` without the argument array (the same node, checks and messages). */
+export function concat3(a: ExprLike, b: ExprLike, c: ExprLike): Expression {
+  const ax = a instanceof Expression;
+  const bx = b instanceof Expression;
+  const cx = c instanceof Expression;
+  const g = ax ? a.graph : bx ? b.graph : cx ? c.graph : graphOf3("concat", a, b, c);
+  const ai = argNode(g, a, ax, "concat", "xs[0]");
+  const bi = argNode(g, b, bx, "concat", "xs[1]");
+  const ci = argNode(g, c, cx, "concat", "xs[2]");
+  return new Expression(g, concat3Node(g, ai, bi, ci), g.generation);
+}
+
+/** `concat3` of nodes a, b and c of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function concat3Node(g: ComputationGraph, a: number, b: number, c: number): number {
+  const n =
+    requireVector(g, a, "concat", "xs[0]") +
+    requireVector(g, b, "concat", "xs[1]") +
+    requireVector(g, c, "concat", "xs[2]");
+  return g.addNode3(Op.Concat, n, 1, a, b, c);
 }
 
 /** y = x[start:end] (a contiguous slice of a vector). */
 export function pickRange(x: Expression, start: number, end: number): Expression {
   const g = x.graph;
-  const xi = g.check(x, "pickRange", "x");
-  const n = requireVector(g, xi, "pickRange", "x");
+  return new Expression(g, pickRangeNode(g, g.check(x, "pickRange", "x"), start, end), g.generation);
+}
+
+/** `pickRange` of node x of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function pickRangeNode(g: ComputationGraph, x: number, start: number, end: number): number {
+  const n = requireVector(g, x, "pickRange", "x");
   if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end > n || start >= end) {
     throw new ShapeError(`pickRange: range [${start}, ${end}) is not a non-empty range inside x of length ${n}`);
   }
-  return new Expression(g, g.addNode(Op.PickRange, end - start, 1, [xi], start, end), g.generation);
+  return g.addNode1(Op.PickRange, end - start, 1, x, start, end);
 }
 
 /** y = Σᵢ xᵢ (all the same shape); DyNet's esum. */
 export function sum(xs: readonly ExprLike[]): Expression {
-  const g = variadic("sum", xs);
-  const ids = argBuffer(xs.length);
+  const g = graphOfVariadic("sum", xs);
+  return new Expression(g, sumNode(g, variadic(g, "sum", xs), xs.length), g.generation);
+}
+
+/** `sum` of the first n (≥ 1) nodes of g in `ids`, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function sumNode(g: ComputationGraph, ids: ArrayLike<number>, n: number): number {
   const first = ids[0]!;
-  for (let k = 1; k < xs.length; k++) sameShape(g, first, ids[k]!, "sum", "xs[0]", `xs[${k}]`);
-  return new Expression(g, g.addNode(Op.Sum, g.rows[first]!, g.cols[first]!, ids, 0, 0, 0, xs.length), g.generation);
+  const rows = g.rows;
+  const cols = g.cols;
+  const r = rows[first]!;
+  const c = cols[first]!;
+  for (let k = 1; k < n; k++) {
+    const id = ids[k]!;
+    if (rows[id] !== r || cols[id] !== c) throw shapeMismatch(g, first, id, "sum", "xs[0]", argName("xs[", k, "]"));
+  }
+  return g.addNode(Op.Sum, r, c, ids, 0, 0, 0, n);
 }
 
 export { sum as esum };
