@@ -19,7 +19,12 @@ import { TreeLstmModel } from "../src/models/treelstm.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
 import { AdamTrainer, SimpleSGDTrainer } from "../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
-import { compareAdamBatch, type Looseness, referenceAdamBatch } from "./vpps-adam-compare.js";
+import {
+  compareAdamBatch,
+  tensorDifference as firstDifference,
+  type Looseness,
+  referenceAdamBatch,
+} from "./vpps-adam-compare.js";
 
 /** A small GPU: few CTAs, so matrices spread over several slots of each CTA and processors share work. */
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
@@ -43,18 +48,6 @@ function reference(pc: ParameterCollection, loss: Expression, clip: number): Ref
   const values = pc.all.map((p) => Float32Array.from(p.value));
   for (const [i, p] of pc.all.entries()) p.value.set(before[i]!);
   return { loss: value, gradients, values };
-}
-
-/** First element where `actual` differs from `expected` beyond fp32 noise (relative to the tensor's scale), or "". */
-function firstDifference(what: string, expected: Float32Array, actual: Float32Array): string {
-  let scale = 0;
-  for (const v of expected) scale = Math.max(scale, Math.abs(v));
-  const tol = 1e-12 + 2e-4 * scale;
-  for (let k = 0; k < expected.length; k++) {
-    const d = Math.abs(expected[k]! - actual[k]!);
-    if (!(d <= tol)) return `${what}[${k}]: CPU ${expected[k]}, VPPS ${actual[k]} (tolerance ${tol.toExponential(1)})`;
-  }
-  return "";
 }
 
 /** The loss, every gradient, and every parameter's update step (new − old: small next to the weights themselves). */
