@@ -589,10 +589,11 @@ const METHOD = {
     "weightBytesPer128 (VPPS): bytes of the weight matrices, read from DRAM into registers once per launch (and " +
     "written back once), times the launches 128 sentences take at that batch size. Not measured for the baselines.",
   jit:
-    "VPPS is created twice per cell and hidden size: the first create compiles every rpw/CTA variant with NVRTC " +
-    "into the kernel cache (`options.cacheDir`; a fresh folder unless --cache was given, but a later configuration " +
-    "with the same kernel source is a cache hit, see `cacheHit`), the second reads them back; runs[].jit.createMs " +
-    "is [first, second]. The baselines' createMs includes their kernels' compile or cache read (default cache).",
+    "VPPS is created twice per cell and hidden size: the first create compiles every rpw/CTA variant with NVRTC, " +
+    "all at once, into the kernel cache (`options.cacheDir`); its kernels carry a name unique to the configuration " +
+    "and run, so that neither that cache nor NVRTC's own cache of programs it has seen serves them (a cold JIT); " +
+    "the second create reads them back from the kernel cache. runs[].jit.createMs is [first, second]. The " +
+    "baselines' createMs includes their kernels' compile or cache read (default cache).",
   memory:
     "runs[].memory: device-wide used memory (total − free from cuMemGetInfo, GPU 0) sampled before the engine is " +
     "created (baselineMiB) and after its creation, the first-batch check, each timed repeat (baselines, outside " +
