@@ -104,6 +104,9 @@ export class EmulatedAutobatchDevice implements AutobatchDevice {
     for (const p of this.params.all)
       p.value.set(this.pool.subarray(this.valueAt[p.index]!, this.valueAt[p.index]! + p.value.length));
   }
+  reloadFromHost(): void {
+    for (const p of this.params.all) this.pool.set(p.value, this.valueAt[p.index]!);
+  }
   synchronize(): void {}
   launchCounts(): AutobatchLaunchCounts {
     return { ...this.counts };

@@ -60,7 +60,7 @@ export function createEngine(name: string, params: ParameterCollection, opts: Cr
         "Use --device cpu (the batched CPU engine) or --engine cpu.",
       );
     case "vpps":
-      // One persistent kernel per model (src/engines/vpps/); SGD only, updated inside the kernel.
+      // One persistent kernel per model (src/engines/vpps/); SGD or Adam, updated inside the kernel.
       return createGpuEngine(
         "vpps",
         opts.device ?? "auto",

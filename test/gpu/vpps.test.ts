@@ -450,32 +450,47 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     }
   });
 
-  test("the Engine adapter trains like the CPU engine (3 SGD batches)", () => {
+  test("the Engine adapter trains like the CPU engine (3 SGD batches) and evaluates on the GPU with fresh weights", () => {
     const run = (engineName: "cpu" | "vpps") => {
       const { trees, vocab, model } = setup(128);
       const engine = createEngine(engineName, model.params);
       const trainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
       const losses: number[] = [];
+      const batch = (k: number) => {
+        const cg = new ComputationGraph();
+        const loss = model.buildBatchLoss(cg, trees.slice(8 * k, 8 * k + 8), vocab);
+        losses.push(engine.forwardScalar(loss));
+        engine.backward(loss);
+        engine.update(trainer);
+      };
+      // a forward-only pass (evaluation) of one tree's root scores
+      const scores = () => {
+        const cg = new ComputationGraph();
+        cg.training = false;
+        const root = model.buildTree(cg, trees[40]!, vocab, false).rootScores;
+        engine.forward(root);
+        return Float32Array.from(engine.value(root));
+      };
       try {
-        for (let k = 0; k < 3; k++) {
-          const cg = new ComputationGraph();
-          const loss = model.buildBatchLoss(cg, trees.slice(8 * k, 8 * k + 8), vocab);
-          losses.push(engine.forwardScalar(loss));
-          engine.backward(loss);
-          engine.update(trainer);
-        }
+        for (let k = 0; k < 3; k++) batch(k);
+        const before = scores();
+        batch(3); // the evaluator must see the weights this batch changes
+        const after = scores();
         engine.syncToHost();
+        return { losses, w: Float32Array.from(model.params.all[0]!.value), before, after };
       } finally {
         engine.dispose();
       }
-      return { losses, w: Float32Array.from(model.params.all[0]!.value) };
     };
     const cpu = run("cpu");
     const gpu = run("vpps");
     console.log(`  losses CPU ${cpu.losses.join(", ")}; VPPS ${gpu.losses.join(", ")}`);
-    for (let k = 0; k < 3; k++)
+    for (let k = 0; k < 4; k++)
       assert.ok(Math.abs(cpu.losses[k]! - gpu.losses[k]!) <= 1e-4 * cpu.losses[k]!, `batch ${k}`);
-    assert.equal(firstDifference("W after 3 batches", cpu.w, gpu.w), "");
+    assert.equal(firstDifference("W after 4 batches", cpu.w, gpu.w), "");
+    assert.equal(firstDifference("root scores after 3 batches", cpu.before, gpu.before), "");
+    assert.equal(firstDifference("root scores after 4 batches", cpu.after, gpu.after), "");
+    assert.notDeepEqual(gpu.before, gpu.after, "the evaluation did not see the 4th batch's weights");
   });
 
   test("Adam, hidden 256, SST: 3 consecutive batches of 1, 8 and 32 trees: loss, gradients, moments, steps", async () => {

@@ -51,6 +51,8 @@ export interface AutobatchDevice extends ParameterSite {
   /** A parameter's accumulated gradient (waits for queued work). */
   readGradient(index: number): Float32Array;
   syncToHost(): void;
+  /** Uploads the ParameterCollection's values over the device's copy (another engine trained them). */
+  reloadFromHost(): void;
   synchronize(): void;
   launchCounts(): AutobatchLaunchCounts;
   dispose(): void;
@@ -188,6 +190,9 @@ export class CudaAutobatchDevice implements AutobatchDevice {
   }
   syncToHost(): void {
     this.parameters.syncToHost();
+  }
+  reloadFromHost(): void {
+    this.parameters.reloadFromHost();
   }
   synchronize(): void {
     this.ctx.synchronize();
@@ -365,6 +370,11 @@ export class AutobatchGpuEngine implements Engine {
 
   syncToHost(): void {
     this.device.syncToHost();
+  }
+
+  /** Uploads the ParameterCollection's values over the engine's device copy, e.g. after another engine trained them. */
+  reloadParameters(): void {
+    this.device.reloadFromHost();
   }
 
   dispose(): void {

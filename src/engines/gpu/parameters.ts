@@ -117,6 +117,13 @@ export class DeviceParameters {
     for (const p of this.params.all) this.ctx.download(this.valuePtr(p.index), p.value);
   }
 
+  /** Copies every parameter's host values to the device (after another engine trained them); waits for the copies. */
+  reloadFromHost(): void {
+    const stream = this.ctx.stream.handle;
+    for (const p of this.params.all) this.ctx.pool.upload(this.valueOffset[p.index]!, p.value, stream);
+    this.ctx.synchronize();
+  }
+
   /** Zeroes every gradient and forgets the touched rows. */
   zeroGradients(): void {
     const driver = this.ctx.device.driver;

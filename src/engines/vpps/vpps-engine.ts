@@ -8,12 +8,15 @@
  * and again with the trainer's settings at update(); later batches use the trainer of the previous update() call,
  * read when they are launched. SGD and Adam (SimpleSGDTrainer, AdamTrainer: `trainer.kind`) both run in the kernel;
  * the step count is the trainer's `updates`, which update() advances as the trainer's own update() would. A new
- * trainer object starts afresh (Adam's moments zeroed), as its own state would. Forward-only passes (evaluation)
- * run on the CPU reference over weights read back from the GPU.
+ * trainer object starts afresh (Adam's moments zeroed), as its own state would. Forward-only passes (evaluation:
+ * the script format needs a scalar loss to run at all) run on the autobatch GPU engine over the same parameters,
+ * whose device copy is refreshed from the weights VPPS trained once per evaluation (the CPU reference took ~37 s per
+ * SST dev evaluation at hidden 256, against ~1 s of training per epoch); on the CPU engine where that fails.
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../train/trainers.js";
+import { AutobatchGpuEngine } from "../autobatch/gpu-engine.js";
 import { CpuEngine } from "../cpu.js";
 import type { Engine } from "../engine.js";
 import { Vpps, type VppsOptions } from "./engine.js";
@@ -24,23 +27,34 @@ export class VppsEngine implements Engine {
   private trainer: Trainer | undefined;
   private pending: { g: ComputationGraph; loss: Expression } | undefined;
   private lastLoss: { e: Expression; value: number } | undefined;
-  private cpu: CpuEngine | undefined;
+  /** The engine of forward-only passes (autobatch on the GPU, or the CPU reference) and whether its weights are stale. */
+  private evaluator: Engine | undefined;
+  private evaluatorStale = true;
   private weightsOnHost = false;
 
   constructor(
     private readonly params: ParameterCollection,
-    options: VppsOptions = {},
+    private readonly options: VppsOptions = {},
   ) {
     // every batch waits for its own loss here, so schedule workers would only add a thread hop
     this.vpps = Vpps.createSync(params, { scheduleWorkers: 0, ...options });
   }
 
   forward(e: Expression): void {
-    // Evaluation: the script format needs a scalar loss to run backward and update; plain forward passes are rare
-    // (once per epoch) and run on the CPU engine over the current weights.
     if (!this.weightsOnHost) this.syncToHost();
-    this.cpu ??= new CpuEngine(this.params);
-    this.cpu.forward(e);
+    if (this.evaluator === undefined) {
+      try {
+        this.evaluator = new AutobatchGpuEngine(this.params, { device: this.options.device ?? "auto" });
+      } catch {
+        this.evaluator = new CpuEngine(this.params); // it reads the ParameterCollection itself
+      }
+      this.evaluatorStale = false; // both read the host values as they are now
+    }
+    if (this.evaluatorStale) {
+      if (this.evaluator instanceof AutobatchGpuEngine) this.evaluator.reloadParameters();
+      this.evaluatorStale = false;
+    }
+    this.evaluator.forward(e);
   }
 
   forwardScalar(e: Expression): number {
@@ -60,10 +74,10 @@ export class VppsEngine implements Engine {
 
   value(e: Expression): Float32Array {
     if (this.lastLoss?.e === e) return Float32Array.of(this.lastLoss.value);
-    if (!this.cpu) {
+    if (!this.evaluator) {
       throw new Error("vpps engine: value() is available for the loss of the last batch and after forward()");
     }
-    return this.cpu.value(e);
+    return this.evaluator.value(e);
   }
 
   gradient(_e: Expression): Float32Array {
@@ -107,9 +121,11 @@ export class VppsEngine implements Engine {
   syncToHost(): void {
     this.vpps.syncToHost();
     this.weightsOnHost = true;
+    this.evaluatorStale = true;
   }
 
   dispose(): void {
     this.vpps.dispose();
+    this.evaluator?.dispose();
   }
 }
