@@ -5,7 +5,6 @@ import { describe, test } from "node:test";
 import { readTrees } from "../src/data/sst.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
-import { CpuEngine } from "../src/engines/cpu.js";
 import { type DeviceModel, H100_SXM } from "../src/engines/vpps/device-model.js";
 import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/emulator-batch.js";
 import { createModelLayout, type ModelLayout } from "../src/engines/vpps/layout.js";
@@ -17,38 +16,26 @@ import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
-import { AdamTrainer, SimpleSGDTrainer } from "../src/train/trainers.js";
+import { AdamTrainer } from "../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
 import {
   compareAdamBatch,
   tensorDifference as firstDifference,
   type Looseness,
   referenceAdamBatch,
-} from "./vpps-adam-compare.js";
+  referenceSgdBatch,
+  type SgdReference,
+} from "./vpps-reference.js";
 
 /** A small GPU: few CTAs, so matrices spread over several slots of each CTA and processors share work. */
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
 const LR = 0.1;
 
-interface Reference {
-  loss: number;
-  gradients: Float32Array[];
-  values: Float32Array[];
-}
+type Reference = SgdReference;
 
-/** The CPU engine's loss, gradients and SGD-updated values; leaves the collection as it found it. */
-function reference(pc: ParameterCollection, loss: Expression, clip: number): Reference {
-  const before = pc.all.map((p) => Float32Array.from(p.value));
-  pc.zeroGradients();
-  const cpu = new CpuEngine(pc);
-  const value = cpu.forwardScalar(loss);
-  cpu.backward(loss);
-  const gradients = pc.all.map((p) => Float32Array.from(p.grad));
-  new SimpleSGDTrainer({ learningRate: LR, clipThreshold: clip }).update(pc);
-  const values = pc.all.map((p) => Float32Array.from(p.value));
-  for (const [i, p] of pc.all.entries()) p.value.set(before[i]!);
-  return { loss: value, gradients, values };
-}
+/** The CPU engine's loss, gradients and clipped-SGD values at this file's learning rate. */
+const reference = (pc: ParameterCollection, loss: Expression, clip: number): Reference =>
+  referenceSgdBatch(pc, loss, LR, clip);
 
 /** The loss, every gradient, and every parameter's update step (new − old: small next to the weights themselves). */
 function compare(pc: ParameterCollection, ref: Reference, got: EmulatedBatch): string {

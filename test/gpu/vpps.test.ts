@@ -15,7 +15,6 @@ import { cudaAvailable } from "../../src/cuda/index.js";
 import { readTrees } from "../../src/data/sst.js";
 import { syntheticTrees } from "../../src/data/synthetic.js";
 import { Vocabulary } from "../../src/data/vocab.js";
-import { CpuEngine } from "../../src/engines/cpu.js";
 import { createEngine } from "../../src/engines/index.js";
 import { Vpps, type VppsOptions } from "../../src/engines/vpps/engine.js";
 import { formatKernelProfile } from "../../src/engines/vpps/kernel-profile.js";
@@ -28,7 +27,14 @@ import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.j
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../../src/ops/index.js";
 import { AdamTrainer, SimpleSGDTrainer } from "../../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
-import { type AdamBatch, compareAdamBatch, type Looseness, referenceAdamBatch } from "../vpps-adam-compare.js";
+import {
+  type AdamBatch,
+  compareAdamBatch,
+  type Looseness,
+  referenceAdamBatch,
+  referenceSgdBatch,
+  type SgdReference,
+} from "../vpps-reference.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
@@ -38,26 +44,11 @@ const LR = 0.05;
 const CLIP = 5;
 const cacheDir = process.env["VPPS_TEST_CACHE"] ?? join(tmpdir(), "vpps-test-kernels");
 
-interface Reference {
-  loss: number;
-  gradients: Float32Array[];
-  values: Float32Array[];
-}
+type Reference = SgdReference;
 
-/** The CPU engine's loss, gradients and clipped-SGD values; leaves the collection's values as it found them. */
-function reference(pc: ParameterCollection, loss: Expression, clip: number): Reference {
-  const before = pc.all.map((p) => Float32Array.from(p.value));
-  pc.zeroGradients();
-  const cpu = new CpuEngine(pc);
-  const value = cpu.forwardScalar(loss);
-  cpu.backward(loss);
-  const gradients = pc.all.map((p) => Float32Array.from(p.grad));
-  new SimpleSGDTrainer({ learningRate: LR, clipThreshold: clip }).update(pc);
-  const values = pc.all.map((p) => Float32Array.from(p.value));
-  for (const [i, p] of pc.all.entries()) p.value.set(before[i]!);
-  pc.zeroGradients();
-  return { loss: value, gradients, values };
-}
+/** The CPU engine's loss, gradients and clipped-SGD values at this file's learning rate. */
+const reference = (pc: ParameterCollection, loss: Expression, clip: number): Reference =>
+  referenceSgdBatch(pc, loss, LR, clip);
 
 /**
  * First element off by more than 2e-4 of the tensor's largest magnitude (fp32 sums in another order) plus, for
@@ -155,7 +146,7 @@ const ADAM_CLIP = 1;
 /**
  * Consecutive Adam batches through `run` (one VPPS trajectory) and through the CPU engine + AdamTrainer on a copy of
  * the model with the same initial weights; per batch the first mismatch of loss, gradients (when `run` reads
- * them), moments or steps (vpps-adam-compare.ts), or "".
+ * them), moments or steps (vpps-reference.ts), or "".
  */
 async function compareAdamRuns(
   what: string,

@@ -230,8 +230,7 @@ export class Vpps {
       }
       return Vpps.assemble(setup, params, options);
     } catch (e) {
-      setup.pool?.dispose();
-      setup.ctx.dispose();
+      Vpps.close(setup);
       throw e;
     }
   }
@@ -242,10 +241,15 @@ export class Vpps {
     try {
       return Vpps.assemble(setup, params, options);
     } catch (e) {
-      setup.pool?.dispose();
-      setup.ctx.dispose();
+      Vpps.close(setup);
       throw e;
     }
+  }
+
+  /** Releases what `open` made, when creating the engine failed after it. */
+  private static close(setup: ReturnType<typeof Vpps.open>): void {
+    setup.pool?.dispose();
+    setup.ctx.dispose();
   }
 
   /** The context, the device's numbers, the plan variants and the schedule workers (started first: they load while the kernels compile). */

@@ -1,6 +1,6 @@
 /**
- * Comparing VPPS's Adam (emulator or GPU) with the CPU engine + AdamTrainer, batch by batch: loss, gradients,
- * moments and each parameter's step. Shared by test/vpps-emulator.test.ts and test/gpu/vpps.test.ts.
+ * The CPU references VPPS (emulator or GPU) is compared with, shared by test/vpps-emulator.test.ts and
+ * test/gpu/vpps.test.ts: one SGD batch, and Adam batch by batch (loss, gradients, moments and each parameter's step).
  *
  * The two run separate trajectories from the same start (each carries its own weights and moments), so batch k
  * compares steps (new − old weight of each trajectory), not weights that earlier batches may have moved apart.
@@ -9,7 +9,7 @@ import { CpuEngine } from "../src/engines/cpu.js";
 import { ADAM_DEFAULTS, adamStep } from "../src/engines/vpps/moments.js";
 import type { Expression } from "../src/graph/graph.js";
 import type { AnyParameter, ParameterCollection } from "../src/model/parameters.js";
-import type { AdamTrainer } from "../src/train/trainers.js";
+import { type AdamTrainer, SimpleSGDTrainer } from "../src/train/trainers.js";
 
 export interface Moments {
   readonly m: Float32Array;
@@ -32,14 +32,37 @@ export function trainerMoments(trainer: AdamTrainer, p: AnyParameter): Moments {
   return { m: state.m.get(p) ?? zero, v: state.v.get(p) ?? zero };
 }
 
-/** The reference's batch: CPU engine forward and backward of `loss` over `pc`, then `trainer.update(pc)`. */
-export function referenceAdamBatch(pc: ParameterCollection, trainer: AdamTrainer, loss: Expression): AdamBatch {
-  const before = pc.all.map((p) => Float32Array.from(p.value));
+/** The CPU engine's forward and backward of `loss` over `pc` (gradients zeroed first): the loss and every gradient. */
+function cpuLossAndGradients(pc: ParameterCollection, loss: Expression): { value: number; gradients: Float32Array[] } {
   pc.zeroGradients();
   const cpu = new CpuEngine(pc);
   const value = cpu.forwardScalar(loss);
   cpu.backward(loss);
-  const gradients = pc.all.map((p) => Float32Array.from(p.grad));
+  return { value, gradients: pc.all.map((p) => Float32Array.from(p.grad)) };
+}
+
+/** One SGD batch of the reference: the loss, every gradient and every parameter's new value. */
+export interface SgdReference {
+  loss: number;
+  gradients: Float32Array[];
+  values: Float32Array[];
+}
+
+/** The CPU engine's loss, gradients and clipped-SGD values; leaves the collection's values as it found them. */
+export function referenceSgdBatch(pc: ParameterCollection, loss: Expression, lr: number, clip: number): SgdReference {
+  const before = pc.all.map((p) => Float32Array.from(p.value));
+  const { value, gradients } = cpuLossAndGradients(pc, loss);
+  new SimpleSGDTrainer({ learningRate: lr, clipThreshold: clip }).update(pc);
+  const values = pc.all.map((p) => Float32Array.from(p.value));
+  for (const [i, p] of pc.all.entries()) p.value.set(before[i]!);
+  pc.zeroGradients();
+  return { loss: value, gradients, values };
+}
+
+/** The reference's batch: CPU engine forward and backward of `loss` over `pc`, then `trainer.update(pc)`. */
+export function referenceAdamBatch(pc: ParameterCollection, trainer: AdamTrainer, loss: Expression): AdamBatch {
+  const before = pc.all.map((p) => Float32Array.from(p.value));
+  const { value, gradients } = cpuLossAndGradients(pc, loss);
   trainer.update(pc);
   const after = pc.all.map((p) => Float32Array.from(p.value));
   const moments = pc.all.map((p) => {
