@@ -256,6 +256,13 @@ describe("VPPS kernel source", () => {
     const profiled = generateKernelSource(plan, { model: "treelstm", profile: true });
     assert.match(profiled, /constexpr bool kProfile = true;/);
     assert.equal(kernelName(plan, { model: "treelstm", profile: true }), "vpps_treelstm_cta1_rpw2_prof");
+    assert.match(source, /constexpr bool kTrace = false;/);
+    assert.match(generateKernelSource(plan, { model: "treelstm", trace: true }), /constexpr bool kTrace = true;/);
+    assert.equal(kernelName(plan, { model: "treelstm", trace: true }), "vpps_treelstm_cta1_rpw2_trace");
+    assert.throws(
+      () => generateKernelSource(plan, { model: "treelstm", trace: true, profile: true }),
+      /profile or with trace, not both/,
+    );
   });
 
   test("the interpreter has one case per opcode of the script format", () => {
@@ -330,6 +337,9 @@ describe("VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v)", asyn
     const tight = planVpps(treeLstm(256, 256), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 3 });
     const profiled = { model: "treelstm_profiled", profile: true };
     kernels.push({ plan: tight, name: kernelName(tight, profiled), source: generateKernelSource(tight, profiled) });
+    // and the timeline build (`trace: true`)
+    const traced = { model: "treelstm_traced", trace: true };
+    kernels.push({ plan: tight, name: kernelName(tight, traced), source: generateKernelSource(tight, traced) });
     assert.equal(new Set(kernels.map((k) => k.name)).size, kernels.length, "kernel names must be unique");
     // One translation unit per core (each kernel in its own namespace) pays nvcc's front end once per core.
     const units = Math.max(1, Math.min(availableParallelism(), 4, kernels.length));

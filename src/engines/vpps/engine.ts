@@ -22,7 +22,8 @@ import type { ParameterCollection } from "../../model/parameters.js";
 import { GpuContext, type KernelSet } from "../gpu/context.js";
 import { type DeviceModel, deviceModelFromProperties } from "./device-model.js";
 import { type KernelProfile, summarizeKernelProfile } from "./kernel-profile.js";
-import { generateKernelSource, kernelName } from "./kernel-template.js";
+import { generateKernelSource, kernelName, TRACE_SLOTS } from "./kernel-template.js";
+import { analyzeKernelTrace, type TraceAnalysis } from "./kernel-trace.js";
 import { createModelLayout } from "./layout.js";
 import {
   ADAM_DEFAULTS,
@@ -86,6 +87,11 @@ export interface VppsOptions {
    * kernel's time went (waits vs matrix work vs the rest). A little slower; for measurement, not training.
    */
   readonly profileKernel?: boolean;
+  /**
+   * Compile kernels that record a timeline of each launch (kernel-trace.ts): `kernelTrace()` then follows the last
+   * batch's critical path across processors. For measurement, not training; exclusive with `profileKernel`.
+   */
+  readonly traceKernel?: boolean;
   /** Where progress lines go (JIT, profile choice); default: nowhere. */
   readonly log?: (line: string) => void;
 }
@@ -308,6 +314,7 @@ export class Vpps {
       masterFloats: first.plan.masterFloats,
       modelFloats: first.model.modelFloats,
       scriptWords: SCRIPT_WORDS,
+      traceCtas: options.traceKernel ? Math.max(...plans.map((p) => p.ctas)) : 0,
     });
     runtime.uploadWeights(
       first.model,
@@ -347,6 +354,7 @@ export class Vpps {
       model: o.name ?? "model",
       ...(o.barrierSpinLimit !== undefined ? { barrierSpinLimit: o.barrierSpinLimit } : {}),
       ...(o.profileKernel ? { profile: true } : {}),
+      ...(o.traceKernel ? { trace: true } : {}),
     };
     return { name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
   }
@@ -385,7 +393,18 @@ export class Vpps {
         `${attr.numRegs} registers, ${attr.localBytes} B local${attr.localBytes > 0 ? " (SPILLS)" : ""}`,
     );
     const scheduler = new VppsScheduler(model, scheduleOptions(o, o.optimizer ?? "sgd"));
-    return { plan, model, kernel, name, index, scheduler, info, samples: [], profiled: o.profileKernel === true };
+    return {
+      plan,
+      model,
+      kernel,
+      name,
+      index,
+      scheduler,
+      info,
+      samples: [],
+      profiled: o.profileKernel === true,
+      traced: o.traceKernel === true,
+    };
   }
 
   /** Every compiled variant, with JIT cost and (after profiling) kernel time. */
@@ -602,6 +621,18 @@ export class Vpps {
     if (!this.opts.profileKernel) throw new Error("Vpps.kernelProfile: create the instance with profileKernel: true");
     this.flush();
     return summarizeKernelProfile(this.runtime.readProfile(reset));
+  }
+
+  /**
+   * The critical path of the last batch's launch (needs `traceKernel`; waits for the queued batches): which
+   * instructions and barrier hops the launch's time went to, from the timeline the traced kernel recorded.
+   */
+  kernelTrace(): TraceAnalysis {
+    if (!this.opts.traceKernel) throw new Error("Vpps.kernelTrace: create the instance with traceKernel: true");
+    this.flush();
+    const t = this.runtime.readTrace();
+    const names = this.variants[0]!.plan.matrices.map((m) => m.name);
+    return analyzeKernelTrace(t.script, t.ctas, t.words, TRACE_SLOTS, names);
   }
 
   /** Copies the device's weights into the ParameterCollection's host values (after every batch posted so far). */

@@ -135,6 +135,20 @@ __device__ __forceinline__ void red_release_add(u32* p, u32 v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// The returning form, for traced kernels only: the old count says which signal completed a barrier.
+__device__ __forceinline__ u32 atom_release_add(u32* p, u32 v) {
+  u32 old;
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// The GPU-wide nanosecond timer (comparable across SMs, unlike clock64), for traced kernels.
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Records the first error of the launch; later ones (mostly processors timing out behind the first) are dropped.
 __device__ void report_error(int* status, int code, int a, int b, int c, int pc) {
   if (atomicCAS(status, 0, code) == 0) {
@@ -195,7 +209,10 @@ export function renderStaticCases(): string {
         stop = true;
         break;
       case ${opcodeConstant(O.Signal)}:
-        if (threadIdx.x == 0) vpps_signal(barriers + n);
+        if (threadIdx.x == 0) {
+          if (kTrace) t_aux = atom_release_add(barriers + n, 1u);
+          else vpps_signal(barriers + n);
+        }
         break;
       case ${opcodeConstant(O.Wait)}:
         if (threadIdx.x == 0 && !vpps_wait(barriers + n, ${W(O.Wait, "count")}, status, n, (int)(pc + at))) s_abort = 1;

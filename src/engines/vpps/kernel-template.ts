@@ -63,6 +63,13 @@ export interface KernelSpec {
    * clock read and a shared-memory add per instruction; off by default, and a different kernel name.
    */
   readonly profile?: boolean;
+  /**
+   * Record a timeline of the launch into the `profile` argument (kernel-trace.ts): per CTA the global time at which
+   * each instruction ended and, for a signal, the barrier's count before it, which names the signal that released
+   * each wait. Costs a timer read and a store per instruction, and signals return their old count; a different
+   * kernel name. Exclusive with `profile`.
+   */
+  readonly trace?: boolean;
 }
 
 /**
@@ -75,6 +82,13 @@ export const PROFILE_SLOTS = {
   staging: 2 * OPCODE_COUNT + 1,
   total: 2 * OPCODE_COUNT + 2,
 } as const;
+
+/**
+ * u64 words per CTA of a traced kernel's `profile` argument: [0] the CTA's start and [1] the end of its weight loads
+ * (global ns), [2] how many instructions it ran, then per instruction (up to TRACE_SLOTS − 3 of them) the ns since
+ * [1] at which it ended in the low 32 bits and, for a signal, the barrier's count before it in the high 32 bits.
+ */
+export const TRACE_SLOTS = 4096;
 
 export const DEFAULT_SCRIPT_CHUNK_WORDS = 2048;
 export const DEFAULT_BARRIER_SPIN_LIMIT = 1 << 24;
@@ -96,7 +110,7 @@ export function kernelSharedBytes(spec: KernelSpec): number {
 /** `vpps_treelstm_cta1_rpw2`: the entry point's name for a spec and plan. */
 export function kernelName(plan: VppsPlan, spec: KernelSpec): string {
   const model = spec.model.replace(/[^A-Za-z0-9_]/g, "_");
-  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${spec.profile ? "_prof" : ""}`;
+  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
 }
 
 /** A short content hash of the plan's geometry, stated in the header so a dumped source names what it was for. */
@@ -130,6 +144,9 @@ ${matrices}
 
 function constants(plan: VppsPlan, spec: KernelSpec): string {
   const chunk = spec.scriptChunkWords ?? DEFAULT_SCRIPT_CHUNK_WORDS;
+  if (spec.profile && spec.trace) {
+    throw new Error("generateKernelSource: a kernel is rendered with profile or with trace, not both");
+  }
   if (chunk < MAX_INSTRUCTION_WORDS) {
     throw new Error(`generateKernelSource: scriptChunkWords must be at least ${MAX_INSTRUCTION_WORDS}; got ${chunk}`);
   }
@@ -146,6 +163,8 @@ constexpr u32 kBarrierSpinLimit = ${spec.barrierSpinLimit ?? DEFAULT_BARRIER_SPI
 constexpr u32 kNone = 0xffffffffu;         // absent optional operand
 constexpr bool kProfile = ${spec.profile ? "true" : "false"};         // count cycles per opcode into \`profile\`
 constexpr int kProfileWords = ${PROFILE_WORDS};
+constexpr bool kTrace = ${spec.trace ? "true" : "false"};           // record each instruction's end time into \`profile\` (kernel-trace.ts)
+constexpr u32 kTraceSlots = ${TRACE_SLOTS}u;
 constexpr int kStageLoads = ${stageLoads(plan)};              // x loads in flight per thread while staging (registers)
 constexpr int kErrBarrierTimeout = ${KERNEL_ERRORS.barrierTimeout}, kErrBadOpcode = ${KERNEL_ERRORS.badOpcode}, kErrBadLength = ${
     KERNEL_ERRORS.badLength
@@ -172,6 +191,11 @@ ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   long long t_cta = 0, t_ins = 0;
+  // tracing (kTrace): thread 0 writes this CTA's timeline; t_aux carries a signal's old count to its record
+  unsigned long long* trace = kTrace && profile != nullptr ? profile + (unsigned long long)blockIdx.x * kTraceSlots : nullptr;
+  unsigned long long t_start = 0;
+  u32 t_count = 0, t_aux = 0;
+  if (kTrace && threadIdx.x == 0 && trace != nullptr) trace[0] = global_ns();
   if (kProfile && threadIdx.x == 0) {
     t_cta = clock64();
     for (int k = 0; k < kProfileWords; ++k) s_prof[k] = 0;
@@ -193,6 +217,10 @@ ${renderSlotDeclarations(plan)}
   u32 pc = begin;
   bool stop = false;
   __syncthreads();
+  if (kTrace && threadIdx.x == 0 && trace != nullptr) {
+    t_start = global_ns();
+    trace[1] = t_start;
+  }
   while (pc < end && !stop) {
     const u32 avail = end - pc < kScriptChunkWords ? end - pc : kScriptChunkWords;
     if (kProfile && threadIdx.x == 0) t_ins = clock64();
@@ -220,6 +248,11 @@ ${renderMatrixCases(plan)}
       if (kProfile && threadIdx.x == 0) {
         s_prof[2 * op] += clock64() - t_ins;
         s_prof[2 * op + 1] += 1;
+      }
+      if (kTrace && threadIdx.x == 0 && trace != nullptr) {
+        if (t_count < kTraceSlots - 3) trace[3 + t_count] = ((unsigned long long)t_aux << 32) | (u32)(global_ns() - t_start);
+        trace[2] = ++t_count;
+        t_aux = 0;
       }
       if (s_abort) return;
       at += words;

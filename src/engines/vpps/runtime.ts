@@ -18,7 +18,7 @@ import { CudaEvent, type CudaKernel, type DevicePtr, karg, PinnedBuffer, type Po
 import type { GraphParameter } from "../../graph/graph.js";
 import type { GpuContext } from "../gpu/context.js";
 import { STATUS_WORDS } from "./kernel-static.js";
-import { PROFILE_WORDS } from "./kernel-template.js";
+import { PROFILE_WORDS, TRACE_SLOTS } from "./kernel-template.js";
 import type { ModelLayout } from "./layout.js";
 import { type AdamStep, adamKernelArgs, momentLayout } from "./moments.js";
 import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
@@ -33,6 +33,8 @@ export interface KernelVariant {
   readonly name: string;
   /** Rendered with `profile: true`: the launch passes the profile counters (kernel-template.ts PROFILE_WORDS). */
   readonly profiled?: boolean;
+  /** Rendered with `trace: true`: the launch passes the trace buffer (kernel-template.ts TRACE_SLOTS per CTA). */
+  readonly traced?: boolean;
 }
 
 /** Barrier counters one batch may use (steps × (1 + matrices): an elementwise barrier and one per matrix per step). */
@@ -132,6 +134,8 @@ export interface RuntimeOptions {
   readonly scriptWords: number;
   /** Floats reserved for the script's pool (model region included); default: what the context's pool has left. */
   readonly poolFloats?: number;
+  /** CTAs to reserve a kernel trace for (kernel-template.ts TRACE_SLOTS u64 each); 0 or absent: none. */
+  readonly traceCtas?: number;
 }
 
 export class VppsRuntime {
@@ -140,6 +144,11 @@ export class VppsRuntime {
   private readonly status: number;
   /** u64 counters of profiled kernels (kernel-template.ts PROFILE_WORDS), summed over batches until reset. */
   private readonly profile: number;
+  /** The timeline of the last traced launch (kernel-trace.ts), TRACE_SLOTS u64 per CTA; -1 when not reserved. */
+  private readonly trace: number;
+  private readonly traceCtas: number;
+  /** The script of the last traced launch, which the trace is read against. */
+  private lastTraced: { script: Uint32Array; ctas: number } | undefined;
   private readonly barriers: number;
   private readonly norm: number;
   private readonly script: number;
@@ -168,6 +177,8 @@ export class VppsRuntime {
     this.status = p.alloc(32, "VPPS status words");
     this.profile = p.alloc(2 * PROFILE_WORDS, "VPPS kernel profile counters");
     p.fill(this.profile, 2 * PROFILE_WORDS, 0);
+    this.traceCtas = opts.traceCtas ?? 0;
+    this.trace = this.traceCtas > 0 ? p.alloc(2 * TRACE_SLOTS * this.traceCtas, "VPPS kernel trace") : -1;
     this.norm = p.alloc(32, "VPPS gradient norm");
     this.barriers = p.alloc(MAX_BARRIERS, "VPPS barrier counters");
     this.scriptWords = opts.scriptWords;
@@ -445,7 +456,7 @@ export class VppsRuntime {
       karg.ptr(this.ptr(this.status)),
       karg.f32(lr),
       karg.f32(clip),
-      karg.ptr(variant.profiled ? this.ptr(this.profile) : 0),
+      karg.ptr(variant.profiled ? this.ptr(this.profile) : variant.traced ? this.traceBuffer(variant) : 0),
       karg.ptr(this.moments),
       ...adamArgs(adam),
     ]);
@@ -457,6 +468,7 @@ export class VppsRuntime {
     S.timed = timed;
     S.variant = variant;
     this.lastVariant = variant.name;
+    if (variant.traced) this.lastTraced = { script: s.script.slice(), ctas: variant.plan.ctas };
     return this.pipeline.end(slot);
   }
 
@@ -538,6 +550,27 @@ export class VppsRuntime {
     this.ctx.pool.download(this.profile, words);
     if (reset) this.ctx.pool.fill(this.profile, 2 * PROFILE_WORDS, 0);
     return new BigUint64Array(words.buffer);
+  }
+
+  /** The trace buffer for a traced variant's launch; remembers the script the trace will belong to. */
+  private traceBuffer(v: KernelVariant): DevicePtr {
+    if (this.trace < 0 || v.plan.ctas > this.traceCtas) {
+      throw new Error(`VPPS: kernel ${v.name} is traced, but the runtime reserved a trace for ${this.traceCtas} CTAs`);
+    }
+    return this.ptr(this.trace);
+  }
+
+  /**
+   * The timeline of the last traced launch (waits for every queued batch): its script, CTAs and TRACE_SLOTS u64
+   * words per CTA (kernel-trace.ts reads them).
+   */
+  readTrace(): { script: Uint32Array; ctas: number; words: BigUint64Array } {
+    this.pipeline.drain();
+    const last = this.lastTraced;
+    if (last === undefined) throw new Error("VPPS: no traced batch has run");
+    const words = new Uint32Array(2 * TRACE_SLOTS * last.ctas);
+    this.ctx.pool.download(this.trace, words);
+    return { script: last.script, ctas: last.ctas, words: new BigUint64Array(words.buffer) };
   }
 
   /** Waits for every queued batch; returns the last one's loss. */
