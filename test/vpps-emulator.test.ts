@@ -58,6 +58,17 @@ function matricesOf(pc: ParameterCollection) {
     .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
 }
 
+/** Instructions of the given opcodes in all processors' scripts. */
+function countOpcodes(script: Uint32Array, ctas: number, ops: readonly Opcode[]): number {
+  let n = 0;
+  for (let c = 0; c < ctas; c++) {
+    for (let at = ctas + 1 + script[c]!; at < ctas + 1 + script[c + 1]!; at += instructionWords(script, at)) {
+      if (ops.includes(script[at]! & 0xff)) n++;
+    }
+  }
+  return n;
+}
+
 function schedule(
   pc: ParameterCollection,
   device: DeviceModel,
@@ -131,6 +142,45 @@ describe("VPPS emulator against the CPU engine", () => {
       }
     });
   }
+
+  // Long lists as tile instructions (schedule-steps.ts flushTiles): tileEntries 2 turns nearly every list into
+  // tiles on arbitrary processors; 0 turns tiling off, which the default (a few dozen entries) does for short lists.
+  for (const tileEntries of [2, 0]) {
+    test(`Tree-LSTM batches with tileEntries ${tileEntries}: loss, gradients and updated weights`, () => {
+      for (const [count, seed, plan] of [
+        [1, 21, { ctasPerSm: 1, rowsPerWarp: 1 }],
+        [8, 22, { ctasPerSm: 2, rowsPerWarp: 2 }],
+      ] as const) {
+        const { pc, cg, loss } = treeBatch(count, seed, 12, 70, 0);
+        const ref = reference(pc, loss, 5);
+        const { model, sched } = schedule(pc, SMALL, plan, cg, loss, { tileEntries });
+        const tiles = countOpcodes(sched.script, model.plan.ctas, [Opcode.Tile, Opcode.TileXbar, Opcode.TileWbar]);
+        if (tileEntries === 2) assert.ok(tiles > 0, "tileEntries 2 must produce tile instructions");
+        else assert.equal(tiles, 0, "tileEntries 0 must not tile");
+        assert.equal(sched.zeroGradients, tileEntries === 2);
+        const { mismatches } = runAll(pc, model, sched, cg, ref, 3, 5);
+        assert.deepEqual(mismatches.slice(0, 3), [], `${count} tree(s), seed ${seed}`);
+      }
+    });
+  }
+
+  test("random graphs over every op with tiles (tileEntries 2): loss, gradients and updated weights", () => {
+    for (let seed = 1; seed <= 12; seed++) {
+      const { pc, build } = randomVppsModel(seed);
+      const cg = new ComputationGraph();
+      const loss = buildRandomVppsGraph(cg, build, seed);
+      const clip = seed % 3 === 0 ? 0 : 2;
+      const ref = reference(pc, loss, clip);
+      const plan: PlanOptions = {
+        ctasPerSm: seed % 2 === 0 ? 2 : 1,
+        rowsPerWarp: 1 + (seed % 3),
+        gradients: seed % 5 === 0 ? "gemm" : "auto",
+      };
+      const { model, sched } = schedule(pc, SMALL, plan, cg, loss, { tileEntries: 2 });
+      const { mismatches } = runAll(pc, model, sched, cg, ref, 2, clip);
+      assert.deepEqual(mismatches.slice(0, 3), [], `random graph seed ${seed} (${cg.size} nodes)`);
+    }
+  });
 
   test("random graphs over every op: loss, gradients and updated weights", () => {
     for (let seed = 1; seed <= 30; seed++) {
@@ -327,9 +377,14 @@ function adamTrajectories(
   lr: number,
   batches: number,
   loose: Looseness,
+  tileEntries?: number,
 ): string[] {
   const model = createModelLayout(pc.all, planVpps(matricesOf(pc), device, plan));
-  const scheduler = new VppsScheduler(model, { exportGradients: true, optimizer: "adam" });
+  const scheduler = new VppsScheduler(model, {
+    exportGradients: true,
+    optimizer: "adam",
+    ...(tileEntries !== undefined ? { tileEntries } : {}),
+  });
   const trainer = new AdamTrainer({ learningRate: lr, clipThreshold: clip });
   let values: Float32Array[] = pc.all.map((p) => Float32Array.from(p.value));
   let moments: Float32Array = new Float32Array(momentLayout(model).floats);
@@ -358,8 +413,14 @@ function adamTrajectories(
 
 describe("VPPS emulator: Adam against the CPU engine and the AdamTrainer", () => {
   const sst = existsSync(SST_FILE);
-  const configs: { name: string; plan: PlanOptions; clip: number }[] = [
+  const configs: { name: string; plan: PlanOptions; clip: number; tileEntries?: number }[] = [
     { name: "kernel update, 1 CTA/SM, rpw 1, clipping at 1", plan: { ctasPerSm: 1, rowsPerWarp: 1 }, clip: 1 },
+    {
+      name: "kernel update with tiles (tileEntries 2), clipping at 1",
+      plan: { ctasPerSm: 1, rowsPerWarp: 1 },
+      clip: 1,
+      tileEntries: 2,
+    },
     { name: "kernel update, 2 CTAs/SM, rpw 2, clipping at 5", plan: { ctasPerSm: 2, rowsPerWarp: 2 }, clip: 5 },
     { name: "gradients by GEMM (host update), clipping at 1", plan: { rowsPerWarp: 1, gradients: "gemm" }, clip: 1 },
   ];
@@ -373,7 +434,7 @@ describe("VPPS emulator: Adam against the CPU engine and the AdamTrainer", () =>
         return { cg, loss: model.buildBatchLoss(cg, trees.slice(4 * k, 4 * k + 1 + k), vocab) };
       };
       const loose = { count: 0, total: 0 };
-      const out = adamTrajectories(model.params, graphs, SMALL, c.plan, c.clip, 0.01, 3, loose);
+      const out = adamTrajectories(model.params, graphs, SMALL, c.plan, c.clip, 0.01, 3, loose, c.tileEntries);
       assert.deepEqual(out.slice(0, 3), []);
       assert.ok(loose.count <= 0.01 * loose.total, `${loose.count} of ${loose.total} steps compared loosely`);
     });

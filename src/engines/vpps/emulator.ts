@@ -9,8 +9,8 @@ import { sigmoid } from "../../ops/elementwise.js";
 import { dropoutKeeps } from "../../ops/index.js";
 import { RandomStream } from "../../util/random.js";
 import { type AdamStep, adamRange } from "./moments.js";
-import type { VppsPlan } from "./plan.js";
-import { bitsFloat, instructionWords, NONE, OPCODES, Opcode } from "./script.js";
+import type { MatrixPlan, VppsPlan } from "./plan.js";
+import { bitsFloat, instructionWords, NONE, OPCODES, Opcode, TILE } from "./script.js";
 
 /** The device memory the kernel sees (all float offsets as in the script). */
 export interface EmulatorMemory {
@@ -175,6 +175,64 @@ export class VppsEmulator {
           }
         }
         return;
+      case Opcode.Tile: {
+        const m = tileMatrix(this.plan, op, n, a(2), TILE.entries, cta);
+        const [rBegin, rEnd] = tileRange(op, "r0", a(3), TILE.rows, m.rows, cta);
+        const W = mem.master;
+        for (let e = table + a(1), end = e + 3 * a(2); e < end; e += 3) {
+          const [y, x, b] = [s[e]!, s[e + 1]!, s[e + 2]!];
+          for (let r = rBegin; r < rEnd; r++) {
+            let acc = 0;
+            for (let k = 0, w = m.masterOffset + r * m.cols; k < m.cols; k++) acc += W[w + k]! * pool[x + k]!;
+            pool[y + r] = (b === NONE ? 0 : pool[b + r]!) + acc;
+          }
+        }
+        return;
+      }
+      case Opcode.TileXbar: {
+        const m = tileMatrix(this.plan, op, n, a(2), TILE.entries, cta);
+        const [cBegin, cEnd] = tileRange(op, "c0", a(3), TILE.cols, m.cols, cta);
+        const W = mem.master;
+        for (let e = table + a(1), end = e + 4 * a(2); e < end; e += 4) {
+          const [ybar, xbar] = [s[e]!, s[e + 2]!];
+          if (xbar === NONE) continue;
+          for (let c = cBegin; c < cEnd; c++) {
+            let acc = 0;
+            for (let r = 0; r < m.rows; r++) acc += W[m.masterOffset + r * m.cols + c]! * pool[ybar + r]!;
+            pool[xbar + c]! += acc;
+          }
+        }
+        return;
+      }
+      case Opcode.TileWbar: {
+        const m = tileMatrix(this.plan, op, n, a(2), TILE.wbarEntries, cta);
+        const [rBegin, rEnd] = tileRange(op, "r0", a(3), TILE.rows, m.rows, cta);
+        const [cBegin, cEnd] = tileRange(op, "c0", a(4), TILE.cols, m.cols, cta);
+        const list = table + a(1);
+        const count = a(2);
+        for (let r = rBegin; r < rEnd; r++) {
+          for (let c = cBegin; c < cEnd; c++) {
+            let acc = 0;
+            for (let e = list; e < list + 4 * count; e += 4) acc += pool[s[e]! + r]! * pool[s[e + 1]! + c]!;
+            mem.grads[m.masterOffset + r * m.cols + c]! += acc;
+          }
+        }
+        // b̄ once per entry and row: only the tiles of the first column block add it
+        if (cBegin === 0) {
+          for (let e = list; e < list + 4 * count; e += 4) {
+            const [ybar, bbar] = [s[e]!, s[e + 3]!];
+            if (bbar !== NONE) for (let r = rBegin; r < rEnd; r++) pool[bbar + r]! += pool[ybar + r]!;
+          }
+        }
+        return;
+      }
+      case Opcode.ImportGrads:
+        for (const p of held) {
+          if (!p.registerGradient) continue;
+          const from = this.plan.matrices[p.matrix]!.masterOffset + p.firstRow * p.cols;
+          for (let i = 0; i < p.g.length; i++) p.g[i]! += mem.grads[from + i]!;
+        }
+        return;
       case Opcode.Copy:
         for (let i = 0; i < n; i++) pool[a(1) + i] = pool[a(2) + i]!;
         return;
@@ -324,6 +382,40 @@ export class VppsEmulator {
         throw new Error(`VPPS emulator: processor ${cta} has unknown opcode ${op} at word ${at}`);
     }
   }
+}
+
+/**
+ * The matrix of a tile instruction, refusing what the kernel cannot run: an unknown matrix, or more entries than
+ * its shared-memory staging holds (the scheduler must split longer lists).
+ */
+function tileMatrix(plan: VppsPlan, op: Opcode, n: number, count: number, most: number, cta: number): MatrixPlan {
+  const m = plan.matrices[n];
+  if (m === undefined) {
+    throw new Error(
+      `VPPS emulator: processor ${cta}: ${mnemonic(op)} names matrix ${n}; the plan has ${plan.matrices.length}`,
+    );
+  }
+  if (count > most) {
+    throw new Error(`VPPS emulator: processor ${cta}: ${mnemonic(op)} m=${n} has ${count} entries; at most ${most}`);
+  }
+  return m;
+}
+
+/** [start, min(start + size, limit)) of a tile; a start at or past the limit is a scheduling error, not a no-op. */
+function tileRange(
+  op: Opcode,
+  name: string,
+  start: number,
+  size: number,
+  limit: number,
+  cta: number,
+): [number, number] {
+  if (start >= limit) {
+    throw new Error(
+      `VPPS emulator: processor ${cta}: ${mnemonic(op)} has ${name}=${start}; the matrix has ${limit} ${name === "r0" ? "rows" : "columns"}`,
+    );
+  }
+  return [start, Math.min(start + size, limit)];
 }
 
 /** The reference trainer's clipping factor from the accumulated squared norm. */

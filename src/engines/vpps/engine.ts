@@ -63,6 +63,12 @@ export interface VppsOptions {
   readonly gradients?: GradientStrategy | "auto";
   /** Also write register gradients to device memory every batch (for tests: `gradients()`). */
   readonly exportGradients?: boolean;
+  /**
+   * Lists of at least this many products of one matrix in one step run as tile instructions (small GEMMs over the
+   * master copy, spread over all CTAs) instead of on the matrix's holders; 0 never tiles. Default: measured on the
+   * H100 (schedule-steps.ts DEFAULT_TILE_ENTRIES).
+   */
+  readonly tileEntries?: number;
   /** Timed batches per variant while profiling (default 4; the first of each is a warm-up and dropped). */
   readonly profileBatches?: number;
   /** Record CUDA events around every batch (kernel time in `stats`). */
@@ -663,7 +669,11 @@ export class Vpps {
 
 /** The schedulers' options (the same in every variant and worker). */
 function scheduleOptions(o: VppsOptions, optimizer: "sgd" | "adam") {
-  return { exportGradients: o.exportGradients ?? false, optimizer };
+  return {
+    exportGradients: o.exportGradients ?? false,
+    optimizer,
+    ...(o.tileEntries !== undefined ? { tileEntries: o.tileEntries } : {}),
+  };
 }
 
 /** The hyper-parameters given (an explicit undefined is not given). */

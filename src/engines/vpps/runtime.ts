@@ -445,6 +445,7 @@ export class VppsRuntime {
     }
     ctx.pool.fill(this.pool + L.gradStart, L.poolFloats - L.gradStart, 0, st);
     ctx.pool.fill(this.barriers, s.barriers, 0, st);
+    if (s.zeroGradients) ctx.pool.fill(this.grads, variant.plan.masterFloats, 0, st);
     ctx.pool.fill(this.status, 32, 0, st);
     if (timed) S.start.record(ctx.stream);
     variant.kernel.launch({ grid: variant.plan.ctas, block: variant.plan.threadsPerCta, stream: ctx.stream }, [

@@ -223,7 +223,19 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
   const acc = clip ? L.normOffset : NONE;
   const params = E.model.params;
   const rows = L.lookupRows;
+  const imported = t.wbarTiles > 0;
+  if (imported) {
+    // tile.wbar instructions added W̄ into the gradient buffer: all of them finish before the holders fold it in
+    t.gridBarrier(s);
+    s++;
+  }
   t.startStep(s);
+  if (imported) {
+    for (const q of E.registerGradCtas) {
+      t.touch(q);
+      w.insN(q, Opcode.ImportGrads, 0, [], 0);
+    }
+  }
   if (clip) {
     for (let p = 0; p < params.length; p++) {
       if (L.paramGrad[p]! < 0) continue;

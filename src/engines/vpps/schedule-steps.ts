@@ -16,10 +16,20 @@
  */
 import type { BatchLayout } from "./layout.js";
 import type { VppsPlan } from "./plan.js";
-import { LIST_ENTRIES, Opcode, ScriptWriter } from "./script.js";
+import { LIST_ENTRIES, Opcode, ScriptWriter, TILE } from "./script.js";
 
 /** Load of one weight element of a matrix product relative to one float of an elementwise instruction. */
 export const MATRIX_LOAD_WEIGHT = 0.25;
+/**
+ * Load of one multiply-add of a tile instruction relative to one float of an elementwise instruction: tiles read
+ * the master copy through shared memory in 64×64 blocks, far denser work than a list's per-entry rounds.
+ */
+export const TILE_LOAD_WEIGHT = MATRIX_LOAD_WEIGHT / 16;
+/**
+ * Lists of at least this many entries become tile instructions (ScheduleOptions.tileEntries): measured on the
+ * H100 (bench/vpps-tiles.ts) — shorter lists are faster on the holders, whose weights are already in registers.
+ */
+export const DEFAULT_TILE_ENTRIES = 48;
 
 const NO_ROOTS = new Int32Array(0);
 
@@ -37,6 +47,18 @@ export class StepTracker {
   private readonly cols: Int32Array;
   /** Per matrix: its holder when it has exactly one, else -1. */
   private readonly soleHolder: Int32Array;
+  private readonly rows: Int32Array;
+  /** Per matrix: 1 when its gradient lives in registers (its backward lists may become tiles). */
+  private readonly registerGrad: Uint8Array;
+  /** Lists of at least this many entries become tile instructions (0: never). */
+  readonly tileEntries: number;
+  /** Per step: bit m set when matrix m's list of that step was run as tiles (by any CTA, not only its holders). */
+  private tiledMask = new Uint32Array(0);
+  /** tile.wbar instructions of this batch: the gradient buffer must be zeroed and imported by the holders. */
+  wbarTiles = 0;
+  /** Scratch of one tiled list: per tile its CTA; per CTA in the list the first tile's index chain. */
+  private tileCta: Int32Array = new Int32Array(256);
+  private tileWords: Uint32Array = new Uint32Array(5 * 256);
 
   /** Storage roots of the batch being scheduled (layout.ts): buffer ids are 3·root (+1 gradient, +2 temporaries). */
   private valueRoot: Int32Array = NO_ROOTS;
@@ -97,7 +119,7 @@ export class StepTracker {
   private needed: Int32Array = new Int32Array(64);
   private neededCount = 0;
 
-  constructor(plan: VppsPlan) {
+  constructor(plan: VppsPlan, tileEntries = DEFAULT_TILE_ENTRIES) {
     if (plan.matrices.length > 32) {
       throw new Error(`VPPS: at most 32 matrices can be held in registers; the plan has ${plan.matrices.length}`);
     }
@@ -114,6 +136,12 @@ export class StepTracker {
     });
     this.soleHolder = Int32Array.from(this.holders, (hs) => (hs.length === 1 ? hs[0]! : -1));
     this.cols = Int32Array.from(plan.matrices, (m) => m.cols);
+    this.rows = Int32Array.from(plan.matrices, (m) => m.rows);
+    this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
+    if (!Number.isInteger(tileEntries) || tileEntries < 0) {
+      throw new Error(`vpps scheduler: tileEntries must be a whole number >= 0 (0: no tiles); got ${tileEntries}`);
+    }
+    this.tileEntries = tileEntries;
     this.active = new Int32Array(ctas);
     this.activeList = new Int32Array(ctas);
     this.load = new Float64Array(ctas);
@@ -153,6 +181,9 @@ export class StepTracker {
       this.waited.fill(0);
       this.batch = 1;
     }
+    this.wbarTiles = 0;
+    if (this.tiledMask.length < steps) this.tiledMask = new Uint32Array(steps * 2);
+    this.tiledMask.fill(0, 0, steps);
     if (this.usedGroups.length < steps) {
       this.usedGroups = new Uint32Array(steps * 2);
       this.slotStart = new Int32Array(steps * 2);
@@ -181,6 +212,7 @@ export class StepTracker {
 
   /** Announces `entries` products of matrix m in this step, so that loads are known before anything is placed. */
   preloadMatrix(m: number, entries: number): void {
+    if (this.tiles(m, entries, Opcode.MatVec)) return; // placed as tiles at the end of the step
     const hs = this.holders[m]!;
     const rows = this.heldRows[m]!;
     const load = this.load;
@@ -336,7 +368,7 @@ export class StepTracker {
     if (who === q) return;
     let bar = st * this.barriersPerStep;
     if (who < 0) {
-      if (this.soleHolder[-who - 1] === q) return;
+      if (this.soleWriter(st, -who - 1) === q) return;
       this.sameStepCheck(st);
       this.usedGroups[st]! |= 1 << (-who - 1);
       bar += -who;
@@ -349,6 +381,16 @@ export class StepTracker {
       this.waited[w] = this.batch;
       this.writer.wait(q, bar);
     }
+  }
+
+  /** The one CTA that wrote matrix m's outputs of step st (its sole holder, unless tiles did), else -1. */
+  private soleWriter(st: number, m: number): number {
+    return (this.tiledMask[st]! >>> m) & 1 ? -1 : this.soleHolder[m]!;
+  }
+
+  /** Whether a list of `entries` products of matrix m with opcode op runs as tile instructions. */
+  tiles(m: number, entries: number, op: Opcode): boolean {
+    return this.tileEntries > 0 && entries >= this.tileEntries && (op === Opcode.MatVec || this.registerGrad[m] === 1);
   }
 
   private sameStepCheck(st: number): void {
@@ -398,8 +440,12 @@ export class StepTracker {
     const ctas = this.ctas;
     for (let li = 0; li < this.listedCount; li++) {
       const m = this.listed[li]!;
+      const op = this.listOp[m]! as Opcode;
+      const length = this.listLength[m]!;
+      const count = length / (op === Opcode.MatVec ? MATVEC_ENTRY : MATVEC_BWD_ENTRY);
+      const tiled = this.tiles(m, count, op);
       const hs = holders[m]!;
-      const sole = hs.length === 1 ? hs[0]! : -3;
+      const sole = hs.length === 1 && !tiled ? hs[0]! : -3;
       const stamp = ++this.stamp;
       this.neededCount = 0;
       const reads = this.listReads[m]!;
@@ -412,13 +458,16 @@ export class StepTracker {
         for (let e = bw[at + 3]!; e >= 0; e = wr[e + 2]!) this.listDependency(wr[e]!, wr[e + 1]!, sole, stamp);
       }
       const needed = this.neededCount;
-      const op = this.listOp[m]! as Opcode;
-      const length = this.listLength[m]!;
       const at = writer.appendTable(this.listWords[m]!, length);
-      const count = length / (op === Opcode.MatVec ? MATVEC_ENTRY : MATVEC_BWD_ENTRY);
       const list = this.needed;
       const bit = 1 << m;
       const group = this.step * this.barriersPerStep + 1 + m;
+      if (tiled) {
+        this.flushTiles(m, op, at, count, group);
+        this.listLength[m] = 0;
+        this.listReadCount[m] = 0;
+        continue;
+      }
       for (let k = 0; k < hs.length; k++) {
         const q = hs[k]!;
         for (let j = 0; j < needed; j++) {
@@ -440,6 +489,100 @@ export class StepTracker {
   }
 
   /**
+   * A long list of matrix m (`count` entries at table offset `at`) as tile instructions over the master copy, each
+   * placed on the least-loaded CTA: forward, TILE.entries × TILE.rows blocks; backward, x̄ in TILE.entries ×
+   * TILE.cols blocks and W̄ (into the gradient buffer) in TILE.rows × TILE.cols blocks over TILE.wbarEntries
+   * entries. Every CTA that got tiles waits for what the list reads (the barriers flushLists collected in
+   * `needed`), runs its tiles and signals matrix m's barrier of the step, like a holder after its list.
+   */
+  private flushTiles(m: number, op: Opcode, at: number, count: number, group: number): void {
+    const rows = this.rows[m]!;
+    const cols = this.cols[m]!;
+    let n = 0;
+    const add = (code: Opcode, list: number, entries: number, a: number, b: number, work: number) => {
+      if (n === this.tileCta.length) {
+        this.tileCta = grow(this.tileCta);
+        const w = new Uint32Array(this.tileWords.length * 2);
+        w.set(this.tileWords);
+        this.tileWords = w;
+      }
+      this.tileCta[n] = this.placeTile(work * TILE_LOAD_WEIGHT);
+      const w = this.tileWords;
+      w[5 * n] = code;
+      w[5 * n + 1] = list;
+      w[5 * n + 2] = entries;
+      w[5 * n + 3] = a;
+      w[5 * n + 4] = b;
+      n++;
+    };
+    if (op === Opcode.MatVec) {
+      for (let e0 = 0; e0 < count; e0 += TILE.entries) {
+        const k = Math.min(TILE.entries, count - e0);
+        for (let r0 = 0; r0 < rows; r0 += TILE.rows) {
+          add(Opcode.Tile, at + MATVEC_ENTRY * e0, k, r0, 0, k * Math.min(TILE.rows, rows - r0) * cols);
+        }
+      }
+    } else {
+      for (let e0 = 0; e0 < count; e0 += TILE.entries) {
+        const k = Math.min(TILE.entries, count - e0);
+        for (let c0 = 0; c0 < cols; c0 += TILE.cols) {
+          add(Opcode.TileXbar, at + MATVEC_BWD_ENTRY * e0, k, c0, 0, k * Math.min(TILE.cols, cols - c0) * rows);
+        }
+      }
+      for (let e0 = 0; e0 < count; e0 += TILE.wbarEntries) {
+        const k = Math.min(TILE.wbarEntries, count - e0);
+        for (let r0 = 0; r0 < rows; r0 += TILE.rows) {
+          for (let c0 = 0; c0 < cols; c0 += TILE.cols) {
+            const work = k * Math.min(TILE.rows, rows - r0) * Math.min(TILE.cols, cols - c0);
+            add(Opcode.TileWbar, at + MATVEC_BWD_ENTRY * e0, k, r0, c0, work);
+            this.wbarTiles++;
+          }
+        }
+      }
+    }
+    this.tiledMask[this.step]! |= 1 << m;
+    const { waited, writer, ctas } = this;
+    const list = this.needed;
+    const needed = this.neededCount;
+    const w = this.tileWords;
+    const cta = this.tileCta;
+    // per CTA, in the order CTAs first got a tile: its waits, all its tiles, one signal
+    for (let i = 0; i < n; i++) {
+      const q = cta[i]!;
+      if (q < 0) continue;
+      for (let j = 0; j < needed; j++) {
+        const bar = list[j]!;
+        if (this.onlyWriter[bar] === q) continue;
+        const wi = bar * ctas + q;
+        if (waited[wi] !== this.batch) {
+          waited[wi] = this.batch;
+          writer.wait(q, bar);
+        }
+      }
+      for (let k = i; k < n; k++) {
+        if (cta[k] !== q) continue;
+        const code = w[5 * k]! as Opcode;
+        if (code === Opcode.TileWbar)
+          writer.ins4(q, code, m, w[5 * k + 1]!, w[5 * k + 2]!, w[5 * k + 3]!, w[5 * k + 4]!);
+        else writer.ins3(q, code, m, w[5 * k + 1]!, w[5 * k + 2]!, w[5 * k + 3]!);
+        cta[k] = -1;
+      }
+      this.reserve(q, group, 1 << m);
+    }
+  }
+
+  /** The least-loaded CTA for a tile of `work` (not an elementwise writer of the step: no touch). */
+  private placeTile(work: number): number {
+    if (!this.heapReady) this.buildHeap();
+    const q = this.heap[0]!;
+    const l = this.heapLoad[0]! + work;
+    this.load[q] = l;
+    this.heapLoad[0] = l;
+    this.siftDown(0);
+    return q;
+  }
+
+  /**
    * A list of this step reads what `who` wrote in step st: unless the list's only holder `sole` wrote it, keep the
    * writer's signal and note its barrier in `needed` with the CTA that wrote it (-2 when several did).
    */
@@ -447,7 +590,7 @@ export class StepTracker {
     // the CTA that wrote: a single one, or the only holder of a one-holder matrix; -2 when several did
     let cta = who;
     if (who < 0) {
-      const only = this.soleHolder[-who - 1]!;
+      const only = this.soleWriter(st, -who - 1);
       cta = only >= 0 ? only : -2;
     }
     if (cta === sole) return; // the only reader wrote it itself

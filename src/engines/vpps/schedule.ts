@@ -29,6 +29,11 @@ export interface ScheduleOptions {
    * used in the batch or not, and the touched lookup rows, with moments in the kernel's `moments` buffer).
    */
   readonly optimizer?: "sgd" | "adam";
+  /**
+   * Lists of at least this many products of one matrix in one step run as tile instructions over the master copy,
+   * spread over all processors, instead of on the matrix's holders (default DEFAULT_TILE_ENTRIES; 0: never).
+   */
+  readonly tileEntries?: number;
 }
 
 export interface BatchSchedule {
@@ -41,6 +46,8 @@ export interface BatchSchedule {
   readonly update: "kernel" | "host";
   readonly lossOffset: number;
   readonly liveNodes: number;
+  /** The script's tile.wbar instructions add into the gradient buffer: it must be zero at launch. */
+  readonly zeroGradients: boolean;
 }
 
 /** What the backward and update emitters need (schedule-backward.ts). */
@@ -90,7 +97,7 @@ export class VppsScheduler implements Emitter {
     readonly options: ScheduleOptions = {},
   ) {
     const plan = model.plan;
-    this.t = new StepTracker(plan);
+    this.t = new StepTracker(plan, options.tileEntries);
     this.products = new Int32Array(plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
@@ -143,7 +150,7 @@ export class VppsScheduler implements Emitter {
     levelStart[0] = 0;
 
     const t = this.t;
-    t.begin(L, 3 * n, 1 + 3 * maxLevel + 3);
+    t.begin(L, 3 * n, 1 + 3 * maxLevel + 4);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
@@ -200,6 +207,7 @@ export class VppsScheduler implements Emitter {
       update: this.update,
       lossOffset: L.value[lossId]!,
       liveNodes: liveCount,
+      zeroGradients: t.wbarTiles > 0,
     };
     if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
     return result;

@@ -38,6 +38,8 @@ export interface ScheduledBatch {
   readonly update: "kernel" | "host";
   readonly lossOffset: number;
   readonly liveNodes: number;
+  /** The gradient buffer must be zero at launch (tile.wbar instructions add into it). */
+  readonly zeroGradients: boolean;
 }
 
 /**
@@ -66,6 +68,7 @@ export function detachSchedule(s: BatchSchedule): ScheduledBatch {
     update: s.update,
     lossOffset: s.lossOffset,
     liveNodes: s.liveNodes,
+    zeroGradients: s.zeroGradients,
   };
 }
 

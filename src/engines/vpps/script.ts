@@ -103,7 +103,34 @@ export enum Opcode {
    * gradient buffer (written by the holders' export.grads before the update's grid barrier)
    */
   AdamMaster = 32,
+  /**
+   * A forward tile of a long list, from the master copy (any processor may run it): for the `count` ≤ TILE.entries
+   * entries (y, x, b) at `list`, y[r] = (b ? b[r] : 0) + W_n[r]·x for the rows r in [r0, r0 + TILE.rows)
+   */
+  Tile = 33,
+  /**
+   * x̄ of a tile of a long backward list, from the master copy: for `count` ≤ TILE.entries entries (ȳ, x, x̄, b̄),
+   * x̄[c] += Σ_r W_n[r][c]·ȳ[r] (atomics) for the columns c in [c0, c0 + TILE.cols); entries with x̄ NONE add nothing
+   */
+  TileXbar = 34,
+  /**
+   * W̄ of a tile of a long backward list: for `count` ≤ TILE.wbarEntries entries (ȳ, x, x̄, b̄), G[r][c] += Σ_e ȳ[r]·x[c]
+   * (atomics into the gradient buffer, master layout) for r in [r0, r0 + TILE.rows), c in [c0, c0 + TILE.cols);
+   * the tile with c0 = 0 also adds b̄[r] += ȳ[r] of every entry whose b̄ is not NONE
+   */
+  TileWbar = 35,
+  /**
+   * W̄ += the gradient buffer's rows of this CTA's register-gradient partitions (what tile.wbar accumulated there;
+   * after a grid barrier), so that clipping, update and export see the whole gradient
+   */
+  ImportGrads = 36,
 }
+
+/**
+ * Shapes of the tile instructions: a forward or x̄ tile covers up to `entries` list entries and `rows` rows (or
+ * `cols` columns) of the matrix; a W̄ tile covers `rows` × `cols` of the gradient over up to `wbarEntries` entries.
+ */
+export const TILE = { entries: 64, rows: 64, cols: 64, wbarEntries: 256 } as const;
 
 /** What the 24-bit field of an opcode's preamble means. */
 export type PreambleField = "length" | "matrix" | "barrier" | "hidden" | "classes" | "unused";
@@ -162,6 +189,10 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.ExportGrads, "export.grads", "unused", []),
   info(Opcode.Adam, "adam", "length", ["p", "g", "m", "v", "acc"]),
   info(Opcode.AdamMaster, "adam.master", "length", ["p", "g", "m", "v", "acc"]),
+  info(Opcode.Tile, "tile", "matrix", ["list", "count", "r0"]),
+  info(Opcode.TileXbar, "tile.xbar", "matrix", ["list", "count", "c0"]),
+  info(Opcode.TileWbar, "tile.wbar", "matrix", ["list", "count", "r0", "c0"]),
+  info(Opcode.ImportGrads, "import.grads", "unused", []),
 ];
 
 export const OPCODE_COUNT = OPCODES.length;
@@ -170,6 +201,9 @@ export const OPCODE_COUNT = OPCODES.length;
 export const LIST_ENTRIES: Readonly<Partial<Record<Opcode, readonly string[]>>> = {
   [Opcode.MatVec]: ["y", "x", "b"],
   [Opcode.MatVecBwd]: ["ybar", "x", "xbar", "bbar"],
+  [Opcode.Tile]: ["y", "x", "b"],
+  [Opcode.TileXbar]: ["ybar", "x", "xbar", "bbar"],
+  [Opcode.TileWbar]: ["ybar", "x", "xbar", "bbar"],
 };
 
 /** Words of the instruction starting at `words[at]` (preamble included). */
