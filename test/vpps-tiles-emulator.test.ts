@@ -134,7 +134,7 @@ describe("VPPS emulator: tile instructions", () => {
     const [ybar2, x2, bbar2] = [alloc(70), alloc(100), alloc(70)];
     const [ybar3, x3, xbar3, bbar3] = [alloc(70), alloc(100), alloc(100), alloc(70)];
     const table = [ybar1, x1, xbar1, NONE, ybar2, x2, NONE, bbar2, ybar3, x3, xbar3, bbar3];
-    const script = assemble([[ins(Opcode.TileXbar, 1, 0, 3, 0)], [], [ins(Opcode.TileXbar, 1, 0, 3, 64)]], table);
+    const script = assemble([[ins(Opcode.TileXbar, 1, 0, 3, 0, 0)], [], [ins(Opcode.TileXbar, 1, 0, 3, 64, 0)]], table);
     const before = mem.pool.slice();
     run(script, mem);
     const expected = new Map<number, number>();
@@ -147,6 +147,26 @@ describe("VPPS emulator: tile instructions", () => {
         for (let r = 0; r < B.rows; r++) acc += weight(mem.master, B, r, c) * before[ybar + r]!;
         expected.set(xbar + c, acc);
       }
+    }
+    assert.equal(firstDifference("pool", before, mem.pool, expected), "");
+  });
+
+  test("tile.xbar sums only its rows [r0, r0 + TILE.xbarRows)", () => {
+    const { mem, alloc } = memory(3);
+    const [ybar, x, xbar] = [alloc(70), alloc(100), alloc(100)];
+    // all 70 rows of columns [0, 64) on processor 0, then rows [64, 70) of them once more on processor 1
+    const script = assemble(
+      [[ins(Opcode.TileXbar, 1, 0, 1, 0, 0)], [ins(Opcode.TileXbar, 1, 0, 1, 0, 64)]],
+      [ybar, x, xbar, NONE],
+    );
+    const before = mem.pool.slice();
+    run(script, mem);
+    const expected = new Map<number, number>();
+    for (let c = 0; c < 64; c++) {
+      let acc = before[xbar + c]!;
+      for (let r = 0; r < B.rows; r++) acc += weight(mem.master, B, r, c) * before[ybar + r]!;
+      for (let r = 64; r < B.rows; r++) acc += weight(mem.master, B, r, c) * before[ybar + r]!;
+      expected.set(xbar + c, acc);
     }
     assert.equal(firstDifference("pool", before, mem.pool, expected), "");
   });
@@ -262,7 +282,7 @@ describe("VPPS emulator: tile instructions", () => {
       /processor 0: tile m=0 has 65 entries; at most 64/,
     );
     assert.throws(
-      () => run(assemble([[ins(Opcode.TileXbar, 0, 0, 1, 64)]], [16, 16, 16, NONE]), mem),
+      () => run(assemble([[ins(Opcode.TileXbar, 0, 0, 1, 64, 0)]], [16, 16, 16, NONE]), mem),
       /tile.xbar has c0=64; the matrix has 40 columns/,
     );
     assert.throws(

@@ -18,6 +18,7 @@ import { Vocabulary } from "../../src/data/vocab.js";
 import { createEngine } from "../../src/engines/index.js";
 import { Vpps, type VppsOptions } from "../../src/engines/vpps/engine.js";
 import { formatKernelProfile } from "../../src/engines/vpps/kernel-profile.js";
+import { formatKernelTrace } from "../../src/engines/vpps/kernel-trace.js";
 import { PIPELINE_SLOTS, VppsKernelError } from "../../src/engines/vpps/pipeline.js";
 import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engines/vpps/script.js";
 import { VppsEngine } from "../../src/engines/vpps/vpps-engine.js";
@@ -229,6 +230,34 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     assert.deepEqual(out, ["", "", ""]);
   });
 
+  test("tiles everywhere (tileEntries 2) and nowhere (0), hidden 256, batches of 1 and 16", async () => {
+    for (const tileEntries of [2, 0]) {
+      const { out } = await compareBatches(256, [1, 16], { rowsPerWarp: 1, tileEntries });
+      assert.deepEqual(out, ["", ""], `tileEntries ${tileEntries}`);
+    }
+  });
+
+  test("kernel trace: the critical path of a batch adds up and crosses processors", async () => {
+    const { trees, vocab, model } = setup(256);
+    const vpps = await Vpps.create(model.params, { cacheDir, rowsPerWarp: 1, traceKernel: true, learningRate: LR });
+    try {
+      const cg = new ComputationGraph();
+      vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(0, 8), vocab));
+      const a = vpps.kernelTrace();
+      console.log(formatKernelTrace(a));
+      const sum = a.path.reduce((s, p) => s + p.ns, 0);
+      assert.ok(Math.abs(sum - a.pathNs) <= 1e-6 * a.pathNs, `path items ${sum} ns, path ${a.pathNs} ns`);
+      assert.ok(a.pathNs > 0 && a.pathNs <= a.spanNs, `path ${a.pathNs} ns, span ${a.spanNs} ns`);
+      assert.ok(a.hops > 5, `${a.hops} barrier hops on the path of a batch of 8 trees`);
+      assert.ok(
+        a.path.some((p) => p.label.startsWith("matvec") || p.label.startsWith("tile")),
+        "matrix work lies on the path",
+      );
+    } finally {
+      vpps.dispose();
+    }
+  });
+
   test("ops cell and dropout, hidden 128, 2 CTAs/SM", async () => {
     const { out } = await compareBatches(128, [8], { rowsPerWarp: 1, ctasPerSm: 2 }, "ops", 0.2);
     assert.deepEqual(out, [""]);
@@ -246,7 +275,7 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     }
   });
 
-  test("random graphs over every op (awkward widths, GEMM and register gradients, dropout)", async () => {
+  test("random graphs over every op (awkward widths, GEMM and register gradients, dropout, tiles)", async () => {
     const out: string[] = [];
     for (let seed = 1; seed <= 6; seed++) {
       const { pc, build } = randomVppsModel(seed);
@@ -257,6 +286,7 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
         clip: CLIP,
         rowsPerWarp: 1,
         gradients: seed % 3 === 0 ? "gemm" : "auto",
+        ...(seed % 2 === 0 ? { tileEntries: 2 } : {}), // most lists as tiles
         name: `random${seed}`,
       });
       try {

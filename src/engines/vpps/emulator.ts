@@ -192,13 +192,14 @@ export class VppsEmulator {
       case Opcode.TileXbar: {
         const m = tileMatrix(this.plan, op, n, a(2), TILE.entries, cta);
         const [cBegin, cEnd] = tileRange(op, "c0", a(3), TILE.cols, m.cols, cta);
+        const [rBegin, rEnd] = tileRange(op, "r0", a(4), TILE.xbarRows, m.rows, cta);
         const W = mem.master;
         for (let e = table + a(1), end = e + 4 * a(2); e < end; e += 4) {
           const [ybar, xbar] = [s[e]!, s[e + 2]!];
           if (xbar === NONE) continue;
           for (let c = cBegin; c < cEnd; c++) {
             let acc = 0;
-            for (let r = 0; r < m.rows; r++) acc += W[m.masterOffset + r * m.cols + c]! * pool[ybar + r]!;
+            for (let r = rBegin; r < rEnd; r++) acc += W[m.masterOffset + r * m.cols + c]! * pool[ybar + r]!;
             pool[xbar + c]! += acc;
           }
         }

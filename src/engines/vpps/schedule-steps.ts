@@ -526,7 +526,10 @@ export class StepTracker {
       for (let e0 = 0; e0 < count; e0 += TILE.entries) {
         const k = Math.min(TILE.entries, count - e0);
         for (let c0 = 0; c0 < cols; c0 += TILE.cols) {
-          add(Opcode.TileXbar, at + MATVEC_BWD_ENTRY * e0, k, c0, 0, k * Math.min(TILE.cols, cols - c0) * rows);
+          for (let r0 = 0; r0 < rows; r0 += TILE.xbarRows) {
+            const work = k * Math.min(TILE.cols, cols - c0) * Math.min(TILE.xbarRows, rows - r0);
+            add(Opcode.TileXbar, at + MATVEC_BWD_ENTRY * e0, k, c0, r0, work);
+          }
         }
       }
       for (let e0 = 0; e0 < count; e0 += TILE.wbarEntries) {
@@ -562,9 +565,8 @@ export class StepTracker {
       for (let k = i; k < n; k++) {
         if (cta[k] !== q) continue;
         const code = w[5 * k]! as Opcode;
-        if (code === Opcode.TileWbar)
-          writer.ins4(q, code, m, w[5 * k + 1]!, w[5 * k + 2]!, w[5 * k + 3]!, w[5 * k + 4]!);
-        else writer.ins3(q, code, m, w[5 * k + 1]!, w[5 * k + 2]!, w[5 * k + 3]!);
+        if (code === Opcode.Tile) writer.ins3(q, code, m, w[5 * k + 1]!, w[5 * k + 2]!, w[5 * k + 3]!);
+        else writer.ins4(q, code, m, w[5 * k + 1]!, w[5 * k + 2]!, w[5 * k + 3]!, w[5 * k + 4]!);
         cta[k] = -1;
       }
       this.reserve(q, group, 1 << m);

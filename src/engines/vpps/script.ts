@@ -110,7 +110,8 @@ export enum Opcode {
   Tile = 33,
   /**
    * x̄ of a tile of a long backward list, from the master copy: for `count` ≤ TILE.entries entries (ȳ, x, x̄, b̄),
-   * x̄[c] += Σ_r W_n[r][c]·ȳ[r] (atomics) for the columns c in [c0, c0 + TILE.cols); entries with x̄ NONE add nothing
+   * x̄[c] += Σ_r W_n[r][c]·ȳ[r] (atomics) for the columns c in [c0, c0 + TILE.cols) and the rows r in
+   * [r0, r0 + TILE.xbarRows) (a tall matrix's rows are split over several tiles); entries with x̄ NONE add nothing
    */
   TileXbar = 34,
   /**
@@ -127,10 +128,11 @@ export enum Opcode {
 }
 
 /**
- * Shapes of the tile instructions: a forward or x̄ tile covers up to `entries` list entries and `rows` rows (or
- * `cols` columns) of the matrix; a W̄ tile covers `rows` × `cols` of the gradient over up to `wbarEntries` entries.
+ * Shapes of the tile instructions: a forward tile covers up to `entries` list entries and `rows` rows of the
+ * matrix; an x̄ tile up to `entries` entries, `cols` columns and `xbarRows` rows (the sum's range); a W̄ tile covers
+ * `rows` × `cols` of the gradient over up to `wbarEntries` entries.
  */
-export const TILE = { entries: 64, rows: 64, cols: 64, wbarEntries: 256 } as const;
+export const TILE = { entries: 64, rows: 64, cols: 64, wbarEntries: 256, xbarRows: 256 } as const;
 
 /** What the 24-bit field of an opcode's preamble means. */
 export type PreambleField = "length" | "matrix" | "barrier" | "hidden" | "classes" | "unused";
@@ -190,7 +192,7 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.Adam, "adam", "length", ["p", "g", "m", "v", "acc"]),
   info(Opcode.AdamMaster, "adam.master", "length", ["p", "g", "m", "v", "acc"]),
   info(Opcode.Tile, "tile", "matrix", ["list", "count", "r0"]),
-  info(Opcode.TileXbar, "tile.xbar", "matrix", ["list", "count", "c0"]),
+  info(Opcode.TileXbar, "tile.xbar", "matrix", ["list", "count", "c0", "r0"]),
   info(Opcode.TileWbar, "tile.wbar", "matrix", ["list", "count", "r0", "c0"]),
   info(Opcode.ImportGrads, "import.grads", "unused", []),
 ];
