@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { promisify } from "node:util";
 import { deviceModelFromProperties, H100_SXM, H200 } from "../src/engines/vpps/device-model.js";
+import { matrixStruct, tileMode } from "../src/engines/vpps/kernel-partition.js";
 import { formatKernelProfile, summarizeKernelProfile } from "../src/engines/vpps/kernel-profile.js";
 import { opcodeConstant } from "../src/engines/vpps/kernel-static.js";
 import { generateKernelSource, kernelName, PROFILE_SLOTS, PROFILE_WORDS } from "../src/engines/vpps/kernel-template.js";
@@ -19,7 +20,7 @@ import {
 } from "../src/engines/vpps/plan.js";
 import { formatPlan } from "../src/engines/vpps/plan-format.js";
 import { assertNoSpills, parsePtxasReport } from "../src/engines/vpps/ptxas-report.js";
-import { OPCODES, Opcode } from "../src/engines/vpps/script.js";
+import { OPCODES, Opcode, TILE } from "../src/engines/vpps/script.js";
 import { RandomStream } from "../src/util/random.js";
 
 const run = promisify(execFile);
@@ -275,6 +276,61 @@ describe("VPPS kernel source", () => {
         `${c}: one case in instruction_words, one in the interpreter`,
       );
     }
+  });
+
+  test("tile instructions: each case picks any matrix of the plan, checks its entry count and runs its routine", () => {
+    assert.match(
+      source,
+      new RegExp(`constexpr int kTileEntries = ${TILE.entries}, kTileRows = ${TILE.rows}, kTileCols = ${TILE.cols};`),
+    );
+    assert.match(source, new RegExp(`constexpr int kTileWbarEntries = ${TILE.wbarEntries};`));
+    assert.match(source, new RegExp(`constexpr int kTileXbarRows = ${TILE.xbarRows};`));
+    const cases: [Opcode, string, string][] = [
+      [Opcode.Tile, "tile_forward", "kTileEntries"],
+      [Opcode.TileXbar, "tile_xbar", "kTileEntries"],
+      [Opcode.TileWbar, "tile_wbar", "kTileWbarEntries"],
+    ];
+    for (const [op, routine, limit] of cases) {
+      const c = opcodeConstant(op);
+      const start = source.indexOf(`case ${c}: {`);
+      assert.ok(start > 0, `${c}: no interpreter case`);
+      const body = source.slice(start, source.indexOf("} break;", start));
+      for (const m of plan.matrices) {
+        assert.match(body, new RegExp(`case ${m.index}: tile_matrix<${matrixStruct(m)}>\\(offset, rows, cols\\);`), c);
+      }
+      assert.match(body, /default: report_error\(status, kErrBadMatrix, \(int\)n/, c);
+      assert.match(
+        body,
+        new RegExp(
+          `if \\(count > ${limit} \\|\\| r0 >= rows \\|\\| c0 >= cols\\) \\{\\s+report_error\\(status, kErrBadLength`,
+        ),
+        c,
+      );
+      assert.match(body, new RegExp(`${routine}\\(args, `), c);
+    }
+    // import.grads adds to every register gradient this CTA holds, the same ones export.grads writes out
+    const imports = source.match(/import_rows<M\d+_\w+>\(g\d+, first_row/g)?.length ?? 0;
+    const exports = source.match(/export_rows<M\d+_\w+>\(g\d+, first_row/g)?.length ?? 0;
+    assert.ok(imports > 0);
+    assert.equal(imports, exports);
+  });
+
+  test("tile routines trade registers for speed by the plan's register headroom (tileMode)", () => {
+    const tight = planVpps(treeLstm(512, 256), H100_SXM, { ctasPerSm: 1 });
+    const roomy = planVpps(treeLstm(128, 128), H100_SXM, { ctasPerSm: 1 });
+    assert.deepEqual(tileMode(tight), { passes: 2, fast: false });
+    assert.deepEqual(tileMode(roomy), { passes: 1, fast: true });
+    const tightSource = generateKernelSource(tight, { model: "treelstm" });
+    assert.match(tightSource, /constexpr int kTilePasses = 2;/);
+    assert.match(tightSource, /constexpr bool kTileFast = false;/);
+    assert.match(generateKernelSource(roomy, { model: "treelstm" }), /constexpr bool kTileFast = true;/);
+    // the nvcc test below compiles plans of every kind: two passes, one pass, fast
+    const kinds = new Set(
+      TREE_LSTM_SIZES.flatMap(({ H, E }) => enumeratePlans(treeLstm(H, E), H100_SXM)).map((p) =>
+        JSON.stringify(tileMode(p)),
+      ),
+    );
+    assert.equal(kinds.size, 3, [...kinds].join(" "));
   });
 
   test("register arrays are declared per slot with the planned sizes", () => {

@@ -36,6 +36,7 @@ import {
   STAGE_FLOATS,
   STAGE_YBAR_FLOATS,
   stageLoads,
+  tileRoutines,
 } from "./kernel-partition.js";
 import {
   KERNEL_ERRORS,
@@ -181,10 +182,11 @@ ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads
         float* moments, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
         float inv_c1, float inv_c2) {
   __shared__ u32 s_script[kScriptChunkWords];
-  __shared__ float s_reduce[2 * kWarps * ${REDUCE_BLOCK_COLS}]; // x̄ partials, two alternating buffers
-  __shared__ float s_stage[${STAGE_FLOATS}];   // x vectors of the staged list entries
-  __shared__ float s_gy[${STAGE_YBAR_FLOATS}];      // ȳ rows of the staged matvec.bwd entries
-  __shared__ u32 s_ent[${STAGE_ENTRY_WORDS}];        // the staged list entries
+  // s_reduce and s_stage also hold the staged operand chunks of the tile instructions, read as float4
+  __shared__ __align__(16) float s_reduce[2 * kWarps * ${REDUCE_BLOCK_COLS}]; // x̄ partials, two alternating buffers
+  __shared__ __align__(16) float s_stage[${STAGE_FLOATS}];   // x vectors of the staged list entries
+  __shared__ float s_gy[${STAGE_YBAR_FLOATS}];      // ȳ rows of the staged matvec.bwd entries; a tile's list entries
+  __shared__ u32 s_ent[${STAGE_ENTRY_WORDS}];        // the staged list entries; a tile's TileArgs
   __shared__ int s_abort;
   // profiling (kProfile): thread 0's cycle counts, added to \`profile\` once at the end
   __shared__ unsigned long long s_prof[kProfile ? kProfileWords : 1];
@@ -281,6 +283,7 @@ export function generateKernelSource(plan: VppsPlan, spec: KernelSpec): string {
     STATIC_HELPERS,
     renderInstructionWords(),
     MATRIX_ROUTINES,
+    tileRoutines(plan),
     renderMatrixStructs(plan),
     kernel(plan, name),
   ].join("\n");
