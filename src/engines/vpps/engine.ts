@@ -82,7 +82,7 @@ export interface VppsOptions {
   readonly barrierSpinLimit?: number;
   /**
    * Worker threads that schedule and encode batches while the main thread builds the next graph; 0 schedules on
-   * the main thread inside `fb`. Default: one per spare core, at most 4 (`min(4, os.availableParallelism() - 1)`),
+   * the main thread inside `fb`. Default: one per spare core, at most 6 (`min(6, os.availableParallelism() - 1)`),
    * and 0 when VPPS_DUMP is set (dumps are numbered per scheduler).
    */
   readonly scheduleWorkers?: number;

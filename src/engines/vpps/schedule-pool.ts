@@ -86,13 +86,13 @@ export class ScheduleWorkerError extends Error {
 }
 
 /**
- * Default worker count: one per spare core, at most 4 (`os.availableParallelism() - 1`, 0 on one core). On the
- * 16-core H100 host more workers did not pay in training (bench/vpps.ts, 2026-11-21: with 8, each worker's
- * ns/node roughly doubled against 4 and throughput was level or lower), though the host pipeline alone
- * (bench/vpps-threads.ts) gained from 4 to 8 at batch 1 and 8.
+ * Default worker count: one per spare core, at most 6 (`os.availableParallelism() - 1`, 0 on one core). Measured
+ * on the 16-core H100 host (bench/vpps.ts, fused cell, two interleaved rounds, 2026-11-21) once tiles had made the
+ * kernel 3.5x faster at batch 128 and the host the limit there: 4 workers 26,305 / 26,588 sentences/s at batch 128,
+ * 6 workers 33,038 / 34,254, 8 workers 34,401 / 34,101; at batch 1, 8 workers cost 4% (3,341 against 3,488).
  */
 export function defaultScheduleWorkers(): number {
-  return Math.max(0, Math.min(4, availableParallelism() - 1));
+  return Math.max(0, Math.min(6, availableParallelism() - 1));
 }
 
 export interface SchedulePoolOptions {
