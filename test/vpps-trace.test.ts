@@ -75,6 +75,30 @@ describe("VPPS kernel trace: the critical path", () => {
     assert.equal(by.has("matvec U"), false);
   });
 
+  test("a run of waits hops to the latest of its releasing signals, whichever wait it belongs to", () => {
+    // CTA 0 signals barrier 0 early; CTA 1 signals barrier 1 late; CTA 2 waits for 0 then 1 (one grouped poll)
+    const scripts = [
+      [op(Opcode.Signal, 0), op(Opcode.End)],
+      [op(Opcode.Tanh, 4), 0, 4, op(Opcode.Signal, 1), op(Opcode.End)],
+      [op(Opcode.Wait, 0), 1, op(Opcode.Wait, 1), 1, op(Opcode.Tanh, 4), 0, 4, op(Opcode.End)],
+    ];
+    const header = [0];
+    for (const sc of scripts) header.push(header[header.length - 1]! + sc.length);
+    const script = Uint32Array.from([...header, ...scripts.flat()]);
+    const words = traceOf([
+      { begin: 0, start: 100, ends: [200, 210] },
+      { begin: 0, start: 100, ends: [900, 950, 960] },
+      { begin: 0, start: 100, ends: [1200, 1200, 1300, 1310] },
+    ]);
+    const a = analyzeKernelTrace(script, 3, words, SLOTS, []);
+    assert.equal(a.hops, 1);
+    const by = new Map(a.path.map((p) => [p.label, p]));
+    assert.equal(by.get("hop")?.ns, 250); // from CTA 1's signal at 950 to the end of the run at 1200
+    assert.equal(by.get("tanh")?.ns, 900); // CTA 2's 100 after the run, CTA 1's 800 before its signal
+    assert.equal(by.get("wait"), undefined);
+    assert.equal(a.pathNs, 1310);
+  });
+
   test("refuses a trace that does not belong to the script", () => {
     const words = traceOf([
       { begin: 0, start: 0, ends: [1, 2, 3, 4] },

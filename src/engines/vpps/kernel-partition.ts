@@ -36,6 +36,15 @@ function stagingHeadroom(plan: VppsPlan): number {
   return plan.budget.limitPerThread - plan.weightRegs - plan.gradientRegs - 64;
 }
 
+/**
+ * Whether the interpreter polls a run of consecutive waits at once (a lane each; kernel-static.ts): the lanes' poll
+ * state costs registers that the tightest plans (hidden 512) do not have (measured: a spill), so they poll one
+ * wait at a time.
+ */
+export function groupWaits(plan: VppsPlan): boolean {
+  return stagingHeadroom(plan) >= 24;
+}
+
 /** x loads in flight per thread while staging (registers), by headroom. */
 export function stageLoads(plan: VppsPlan): number {
   return stagingHeadroom(plan) >= 24 ? 8 : 4;

@@ -4,6 +4,9 @@
  */
 import { OPCODES, Opcode } from "./script.js";
 
+/** Words of a wait instruction (preamble, count): the interpreter groups runs of them. */
+const WAIT_WORDS = 1 + OPCODES[Opcode.Wait]!.fixed.length;
+
 /** Error codes the kernel writes to `status[0]` (part of the host interface; the first error wins). */
 export const KERNEL_ERRORS = {
   /** A wait did not see its count within the spin limit: status = [code, cta, barrier, seen, expected, pc]. */
@@ -214,9 +217,23 @@ export function renderStaticCases(): string {
           else vpps_signal(barriers + n);
         }
         break;
-      case ${opcodeConstant(O.Wait)}:
-        if (threadIdx.x == 0 && !vpps_wait(barriers + n, ${W(O.Wait, "count")}, status, n, (int)(pc + at))) s_abort = 1;
-        break;`);
+      case ${opcodeConstant(O.Wait)}: {
+        // This wait and the waits right after it (a step often starts with several): warp 0 polls up to 32
+        // barriers at once, a lane each, so a run of waits costs one L2 round trip instead of one per wait.
+        // (the run length goes through shared memory: a register live across the interpreter loop made the
+        // tightest plan spill)
+        u32 runs = 1;
+        while (kGroupWaits && runs < 32u && at + ${WAIT_WORDS}u * runs + ${WAIT_WORDS}u <= avail &&
+               (s_script[at + ${WAIT_WORDS}u * runs] & 0xffu) == ${opcodeConstant(O.Wait)}) {
+          ++runs;
+        }
+        if (threadIdx.x == 0) s_runs = runs;
+        if (warp == 0 && (u32)lane < runs) {
+          const u32* w = ins + ${WAIT_WORDS} * lane;
+          const u32 b = w[0] >> 8;
+          if (!vpps_wait(barriers + b, w[${at(O.Wait, "count")}], status, b, (int)(pc + at + ${WAIT_WORDS} * lane))) s_abort = 1;
+        }
+      } break;`);
   const yx = (op: Opcode) => `float* y = ${P(op, "y")}; const float* x = ${P(op, "x")};`;
   const yab = (op: Opcode) =>
     `float* y = ${P(op, "y")}; const float* a = ${P(op, "a")}; const float* b = ${P(op, "b")};`;
@@ -229,16 +246,30 @@ export function renderStaticCases(): string {
   elementwise(O.Relu, "y[i] = fmaxf(x[i], 0.f);", yx(O.Relu));
   elementwise(O.Acc, "atomicAdd(y + i, x[i]);", yx(O.Acc));
   elementwise(O.AccNeg, "atomicAdd(y + i, -x[i]);", yx(O.AccNeg));
-  elementwise(
-    O.Sum,
-    `{
-          float s = 0.f;
+  // A sum of few elements (the loss sums of a batch: scalars over up to ~60 operands) gives each element a warp,
+  // its lanes loading the operands at once: one thread walking them waits an L2 round trip per operand (measured
+  // on the H100: ~6.5 µs per chained sum instruction on the critical path). Wide sums keep a thread per element.
+  lines.push(`      case ${opcodeConstant(O.Sum)}: { // sum: y = sum of k operands (y may be one of them)
+        float* y = ${P(O.Sum, "y")}; const u32 k = ${W(O.Sum, "k")}; const u32* xs = ins + ${1 + OPCODES[O.Sum]!.fixed.length};
+        if (n <= 32u) {
 #pragma unroll 1
-          for (u32 j = 0; j < k; ++j) s += pool[xs[j] + i];
-          y[i] = s;
-        }`,
-    `float* y = ${P(O.Sum, "y")}; const u32 k = ${W(O.Sum, "k")}; const u32* xs = ins + ${1 + OPCODES[O.Sum]!.fixed.length};`,
-  );
+          for (u32 i = warp; i < n; i += kWarps) {
+            float s = 0.f;
+#pragma unroll 1
+            for (u32 j = lane; j < k; j += 32) s += pool[xs[j] + i];
+            s = warp_sum(s); // every lane has read its operands before lane 0 writes y, which may be one of them
+            if (lane == 0) y[i] = s;
+          }
+        } else {
+#pragma unroll 1
+          for (u32 i = threadIdx.x; i < n; i += kThreads) {
+            float s = 0.f;
+#pragma unroll 1
+            for (u32 j = 0; j < k; ++j) s += pool[xs[j] + i];
+            y[i] = s;
+          }
+        }
+      } break;`);
   elementwise(O.Set, `y[i] = __uint_as_float(${W(O.Set, "bits")});`, `float* y = ${P(O.Set, "y")};`);
   elementwise(
     O.CMulBwd,

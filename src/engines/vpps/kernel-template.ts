@@ -27,6 +27,7 @@
 import { createHash } from "node:crypto";
 import { dumpDirectory, dumpKernelSource } from "./dump.js";
 import {
+  groupWaits,
   MATRIX_ROUTINES,
   REDUCE_BLOCK_COLS,
   renderMatrixCases,
@@ -103,7 +104,8 @@ export function kernelSharedBytes(spec: KernelSpec): number {
     4 * (spec.scriptChunkWords ?? DEFAULT_SCRIPT_CHUNK_WORDS) +
     4 * 2 * WARPS_PER_CTA * REDUCE_BLOCK_COLS +
     4 * (STAGE_FLOATS + STAGE_YBAR_FLOATS + STAGE_ENTRY_WORDS) +
-    4 +
+    4 + // s_abort
+    4 + // s_runs
     (spec.profile ? 8 * PROFILE_WORDS : 0)
   );
 }
@@ -166,6 +168,7 @@ constexpr bool kProfile = ${spec.profile ? "true" : "false"};         // count c
 constexpr int kProfileWords = ${PROFILE_WORDS};
 constexpr bool kTrace = ${spec.trace ? "true" : "false"};           // record each instruction's end time into \`profile\` (kernel-trace.ts)
 constexpr u32 kTraceSlots = ${TRACE_SLOTS}u;
+constexpr bool kGroupWaits = ${groupWaits(plan) ? "true" : "false"};      // poll a run of waits at once, a lane each (kernel-partition.ts groupWaits)
 constexpr int kStageLoads = ${stageLoads(plan)};              // x loads in flight per thread while staging (registers)
 constexpr int kErrBarrierTimeout = ${KERNEL_ERRORS.barrierTimeout}, kErrBadOpcode = ${KERNEL_ERRORS.badOpcode}, kErrBadLength = ${
     KERNEL_ERRORS.badLength
@@ -188,6 +191,7 @@ ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads
   __shared__ float s_gy[${STAGE_YBAR_FLOATS}];      // ȳ rows of the staged matvec.bwd entries; a tile's list entries
   __shared__ u32 s_ent[${STAGE_ENTRY_WORDS}];        // the staged list entries; a tile's TileArgs
   __shared__ int s_abort;
+  __shared__ u32 s_runs; // waits the last wait instruction polled at once (see its case)
   // profiling (kProfile): thread 0's cycle counts, added to \`profile\` once at the end
   __shared__ unsigned long long s_prof[kProfile ? kProfileWords : 1];
   const int lane = threadIdx.x & 31;
@@ -247,17 +251,23 @@ ${renderStaticCases()}
 ${renderMatrixCases(plan)}
       }
       __syncthreads(); // the next instruction may read what this one wrote
+      // instructions this iteration ran: a wait takes the waits right after it along (all of the same length)
+      const u32 runs = op == OP_WAIT ? s_runs : 1u;
       if (kProfile && threadIdx.x == 0) {
         s_prof[2 * op] += clock64() - t_ins;
-        s_prof[2 * op + 1] += 1;
+        s_prof[2 * op + 1] += runs;
       }
       if (kTrace && threadIdx.x == 0 && trace != nullptr) {
-        if (t_count < kTraceSlots - 3) trace[3 + t_count] = ((unsigned long long)t_aux << 32) | (u32)(global_ns() - t_start);
-        trace[2] = ++t_count;
+        const u32 t = (u32)(global_ns() - t_start);
+        for (u32 r = 0; r < runs; ++r) { // grouped waits end together
+          if (t_count < kTraceSlots - 3) trace[3 + t_count] = ((unsigned long long)t_aux << 32) | t;
+          ++t_count;
+        }
+        trace[2] = t_count;
         t_aux = 0;
       }
       if (s_abort) return;
-      at += words;
+      at += words * runs;
     }
     if (at == 0 && !stop) {
       if (threadIdx.x == 0) report_error(status, kErrBadLength, 0, 0, 0, (int)pc);

@@ -146,15 +146,27 @@ export function analyzeKernelTrace(
     const ins = code[c]![k]!;
     const s = k > 0 ? e[k - 1]! : start[c]!;
     if (ins.op === Opcode.Wait) {
-      const sig = ins.a > 0 ? signals.get(`${ins.n}:${ins.a - 1}`) : undefined;
-      if (sig !== undefined && sig.t > s && (sig.cta !== c || sig.k < k)) {
+      // A run of consecutive waits is polled at once (the kernel groups them): the run ends with the latest of the
+      // signals that release its waits; before that, the run stood still on that signal's processor.
+      let k0 = k;
+      while (k0 > 0 && code[c]![k0 - 1]!.op === Opcode.Wait) k0--;
+      const s0 = k0 > 0 ? e[k0 - 1]! : start[c]!;
+      let sig: { cta: number; k: number; t: number } | undefined;
+      for (let j = k0; j <= k; j++) {
+        const w = code[c]![j]!;
+        const got = w.a > 0 ? signals.get(`${w.n}:${w.a - 1}`) : undefined;
+        if (got !== undefined && (got.cta !== c || got.k < k0) && (sig === undefined || got.t > sig.t)) sig = got;
+      }
+      if (sig !== undefined && sig.t > s0) {
         add("hop", Math.max(0, e[k]! - sig.t));
         hops++;
         c = sig.cta;
         k = sig.k;
         continue;
       }
-      add("wait", e[k]! - s);
+      add("wait", e[k]! - s0);
+      k = k0 - 1;
+      continue;
     } else {
       const list = ins.op === Opcode.MatVec || ins.op === Opcode.MatVecBwd;
       add(labelOf(ins, matrices), e[k]! - s, list ? ins.b : 0);
