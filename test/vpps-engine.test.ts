@@ -107,7 +107,10 @@ describe("VPPS kernel status words", () => {
     assert.equal(decodeKernelStatus([0, 0, 0, 0, 0, 0], "k", 0), undefined);
     const cases: [number, RegExp][] = [
       [KERNEL_ERRORS.badOpcode, /processor \(CTA\) 5 met unknown opcode 99 at script word 7/],
-      [KERNEL_ERRORS.badLength, /processor \(CTA\) 5: the instruction at script word 7 runs past/],
+      [
+        KERNEL_ERRORS.badLength,
+        /processor \(CTA\) 5: the tile instruction at script word 7 is out of range: 99 entries/,
+      ],
       [KERNEL_ERRORS.badMatrix, /names matrix 99, which this kernel does not hold/],
       [77, /unknown error code 77/],
     ];
@@ -117,6 +120,8 @@ describe("VPPS kernel status words", () => {
       assert.match(e.message, re);
       assert.equal(e.processor, 5);
     }
+    const past = decodeKernelStatus([KERNEL_ERRORS.badLength, 5, 0, 0, 0, 7], "k", 3);
+    assert.match(past?.message ?? "", /processor \(CTA\) 5: the instruction at script word 7 runs past the script/);
   });
 });
 

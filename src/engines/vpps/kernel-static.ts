@@ -13,7 +13,10 @@ export const KERNEL_ERRORS = {
   barrierTimeout: 1,
   /** Unknown opcode: status = [code, cta, opcode, 0, 0, pc]. */
   badOpcode: 2,
-  /** An instruction runs past the end of the script or is longer than the staging chunk. */
+  /**
+   * An instruction runs past the end of the script or is longer than the staging chunk (status = [code, cta, 0, 0,
+   * 0, pc]), or a tile instruction's operands are out of range (status = [code, cta, count, r0, c0, pc]).
+   */
   badLength: 3,
   /** A matrix instruction names a matrix this kernel does not hold: status = [code, cta, matrix, 0, 0, pc]. */
   badMatrix: 4,

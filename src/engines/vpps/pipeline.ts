@@ -63,7 +63,10 @@ export function decodeKernelStatus(
       return new VppsKernelError(`VPPS ${where} met unknown opcode ${a} at script word ${pc}`, code, cta, -1, s);
     case KERNEL_ERRORS.badLength:
       return new VppsKernelError(
-        `VPPS ${where}: the instruction at script word ${pc} runs past the script or the staging chunk`,
+        a === 0 && b === 0 && c === 0
+          ? `VPPS ${where}: the instruction at script word ${pc} runs past the script or the staging chunk`
+          : `VPPS ${where}: the tile instruction at script word ${pc} is out of range: ${a} entries, ` +
+              `first row ${b}, first column ${c} (limits: script.ts TILE and the matrix's shape)`,
         code,
         cta,
         -1,
