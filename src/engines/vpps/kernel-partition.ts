@@ -988,8 +988,12 @@ function matVecBwdStaged(m: MatrixPlan, plan: VppsPlan): string {
             __syncthreads();${registers ? `\n            stage_x<${M}, 4, 1, S>(s_ent, ne, pool, s_stage);` : ""}
 ${stageYbar.join("\n")}
             __syncthreads();
+            // Holders start the round at different entries (rotated by CTA), so that they do not all add into the
+            // same x̄ vector at the same moment: same-address atomics serialise in the L2.
+            const u32 e_first = blockIdx.x % ne;
 #pragma unroll 1
-            for (u32 e = 0; e < ne; ++e) {
+            for (u32 ee = 0; ee < ne; ++ee) {
+              const u32 e = ee + e_first < ne ? ee + e_first : ee + e_first - ne;
               const u32 xo = s_ent[4 * e + 2], bo = s_ent[4 * e + 3];
               float* xbar = xo == kNone ? nullptr : pool + xo;
               float* bbar = bo == kNone ? nullptr : pool + bo;
