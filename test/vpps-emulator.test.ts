@@ -164,41 +164,27 @@ describe("VPPS emulator against the CPU engine", () => {
     });
   }
 
-  test("random graphs over every op with tiles (tileEntries 2): loss, gradients and updated weights", () => {
-    for (let seed = 1; seed <= 12; seed++) {
-      const { pc, build } = randomVppsModel(seed);
-      const cg = new ComputationGraph();
-      const loss = buildRandomVppsGraph(cg, build, seed);
-      const clip = seed % 3 === 0 ? 0 : 2;
-      const ref = reference(pc, loss, clip);
-      const plan: PlanOptions = {
-        ctasPerSm: seed % 2 === 0 ? 2 : 1,
-        rowsPerWarp: 1 + (seed % 3),
-        gradients: seed % 5 === 0 ? "gemm" : "auto",
-      };
-      const { model, sched } = schedule(pc, SMALL, plan, cg, loss, { tileEntries: 2 });
-      const { mismatches } = runAll(pc, model, sched, cg, ref, 2, clip);
-      assert.deepEqual(mismatches.slice(0, 3), [], `random graph seed ${seed} (${cg.size} nodes)`);
-    }
-  });
-
-  test("random graphs over every op: loss, gradients and updated weights", () => {
-    for (let seed = 1; seed <= 30; seed++) {
-      const { pc, build } = randomVppsModel(seed);
-      const cg = new ComputationGraph();
-      const loss = buildRandomVppsGraph(cg, build, seed);
-      const clip = seed % 3 === 0 ? 0 : 2;
-      const ref = reference(pc, loss, clip);
-      const plan: PlanOptions = {
-        ctasPerSm: seed % 2 === 0 ? 2 : 1,
-        rowsPerWarp: 1 + (seed % 3),
-        gradients: seed % 5 === 0 ? "gemm" : "auto",
-      };
-      const { model, sched } = schedule(pc, SMALL, plan, cg, loss);
-      const { mismatches } = runAll(pc, model, sched, cg, ref, 2, clip);
-      assert.deepEqual(mismatches.slice(0, 3), [], `random graph seed ${seed} (${cg.size} nodes)`);
-    }
-  });
+  // the default tiles nothing in graphs this small; tileEntries 2 runs nearly every product as tiles
+  for (const tiles of [{}, { tileEntries: 2 }] as const) {
+    const seeds = "tileEntries" in tiles ? 12 : 30;
+    test(`random graphs over every op${"tileEntries" in tiles ? " with tiles (tileEntries 2)" : ""}: loss, gradients and updated weights`, () => {
+      for (let seed = 1; seed <= seeds; seed++) {
+        const { pc, build } = randomVppsModel(seed);
+        const cg = new ComputationGraph();
+        const loss = buildRandomVppsGraph(cg, build, seed);
+        const clip = seed % 3 === 0 ? 0 : 2;
+        const ref = reference(pc, loss, clip);
+        const plan: PlanOptions = {
+          ctasPerSm: seed % 2 === 0 ? 2 : 1,
+          rowsPerWarp: 1 + (seed % 3),
+          gradients: seed % 5 === 0 ? "gemm" : "auto",
+        };
+        const { model, sched } = schedule(pc, SMALL, plan, cg, loss, tiles);
+        const { mismatches } = runAll(pc, model, sched, cg, ref, 2, clip);
+        assert.deepEqual(mismatches.slice(0, 3), [], `random graph seed ${seed} (${cg.size} nodes)`);
+      }
+    });
+  }
 });
 
 describe("VPPS scheduling errors and dumps", () => {
