@@ -72,18 +72,20 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
   const { args, rows, cols } = g;
   const { needGrad, placed, grad } = L;
   const s = g.argStart[i]!;
+  // only a concat needs every argument's length (for the offsets): reading it for the others costs a cache miss
+  const concat = op === Op.Concat;
   let off = 0;
   for (let k = 0; k < count; k++) {
     const a = args[s + k]!;
-    const len = rows[a]! * cols[a]!;
     if (needGrad[a] === 1 && placed[a] !== shared) {
+      const len = rows[a]! * cols[a]!;
       const q = t.leastLoaded(3 * len);
       t.needGrad(q, i);
       const code = op === Op.Sub && k === 1 ? Opcode.AccNeg : Opcode.Acc;
-      t.writer.ins2(q, code, len, grad[a]!, grad[i]! + (op === Op.Concat ? off : 0));
+      t.writer.ins2(q, code, len, grad[a]!, grad[i]! + (concat ? off : 0));
       t.wroteGrad(a, q);
     }
-    off += len;
+    if (concat) off += rows[a]! * cols[a]!;
   }
 }
 

@@ -123,24 +123,30 @@ export class VppsScheduler implements Emitter {
     // (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace shows every node; the
     // deepest live node of any kind still sets the number of levels (and so the barrier numbering).
     const everyNode = this.dumpTo !== undefined;
+    // one pass counts the live nodes, the listed nodes per level (levelStart[d + 1]) and the deepest level
+    let levelStart = this.levelStart;
+    levelStart.fill(0);
     let maxLevel = 0;
     let liveCount = 0;
     for (let i = 0; i < n; i++) {
       if (live[i] === 0) continue;
       liveCount++;
-      if (depth[i]! > maxLevel) maxLevel = depth[i]!;
+      const d = depth[i]!;
+      if (d > maxLevel) {
+        maxLevel = d;
+        if (levelStart.length < d + 2) {
+          const grown = new Int32Array(2 * (d + 2));
+          grown.set(levelStart);
+          this.levelStart = levelStart = grown;
+        }
+      }
+      if (everyNode || emitsInstructions(op[i]!)) levelStart[d + 1]!++;
     }
-    if (this.levelStart.length < maxLevel + 2) this.levelStart = new Int32Array(2 * (maxLevel + 2));
     if (this.byLevel.length < liveCount) {
       this.byLevel = new Int32Array(2 * liveCount);
       this.sums = new Int32Array(2 * liveCount);
     }
-    const levelStart = this.levelStart;
     const byLevel = this.byLevel;
-    levelStart.fill(0, 0, maxLevel + 2);
-    for (let i = 0; i < n; i++) {
-      if (live[i] === 1 && (everyNode || emitsInstructions(op[i]!))) levelStart[depth[i]! + 1]!++;
-    }
     for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
     // levelStart[d] becomes the end of level d while filling; shift it back afterwards
     for (let i = 0; i < n; i++) {
@@ -150,7 +156,7 @@ export class VppsScheduler implements Emitter {
     levelStart[0] = 0;
 
     const t = this.t;
-    t.begin(L, 3 * n, 1 + 3 * maxLevel + 4);
+    t.begin(L, n, 1 + 3 * maxLevel + 4);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
