@@ -452,11 +452,27 @@ export class StepTracker {
     this.listReadCount[m] = reads;
   }
 
+  /**
+   * CTA q's waits before a list or its tiles: every barrier the list needs (flushLists collected them in `needed`)
+   * that q does not already wait on in this batch, unless q is that barrier's only writer.
+   */
+  private waitNeeded(q: number): void {
+    const { waited, writer, needed, onlyWriter, ctas, batch } = this;
+    for (let j = 0; j < this.neededCount; j++) {
+      const bar = needed[j]!;
+      if (onlyWriter[bar] === q) continue;
+      const w = bar * ctas + q;
+      if (waited[w] !== batch) {
+        waited[w] = batch;
+        writer.wait(q, bar);
+      }
+    }
+  }
+
   /** One list instruction per holder for every matrix used in this step, after the waits its reads need. */
   private flushLists(): void {
-    const { waited, writer, holders, bw, wr } = this;
+    const { writer, holders, bw, wr } = this;
     const epoch = this.epoch;
-    const ctas = this.ctas;
     for (let li = 0; li < this.listedCount; li++) {
       const m = this.listed[li]!;
       const op = this.listOp[m]! as Opcode;
@@ -476,9 +492,7 @@ export class StepTracker {
         this.listDependency(bw[at + 1]!, bw[at + 2]!, sole, stamp);
         for (let e = bw[at + 3]!; e >= 0; e = wr[e + 2]!) this.listDependency(wr[e]!, wr[e + 1]!, sole, stamp);
       }
-      const needed = this.neededCount;
       const at = writer.appendTable(this.listWords[m]!, length);
-      const list = this.needed;
       const bit = 1 << m;
       const group = this.step * this.barriersPerStep + 1 + m;
       if (tiled) {
@@ -489,15 +503,7 @@ export class StepTracker {
       }
       for (let k = 0; k < hs.length; k++) {
         const q = hs[k]!;
-        for (let j = 0; j < needed; j++) {
-          const bar = list[j]!;
-          if (this.onlyWriter[bar] === q) continue;
-          const w = bar * ctas + q;
-          if (waited[w] !== this.batch) {
-            waited[w] = this.batch;
-            writer.wait(q, bar);
-          }
-        }
+        this.waitNeeded(q);
         writer.ins2(q, op, m, at, count);
         this.reserve(q, group, bit);
       }
@@ -563,22 +569,12 @@ export class StepTracker {
       next += tilesOf[q]!;
     }
     for (let i = 0; i < n; i++) tileOrder[tileStart[cta[i]!]!++] = i;
-    const { waited, writer, ctas } = this;
-    const list = this.needed;
-    const needed = this.neededCount;
+    const writer = this.writer;
     const w = this.tileWords;
     // per CTA, in the order CTAs first got a tile: its waits, all its tiles, one signal
     for (let j = 0, next = 0; j < order; j++) {
       const q = ctaOrder[j]!;
-      for (let k = 0; k < needed; k++) {
-        const bar = list[k]!;
-        if (this.onlyWriter[bar] === q) continue;
-        const wi = bar * ctas + q;
-        if (waited[wi] !== this.batch) {
-          waited[wi] = this.batch;
-          writer.wait(q, bar);
-        }
-      }
+      this.waitNeeded(q);
       for (const end = next + tilesOf[q]!; next < end; next++) {
         const t = 5 * tileOrder[next]!;
         const code = w[t]! as Opcode;
