@@ -199,6 +199,16 @@ describe("VPPS scheduling errors and dumps", () => {
     );
   });
 
+  test("a tileEntries that is not a whole number >= 0 is refused, naming the option", () => {
+    const { pc, cg, loss } = treeBatch(1, 5, 12, 7);
+    for (const tileEntries of [-1, 2.5, Number.NaN]) {
+      assert.throws(
+        () => schedule(pc, SMALL, {}, cg, loss, { tileEntries }),
+        /tileEntries must be a whole number >= 0 \(0: no tiles\); got/,
+      );
+    }
+  });
+
   test("VPPS_DUMP writes the graph, the schedule, the script and the kernel source", async () => {
     const { mkdtemp, readdir, readFile, rm } = await import("node:fs/promises");
     const { tmpdir } = await import("node:os");
