@@ -6,6 +6,7 @@
  * instruction (bench/vpps.ts measures throughput).
  *
  *   node --import tsx bench/vpps-trace.ts [--data <SST train.txt>] [--quick] [--ctas-per-sm 1|2] [--rpw n]
+ *                                         [--batches 1,8] [--transposed]
  *
  * Writes bench/results/vpps-trace-<device>.json (not with --quick).
  */
@@ -32,7 +33,9 @@ const quick = argv.includes("--quick");
 const cacheDir = mkdtempSync(join(tmpdir(), "vpps-trace-kernels-"));
 const { trees, source } = loadBenchTrees(dataFile, 4096);
 const vocab = Vocabulary.fromTrees(trees);
-const BATCHES = quick ? [1, 128] : [1, 8, 32, 128];
+const BATCHES = arg("--batches")?.split(",").map(Number) ?? (quick ? [1, 128] : [1, 8, 32, 128]);
+/** --transposed: plans with transposed copies (Vpps option `transposed`). */
+const transposed = argv.includes("--transposed");
 const VARIANTS: { ctasPerSm: 1 | 2; rowsPerWarp: number }[] =
   arg("--ctas-per-sm") !== undefined
     ? [{ ctasPerSm: Number(arg("--ctas-per-sm")) as 1 | 2, rowsPerWarp: Number(arg("--rpw") ?? 1) }]
@@ -52,7 +55,7 @@ const rows: Row[] = [];
 let device = "unknown";
 for (const v of VARIANTS) {
   const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1 });
-  const vpps = await Vpps.create(model.params, { ...v, traceKernel: true, learningRate: 0.05, cacheDir });
+  const vpps = await Vpps.create(model.params, { ...v, traceKernel: true, learningRate: 0.05, cacheDir, transposed });
   device = vpps.ctx.deviceName;
   try {
     for (const batch of BATCHES) {

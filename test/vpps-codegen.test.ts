@@ -15,6 +15,7 @@ import {
   INTERPRETER_RESERVED_REGS,
   type MatrixSpec,
   planVpps,
+  TRANSPOSED_RESERVE,
   type VppsPlan,
   validRowsPerWarp,
 } from "../src/engines/vpps/plan.js";
@@ -50,8 +51,18 @@ function randomMatrices(seed: number): MatrixSpec[] {
 /** Every plan under test: all Tree-LSTM plans the planner offers, and plans of random models. */
 function plansUnderTest(): VppsPlan[] {
   const plans = TREE_LSTM_SIZES.flatMap(({ H, E }) => enumeratePlans(treeLstm(H, E), H100_SXM));
-  for (let seed = 1; seed <= 40; seed++) plans.push(...enumeratePlans(randomMatrices(seed), H100_SXM));
+  plans.push(...transposedTreeLstmPlans());
+  for (let seed = 1; seed <= 40; seed++) {
+    plans.push(...enumeratePlans(randomMatrices(seed), H100_SXM, "auto", seed % 2 === 0));
+  }
   return plans;
+}
+
+/** The Tree-LSTM plans that get transposed copies when asked for them (Vpps option `transposed`). */
+function transposedTreeLstmPlans(): VppsPlan[] {
+  return TREE_LSTM_SIZES.flatMap(({ H, E }) => enumeratePlans(treeLstm(H, E), H100_SXM, "auto", true)).filter(
+    (p) => p.transposed.length > 0,
+  );
 }
 
 function describePlan(p: VppsPlan): string {
@@ -73,7 +84,8 @@ describe("VPPS weight distribution (plan)", () => {
     for (const plan of plans) {
       const where = describePlan(plan);
       const slotsUsed = new Set<string>();
-      for (const m of plan.matrices) {
+      // transposed copies too: their partitions must not share a (CTA, slot) with anything either
+      for (const m of [...plan.matrices, ...plan.transposed]) {
         const seen = new Uint8Array(m.rows);
         assert.equal(m.partitions.length, m.partitionCount, where);
         for (const p of m.partitions) {
@@ -105,7 +117,7 @@ describe("VPPS weight distribution (plan)", () => {
     for (const plan of plans) {
       const where = describePlan(plan);
       const perCta = new Array<number>(plan.ctas).fill(0);
-      for (const m of plan.matrices) for (const p of m.partitions) perCta[p.cta]!++;
+      for (const m of [...plan.matrices, ...plan.transposed]) for (const p of m.partitions) perCta[p.cta]!++;
       assert.ok(
         Math.max(...perCta) - Math.min(...perCta) <= 1,
         `${where}: partitions per CTA ${Math.min(...perCta)}..${Math.max(...perCta)}`,
@@ -137,14 +149,47 @@ describe("VPPS weight distribution (plan)", () => {
       assert.equal(plan.budget.limitPerThread, plan.ctasPerSm === 1 ? 255 : 128);
       for (const s of plan.slots) {
         for (const i of s.matrices) {
-          const m = plan.matrices[i]!;
-          if (m.gradients === "registers")
+          const m = plan.matrices[i]; // undefined: a transposed copy (no gradient)
+          if (m?.gradients === "registers")
             assert.ok(s.gradientChunks >= m.chunks, `${where}: gradient slot ${s.index}`);
         }
       }
       const last = plan.matrices.reduce((end, m) => Math.max(end, m.masterOffset + m.rows * m.cols), 0);
       assert.ok(plan.masterFloats >= last, `${where}: master buffer too small`);
     }
+  });
+
+  test("transposed copies: of register-gradient matrices only, within the reserve, dealt after every plan matrix", () => {
+    let copies = 0;
+    for (const plan of plans) {
+      const where = describePlan(plan);
+      const dealt = plan.matrices.reduce((n, m) => n + m.partitionCount, 0);
+      for (const [k, t] of plan.transposed.entries()) {
+        const src = plan.matrices[t.source]!;
+        assert.equal(t.index, plan.matrices.length + k, `${where}: ${t.name} matrix number`);
+        assert.equal(src.gradients, "registers", `${where}: ${t.name} copies a GEMM-gradient matrix`);
+        assert.deepEqual([t.rows, t.cols, t.masterOffset], [src.cols, src.rows, src.masterOffset], where);
+        assert.ok(t.firstPartition >= dealt, `${where}: ${t.name} dealt before a plan matrix`);
+        copies++;
+      }
+      if (plan.transposed.length > 0) {
+        const left = plan.budget.limitPerThread - plan.weightRegs - plan.gradientRegs;
+        assert.ok(left >= TRANSPOSED_RESERVE, `${where}: copies leave ${left} registers per thread`);
+      }
+    }
+    assert.ok(copies > 0, "no plan under test has a transposed copy");
+    // the same plan without copies holds every plan matrix on the same CTAs
+    const t = planVpps(treeLstm(256, 256), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 2, transposed: true });
+    const n = planVpps(treeLstm(256, 256), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 2 });
+    assert.deepEqual(
+      t.transposed.map((x) => x.name),
+      ["W_iou.T", "U_iou.T", "U_f1.T", "U_f2.T", "W_out.T"],
+    );
+    assert.equal(n.transposed.length, 0);
+    assert.deepEqual(
+      t.matrices.map((m) => m.partitions.map((p) => p.cta)),
+      n.matrices.map((m) => m.partitions.map((p) => p.cta)),
+    );
   });
 
   test("auto gradients: all in registers when they fit; otherwise the largest matrices go to GEMM first", () => {
@@ -389,6 +434,12 @@ describe("VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v)", asyn
         return { plan, name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
       }),
     );
+    // and every plan with transposed copies (opt-in), which take registers and add load.t and matvec.acc
+    for (const plan of transposedTreeLstmPlans()) {
+      const cols = plan.matrices[0]!.cols;
+      const spec = { model: `treelstm_t_h${plan.matrices[2]!.rows}_e${cols}` };
+      kernels.push({ plan, name: kernelName(plan, spec), source: generateKernelSource(plan, spec) });
+    }
     // the cycle-counting build (`profile: true`) of the tightest plan must not spill either
     const tight = planVpps(treeLstm(256, 256), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 3 });
     const profiled = { model: "treelstm_profiled", profile: true };

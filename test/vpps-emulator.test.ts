@@ -117,7 +117,12 @@ function treeBatch(count: number, seed: number, H: number, E: number, dropout = 
 describe("VPPS emulator against the CPU engine", () => {
   const configs: { name: string; plan: PlanOptions; device: DeviceModel; clip: number }[] = [
     { name: "1 CTA/SM, rpw 1, clipping", plan: { ctasPerSm: 1, rowsPerWarp: 1 }, device: SMALL, clip: 5 },
-    { name: "2 CTAs/SM, rpw 2, no clipping", plan: { ctasPerSm: 2, rowsPerWarp: 2 }, device: SMALL, clip: 0 },
+    {
+      name: "2 CTAs/SM, rpw 2, no clipping, transposed copies",
+      plan: { ctasPerSm: 2, rowsPerWarp: 2, transposed: true },
+      device: SMALL,
+      clip: 0,
+    },
     {
       name: "gradients by GEMM (host update)",
       plan: { ctasPerSm: 1, rowsPerWarp: 1, gradients: "gemm" },
@@ -125,6 +130,12 @@ describe("VPPS emulator against the CPU engine", () => {
       clip: 5,
     },
     { name: "132 CTAs (H100 grid)", plan: { ctasPerSm: 1, rowsPerWarp: 1 }, device: H100_SXM, clip: 1 },
+    {
+      name: "132 CTAs, rpw 2, transposed copies",
+      plan: { ctasPerSm: 1, rowsPerWarp: 2, transposed: true },
+      device: H100_SXM,
+      clip: 1,
+    },
   ];
   for (const c of configs) {
     test(`Tree-LSTM batches, ${c.name}: loss, gradients and updated weights over many interleavings`, () => {
@@ -136,6 +147,12 @@ describe("VPPS emulator against the CPU engine", () => {
         const { pc, cg, loss } = treeBatch(count, seed, 12, 7, seed === 13 ? 0.2 : 0);
         const ref = reference(pc, loss, c.clip);
         const { model, sched } = schedule(pc, c.device, c.plan, cg, loss);
+        // x̄ of short backward lists runs on the transposed copies (matvec.acc) exactly when the plan has them
+        const copies = model.plan.transposed.length;
+        if (c.plan.transposed !== true) assert.equal(copies, 0);
+        else assert.ok(copies > 0, `${c.name}: the plan has no transposed copies`);
+        const acc = countOpcodes(sched.script, model.plan.ctas, [Opcode.MatVecAcc]);
+        assert.equal(acc > 0, copies > 0, `${acc} matvec.acc instructions with ${copies} transposed copies`);
         const { mismatches, stalls } = runAll(pc, model, sched, cg, ref, 4, c.clip);
         assert.deepEqual(mismatches.slice(0, 3), [], `${count} tree(s), seed ${seed}`);
         assert.ok(stalls > 0, "no processor ever had to wait: the interleavings did not test the barriers");
@@ -178,6 +195,7 @@ describe("VPPS emulator against the CPU engine", () => {
           ctasPerSm: seed % 2 === 0 ? 2 : 1,
           rowsPerWarp: 1 + (seed % 3),
           gradients: seed % 5 === 0 ? "gemm" : "auto",
+          transposed: seed % 2 === 1,
         };
         const { model, sched } = schedule(pc, SMALL, plan, cg, loss, tiles);
         const { mismatches } = runAll(pc, model, sched, cg, ref, 2, clip);
@@ -286,8 +304,10 @@ describe("VPPS script synchronisation", () => {
     // Barrier K·s + 1 + m (K = 1 + matrices) is signalled by the holders of matrix m right after their list of step
     // s; barrier K·s by the CTAs that ran elementwise instructions in step s, before their lists. So a reader of one
     // list waits for exactly that matrix's holders, and a reader of elementwise results for no list at all.
-    const K = 1 + model.plan.matrices.length;
-    const holders = model.plan.matrices.map((m) => new Set(m.partitions.map((p) => p.cta)).size);
+    // matrix numbers: the plan's matrices, then their transposed copies (each with its own barrier)
+    const held = [...model.plan.matrices, ...model.plan.transposed];
+    const K = 1 + held.length;
+    const holders = held.map((m) => new Set(m.partitions.map((p) => p.cta)).size);
     const lastForward = sched.barriers - 3 * K; // the norm, grid barrier and update steps close the script
     let groupWaits = 0;
     let elementwiseSignals = 0;
@@ -297,7 +317,7 @@ describe("VPPS script synchronisation", () => {
         const op = sched.script[at]! & 0xff;
         const n = sched.script[at]! >>> 8;
         if (op === Opcode.Signal && n < lastForward) {
-          const list = previous === Opcode.MatVec || previous === Opcode.MatVecBwd;
+          const list = previous === Opcode.MatVec || previous === Opcode.MatVecBwd || previous === Opcode.MatVecAcc;
           if (n % K === 0) {
             elementwiseSignals++;
             assert.ok(!list, `processor ${c}: elementwise barrier ${n} signalled right after a matrix list`);

@@ -76,6 +76,14 @@ export class VppsEmulator {
         held[p.cta]!.push({ ...part, registerGradient: m.gradients === "registers", g: new Float32Array(w.length) });
       }
     }
+    // transposed copies: no gradient, never written back; NaN until the CTA's load.t reads them from the master copy
+    for (const t of plan.transposed) {
+      for (const p of t.partitions) {
+        const w = new Float32Array(p.rowCount * t.cols).fill(Number.NaN);
+        const part = { matrix: t.index, firstRow: p.firstRow, rowCount: p.rowCount, cols: t.cols, w };
+        held[p.cta]!.push({ ...part, registerGradient: false, g: new Float32Array(0) });
+      }
+    }
     const pc = new Int32Array(ctas);
     const end = new Int32Array(ctas);
     for (let c = 0; c < ctas; c++) {
@@ -145,6 +153,7 @@ export class VppsEmulator {
       case Opcode.Wait:
         return; // satisfied: the scheduler only runs a wait whose count is reached
       case Opcode.MatVec:
+      case Opcode.MatVecAcc:
         for (let e = table + a(1), end = e + 3 * a(2); e < end; e += 3) {
           const [y, x, b] = [s[e]!, s[e + 1]!, s[e + 2]!];
           for (const p of held) {
@@ -153,7 +162,9 @@ export class VppsEmulator {
               let acc = 0;
               for (let j = 0; j < p.cols; j++) acc += p.w[r * p.cols + j]! * pool[x + j]!;
               const row = p.firstRow + r;
-              pool[y + row] = (b === NONE ? 0 : pool[b + row]!) + acc;
+              const v = (b === NONE ? 0 : pool[b + row]!) + acc;
+              if (op === Opcode.MatVec) pool[y + row] = v;
+              else pool[y + row]! += v;
             }
           }
         }
@@ -223,6 +234,20 @@ export class VppsEmulator {
           for (let e = list; e < list + 4 * count; e += 4) {
             const [ybar, bbar] = [s[e]!, s[e + 3]!];
             if (bbar !== NONE) for (let r = rBegin; r < rEnd; r++) pool[bbar + r]! += pool[ybar + r]!;
+          }
+        }
+        return;
+      }
+      case Opcode.LoadTransposed: {
+        // row r of Wᵀ is column r of W
+        const mats = this.plan.matrices;
+        for (const p of held) {
+          if (p.matrix < mats.length) continue;
+          const src = mats[this.plan.transposed[p.matrix - mats.length]!.source]!;
+          for (let r = 0; r < p.rowCount; r++) {
+            for (let c = 0; c < p.cols; c++) {
+              p.w[r * p.cols + c] = mem.master[src.masterOffset + c * src.cols + p.firstRow + r]!;
+            }
           }
         }
         return;

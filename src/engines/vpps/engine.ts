@@ -61,6 +61,12 @@ export interface VppsOptions {
   readonly ctasPerSm?: 1 | 2;
   /** Where matrix gradients are formed; default "auto" (registers where they fit). */
   readonly gradients?: GradientStrategy | "auto";
+  /**
+   * Keep transposed copies of the matrices where registers allow (default false), so that x̄ = Wᵀȳ of short
+   * backward lists is a forward-style product on the copies' holders (plan.ts `transposed`). Measured on the H100
+   * (docs/VPPS.md): 1-2% faster kernels at batches 8-128 and 8% slower at batch 1, hence off by default.
+   */
+  readonly transposed?: boolean;
   /** Also write register gradients to device memory every batch (for tests: `gradients()`). */
   readonly exportGradients?: boolean;
   /**
@@ -347,7 +353,7 @@ export class Vpps {
     if (typeof o.rowsPerWarp === "number") {
       return [planVpps(matrices, device, { rowsPerWarp: o.rowsPerWarp, gradients, ...pick(o) })];
     }
-    const all = enumeratePlans(matrices, device, gradients).filter(
+    const all = enumeratePlans(matrices, device, gradients, o.transposed ?? false).filter(
       (p) => o.ctasPerSm === undefined || p.ctasPerSm === o.ctasPerSm,
     );
     if (all.length === 0) return [planVpps(matrices, device, { gradients, ...pick(o) })]; // throws the refusal
@@ -637,7 +643,8 @@ export class Vpps {
     if (!this.opts.traceKernel) throw new Error("Vpps.kernelTrace: create the instance with traceKernel: true");
     this.flush();
     const t = this.runtime.readTrace();
-    const names = this.variants[0]!.plan.matrices.map((m) => m.name);
+    const plan = (this.last?.variant ?? this.variants[0]!).plan;
+    const names = [...plan.matrices, ...plan.transposed].map((m) => m.name);
     return analyzeKernelTrace(t.script, t.ctas, t.words, TRACE_SLOTS, names);
   }
 
@@ -685,6 +692,9 @@ function definedHyperParameters(h: Partial<AdamHyperParameters>): Partial<AdamHy
   };
 }
 
-function pick(o: VppsOptions): { ctasPerSm?: 1 | 2 } {
-  return o.ctasPerSm !== undefined ? { ctasPerSm: o.ctasPerSm } : {};
+function pick(o: VppsOptions): { ctasPerSm?: 1 | 2; transposed?: boolean } {
+  return {
+    ...(o.ctasPerSm !== undefined ? { ctasPerSm: o.ctasPerSm } : {}),
+    ...(o.transposed !== undefined ? { transposed: o.transposed } : {}),
+  };
 }

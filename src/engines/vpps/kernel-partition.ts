@@ -8,7 +8,8 @@
  */
 
 import { opcodeConstant } from "./kernel-static.js";
-import { type MatrixPlan, type VppsPlan, WARPS_PER_CTA } from "./plan.js";
+import type { HeldMatrix, MatrixPlan, TransposedPlan, VppsPlan } from "./plan.js";
+import { WARPS_PER_CTA } from "./plan.js";
 import { LIST_ENTRIES, OPCODES, Opcode, TILE } from "./script.js";
 
 /** Columns one column block of the x̄ reduction covers: 8 chunks of 32 lanes = the 256 threads of the CTA. */
@@ -64,7 +65,7 @@ export function tileMode(plan: VppsPlan): { readonly passes: 1 | 2; readonly fas
 }
 
 /** Entries a matvec of `m` stages per round (0: too wide to stage; the unstaged path walks entries per warp). */
-export function forwardStage(m: MatrixPlan, plan: VppsPlan): number {
+export function forwardStage(m: HeldMatrix, plan: VppsPlan): number {
   if (m.cols > STAGE_FLOATS) return 0;
   const cap = stagingHeadroom(plan) >= 24 ? MAX_STAGE_ENTRIES : 0;
   return Math.min(cap, Math.floor(STAGE_FLOATS / m.cols));
@@ -77,8 +78,15 @@ export function backwardStage(m: MatrixPlan, plan: VppsPlan): number {
   return Math.min(MAX_STAGE_ENTRIES, Math.floor(STAGE_FLOATS / m.cols), Math.floor(STAGE_YBAR_FLOATS / perEntry));
 }
 
+/** Matrix number n of a plan: a plan matrix, or (from `matrices.length` on) a transposed copy. */
+export function heldMatrix(plan: VppsPlan, n: number): HeldMatrix {
+  const m = n < plan.matrices.length ? plan.matrices[n] : plan.transposed[n - plan.matrices.length];
+  if (m === undefined) throw new Error(`kernel template: the plan has no matrix number ${n}`);
+  return m;
+}
+
 /** A C identifier for a matrix's constants struct: `M1_U_iou`. */
-export function matrixStruct(m: MatrixPlan): string {
+export function matrixStruct(m: HeldMatrix): string {
   return `M${m.index}_${m.name.replace(/[^A-Za-z0-9_]/g, "_")}`;
 }
 
@@ -116,8 +124,15 @@ template <class M, int SC> __device__ __forceinline__ void load_rows(float (&w)[
   }
 }
 
-// y[r] = b[r] + W[r].x: each lane multiplies its columns, then a shuffle reduction per row.
-template <class M, int SC>
+// A product's row result: stored (matvec), or added atomically (matvec.acc, where other products add too).
+template <bool kAcc> __device__ __forceinline__ void store_row(float* y, float v) {
+  if (!kAcc) *y = v;
+  else if (v != 0.f) atomicAdd(y, v);
+}
+
+// y[r] = b[r] + W[r].x (kAcc: y[r] += b[r] + W[r].x, atomically): each lane multiplies its columns, then a shuffle
+// reduction per row.
+template <class M, bool kAcc, int SC>
 __device__ __forceinline__ void mv_forward(const float (&w)[kRpw][SC], int row0, float* y, const float* x, const float* b, int lane) {
   float acc[kRpw];
 #pragma unroll
@@ -137,7 +152,7 @@ __device__ __forceinline__ void mv_forward(const float (&w)[kRpw][SC], int row0,
     mine = lane == q ? s : mine;
   }
   const int r = row0 + lane;
-  if (lane < kRpw && r < M::kRows) y[r] = (b ? b[r] : 0.f) + mine;
+  if (lane < kRpw && r < M::kRows) store_row<kAcc>(y + r, (b ? b[r] : 0.f) + mine);
 }
 
 // threadIdx.x through a volatile asm, for index arithmetic inside the interpreter loop: from a plain threadIdx.x the
@@ -149,6 +164,57 @@ __device__ __forceinline__ u32 opaque_tid() {
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
 }
+
+// Rows [row0, row0 + kRowsPerPartition) of a transposed copy T = Wᵀ, whose element (r, c) is W[c][r] = master[kMaster
+// + c * kSrcCols + r]. Read lane by lane that is one 4-byte sector per load; instead the CTA copies, per block of
+// kBlock columns of T, the kRowsPerPartition consecutive floats of each of W's rows c (contiguous in the master copy)
+// into shared memory (rows padded to an odd stride: no bank conflicts), and each thread then takes its registers.
+// Runs before the interpreter loop, in buf (s_stage); uniform per CTA (holds<T> depends on blockIdx.x only).
+template <class T, int SC>
+__device__ __forceinline__ void load_rows_t(float (&w)[kRpw][SC], int row0, const float* master, float* buf, int warp, int lane) {
+  static_assert(T::kChunks <= SC, "slot narrower than matrix");
+  constexpr int kPad = kRowsPerPartition + 1;
+  constexpr int kBlock = (${STAGE_FLOATS} / kPad) / 32 * 32; // columns of T per round: whole register chunks
+  static_assert(kBlock >= 32, "a transposed copy's load block holds at least one chunk");
+  const int first = row0 - warp * kRpw; // the CTA's first row of T
+#pragma unroll
+  for (int b = 0; b * kBlock < T::kCols; ++b) {
+    __syncthreads();
+    // a group of loads in flight before the group's shared stores (a load-store loop waited for each load:
+    // ~20 µs per copy on the H100); groups of kStageLoads, since load.t runs inside the interpreter loop, where
+    // every slot's registers are live
+    constexpr int kPer = (kRowsPerPartition * kBlock + kThreads - 1) / kThreads;
+    constexpr int kGroup = kPer < kStageLoads ? kPer : kStageLoads;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kPer; k0 += kGroup) {
+      float v[kGroup];
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        const int t = (int)opaque_tid() + (k0 + k) * kThreads;
+        const int cc = t / kRowsPerPartition, rr = t - cc * kRowsPerPartition;
+        const int c = b * kBlock + cc, r = first + rr;
+        v[k] = t < kRowsPerPartition * kBlock && c < T::kCols && r < T::kRows
+                   ? master[T::kMaster + (long long)c * T::kSrcCols + r]
+                   : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        const int t = (int)opaque_tid() + (k0 + k) * kThreads;
+        const int cc = t / kRowsPerPartition, rr = t - cc * kRowsPerPartition;
+        if (t < kRowsPerPartition * kBlock) buf[cc * kPad + rr] = v[k];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < T::kChunks; ++i) {
+      if (32 * i < b * kBlock || 32 * i >= (b + 1) * kBlock) continue;
+#pragma unroll
+      for (int q = 0; q < kRpw; ++q) w[q][i] = buf[(32 * i + lane - b * kBlock) * kPad + warp * kRpw + q];
+    }
+  }
+  __syncthreads(); // the interpreter reuses buf
+}
+
 
 // Copies the x operand (word XI of EW-word entries) of ne <= M::kStage staged entries into xs, entry e at
 // e * kCols. All of a thread's loads are issued before its shared stores, so the CTA has them all in flight.
@@ -177,7 +243,7 @@ __device__ __forceinline__ void stage_x(const u32* ent, u32 ne, const float* poo
 
 // The forward product of ne staged entries (y, x, b) for the warp's rows: x from shared memory, the biases of all
 // entries loaded up front so their latency overlaps the products. Unrolled over entries so bias[] stays in registers.
-template <class M, int SC>
+template <class M, bool kAcc, int SC>
 __device__ __forceinline__ void mv_forward_staged(const float (&w)[kRpw][SC], int row0, const u32* ent, const float* xs, u32 ne, float* pool, int lane) {
   const int r = row0 + lane;
   const bool store = lane < kRpw && r < M::kRows;
@@ -206,7 +272,7 @@ __device__ __forceinline__ void mv_forward_staged(const float (&w)[kRpw][SC], in
       const float s = warp_sum(acc[q]);
       mine = lane == q ? s : mine;
     }
-    if (store) pool[ent[3 * e] + r] = bias[e] + mine;
+    if (store) store_row<kAcc>(pool + ent[3 * e] + r, bias[e] + mine);
   }
 }
 
@@ -832,22 +898,37 @@ __device__ __forceinline__ void tile_wbar(TileArgs& g, const u32* ent, float* po
 `;
 }
 
-/** `struct M1_U_iou { ... }` with the matrix's compile-time constants. */
+/** `struct M1_U_iou { ... }` with the matrix's compile-time constants, then those of the transposed copies. */
 export function renderMatrixStructs(plan: VppsPlan): string {
-  return plan.matrices
-    .map((m) => {
-      const s = matrixStruct(m);
-      return `// ${m.name} [${m.rows} x ${m.cols}]: ${m.chunks} register(s) per row per lane, partitions ${m.firstPartition}..${
-        m.firstPartition + m.partitionCount - 1
-      } of the deal (slots ${m.slots.join(", ")}), gradient in ${m.gradients}
+  const copies = plan.transposed.map((t) => {
+    const src = plan.matrices[t.source]!;
+    return `// ${t.name} [${t.rows} x ${t.cols}]: transposed copy of ${src.name}, read-only; ${t.chunks} register(s) per row per lane, partitions ${
+      t.firstPartition
+    }..${t.firstPartition + t.partitionCount - 1} of the deal (slots ${t.slots.join(", ")})
+struct ${matrixStruct(t)} {
+  static constexpr int kRows = ${t.rows}, kCols = ${t.cols}, kChunks = ${t.chunks};
+  static constexpr int kFirstPartition = ${t.firstPartition}, kPartitions = ${t.partitionCount};
+  static constexpr long long kMaster = ${t.masterOffset}; // ${src.name}'s master copy: element (r, c) at kMaster + c * kSrcCols + r
+  static constexpr int kSrcCols = ${src.cols};
+  static constexpr int kStage = ${forwardStage(t, plan)}, kStageBwd = 0; // entries staged per round
+};`;
+  });
+  return [...renderMatrixStructsOf(plan), ...copies].join("\n");
+}
+
+function renderMatrixStructsOf(plan: VppsPlan): string[] {
+  return plan.matrices.map((m) => {
+    const s = matrixStruct(m);
+    return `// ${m.name} [${m.rows} x ${m.cols}]: ${m.chunks} register(s) per row per lane, partitions ${m.firstPartition}..${
+      m.firstPartition + m.partitionCount - 1
+    } of the deal (slots ${m.slots.join(", ")}), gradient in ${m.gradients}
 struct ${s} {
   static constexpr int kRows = ${m.rows}, kCols = ${m.cols}, kChunks = ${m.chunks};
   static constexpr int kFirstPartition = ${m.firstPartition}, kPartitions = ${m.partitionCount};
   static constexpr long long kMaster = ${m.masterOffset}; // float offset in the master copy and gradient buffer
   static constexpr int kStage = ${forwardStage(m, plan)}, kStageBwd = ${backwardStage(m, plan)}; // entries staged per round
 };`;
-    })
-    .join("\n");
+  });
 }
 
 const w = (slot: number) => `w${slot}`;
@@ -859,7 +940,7 @@ const g = (slot: number) => `g${slot}`;
 export function renderSlotDeclarations(plan: VppsPlan): string {
   const lines: string[] = [];
   for (const s of plan.slots) {
-    const names = s.matrices.map((i) => plan.matrices[i]!.name).join(", ");
+    const names = s.matrices.map((i) => heldMatrix(plan, i).name).join(", ");
     lines.push(
       `  // slot ${s.index}: ${names} — ${s.weightRegs} weight + ${s.gradientRegs} gradient registers per thread`,
     );
@@ -875,6 +956,7 @@ export function renderSlotDeclarations(plan: VppsPlan): string {
     }
     lines.push("  }");
     for (const i of s.matrices) {
+      if (i >= plan.matrices.length) continue; // a transposed copy: loaded by load.t (renderLoadTransposed)
       const M = matrixStruct(plan.matrices[i]!);
       lines.push(
         `  if (holds<${M}>(${s.index})) load_rows<${M}>(${w(s.index)}, first_row<${M}>(${s.index}, warp), master, lane);`,
@@ -897,7 +979,7 @@ ${body}
 function checkEntryLayout(): void {
   const fwd = LIST_ENTRIES[Opcode.MatVec]!.join(",");
   const bwd = LIST_ENTRIES[Opcode.MatVecBwd]!.join(",");
-  if (fwd !== "y,x,b" || bwd !== "ybar,x,xbar,bbar") {
+  if (fwd !== "y,x,b" || LIST_ENTRIES[Opcode.MatVecAcc]!.join(",") !== fwd || bwd !== "ybar,x,xbar,bbar") {
     throw new Error(
       `kernel template: staged matvec routines expect entries (y,x,b) and (ybar,x,xbar,bbar); got (${fwd}) and (${bwd})`,
     );
@@ -905,11 +987,11 @@ function checkEntryLayout(): void {
 }
 
 /** Rounds of up to kStage entries: the CTA stages the entries and their x vectors, then every warp multiplies. */
-function matVecStaged(m: MatrixPlan, plan: VppsPlan): string {
+function matVecStaged(m: HeldMatrix, plan: VppsPlan, acc: boolean): string {
   const M = matrixStruct(m);
   const calls = m.slots.map(
     (s) =>
-      `            if (holds<${M}>(${s})) mv_forward_staged<${M}>(${w(s)}, first_row<${M}>(${s}, warp), s_ent, s_stage, ne, pool, lane);`,
+      `            if (holds<${M}>(${s})) mv_forward_staged<${M}, ${acc}>(${w(s)}, first_row<${M}>(${s}, warp), s_ent, s_stage, ne, pool, lane);`,
   );
   return `        case ${m.index}: { // ${m.name}: ${forwardStage(m, plan)} entries staged per round
           constexpr u32 S = ${M}::kStage;
@@ -926,16 +1008,21 @@ ${calls.join("\n")}
         } break;`;
 }
 
-function matVecCase(plan: VppsPlan): string {
+/**
+ * matvec (y = b + W x) over the plan matrices, or matvec.acc (y += b + W x, atomics) over the plan matrices and the
+ * transposed copies (the x̄ = Wᵀȳ of short backward lists).
+ */
+function matVecCase(plan: VppsPlan, o: Opcode.MatVec | Opcode.MatVecAcc): string {
   checkEntryLayout();
-  const o = Opcode.MatVec;
+  const acc = o === Opcode.MatVecAcc;
   const at = (name: string) => LIST_ENTRIES[o]!.indexOf(name);
-  const cases = plan.matrices.map((m) => {
-    if (forwardStage(m, plan) > 0) return matVecStaged(m, plan);
+  const held: HeldMatrix[] = acc ? [...plan.matrices, ...plan.transposed] : [...plan.matrices];
+  const cases = held.map((m) => {
+    if (forwardStage(m, plan) > 0) return matVecStaged(m, plan, acc);
     const M = matrixStruct(m);
     const calls = m.slots.map(
       (s) =>
-        `            if (holds<${M}>(${s})) mv_forward<${M}>(${w(s)}, first_row<${M}>(${s}, warp), y, x, b, lane);`,
+        `            if (holds<${M}>(${s})) mv_forward<${M}, ${acc}>(${w(s)}, first_row<${M}>(${s}, warp), y, x, b, lane);`,
     );
     const body = `            float* y = pool + ent[${at("y")}];
             const float* x = pool + ent[${at("x")}];
@@ -943,7 +1030,8 @@ function matVecCase(plan: VppsPlan): string {
 ${calls.join("\n")}`;
     return `        case ${m.index}: // ${m.name}\n          ${entryLoop(o, body)}\n          break;`;
   });
-  return `      case ${opcodeConstant(o)}: { // matvec: n = matrix; entries (y, x, b); warps run through them unsynchronised
+  const what = acc ? "y += b + W x (atomics)" : "y = b + W x";
+  return `      case ${opcodeConstant(o)}: { // ${OPCODES[o]!.mnemonic}: n = matrix; entries (y, x, b), ${what}; warps run through them unsynchronised
         const u32* list = table + ${W(o, "list")};
         const u32 count = ${W(o, "count")};
         switch (n) {
@@ -1062,8 +1150,8 @@ function perRegisterGradient(plan: VppsPlan, call: (M: string, slot: number) => 
   const out: string[] = [];
   for (const s of plan.slots) {
     for (const i of s.matrices) {
-      const m = plan.matrices[i]!;
-      if (m.gradients !== "registers") continue;
+      const m = plan.matrices[i]; // undefined: a transposed copy, which has no gradient
+      if (m === undefined || m.gradients !== "registers") continue;
       const M = matrixStruct(m);
       out.push(`        if (holds<${M}>(${s.index})) ${call(M, s.index)};`);
     }
@@ -1182,7 +1270,30 @@ ${importGrads.join("\n")}
   ].join("\n");
 }
 
+/** The load.t case: this CTA's partitions of the transposed copies, read from the master copy (load_rows_t). */
+function loadTransposedCase(plan: VppsPlan): string {
+  const loads: string[] = [];
+  for (const t of plan.transposed) {
+    const M = matrixStruct(t);
+    for (const s of t.slots) {
+      loads.push(
+        `        if (holds<${M}>(${s})) load_rows_t<${M}>(${w(s)}, first_row<${M}>(${s}, warp), master, s_stage, warp, lane);`,
+      );
+    }
+  }
+  return `      case ${opcodeConstant(Opcode.LoadTransposed)}: // load.t: the transposed copies this CTA holds
+${loads.join("\n")}
+        break;`;
+}
+
 /** The interpreter cases that touch register-resident matrices or the master copy. */
 export function renderMatrixCases(plan: VppsPlan): string {
-  return [matVecCase(plan), matVecBwdCase(plan), endOfBatchCases(plan), tileCases(plan)].join("\n");
+  return [
+    matVecCase(plan, Opcode.MatVec),
+    matVecCase(plan, Opcode.MatVecAcc),
+    loadTransposedCase(plan),
+    matVecBwdCase(plan),
+    endOfBatchCases(plan),
+    tileCases(plan),
+  ].join("\n");
 }

@@ -44,10 +44,15 @@ interface Ins {
   readonly b: number;
 }
 
-/** Labels by opcode, with the matrix named for list instructions. */
+/** The matrix list instructions (run by a matrix's holders; their count is the list's entries). */
+function isList(op: number): boolean {
+  return op === Opcode.MatVec || op === Opcode.MatVecBwd || op === Opcode.MatVecAcc;
+}
+
+/** Labels by opcode, with the matrix named for list instructions (names: plan matrices, then transposed copies). */
 function labelOf(ins: Ins, matrices: readonly string[]): string {
   const m = OPCODES[ins.op]?.mnemonic ?? `op${ins.op}`;
-  if (ins.op === Opcode.MatVec || ins.op === Opcode.MatVecBwd) return `${m} ${matrices[ins.n] ?? `m${ins.n}`}`;
+  if (isList(ins.op)) return `${m} ${matrices[ins.n] ?? `m${ins.n}`}`;
   return m;
 }
 
@@ -168,7 +173,7 @@ export function analyzeKernelTrace(
       k = k0 - 1;
       continue;
     } else {
-      const list = ins.op === Opcode.MatVec || ins.op === Opcode.MatVecBwd;
+      const list = isList(ins.op);
       add(labelOf(ins, matrices), e[k]! - s, list ? ins.b : 0);
     }
     k--;

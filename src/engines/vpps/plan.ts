@@ -32,7 +32,20 @@ export interface PlanOptions {
   readonly rowsPerWarp?: number;
   /** Gradient placement; `auto` keeps gradients in registers where they fit, largest matrices go to GEMM first. */
   readonly gradients?: GradientStrategy | "auto";
+  /**
+   * Keep a transposed copy of register-gradient matrices where registers allow (default false; see `transposed`
+   * below): short backward lists then form x̄ = Wᵀȳ as a forward-style product on the copy's holders.
+   */
+  readonly transposed?: boolean;
 }
+
+/**
+ * Registers per thread a plan keeps free when it adds transposed copies: the interpreter's reserve measured for the
+ * unstaged routines (64) plus 32 for the staged list routines, grouped waits (kernel-partition.ts stagingHeadroom
+ * wants 24) and load.t's loads in flight (measured: 24 left a Tree-LSTM H=512 plan spilling). A copy that would take
+ * the kernel below that is not added: it would slow every list down.
+ */
+export const TRANSPOSED_RESERVE = 64 + 32;
 
 /** Threads per persistent CTA: 8 warps, enough for one CTA to use the whole register file (paper §III-A1). */
 export const THREADS_PER_CTA = 256;
@@ -74,7 +87,36 @@ export interface PartitionAssignment {
   readonly warps: readonly { readonly warp: number; readonly firstRow: number; readonly rowCount: number }[];
 }
 
-export interface MatrixPlan {
+/** Rows of a matrix dealt over the CTAs' register slots: a plan matrix, or a transposed copy of one. */
+export interface HeldMatrix {
+  /** The instruction's matrix number n (plan matrices first, then the transposed copies). */
+  readonly index: number;
+  readonly name: string;
+  readonly rows: number;
+  readonly cols: number;
+  /** Registers per lane per row: `ceil(cols / 32)`. */
+  readonly chunks: number;
+  /** First partition in the round-robin list and how many there are. */
+  readonly firstPartition: number;
+  readonly partitionCount: number;
+  /** Register slots that hold rows of this matrix in some CTA. */
+  readonly slots: readonly number[];
+  /** Offset in floats of the row-major master copy (a transposed copy: its source's, read column by column). */
+  readonly masterOffset: number;
+  readonly partitions: readonly PartitionAssignment[];
+}
+
+/**
+ * A read-only transposed copy Wᵀ of a register-gradient plan matrix W (rows = W's columns), loaded from W's master
+ * copy at launch and never updated (the next launch loads the updated W again). Its holders run `matvec.acc`
+ * lists (x̄ += Wᵀȳ) for short backward lists of W, whose holders then only accumulate W̄ — off the critical path.
+ */
+export interface TransposedPlan extends HeldMatrix {
+  /** Index of W in `VppsPlan.matrices`. */
+  readonly source: number;
+}
+
+export interface MatrixPlan extends HeldMatrix {
   readonly index: number;
   readonly name: string;
   readonly rows: number;
@@ -94,7 +136,7 @@ export interface MatrixPlan {
 
 export interface SlotLayout {
   readonly index: number;
-  /** Matrices dealt to this slot in some CTA, widest first. */
+  /** Matrices dealt to this slot in some CTA, widest first (matrix numbers: transposed copies after the plan's). */
   readonly matrices: readonly number[];
   /** Chunks per row of the widest matrix in the slot: the slot's register array is `rpw x chunks`. */
   readonly chunks: number;
@@ -126,6 +168,8 @@ export interface VppsPlan {
   /** rpw values worth compiling for this `ctasPerSm` and gradient option (fit, and keep enough CTAs busy). */
   readonly validRowsPerWarp: readonly number[];
   readonly matrices: readonly MatrixPlan[];
+  /** Transposed copies (matrix numbers `matrices.length + k`), dealt after every plan matrix; empty when none fit. */
+  readonly transposed: readonly TransposedPlan[];
   readonly slots: readonly SlotLayout[];
   /** Floats in the parameter buffer (master copies of all matrices, each aligned to 32 floats). */
   readonly masterFloats: number;
@@ -164,44 +208,97 @@ interface Deal {
   readonly ctas: number;
   readonly rpw: number;
   readonly order: readonly number[];
+  /** Per matrix number (plan matrices, then the transposed copies `transposed`): first partition and count. */
   readonly firstPartition: readonly number[];
   readonly partitionCount: readonly number[];
   readonly totalPartitions: number;
   readonly slotMatrices: readonly (readonly number[])[];
+  /** Sources of the transposed copies, in the order of their matrix numbers. */
+  readonly transposed: readonly number[];
 }
 
-function deal(matrices: readonly MatrixSpec[], ctas: number, rpw: number): Deal {
+/**
+ * Deals the plan matrices, then transposed copies of the matrices `transposed` (after all of them, so that a copy
+ * never moves a plan matrix to other CTAs: plans with and without copies hold W on the same processors).
+ */
+function deal(matrices: readonly MatrixSpec[], ctas: number, rpw: number, transposed: readonly number[] = []): Deal {
   const chunks = matrices.map((m) => ceilDiv(m.cols, 32));
   // Widest rows first (stable), so that slots shared by two matrices at a boundary rarely mix very different widths.
   const order = matrices.map((_, i) => i).sort((a, b) => chunks[b]! - chunks[a]! || a - b);
+  const tChunks = transposed.map((i) => ceilDiv(matrices[i]!.rows, 32));
+  // Copies narrowest first: the first ones fill the tail of the plan matrices' last slot, which they must not widen.
+  const tOrder = transposed.map((_, k) => k).sort((a, b) => tChunks[a]! - tChunks[b]! || a - b);
   const rowsPerPartition = WARPS_PER_CTA * rpw;
-  const firstPartition = new Array<number>(matrices.length).fill(0);
-  const partitionCount = new Array<number>(matrices.length).fill(0);
+  const all = matrices.length + transposed.length;
+  const firstPartition = new Array<number>(all).fill(0);
+  const partitionCount = new Array<number>(all).fill(0);
   let next = 0;
-  for (const i of order) {
+  const dealt: number[] = [];
+  const place = (i: number, rows: number) => {
     firstPartition[i] = next;
-    partitionCount[i] = ceilDiv(matrices[i]!.rows, rowsPerPartition);
+    partitionCount[i] = ceilDiv(rows, rowsPerPartition);
     next += partitionCount[i]!;
-  }
+    dealt.push(i);
+  };
+  for (const i of order) place(i, matrices[i]!.rows);
+  for (const k of tOrder) place(matrices.length + k, matrices[transposed[k]!]!.cols);
   const slotCount = ceilDiv(next, ctas);
   const slotMatrices: number[][] = Array.from({ length: slotCount }, () => []);
-  for (const i of order) {
+  for (const i of dealt) {
     const first = Math.floor(firstPartition[i]! / ctas);
     const last = Math.floor((firstPartition[i]! + partitionCount[i]! - 1) / ctas);
     for (let s = first; s <= last; s++) slotMatrices[s]!.push(i);
   }
-  return { ctas, rpw, order, firstPartition, partitionCount, totalPartitions: next, slotMatrices };
+  return { ctas, rpw, order, firstPartition, partitionCount, totalPartitions: next, slotMatrices, transposed };
 }
 
-/** Registers per thread of a deal, given which matrices keep their gradient in registers. */
+/** Registers per lane per row of every matrix number of a deal (plan matrices, then transposed copies). */
+function chunksOf(matrices: readonly MatrixSpec[], d: Deal): number[] {
+  return [...matrices.map((m) => ceilDiv(m.cols, 32)), ...d.transposed.map((i) => ceilDiv(matrices[i]!.rows, 32))];
+}
+
+/** Registers per thread of a deal, given which matrices keep their gradient in registers (copies never do). */
 function registersOf(d: Deal, chunks: readonly number[], registerGrad: readonly boolean[]) {
   let weightRegs = 0;
   let gradientRegs = 0;
   for (const ms of d.slotMatrices) {
     weightRegs += d.rpw * Math.max(0, ...ms.map((i) => chunks[i]!));
-    gradientRegs += d.rpw * Math.max(0, ...ms.filter((i) => registerGrad[i]).map((i) => chunks[i]!));
+    gradientRegs += d.rpw * Math.max(0, ...ms.filter((i) => registerGrad[i] === true).map((i) => chunks[i]!));
   }
   return { weightRegs, gradientRegs };
+}
+
+/**
+ * Transposed copies for a deal whose gradients are placed: register-gradient matrices, largest first, each kept if
+ * the plan still leaves TRANSPOSED_RESERVE registers per thread free (and at most 32 matrix numbers in all: the
+ * scheduler's barrier masks). Returns the deal with the copies and its registers.
+ */
+function addTransposed(
+  matrices: readonly MatrixSpec[],
+  d: Deal,
+  placed: { registerGrad: boolean[]; weightRegs: number; gradientRegs: number },
+  limitPerThread: number,
+): { deal: Deal; weightRegs: number; gradientRegs: number } {
+  const bySize = matrices
+    .map((_, i) => i)
+    .filter((i) => placed.registerGrad[i])
+    .sort((a, b) => sizeOf(matrices[b]!) - sizeOf(matrices[a]!) || a - b);
+  let best = { deal: d, weightRegs: placed.weightRegs, gradientRegs: placed.gradientRegs };
+  const chosen: number[] = [];
+  for (const i of bySize) {
+    if (matrices.length + chosen.length >= 32) break;
+    const trial = deal(
+      matrices,
+      d.ctas,
+      d.rpw,
+      [...chosen, i].sort((a, b) => a - b),
+    );
+    const regs = registersOf(trial, chunksOf(matrices, trial), placed.registerGrad);
+    if (limitPerThread - regs.weightRegs - regs.gradientRegs < TRANSPOSED_RESERVE) continue;
+    chosen.push(i);
+    best = { deal: trial, ...regs };
+  }
+  return best;
 }
 
 /**
@@ -281,7 +378,9 @@ export function planVpps(matrices: readonly MatrixSpec[], device: DeviceModel, o
   const d = deal(matrices, ctas, rpw);
   const placed = placeGradients(matrices, d, budget.forParameters, gradients);
   if (placed === undefined) throw new Error(refusal(matrices, device, ctasPerSm, rpw, gradients));
-  return buildPlan(matrices, device, ctasPerSm, budget, d, placed, valid);
+  if (options.transposed !== true) return buildPlan(matrices, device, ctasPerSm, budget, d, placed, valid);
+  const withCopies = addTransposed(matrices, d, placed, budget.limitPerThread);
+  return buildPlan(matrices, device, ctasPerSm, budget, withCopies.deal, { ...placed, ...withCopies }, valid);
 }
 
 /** Two CTAs per SM expose more parallelism but halve the registers; take it only when everything still fits. */
@@ -356,16 +455,16 @@ function buildPlan(
     masterFloats += ceilDiv(m.rows * m.cols, 32) * 32; // 128-byte aligned rows of loads
     return offset;
   });
-  const matrixPlans: MatrixPlan[] = matrices.map((m, i) => {
+  const partitionsOf = (i: number, rows: number): PartitionAssignment[] => {
     const first = d.firstPartition[i]!;
     const partitions: PartitionAssignment[] = [];
     for (let p = 0; p < d.partitionCount[i]!; p++) {
       const k = first + p;
       const firstRow = p * rowsPerPartition;
-      const rowCount = Math.min(rowsPerPartition, m.rows - firstRow);
+      const rowCount = Math.min(rowsPerPartition, rows - firstRow);
       const warps = Array.from({ length: WARPS_PER_CTA }, (_, w) => {
         const wFirst = firstRow + w * d.rpw;
-        return { warp: w, firstRow: wFirst, rowCount: Math.max(0, Math.min(d.rpw, m.rows - wFirst)) };
+        return { warp: w, firstRow: wFirst, rowCount: Math.max(0, Math.min(d.rpw, rows - wFirst)) };
       });
       partitions.push({
         matrix: i,
@@ -378,29 +477,40 @@ function buildPlan(
         warps,
       });
     }
-    const slots = [...new Set(partitions.map((p) => p.slot))];
+    return partitions;
+  };
+  const held = (i: number, name: string, rows: number, cols: number, masterOffset: number): HeldMatrix => {
+    const partitions = partitionsOf(i, rows);
     return {
       index: i,
-      name: m.name,
-      rows: m.rows,
-      cols: m.cols,
-      chunks: ceilDiv(m.cols, 32),
-      gradients: placed.registerGrad[i] ? "registers" : "gemm",
-      firstPartition: first,
+      name,
+      rows,
+      cols,
+      chunks: ceilDiv(cols, 32),
+      firstPartition: d.firstPartition[i]!,
       partitionCount: d.partitionCount[i]!,
-      slots,
-      masterOffset: masterOffsets[i]!,
+      slots: [...new Set(partitions.map((p) => p.slot))],
+      masterOffset,
       partitions,
     };
+  };
+  const matrixPlans: MatrixPlan[] = matrices.map((m, i) => ({
+    ...held(i, m.name, m.rows, m.cols, masterOffsets[i]!),
+    gradients: placed.registerGrad[i] ? "registers" : "gemm",
+  }));
+  const transposed: TransposedPlan[] = d.transposed.map((src, k) => {
+    const m = matrices[src]!;
+    return { ...held(matrices.length + k, `${m.name}.T`, m.cols, m.rows, masterOffsets[src]!), source: src };
   });
+  const chunks = [...matrixPlans, ...transposed].map((m) => m.chunks);
   const slots: SlotLayout[] = d.slotMatrices.map((ms, s) => {
-    const chunks = Math.max(...ms.map((i) => matrixPlans[i]!.chunks));
-    const gradientChunks = Math.max(0, ...ms.filter((i) => placed.registerGrad[i]).map((i) => matrixPlans[i]!.chunks));
+    const width = Math.max(...ms.map((i) => chunks[i]!));
+    const gradientChunks = Math.max(0, ...ms.filter((i) => placed.registerGrad[i] === true).map((i) => chunks[i]!));
     return {
       index: s,
       matrices: ms,
-      chunks,
-      weightRegs: d.rpw * chunks,
+      chunks: width,
+      weightRegs: d.rpw * width,
       gradientChunks,
       gradientRegs: d.rpw * gradientChunks,
     };
@@ -416,6 +526,7 @@ function buildPlan(
     gradientRegs: placed.gradientRegs,
     validRowsPerWarp: valid,
     matrices: matrixPlans,
+    transposed,
     slots,
     masterFloats,
   };
@@ -426,11 +537,12 @@ export function enumeratePlans(
   matrices: readonly MatrixSpec[],
   device: DeviceModel,
   gradients: GradientStrategy | "auto" = "auto",
+  transposed = false,
 ): VppsPlan[] {
   const plans: VppsPlan[] = [];
   for (const ctasPerSm of [1, 2] as const) {
     for (const rowsPerWarp of validRowsPerWarp(matrices, device, ctasPerSm, gradients)) {
-      plans.push(planVpps(matrices, device, { ctasPerSm, rowsPerWarp, gradients }));
+      plans.push(planVpps(matrices, device, { ctasPerSm, rowsPerWarp, gradients, transposed }));
     }
   }
   return plans;

@@ -31,9 +31,15 @@ export function preloadBackward(E: Emitter, g: ComputationGraph, L: BatchLayout,
   }
 }
 
-/** x̄ += Wᵀȳ (and W̄ += ȳxᵀ, b̄ += ȳ) on the holders of m; for a GEMM-strategy matrix, also collects ȳ and x. */
+/**
+ * x̄ += Wᵀȳ (and W̄ += ȳxᵀ, b̄ += ȳ) on the holders of m; for a GEMM-strategy matrix, also collects ȳ and x. When m
+ * has a transposed copy and this step's list of m stays on its holders, x̄ is a matvec.acc entry of the copy
+ * instead (one warp sums each element and adds it once) and the holders' entry only accumulates W̄ and b̄, which
+ * nothing reads before the update: the next level waits for the copy's holders only.
+ */
 function productBackward(
   E: Emitter,
+  g: ComputationGraph,
   L: BatchLayout,
   i: number,
   m: number,
@@ -44,13 +50,68 @@ function productBackward(
   const t = E.t;
   const gy = L.grad[i]!;
   if (productHasWork(E, L, m, x, b)) {
-    const gx = gradOrNone(L, x);
+    let gx = gradOrNone(L, x);
     const gb = b >= 0 ? gradOrNone(L, b) : NONE;
+    const copy = gx === NONE ? -1 : t.transposedFor(m);
+    if (copy >= 0) {
+      t.listEntry(Opcode.MatVecAcc, copy, 3, gx, gy, NONE, 0, t.gradBuffer(i), -1);
+      t.wroteGrad(x, -(copy + 1));
+      // W̄ and a parameter's b̄: nothing reads them before the update, so they wait for the end of the backward
+      // pass (the b̄ of a computed bias is read by its producer's backward: that entry stays in this step)
+      if (gb === NONE || g.op[b] === Op.Parameter) {
+        E.deferred.push(m, gy, L.value[x]!, b, gb, t.gradBuffer(i), t.valueBuffer(x));
+        return;
+      }
+      gx = NONE;
+    }
     t.listEntry(Opcode.MatVecBwd, m, 4, gy, L.value[x]!, gx, gb, t.gradBuffer(i), t.valueBuffer(x));
     if (gx !== NONE) t.wroteGrad(x, -(m + 1));
     if (gb !== NONE) t.wroteGrad(b, -(m + 1));
   }
   if (E.registerGrad[m] === 0) gemmRows(E, L, i, m, x, collected);
+}
+
+/**
+ * The W̄ (and b̄) entries of products whose x̄ ran on a transposed copy: held back during the backward pass, where
+ * they would sit on the critical path (a holder of W also runs cells, whose next one would wait behind them), and
+ * emitted as one step after it (emitDeferred), where long lists become tiles over every CTA.
+ */
+export class DeferredWbar {
+  private words = new Int32Array(7 * 256);
+  private length = 0;
+
+  push(m: number, gy: number, x: number, b: number, gb: number, gyBuffer: number, xBuffer: number): void {
+    if (this.length + 7 > this.words.length) {
+      const w = new Int32Array(this.words.length * 2);
+      w.set(this.words);
+      this.words = w;
+    }
+    this.words.set([m, gy, x, b, gb, gyBuffer, xBuffer], this.length);
+    this.length += 7;
+  }
+
+  /** Emits the held-back entries in step s (returns the next step; s itself when there are none). */
+  emit(E: Emitter, s: number): number {
+    if (this.length === 0) return s;
+    const t = E.t;
+    const w = this.words;
+    t.startStep(s);
+    const counts = E.products;
+    for (let k = 0; k < this.length; k += 7) counts[w[k]!]!++;
+    for (let m = 0; m < counts.length; m++) {
+      if (counts[m]! > 0) t.preloadMatrix(m, counts[m]!);
+      counts[m] = 0;
+    }
+    for (let k = 0; k < this.length; k += 7) {
+      const m = w[k]!;
+      const gb = w[k + 4]! >>> 0;
+      t.listEntry(Opcode.MatVecBwd, m, 4, w[k + 1]! >>> 0, w[k + 2]! >>> 0, NONE, gb, w[k + 5]!, w[k + 6]!);
+      if (gb !== NONE) t.wroteGrad(w[k + 3]!, -(m + 1));
+    }
+    t.endStep();
+    this.length = 0;
+    return s + 1;
+  }
 }
 
 /** For a GEMM-strategy matrix, the rows of Ȳ and X for W̄ = ȲᵀX, one GEMM after the kernel (nothing in the script reads them). */
@@ -100,12 +161,12 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
   const a0 = args[s]!;
   switch (op) {
     case Op.MatVec:
-      productBackward(E, L, i, E.matrixOf(g, i, a0), args[s + 1]!, -1, collected);
+      productBackward(E, g, L, i, E.matrixOf(g, i, a0), args[s + 1]!, -1, collected);
       return;
     case Op.Affine: {
       const count = g.argCount[i]!;
       for (let k = 1; k < count; k += 2) {
-        productBackward(E, L, i, E.matrixOf(g, i, args[s + k]!), args[s + k + 1]!, k === 1 ? a0 : -1, collected);
+        productBackward(E, g, L, i, E.matrixOf(g, i, args[s + k]!), args[s + k + 1]!, k === 1 ? a0 : -1, collected);
       }
       return;
     }

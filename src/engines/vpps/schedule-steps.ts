@@ -16,7 +16,7 @@
  */
 import type { BatchLayout } from "./layout.js";
 import type { VppsPlan } from "./plan.js";
-import { LIST_ENTRIES, Opcode, ScriptWriter, TILE } from "./script.js";
+import { LIST_ENTRIES, NONE, Opcode, ScriptWriter, TILE } from "./script.js";
 
 /** Load of one weight element of a matrix product relative to one float of an elementwise instruction. */
 export const MATRIX_LOAD_WEIGHT = 0.25;
@@ -50,6 +50,12 @@ export class StepTracker {
   private readonly rows: Int32Array;
   /** Per matrix: 1 when its gradient lives in registers (its backward lists may become tiles). */
   private readonly registerGrad: Uint8Array;
+  /** Plan matrices (numbers below this); the transposed copies come after them. */
+  private readonly planMatrices: number;
+  /** Per plan matrix: the matrix number of its transposed copy, or -1. */
+  private readonly transposedOf: Int32Array;
+  /** Per plan matrix: the products announced for it in this step (preloadMatrix). */
+  private readonly stepEntries: Int32Array;
   /** Lists of at least this many entries become tile instructions (0: never). */
   readonly tileEntries: number;
   /** Per step: bit m set when matrix m's list of that step was run as tiles (by any CTA, not only its holders). */
@@ -134,24 +140,32 @@ export class StepTracker {
   private neededCount = 0;
 
   constructor(plan: VppsPlan, tileEntries = DEFAULT_TILE_ENTRIES) {
-    if (plan.matrices.length > 32) {
-      throw new Error(`VPPS: at most 32 matrices can be held in registers; the plan has ${plan.matrices.length}`);
+    // matrix numbers: the plan's matrices, then their transposed copies (plan.ts), each with its own barrier group
+    const held = [...plan.matrices, ...plan.transposed];
+    if (held.length > 32) {
+      throw new Error(
+        `VPPS: at most 32 matrices (transposed copies included) can be held in registers; the plan has ${held.length}`,
+      );
     }
     const ctas = plan.ctas;
-    const matrices = plan.matrices.length;
+    const matrices = held.length;
     this.ctas = ctas;
     this.barriersPerStep = 1 + matrices;
     this.writer = new ScriptWriter(ctas);
-    this.holders = plan.matrices.map((m) => Int32Array.from(new Set(m.partitions.map((p) => p.cta))).sort());
-    this.heldRows = plan.matrices.map((m, i) => {
+    this.holders = held.map((m) => Int32Array.from(new Set(m.partitions.map((p) => p.cta))).sort());
+    this.heldRows = held.map((m, i) => {
       const rows = new Int32Array(ctas);
       for (const p of m.partitions) rows[p.cta]! += p.rowCount;
       return Int32Array.from(this.holders[i]!, (c) => rows[c]!);
     });
     this.soleHolder = Int32Array.from(this.holders, (hs) => (hs.length === 1 ? hs[0]! : -1));
-    this.cols = Int32Array.from(plan.matrices, (m) => m.cols);
-    this.rows = Int32Array.from(plan.matrices, (m) => m.rows);
-    this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
+    this.cols = Int32Array.from(held, (m) => m.cols);
+    this.rows = Int32Array.from(held, (m) => m.rows);
+    this.registerGrad = Uint8Array.from(held, (m) => ("gradients" in m && m.gradients === "registers" ? 1 : 0));
+    this.planMatrices = plan.matrices.length;
+    this.transposedOf = new Int32Array(plan.matrices.length).fill(-1);
+    for (const t of plan.transposed) this.transposedOf[t.source] = t.index;
+    this.stepEntries = new Int32Array(plan.matrices.length);
     if (!Number.isInteger(tileEntries) || tileEntries < 0) {
       throw new Error(`vpps scheduler: tileEntries must be a whole number >= 0 (0: no tiles); got ${tileEntries}`);
     }
@@ -165,9 +179,9 @@ export class StepTracker {
     this.tilesOf = new Int32Array(ctas);
     this.tileStart = new Int32Array(ctas);
     this.ctaOrder = new Int32Array(ctas);
-    this.listWords = plan.matrices.map(() => new Uint32Array(1024));
+    this.listWords = held.map(() => new Uint32Array(1024));
     this.listLength = new Int32Array(matrices);
-    this.listReads = plan.matrices.map(() => new Int32Array(512));
+    this.listReads = held.map(() => new Int32Array(512));
     this.listReadCount = new Int32Array(matrices);
     this.listOp = new Int32Array(matrices);
     this.listed = new Int32Array(matrices);
@@ -229,16 +243,35 @@ export class StepTracker {
     }
   }
 
-  /** Announces `entries` products of matrix m in this step, so that loads are known before anything is placed. */
-  preloadMatrix(m: number, entries: number): void {
+  /**
+   * Announces `entries` products of matrix m in this step, so that loads are known before anything is placed;
+   * `backward`: they are backward products, whose x̄ the holders of m's transposed copy form (see transposedFor).
+   */
+  preloadMatrix(m: number, entries: number, backward = false): void {
+    this.stepEntries[m] = entries;
     if (this.tiles(m, entries, Opcode.MatVec)) return; // placed as tiles at the end of the step
+    this.addLoad(m, entries);
+    const copy = backward ? this.transposedFor(m) : -1;
+    if (copy >= 0) this.addLoad(copy, entries);
+    this.heapReady = false;
+    if (this.announced !== undefined) this.announced += backward ? `${m}:${entries}b,` : `${m}:${entries},`;
+  }
+
+  private addLoad(m: number, entries: number): void {
     const hs = this.holders[m]!;
     const rows = this.heldRows[m]!;
     const load = this.load;
     const work = this.cols[m]! * MATRIX_LOAD_WEIGHT * entries;
     for (let k = 0; k < hs.length; k++) load[hs[k]!]! += rows[k]! * work;
-    this.heapReady = false;
-    if (this.announced !== undefined) this.announced += `${m}:${entries},`;
+  }
+
+  /**
+   * The matrix number of plan matrix m's transposed copy when this step's backward list of m is short enough to
+   * stay on the holders (not tiles), else -1: its x̄ = Wᵀȳ then runs on the copy's holders as matvec.acc.
+   */
+  transposedFor(m: number): number {
+    const copy = this.transposedOf[m]!;
+    return copy >= 0 && !this.tiles(m, this.stepEntries[m]!, Opcode.MatVecBwd) ? copy : -1;
   }
 
   /** The CTA with the least work in this step (a binary heap over the loads). */
@@ -471,13 +504,21 @@ export class StepTracker {
 
   /** One list instruction per holder for every matrix used in this step, after the waits its reads need. */
   private flushLists(): void {
+    // the transposed copies' x̄ lists first: a CTA holding a copy and a plan matrix runs them before the W̄ work
+    this.flushListsOf(true);
+    this.flushListsOf(false);
+    this.listedCount = 0;
+  }
+
+  private flushListsOf(copies: boolean): void {
     const { writer, holders, bw, wr } = this;
     const epoch = this.epoch;
     for (let li = 0; li < this.listedCount; li++) {
       const m = this.listed[li]!;
+      if (m >= this.planMatrices !== copies) continue;
       const op = this.listOp[m]! as Opcode;
       const length = this.listLength[m]!;
-      const count = length / (op === Opcode.MatVec ? MATVEC_ENTRY : MATVEC_BWD_ENTRY);
+      const count = length / (op === Opcode.MatVecBwd ? MATVEC_BWD_ENTRY : MATVEC_ENTRY);
       const tiled = this.tiles(m, count, op);
       const hs = holders[m]!;
       const sole = hs.length === 1 && !tiled ? hs[0]! : -3;
@@ -510,7 +551,6 @@ export class StepTracker {
       this.listLength[m] = 0;
       this.listReadCount[m] = 0;
     }
-    this.listedCount = 0;
   }
 
   /**
@@ -532,8 +572,13 @@ export class StepTracker {
         }
       }
     } else {
+      const words = this.listWords[m]!;
       for (let e0 = 0; e0 < count; e0 += TILE.entries) {
         const k = Math.min(TILE.entries, count - e0);
+        // no x̄ tile for a chunk whose entries all have x̄ NONE (W̄-only lists: schedule-backward.ts DeferredWbar)
+        let xbars = 0;
+        for (let e = e0; e < e0 + k && xbars === 0; e++) if (words[MATVEC_BWD_ENTRY * e + 2] !== NONE) xbars++;
+        if (xbars === 0) continue;
         for (let c0 = 0; c0 < cols; c0 += TILE.cols) {
           for (let r0 = 0; r0 < rows; r0 += TILE.xbarRows) {
             const work = k * Math.min(TILE.cols, cols - c0) * Math.min(TILE.xbarRows, rows - r0);

@@ -15,7 +15,7 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op, opName } from "../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "./dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "./layout.js";
-import { emitBackward, emitUpdate, preloadBackward } from "./schedule-backward.js";
+import { DeferredWbar, emitBackward, emitUpdate, preloadBackward } from "./schedule-backward.js";
 import { StepTracker } from "./schedule-steps.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "./script.js";
 
@@ -62,6 +62,8 @@ export interface Emitter {
   readonly operands: Uint32Array;
   /** Products per matrix counted for the step being prepared. */
   readonly products: Int32Array;
+  /** W̄ entries held back to the end of the backward pass (schedule-backward.ts). */
+  readonly deferred: DeferredWbar;
   /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
   readonly registerGrad: Uint8Array;
   matrixOf(g: ComputationGraph, i: number, w: number): number;
@@ -75,6 +77,8 @@ export class VppsScheduler implements Emitter {
   readonly t: StepTracker;
   readonly update: "kernel" | "host";
   readonly registerGradCtas: Int32Array;
+  /** CTAs holding a partition of a transposed copy (they run load.t). */
+  private readonly transposedCtas: Int32Array;
   readonly operands = new Uint32Array(MAX_INSTRUCTION_WORDS);
   /** VPPS_DUMP: where batches are dumped, how many so far, and the trace of the batch being scheduled. */
   private readonly dumpTo = dumpDirectory();
@@ -85,6 +89,7 @@ export class VppsScheduler implements Emitter {
   private scheduled = 0;
   /** Products per matrix in the step being prepared (see announce). */
   readonly products: Int32Array;
+  readonly deferred = new DeferredWbar();
   readonly registerGrad: Uint8Array;
   /** Per-batch scratch kept across batches: nodes sorted by level, where each level starts, GEMM rows collected. */
   private levelStart = new Int32Array(64);
@@ -105,6 +110,9 @@ export class VppsScheduler implements Emitter {
     const withGrad = new Set<number>();
     for (const m of plan.matrices) if (m.gradients === "registers") for (const p of m.partitions) withGrad.add(p.cta);
     this.registerGradCtas = Int32Array.from(withGrad).sort();
+    const copies = new Set<number>();
+    for (const c of plan.transposed) for (const p of c.partitions) copies.add(p.cta);
+    this.transposedCtas = Int32Array.from(copies).sort();
   }
 
   /**
@@ -156,7 +164,7 @@ export class VppsScheduler implements Emitter {
     levelStart[0] = 0;
 
     const t = this.t;
-    t.begin(L, n, 1 + 3 * maxLevel + 4);
+    t.begin(L, n, 1 + 3 * maxLevel + 5);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
@@ -193,10 +201,12 @@ export class VppsScheduler implements Emitter {
       const begin = levelStart[l]!;
       const end = levelStart[l + 1]!;
       t.startStep(s++);
+      // the transposed copies, loaded where each holder's backward work begins (script.ts LoadTransposed)
+      if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
       for (let k = begin; k < end; k++) {
         if (needGrad[byLevel[k]!] === 1) preloadBackward(this, g, L, byLevel[k]!);
       }
-      this.announce();
+      this.announce(true);
       for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
         if (needGrad[i] === 0) continue;
@@ -205,6 +215,7 @@ export class VppsScheduler implements Emitter {
       }
       t.endStep();
     }
+    s = this.deferred.emit(this, s);
     s = emitUpdate(this, L, s);
     const result: BatchSchedule = {
       layout: L,
@@ -250,11 +261,11 @@ export class VppsScheduler implements Emitter {
   }
 
   /** Adds the counted products of this step to their holders' loads (once per matrix, not per product). */
-  private announce(): void {
+  private announce(backward = false): void {
     const p = this.products;
     for (let m = 0; m < p.length; m++) {
       if (p[m] === 0) continue;
-      this.t.preloadMatrix(m, p[m]!);
+      this.t.preloadMatrix(m, p[m]!, backward);
       p[m] = 0;
     }
   }

@@ -125,6 +125,19 @@ export enum Opcode {
    * after a grid barrier), so that clipping, update and export see the whole gradient
    */
   ImportGrads = 36,
+  /**
+   * For each table entry (y, x, b): y[r] += (b ? b[r] : 0) + W_n[r]·x (atomics) for the rows of matrix n this CTA
+   * holds. With n a transposed copy (plan.ts `transposed`: Wᵀ of a register-held matrix, its rows are W's columns)
+   * this is the x̄ += Wᵀ·ȳ of a short backward list as a forward-style product: each x̄ element is summed by one
+   * warp and added once, instead of every holder of W adding a partial sum of all of x̄.
+   */
+  MatVecAcc = 37,
+  /**
+   * Load this CTA's partitions of the transposed copies from the master copy into their registers. The scheduler
+   * puts it where the backward pass begins, so that the transposed read overlaps the loss and the first backward
+   * steps instead of delaying every CTA's first forward instruction.
+   */
+  LoadTransposed = 38,
 }
 
 /**
@@ -195,6 +208,8 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.TileXbar, "tile.xbar", "matrix", ["list", "count", "c0", "r0"]),
   info(Opcode.TileWbar, "tile.wbar", "matrix", ["list", "count", "r0", "c0"]),
   info(Opcode.ImportGrads, "import.grads", "unused", []),
+  info(Opcode.MatVecAcc, "matvec.acc", "matrix", ["list", "count"]),
+  info(Opcode.LoadTransposed, "load.t", "unused", []),
 ];
 
 export const OPCODE_COUNT = OPCODES.length;
@@ -206,6 +221,7 @@ export const LIST_ENTRIES: Readonly<Partial<Record<Opcode, readonly string[]>>> 
   [Opcode.Tile]: ["y", "x", "b"],
   [Opcode.TileXbar]: ["ybar", "x", "xbar", "bbar"],
   [Opcode.TileWbar]: ["ybar", "x", "xbar", "bbar"],
+  [Opcode.MatVecAcc]: ["y", "x", "b"],
 };
 
 /** Words of the instruction starting at `words[at]` (preamble included). */
