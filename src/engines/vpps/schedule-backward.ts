@@ -17,17 +17,26 @@ function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: num
   return E.registerGrad[m] === 1 || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
 }
 
-/** Counts the backward matrix work of node i before the level's other instructions are placed. */
-export function preloadBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+/**
+ * Counts the backward matrix work of node i (a matVec or affine) into counts[base + m], so that placing its level's
+ * other instructions sees it.
+ */
+export function countBackward(
+  E: Emitter,
+  g: ComputationGraph,
+  L: BatchLayout,
+  i: number,
+  counts: Int32Array,
+  base: number,
+): void {
   const op = g.op[i]!;
-  if (op !== Op.MatVec && op !== Op.Affine) return;
   const args = g.args;
   const s = g.argStart[i]!;
   const count = g.argCount[i]!;
   for (let k = op === Op.Affine ? 1 : 0; k < count; k += 2) {
     const m = E.matrixOf(g, i, args[s + k]!);
     const b = op === Op.Affine && k === 1 ? args[s]! : -1;
-    if (productHasWork(E, L, m, args[s + k + 1]!, b)) E.products[m]!++;
+    if (productHasWork(E, L, m, args[s + k + 1]!, b)) counts[base + m]!++;
   }
 }
 
