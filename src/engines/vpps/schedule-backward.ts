@@ -17,17 +17,26 @@ function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: num
   return E.registerGrad[m] === 1 || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
 }
 
-/** Counts the backward matrix work of node i before the level's other instructions are placed. */
-export function preloadBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+/**
+ * Counts the backward matrix work of node i (a matVec or affine) into counts[base + m], so that placing its level's
+ * other instructions sees it.
+ */
+export function countBackward(
+  E: Emitter,
+  g: ComputationGraph,
+  L: BatchLayout,
+  i: number,
+  counts: Int32Array,
+  base: number,
+): void {
   const op = g.op[i]!;
-  if (op !== Op.MatVec && op !== Op.Affine) return;
   const args = g.args;
   const s = g.argStart[i]!;
   const count = g.argCount[i]!;
   for (let k = op === Op.Affine ? 1 : 0; k < count; k += 2) {
     const m = E.matrixOf(g, i, args[s + k]!);
     const b = op === Op.Affine && k === 1 ? args[s]! : -1;
-    if (productHasWork(E, L, m, args[s + k + 1]!, b)) E.products[m]!++;
+    if (productHasWork(E, L, m, args[s + k + 1]!, b)) counts[base + m]!++;
   }
 }
 
@@ -79,6 +88,8 @@ function productBackward(
 export class DeferredWbar {
   private words = new Int32Array(7 * 256);
   private length = 0;
+  /** Entries per plan matrix, while emitting. */
+  private counts = new Int32Array(0);
 
   push(m: number, gy: number, x: number, b: number, gb: number, gyBuffer: number, xBuffer: number): void {
     if (this.length + 7 > this.words.length) {
@@ -96,7 +107,8 @@ export class DeferredWbar {
     const t = E.t;
     const w = this.words;
     t.startStep(s);
-    const counts = E.products;
+    if (this.counts.length < E.registerGrad.length) this.counts = new Int32Array(E.registerGrad.length);
+    const counts = this.counts;
     for (let k = 0; k < this.length; k += 7) counts[w[k]!]!++;
     for (let m = 0; m < counts.length; m++) {
       if (counts[m]! > 0) t.preloadMatrix(m, counts[m]!);

@@ -31,8 +31,6 @@ export const TILE_LOAD_WEIGHT = MATRIX_LOAD_WEIGHT / 16;
  */
 export const DEFAULT_TILE_ENTRIES = 48;
 
-const NO_ROOTS = new Int32Array(0);
-
 /**
  * Steps, loads and dependencies of one scheduler; every array is kept across batches (grow-only), so that a batch
  * allocates nothing once warm. Per-cell tables (step × CTA) are not cleared per batch: `waited` holds a stamp of
@@ -76,23 +74,25 @@ export class StepTracker {
   private readonly ctaOrder: Int32Array;
 
   /**
-   * Storage roots of the batch being scheduled (layout.ts): buffer ids are 2·root (+1 gradient), and 2n + node for
-   * an affine node's temporaries. A root's value and gradient writes are 8 adjacent words of `bw`; the rarely used
-   * temporaries stay out of the way (with 3 ids per root, a third of the lines `bw` touches held unused slots).
+   * Per node of the batch, NODE_WORDS words of `rec` at NODE_WORDS·node: the buffer ids of its value and gradient
+   * storage (-1: storage nobody writes in the batch), then the writes of its own value and gradient buffers when it
+   * is a storage root (layout.ts). A buffer id is the offset in `rec` of the buffer's newest write:
+   * `NODE_WORDS·root + R_VALUE_WRITE` (or R_GRAD_WRITE), and `NODE_WORDS·n + 2·node` for an affine node's
+   * temporaries.
+   *
+   * A write record is 2 words: the write packed as by `packWrite` (0 when nobody wrote the buffer in this batch),
+   * and the offset in `wr` of the next older write or -1. Older writes are 2 words each in `wr` (packed write, next
+   * older or -1).
+   *
+   * Why per node: the scheduler visits nodes level by level, which at batch 64-128 jumps across megabytes, so
+   * that "who wrote what this node reads" cost two dependent cache misses (the node's storage root, then a table of
+   * writes indexed by root, then 16 bytes per buffer with an epoch). Here most nodes are their own root and one line
+   * answers it; the table is rebuilt by one sequential pass per batch. (Copying more of the node's facts into the
+   * record, op, arguments, offsets, cost as much in that pass as it saved in misses: measured, not kept.)
    */
-  private valueRoot: Int32Array = NO_ROOTS;
-  private gradRoot: Int32Array = NO_ROOTS;
+  private rec = new Int32Array(0);
   private tempBase = 0;
-
-  /**
-   * Writes of each buffer b, newest first. The newest lives in `bw[4b..4b+3]` = (epoch, step, who, offset in `wr`
-   * of the next older write or -1), valid only when its epoch is this batch's: one cache line answers "who wrote
-   * this?" for most buffers, and nothing needs clearing per batch. Older writes are 3 words each in `wr` (step,
-   * who, next older or -1).
-   */
-  private bw = new Int32Array(0);
-  private epoch = 0;
-  private wr: Int32Array = new Int32Array(3 * 1024);
+  private wr: Int32Array = new Int32Array(2 * 1024);
   private wrLength = 0;
 
   step = 0;
@@ -148,6 +148,9 @@ export class StepTracker {
       );
     }
     const ctas = plan.ctas;
+    if (ctas + WHO_BIAS >= 1 << WHO_BITS) {
+      throw new Error(`VPPS scheduler: at most ${(1 << WHO_BITS) - WHO_BIAS - 1} processors; the plan has ${ctas}`);
+    }
     const matrices = held.length;
     this.ctas = ctas;
     this.barriersPerStep = 1 + matrices;
@@ -190,13 +193,22 @@ export class StepTracker {
   /** Prepares for a batch of `nodes` nodes laid out as `L`, with at most `steps` steps. */
   begin(L: BatchLayout, nodes: number, steps: number): void {
     this.writer.reset();
-    this.valueRoot = L.valueRoot;
-    this.gradRoot = L.gradRoot;
-    this.tempBase = 2 * nodes;
-    const buffers = 3 * nodes;
-    if (this.bw.length < 4 * buffers) this.bw = new Int32Array(8 * buffers); // epochs 0: nothing written
-    this.epoch++;
+    const words = NODE_WORDS * nodes + 2 * nodes;
+    if (this.rec.length < words) this.rec = new Int32Array(2 * words);
+    const rec = this.rec;
+    const { valueRoot, gradRoot } = L;
+    for (let i = 0, at = 0; i < nodes; i++, at += NODE_WORDS) {
+      const v = valueRoot[i]!;
+      const gr = gradRoot[i]!;
+      rec[at + R_VALUE_BUFFER] = v < 0 ? -1 : NODE_WORDS * v + R_VALUE_WRITE;
+      rec[at + R_GRAD_BUFFER] = gr < 0 ? -1 : NODE_WORDS * gr + R_GRAD_WRITE;
+      rec[at + R_VALUE_WRITE] = 0; // nothing written yet
+      rec[at + R_GRAD_WRITE] = 0;
+    }
+    this.tempBase = NODE_WORDS * nodes;
+    rec.fill(0, this.tempBase, words);
     this.wrLength = 0;
+    if (steps > MAX_STEPS) throw new Error(`vpps scheduler: a batch of ${steps} steps; at most ${MAX_STEPS}`);
     this.steps = steps;
     const cells = steps * this.ctas;
     const barriers = steps * this.barriersPerStep;
@@ -339,80 +351,72 @@ export class StepTracker {
     heapLoad[k] = l;
   }
 
-  /** Buffer ids of node storage: value `2·root`, gradient `2·root + 1` (-1: storage nobody writes in the batch). */
+  /** Buffer ids (see `rec`) of a node's value and gradient storage (-1: storage nobody writes in the batch). */
   valueBuffer(node: number): number {
-    const r = this.valueRoot[node]!;
-    return r < 0 ? -1 : 2 * r;
+    return this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!;
   }
 
   gradBuffer(node: number): number {
-    const r = this.gradRoot[node]!;
-    return r < 0 ? -1 : 2 * r + 1;
+    return this.rec[NODE_WORDS * node + R_GRAD_BUFFER]!;
   }
 
   /** Before CTA q reads the value (gradient, temporaries) of a node. */
   needValue(q: number, node: number): void {
-    const r = this.valueRoot[node]!;
-    if (r >= 0) this.need(q, 2 * r);
+    this.need(q, this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!);
   }
 
   needGrad(q: number, node: number): void {
-    const r = this.gradRoot[node]!;
-    if (r >= 0) this.need(q, 2 * r + 1);
+    this.need(q, this.rec[NODE_WORDS * node + R_GRAD_BUFFER]!);
   }
 
   needTemp(q: number, node: number): void {
-    this.need(q, this.tempBase + node);
+    this.need(q, this.tempBase + 2 * node);
   }
 
   /** `who` (a CTA, or -(m+1) for the holders of matrix m) wrote the value (gradient, temporaries) of a node. */
   wroteValue(node: number, who: number): void {
-    const r = this.valueRoot[node]!;
-    if (r >= 0) this.wrote(2 * r, who);
+    this.wrote(this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!, who);
   }
 
   wroteGrad(node: number, who: number): void {
-    const r = this.gradRoot[node]!;
-    if (r >= 0) this.wrote(2 * r + 1, who);
+    this.wrote(this.rec[NODE_WORDS * node + R_GRAD_BUFFER]!, who);
   }
 
   wroteTemp(node: number, who: number): void {
-    this.wrote(this.tempBase + node, who);
+    this.wrote(this.tempBase + 2 * node, who);
   }
 
-  /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer b in this step. */
-  wrote(b: number, who: number): void {
-    if (b < 0) return;
-    const bw = this.bw;
-    const at = b << 2;
-    if (bw[at] === this.epoch) {
-      if (bw[at + 1] === this.step && bw[at + 2] === who) return; // already recorded
+  /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer `at` (an offset in `rec`). */
+  wrote(at: number, who: number): void {
+    if (at < 0) return;
+    const bw = this.rec;
+    const w = packWrite(this.step, who);
+    const newest = bw[at]!;
+    if (newest === w) return; // already recorded
+    if (newest !== 0) {
       // the newest write so far moves to the list of older ones
       let wr = this.wr;
       const e = this.wrLength;
       if (e === wr.length) this.wr = wr = grow(wr);
-      wr[e] = bw[at + 1]!;
-      wr[e + 1] = bw[at + 2]!;
-      wr[e + 2] = bw[at + 3]!;
-      this.wrLength = e + 3;
-      bw[at + 3] = e;
+      wr[e] = newest;
+      wr[e + 1] = bw[at + 1]!;
+      this.wrLength = e + 2;
+      bw[at + 1] = e;
     } else {
-      bw[at] = this.epoch;
-      bw[at + 3] = -1;
+      bw[at + 1] = -1;
     }
-    bw[at + 1] = this.step;
-    bw[at + 2] = who;
+    bw[at] = w;
   }
 
-  /** Before CTA q reads buffer b: wait for every earlier step in which another CTA wrote it. */
-  need(q: number, b: number): void {
-    if (b < 0) return;
-    const bw = this.bw;
-    const at = b << 2;
-    if (bw[at] !== this.epoch) return; // nobody wrote it in this batch
-    this.waitFor(q, bw[at + 1]!, bw[at + 2]!);
+  /** Before CTA q reads buffer `at` (an offset in `rec`): wait for every earlier step in which another CTA wrote it. */
+  need(q: number, at: number): void {
+    if (at < 0) return;
+    const bw = this.rec;
+    const w = bw[at]!;
+    if (w === 0) return; // nobody wrote it in this batch
+    this.waitFor(q, writeStep(w), writeWho(w));
     const wr = this.wr;
-    for (let e = bw[at + 3]!; e >= 0; e = wr[e + 2]!) this.waitFor(q, wr[e]!, wr[e + 1]!);
+    for (let e = bw[at + 1]!; e >= 0; e = wr[e + 1]!) this.waitFor(q, writeStep(wr[e]!), writeWho(wr[e]!));
   }
 
   /** CTA q reads what `who` wrote in step st: unless q wrote it itself, keep the writer's signal and wait once. */
@@ -511,8 +515,7 @@ export class StepTracker {
   }
 
   private flushListsOf(copies: boolean): void {
-    const { writer, holders, bw, wr } = this;
-    const epoch = this.epoch;
+    const { writer, holders, rec, wr } = this;
     for (let li = 0; li < this.listedCount; li++) {
       const m = this.listed[li]!;
       if (m >= this.planMatrices !== copies) continue;
@@ -527,11 +530,14 @@ export class StepTracker {
       const reads = this.listReads[m]!;
       const readCount = this.listReadCount[m]!;
       for (let k = 0; k < readCount; k++) {
-        const b = reads[k]!;
-        if (b < 0 || bw[b << 2] !== epoch) continue;
-        const at = b << 2;
-        this.listDependency(bw[at + 1]!, bw[at + 2]!, sole, stamp);
-        for (let e = bw[at + 3]!; e >= 0; e = wr[e + 2]!) this.listDependency(wr[e]!, wr[e + 1]!, sole, stamp);
+        const at = reads[k]!;
+        if (at < 0) continue;
+        const w = rec[at]!;
+        if (w === 0) continue; // nobody wrote it in this batch
+        this.listDependency(writeStep(w), writeWho(w), sole, stamp);
+        for (let e = rec[at + 1]!; e >= 0; e = wr[e + 1]!) {
+          this.listDependency(writeStep(wr[e]!), writeWho(wr[e]!), sole, stamp);
+        }
       }
       const at = writer.appendTable(this.listWords[m]!, length);
       const bit = 1 << m;
@@ -745,6 +751,36 @@ export class StepTracker {
     }
     return this.writer.finish(steps * this.barriersPerStep, into);
   }
+}
+
+/**
+ * The node records of StepTracker.rec: NODE_WORDS words per node at these offsets, the buffer ids of its value and
+ * gradient storage, then the (newest write, next older) pairs of its own value and gradient buffers.
+ */
+const NODE_WORDS = 6;
+const R_VALUE_BUFFER = 0;
+const R_GRAD_BUFFER = 1;
+const R_VALUE_WRITE = 2;
+const R_GRAD_WRITE = 4;
+
+/**
+ * A write (step, who) as one positive word for `bw`: who + WHO_BIAS in the low WHO_BITS bits (who is a CTA, or
+ * -(m + 1) for the holders of matrix m, m < 32), step + 1 above (so that 0 means "no write").
+ */
+const WHO_BITS = 12;
+const WHO_BIAS = 64;
+const MAX_STEPS = (1 << (31 - WHO_BITS)) - 2;
+
+function packWrite(step: number, who: number): number {
+  return ((step + 1) << WHO_BITS) | (who + WHO_BIAS);
+}
+
+function writeStep(w: number): number {
+  return (w >>> WHO_BITS) - 1;
+}
+
+function writeWho(w: number): number {
+  return (w & ((1 << WHO_BITS) - 1)) - WHO_BIAS;
 }
 
 /** Heaps remembered per scheduler (each `ctas` words). */

@@ -15,7 +15,7 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op, opName } from "../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "./dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "./layout.js";
-import { DeferredWbar, emitBackward, emitUpdate, preloadBackward } from "./schedule-backward.js";
+import { countBackward, DeferredWbar, emitBackward, emitUpdate } from "./schedule-backward.js";
 import { StepTracker } from "./schedule-steps.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "./script.js";
 
@@ -60,8 +60,6 @@ export interface Emitter {
   readonly registerGradCtas: Int32Array;
   /** Scratch for variadic operands. */
   readonly operands: Uint32Array;
-  /** Products per matrix counted for the step being prepared. */
-  readonly products: Int32Array;
   /** W̄ entries held back to the end of the backward pass (schedule-backward.ts). */
   readonly deferred: DeferredWbar;
   /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
@@ -87,10 +85,15 @@ export class VppsScheduler implements Emitter {
   /** Two, so that a batch's layout stays valid while the next one is scheduled (the runtime overlaps them). */
   private readonly workspaces = [new LayoutWorkspace(), new LayoutWorkspace()];
   private scheduled = 0;
-  /** Products per matrix in the step being prepared (see announce). */
-  readonly products: Int32Array;
   readonly deferred = new DeferredWbar();
   readonly registerGrad: Uint8Array;
+  /**
+   * Products per (level, matrix), forward and backward (index level · matrices + m), counted in the first pass over
+   * the nodes and announced per step (see announce). Counting them there, in graph order, rather than in an extra
+   * visit of each level's nodes saves a round of cache misses per product node at large batches.
+   */
+  private forwardProducts: Int32Array;
+  private backwardProducts: Int32Array;
   /** Per-batch scratch kept across batches: nodes sorted by level, where each level starts, GEMM rows collected. */
   private levelStart = new Int32Array(64);
   private byLevel = new Int32Array(1024);
@@ -103,7 +106,8 @@ export class VppsScheduler implements Emitter {
   ) {
     const plan = model.plan;
     this.t = new StepTracker(plan, options.tileEntries);
-    this.products = new Int32Array(plan.matrices.length);
+    this.forwardProducts = new Int32Array(64 * plan.matrices.length);
+    this.backwardProducts = new Int32Array(64 * plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
     this.update = plan.matrices.every((m) => m.gradients === "registers") ? "kernel" : "host";
@@ -132,8 +136,13 @@ export class VppsScheduler implements Emitter {
     // deepest live node of any kind still sets the number of levels (and so the barrier numbering).
     const everyNode = this.dumpTo !== undefined;
     // one pass counts the live nodes, the listed nodes per level (levelStart[d + 1]) and the deepest level
+    // and the matrix products per level and matrix, forward and backward
     let levelStart = this.levelStart;
     levelStart.fill(0);
+    const matrices = this.registerGrad.length;
+    let forwardProducts: Int32Array = this.forwardProducts.fill(0);
+    let backwardProducts: Int32Array = this.backwardProducts.fill(0);
+    const needGrad = L.needGrad;
     let maxLevel = 0;
     let liveCount = 0;
     for (let i = 0; i < n; i++) {
@@ -146,9 +155,18 @@ export class VppsScheduler implements Emitter {
           const grown = new Int32Array(2 * (d + 2));
           grown.set(levelStart);
           this.levelStart = levelStart = grown;
+          this.forwardProducts = forwardProducts = growTo(forwardProducts, grown.length * matrices);
+          this.backwardProducts = backwardProducts = growTo(backwardProducts, grown.length * matrices);
         }
       }
-      if (everyNode || emitsInstructions(op[i]!)) levelStart[d + 1]!++;
+      const o = op[i]!;
+      if (everyNode || emitsInstructions(o)) {
+        levelStart[d + 1]!++;
+        if (o === Op.MatVec || o === Op.Affine) {
+          this.countForward(g, i, forwardProducts, d * matrices);
+          if (needGrad[i] === 1) countBackward(this, g, L, i, backwardProducts, d * matrices);
+        }
+      }
     }
     if (this.byLevel.length < liveCount) {
       this.byLevel = new Int32Array(2 * liveCount);
@@ -179,8 +197,7 @@ export class VppsScheduler implements Emitter {
       const begin = levelStart[l]!;
       const end = levelStart[l + 1]!;
       t.startStep(2 * l - 1);
-      for (let k = begin; k < end; k++) this.preloadForward(g, byLevel[k]!);
-      this.announce();
+      this.announce(forwardProducts, l * matrices);
       // affine transforms with several products, summed in the next step
       let sums = 0;
       for (let k = begin; k < end; k++) {
@@ -195,7 +212,6 @@ export class VppsScheduler implements Emitter {
       t.endStep();
     }
     const collected = this.collected.fill(0);
-    const needGrad = L.needGrad;
     let s = 2 * maxLevel + 1;
     for (let l = maxLevel; l >= 1; l--) {
       const begin = levelStart[l]!;
@@ -203,10 +219,7 @@ export class VppsScheduler implements Emitter {
       t.startStep(s++);
       // the transposed copies, loaded where each holder's backward work begins (script.ts LoadTransposed)
       if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
-      for (let k = begin; k < end; k++) {
-        if (needGrad[byLevel[k]!] === 1) preloadBackward(this, g, L, byLevel[k]!);
-      }
-      this.announce(true);
+      this.announce(backwardProducts, l * matrices, true);
       for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
         if (needGrad[i] === 0) continue;
@@ -251,22 +264,25 @@ export class VppsScheduler implements Emitter {
     return m;
   }
 
-  /** Counts the matrix products of node i (forward) so that placing the level's other instructions sees them. */
-  private preloadForward(g: ComputationGraph, i: number): void {
-    const op = g.op[i]!;
-    if (op === Op.MatVec) this.products[this.matrixOf(g, i, g.arg(i, 0))]!++;
-    else if (op === Op.Affine) {
-      for (let k = 1; k < g.argCount[i]!; k += 2) this.products[this.matrixOf(g, i, g.arg(i, k))]!++;
+  /**
+   * Counts the forward matrix products of node i (a matVec or affine) into counts[base + m], so that placing its
+   * level's other instructions sees them.
+   */
+  private countForward(g: ComputationGraph, i: number, counts: Int32Array, base: number): void {
+    if (g.op[i] === Op.MatVec) counts[base + this.matrixOf(g, i, g.arg(i, 0))]!++;
+    else {
+      for (let k = 1; k < g.argCount[i]!; k += 2) counts[base + this.matrixOf(g, i, g.arg(i, k))]!++;
     }
   }
 
-  /** Adds the counted products of this step to their holders' loads (once per matrix, not per product). */
-  private announce(backward = false): void {
-    const p = this.products;
-    for (let m = 0; m < p.length; m++) {
-      if (p[m] === 0) continue;
-      this.t.preloadMatrix(m, p[m]!, backward);
-      p[m] = 0;
+  /**
+   * Adds the products counted for this step (counts[base + m]) to their holders' loads (once per matrix);
+   * `backward`: they are backward products (their x̄ may run on transposed copies).
+   */
+  private announce(counts: Int32Array, base: number, backward = false): void {
+    for (let m = 0; m < this.registerGrad.length; m++) {
+      const c = counts[base + m]!;
+      if (c !== 0) this.t.preloadMatrix(m, c, backward);
     }
   }
 
@@ -454,6 +470,13 @@ export class VppsScheduler implements Emitter {
 /** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, layout.ts). */
 function emitsInstructions(o: number): boolean {
   return o !== Op.Input && o !== Op.Parameter && o !== Op.Lookup && o !== Op.PickRange;
+}
+
+/** A copy of `a` with room for `length` entries (the new ones zero). */
+function growTo(a: Int32Array, length: number): Int32Array {
+  const b = new Int32Array(length);
+  b.set(a);
+  return b;
 }
 
 /** The bit pattern of 1.0f, the seed of the loss gradient. */
