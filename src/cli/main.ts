@@ -74,6 +74,7 @@ export function buildProgram(): Command {
         .argParser(oneOf("--gradients", ["auto", "registers", "gemm"]))
         .default("auto"),
     )
+    .option("--transposed", "add transposed copies where registers allow (the Vpps option `transposed`)", false)
     .option("--json", "print the plan as JSON", false)
     .action(async (opts: PlanCommandOptions) => {
       const { runPlanTreeLstm } = await import("./plan.js");

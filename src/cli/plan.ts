@@ -13,6 +13,7 @@ export interface PlanCommandOptions {
   ctasPerSm?: 1 | 2;
   rpw?: number;
   gradients: "auto" | "registers" | "gemm";
+  transposed: boolean;
   json: boolean;
 }
 
@@ -47,6 +48,7 @@ export function runPlanTreeLstm(opts: PlanCommandOptions): void {
       ...(opts.ctasPerSm ? { ctasPerSm: opts.ctasPerSm } : {}),
       ...(opts.rpw ? { rowsPerWarp: opts.rpw } : {}),
       gradients: opts.gradients,
+      transposed: opts.transposed,
     });
   } catch (e) {
     throw new CliError((e as Error).message);

@@ -275,6 +275,20 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     }
   });
 
+  test("transposed copies (matvec.acc, load.t, W̄ after the backward pass), hidden 128 and 256", async () => {
+    for (const [H, rowsPerWarp] of [
+      [128, 1],
+      [256, 2],
+    ] as const) {
+      const { out, vpps } = await compareBatches(H, [1, 8, 32], { rowsPerWarp, ctasPerSm: 1, transposed: true });
+      assert.ok(
+        vpps.every((v) => v.name.endsWith("_t")),
+        "the variant must hold transposed copies",
+      );
+      assert.deepEqual(out, ["", "", ""], `H ${H}`);
+    }
+  });
+
   test("random graphs over every op (awkward widths, GEMM and register gradients, dropout, tiles)", async () => {
     const out: string[] = [];
     for (let seed = 1; seed <= 6; seed++) {

@@ -62,11 +62,13 @@ export interface VppsOptions {
   /** Where matrix gradients are formed; default "auto" (registers where they fit). */
   readonly gradients?: GradientStrategy | "auto";
   /**
-   * Keep transposed copies of the matrices where registers allow (default false), so that x̄ = Wᵀȳ of short
-   * backward lists is a forward-style product on the copies' holders (plan.ts `transposed`). Measured on the H100
-   * (docs/VPPS.md): 1-2% faster kernels at batches 8-128 and 8% slower at batch 1, hence off by default.
+   * Transposed copies of the matrices where registers allow (plan.ts `transposed`): x̄ = Wᵀȳ of short backward
+   * lists then runs as a forward-style product on the copies' holders, and W̄ after the backward pass. true: only
+   * plans with copies; false: none; "profile" (the default with `rowsPerWarp: "profile"`; false with a fixed rpw):
+   * both kinds are compiled and timed with the rpw variants, and the fastest kept (on the H100 copies made
+   * Tree-LSTM kernels 2-6% faster at batches 8-128 and 3% slower at batch 1: docs/VPPS.md).
    */
-  readonly transposed?: boolean;
+  readonly transposed?: boolean | "profile";
   /** Also write register gradients to device memory every batch (for tests: `gradients()`). */
   readonly exportGradients?: boolean;
   /**
@@ -350,14 +352,25 @@ export class Vpps {
 
   private static plansFor(matrices: MatrixSpec[], device: DeviceModel, o: VppsOptions): VppsPlan[] {
     const gradients = o.gradients ?? "auto";
-    if (typeof o.rowsPerWarp === "number") {
-      return [planVpps(matrices, device, { rowsPerWarp: o.rowsPerWarp, gradients, ...pick(o) })];
+    // a fixed rpw fixes the variant: no profile unless asked for
+    const mode = o.transposed ?? (typeof o.rowsPerWarp === "number" ? false : "profile");
+    if (mode !== true && mode !== false && mode !== "profile") {
+      throw new RangeError(`Vpps: transposed must be true, false or "profile"; got ${String(mode)}`);
     }
-    const all = enumeratePlans(matrices, device, gradients, o.transposed ?? false).filter(
-      (p) => o.ctasPerSm === undefined || p.ctasPerSm === o.ctasPerSm,
-    );
-    if (all.length === 0) return [planVpps(matrices, device, { gradients, ...pick(o) })]; // throws the refusal
-    return all;
+    // "profile": the plans without copies, then those that have some (a plan with no room for one is not repeated)
+    const kinds = mode === "profile" ? [false, true] : [mode];
+    const plans: VppsPlan[] = [];
+    for (const transposed of kinds) {
+      const found =
+        typeof o.rowsPerWarp === "number"
+          ? [planVpps(matrices, device, { rowsPerWarp: o.rowsPerWarp, gradients, transposed, ...pick(o) })]
+          : enumeratePlans(matrices, device, gradients, transposed).filter(
+              (p) => o.ctasPerSm === undefined || p.ctasPerSm === o.ctasPerSm,
+            );
+      plans.push(...found.filter((p) => !(mode === "profile" && transposed && p.transposed.length === 0)));
+    }
+    if (plans.length === 0) return [planVpps(matrices, device, { gradients, ...pick(o) })]; // throws the refusal
+    return plans;
   }
 
   /** The kernel name and generated CUDA source of one plan variant. */
@@ -692,9 +705,6 @@ function definedHyperParameters(h: Partial<AdamHyperParameters>): Partial<AdamHy
   };
 }
 
-function pick(o: VppsOptions): { ctasPerSm?: 1 | 2; transposed?: boolean } {
-  return {
-    ...(o.ctasPerSm !== undefined ? { ctasPerSm: o.ctasPerSm } : {}),
-    ...(o.transposed !== undefined ? { transposed: o.transposed } : {}),
-  };
+function pick(o: VppsOptions): { ctasPerSm?: 1 | 2 } {
+  return o.ctasPerSm !== undefined ? { ctasPerSm: o.ctasPerSm } : {};
 }

@@ -117,7 +117,8 @@ export function kernelSharedBytes(spec: KernelSpec): number {
 /** `vpps_treelstm_cta1_rpw2`: the entry point's name for a spec and plan. */
 export function kernelName(plan: VppsPlan, spec: KernelSpec): string {
   const model = spec.model.replace(/[^A-Za-z0-9_]/g, "_");
-  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
+  const copies = plan.transposed.length > 0 ? "_t" : "";
+  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${copies}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
 }
 
 /** A short content hash of the plan's geometry, stated in the header so a dumped source names what it was for. */

@@ -36,7 +36,8 @@ export function formatPlan(plan: VppsPlan): string {
       `${used} (${percent}%)`,
     `valid rows per warp for ${plan.ctasPerSm} CTA(s)/SM: ${plan.validRowsPerWarp.join(", ") || "none"}`,
   ];
-  const matrixRows = plan.matrices.map((m) => {
+  const held = [...plan.matrices, ...plan.transposed];
+  const matrixRows = held.map((m) => {
     const perCta = new Map<number, number>();
     for (const p of m.partitions) perCta.set(p.cta, (perCta.get(p.cta) ?? 0) + p.rowCount);
     const counts = [...perCta.values()];
@@ -48,14 +49,14 @@ export function formatPlan(plan: VppsPlan): string {
       ranges(m.partitions.map((p) => p.cta)),
       ranges(m.slots),
       `${Math.min(...counts)}-${Math.max(...counts)}`,
-      m.gradients,
+      "gradients" in m ? m.gradients : "none (copy)",
     ];
   });
   const slotRows = plan.slots.map((s) => [
     `${s.index}`,
     `${s.weightRegs}`,
     `${s.gradientRegs}`,
-    s.matrices.map((i) => plan.matrices[i]!.name).join(", "),
+    s.matrices.map((i) => held[i]!.name).join(", "),
   ]);
   return [
     ...head,
