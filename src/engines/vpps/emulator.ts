@@ -333,16 +333,16 @@ export class VppsEmulator {
         return;
       }
       case Opcode.LstmCell:
-        lstmForward(pool, n, a(1), a(2), a(3), (j) => a(4 + j));
+        lstmForward(pool, n, a(1), a(2), a(3), a(4), (j) => a(5 + j));
         return;
       case Opcode.LstmCellBwd:
         lstmBackward(
           pool,
           n,
-          [a(1), a(2), a(3), a(4)],
-          a(5),
-          (j) => a(6 + 2 * j),
+          [a(1), a(2), a(3), a(4), a(5)],
+          a(6),
           (j) => a(7 + 2 * j),
+          (j) => a(8 + 2 * j),
         );
         return;
       case Opcode.PickNls:
@@ -456,6 +456,7 @@ function lstmForward(
   H: number,
   out: number,
   gt: number,
+  h2: number,
   k: number,
   c: (j: number) => number,
 ): void {
@@ -464,13 +465,14 @@ function lstmForward(
     for (let j = 0; j < k; j++) cell += sigmoid(pool[gt + (3 + j) * H + r]!) * pool[c(j) + r]!;
     pool[out + H + r] = cell;
     pool[out + r] = sigmoid(pool[gt + H + r]!) * Math.tanh(cell);
+    if (h2 !== NONE) pool[h2 + r] = pool[out + r]!;
   }
 }
 
 function lstmBackward(
   pool: Float32Array,
   H: number,
-  [outbar, out, gt, gbar]: readonly number[],
+  [outbar, out, gt, gbar, hbar2]: readonly number[],
   k: number,
   c: (j: number) => number,
   cbar: (j: number) => number,
@@ -478,7 +480,7 @@ function lstmBackward(
   for (let r = 0; r < H; r++) {
     const tc = Math.tanh(pool[out! + H + r]!);
     const so = sigmoid(pool[gt! + H + r]!);
-    const dh = pool[outbar! + r]!;
+    const dh = pool[outbar! + r]! + (hbar2 === NONE ? 0 : pool[hbar2! + r]!);
     const dc = pool[outbar! + H + r]! + dh * so * (1 - tc * tc);
     const si = sigmoid(pool[gt! + r]!);
     const tu = Math.tanh(pool[gt! + 2 * H + r]!);

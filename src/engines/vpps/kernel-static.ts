@@ -312,6 +312,7 @@ function renderCellCases(): string {
   const pairs = 1 + OPCODES[O.LstmCellBwd]!.fixed.length;
   return `      case ${opcodeConstant(O.LstmCell)}: { // lstm: n = H, gates [i; o; u; f1..fk]
         float* out = ${P(O.LstmCell, "out")}; const float* gt = ${P(O.LstmCell, "gates")};
+        float* h2 = ${W(O.LstmCell, "h2")} == kNone ? nullptr : ${P(O.LstmCell, "h2")}; // h into the parent's concat
         const u32 k = ${W(O.LstmCell, "k")}; const u32* cs = ins + ${cs};
 #pragma unroll 1
         for (u32 r = threadIdx.x; r < n; r += kThreads) {
@@ -319,17 +320,20 @@ function renderCellCases(): string {
 #pragma unroll 1
           for (u32 j = 0; j < k; ++j) c += sigm(gt[(3 + j) * n + r]) * pool[cs[j] + r];
           out[n + r] = c;
-          out[r] = sigm(gt[n + r]) * tanhf(c);
+          const float h = sigm(gt[n + r]) * tanhf(c);
+          out[r] = h;
+          if (h2) h2[r] = h;
         }
       } break;
       case ${opcodeConstant(O.LstmCellBwd)}: { // lstm.bwd: the reference's formulas (src/ops/cells.ts)
         const float* outbar = ${P(O.LstmCellBwd, "outbar")}; const float* out = ${P(O.LstmCellBwd, "out")};
         const float* gt = ${P(O.LstmCellBwd, "gates")};
         float* gbar = ${W(O.LstmCellBwd, "gatesbar")} == kNone ? nullptr : ${P(O.LstmCellBwd, "gatesbar")};
+        const float* hb2 = ${W(O.LstmCellBwd, "hbar2")} == kNone ? nullptr : ${P(O.LstmCellBwd, "hbar2")};
         const u32 k = ${W(O.LstmCellBwd, "k")}; const u32* cp = ins + ${pairs};
 #pragma unroll 1
         for (u32 r = threadIdx.x; r < n; r += kThreads) {
-          const float c = out[n + r], tc = tanhf(c), so = sigm(gt[n + r]), dh = outbar[r];
+          const float c = out[n + r], tc = tanhf(c), so = sigm(gt[n + r]), dh = outbar[r] + (hb2 ? hb2[r] : 0.f);
           const float dc = outbar[n + r] + dh * so * (1.f - tc * tc);
           const float si = sigm(gt[r]), tu = tanhf(gt[2 * n + r]);
           if (gbar) {

@@ -138,6 +138,12 @@ function gemmRows(E: Emitter, L: BatchLayout, i: number, m: number, x: number, c
   t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, L.value[x]!);
 }
 
+/** Whether pickRange node `a` is the h of a cell whose lstm instruction stores it into concatenation c at `off`. */
+function isFused(E: Emitter, g: ComputationGraph, a: number, c: number, off: number): boolean {
+  const cell = g.args[g.argStart[a]!]!;
+  return E.fusedConcat[cell] === c && E.fusedOffset[cell] === off && g.aux[a] === 0;
+}
+
 /** Accumulates ȳ (or −ȳ for sub's b) into the arguments of a sum-like node that do not share its gradient. */
 function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, count: number, shared: number): void {
   const t = E.t;
@@ -150,7 +156,9 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
   let off = 0;
   for (let k = 0; k < count; k++) {
     const a = args[s + k]!;
-    if (needGrad[a] === 1 && placed[a] !== shared) {
+    // h of a cell that stored it into this concatenation: the cell's lstm.bwd reads this gradient slice itself
+    const fused = concat && g.op[a] === Op.PickRange && isFused(E, g, a, i, off);
+    if (needGrad[a] === 1 && placed[a] !== shared && !fused) {
       const len = rows[a]! * cols[a]!;
       const q = t.leastLoaded(3 * len);
       t.needGrad(q, i);
@@ -264,14 +272,18 @@ function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number
   ops[1] = value[i]!;
   ops[2] = value[a0]!;
   ops[3] = gradOrNone(L, a0);
-  ops[4] = k;
+  // h̄ also from the parent's concatenation, when the forward stored h there (schedule.ts concat)
+  const concat = E.fusedConcat[i]!;
+  ops[4] = concat >= 0 && L.needGrad[concat] === 1 ? L.grad[concat]! + E.fusedOffset[i]! : NONE;
+  if (ops[4] !== NONE) t.needGrad(q, concat);
+  ops[5] = k;
   for (let j = 0; j < k; j++) {
     const c = args[s + 1 + j]!;
     t.needValue(q, c);
-    ops[5 + 2 * j] = value[c]!;
-    ops[6 + 2 * j] = gradOrNone(L, c);
+    ops[6 + 2 * j] = value[c]!;
+    ops[7 + 2 * j] = gradOrNone(L, c);
   }
-  t.writer.insN(q, Opcode.LstmCellBwd, H, ops, 5 + 2 * k);
+  t.writer.insN(q, Opcode.LstmCellBwd, H, ops, 6 + 2 * k);
   if (needGrad[a0] === 1) t.wroteGrad(a0, q);
   for (let j = 0; j < k; j++) {
     const c = args[s + 1 + j]!;

@@ -386,11 +386,19 @@ export class StepTracker {
     this.wrote(this.tempBase + 2 * node, who);
   }
 
+  /**
+   * A write by CTA `who` in an earlier step `step` (its elementwise signal of that step covers it): a cell whose
+   * instruction also stores h into its parent's concatenation, found when the concatenation is scheduled.
+   */
+  wroteValueAt(node: number, step: number, who: number): void {
+    this.wrote(this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!, who, step);
+  }
+
   /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer `at` (an offset in `rec`). */
-  wrote(at: number, who: number): void {
+  wrote(at: number, who: number, step = this.step): void {
     if (at < 0) return;
     const bw = this.rec;
-    const w = packWrite(this.step, who);
+    const w = packWrite(step, who);
     const newest = bw[at]!;
     if (newest === w) return; // already recorded
     if (newest !== 0) {

@@ -62,6 +62,9 @@ export interface Emitter {
   readonly operands: Uint32Array;
   /** W̄ entries held back to the end of the backward pass (schedule-backward.ts). */
   readonly deferred: DeferredWbar;
+  /** Per cell node: the concatenation its lstm instruction also stores h into, or -1; and h's offset there. */
+  readonly fusedConcat: Int32Array;
+  readonly fusedOffset: Int32Array;
   /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
   readonly registerGrad: Uint8Array;
   matrixOf(g: ComputationGraph, i: number, w: number): number;
@@ -86,6 +89,15 @@ export class VppsScheduler implements Emitter {
   private readonly workspaces = [new LayoutWorkspace(), new LayoutWorkspace()];
   private scheduled = 0;
   readonly deferred = new DeferredWbar();
+  /**
+   * Per node of the batch: for a cell, the CTA, step and script word of its lstm instruction's h2 operand (CTA -1:
+   * not scheduled yet), and the concatenation (and offset) its h goes into when concat() took it (-1: none).
+   */
+  private cellCta = new Int32Array(0);
+  private cellStep = new Int32Array(0);
+  private cellWord = new Int32Array(0);
+  fusedConcat = new Int32Array(0);
+  fusedOffset = new Int32Array(0);
   readonly registerGrad: Uint8Array;
   /**
    * Products per (level, matrix), forward and backward (index level · matrices + m), counted in the first pass over
@@ -182,6 +194,16 @@ export class VppsScheduler implements Emitter {
     levelStart[0] = 0;
 
     const t = this.t;
+    if (this.cellCta.length < n) {
+      const size = 2 * n;
+      this.cellCta = new Int32Array(size);
+      this.cellStep = new Int32Array(size);
+      this.cellWord = new Int32Array(size);
+      this.fusedConcat = new Int32Array(size);
+      this.fusedOffset = new Int32Array(size);
+    }
+    this.cellCta.fill(-1, 0, n);
+    this.fusedConcat.fill(-1, 0, n);
     t.begin(L, n, 1 + 3 * maxLevel + 5);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
@@ -370,14 +392,18 @@ export class VppsScheduler implements Emitter {
         const ops = this.operands;
         ops[0] = y;
         ops[1] = value[a0]!;
-        ops[2] = k;
+        ops[2] = NONE; // h2: patched by concat() when the parent's concatenation takes h from here
+        ops[3] = k;
         t.needValue(q, a0);
         for (let j = 0; j < k; j++) {
           const c = args[s + 1 + j]!;
           t.needValue(q, c);
-          ops[3 + j] = value[c]!;
+          ops[4 + j] = value[c]!;
         }
-        t.writer.insN(q, Opcode.LstmCell, H, ops, 3 + k);
+        this.cellCta[i] = q;
+        this.cellStep[i] = t.step;
+        this.cellWord[i] = t.writer.length(q) + 3; // preamble, out, gates, h2
+        t.writer.insN(q, Opcode.LstmCell, H, ops, 4 + k);
         t.wroteValue(i, q);
         return;
       }
@@ -399,6 +425,19 @@ export class VppsScheduler implements Emitter {
     for (let k = 0; k < count; k++) {
       const a = args[s + k]!;
       const al = rows[a]! * cols[a]!;
+      // h of a cell scheduled in this batch: its lstm instruction stores h here too (its h2), no copy
+      const cell = g.op[a] === Op.PickRange && g.aux[a] === 0 ? args[g.argStart[a]!]! : -1;
+      if (cell >= 0 && g.op[cell] === Op.LstmCell && 2 * al === rows[cell]! * cols[cell]!) {
+        const q = this.cellCta[cell]!;
+        if (q >= 0 && this.fusedConcat[cell] === -1) {
+          t.writer.patch(q, this.cellWord[cell]!, y + off);
+          t.wroteValueAt(i, this.cellStep[cell]!, q);
+          this.fusedConcat[cell] = i;
+          this.fusedOffset[cell] = off;
+          off += al;
+          continue;
+        }
+      }
       if (placed[a] !== PLACEMENT.inConcat) {
         const q = t.leastLoaded(2 * al);
         t.needValue(q, a);

@@ -75,9 +75,15 @@ export enum Opcode {
   Dropout = 20,
   /** x̄ += ȳ⊙m/(1 − p), the same mask */
   DropoutBwd = 21,
-  /** out = [h; c] of a cell with k children, n = H: c = σ(i)tanh(u) + Σ σ(fⱼ)cⱼ, h = σ(o)tanh(c) */
+  /**
+   * out = [h; c] of a cell with k children, n = H: c = σ(i)tanh(u) + Σ σ(fⱼ)cⱼ, h = σ(o)tanh(c); h also to h2 unless
+   * NONE (the cell's slot in its parent's concatenation, which then needs no copy)
+   */
   LstmCell = 22,
-  /** Gradients of LstmCell into gates and children's memories (atomics) */
+  /**
+   * Gradients of LstmCell into gates and children's memories (atomics); h̄ is outbar's plus hbar2's unless NONE (the
+   * gradient of the concatenation slot the forward wrote h2 into, which then needs no acc)
+   */
   LstmCellBwd = 23,
   /** loss = −log softmax(x)[label], n = classes */
   PickNls = 24,
@@ -193,8 +199,8 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.ReluBwd, "relu.bwd", "length", ["xbar", "ybar", "x"]),
   info(Opcode.Dropout, "dropout", "length", ["y", "x", "key", "base", "prob"]),
   info(Opcode.DropoutBwd, "dropout.bwd", "length", ["xbar", "ybar", "key", "base", "prob"]),
-  info(Opcode.LstmCell, "lstm", "hidden", ["out", "gates", "k"], ["c"]),
-  info(Opcode.LstmCellBwd, "lstm.bwd", "hidden", ["outbar", "out", "gates", "gatesbar", "k"], ["c", "cbar"]),
+  info(Opcode.LstmCell, "lstm", "hidden", ["out", "gates", "h2", "k"], ["c"]),
+  info(Opcode.LstmCellBwd, "lstm.bwd", "hidden", ["outbar", "out", "gates", "gatesbar", "hbar2", "k"], ["c", "cbar"]),
   info(Opcode.PickNls, "picknls", "classes", ["loss", "x", "label"]),
   info(Opcode.PickNlsBwd, "picknls.bwd", "classes", ["xbar", "lossbar", "x", "label"]),
   info(Opcode.Norm2, "norm2", "length", ["acc", "g"]),
@@ -381,6 +387,15 @@ export class ScriptWriter {
     grown.set(b.subarray(0, this.lens[cta]!));
     this.bufs[cta] = grown;
     return grown;
+  }
+
+  /**
+   * Overwrites word `at` of processor `cta`'s script (a position `length(cta)` gave, before `finish`): an operand
+   * the scheduler learns only later (an lstm's h2).
+   */
+  patch(cta: number, at: number, value: number): void {
+    if (at < 0 || at >= this.lens[cta]!) throw new RangeError(`ScriptWriter.patch: word ${at} of processor ${cta}`);
+    this.bufs[cta]![at] = value >>> 0;
   }
 
   ins1(cta: number, op: Opcode, n: number, a: number): void {
