@@ -66,7 +66,7 @@ export interface VppsOptions {
    * lists then runs as a forward-style product on the copies' holders, and W̄ after the backward pass. true: only
    * plans with copies; false: none; "profile" (the default with `rowsPerWarp: "profile"`; false with a fixed rpw):
    * both kinds are compiled and timed with the rpw variants, and the fastest kept (on the H100 copies made
-   * Tree-LSTM kernels 2-6% faster at batches 8-128 and 3% slower at batch 1: docs/VPPS.md).
+   * Tree-LSTM kernels 3-5% faster at batches 8-128 and 2-3% slower at batch 1: docs/VPPS.md).
    */
   readonly transposed?: boolean | "profile";
   /** Also write register gradients to device memory every batch (for tests: `gradients()`). */
