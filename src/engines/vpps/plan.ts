@@ -108,8 +108,9 @@ export interface HeldMatrix {
 
 /**
  * A read-only transposed copy Wᵀ of a register-gradient plan matrix W (rows = W's columns), loaded from W's master
- * copy at launch and never updated (the next launch loads the updated W again). Its holders run `matvec.acc`
- * lists (x̄ += Wᵀȳ) for short backward lists of W, whose holders then only accumulate W̄ — off the critical path.
+ * copy by the holders' `load.t` where their backward work begins, and never updated (the next launch loads the
+ * updated W again). Its holders run `matvec.acc` lists (x̄ += Wᵀȳ) for short backward lists of W, whose holders
+ * then only accumulate W̄, after the backward pass — off the critical path.
  */
 export interface TransposedPlan extends HeldMatrix {
   /** Index of W in `VppsPlan.matrices`. */
@@ -117,21 +118,7 @@ export interface TransposedPlan extends HeldMatrix {
 }
 
 export interface MatrixPlan extends HeldMatrix {
-  readonly index: number;
-  readonly name: string;
-  readonly rows: number;
-  readonly cols: number;
-  /** Registers per lane per row: `ceil(cols / 32)`. */
-  readonly chunks: number;
   readonly gradients: GradientStrategy;
-  /** First partition in the round-robin list and how many there are. */
-  readonly firstPartition: number;
-  readonly partitionCount: number;
-  /** Register slots that hold rows of this matrix in some CTA. */
-  readonly slots: readonly number[];
-  /** Offset in floats of the row-major master copy (and of the exported gradient) in the parameter buffer. */
-  readonly masterOffset: number;
-  readonly partitions: readonly PartitionAssignment[];
 }
 
 export interface SlotLayout {
