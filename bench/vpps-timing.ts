@@ -21,6 +21,8 @@ import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
 export interface VppsRow {
   cell: CellFormulation;
   batch: number;
+  /** The kernel variant the profile kept for this row (bench/vpps.ts; null: not recorded). */
+  variant?: string | null;
   sentencesPerSecond: number;
   msPerBatch: number;
   nodesPerBatch: number;
@@ -157,10 +159,11 @@ export async function chooseVppsVariant(
   model: TreeLstmModel,
   batchOf: (size: number, k: number) => TreeNode[],
   vocab: Vocabulary,
+  size = 8,
 ): Promise<VariantInfo | undefined> {
   for (let k = 1; vpps.chosenVariant === undefined; k++) {
     const cg = new ComputationGraph();
-    vpps.fb(cg, model.buildBatchLoss(cg, batchOf(8, k), vocab));
+    vpps.fb(cg, model.buildBatchLoss(cg, batchOf(size, k), vocab));
   }
   await vpps.syncLatestLoss();
   return vpps.chosenVariant;

@@ -9,7 +9,10 @@
  * bench/treelstm.ts runs every engine in one process instead. The timing itself is in vpps-timing.ts.
  *
  *   node --import tsx bench/vpps.ts [--data <SST train.txt>] [--quick] [--cell fused|ops|both] [--cache <dir>]
- *                                   [--workers N]
+ *                                   [--workers N] [--profile-once]
+ *
+ * The profile-guided variant choice runs again at each batch size, on batches of that size (Vpps.profileAgain), as
+ * it would for a user training at that size; --profile-once keeps the variant chosen on batches of 8 throughout.
  *
  * --workers: schedule worker threads (Vpps `scheduleWorkers`; 0 schedules inside fb; default: the engine's).
  *
@@ -49,6 +52,8 @@ if (!["fused", "ops", "both"].includes(cellArg)) throw new Error(`--cell must be
 const CELLS: CellFormulation[] = cellArg === "both" ? ["fused", "ops"] : [cellArg as CellFormulation];
 const cacheArg = arg("--cache");
 const workersArg = arg("--workers");
+/** --profile-once: profile the variants on batches of 8 once, for every batch size (before session 6: the default). */
+const profilePerSize = !argv.includes("--profile-once");
 const workers = workersArg === undefined ? undefined : Number(workersArg);
 if (workers !== undefined && !(Number.isInteger(workers) && workers >= 0)) {
   throw new Error(`--workers must be an integer >= 0; got ${workersArg}`);
@@ -109,9 +114,22 @@ for (const cell of CELLS) {
 
   for (const batch of BATCHES) {
     const agenda = others.get(`autobatch-agenda-cublas:${batch}`) ?? others.get(`autobatch-agenda:${batch}`);
-    rows.push(
-      await timeVppsBatch(vpps, model, { cell, batch, sentences: SENTENCES, batchOf, vocab, weightFloats, agenda }),
-    );
+    if (profilePerSize) {
+      // as a user training at this batch size would: the profile runs on batches of this size
+      vpps.profileAgain();
+      const v = await chooseVppsVariant(vpps, model, batchOf, vocab, batch);
+      console.log(`${cell} batch ${batch}: profile kept ${v?.name ?? "the only variant"}`);
+    }
+    const row = await timeVppsBatch(vpps, model, {
+      cell,
+      batch,
+      sentences: SENTENCES,
+      batchOf,
+      vocab,
+      weightFloats,
+      agenda,
+    });
+    rows.push({ ...row, variant: vpps.chosenVariant?.name ?? null });
   }
   vpps.dispose();
 }

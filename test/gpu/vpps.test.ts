@@ -381,6 +381,21 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       assert.ok(Number.isNaN(losses[0]!), "the first fb returns NaN (no batch finished)");
       // once every pipeline slot has been used, each launch retires the oldest batch: a loss is always known
       assert.ok(losses.slice(W + PIPELINE_SLOTS).every(Number.isFinite), `losses: ${losses.join(", ")}`);
+      // with the default `transposed: "profile"`, plans with copies are among the variants
+      assert.ok(
+        vpps.variantInfo.some((v) => v.name.endsWith("_t")),
+        "no variant with transposed copies",
+      );
+      // profileAgain: the next batches (of 1 tree here) are profiled over every variant again
+      vpps.profileAgain();
+      assert.equal(vpps.chosenVariant, undefined, "profileAgain forgets the choice");
+      for (let k = 0; vpps.chosenVariant === undefined && k < 200 * vpps.variantInfo.length; k++) {
+        const cg = new ComputationGraph();
+        vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(k % 64, (k % 64) + 1), vocab));
+      }
+      assert.ok(vpps.chosenVariant !== undefined, "the second profile chose no variant");
+      assert.ok(Number.isFinite(await vpps.syncLatestLoss()));
+      console.log(lines.join("\n"));
     } finally {
       vpps.dispose();
     }

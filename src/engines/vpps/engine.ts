@@ -39,6 +39,9 @@ import { VppsScheduler } from "./schedule.js";
 import { defaultScheduleWorkers, type PooledBatch, SchedulePool } from "./schedule-pool.js";
 import type { ScheduledBatch } from "./scheduled-batch.js";
 
+/** VppsOptions.profileNodes by default: about 16 SST trees of the Tree-LSTM per variant. */
+export const DEFAULT_PROFILE_NODES = 4096;
+
 export interface VppsOptions {
   /** `auto` (GPU 0) or `cuda:N`. */
   readonly device?: string;
@@ -79,6 +82,12 @@ export interface VppsOptions {
   readonly tileEntries?: number;
   /** Timed batches per variant while profiling (default 4; the first of each is a warm-up and dropped). */
   readonly profileBatches?: number;
+  /**
+   * Graph nodes each variant should see while profiling, on average (default DEFAULT_PROFILE_NODES): small batches
+   * are profiled on more of them, since one tree's time depends on its shape (at batch 1 on the H100, 3 batches
+   * per variant picked a variant 30% slower than the best).
+   */
+  readonly profileNodes?: number;
   /** Record CUDA events around every batch (kernel time in `stats`). */
   readonly timing?: boolean;
   /** Kernel cache folder (null: no cache). */
@@ -198,6 +207,8 @@ export class Vpps {
   };
   private chosen: Variant | undefined;
   private next = 0;
+  /** Graph nodes of the batches profiled so far (see pickVariant). */
+  private profiledNodes = 0;
   private last: { variant: Variant; schedule: ScheduledBatch } | undefined;
   /** With schedule workers: the loss `fb` returns (that of the batch before the last one submitted). */
   private latest = Number.NaN;
@@ -530,7 +541,7 @@ export class Vpps {
    */
   fb(graph: ComputationGraph, loss: Expression): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
-    const v = this.pickVariant();
+    const v = this.pickVariant(graph.size);
     const pool = this.pool;
     if (pool === undefined) {
       const t0 = performance.now();
@@ -588,10 +599,15 @@ export class Vpps {
     this.submitScheduled(true);
   }
 
-  private pickVariant(): Variant {
+  /** Picks the variant for a batch of `nodes` graph nodes: round-robin while profiling, then the fastest. */
+  private pickVariant(nodes: number): Variant {
     if (this.chosen) return this.chosen;
     const per = this.opts.profileBatches ?? 4;
-    if (this.next < per * this.variants.length) return this.variants[this.next++ % this.variants.length]!;
+    const minNodes = this.opts.profileNodes ?? DEFAULT_PROFILE_NODES;
+    if (this.next < per * this.variants.length || this.profiledNodes < minNodes * this.variants.length) {
+      this.profiledNodes += nodes;
+      return this.variants[this.next++ % this.variants.length]!;
+    }
     this.flush(); // every profiled batch is launched
     this.runtime.drain(); // the last samples arrive
     for (const x of this.variants) x.info.profileMs = median(x.samples.slice(1));
@@ -602,6 +618,20 @@ export class Vpps {
         `keeping ${best.name}`,
     );
     return best;
+  }
+
+  /**
+   * Profiles the plan variants again on the batches that follow (the fastest variant depends on the batch size and
+   * shape: call this when they change); a no-op when there is only one variant. Waits for the queued batches.
+   */
+  profileAgain(): void {
+    if (this.variants.length < 2) return;
+    this.flush();
+    this.runtime.drain();
+    this.chosen = undefined;
+    this.next = 0;
+    this.profiledNodes = 0;
+    for (const v of this.variants) v.samples.length = 0;
   }
 
   /** Launches every batch still being scheduled, waits for the GPU, and returns the last batch's loss (NaN if none). */
