@@ -39,6 +39,8 @@ export interface VppsRow {
   submitMs: number;
   /** Kernel ms per batch (CUDA events around the launch). */
   kernelMs: number;
+  /** The GPU's time between consecutive kernels (copies, memsets, waits for the host), ms per batch. */
+  gapMs: number | null;
   scheduleNsPerNode: number;
   weightBytesPer128: number;
   vsAutobatchAgenda: number | null;
@@ -227,6 +229,7 @@ export async function timeVppsBatch(vpps: Vpps, model: TreeLstmModel, o: VppsBat
     waitMs: per(s1.waitMs - s0.waitMs),
     submitMs: per(s1.submitMs - s0.submitMs),
     kernelMs: (s1.kernelMs - s0.kernelMs) / Math.max(1, s1.timedBatches - s0.timedBatches),
+    gapMs: s1.gapBatches > s0.gapBatches ? (s1.gapMs - s0.gapMs) / (s1.gapBatches - s0.gapBatches) : null,
     scheduleNsPerNode: (1e6 * per(s1.scheduleMs - s0.scheduleMs)) / Math.max(1, nodes),
     weightBytesPer128: 4 * weightFloats * (128 / batch),
     vsAutobatchAgenda: agenda ? sps / agenda : null,
@@ -235,7 +238,8 @@ export async function timeVppsBatch(vpps: Vpps, model: TreeLstmModel, o: VppsBat
     `${cell} batch ${String(batch).padStart(3)}: ${sps.toFixed(0).padStart(7)} sentences/s, ` +
       `${row.msPerBatch.toFixed(3)} ms/batch (build ${row.buildMs.toFixed(3)}, schedule ${row.scheduleMs.toFixed(3)} = ` +
       `${row.scheduleNsPerNode.toFixed(0)} ns/node${row.workers > 0 ? ` on ${row.workers} workers, snapshot ${row.snapshotMs.toFixed(3)}, wait ${row.waitMs.toFixed(3)}` : ""}, ` +
-      `submit ${row.submitMs.toFixed(3)}; kernel ${row.kernelMs.toFixed(3)}), ` +
+      `submit ${row.submitMs.toFixed(3)}; kernel ${row.kernelMs.toFixed(3)}` +
+      `${row.gapMs !== null ? `, between kernels ${row.gapMs.toFixed(3)}` : ""}), ` +
       `${nodes.toFixed(0)} nodes${agenda ? `, ${row.vsAutobatchAgenda!.toFixed(2)}x autobatch agenda` : ""}`,
   );
   return row;

@@ -149,6 +149,12 @@ export interface VppsStats {
   waitMs: number;
   kernelMs: number;
   timedBatches: number;
+  /**
+   * Timed batches only: the kernel stream's time between one batch's kernel and the next one's (copies, memsets, and
+   * any wait for the host: the GPU idles), summed over `gapBatches` consecutive pairs.
+   */
+  gapMs: number;
+  gapBatches: number;
   nodes: number;
 }
 
@@ -203,6 +209,8 @@ export class Vpps {
     waitMs: 0,
     kernelMs: 0,
     timedBatches: 0,
+    gapMs: 0,
+    gapBatches: 0,
     nodes: 0,
   };
   private chosen: Variant | undefined;
@@ -230,9 +238,13 @@ export class Vpps {
     this.beta2 = opts.beta2 ?? ADAM_DEFAULTS.beta2;
     this.epsilon = opts.epsilon ?? ADAM_DEFAULTS.epsilon;
     if (variants.length === 1) this.chosen = variants[0];
-    runtime.onKernelTime = (v, _batch, ms) => {
+    runtime.onKernelTime = (v, _batch, ms, gapMs) => {
       this.stats.kernelMs += ms;
       this.stats.timedBatches++;
+      if (gapMs !== undefined) {
+        this.stats.gapMs += gapMs;
+        this.stats.gapBatches++;
+      }
       if (!this.chosen) (v as Variant).samples.push(ms);
     };
   }

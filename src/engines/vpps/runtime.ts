@@ -150,8 +150,12 @@ interface Slot {
   variant: KernelVariant | undefined;
 }
 
-/** Where the kernel's time went, per completed batch (CUDA events around the launch and its host-update work). */
-export type KernelTimeSink = (variant: KernelVariant, batch: number, ms: number) => void;
+/**
+ * Where the kernel's time went, per completed timed batch: its kernel ms (CUDA events around the launch and its
+ * host-update work) and, when the batch before was timed too, the ms the kernel stream spent between that batch's
+ * end and this one's start (copies and memsets between kernels, and any wait for the host).
+ */
+export type KernelTimeSink = (variant: KernelVariant, batch: number, ms: number, gapMs: number | undefined) => void;
 
 export interface RuntimeOptions {
   readonly masterFloats: number;
@@ -198,6 +202,10 @@ export class VppsRuntime {
   private momentFloats = 0;
   /** Called with each timed batch's kernel milliseconds. */
   onKernelTime: KernelTimeSink | undefined;
+  /** An event on the kernel stream that timed batches' events are measured from (see `retired`). */
+  private readonly anchor: CudaEvent;
+  private lastStop: number | undefined;
+  private lastStopBatch = -1;
 
   constructor(
     readonly ctx: GpuContext,
@@ -254,11 +262,19 @@ export class VppsRuntime {
       retired: (s, batch) => {
         const slot = slots[s]!;
         if (slot.timed && slot.variant && this.onKernelTime) {
-          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start));
+          // the GPU's idle time before this kernel: from the previous timed batch's end (kept as a time since
+          // the anchor, since that batch's slot may be reused by now), when it was the batch just before
+          const start = slot.start.elapsedMsSince(this.anchor);
+          const idle =
+            this.lastStop !== undefined && this.lastStopBatch === batch - 1 ? start - this.lastStop : undefined;
+          this.lastStop = slot.stop.elapsedMsSince(this.anchor);
+          this.lastStopBatch = batch;
+          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start), idle);
         }
       },
     };
     this.pipeline = new BatchPipeline(device, () => this.lastVariant);
+    this.anchor = CudaEvent.create().record(ctx.stream);
   }
 
   private ptr(offset: number): number {
@@ -663,6 +679,7 @@ export class VppsRuntime {
         s.start.destroy();
         s.stop.destroy();
       }
+      this.anchor.destroy();
       this.upload.destroy();
       this.readback.destroy();
     }
