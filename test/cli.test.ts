@@ -96,6 +96,11 @@ describe("the vpps command line", () => {
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /VPPS plan for NVIDIA H200/);
     for (const m of ["W_iou", "U_iou", "U_f1", "U_f2", "W_out"]) assert.match(r.stdout, new RegExp(`^${m} `, "m"));
+    // --transposed: the copies Wᵀ after the plan matrices, without a gradient of their own
+    const t = vpps("plan", "treelstm", "--gpu", "h100", "--ctas-per-sm", "1", "--rpw", "2", "--transposed");
+    assert.equal(t.code, 0, t.stderr);
+    assert.match(t.stdout, /^U_iou\.T +512x768 .* none \(copy\)$/m);
+    assert.doesNotMatch(r.stdout, /\.T /, "no copies without --transposed");
     const big = vpps("plan", "treelstm", "--hidden", "2048", "--embed", "2048");
     assert.equal(big.code, 1);
     assert.match(big.stderr, /does not fit in the registers/);

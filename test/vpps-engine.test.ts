@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../src/cuda/index.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
+import { checkVariantOptions, type VppsOptions } from "../src/engines/vpps/engine.js";
 import { KERNEL_ERRORS } from "../src/engines/vpps/kernel-static.js";
 import { BatchPipeline, decodeKernelStatus, type SlotDevice, VppsKernelError } from "../src/engines/vpps/pipeline.js";
 import { ParameterCollection } from "../src/model/parameters.js";
@@ -122,6 +123,22 @@ describe("VPPS kernel status words", () => {
     }
     const past = decodeKernelStatus([KERNEL_ERRORS.badLength, 5, 0, 0, 0, 7], "k", 3);
     assert.match(past?.message ?? "", /processor \(CTA\) 5: the instruction at script word 7 runs past the script/);
+  });
+});
+
+describe("Vpps plan-variant options", () => {
+  test("good values pass; bad ones are refused before anything is opened, naming the option", () => {
+    for (const o of [{}, { transposed: true }, { transposed: false }, { transposed: "profile" }, { profileNodes: 0 }]) {
+      assert.doesNotThrow(() => checkVariantOptions(o as VppsOptions));
+    }
+    const bad: [VppsOptions, RegExp][] = [
+      [{ transposed: "yes" as unknown as boolean }, /transposed must be true, false or "profile"; got "yes"/],
+      [{ profileBatches: 0 }, /profileBatches must be a whole number >= 1; got 0/],
+      [{ profileBatches: 2.5 }, /profileBatches must be a whole number >= 1; got 2.5/],
+      [{ profileNodes: -1 }, /profileNodes must be a whole number >= 0; got -1/],
+      [{ profileNodes: Number.NaN }, /profileNodes must be a whole number >= 0; got NaN/],
+    ];
+    for (const [o, message] of bad) assert.throws(() => checkVariantOptions(o), message);
   });
 });
 

@@ -302,6 +302,7 @@ export class Vpps {
       throw new RangeError(`Vpps: optimizer must be "sgd" or "adam"; got '${String(optimizer)}'`);
     }
     checkAdamHyperParameters({ ...ADAM_DEFAULTS, ...definedHyperParameters(options) });
+    checkVariantOptions(options);
     const ctx = GpuContext.open({
       device: options.device ?? "auto",
       ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
@@ -377,9 +378,6 @@ export class Vpps {
     const gradients = o.gradients ?? "auto";
     // a fixed rpw fixes the variant: no profile unless asked for
     const mode = o.transposed ?? (typeof o.rowsPerWarp === "number" ? false : "profile");
-    if (mode !== true && mode !== false && mode !== "profile") {
-      throw new RangeError(`Vpps: transposed must be true, false or "profile"; got ${String(mode)}`);
-    }
     // "profile": the plans without copies, then those that have some (a plan with no room for one is not repeated)
     const kinds = mode === "profile" ? [false, true] : [mode];
     const plans: VppsPlan[] = [];
@@ -739,6 +737,26 @@ function scheduleOptions(o: VppsOptions, optimizer: "sgd" | "adam") {
 }
 
 /** The hyper-parameters given (an explicit undefined is not given). */
+/**
+ * Refuses bad plan-variant options before anything is opened or compiled: `transposed` (true, false or "profile"),
+ * `profileBatches` (a whole number >= 1) and `profileNodes` (a whole number >= 0).
+ */
+export function checkVariantOptions(o: VppsOptions): void {
+  const t = o.transposed;
+  if (t !== undefined && t !== true && t !== false && t !== "profile") {
+    throw new RangeError(`Vpps: transposed must be true, false or "profile"; got ${JSON.stringify(t)}`);
+  }
+  for (const [name, min] of [
+    ["profileBatches", 1],
+    ["profileNodes", 0],
+  ] as const) {
+    const v = o[name];
+    if (v !== undefined && !(Number.isInteger(v) && v >= min)) {
+      throw new RangeError(`Vpps: ${name} must be a whole number >= ${min}; got ${String(v)}`);
+    }
+  }
+}
+
 function definedHyperParameters(h: Partial<AdamHyperParameters>): Partial<AdamHyperParameters> {
   return {
     ...(h.beta1 !== undefined ? { beta1: h.beta1 } : {}),

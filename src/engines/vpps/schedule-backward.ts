@@ -83,7 +83,7 @@ function productBackward(
 /**
  * The W̄ (and b̄) entries of products whose x̄ ran on a transposed copy: held back during the backward pass, where
  * they would sit on the critical path (a holder of W also runs cells, whose next one would wait behind them), and
- * emitted as one step after it (emitDeferred), where long lists become tiles over every CTA.
+ * emitted as one step after it (`emit`), where long lists become tiles over every CTA.
  */
 export class DeferredWbar {
   private words = new Int32Array(7 * 256);
@@ -97,8 +97,17 @@ export class DeferredWbar {
       w.set(this.words);
       this.words = w;
     }
-    this.words.set([m, gy, x, b, gb, gyBuffer, xBuffer], this.length);
-    this.length += 7;
+    // one call per product of the backward pass: plain stores, no array per entry
+    const w = this.words;
+    const k = this.length;
+    w[k] = m;
+    w[k + 1] = gy;
+    w[k + 2] = x;
+    w[k + 3] = b;
+    w[k + 4] = gb;
+    w[k + 5] = gyBuffer;
+    w[k + 6] = xBuffer;
+    this.length = k + 7;
   }
 
   /** Emits the held-back entries in step s (returns the next step; s itself when there are none). */
