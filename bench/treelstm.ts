@@ -582,7 +582,7 @@ const METHOD = {
     "VPPS (vpps-timing.ts, as bench/vpps.ts): per batch: build the graph, then Vpps.fb (schedule, encode, one pinned " +
     "copy, memsets, one launch, returning the previous batch's loss); the host builds batch k+1 while the GPU runs " +
     "batch k. Throughput = sentences / wall time of all batches of a size (5 untimed first), ending with a " +
-    "synchronize. Kernel ms from CUDA events around each launch. With schedule workers (a row's `workers` > 0) " +
+    "synchronize. Kernel ms from CUDA events around two consecutive launches in every 16. With schedule workers (a row's `workers` > 0) " +
     "scheduleMs is the workers' time. vsAutobatchAgenda: against this run's agenda engine with cuBLAS (else the " +
     "tiled-GEMM one) at the same hidden and batch size.",
   weightBytes:

@@ -17,6 +17,12 @@ import { enumeratePlans, planVpps } from "../src/engines/vpps/plan.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
 
+/**
+ * Kernel timing samples two consecutive batches in every TIMING_EVERY (Vpps option `timing`): CUDA events around
+ * every batch cost 4-12 us of GPU time per batch on the H100 (the same batch submitted back to back, timed or not), 2-6% at batch 1.
+ */
+export const TIMING_EVERY = 16;
+
 /** One cell formulation at one batch size (the rows of bench/results/vpps-<device>.json). */
 export interface VppsRow {
   cell: CellFormulation;
@@ -124,7 +130,8 @@ export async function createVppsWithJit(
     cacheDir,
     log,
     name,
-    timing: true,
+    // events around one batch pair in 16: around every batch they cost 4-12 us of GPU time per batch (H100)
+    timing: TIMING_EVERY,
     learningRate: 0.05,
     clip: 5,
     ...workerOption,

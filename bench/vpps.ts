@@ -148,7 +148,7 @@ const result = {
     "per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the " +
     "previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall " +
     "time of all batches of a size (5 untimed first), ending with a synchronize. Kernel ms from CUDA events around " +
-    "each launch. Weight bytes per 128 sentences: matrices read from DRAM once per launch (and written back once). " +
+    "two consecutive launches in every 16 (TIMING_EVERY; between kernels: from the first's end to the second's start). Weight bytes per 128 sentences: matrices read from DRAM once per launch (and written back once). " +
     "With schedule workers (a row's `workers` > 0) fb snapshots the graph and posts it to a worker thread, and " +
     "launches the batches whose scripts are ready, in order; scheduleMs is then the workers' time. " +
     "vsAutobatchAgenda: against the agenda engine's numbers in `agendaFrom` (an earlier run of bench/batching.ts).",

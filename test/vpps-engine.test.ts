@@ -126,10 +126,12 @@ describe("VPPS kernel status words", () => {
   });
 });
 
-describe("Vpps plan-variant options", () => {
+describe("Vpps plan-variant and pipeline options", () => {
   test("good values pass; bad ones are refused before anything is opened, naming the option", () => {
-    for (const o of [{}, { transposed: true }, { transposed: false }, { transposed: "profile" }, { profileNodes: 0 }]) {
-      assert.doesNotThrow(() => checkVariantOptions(o as VppsOptions));
+    const good: VppsOptions[] = [{}, { transposed: true }, { transposed: false }, { transposed: "profile" }];
+    good.push({ profileNodes: 0 }, { pipelineSlots: 2 }, { scheduleAhead: 1 }, { timing: 16 }, { timing: true });
+    for (const o of good) {
+      assert.doesNotThrow(() => checkVariantOptions(o));
     }
     const bad: [VppsOptions, RegExp][] = [
       [{ transposed: "yes" as unknown as boolean }, /transposed must be true, false or "profile"; got "yes"/],
@@ -137,6 +139,9 @@ describe("Vpps plan-variant options", () => {
       [{ profileBatches: 2.5 }, /profileBatches must be a whole number >= 1; got 2.5/],
       [{ profileNodes: -1 }, /profileNodes must be a whole number >= 0; got -1/],
       [{ profileNodes: Number.NaN }, /profileNodes must be a whole number >= 0; got NaN/],
+      [{ pipelineSlots: 1 }, /pipelineSlots must be a whole number >= 2; got 1/],
+      [{ scheduleAhead: 0 }, /scheduleAhead must be a whole number >= 1; got 0/],
+      [{ timing: 1 }, /timing must be true, false or a whole number >= 2 \(one batch pair in N\); got 1/],
     ];
     for (const [o, message] of bad) assert.throws(() => checkVariantOptions(o), message);
   });

@@ -33,6 +33,7 @@ import {
   checkAdamHyperParameters,
   momentsOfParameters,
 } from "./moments.js";
+import { PIPELINE_SLOTS } from "./pipeline.js";
 import { enumeratePlans, type GradientStrategy, type MatrixSpec, planVpps, type VppsPlan } from "./plan.js";
 import { type KernelVariant, VppsRuntime } from "./runtime.js";
 import { VppsScheduler } from "./schedule.js";
@@ -88,8 +89,12 @@ export interface VppsOptions {
    * per variant picked a variant 30% slower than the best).
    */
   readonly profileNodes?: number;
-  /** Record CUDA events around every batch (kernel time in `stats`). */
-  readonly timing?: boolean;
+  /**
+   * Record CUDA events around batches (kernel time and the time between kernels in `stats`): `true` around every
+   * batch, a number N around two consecutive batches in every N (the events cost GPU time between the kernels:
+   * 4-12 us per batch on the H100, 2-6% at batch 1).
+   */
+  readonly timing?: boolean | number;
   /** Kernel cache folder (null: no cache). */
   readonly cacheDir?: string | null;
   readonly poolBytes?: number;
@@ -103,6 +108,16 @@ export interface VppsOptions {
    * and 0 when VPPS_DUMP is set (dumps are numbered per scheduler).
    */
   readonly scheduleWorkers?: number;
+  /**
+   * Batches posted to the schedule workers and not yet launched before `fb` waits for the oldest: default twice
+   * `scheduleWorkers`. More keeps the GPU fed through a worker's hiccup (a slow batch, a GC pause).
+   */
+  readonly scheduleAhead?: number;
+  /**
+   * Batches queued on the GPU before `fb` waits for the oldest to finish (default PIPELINE_SLOTS, 8). Each has its
+   * own device script region and pinned buffer; the loss `fb` returns is up to this many batches old.
+   */
+  readonly pipelineSlots?: number;
   /** Tests only: edits each batch script before it is sent (to provoke kernel errors), on the main thread. */
   readonly editScript?: (script: Uint32Array, ctas: number) => void;
   /**
@@ -166,7 +181,11 @@ interface BatchTag {
   readonly adam: AdamStep | undefined;
 }
 
-const SCRIPT_WORDS = 16 << 20;
+/**
+ * Words of each pipeline slot's device script region (16 MB): a Tree-LSTM batch of 128 SST trees takes ~350k words
+ * (bench/results/vpps-host.json), so one region holds batches of ~1,500 trees.
+ */
+const SCRIPT_WORDS = 4 << 20;
 
 function matricesOf(params: ParameterCollection): MatrixSpec[] {
   return params.all
@@ -222,6 +241,9 @@ export class Vpps {
   private latest = Number.NaN;
   private disposed = false;
 
+  /** See VppsOptions.scheduleAhead. */
+  private readonly scheduleAhead: number;
+
   private constructor(
     readonly ctx: GpuContext,
     readonly deviceModel: DeviceModel,
@@ -232,6 +254,7 @@ export class Vpps {
     private pool: SchedulePool<BatchTag> | undefined,
   ) {
     this.learningRate = opts.learningRate ?? 0.1;
+    this.scheduleAhead = opts.scheduleAhead ?? 2 * (pool?.size ?? 0);
     this.clip = opts.clip ?? 5;
     this.optimizerName = opts.optimizer ?? "sgd";
     this.beta1 = opts.beta1 ?? ADAM_DEFAULTS.beta1;
@@ -352,6 +375,7 @@ export class Vpps {
       masterFloats: first.plan.masterFloats,
       modelFloats: first.model.modelFloats,
       scriptWords: SCRIPT_WORDS,
+      slots: options.pipelineSlots ?? PIPELINE_SLOTS,
       traceCtas: options.traceKernel ? Math.max(...plans.map((p) => p.ctas)) : 0,
     });
     runtime.uploadWeights(
@@ -571,7 +595,7 @@ export class Vpps {
     if (pool === undefined) return;
     try {
       for (;;) {
-        const b = pool.take(all || pool.pending > pool.size);
+        const b = pool.take(all || pool.pending > this.scheduleAhead);
         if (b === undefined) return;
         this.submitPooled(b);
       }
@@ -596,7 +620,10 @@ export class Vpps {
   private submit(v: Variant, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag): number {
     const t1 = performance.now();
     const profiling = this.chosen === undefined;
-    const prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, profiling || !!this.opts.timing, tag.adam);
+    const t = this.opts.timing;
+    // a sampled batch and the one after it, so that the time between their kernels is measured too
+    const timed = profiling || t === true || (typeof t === "number" && this.stats.batches % t < 2);
+    const prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, timed, tag.adam);
     this.stats.submitMs += performance.now() - t1;
     this.last = { variant: v, schedule: s };
     this.stats.batches++;
@@ -749,11 +776,19 @@ export function checkVariantOptions(o: VppsOptions): void {
   for (const [name, min] of [
     ["profileBatches", 1],
     ["profileNodes", 0],
+    ["scheduleAhead", 1],
+    ["pipelineSlots", 2],
   ] as const) {
     const v = o[name];
     if (v !== undefined && !(Number.isInteger(v) && v >= min)) {
       throw new RangeError(`Vpps: ${name} must be a whole number >= ${min}; got ${String(v)}`);
     }
+  }
+  const timing = o.timing;
+  if (typeof timing === "number" && !(Number.isInteger(timing) && timing >= 2)) {
+    throw new RangeError(
+      `Vpps: timing must be true, false or a whole number >= 2 (one batch pair in N); got ${timing}`,
+    );
   }
 }
 

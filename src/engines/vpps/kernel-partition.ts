@@ -8,7 +8,7 @@
  */
 
 import { opcodeConstant } from "./kernel-static.js";
-import type { HeldMatrix, MatrixPlan, TransposedPlan, VppsPlan } from "./plan.js";
+import type { HeldMatrix, MatrixPlan, VppsPlan } from "./plan.js";
 import { WARPS_PER_CTA } from "./plan.js";
 import { LIST_ENTRIES, OPCODES, Opcode, TILE } from "./script.js";
 
@@ -43,6 +43,15 @@ function stagingHeadroom(plan: VppsPlan): number {
  * wait at a time.
  */
 export function groupWaits(plan: VppsPlan): boolean {
+  return stagingHeadroom(plan) >= 24;
+}
+
+/**
+ * Whether lstm.bwd has its own loop for two children with every load issued first: measured, it spilled the
+ * tightest plan (hidden 512, rpw 1), so it needs the same headroom as grouped waits. (lstm's forward one needs
+ * fewer registers and is always there.)
+ */
+export function binaryCellBackward(plan: VppsPlan): boolean {
   return stagingHeadroom(plan) >= 24;
 }
 

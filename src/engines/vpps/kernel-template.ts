@@ -10,8 +10,10 @@
  *   master   float*      — row-major master copies of the matrices at `MatrixPlan.masterOffset`
  *   grads    float*      — same layout; written by `export.grads` (may be null if the script never exports)
  *   barriers u32*        — one counter per barrier id used by the script, zero when the launch starts
- *   status   int*        — `STATUS_WORDS` ints, zero when the launch starts; nonzero `status[0]` is an error (a
- *                          launch without one leaves them zero)
+ *   status   int*        — this launch's status block: `STATUS_WORDS` ints, zero when the launch starts; nonzero
+ *                          `status[0]` is an error (a launch without one leaves them zero); then the loss
+ *                          (`STATUS_LOSS`, float bits, stored by the CTA that finishes last) and the count of
+ *                          finished CTAs (`STATUS_FINISHED`, zero when the launch starts and when it ends)
  *   lr       float       — learning rate of `sgd`, `update.regs`, `adam` and `adam.master`; with Adam, 0
  *                          takes no step at all (weights and moments stay)
  *   clip     float       — gradient clipping threshold (0 disables)
@@ -26,11 +28,13 @@
  *   stale    u32*        — the previous launch's barrier counters (another region than `barriers`), zeroed by this
  *                          launch's prologue for the next one
  *   stale_count  u32     — how many of them
+ *   loss_offset  u32     — the pool offset of the batch loss (copied to `status[STATUS_LOSS]` at the end)
  * Grid: `plan.ctas` CTAs of 256 threads, all co-resident (a persistent kernel), static shared memory only.
  */
 import { createHash } from "node:crypto";
 import { dumpDirectory, dumpKernelSource } from "./dump.js";
 import {
+  binaryCellBackward,
   groupWaits,
   MATRIX_ROUTINES,
   REDUCE_BLOCK_COLS,
@@ -49,6 +53,8 @@ import {
   renderOpcodeConstants,
   renderStaticCases,
   STATIC_HELPERS,
+  STATUS_FINISHED,
+  STATUS_LOSS,
   STATUS_WORDS,
 } from "./kernel-static.js";
 import { type VppsPlan, WARPS_PER_CTA } from "./plan.js";
@@ -174,6 +180,8 @@ constexpr bool kProfile = ${spec.profile ? "true" : "false"};         // count c
 constexpr int kProfileWords = ${PROFILE_WORDS};
 constexpr bool kTrace = ${spec.trace ? "true" : "false"};           // record each instruction's end time into \`profile\` (kernel-trace.ts)
 constexpr u32 kTraceSlots = ${TRACE_SLOTS}u;
+constexpr int kStatusLoss = ${STATUS_LOSS}, kStatusFinished = ${STATUS_FINISHED}; // status words (kernel-static.ts)
+constexpr bool kBinaryCellBwd = ${binaryCellBackward(plan) ? "true" : "false"};  // lstm.bwd's two-child loop (kernel-partition.ts binaryCellBackward)
 constexpr bool kGroupWaits = ${groupWaits(plan) ? "true" : "false"};      // poll a run of waits at once, a lane each (kernel-partition.ts groupWaits)
 constexpr int kStageLoads = ${stageLoads(plan)};              // x loads in flight per thread while staging (registers)
 constexpr int kErrBarrierTimeout = ${KERNEL_ERRORS.barrierTimeout}, kErrBadOpcode = ${KERNEL_ERRORS.badOpcode}, kErrBadLength = ${
@@ -189,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 ${name}(const u32* __restrict__ script, float* pool, float* master, float* grads, u32* barriers, int* status,
         float lr, float clip, unsigned long long* profile,
         float* moments, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
-        float inv_c1, float inv_c2, u32* stale, u32 stale_count) {
+        float inv_c1, float inv_c2, u32* stale, u32 stale_count, u32 loss_offset) {
   __shared__ u32 s_script[kScriptChunkWords];
   // s_reduce and s_stage also hold the staged operand chunks of the tile instructions, read as float4
   __shared__ __align__(16) float s_reduce[2 * kWarps * ${REDUCE_BLOCK_COLS}]; // x̄ partials, two alternating buffers
@@ -289,6 +297,19 @@ ${renderMatrixCases(plan)}
   if (kProfile && threadIdx.x == 0 && profile != nullptr) {
     s_prof[kProfileWords - 1] += clock64() - t_cta;
     for (int k = 0; k < kProfileWords; ++k) if (s_prof[k] != 0) atomicAdd(profile + k, s_prof[k]);
+  }
+  // The CTA that finishes last (every instruction of the launch has run) copies the loss into the status block,
+  // which the host reads back on its read-back stream: a copy of the loss on the kernel stream cost ~8 us of GPU
+  // time between launches (H100). Each CTA's writes are fenced before it counts itself.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned int* finished = reinterpret_cast<unsigned int*>(status + kStatusFinished);
+    if (atomicAdd(finished, 1u) == (unsigned int)(kCtas - 1)) {
+      __threadfence();
+      status[kStatusLoss] = __float_as_int(__ldcg(pool + loss_offset));
+      *finished = 0u;
+    }
   }
 }
 `;

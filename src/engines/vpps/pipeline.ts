@@ -86,7 +86,7 @@ export function decodeKernelStatus(
 }
 
 /** Slots in flight by default: deep enough that a burst of launches does not wait for the GPU. */
-export const PIPELINE_SLOTS = 4;
+export const PIPELINE_SLOTS = 8;
 
 /** Batches in flight: which slot a batch fills, when the host must wait, and whose loss `fb` returns. */
 export class BatchPipeline {

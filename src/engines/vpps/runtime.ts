@@ -14,16 +14,16 @@
  *   pool    the script's pool: model region (vectors, lookup tables) at 0, then the batch (layout.ts)
  *
  * Only what must run between two kernels is on the context's (kernel) stream: the inputs' copy, the memset of the
- * pool's gradient region, the launch (and the host update), the loss's read-back. The script's copy runs on an
- * upload stream into the slot's script region, after the slot's previous batch is done with it (event `finished`),
- * and the kernel waits for it (event `copied`), so it overlaps the kernel before. The kernel zeroes the barrier
- * counters the previous launch used (the other region) in its prologue. The status words are read back on a
- * read-back stream after `finished` (the slot's block is not written again before the slot is reused); they stay
- * zero without an error, and are zeroed again after one is reported. The loss stays on the kernel stream: it lies
- * in the pool, which the next batch overwrites (a kernel epilogue in which the last CTA copied it into the status
- * block cost 5 to 30 µs of kernel time per batch on an H100, more than the copy). Per batch on an H100 the GPU
- * time between kernels fell from 21 µs (batch 1) and 61 µs (batch 128), when all of this was serial, to 7 and
- * 23 µs (.prof/gap.ts).
+ * pool's gradient region, the launch (and the host update). The script's copy runs on an upload stream into the
+ * slot's script region, after the slot's previous batch is done with it (event `finished`), and the kernel waits for
+ * it (event `copied`), so it overlaps the kernel before. The kernel zeroes the barrier counters the previous launch
+ * used (the other region) in its prologue. The CTA that finishes last stores the loss into the slot's status block,
+ * and the status words and the loss are read back on a read-back stream after `finished` (the slot's block is not
+ * written again before the slot is reused); the error words stay zero without an error, and the block is zeroed
+ * again after one is reported. Per batch on an H100 the GPU time between kernels fell from 21 µs (batch 1) and
+ * 61 µs (batch 128), when all of this was serial, to 7 and 23 µs (session 6, `npm run bench:vpps-gap`); the loss's
+ * copy, the last one on the kernel stream, cost 7-8 µs of it (session 7: an earlier measurement, 5 to 30 µs of
+ * kernel time for the epilogue, did not hold up: with it the kernel was faster, with two other changes).
  */
 import {
   CudaEvent,
@@ -36,7 +36,7 @@ import {
 } from "../../cuda/index.js";
 import type { GraphParameter } from "../../graph/graph.js";
 import type { GpuContext } from "../gpu/context.js";
-import { STATUS_WORDS } from "./kernel-static.js";
+import { STATUS_LOSS, STATUS_WORDS } from "./kernel-static.js";
 import { PROFILE_WORDS, TRACE_SLOTS } from "./kernel-template.js";
 import type { ModelLayout } from "./layout.js";
 import { type AdamStep, adamKernelArgs, momentLayout } from "./moments.js";
@@ -58,8 +58,10 @@ export interface KernelVariant {
 
 /** Barrier counters one batch may use (steps × (1 + matrices): an elementwise barrier and one per matrix per step). */
 export const MAX_BARRIERS = 1 << 20;
-/** Words per slot of the status region: the kernel's STATUS_WORDS, padded to a 128-byte line of its own. */
+/** Words per slot of the status region: the kernel's status words, padded to a 128-byte line of its own. */
 const STATUS_BLOCK_WORDS = 32;
+/** Words of a status block read back after each batch: the error words and the loss (kernel-static.ts). */
+const READ_WORDS = STATUS_LOSS + 1;
 /** Elements per triple of the host-update lists: large matrices are split so that one block takes one piece. */
 const UPDATE_PIECE = 4096;
 
@@ -160,8 +162,10 @@ export type KernelTimeSink = (variant: KernelVariant, batch: number, ms: number,
 export interface RuntimeOptions {
   readonly masterFloats: number;
   readonly modelFloats: number;
-  /** Words reserved for one batch's script (and update list), in each of PIPELINE_SLOTS regions. */
+  /** Words reserved for one batch's script (and update list), in each slot's region. */
   readonly scriptWords: number;
+  /** Batches in flight on the GPU (pipeline.ts); default PIPELINE_SLOTS. */
+  readonly slots?: number;
   /** Floats reserved for the script's pool (model region included); default: what the context's pool has left. */
   readonly poolFloats?: number;
   /** CTAs to reserve a kernel trace for (kernel-template.ts TRACE_SLOTS u64 each); 0 or absent: none. */
@@ -212,11 +216,12 @@ export class VppsRuntime {
     opts: RuntimeOptions,
   ) {
     const p = ctx.pool;
+    const slotCount = opts.slots ?? PIPELINE_SLOTS;
     this.master = p.alloc(opts.masterFloats, "VPPS master weights");
     this.grads = p.alloc(opts.masterFloats, "VPPS matrix gradients");
-    this.status = p.alloc(PIPELINE_SLOTS * STATUS_BLOCK_WORDS, "VPPS status words");
+    this.status = p.alloc(slotCount * STATUS_BLOCK_WORDS, "VPPS status words");
     // on the kernel stream, so that the first launch follows (it does not wait for the legacy default stream)
-    p.fill(this.status, PIPELINE_SLOTS * STATUS_BLOCK_WORDS, 0, ctx.stream.handle);
+    p.fill(this.status, slotCount * STATUS_BLOCK_WORDS, 0, ctx.stream.handle);
     this.profile = p.alloc(2 * PROFILE_WORDS, "VPPS kernel profile counters");
     p.fill(this.profile, 2 * PROFILE_WORDS, 0);
     this.traceCtas = opts.traceCtas ?? 0;
@@ -225,7 +230,7 @@ export class VppsRuntime {
     this.barriers = p.alloc(2 * MAX_BARRIERS, "VPPS barrier counters");
     p.fill(this.barriers, 2 * MAX_BARRIERS, 0, ctx.stream.handle);
     this.scriptWords = opts.scriptWords;
-    this.script = p.alloc(PIPELINE_SLOTS * opts.scriptWords, "VPPS batch scripts");
+    this.script = p.alloc(slotCount * opts.scriptWords, "VPPS batch scripts");
     const left = p.arena.capacityFloats - Math.ceil(p.arena.usedFloats / 64) * 64;
     this.poolFloats = opts.poolFloats ?? left;
     if (this.poolFloats < opts.modelFloats) {
@@ -237,9 +242,9 @@ export class VppsRuntime {
     p.mark();
     this.upload = CudaStream.create({ nonBlocking: true });
     this.readback = CudaStream.create({ nonBlocking: true });
-    this.slots = Array.from({ length: PIPELINE_SLOTS }, () => ({
+    this.slots = Array.from({ length: slotCount }, () => ({
       pinned: PinnedBuffer.alloc(1 << 20),
-      out: PinnedBuffer.alloc(4 * (1 + STATUS_WORDS)),
+      out: PinnedBuffer.alloc(4 * READ_WORDS),
       copied: CudaEvent.create({ timing: false }),
       finished: CudaEvent.create({ timing: false }),
       done: CudaEvent.create({ timing: false }),
@@ -252,10 +257,11 @@ export class VppsRuntime {
     const device: SlotDevice = {
       wait: (s) => slots[s]!.done.synchronize(),
       done: (s) => slots[s]!.done.query(),
-      loss: (s) => slots[s]!.out.f32[0]!,
+      loss: (s) => slots[s]!.out.f32[STATUS_LOSS]!,
       status: (s) => {
-        const words = slots[s]!.out.i32.subarray(1, 1 + STATUS_WORDS);
-        // the kernel leaves the words zero only without an error: clear them before the slot's next launch
+        const words = slots[s]!.out.i32.subarray(0, STATUS_WORDS);
+        // the kernel leaves the words zero only without an error: clear them (and the count of finished CTAs,
+        // which processors that stopped early never bumped) before the slot's next launch
         if (words[0] !== 0) ctx.pool.fill(this.statusBlock(s), STATUS_BLOCK_WORDS, 0, ctx.stream.handle);
         return words;
       },
@@ -273,7 +279,7 @@ export class VppsRuntime {
         }
       },
     };
-    this.pipeline = new BatchPipeline(device, () => this.lastVariant);
+    this.pipeline = new BatchPipeline(device, () => this.lastVariant, slotCount);
     this.anchor = CudaEvent.create().record(ctx.stream);
   }
 
@@ -485,7 +491,8 @@ export class VppsRuntime {
     const listMax = host ? this.updateListWords(variant.model, s, adam !== undefined) : 0;
     if (scriptWords + listMax > this.scriptWords) {
       throw new Error(
-        `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${this.scriptWords}`,
+        `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${this.scriptWords} ` +
+          "(engine.ts SCRIPT_WORDS): split the batch into smaller ones",
       );
     }
     const inputSize = inputs.length;
@@ -532,18 +539,20 @@ export class VppsRuntime {
       ...adamArgs(adam),
       karg.ptr(this.ptr(this.barriers + (1 - region) * MAX_BARRIERS)),
       karg.u32(this.staleBarriers),
+      karg.u32(s.lossOffset),
     ]);
     // launched: the next launch uses the other region, which this one zeroes
     this.barrierRegion = 1 - region;
     this.staleBarriers = s.barriers;
     if (host) this.hostUpdate(variant, s, script + scriptWords, entries, lr, clip, adam);
     if (timed) S.stop.record(ctx.stream);
-    drv.memcpyDtoHAsync(S.out.u8.subarray(0, 4), this.ptr(this.pool + s.lossOffset), 4, st);
     S.finished.record(ctx.stream);
     this.readback.wait(S.finished);
-    const statusBytes = 4 * STATUS_WORDS;
+    // the error words and the loss (the kernel stored it there), on the read-back stream: the next launch need
+    // not wait for the copy
+    const statusBytes = 4 * READ_WORDS;
     drv.memcpyDtoHAsync(
-      S.out.u8.subarray(4, 4 + statusBytes),
+      S.out.u8.subarray(0, statusBytes),
       this.ptr(this.statusBlock(slot)),
       statusBytes,
       this.readback.handle,
