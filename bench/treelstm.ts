@@ -193,6 +193,8 @@ interface Config {
   engines: TreeLstmEngine[];
   /** VPPS sentences timed per batch size; the baselines' steps follow batching.ts (`quick`). */
   sentences: number;
+  /** VPPS sentences trained untimed first at each batch size (vpps-timing.ts `warmSentences`). */
+  warmSentences: number;
 }
 
 function configsOf(flags: Flags): Config[] {
@@ -209,7 +211,14 @@ function configsOf(flags: Flags): Config[] {
       continue;
     }
     const batches = main && !flags.quick ? [1, 2, 4, 8, 16, 32, 64, 128] : [1, 8, 128];
-    out.push({ hidden, embed: EMBED_OF[hidden]!, batches, engines, sentences: flags.quick ? 1024 : 4096 });
+    out.push({
+      hidden,
+      embed: EMBED_OF[hidden]!,
+      batches,
+      engines,
+      sentences: flags.quick ? 1024 : 4096,
+      warmSentences: flags.quick ? 256 : 2048,
+    });
   }
   return out;
 }
@@ -407,6 +416,7 @@ class TreeLstmBench {
           cell,
           batch,
           sentences: c.sentences,
+          warmSentences: c.warmSentences,
           batchOf: this.batchOf,
           vocab: this.vocab,
           weightFloats,
@@ -581,7 +591,8 @@ const METHOD = {
   vpps:
     "VPPS (vpps-timing.ts, as bench/vpps.ts): per batch: build the graph, then Vpps.fb (schedule, encode, one pinned " +
     "copy, memsets, one launch, returning the previous batch's loss); the host builds batch k+1 while the GPU runs " +
-    "batch k. Throughput = sentences / wall time of all batches of a size (5 untimed first), ending with a " +
+    "batch k. Throughput = sentences / wall time of all batches of a size (after an untimed warm-up of 2,048 " +
+    "sentences, at least 5 batches), ending with a " +
     "synchronize. Kernel ms from CUDA events around two consecutive launches in every 16. With schedule workers (a row's `workers` > 0) " +
     "scheduleMs is the workers' time. vsAutobatchAgenda: against this run's agenda engine with cuBLAS (else the " +
     "tiled-GEMM one) at the same hidden and batch size.",

@@ -67,6 +67,7 @@ for (let round = 0; round < ROUNDS; round++) {
           cell: "fused",
           batch,
           sentences: quick ? 256 : 1024,
+          warmSentences: 0, // as before session 7: 5 untimed batches (its results compare tile thresholds)
           batchOf: (size, k) => batchAt(trees, size, k),
           vocab,
           weightFloats: 0,

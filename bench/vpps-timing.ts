@@ -5,7 +5,7 @@
  *
  * Per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the
  * previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall time of
- * all batches of a size (5 untimed first), ending with a synchronize.
+ * all batches of a size (after an untimed warm-up, `warmSentences`), ending with a synchronize.
  */
 import type { DeviceProperties } from "../src/cuda/index.js";
 import type { TreeNode } from "../src/data/tree.js";
@@ -186,8 +186,14 @@ export function vppsWeightFloats(vpps: Vpps): number {
 export interface VppsBatchOptions {
   cell: CellFormulation;
   batch: number;
-  /** Sentences timed (at least 20 batches), after 5 untimed batches. */
+  /** Sentences timed (at least 20 batches), after an untimed warm-up (`warmSentences`, at least 5 batches). */
   sentences: number;
+  /**
+   * Sentences trained untimed first (at least 5 batches): the host's steady state needs V8's optimised code in every
+   * schedule worker (each sees 1/W of the batches) and a grown heap; at batch 1 on the H100 the first ~3,000
+   * batches ran at 4,500 sentences/s and the same batches then at 5,300 (.prof timeline, session 7).
+   */
+  warmSentences: number;
   batchOf: (size: number, k: number) => TreeNode[];
   vocab: Vocabulary;
   weightFloats: number;
@@ -209,13 +215,15 @@ export async function timeVppsBatch(vpps: Vpps, model: TreeLstmModel, o: VppsBat
     return vpps.fb(cg, loss);
   };
   const scratch = { build: 0 };
-  for (let k = 0; k < 5; k++) run(k, scratch);
+  const warm = Math.max(5, Math.ceil(o.warmSentences / batch));
+  // the warm-up trains on the batches after the timed ones: the timed batches are the data's first `count`
+  for (let k = 0; k < warm; k++) run(count + k, scratch);
   await vpps.syncLatestLoss();
   const s0 = { ...vpps.stats };
   const host = { build: 0 };
   const t0 = performance.now();
   let last = 0;
-  for (let k = 0; k < count; k++) last = run(5 + k, host);
+  for (let k = 0; k < count; k++) last = run(k, host);
   last = await vpps.syncLatestLoss();
   const wall = performance.now() - t0;
   if (!Number.isFinite(last)) throw new Error(`${cell} batch ${batch}: the loss became ${last}`);

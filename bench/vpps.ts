@@ -64,8 +64,10 @@ const cacheDir = cacheArg ?? mkdtempSync(join(tmpdir(), "vpps-bench-kernels-"));
 const HIDDEN = 256;
 const EMBED = 256;
 const BATCHES = quick ? [1, 8, 128] : [1, 2, 4, 8, 16, 32, 64, 128];
-/** Sentences timed per batch size (at least 20 batches), after 5 untimed batches. */
+/** Sentences timed per batch size (at least 20 batches), after the warm-up below. */
 const SENTENCES = quick ? 1024 : 4096;
+/** Sentences trained untimed at each batch size before the timed ones (vpps-timing.ts `warmSentences`). */
+const WARM_SENTENCES = quick ? 256 : 2048;
 const { trees, source } = loadBenchTrees(dataFile, 8192);
 const vocab = Vocabulary.fromTrees(trees);
 
@@ -124,6 +126,7 @@ for (const cell of CELLS) {
       cell,
       batch,
       sentences: SENTENCES,
+      warmSentences: WARM_SENTENCES,
       batchOf,
       vocab,
       weightFloats,
@@ -147,7 +150,7 @@ const result = {
   method:
     "per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the " +
     "previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall " +
-    "time of all batches of a size (5 untimed first), ending with a synchronize. Kernel ms from CUDA events around " +
+    "time of all batches of a size (after an untimed warm-up of 2,048 sentences, at least 5 batches), ending with a synchronize. Kernel ms from CUDA events around " +
     "two consecutive launches in every 16 (TIMING_EVERY; between kernels: from the first's end to the second's start). Weight bytes per 128 sentences: matrices read from DRAM once per launch (and written back once). " +
     "With schedule workers (a row's `workers` > 0) fb snapshots the graph and posts it to a worker thread, and " +
     "launches the batches whose scripts are ready, in order; scheduleMs is then the workers' time. " +
