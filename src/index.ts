@@ -9,7 +9,14 @@ export {
   createEngine,
   type Engine,
   EngineUnavailableError,
+  isPipelined,
+  type PipelinedEngine,
+  ScheduleWorkerError,
+  Vpps,
+  VppsEngine,
+  type VppsOptions,
 } from "./engines/index.js";
+export { VppsKernelError } from "./engines/vpps/pipeline.js";
 export { ComputationGraph, Expression, type GraphParameter, Op, ShapeError } from "./graph/index.js";
 export { type AnyParameter, type Init, LookupParameter, Parameter, ParameterCollection } from "./model/parameters.js";
 export { loadParameters, saveParameters } from "./model/safetensors.js";

@@ -126,6 +126,16 @@ describe("VPPS kernel status words", () => {
   });
 });
 
+describe("the package's VPPS exports", () => {
+  test("Vpps, VppsEngine and the pipelined-engine check are importable from the package root (docs/VPPS.md)", async () => {
+    const api = await import("../src/index.js");
+    assert.equal(typeof api.Vpps.create, "function");
+    assert.equal(typeof api.VppsEngine, "function");
+    assert.equal(api.isPipelined(new api.CpuEngine(new api.ParameterCollection())), false);
+    assert.equal(new api.VppsKernelError("m", 1, 2, 3, []).processor, 2);
+  });
+});
+
 describe("Vpps plan-variant and pipeline options", () => {
   test("good values pass; bad ones are refused before anything is opened, naming the option", () => {
     const good: VppsOptions[] = [{}, { transposed: true }, { transposed: false }, { transposed: "profile" }];

@@ -30,6 +30,30 @@ export interface Engine {
   dispose(): void;
 }
 
+/**
+ * Engines that queue a whole training step without waiting for it (VPPS: forward, backward and update run in one
+ * kernel, and the host builds later batches while the GPU runs earlier ones). Losses come back later, in order.
+ * The synchronous methods still work and may be mixed with `trainStep`: they wait for the queued steps first.
+ */
+export interface PipelinedEngine extends Engine {
+  /**
+   * Queues forward, backward and `trainer`'s update of the batch whose loss is `loss`; the graph may be renewed as
+   * soon as it returns. Advances `trainer.updates` as `update(trainer)` would.
+   */
+  trainStep(loss: Expression, trainer: Trainer): void;
+  /**
+   * Losses of the `trainStep` batches finished since the last call, in the order they were queued; with `wait`,
+   * waits for every queued batch first (so the result then covers all of them).
+   */
+  takeLosses(wait: boolean): number[];
+}
+
+/** Whether `e` can queue training steps (`PipelinedEngine`). */
+export function isPipelined(e: Engine): e is PipelinedEngine {
+  const p = e as Partial<PipelinedEngine>;
+  return typeof p.trainStep === "function" && typeof p.takeLosses === "function";
+}
+
 /** The engines vpps knows, with whether this build implements them yet. */
 export const ENGINE_NAMES = ["cpu", "eager", "autobatch", "vpps"] as const;
 export type EngineName = (typeof ENGINE_NAMES)[number];

@@ -17,7 +17,7 @@ export {
 } from "./autobatch/gpu-engine.js";
 export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
 export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
-export { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
+export { ENGINE_NAMES, type Engine, type EngineName, isPipelined, type PipelinedEngine } from "./engine.js";
 export { Vpps, type VppsOptions } from "./vpps/engine.js";
 export { ScheduleWorkerError } from "./vpps/schedule-pool.js";
 export { VppsEngine } from "./vpps/vpps-engine.js";

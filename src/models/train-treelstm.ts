@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { TreeNode } from "../data/tree.js";
 import type { Vocabulary } from "../data/vocab.js";
-import type { Engine } from "../engines/engine.js";
+import { type Engine, isPipelined } from "../engines/engine.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { loadParameters, saveParameters } from "../model/safetensors.js";
@@ -39,7 +39,10 @@ export interface TrainProgress {
   sentencesDone: number;
   sentencesTotal: number;
   sentencesPerSecond: number;
-  /** Mean loss per tree node over the epoch so far. */
+  /**
+   * Mean loss per tree node over the batches whose losses have arrived (with a pipelined engine they lag the
+   * sentences done by a few batches, and no progress is reported until the first arrives).
+   */
   loss: number;
   elapsedSeconds: number;
 }
@@ -89,22 +92,26 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
       let lossSum = 0;
       let nodeCount = 0;
       let done = 0;
-      for (let start = 0; start < order.length; start += cfg.batch) {
-        const idx = order.slice(start, start + cfg.batch);
-        const trees = idx.map((i) => cfg.train[i]!);
-        cg.renew();
-        cg.training = true;
-        cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
-        const loss = model.buildBatchLoss(cg, trees, cfg.vocab);
-        const value = engine.forwardScalar(loss);
-        engine.backward(loss);
-        engine.update(trainer);
-        if (!Number.isFinite(value)) {
-          throw new Error(`training diverged: the loss became ${value} in epoch ${epoch}; lower --lr`);
+      // A pipelined engine hands losses back some batches later, in order: the node counts of the batches queued
+      // and not yet summed wait here, so that the mean is over the same batches as the sum.
+      const queuedNodes: number[] = [];
+      let nextQueued = 0;
+      const addLosses = (values: readonly number[]): void => {
+        for (const value of values) {
+          if (!Number.isFinite(value)) {
+            throw new Error(`training diverged: the loss became ${value} in epoch ${epoch}; lower --lr`);
+          }
+          if (nextQueued >= queuedNodes.length) {
+            throw new Error(
+              `engine ${engine.name}: takeLosses returned more losses than the ${queuedNodes.length} batches queued`,
+            );
+          }
+          lossSum += value;
+          nodeCount += queuedNodes[nextQueued++]!;
         }
-        lossSum += value;
-        for (const t of trees) nodeCount += countNodes(t);
-        done += trees.length;
+      };
+      const progress = (): void => {
+        if (nodeCount === 0) return; // a pipelined engine's first losses have not arrived yet
         const elapsed = (performance.now() - t0) / 1000;
         cfg.onProgress?.({
           epoch,
@@ -114,6 +121,39 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
           loss: lossSum / nodeCount,
           elapsedSeconds: elapsed,
         });
+      };
+      for (let start = 0; start < order.length; start += cfg.batch) {
+        const idx = order.slice(start, start + cfg.batch);
+        const trees = idx.map((i) => cfg.train[i]!);
+        cg.renew();
+        cg.training = true;
+        cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
+        const loss = model.buildBatchLoss(cg, trees, cfg.vocab);
+        let nodes = 0;
+        for (const t of trees) nodes += countNodes(t);
+        if (isPipelined(engine)) {
+          engine.trainStep(loss, trainer);
+          queuedNodes.push(nodes);
+          addLosses(engine.takeLosses(false));
+        } else {
+          const value = engine.forwardScalar(loss);
+          engine.backward(loss);
+          engine.update(trainer);
+          queuedNodes.push(nodes);
+          addLosses([value]);
+        }
+        done += trees.length;
+        progress();
+      }
+      if (isPipelined(engine)) {
+        addLosses(engine.takeLosses(true));
+        progress(); // the whole epoch's loss, and the time the queued batches took
+      }
+      if (nextQueued !== queuedNodes.length) {
+        throw new Error(
+          `engine ${engine.name}: ${queuedNodes.length} batches were queued in epoch ${epoch} but ` +
+            `${nextQueued} losses came back`,
+        );
       }
       const seconds = (performance.now() - t0) / 1000;
       const devAccuracy = evaluateTreeLstm(model, engine, cfg.dev, cfg.vocab);

@@ -561,13 +561,28 @@ export class Vpps {
   }
 
   /**
+   * Called with the loss of every batch `fb` launched (profiling batches too: they train), once each and in `fb`
+   * order, when the host retires it: inside a later `fb`, `latestLossSync`, or any call that waits for the GPU.
+   * `fb` returns only the newest finished loss; this is for callers that need them all (the Engine adapter's
+   * pipelined training). Undefined: none.
+   */
+  get onBatchLoss(): ((loss: number) => void) | undefined {
+    return this.batchLossHook;
+  }
+  set onBatchLoss(f: ((loss: number) => void) | undefined) {
+    this.batchLossHook = f;
+    this.runtime.pipeline.onRetired = f === undefined ? undefined : (_batch, loss) => f(loss);
+  }
+  private batchLossHook: ((loss: number) => void) | undefined;
+
+  /**
    * Runs one batch (forward, backward, SGD or Adam update) without waiting for it, and returns the loss of an
    * earlier batch whose kernel has finished (NaN while there is none).
    *
    * Without schedule workers it schedules, encodes and launches this batch. With `scheduleWorkers` = W it snapshots
    * the graph (so the caller may renew it at once), posts it to a worker, and launches every earlier batch whose
-   * script is ready, in order; it blocks only while more than W batches are being scheduled. Launching waits for
-   * the GPU only when PIPELINE_SLOTS (4) batches are already queued on it. The loss returned is that of the newest
+   * script is ready, in order; it blocks only while more than `scheduleAhead` (2W) batches are being scheduled.
+   * Launching waits for the GPU only when `pipelineSlots` (8) batches are already queued on it. The loss returned is that of the newest
    * batch the GPU has finished by then, so it may be a few batches old, and the same value may be returned more
    * than once; `latestLossSync()` waits and gives the newest. Learning
    * rate and clip are taken when `fb` is called. A scheduling error (an op VPPS cannot run, …) is thrown by the

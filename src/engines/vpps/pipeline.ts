@@ -98,6 +98,11 @@ export class BatchPipeline {
   private queued = 0;
   private submitted = 0;
   private latest = Number.NaN;
+  /**
+   * Called once per retired batch, in queuing order, with its number and loss (after its status was checked: a
+   * batch whose kernel failed throws instead). For callers that need every batch's loss, not only the newest.
+   */
+  onRetired: ((batch: number, loss: number) => void) | undefined;
 
   constructor(
     private readonly device: SlotDevice,
@@ -153,5 +158,6 @@ export class BatchPipeline {
     if (err) throw err;
     this.device.retired?.(s, batch);
     this.latest = this.device.loss(s);
+    this.onRetired?.(batch, this.latest);
   }
 }

@@ -1,27 +1,33 @@
 /**
- * VPPS behind the common Engine interface, so that the CLI and the training loop can use it. The loop calls
- * forwardScalar → backward → update(trainer) per batch and needs the loss at once, so here one batch is one
- * synchronous `fb` (the overlap of host and GPU is the `Vpps` API's, which returns the previous loss instead).
+ * VPPS behind the common Engine interface, so that the CLI and the training loop can use it, in two ways:
  *
- * The update runs inside the kernel, so the trainer must be known when the batch is launched: the first batch
- * runs once with learning rate 0 (which changes nothing: no weight, no moment, no step count) to produce its loss,
- * and again with the trainer's settings at update(); later batches use the trainer of the previous update() call,
- * read when they are launched. SGD and Adam (SimpleSGDTrainer, AdamTrainer: `trainer.kind`) both run in the kernel;
- * the step count is the trainer's `updates`, which update() advances as the trainer's own update() would. A new
- * trainer object starts afresh (Adam's moments zeroed), as its own state would. Forward-only passes (evaluation:
- * the script format needs a scalar loss to run at all) run on the autobatch GPU engine over the same parameters,
- * whose device copy is refreshed from the weights VPPS trained once per evaluation (the CPU reference took ~37 s per
- * SST dev evaluation at hidden 256, against ~1 s of training per epoch); on the CPU engine where that fails.
+ * - Pipelined (`PipelinedEngine`, what trainTreeLstm uses): `trainStep(loss, trainer)` queues forward, backward and
+ *   the update of a batch as one `fb` and returns at once, and `takeLosses` hands back the losses of the batches
+ *   finished since (in order), so the host builds and schedules later batches (on the Vpps schedule workers) while
+ *   the GPU runs earlier ones, as the `Vpps` API does.
+ * - Synchronous (`Engine`): forwardScalar → backward → update(trainer) per batch, which needs the loss at once, so
+ *   one batch is one `fb` that waits for its own loss (and for any queued trainStep batches before it).
+ *
+ * The update runs inside the kernel, so the trainer must be known when the batch is launched. trainStep knows it.
+ * On the synchronous path the first batch runs once with learning rate 0 (which changes nothing: no weight, no
+ * moment, no step count) to produce its loss, and again with the trainer's settings at update(); later batches use
+ * the trainer of the previous update() call, read when they are launched. SGD and Adam (SimpleSGDTrainer,
+ * AdamTrainer: `trainer.kind`) both run in the kernel; the step count is the trainer's `updates`, which update()
+ * and trainStep advance as the trainer's own update() would. A new trainer object starts afresh (Adam's moments
+ * zeroed), as its own state would. Forward-only passes (evaluation: the script format needs a scalar loss to run at
+ * all) run on the autobatch GPU engine over the same parameters, whose device copy is refreshed from the weights
+ * VPPS trained once per evaluation (the CPU reference took ~37 s per SST dev evaluation at hidden 256, against ~1 s
+ * of training per epoch); on the CPU engine where that fails.
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../train/trainers.js";
 import { AutobatchGpuEngine } from "../autobatch/gpu-engine.js";
 import { CpuEngine } from "../cpu.js";
-import type { Engine } from "../engine.js";
+import type { Engine, PipelinedEngine } from "../engine.js";
 import { Vpps, type VppsOptions } from "./engine.js";
 
-export class VppsEngine implements Engine {
+export class VppsEngine implements PipelinedEngine {
   readonly name = "vpps";
   readonly vpps: Vpps;
   private trainer: Trainer | undefined;
@@ -31,13 +37,61 @@ export class VppsEngine implements Engine {
   private evaluator: Engine | undefined;
   private evaluatorStale = true;
   private weightsOnHost = false;
+  /** Losses of trainStep batches retired and not yet taken, in launch order. */
+  private readonly losses: number[] = [];
+  /** Whether retired losses are trainStep's (false while a synchronous method waits for its own batch). */
+  private collecting = true;
+  /** Whether trainStep batches may still be queued (launched or being scheduled) and not yet retired. */
+  private queued = false;
 
   constructor(
     private readonly params: ParameterCollection,
     private readonly options: VppsOptions = {},
   ) {
-    // every batch waits for its own loss here, so schedule workers would only add a thread hop
-    this.vpps = Vpps.createSync(params, { scheduleWorkers: 0, ...options });
+    // schedule workers: the Vpps default (one per spare core) unless the caller says otherwise; trainStep needs them
+    // to overlap scheduling with the GPU, and the synchronous path pays only a thread hop per batch for them
+    this.vpps = Vpps.createSync(params, options);
+    this.vpps.onBatchLoss = (loss) => {
+      if (this.collecting) this.losses.push(loss);
+    };
+  }
+
+  trainStep(loss: Expression, trainer: Trainer): void {
+    this.useTrainer(trainer);
+    // a forwardScalar without update() before this is dropped (its graph may have been renewed since)
+    this.pending = undefined;
+    this.lastLoss = undefined;
+    this.configure(trainer);
+    this.queued = true;
+    this.vpps.fb(loss.graph, loss);
+    this.weightsOnHost = false;
+    // the batch just queued was step updates + 1 (configure), as the trainer's own update() counts it
+    trainer.updates++;
+  }
+
+  takeLosses(wait: boolean): number[] {
+    if (wait) this.waitForQueued();
+    return this.losses.splice(0, this.losses.length);
+  }
+
+  /** Launches and finishes every queued trainStep batch (their losses are collected), e.g. before a synchronous one. */
+  private waitForQueued(): void {
+    if (!this.queued) return;
+    this.vpps.latestLossSync();
+    this.queued = false;
+  }
+
+  /** Launches one batch and waits for it, keeping its loss out of trainStep's (the queued ones finish first). */
+  private runSync(g: ComputationGraph, e: Expression): number {
+    this.waitForQueued();
+    this.collecting = false;
+    try {
+      this.vpps.fb(g, e);
+      // flushes the workers and drains the GPU: every batch launched so far retires, this one last, so this is its loss
+      return this.vpps.latestLossSync();
+    } finally {
+      this.collecting = true;
+    }
   }
 
   forward(e: Expression): void {
@@ -60,8 +114,7 @@ export class VppsEngine implements Engine {
   forwardScalar(e: Expression): number {
     const g = e.graph;
     this.configure(this.trainer);
-    this.vpps.fb(g, e);
-    const value = this.vpps.latestLossSync();
+    const value = this.runSync(g, e);
     this.weightsOnHost = false;
     this.pending = this.trainer === undefined ? { g, loss: e } : undefined;
     this.lastLoss = { e, value };
@@ -87,21 +140,24 @@ export class VppsEngine implements Engine {
   }
 
   update(trainer: Trainer): void {
-    if (trainer !== this.trainer) {
-      const hyper =
-        trainer instanceof AdamTrainer ? { beta1: trainer.beta1, beta2: trainer.beta2, epsilon: trainer.epsilon } : {};
-      this.vpps.setOptimizer(trainer.kind, hyper);
-      this.trainer = trainer;
-    }
+    this.useTrainer(trainer);
     if (this.pending) {
       const { g, loss } = this.pending;
       this.pending = undefined;
       this.configure(trainer);
-      this.vpps.fb(g, loss);
-      this.vpps.latestLossSync();
+      this.runSync(g, loss);
     }
     // the batch launched for this update was step updates + 1 (configure), as the trainer's own update() counts it
     trainer.updates++;
+  }
+
+  /** A new trainer object switches the kernel's optimizer and starts it afresh (batches queued before keep theirs). */
+  private useTrainer(trainer: Trainer): void {
+    if (trainer === this.trainer) return;
+    const hyper =
+      trainer instanceof AdamTrainer ? { beta1: trainer.beta1, beta2: trainer.beta2, epsilon: trainer.epsilon } : {};
+    this.vpps.setOptimizer(trainer.kind, hyper);
+    this.trainer = trainer;
   }
 
   /** The trainer's settings for the next launch; no trainer yet: learning rate 0, which takes no step. */

@@ -1,0 +1,202 @@
+// VppsEngine's pipelined path (trainStep / takeLosses, what `vpps train --engine vpps` uses) on a real GPU against
+// the same engine class driven synchronously (forwardScalar → backward → update) from the same initial weights: the
+// per-batch losses in order, the weights after syncToHost, the trainer's step count, synchronous batches mixed in
+// between queued ones (their losses kept apart), and profiling batches reporting their losses too. Skipped, with the
+// reason printed, without a GPU.
+
+import assert from "node:assert/strict";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { cudaAvailable } from "../../src/cuda/index.js";
+import { syntheticTrees } from "../../src/data/synthetic.js";
+import { Vocabulary } from "../../src/data/vocab.js";
+import { isPipelined } from "../../src/engines/engine.js";
+import type { VppsOptions } from "../../src/engines/vpps/engine.js";
+import { VppsEngine } from "../../src/engines/vpps/vpps-engine.js";
+import { ComputationGraph } from "../../src/graph/graph.js";
+import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { AdamTrainer, SimpleSGDTrainer, type Trainer } from "../../src/train/trainers.js";
+
+const available = cudaAvailable();
+const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
+if (skip) console.log(`skipping GPU tests: ${skip}`);
+
+const cacheDir = process.env["VPPS_TEST_CACHE"] ?? join(tmpdir(), "vpps-test-kernels");
+const H = 128;
+const BATCH = 8;
+const BATCHES = 12;
+const LR = 0.05;
+const CLIP = 5;
+/** One variant for both engines (no timing-dependent choice), so that both run the same kernel. */
+const FIXED: VppsOptions = { cacheDir, rowsPerWarp: 1, name: "pipelined" };
+
+const trees = syntheticTrees(BATCH * BATCHES, 7);
+const vocab = Vocabulary.fromTrees(trees);
+
+/** A fresh model: every call has the same initial weights (same seed). */
+const makeModel = () => new TreeLstmModel({ vocabSize: vocab.size, embed: H, hidden: H, seed: 3, dropout: 0.1 });
+
+/** Batch k's loss in a fresh graph (dropout on, with a key per batch, as the training loop sets it). */
+function batchLoss(model: TreeLstmModel, k: number) {
+  const cg = new ComputationGraph();
+  cg.training = true;
+  cg.dropoutKey = 1000 + k;
+  return model.buildBatchLoss(cg, trees.slice(BATCH * k, BATCH * (k + 1)), vocab);
+}
+
+/** The test's tolerance for losses: 1e-4 relative. */
+function lossDifference(what: string, expected: readonly number[], actual: readonly number[]): string {
+  if (expected.length !== actual.length) return `${what}: ${expected.length} losses expected, got ${actual.length}`;
+  for (let k = 0; k < expected.length; k++) {
+    const e = expected[k]!;
+    const a = actual[k]!;
+    if (!(Math.abs(e - a) <= 1e-4 * Math.max(1, Math.abs(e)))) return `${what}[${k}]: synchronous ${e}, pipelined ${a}`;
+  }
+  return "";
+}
+
+/**
+ * First element off by more than 2e-4 of the tensor's largest magnitude plus two fp32 ulps of the weight (as in
+ * test/gpu/vpps.test.ts: fp32 sums in another order), or "".
+ */
+function weightDifference(what: string, expected: Float32Array, actual: Float32Array): string {
+  let scale = 0;
+  for (const v of expected) scale = Math.max(scale, Math.abs(v));
+  for (let k = 0; k < expected.length; k++) {
+    const tol = 1e-9 + 2e-4 * scale + 2.4e-7 * Math.abs(expected[k]!);
+    const d = Math.abs(expected[k]! - actual[k]!);
+    if (!(d <= tol))
+      return `${what}[${k}]: synchronous ${expected[k]}, pipelined ${actual[k]} (tol ${tol.toExponential(1)})`;
+  }
+  return "";
+}
+
+/** Batches [from, to) through forwardScalar → backward → update; their losses. */
+function runSync(engine: VppsEngine, model: TreeLstmModel, trainer: Trainer, from: number, to: number): number[] {
+  const losses: number[] = [];
+  for (let k = from; k < to; k++) {
+    const loss = batchLoss(model, k);
+    losses.push(engine.forwardScalar(loss));
+    engine.backward(loss);
+    engine.update(trainer);
+  }
+  return losses;
+}
+
+/** Batches [from, to) through trainStep, taking the losses that arrive after each (none waited for). */
+function runQueued(engine: VppsEngine, model: TreeLstmModel, trainer: Trainer, from: number, to: number): number[] {
+  const losses: number[] = [];
+  for (let k = from; k < to; k++) {
+    engine.trainStep(batchLoss(model, k), trainer);
+    losses.push(...engine.takeLosses(false));
+    assert.ok(losses.length <= k + 1 - from, `batch ${k}: more losses than batches queued`);
+  }
+  return losses;
+}
+
+/** The weights of `model` after syncing `engine`. */
+function weights(engine: VppsEngine, model: TreeLstmModel): Float32Array[] {
+  engine.syncToHost();
+  return model.params.all.map((p) => Float32Array.from(p.value));
+}
+
+function compareWeights(model: TreeLstmModel, expected: Float32Array[], actual: Float32Array[]): string {
+  let d = "";
+  model.params.all.forEach((p, i) => {
+    d ||= weightDifference(p.name, expected[i]!, actual[i]!);
+  });
+  return d;
+}
+
+describe("VppsEngine.trainStep (pipelined) against the same engine driven synchronously", { skip }, () => {
+  test(`${BATCHES} SGD batches of ${BATCH} trees, hidden ${H}: the same losses in order and the same weights`, () => {
+    const syncModel = makeModel();
+    const pipedModel = makeModel();
+    const syncTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
+    const pipedTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
+    const sync = new VppsEngine(syncModel.params, FIXED);
+    try {
+      const piped = new VppsEngine(pipedModel.params, FIXED);
+      try {
+        assert.ok(isPipelined(piped));
+        if (availableParallelism() > 1) assert.ok(piped.vpps.scheduleWorkers > 0, "schedule workers by default");
+        const expected = runSync(sync, syncModel, syncTrainer, 0, BATCHES);
+        const early = runQueued(piped, pipedModel, pipedTrainer, 0, BATCHES);
+        const rest = piped.takeLosses(true);
+        console.log(`  ${early.length} losses arrived while queuing, ${rest.length} at the wait`);
+        assert.equal(piped.takeLosses(true).length, 0, "every loss is handed back once");
+        const got = [...early, ...rest];
+        console.log(`  losses synchronous ${expected.map((x) => x.toFixed(4)).join(", ")}`);
+        console.log(`  losses pipelined   ${got.map((x) => x.toFixed(4)).join(", ")}`);
+        assert.equal(lossDifference("loss", expected, got), "");
+        assert.equal(pipedTrainer.updates, BATCHES);
+        assert.equal(syncTrainer.updates, BATCHES);
+        assert.equal(piped.vpps.updates, BATCHES);
+        const initial = makeModel().params.all.map((p) => Float32Array.from(p.value));
+        const w = weights(piped, pipedModel);
+        assert.equal(compareWeights(pipedModel, weights(sync, syncModel), w), "");
+        assert.notDeepEqual(w, initial, "training changed the weights");
+      } finally {
+        piped.dispose();
+      }
+    } finally {
+      sync.dispose();
+    }
+  });
+
+  test("forwardScalar/backward/update between queued steps: queued batches finish first, losses kept apart", () => {
+    const syncModel = makeModel();
+    const pipedModel = makeModel();
+    const syncTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
+    const pipedTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
+    const sync = new VppsEngine(syncModel.params, FIXED);
+    try {
+      const piped = new VppsEngine(pipedModel.params, FIXED);
+      try {
+        const expected = runSync(sync, syncModel, syncTrainer, 0, BATCHES);
+        const half = BATCHES / 2;
+        const queued = runQueued(piped, pipedModel, pipedTrainer, 0, half);
+        // a synchronous batch right after queued ones: its loss is its own, not one of the queued batches'
+        const mixed = runSync(piped, pipedModel, pipedTrainer, half, half + 1);
+        queued.push(...piped.takeLosses(false));
+        assert.equal(queued.length, half, "the queued batches' losses, all arrived, and not the synchronous one's");
+        assert.equal(lossDifference("queued loss", expected.slice(0, half), queued), "");
+        assert.equal(lossDifference("synchronous loss", expected.slice(half, half + 1), mixed), "");
+        const after = [...runQueued(piped, pipedModel, pipedTrainer, half + 1, BATCHES), ...piped.takeLosses(true)];
+        assert.equal(lossDifference("loss after", expected.slice(half + 1), after), "");
+        assert.equal(pipedTrainer.updates, BATCHES);
+        assert.equal(compareWeights(pipedModel, weights(sync, syncModel), weights(piped, pipedModel)), "");
+      } finally {
+        piped.dispose();
+      }
+    } finally {
+      sync.dispose();
+    }
+  });
+
+  test("Adam while the plan variants are profiled: one finite loss per queued batch, the trainer's steps", () => {
+    const model = makeModel();
+    const trainer = new AdamTrainer({ learningRate: 0.01, clipThreshold: 1 });
+    const engine = new VppsEngine(model.params, { cacheDir, profileBatches: 2, profileNodes: 0 });
+    try {
+      const losses = [...runQueued(engine, model, trainer, 0, BATCHES), ...engine.takeLosses(true)];
+      console.log(`  variants ${engine.vpps.variantInfo.length}, chosen ${engine.vpps.chosenVariant?.name ?? "-"}`);
+      assert.equal(losses.length, BATCHES, "every batch, profiled or not, reports its loss once");
+      assert.ok(
+        losses.every((x) => Number.isFinite(x) && x > 0),
+        `losses ${losses.join(", ")}`,
+      );
+      assert.equal(engine.vpps.optimizer, "adam");
+      assert.equal(trainer.updates, BATCHES);
+      assert.equal(engine.vpps.updates, BATCHES);
+      // an evaluation pass after queued steps sees the trained weights (forward syncs them)
+      const cg = new ComputationGraph();
+      const root = model.buildTree(cg, trees[0]!, vocab, false).rootScores;
+      engine.forward(root);
+      assert.ok(engine.value(root).every(Number.isFinite));
+    } finally {
+      engine.dispose();
+    }
+  });
+});
