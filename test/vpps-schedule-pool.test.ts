@@ -192,6 +192,31 @@ describe("graph snapshots", () => {
 });
 
 describe("schedule workers", () => {
+  test("a batch goes to the first worker with the fewest batches in hand: one at a time to worker 0", () => {
+    const m = randomVppsModel(5);
+    const pool = newPool(m.pc, twoPlans(m.pc), 3);
+    const cg = new ComputationGraph();
+    const post = (k: number) => {
+      cg.renew();
+      pool.post(cg, buildRandomVppsGraph(cg, m.build, 500 + k), 0, k);
+    };
+    const slots: number[] = [];
+    for (let k = 0; k < 4; k++) {
+      post(k);
+      const b = pool.take(true)!; // read back before the next post: worker 0 has nothing in hand again
+      slots.push(b.slot);
+      pool.release(b);
+    }
+    assert.deepEqual(slots, [0, 0, 0, 0]);
+    for (let k = 4; k < 7; k++) post(k); // three in flight at once: one each
+    const spread: number[] = [];
+    for (let b = pool.take(true); b !== undefined; b = pool.take(true)) {
+      spread.push(b.slot);
+      pool.release(b);
+    }
+    assert.deepEqual(spread, [0, 1, 2]);
+  });
+
   test("SST Tree-LSTM batches: worker scripts and layouts equal the in-thread scheduler's (2 workers, 2 variants)", () => {
     const { trees, source } = sstSetup();
     const vocab = Vocabulary.fromTrees(trees);

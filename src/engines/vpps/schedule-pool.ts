@@ -1,7 +1,7 @@
 /**
  * Scheduling VPPS batches on worker threads while the main thread builds the next graph (the main side; the
- * worker's is schedule-worker.ts). A batch's schedule depends only on its graph and the fixed plan, so batches are
- * dealt round-robin to the workers and taken back in the order they were posted.
+ * worker's is schedule-worker.ts). A batch's schedule depends only on its graph and the fixed plan, so batches go to
+ * whichever worker has the fewest in hand and are taken back in the order they were posted.
  *
  * Protocol, per worker: one MessageChannel. The main thread posts `ScheduleJob`s (the graph snapshot's buffer is
  * transferred, with a script buffer of an earlier batch of that worker, returned for reuse); the worker answers each
@@ -203,6 +203,8 @@ export class SchedulePool<T = undefined> {
   private readonly queue: Job<T>[] = [];
   private readonly byId = new Map<number, Job<T>>();
   private readonly free: ArrayBuffer[] = [];
+  /** Per worker: batches posted to it whose reply has not been read. */
+  private readonly inHand: Int32Array;
   private readonly stallMs: number;
   private nextId = 0;
   private disposed = false;
@@ -213,6 +215,7 @@ export class SchedulePool<T = undefined> {
     }
     if (o.plans.length === 0) throw new RangeError("SchedulePool: no plan variant given");
     this.size = o.workers;
+    this.inHand = new Int32Array(o.workers);
     this.stallMs = o.stallMs ?? 120_000;
     const shared = new SharedArrayBuffer(4);
     this.counter = new Int32Array(shared);
@@ -266,15 +269,17 @@ export class SchedulePool<T = undefined> {
   }
 
   /**
-   * Snapshots `graph` (nodes up to the loss, the input values) and posts it to the next worker, to be scheduled on
-   * plan variant `variant`. The graph may be renewed as soon as this returns.
+   * Snapshots `graph` (nodes up to the loss, the input values) and posts it to the worker with the fewest batches in
+   * hand (the first such), to be scheduled on plan variant `variant`. The graph may be renewed as soon as this
+   * returns.
    */
   post(graph: ComputationGraph, loss: Expression, variant: number, tag: T): void {
     if (this.disposed) throw new Error("SchedulePool.post: the pool was disposed");
     const t0 = performance.now();
     const lossId = graph.check(loss, "vpps", "loss");
     const id = this.nextId++;
-    const slot = id % this.size;
+    const slot = this.leastBusy();
+    this.inHand[slot]!++;
     const dead = this.slots[slot]!.fatal;
     if (dead) throw dead;
     const into = this.free.pop();
@@ -374,7 +379,22 @@ export class SchedulePool<T = undefined> {
     const job = this.byId.get(r.id);
     if (job === undefined) return;
     this.byId.delete(r.id);
+    this.inHand[job.slot]!--;
     job.reply = r;
+  }
+
+  /**
+   * The worker to post to: the first with the fewest batches in hand (replies read first). Small batches then go to
+   * the first few workers only, which V8 optimises sooner and whose caches stay warm; large batches keep every
+   * worker busy. Measured at batch 1 on the H100 (two rounds, the same 3,000 trees twice per process): the first
+   * pass ran at 4,846-4,951 sentences/s with round-robin and 4,997-5,028 this way, the second at 5,282-5,344 both
+   * ways.
+   */
+  private leastBusy(): number {
+    this.poll();
+    let best = 0;
+    for (let k = 1; k < this.size; k++) if (this.inHand[k]! < this.inHand[best]!) best = k;
+    return best;
   }
 
   private waitFor(job: Job<T>): void {
