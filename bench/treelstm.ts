@@ -247,7 +247,7 @@ interface EngineRun {
 
 type ResultRow =
   | (BaselineRow & { hidden: number; embed: number })
-  | (VppsRow & { engine: VppsEngine; hidden: number; embed: number });
+  | (VppsRow & { engine: VppsEngine; hidden: number; embed: number; variant: string | null });
 
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 const f0 = (x: number) => x.toFixed(0);
@@ -412,6 +412,10 @@ class TreeLstmBench {
       run.chosenVariant = (await chooseVppsVariant(vpps, model, this.batchOf, this.vocab)) ?? null;
       track.sample();
       for (const batch of c.batches) {
+        // as bench/vpps.ts and a user training at this batch size: the variant profile runs on batches of this size
+        vpps.profileAgain();
+        const v = await chooseVppsVariant(vpps, model, this.batchOf, this.vocab, batch);
+        console.log(`${engine} hidden ${c.hidden} batch ${batch}: profile kept ${v?.name ?? "the only variant"}`);
         const row = await timeVppsBatch(vpps, model, {
           cell,
           batch,
@@ -422,7 +426,7 @@ class TreeLstmBench {
           weightFloats,
           agenda: this.agendaAt(c.hidden, batch),
         });
-        this.rows.push({ engine, hidden: c.hidden, embed: c.embed, ...row });
+        this.rows.push({ engine, hidden: c.hidden, embed: c.embed, ...row, variant: vpps.chosenVariant?.name ?? null });
         track.sample();
       }
       run.status = "timed";
@@ -589,7 +593,8 @@ const METHOD = {
     "issueCost: host µs per command kind, from extra untimed steps with the device's run/upload wrapped. Unlike " +
     "bench/batching.ts the engines run one after another, not side by side.",
   vpps:
-    "VPPS (vpps-timing.ts, as bench/vpps.ts): per batch: build the graph, then Vpps.fb (schedule, encode, one pinned " +
+    "VPPS (vpps-timing.ts, as bench/vpps.ts): the plan variant is profiled again at each batch size (a row's " +
+    "`variant`); per batch: build the graph, then Vpps.fb (schedule, encode, one pinned " +
     "copy, memsets, one launch, returning the previous batch's loss); the host builds batch k+1 while the GPU runs " +
     "batch k. Throughput = sentences / wall time of all batches of a size (after an untimed warm-up of 2,048 " +
     "sentences, at least 5 batches), ending with a " +
