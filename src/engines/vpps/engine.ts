@@ -81,12 +81,15 @@ export interface VppsOptions {
    * H100 (schedule-steps.ts DEFAULT_TILE_ENTRIES).
    */
   readonly tileEntries?: number;
-  /** Timed batches per variant while profiling (default 4; the first of each is a warm-up and dropped). */
+  /**
+   * Batches profiled (default 4; the first is a warm-up and dropped): each runs on every variant, with learning rate
+   * 0 on all but one, so that it trains once and every variant is timed on the same batches.
+   */
   readonly profileBatches?: number;
   /**
-   * Graph nodes each variant should see while profiling, on average (default DEFAULT_PROFILE_NODES): small batches
-   * are profiled on more of them, since one tree's time depends on its shape (at batch 1 on the H100, 3 batches
-   * per variant picked a variant 30% slower than the best).
+   * Graph nodes the profiled batches should have at least (default DEFAULT_PROFILE_NODES): small batches are
+   * profiled on more of them (at batch 1 on the H100, 3 batches picked a variant 30% slower than the best, when
+   * each variant still ran different batches).
    */
   readonly profileNodes?: number;
   /**
@@ -179,6 +182,8 @@ interface BatchTag {
   readonly clip: number;
   /** Adam's step for this batch (undefined: SGD, or a learning rate of 0). */
   readonly adam: AdamStep | undefined;
+  /** A profiling run of a batch that trains on another variant: learning rate 0, its loss not reported. */
+  readonly quiet: boolean;
 }
 
 /**
@@ -261,6 +266,10 @@ export class Vpps {
     this.beta2 = opts.beta2 ?? ADAM_DEFAULTS.beta2;
     this.epsilon = opts.epsilon ?? ADAM_DEFAULTS.epsilon;
     if (variants.length === 1) this.chosen = variants[0];
+    runtime.pipeline.onRetired = (batch, loss) => {
+      if (this.quietBatches.size > 0 && this.quietBatches.delete(batch)) return;
+      this.batchLossHook?.(loss);
+    };
     runtime.onKernelTime = (v, _batch, ms, gapMs) => {
       this.stats.kernelMs += ms;
       this.stats.timedBatches++;
@@ -552,32 +561,35 @@ export class Vpps {
   private tag(): BatchTag {
     const lr = this.learningRate;
     const clip = this.clip;
-    if (!(lr > 0)) return { lr, clip, adam: undefined };
+    if (!(lr > 0)) return { lr, clip, adam: undefined, quiet: false };
     this.updates++;
-    if (this.optimizerName !== "adam") return { lr, clip, adam: undefined };
+    if (this.optimizerName !== "adam") return { lr, clip, adam: undefined, quiet: false };
     const h = { beta1: this.beta1, beta2: this.beta2, epsilon: this.epsilon };
     checkAdamHyperParameters(h);
-    return { lr, clip, adam: adamStep(h, this.updates) };
+    return { lr, clip, adam: adamStep(h, this.updates), quiet: false };
   }
 
   /**
    * Called with the loss of every batch `fb` launched (profiling batches too: they train), once each and in `fb`
    * order, when the host retires it: inside a later `fb`, `latestLossSync`, or any call that waits for the GPU.
    * `fb` returns only the newest finished loss; this is for callers that need them all (the Engine adapter's
-   * pipelined training). Undefined: none.
+   * pipelined training). Undefined: none. (A profiled batch's runs on the other variants, with learning rate 0,
+   * do not report.)
    */
   get onBatchLoss(): ((loss: number) => void) | undefined {
     return this.batchLossHook;
   }
   set onBatchLoss(f: ((loss: number) => void) | undefined) {
     this.batchLossHook = f;
-    this.runtime.pipeline.onRetired = f === undefined ? undefined : (_batch, loss) => f(loss);
   }
   private batchLossHook: ((loss: number) => void) | undefined;
+  /** Pipeline batch numbers of quiet profiling runs not yet retired (their losses are not reported). */
+  private readonly quietBatches = new Set<number>();
 
   /**
-   * Runs one batch (forward, backward, SGD or Adam update) without waiting for it, and returns the loss of an
-   * earlier batch whose kernel has finished (NaN while there is none).
+   * Runs one batch (forward, backward, SGD or Adam update) without waiting for it, and returns the newest loss the
+   * GPU has finished (NaN while there is none): an earlier batch's, or while profiling possibly this batch's own,
+   * from its run on another variant.
    *
    * Without schedule workers it schedules, encodes and launches this batch. With `scheduleWorkers` = W it snapshots
    * the graph (so the caller may renew it at once), posts it to a worker, and launches every earlier batch whose
@@ -590,18 +602,44 @@ export class Vpps {
    */
   fb(graph: ComputationGraph, loss: Expression): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
-    const v = this.pickVariant(graph.size);
+    if (this.chosen === undefined) return this.fbProfiled(graph, loss);
+    this.run(this.chosen, graph, loss, this.tag());
+    return this.latest;
+  }
+
+  /**
+   * While the variants are profiled: the batch runs on every variant, with learning rate 0 on all but the last
+   * (which trains; a learning rate of 0 changes no weight, moment or step count), so that the variants are timed
+   * on the same batches: with different batches per variant, one tree's shape decides, and at batch 1 the profile
+   * kept a variant 30% slower than the best (session 6) or 4% slower (session 7) before this. Chooses once every
+   * variant has run `profileBatches` batches and about `profileNodes` graph nodes.
+   */
+  private fbProfiled(graph: ComputationGraph, loss: Expression): number {
+    const tag = this.tag();
+    const quiet: BatchTag = { lr: 0, clip: tag.clip, adam: undefined, quiet: true };
+    const n = this.variants.length;
+    for (let k = 0; k < n; k++) this.run(this.variants[k]!, graph, loss, k === n - 1 ? tag : quiet);
+    this.next++;
+    this.profiledNodes += graph.size;
+    const per = this.opts.profileBatches ?? 4;
+    const minNodes = this.opts.profileNodes ?? DEFAULT_PROFILE_NODES;
+    if (this.next >= per && this.profiledNodes >= minNodes) this.choose();
+    return this.latest;
+  }
+
+  /** Schedules (here or on a worker) and launches one batch on variant v. */
+  private run(v: Variant, graph: ComputationGraph, loss: Expression, tag: BatchTag): void {
     const pool = this.pool;
     if (pool === undefined) {
       const t0 = performance.now();
       const s = v.scheduler.schedule(graph, loss);
       this.opts.editScript?.(s.script, v.plan.ctas);
       this.stats.scheduleMs += performance.now() - t0;
-      return this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), this.tag());
+      this.latest = this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), tag);
+      return;
     }
-    pool.post(graph, loss, v.index, this.tag());
+    pool.post(graph, loss, v.index, tag);
     this.submitScheduled(false);
-    return this.latest;
   }
 
   /** Launches scheduled batches in order: those ready, or (`all`) every one posted, waiting for the workers. */
@@ -638,7 +676,15 @@ export class Vpps {
     const t = this.opts.timing;
     // a sampled batch and the one after it, so that the time between their kernels is measured too
     const timed = profiling || t === true || (typeof t === "number" && this.stats.batches % t < 2);
-    const prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, timed, tag.adam);
+    const index = this.runtime.pipeline.batches;
+    if (tag.quiet) this.quietBatches.add(index);
+    let prev: number;
+    try {
+      prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, timed, tag.adam);
+    } catch (e) {
+      this.quietBatches.delete(index); // not launched: the next batch gets this number
+      throw e;
+    }
     this.stats.submitMs += performance.now() - t1;
     this.last = { variant: v, schedule: s };
     this.stats.batches++;
@@ -651,25 +697,21 @@ export class Vpps {
     this.submitScheduled(true);
   }
 
-  /** Picks the variant for a batch of `nodes` graph nodes: round-robin while profiling, then the fastest. */
-  private pickVariant(nodes: number): Variant {
-    if (this.chosen) return this.chosen;
-    const per = this.opts.profileBatches ?? 4;
-    const minNodes = this.opts.profileNodes ?? DEFAULT_PROFILE_NODES;
-    if (this.next < per * this.variants.length || this.profiledNodes < minNodes * this.variants.length) {
-      this.profiledNodes += nodes;
-      return this.variants[this.next++ % this.variants.length]!;
-    }
+  /** Ends the profile: every profiled batch finishes, and the variant with the least kernel time over them stays. */
+  private choose(): void {
     this.flush(); // every profiled batch is launched
     this.runtime.drain(); // the last samples arrive
-    for (const x of this.variants) x.info.profileMs = median(x.samples.slice(1));
+    // the same batches on every variant: their mean (the first left out: warm-up) is what a variant costs
+    for (const x of this.variants) {
+      const t = x.samples.slice(1);
+      x.info.profileMs = t.length > 0 ? t.reduce((a, b) => a + b, 0) / t.length : median(x.samples);
+    }
     const best = [...this.variants].sort((a, b) => a.info.profileMs! - b.info.profileMs!)[0]!;
     this.chosen = best;
     (this.opts.log ?? (() => {}))(
       `vpps: profile: ${this.variants.map((x) => `${x.name} ${x.info.profileMs!.toFixed(3)} ms`).join(", ")}; ` +
         `keeping ${best.name}`,
     );
-    return best;
   }
 
   /**
