@@ -278,8 +278,17 @@ export class Vpps {
         this.stats.gapBatches++;
       }
       if (!this.chosen) (v as Variant).samples.push(ms);
+      this.onKernelTime?.((v as Variant).name, ms, gapMs);
     };
   }
+
+  /**
+   * Called for every timed batch (option `timing`; every batch while the variants are profiled) as it retires, in
+   * launch order: the kernel variant's name, the kernel's milliseconds (CUDA events), and the GPU's milliseconds
+   * between the previous timed kernel's end and this one's start when that kernel was the batch just before
+   * (copies, memsets, and any wait for the host), else undefined. For timelines: `npm run bench:vpps-timeline`.
+   */
+  onKernelTime: ((variant: string, kernelMs: number, gapMs: number | undefined) => void) | undefined;
 
   /**
    * Plans, compiles (or reads the kernel cache), loads and uploads the weights. Every plan variant compiles at once,
