@@ -193,22 +193,25 @@ describe("graph snapshots", () => {
 
 describe("schedule workers", () => {
   test("a batch goes to the first worker with the fewest batches in hand: one at a time to worker 0", () => {
-    const m = randomVppsModel(5);
-    const pool = newPool(m.pc, twoPlans(m.pc), 3);
-    const cg = new ComputationGraph();
-    const post = (k: number) => {
-      cg.renew();
-      pool.post(cg, buildRandomVppsGraph(cg, m.build, 500 + k), 0, k);
-    };
+    const { trees } = sstSetup();
+    const vocab = Vocabulary.fromTrees(trees);
+    const net = new TreeLstmModel({ vocabSize: vocab.size, embed: 8, hidden: 8, seed: 3 });
+    const pool = newPool(net.params, twoPlans(net.params), 3);
+    // batches of 32 trees (~10,000 nodes): a worker takes milliseconds over one, posting takes microseconds, so no
+    // reply can come back between the three back-to-back posts below
+    const graphs = [0, 1, 2].map((k) => {
+      const cg = new ComputationGraph();
+      return { cg, loss: net.buildBatchLoss(cg, trees.slice(32 * k, 32 * k + 32), vocab) };
+    });
     const slots: number[] = [];
     for (let k = 0; k < 4; k++) {
-      post(k);
+      pool.post(graphs[k % 3]!.cg, graphs[k % 3]!.loss, 0, k);
       const b = pool.take(true)!; // read back before the next post: worker 0 has nothing in hand again
       slots.push(b.slot);
       pool.release(b);
     }
     assert.deepEqual(slots, [0, 0, 0, 0]);
-    for (let k = 4; k < 7; k++) post(k); // three in flight at once: one each
+    for (let k = 0; k < 3; k++) pool.post(graphs[k]!.cg, graphs[k]!.loss, 0, 4 + k); // three in flight: one each
     const spread: number[] = [];
     for (let b = pool.take(true); b !== undefined; b = pool.take(true)) {
       spread.push(b.slot);
