@@ -109,70 +109,77 @@ function compareWeights(model: TreeLstmModel, expected: Float32Array[], actual: 
   return d;
 }
 
+/** One engine over a fresh model, with its own SGD trainer. */
+interface Side {
+  readonly model: TreeLstmModel;
+  readonly trainer: SimpleSGDTrainer;
+  readonly engine: VppsEngine;
+}
+
+/** Runs `body` with a synchronous and a pipelined side from the same initial weights, disposing both after. */
+function withTwoEngines(body: (sync: Side, piped: Side) => void): void {
+  const side = (): Side => {
+    const model = makeModel();
+    const trainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
+    return { model, trainer, engine: new VppsEngine(model.params, FIXED) };
+  };
+  const sync = side();
+  try {
+    const piped = side();
+    try {
+      body(sync, piped);
+    } finally {
+      piped.engine.dispose();
+    }
+  } finally {
+    sync.engine.dispose();
+  }
+}
+
 describe("VppsEngine.trainStep (pipelined) against the same engine driven synchronously", { skip }, () => {
   test(`${BATCHES} SGD batches of ${BATCH} trees, hidden ${H}: the same losses in order and the same weights`, () => {
-    const syncModel = makeModel();
-    const pipedModel = makeModel();
-    const syncTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
-    const pipedTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
-    const sync = new VppsEngine(syncModel.params, FIXED);
-    try {
-      const piped = new VppsEngine(pipedModel.params, FIXED);
-      try {
-        assert.ok(isPipelined(piped));
-        if (availableParallelism() > 1) assert.ok(piped.vpps.scheduleWorkers > 0, "schedule workers by default");
-        const expected = runSync(sync, syncModel, syncTrainer, 0, BATCHES);
-        const early = runQueued(piped, pipedModel, pipedTrainer, 0, BATCHES);
-        const rest = piped.takeLosses(true);
-        console.log(`  ${early.length} losses arrived while queuing, ${rest.length} at the wait`);
-        assert.equal(piped.takeLosses(true).length, 0, "every loss is handed back once");
-        const got = [...early, ...rest];
-        console.log(`  losses synchronous ${expected.map((x) => x.toFixed(4)).join(", ")}`);
-        console.log(`  losses pipelined   ${got.map((x) => x.toFixed(4)).join(", ")}`);
-        assert.equal(lossDifference("loss", expected, got), "");
-        assert.equal(pipedTrainer.updates, BATCHES);
-        assert.equal(syncTrainer.updates, BATCHES);
-        assert.equal(piped.vpps.updates, BATCHES);
-        const initial = makeModel().params.all.map((p) => Float32Array.from(p.value));
-        const w = weights(piped, pipedModel);
-        assert.equal(compareWeights(pipedModel, weights(sync, syncModel), w), "");
-        assert.notDeepEqual(w, initial, "training changed the weights");
-      } finally {
-        piped.dispose();
-      }
-    } finally {
-      sync.dispose();
-    }
+    withTwoEngines((sync, piped) => {
+      assert.ok(isPipelined(piped.engine));
+      if (availableParallelism() > 1) assert.ok(piped.engine.vpps.scheduleWorkers > 0, "schedule workers by default");
+      const expected = runSync(sync.engine, sync.model, sync.trainer, 0, BATCHES);
+      const early = runQueued(piped.engine, piped.model, piped.trainer, 0, BATCHES);
+      const rest = piped.engine.takeLosses(true);
+      console.log(`  ${early.length} losses arrived while queuing, ${rest.length} at the wait`);
+      assert.equal(piped.engine.takeLosses(true).length, 0, "every loss is handed back once");
+      const got = [...early, ...rest];
+      console.log(`  losses synchronous ${expected.map((x) => x.toFixed(4)).join(", ")}`);
+      console.log(`  losses pipelined   ${got.map((x) => x.toFixed(4)).join(", ")}`);
+      assert.equal(lossDifference("loss", expected, got), "");
+      assert.equal(piped.trainer.updates, BATCHES);
+      assert.equal(sync.trainer.updates, BATCHES);
+      assert.equal(piped.engine.vpps.updates, BATCHES);
+      const initial = makeModel().params.all.map((p) => Float32Array.from(p.value));
+      const w = weights(piped.engine, piped.model);
+      assert.equal(compareWeights(piped.model, weights(sync.engine, sync.model), w), "");
+      assert.notDeepEqual(w, initial, "training changed the weights");
+    });
   });
 
   test("forwardScalar/backward/update between queued steps: queued batches finish first, losses kept apart", () => {
-    const syncModel = makeModel();
-    const pipedModel = makeModel();
-    const syncTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
-    const pipedTrainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
-    const sync = new VppsEngine(syncModel.params, FIXED);
-    try {
-      const piped = new VppsEngine(pipedModel.params, FIXED);
-      try {
-        const expected = runSync(sync, syncModel, syncTrainer, 0, BATCHES);
-        const half = BATCHES / 2;
-        const queued = runQueued(piped, pipedModel, pipedTrainer, 0, half);
-        // a synchronous batch right after queued ones: its loss is its own, not one of the queued batches'
-        const mixed = runSync(piped, pipedModel, pipedTrainer, half, half + 1);
-        queued.push(...piped.takeLosses(false));
-        assert.equal(queued.length, half, "the queued batches' losses, all arrived, and not the synchronous one's");
-        assert.equal(lossDifference("queued loss", expected.slice(0, half), queued), "");
-        assert.equal(lossDifference("synchronous loss", expected.slice(half, half + 1), mixed), "");
-        const after = [...runQueued(piped, pipedModel, pipedTrainer, half + 1, BATCHES), ...piped.takeLosses(true)];
-        assert.equal(lossDifference("loss after", expected.slice(half + 1), after), "");
-        assert.equal(pipedTrainer.updates, BATCHES);
-        assert.equal(compareWeights(pipedModel, weights(sync, syncModel), weights(piped, pipedModel)), "");
-      } finally {
-        piped.dispose();
-      }
-    } finally {
-      sync.dispose();
-    }
+    withTwoEngines((sync, piped) => {
+      const expected = runSync(sync.engine, sync.model, sync.trainer, 0, BATCHES);
+      const half = BATCHES / 2;
+      const queued = runQueued(piped.engine, piped.model, piped.trainer, 0, half);
+      // a synchronous batch right after queued ones: its loss is its own, not one of the queued batches'
+      const mixed = runSync(piped.engine, piped.model, piped.trainer, half, half + 1);
+      queued.push(...piped.engine.takeLosses(false));
+      assert.equal(queued.length, half, "the queued batches' losses, all arrived, and not the synchronous one's");
+      assert.equal(lossDifference("queued loss", expected.slice(0, half), queued), "");
+      assert.equal(lossDifference("synchronous loss", expected.slice(half, half + 1), mixed), "");
+      const after = [
+        ...runQueued(piped.engine, piped.model, piped.trainer, half + 1, BATCHES),
+        ...piped.engine.takeLosses(true),
+      ];
+      assert.equal(lossDifference("loss after", expected.slice(half + 1), after), "");
+      assert.equal(piped.trainer.updates, BATCHES);
+      const w = weights(piped.engine, piped.model);
+      assert.equal(compareWeights(piped.model, weights(sync.engine, sync.model), w), "");
+    });
   });
 
   test("Adam while the plan variants are profiled: one finite loss per queued batch, the trainer's steps", () => {
