@@ -17,18 +17,29 @@ import { TreeLstmModel } from "../src/models/treelstm.js";
 import { batchAt, deviceSlug, loadBenchTrees, median, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 
-const { values } = parseArgs({
-  options: {
-    data: { type: "string" },
-    batch: { type: "string", default: "1" },
-    batches: { type: "string", default: "3000" },
-    passes: { type: "string", default: "3" },
-    workers: { type: "string" },
-  },
-});
+const usage = (message: string): never => {
+  console.error(`bench/vpps-timeline.ts: ${message}\nusage: ${USAGE}`);
+  process.exit(2);
+};
+const USAGE =
+  "npm run bench:vpps-timeline -- [--data <SST train.txt>] [--batch 1] [--batches 3000] [--passes 3] [--workers N]";
+let values: { data?: string; batch?: string; batches?: string; passes?: string; workers?: string } = {};
+try {
+  values = parseArgs({
+    options: {
+      data: { type: "string" },
+      batch: { type: "string", default: "1" },
+      batches: { type: "string", default: "3000" },
+      passes: { type: "string", default: "3" },
+      workers: { type: "string" },
+    },
+  }).values;
+} catch (e) {
+  usage((e as Error).message);
+}
 const positive = (name: string, v: string | undefined): number => {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a whole number >= 1; got ${v}`);
+  if (!Number.isInteger(n) || n < 1) usage(`--${name} must be a whole number >= 1; got ${v}`);
   return n;
 };
 const BATCH = positive("batch", values.batch);
@@ -36,7 +47,7 @@ const BATCHES = positive("batches", values.batches);
 const PASSES = positive("passes", values.passes);
 const workers = values.workers === undefined ? undefined : Number(values.workers);
 if (workers !== undefined && !(Number.isInteger(workers) && workers >= 0)) {
-  throw new Error(`--workers must be a whole number >= 0; got ${values.workers}`);
+  usage(`--workers must be a whole number >= 0; got ${values.workers}`);
 }
 requireGpu("bench/vpps-timeline.ts");
 
