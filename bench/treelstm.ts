@@ -28,7 +28,7 @@ import type { PoolStats } from "../src/cuda/index.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import type { VariantInfo } from "../src/engines/vpps/engine.js";
+import type { VariantInfo } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
 import { renderLogLogPlot } from "../src/report/svg-plot.js";

@@ -9,7 +9,7 @@
  * It reaches into the engine's runtime (private API), as a measurement may; results: bench/results/vpps-gap-*.log.
  */
 import { Vocabulary } from "../src/data/vocab.js";
-import { Vpps } from "../src/engines/vpps/engine.js";
+import { Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { batchAt, loadBenchTrees } from "./common.js";

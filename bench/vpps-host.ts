@@ -6,11 +6,12 @@
  * than either). Each size is warmed up first so that V8 times its optimised code. Target: < 1 µs per node at batch
  * 128. `npx tsx bench/vpps-host.ts` (add `--quick` for a short run).
  */
+
+import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { Vocabulary } from "../src/data/vocab.js";
-import { H100_SXM } from "../src/engines/vpps/device-model.js";
-import { createModelLayout } from "../src/engines/vpps/layout.js";
-import { planVpps } from "../src/engines/vpps/plan.js";
-import { VppsScheduler } from "../src/engines/vpps/schedule.js";
+import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
+import { planVpps } from "../src/engines/vpps/plan/plan.js";
+import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { batchAt, benchTrees, machine, median, writeResult } from "./common.js";

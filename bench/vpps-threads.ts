@@ -10,12 +10,12 @@
  * Prints a table (no result file: the numbers depend on the machine's load; quote them with the machine named).
  */
 import { availableParallelism, cpus } from "node:os";
+import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { Vocabulary } from "../src/data/vocab.js";
-import { H100_SXM } from "../src/engines/vpps/device-model.js";
-import { createModelLayout } from "../src/engines/vpps/layout.js";
-import { planVpps } from "../src/engines/vpps/plan.js";
-import { VppsScheduler } from "../src/engines/vpps/schedule.js";
-import { SchedulePool } from "../src/engines/vpps/schedule-pool.js";
+import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
+import { planVpps } from "../src/engines/vpps/plan/plan.js";
+import { SchedulePool } from "../src/engines/vpps/schedule/pool.js";
+import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 import { batchAt, loadBenchTrees, median } from "./common.js";

@@ -7,13 +7,14 @@
  * previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall time of
  * all batches of a size (after an untimed warm-up, `warmSentences`), ending with a synchronize.
  */
+
+import { deviceModelFromProperties } from "../src/cuda/hw/device-model.js";
 import type { DeviceProperties } from "../src/cuda/index.js";
 import type { TreeNode } from "../src/data/tree.js";
 import type { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { deviceModelFromProperties } from "../src/engines/vpps/device-model.js";
-import { type VariantInfo, Vpps } from "../src/engines/vpps/engine.js";
-import { enumeratePlans, planVpps } from "../src/engines/vpps/plan.js";
+import { enumeratePlans, planVpps } from "../src/engines/vpps/plan/plan.js";
+import { type VariantInfo, Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
 

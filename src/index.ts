@@ -16,7 +16,7 @@ export {
   VppsEngine,
   type VppsOptions,
 } from "./engines/index.js";
-export { VppsKernelError } from "./engines/vpps/pipeline.js";
+export { VppsKernelError } from "./engines/vpps/runtime/pipeline.js";
 export { ComputationGraph, Expression, type GraphParameter, Op, ShapeError } from "./graph/index.js";
 export { type AnyParameter, type Init, LookupParameter, Parameter, ParameterCollection } from "./model/parameters.js";
 export { loadParameters, saveParameters } from "./model/safetensors.js";

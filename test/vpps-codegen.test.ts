@@ -5,11 +5,18 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { promisify } from "node:util";
-import { deviceModelFromProperties, H100_SXM, H200 } from "../src/engines/vpps/device-model.js";
-import { matrixStruct, tileMode } from "../src/engines/vpps/kernel-partition.js";
-import { formatKernelProfile, summarizeKernelProfile } from "../src/engines/vpps/kernel-profile.js";
-import { opcodeConstant } from "../src/engines/vpps/kernel-static.js";
-import { generateKernelSource, kernelName, PROFILE_SLOTS, PROFILE_WORDS } from "../src/engines/vpps/kernel-template.js";
+import { deviceModelFromProperties, H100_SXM, H200 } from "../src/cuda/hw/device-model.js";
+import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
+import { opcodeConstant } from "../src/engines/vpps/codegen/interpreter.js";
+import { matrixStruct, tileMode } from "../src/engines/vpps/codegen/matrix.js";
+import {
+  generateKernelSource,
+  kernelName,
+  PROFILE_SLOTS,
+  PROFILE_WORDS,
+} from "../src/engines/vpps/codegen/template.js";
+import { formatKernelProfile, summarizeKernelProfile } from "../src/engines/vpps/instrument/profile.js";
+import { formatPlan } from "../src/engines/vpps/plan/format.js";
 import {
   enumeratePlans,
   INTERPRETER_RESERVED_REGS,
@@ -18,10 +25,8 @@ import {
   TRANSPOSED_RESERVE,
   type VppsPlan,
   validRowsPerWarp,
-} from "../src/engines/vpps/plan.js";
-import { formatPlan } from "../src/engines/vpps/plan-format.js";
-import { assertNoSpills, parsePtxasReport } from "../src/engines/vpps/ptxas-report.js";
-import { OPCODES, Opcode, TILE } from "../src/engines/vpps/script.js";
+} from "../src/engines/vpps/plan/plan.js";
+import { OPCODES, Opcode, TILE } from "../src/engines/vpps/script/format.js";
 import { RandomStream } from "../src/util/random.js";
 
 const run = promisify(execFile);

@@ -5,9 +5,14 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../src/cuda/index.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
-import { checkVariantOptions, type VppsOptions } from "../src/engines/vpps/engine.js";
-import { KERNEL_ERRORS } from "../src/engines/vpps/kernel-static.js";
-import { BatchPipeline, decodeKernelStatus, type SlotDevice, VppsKernelError } from "../src/engines/vpps/pipeline.js";
+import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
+import {
+  BatchPipeline,
+  decodeKernelStatus,
+  type SlotDevice,
+  VppsKernelError,
+} from "../src/engines/vpps/runtime/pipeline.js";
+import { checkVariantOptions, type VppsOptions } from "../src/engines/vpps/vpps.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 
 /**

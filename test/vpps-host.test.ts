@@ -6,12 +6,12 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { type DeviceModel, H100_SXM } from "../src/cuda/hw/device-model.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
-import { type DeviceModel, H100_SXM } from "../src/engines/vpps/device-model.js";
-import { type BatchLayout, createModelLayout, type ModelLayout } from "../src/engines/vpps/layout.js";
-import { type PlanOptions, planVpps } from "../src/engines/vpps/plan.js";
-import { type BatchSchedule, VppsScheduler } from "../src/engines/vpps/schedule.js";
+import { type BatchLayout, createModelLayout, type ModelLayout } from "../src/engines/vpps/plan/layout.js";
+import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
+import { type BatchSchedule, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
 

@@ -11,16 +11,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { type DeviceModel, H100_SXM } from "../src/cuda/hw/device-model.js";
 import { readTrees } from "../src/data/sst.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
-import { type DeviceModel, H100_SXM } from "../src/engines/vpps/device-model.js";
-import { createModelLayout } from "../src/engines/vpps/layout.js";
-import { type MatrixSpec, type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan.js";
-import { VppsScheduler } from "../src/engines/vpps/schedule.js";
-import { SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule-pool.js";
-import { detachSchedule, type ScheduledBatch } from "../src/engines/vpps/scheduled-batch.js";
+import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
+import { type MatrixSpec, type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan/plan.js";
+import { detachSchedule, type ScheduledBatch } from "../src/engines/vpps/schedule/batch.js";
+import { SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule/pool.js";
+import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression, snapshotInputs } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm.js";
@@ -305,9 +305,9 @@ describe("schedule workers in other processes", () => {
       writeFileSync(
         file,
         `${tsxByApi ? `const { register } = await import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))});\nregister();\n` : ""}
-const { SchedulePool } = await import(${JSON.stringify(url("src/engines/vpps/schedule-pool.ts"))});
-const { planVpps } = await import(${JSON.stringify(url("src/engines/vpps/plan.ts"))});
-const { H100_SXM } = await import(${JSON.stringify(url("src/engines/vpps/device-model.ts"))});
+const { SchedulePool } = await import(${JSON.stringify(url("src/engines/vpps/schedule/pool.ts"))});
+const { planVpps } = await import(${JSON.stringify(url("src/engines/vpps/plan/plan.ts"))});
+const { H100_SXM } = await import(${JSON.stringify(url("src/cuda/hw/device-model.ts"))});
 const { ComputationGraph } = await import(${JSON.stringify(url("src/graph/graph.ts"))});
 const { ParameterCollection } = await import(${JSON.stringify(url("src/model/parameters.ts"))});
 const { input, matVec, pickNegLogSoftmax } = await import(${JSON.stringify(url("src/ops/index.ts"))});

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { analyzeKernelTrace, formatKernelTrace } from "../src/engines/vpps/kernel-trace.js";
-import { Opcode } from "../src/engines/vpps/script.js";
+import { analyzeKernelTrace, formatKernelTrace } from "../src/engines/vpps/instrument/trace.js";
+import { Opcode } from "../src/engines/vpps/script/format.js";
 
 const SLOTS = 16;
 const op = (o: Opcode, n = 0) => o | (n << 8);

@@ -1,7 +1,7 @@
 import { openDevice } from "../cuda/device.js";
-import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../engines/vpps/device-model.js";
-import { type MatrixSpec, planVpps } from "../engines/vpps/plan.js";
-import { formatPlan } from "../engines/vpps/plan-format.js";
+import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../cuda/hw/device-model.js";
+import { formatPlan } from "../engines/vpps/plan/format.js";
+import { type MatrixSpec, planVpps } from "../engines/vpps/plan/plan.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { TreeLstmModel } from "../models/treelstm.js";
 import { CliError } from "./train.js";

@@ -6,7 +6,7 @@ import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine } from "./eager/engine.js";
 import { ENGINE_NAMES, type Engine, type EngineName } from "./engine.js";
-import { VppsEngine } from "./vpps/vpps-engine.js";
+import { VppsEngine } from "./vpps/engine.js";
 
 export { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
 export {
@@ -18,9 +18,9 @@ export {
 export { CpuEngine, type CpuEngineOptions } from "./cpu.js";
 export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./eager/engine.js";
 export { ENGINE_NAMES, type Engine, type EngineName, isPipelined, type PipelinedEngine } from "./engine.js";
-export { Vpps, type VppsOptions } from "./vpps/engine.js";
-export { ScheduleWorkerError } from "./vpps/schedule-pool.js";
-export { VppsEngine } from "./vpps/vpps-engine.js";
+export { VppsEngine } from "./vpps/engine.js";
+export { ScheduleWorkerError } from "./vpps/schedule/pool.js";
+export { Vpps, type VppsOptions } from "./vpps/vpps.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { H100_SXM } from "../../src/cuda/hw/device-model.js";
 import {
   type CudaDevice,
   CudaError,
@@ -27,9 +28,8 @@ import {
   openDevice,
   PinnedBuffer,
 } from "../../src/cuda/index.js";
-import { H100_SXM } from "../../src/engines/vpps/device-model.js";
-import { generateKernelSource } from "../../src/engines/vpps/kernel-template.js";
-import { enumeratePlans } from "../../src/engines/vpps/plan.js";
+import { generateKernelSource } from "../../src/engines/vpps/codegen/template.js";
+import { enumeratePlans } from "../../src/engines/vpps/plan/plan.js";
 import { TreeLstmModel } from "../../src/models/treelstm.js";
 
 const available = cudaAvailable();

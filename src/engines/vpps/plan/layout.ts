@@ -11,8 +11,8 @@
  * and the gradient of an argument used only by a sum or add is the gradient of that sum (no accumulation). That is
  * how a Tree-LSTM node's [i; o; u; f₁; f₂] gates, built as concat(affine, affine, affine), cost no copy at all.
  */
-import type { ComputationGraph, GraphParameter } from "../../graph/graph.js";
-import { Op } from "../../graph/opcodes.js";
+import type { ComputationGraph, GraphParameter } from "../../../graph/graph.js";
+import { Op } from "../../../graph/opcodes.js";
 import type { VppsPlan } from "./plan.js";
 
 /** Parameters of a model as VPPS places them, fixed once per model. */

@@ -32,7 +32,19 @@
  * Grid: `plan.ctas` CTAs of 256 threads, all co-resident (a persistent kernel), static shared memory only.
  */
 import { createHash } from "node:crypto";
-import { dumpDirectory, dumpKernelSource } from "./dump.js";
+import { dumpDirectory, dumpKernelSource } from "../instrument/dump.js";
+import { type VppsPlan, WARPS_PER_CTA } from "../plan/plan.js";
+import { MAX_INSTRUCTION_WORDS, OPCODE_COUNT } from "../script/format.js";
+import {
+  KERNEL_ERRORS,
+  renderInstructionWords,
+  renderOpcodeConstants,
+  renderStaticCases,
+  STATIC_HELPERS,
+  STATUS_FINISHED,
+  STATUS_LOSS,
+  STATUS_WORDS,
+} from "./interpreter.js";
 import {
   binaryCellBackward,
   groupWaits,
@@ -46,19 +58,7 @@ import {
   STAGE_YBAR_FLOATS,
   stageLoads,
   tileRoutines,
-} from "./kernel-partition.js";
-import {
-  KERNEL_ERRORS,
-  renderInstructionWords,
-  renderOpcodeConstants,
-  renderStaticCases,
-  STATIC_HELPERS,
-  STATUS_FINISHED,
-  STATUS_LOSS,
-  STATUS_WORDS,
-} from "./kernel-static.js";
-import { type VppsPlan, WARPS_PER_CTA } from "./plan.js";
-import { MAX_INSTRUCTION_WORDS, OPCODE_COUNT } from "./script.js";
+} from "./matrix.js";
 
 export { KERNEL_ERRORS, STATUS_WORDS };
 

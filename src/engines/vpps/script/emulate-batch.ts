@@ -4,11 +4,11 @@
  * gradients and the updated parameters (and Adam's moments) — including the host's part when the plan forms some
  * gradients by GEMM.
  */
-import type { ComputationGraph } from "../../graph/graph.js";
+import type { ComputationGraph } from "../../../graph/graph.js";
+import type { ModelLayout } from "../plan/layout.js";
+import { type AdamStep, adamRange, momentLayout } from "../runtime/moments.js";
+import type { BatchSchedule } from "../schedule/scheduler.js";
 import { type EmulatorOptions, type EmulatorStats, VppsEmulator } from "./emulator.js";
-import type { ModelLayout } from "./layout.js";
-import { type AdamStep, adamRange, momentLayout } from "./moments.js";
-import type { BatchSchedule } from "./schedule.js";
 
 export interface EmulatedBatch {
   readonly loss: number;

@@ -13,7 +13,7 @@
  *   narrower matrix than the widest one dealt to slot j elsewhere, the extra registers stay unused. Sorting the
  *   matrices by row width before dealing keeps such mixed slots rare.
  */
-import type { DeviceModel } from "./device-model.js";
+import type { DeviceModel } from "../../../cuda/hw/device-model.js";
 
 /** A 2-D weight matrix the kernel keeps on chip (biases, vectors and lookup tables stay in global memory). */
 export interface MatrixSpec {

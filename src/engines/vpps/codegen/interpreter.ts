@@ -2,8 +2,8 @@
  * The static part of the VPPS kernel: CUDA text that is the same for every model. Opcode numbers and operand
  * positions are rendered from the table in script.ts, so the interpreter cannot drift from the encoder.
  */
-import { DEVICE_ACTIVATIONS, DEVICE_ADAM } from "../../codegen/device-math.js";
-import { OPCODES, Opcode } from "./script.js";
+import { DEVICE_ACTIVATIONS, DEVICE_ADAM } from "../../../codegen/device-math.js";
+import { OPCODES, Opcode } from "../script/format.js";
 
 /** Words of a wait instruction (preamble, count): the interpreter groups runs of them. */
 const WAIT_WORDS = 1 + OPCODES[Opcode.Wait]!.fixed.length;

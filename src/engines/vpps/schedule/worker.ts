@@ -9,11 +9,11 @@
  * wakes up.
  */
 import { receiveMessageOnPort, workerData } from "node:worker_threads";
-import { ComputationGraph } from "../../graph/graph.js";
-import { createModelLayout } from "./layout.js";
-import { VppsScheduler } from "./schedule.js";
-import type { ScheduleJob, ScheduleReply, ScheduleWorkerData } from "./schedule-pool.js";
-import { detachSchedule, scheduledBuffers } from "./scheduled-batch.js";
+import { ComputationGraph } from "../../../graph/graph.js";
+import { createModelLayout } from "../plan/layout.js";
+import { detachSchedule, scheduledBuffers } from "./batch.js";
+import type { ScheduleJob, ScheduleReply, ScheduleWorkerData } from "./pool.js";
+import { VppsScheduler } from "./scheduler.js";
 
 const data = workerData as ScheduleWorkerData;
 const port = data.port;

@@ -5,12 +5,12 @@
  * a missing wait lets some interleaving read a value before it is written (the harness fills unwritten values with
  * NaN) and the comparison with the CPU engine fails. This is how scheduling is tested without a GPU.
  */
-import { sigmoid } from "../../ops/elementwise.js";
-import { dropoutKeeps } from "../../ops/index.js";
-import { RandomStream } from "../../util/random.js";
-import { type AdamStep, adamRange } from "./moments.js";
-import type { MatrixPlan, VppsPlan } from "./plan.js";
-import { bitsFloat, instructionWords, NONE, OPCODES, Opcode, TILE } from "./script.js";
+import { sigmoid } from "../../../ops/elementwise.js";
+import { dropoutKeeps } from "../../../ops/index.js";
+import { RandomStream } from "../../../util/random.js";
+import type { MatrixPlan, VppsPlan } from "../plan/plan.js";
+import { type AdamStep, adamRange } from "../runtime/moments.js";
+import { bitsFloat, instructionWords, NONE, OPCODES, Opcode, TILE } from "./format.js";
 
 /** The device memory the kernel sees (all float offsets as in the script). */
 export interface EmulatorMemory {

@@ -7,7 +7,7 @@
  * that launched two batches in one `fb` — schedule workers hand scripts back in bursts — blocked for a whole kernel:
  * ~3 ms per batch at batch 128 on the H100.) Also the decoding of the kernel's error word (kernel-static.ts).
  */
-import { KERNEL_ERRORS, STATUS_WORDS } from "./kernel-static.js";
+import { KERNEL_ERRORS, STATUS_WORDS } from "../codegen/interpreter.js";
 
 /** What the pipeline needs from the device, per slot. */
 export interface SlotDevice {

@@ -11,13 +11,13 @@
  *   several products; one backward step per level; then the norm for clipping, a grid-wide barrier and the update
  *   (in the kernel when every matrix keeps its gradient in registers, otherwise left to the host).
  */
-import type { ComputationGraph, Expression } from "../../graph/graph.js";
-import { Op, opName } from "../../graph/opcodes.js";
-import { dumpBatch, dumpDirectory, type TraceEntry } from "./dump.js";
-import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "./layout.js";
-import { countBackward, DeferredWbar, emitBackward, emitUpdate } from "./schedule-backward.js";
-import { StepTracker } from "./schedule-steps.js";
-import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "./script.js";
+import type { ComputationGraph, Expression } from "../../../graph/graph.js";
+import { Op, opName } from "../../../graph/opcodes.js";
+import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
+import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "../plan/layout.js";
+import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "../script/format.js";
+import { countBackward, DeferredWbar, emitBackward, emitUpdate } from "./backward.js";
+import { StepTracker } from "./steps.js";
 
 export interface ScheduleOptions {
   /** Accumulate the global gradient norm so the kernel can clip (its `clip` argument decides); default true. */

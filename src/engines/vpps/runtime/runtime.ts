@@ -33,16 +33,16 @@ import {
   karg,
   PinnedBuffer,
   type PoolStats,
-} from "../../cuda/index.js";
-import type { GraphParameter } from "../../graph/graph.js";
-import type { GpuContext } from "../gpu/context.js";
-import { STATUS_LOSS, STATUS_WORDS } from "./kernel-static.js";
-import { PROFILE_WORDS, TRACE_SLOTS } from "./kernel-template.js";
-import type { ModelLayout } from "./layout.js";
+} from "../../../cuda/index.js";
+import type { GraphParameter } from "../../../graph/graph.js";
+import type { GpuContext } from "../../gpu/context.js";
+import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
+import { PROFILE_WORDS, TRACE_SLOTS } from "../codegen/template.js";
+import type { ModelLayout } from "../plan/layout.js";
+import type { VppsPlan } from "../plan/plan.js";
+import type { ScheduledBatch } from "../schedule/batch.js";
 import { type AdamStep, adamKernelArgs, momentLayout } from "./moments.js";
 import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
-import type { VppsPlan } from "./plan.js";
-import type { ScheduledBatch } from "./scheduled-batch.js";
 
 /** One compiled kernel variant (a plan: ctasPerSm, rpw, gradient placement) with its own scheduler. */
 export interface KernelVariant {

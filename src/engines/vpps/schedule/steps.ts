@@ -14,9 +14,9 @@
  * - Matrix products of one step are collected per matrix and flushed at the end of the step as one list
  *   instruction per holder, whose entries live once in the script's shared table.
  */
-import type { BatchLayout } from "./layout.js";
-import type { VppsPlan } from "./plan.js";
-import { LIST_ENTRIES, NONE, Opcode, ScriptWriter, TILE } from "./script.js";
+import type { BatchLayout } from "../plan/layout.js";
+import type { VppsPlan } from "../plan/plan.js";
+import { LIST_ENTRIES, NONE, Opcode, ScriptWriter, TILE } from "../script/format.js";
 
 /** Load of one weight element of a matrix product relative to one float of an elementwise instruction. */
 export const MATRIX_LOAD_WEIGHT = 0.25;

@@ -21,10 +21,10 @@
  */
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import { type ComputationGraph, type Expression, type GraphParameter, snapshotInputs } from "../../graph/graph.js";
-import type { VppsPlan } from "./plan.js";
-import type { ScheduleOptions } from "./schedule.js";
-import type { ScheduledBatch } from "./scheduled-batch.js";
+import { type ComputationGraph, type Expression, type GraphParameter, snapshotInputs } from "../../../graph/graph.js";
+import type { VppsPlan } from "../plan/plan.js";
+import type { ScheduledBatch } from "./batch.js";
+import type { ScheduleOptions } from "./scheduler.js";
 
 /** What a worker is started with (structured-cloned; `port` transferred). */
 export interface ScheduleWorkerData {
@@ -178,7 +178,7 @@ process.on("uncaughtException", fatal);
 function workerEntry(): { entry: string; tsx: string | undefined } {
   const here = new URL(import.meta.url);
   const ts = here.pathname.endsWith(".ts");
-  const entry = new URL(`./schedule-worker.${ts ? "ts" : "js"}`, here).href;
+  const entry = new URL(`./worker.${ts ? "ts" : "js"}`, here).href;
   let tsx: string | undefined;
   if (ts) {
     try {

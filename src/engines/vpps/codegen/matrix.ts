@@ -7,10 +7,10 @@
  * (`blockIdx.x`), but it only selects rows, never registers.
  */
 
-import { opcodeConstant } from "./kernel-static.js";
-import type { HeldMatrix, MatrixPlan, VppsPlan } from "./plan.js";
-import { WARPS_PER_CTA } from "./plan.js";
-import { LIST_ENTRIES, OPCODES, Opcode, TILE } from "./script.js";
+import type { HeldMatrix, MatrixPlan, VppsPlan } from "../plan/plan.js";
+import { WARPS_PER_CTA } from "../plan/plan.js";
+import { LIST_ENTRIES, OPCODES, Opcode, TILE } from "../script/format.js";
+import { opcodeConstant } from "./interpreter.js";
 
 /** Columns one column block of the x̄ reduction covers: 8 chunks of 32 lanes = the 256 threads of the CTA. */
 export const REDUCE_BLOCK_COLS = 256;

@@ -5,8 +5,8 @@
  * instruction's are the time all its warps needed. Summed over CTAs, the shares say whether processors mostly wait
  * (barrier-bound: fewer steps, shorter critical path) or mostly compute (work-bound: faster instructions).
  */
-import { PROFILE_SLOTS } from "./kernel-template.js";
-import { OPCODE_COUNT, OPCODES, Opcode } from "./script.js";
+import { PROFILE_SLOTS } from "../codegen/template.js";
+import { OPCODE_COUNT, OPCODES, Opcode } from "../script/format.js";
 
 export interface OpcodeTime {
   readonly mnemonic: string;

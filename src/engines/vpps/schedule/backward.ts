@@ -3,12 +3,12 @@
  * the steps, loads and dependencies). Every gradient write is an atomic accumulation into storage zeroed before
  * the launch, so instructions of one step may add into the same gradient from different processors in any order.
  */
-import type { ComputationGraph } from "../../graph/graph.js";
-import { Op, opName } from "../../graph/opcodes.js";
-import { type BatchLayout, PLACEMENT } from "./layout.js";
-import { momentLayout } from "./moments.js";
-import type { Emitter } from "./schedule.js";
-import { floatBits, NONE, Opcode } from "./script.js";
+import type { ComputationGraph } from "../../../graph/graph.js";
+import { Op, opName } from "../../../graph/opcodes.js";
+import { type BatchLayout, PLACEMENT } from "../plan/layout.js";
+import { momentLayout } from "../runtime/moments.js";
+import { floatBits, NONE, Opcode } from "../script/format.js";
+import type { Emitter } from "./scheduler.js";
 
 const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] === 1 ? L.grad[node]! : NONE);
 

@@ -4,7 +4,7 @@
  * as it is; a schedule worker sends `detachSchedule`'s copy (typed arrays only, so that it is cheap to transfer and
  * independent of the scheduler's reused layout arrays).
  */
-import type { BatchSchedule } from "./schedule.js";
+import type { BatchSchedule } from "./scheduler.js";
 
 /** The parts of a BatchLayout the host reads after scheduling. */
 export interface ScheduledLayout {

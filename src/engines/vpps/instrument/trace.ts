@@ -8,7 +8,7 @@
  * ("matvec U_iou", "lstm.bwd", "hop", …), that says what the kernel is waiting for — which the per-opcode cycle
  * counters of kernel-profile.ts cannot: they sum over all CTAs, most of which are off the path.
  */
-import { instructionWords, OPCODES, Opcode } from "./script.js";
+import { instructionWords, OPCODES, Opcode } from "../script/format.js";
 
 export interface TracePathItem {
   /** `matvec U_iou`, `lstm`, `hop` (signal → released wait), `wait` (a wait whose signal was already there), `load`. */
