@@ -2,7 +2,7 @@ import type { ComputationGraph, Expression } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
 import type { LookupParameter, ParameterCollection } from "../model/parameters.js";
 import type { Buf } from "../ops/common.js";
-import { KERNELS } from "../ops/registry.js";
+import { OPS } from "../ops/registry.js";
 import type { Trainer } from "../train/trainers.js";
 import type { Engine } from "./engine.js";
 
@@ -61,7 +61,7 @@ export class CpuEngine implements Engine {
         const row = g.aux2[i]!;
         v.set(p.value.subarray(row * d, (row + 1) * d), g.valueOffset[i]!);
       } else {
-        KERNELS[op]!.forward(g, i, v);
+        OPS[op]!.forward(g, i, v);
       }
     }
     if (e.id + 1 > this.computed) this.computed = e.id + 1;
@@ -108,7 +108,7 @@ export class CpuEngine implements Engine {
         for (let k = 0; k < dim; k++) p.grad[base + k] = p.grad[base + k]! + d[off + k]!;
         p.touch(row);
       } else {
-        KERNELS[op]!.backward(g, i, v, d);
+        OPS[op]!.backward(g, i, v, d);
       }
     }
   }

@@ -1,6 +1,7 @@
 /**
  * The op set of the define-by-run graph. One number per op, stored per node in a Uint8Array; the math, shape rule,
- * gradient and batching signature of each op live in its family's file under `src/ops/`.
+ * gradient and batching signature of each op live in its family's file under `src/ops/`, and each engine's kernels
+ * for it in that engine's `OpTable` (see docs/ADDING_AN_OP.md).
  */
 export enum Op {
   /** y = the given values */
@@ -39,28 +40,97 @@ export enum Op {
   LstmCell = 16,
 }
 
-export const OP_COUNT = 17;
+/** Number of ops; they are numbered 0 … OP_COUNT − 1. */
+export const OP_COUNT = Object.values(Op).filter((v) => typeof v === "number").length;
 
-export const OP_NAMES: readonly string[] = [
-  "input",
-  "parameter",
-  "lookup",
-  "matVec",
-  "affine",
-  "concat",
-  "pickRange",
-  "add",
-  "sub",
-  "cmul",
-  "tanh",
-  "logistic",
-  "relu",
-  "dropout",
-  "pickNegLogSoftmax",
-  "sum",
-  "lstmCell",
-];
+/**
+ * One entry per op: an engine's kernels, the reference math, the ops' names. Written as an object literal with
+ * `[Op.X]` keys (`{ [Op.Tanh]: …, … } satisfies OpTable<K>`, or annotated), a table that lacks an op does not
+ * compile ("Property '[Op.Tanh]' is missing …"): a new op cannot be forgotten by an engine, only deliberately
+ * refused (`unsupported`).
+ */
+export type OpTable<K> = { readonly [op in Op]: K };
+
+/**
+ * The table as an array indexed by op, which is what hot paths read (one indexed load per node or batch). Checks
+ * at run time too that every op, and nothing else, has an entry (a table built with casts, or from JavaScript).
+ */
+export function opArray<K>(table: OpTable<K>, what: string): readonly K[] {
+  const entries = table as unknown as Record<string, K | undefined>;
+  const out: K[] = new Array(OP_COUNT);
+  for (let op = 0; op < OP_COUNT; op++) {
+    const k = entries[op];
+    if (k === undefined) throw new Error(`${what}: no entry for op '${Op[op]}' (${op}); every op needs one`);
+    out[op] = k;
+  }
+  for (const key of Object.keys(entries)) {
+    const op = Number(key);
+    if (!(Number.isInteger(op) && op >= 0 && op < OP_COUNT)) {
+      throw new Error(`${what}: entry '${key}' is not an op (ops are 0 … ${OP_COUNT - 1})`);
+    }
+  }
+  return out;
+}
+
+export const OP_NAMES: readonly string[] = opArray(
+  {
+    [Op.Input]: "input",
+    [Op.Parameter]: "parameter",
+    [Op.Lookup]: "lookup",
+    [Op.MatVec]: "matVec",
+    [Op.Affine]: "affine",
+    [Op.Concat]: "concat",
+    [Op.PickRange]: "pickRange",
+    [Op.Add]: "add",
+    [Op.Sub]: "sub",
+    [Op.CMul]: "cmul",
+    [Op.Tanh]: "tanh",
+    [Op.Logistic]: "logistic",
+    [Op.Relu]: "relu",
+    [Op.Dropout]: "dropout",
+    [Op.PickNegLogSoftmax]: "pickNegLogSoftmax",
+    [Op.Sum]: "sum",
+    [Op.LstmCell]: "lstmCell",
+  },
+  "op names",
+);
 
 export function opName(op: number): string {
   return OP_NAMES[op] ?? `op#${op}`;
+}
+
+/** A kernel-table entry that an engine deliberately does not run: its methods throw `UnsupportedOpError`. */
+export interface Unsupported {
+  /** Why the engine does not run this op (or where it runs it instead). */
+  readonly unsupported: string;
+  forward(...args: unknown[]): never;
+  backward(...args: unknown[]): never;
+}
+
+/** An op an engine was asked to run and does not: names the engine, the op and why. */
+export class UnsupportedOpError extends Error {
+  constructor(
+    readonly engine: string,
+    readonly op: Op,
+    readonly reason: string,
+  ) {
+    super(`${engine}: op '${opName(op)}' is not supported: ${reason}`);
+    this.name = "UnsupportedOpError";
+  }
+}
+
+/**
+ * The entry for an op that `engine` does not run, with the reason: a deliberate decision in the table, where a
+ * missing entry would not compile. It fits any table whose entries are `{ forward(…), backward(…) }`.
+ */
+export function unsupported(engine: string, op: Op, why: string): Unsupported {
+  const fail = (): never => {
+    throw new UnsupportedOpError(engine, op, why);
+  };
+  return { unsupported: why, forward: fail, backward: fail };
+}
+
+/** Whether a table entry is an `unsupported` one. */
+export function isUnsupported(entry: object): entry is Unsupported {
+  return typeof (entry as Partial<Unsupported>).unsupported === "string";
 }

@@ -10,7 +10,8 @@ import {
   nodeOf,
   nodeOfAt,
   noExpression,
-  type OpKernels,
+  type OpDefinition,
+  type OpFamily,
   requireVector,
   requireVectorAt,
 } from "./common.js";
@@ -93,7 +94,15 @@ export function cellNode0(g: ComputationGraph, gates: number): number {
   return g.addNode1(Op.LstmCell, 2 * hiddenOf(g, gates, 0), 1, gates, 0);
 }
 
-export const lstmCellKernels: OpKernels = {
+/** Cells batch by their number of children and H (each node's children are read from its record). */
+function cellSignature(g: ComputationGraph, i: number, key: Int32Array): number {
+  key[1] = g.aux[i]!;
+  key[2] = g.rows[i]!;
+  return 3;
+}
+
+const lstmCellOp: OpDefinition = {
+  signature: cellSignature,
   forward(g, i, v) {
     const k = g.aux[i]!;
     const h = g.rows[i]! / 2;
@@ -132,3 +141,6 @@ export const lstmCellKernels: OpKernels = {
     }
   },
 };
+
+/** The cells' definitions (their part of the registry, src/ops/registry.ts). */
+export const CELL_OPS = { [Op.LstmCell]: lstmCellOp } satisfies OpFamily;

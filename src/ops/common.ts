@@ -1,4 +1,5 @@
 import { type ComputationGraph, Expression, type GraphParameter, ShapeError } from "../graph/graph.js";
+import type { OpTable } from "../graph/opcodes.js";
 
 /** A value buffer of an engine: float32 in normal use, float64 for gradient checks. */
 export type Buf = Float32Array | Float64Array;
@@ -11,6 +12,30 @@ export interface OpKernels {
   forward(g: ComputationGraph, i: number, v: Buf): void;
   /** d holds gradients at the same offsets as v; adds node i's contribution into its arguments' gradients. */
   backward(g: ComputationGraph, i: number, v: Buf, d: Buf): void;
+}
+
+/**
+ * An op as the engines see it: its reference math (the CPU engine's kernels, the oracle every engine is tested
+ * against) and its batching signature.
+ */
+export interface OpDefinition extends OpKernels {
+  /**
+   * Node i's batching signature, DyNet's rule: two nodes with equal signatures do the same operation on the same
+   * parameters with compatible shapes, so an autobatching engine may run them as one batched kernel. Writes the
+   * signature's integer fields into key[1 …] (key[0] holds the op; key has room for 2·argCount + 4 words) and
+   * returns the key's length; 0 for a node that is never batched (parameters).
+   */
+  signature(g: ComputationGraph, i: number, key: Int32Array): number;
+}
+
+/** The definitions of one op family (its file's part of the registry's table). */
+export type OpFamily = Partial<OpTable<OpDefinition>>;
+
+/** The signature of most ops: op and shape. */
+export function shapeSignature(g: ComputationGraph, i: number, key: Int32Array): number {
+  key[1] = g.rows[i]!;
+  key[2] = g.cols[i]!;
+  return 3;
 }
 
 /*

@@ -1,7 +1,17 @@
 import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
 import { randomUniform } from "../util/random.js";
-import { argNode, type ExprLike, exprNode, graphOf2, noExpression, type OpKernels, shapeMismatch } from "./common.js";
+import {
+  argNode,
+  type ExprLike,
+  exprNode,
+  graphOf2,
+  noExpression,
+  type OpDefinition,
+  type OpFamily,
+  shapeMismatch,
+  shapeSignature,
+} from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
@@ -81,7 +91,8 @@ export function dropoutKeeps(key: number, base: number, j: number, p: number): b
   return randomUniform(key, base + j) >= p;
 }
 
-// ---- reference kernels ----------------------------------------------------------------------------------------
+// ---- reference kernels and batching signatures ------------------------------------------------------------------
+// Every op here batches by op and shape (shapeSignature): dropout's p, key and mask base are read per node.
 
 export function sigmoid(x: number): number {
   if (x >= 0) return 1 / (1 + Math.exp(-x));
@@ -93,7 +104,8 @@ function len(g: { rows: Int32Array; cols: Int32Array }, i: number): number {
   return g.rows[i]! * g.cols[i]!;
 }
 
-export const addKernels: OpKernels = {
+const addOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const a = g.valueOffset[g.arg(i, 0)]!;
@@ -111,7 +123,8 @@ export const addKernels: OpKernels = {
   },
 };
 
-export const subKernels: OpKernels = {
+const subOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const a = g.valueOffset[g.arg(i, 0)]!;
@@ -129,7 +142,8 @@ export const subKernels: OpKernels = {
   },
 };
 
-export const cmulKernels: OpKernels = {
+const cmulOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const a = g.valueOffset[g.arg(i, 0)]!;
@@ -148,7 +162,8 @@ export const cmulKernels: OpKernels = {
   },
 };
 
-export const tanhKernels: OpKernels = {
+const tanhOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const x = g.valueOffset[g.arg(i, 0)]!;
@@ -165,7 +180,8 @@ export const tanhKernels: OpKernels = {
   },
 };
 
-export const logisticKernels: OpKernels = {
+const logisticOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const x = g.valueOffset[g.arg(i, 0)]!;
@@ -182,7 +198,8 @@ export const logisticKernels: OpKernels = {
   },
 };
 
-export const reluKernels: OpKernels = {
+const reluOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const x = g.valueOffset[g.arg(i, 0)]!;
@@ -198,7 +215,8 @@ export const reluKernels: OpKernels = {
   },
 };
 
-export const dropoutKernels: OpKernels = {
+const dropoutOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const x = g.valueOffset[g.arg(i, 0)]!;
@@ -220,3 +238,14 @@ export const dropoutKernels: OpKernels = {
     }
   },
 };
+
+/** The elementwise ops' definitions (their part of the registry, src/ops/registry.ts). */
+export const ELEMENTWISE_OPS = {
+  [Op.Add]: addOp,
+  [Op.Sub]: subOp,
+  [Op.CMul]: cmulOp,
+  [Op.Tanh]: tanhOp,
+  [Op.Logistic]: logisticOp,
+  [Op.Relu]: reluOp,
+  [Op.Dropout]: dropoutOp,
+} satisfies OpFamily;

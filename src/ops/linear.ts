@@ -11,7 +11,8 @@ import {
   graphOf3,
   nodeOf,
   nodeOfAt,
-  type OpKernels,
+  type OpDefinition,
+  type OpFamily,
   requireVector,
   requireVectorAt,
 } from "./common.js";
@@ -121,7 +122,40 @@ function gemvBackward(v: Buf, d: Buf, dy: number, w: number, x: number, m: numbe
   }
 }
 
-export const matVecKernels: OpKernels = {
+// ---- batching signature ---------------------------------------------------------------------------------------
+
+/** Tags in a product's signature: a parameter (index follows), a computed node (id follows, or 0 for a bias). */
+const TAG_PARAM = 0;
+const TAG_NODE = 1;
+
+/**
+ * Products batch by output length and weights: the same parameter W (one GEMM over gathered columns), or the same
+ * computed W node; affine adds its bias, a parameter or any computed vector (biases are added per node).
+ */
+function productSignature(g: ComputationGraph, i: number, key: Int32Array): number {
+  const affine = g.op[i] === Op.Affine;
+  const n = g.argCount[i]!;
+  const a0 = g.argStart[i]!;
+  const args = g.args;
+  key[1] = g.rows[i]!;
+  let len = 2;
+  for (let k = affine ? 1 : 0; k < n; k += 2) {
+    const w = args[a0 + k]!;
+    const isParam = g.op[w] === Op.Parameter;
+    key[len++] = isParam ? TAG_PARAM : TAG_NODE;
+    key[len++] = isParam ? g.aux[w]! : w;
+  }
+  if (affine) {
+    const b = args[a0]!;
+    const isParam = g.op[b] === Op.Parameter;
+    key[len++] = isParam ? TAG_PARAM : TAG_NODE;
+    key[len++] = isParam ? g.aux[b]! : 0;
+  }
+  return len;
+}
+
+const matVecOp: OpDefinition = {
+  signature: productSignature,
   forward(g, i, v) {
     const w = g.arg(i, 0);
     const x = g.arg(i, 1);
@@ -137,7 +171,8 @@ export const matVecKernels: OpKernels = {
   },
 };
 
-export const affineKernels: OpKernels = {
+const affineOp: OpDefinition = {
+  signature: productSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const m = g.rows[i]!;
@@ -161,3 +196,6 @@ export const affineKernels: OpKernels = {
     }
   },
 };
+
+/** The products' definitions (their part of the registry, src/ops/registry.ts). */
+export const LINEAR_OPS = { [Op.MatVec]: matVecOp, [Op.Affine]: affineOp } satisfies OpFamily;

@@ -1,6 +1,6 @@
 import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { type OpKernels, requireVector } from "./common.js";
+import { type OpDefinition, type OpFamily, requireVector } from "./common.js";
 
 /** y = −log softmax(x)[label]: the negative log-likelihood of `label` under a softmax over x (a scalar). */
 export function pickNegLogSoftmax(x: Expression, label: number): Expression {
@@ -17,7 +17,12 @@ export function pickNegLogSoftmaxNode(g: ComputationGraph, x: number, label: num
   return g.addNode1(Op.PickNegLogSoftmax, 1, 1, x, label);
 }
 
-export const pickNegLogSoftmaxKernels: OpKernels = {
+const pickNegLogSoftmaxOp: OpDefinition = {
+  // batched by the number of classes (each node's label is read from its record)
+  signature(g, i, key) {
+    key[1] = g.rows[g.arg(i, 0)]!;
+    return 2;
+  },
   // y = logΣⱼ e^{xⱼ} − x_label, computed with the max subtracted
   forward(g, i, v) {
     const a = g.arg(i, 0);
@@ -41,3 +46,6 @@ export const pickNegLogSoftmaxKernels: OpKernels = {
     d[x + g.aux[i]!] = d[x + g.aux[i]!]! - gy;
   },
 };
+
+/** The losses' definitions (their part of the registry, src/ops/registry.ts). */
+export const LOSS_OPS = { [Op.PickNegLogSoftmax]: pickNegLogSoftmaxOp } satisfies OpFamily;

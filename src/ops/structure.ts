@@ -9,10 +9,12 @@ import {
   graphOf2,
   graphOf3,
   nodeOfAt,
-  type OpKernels,
+  type OpDefinition,
+  type OpFamily,
   requireVector,
   requireVectorAt,
   shapeMismatch,
+  shapeSignature,
 } from "./common.js";
 
 // ---- builders -------------------------------------------------------------------------------------------------
@@ -144,9 +146,10 @@ export function sumNode(g: ComputationGraph, ids: ArrayLike<number>, n: number):
 
 export { sum as esum };
 
-// ---- reference kernels (input, parameter and lookup values are supplied by the engine) --------------------------
+// ---- reference kernels and batching signatures (parameter and lookup values are supplied by the engine) ---------
 
-export const inputKernels: OpKernels = {
+const inputOp: OpDefinition = {
+  signature: shapeSignature,
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const off = g.aux[i]!;
@@ -156,7 +159,35 @@ export const inputKernels: OpKernels = {
   backward() {},
 };
 
-export const concatKernels: OpKernels = {
+const parameterOp: OpDefinition = {
+  // one node per parameter per graph: never batched (engines load parameters, or point at them)
+  signature: () => 0,
+  forward() {
+    throw new Error("parameter values are supplied by the engine");
+  },
+  backward() {},
+};
+
+const lookupOp: OpDefinition = {
+  // batched by table: one row gather (and one scatter of gradients) per table
+  signature(g, i, key) {
+    key[1] = g.aux[i]!;
+    return 2;
+  },
+  forward() {
+    throw new Error("lookup values are supplied by the engine");
+  },
+  backward() {},
+};
+
+const concatOp: OpDefinition = {
+  // batched by the lengths of the parts
+  signature(g, i, key) {
+    const n = g.argCount[i]!;
+    const a0 = g.argStart[i]!;
+    for (let k = 0; k < n; k++) key[1 + k] = g.rows[g.args[a0 + k]!]!;
+    return 1 + n;
+  },
   forward(g, i, v) {
     let y = g.valueOffset[i]!;
     const n = g.argCount[i]!;
@@ -181,7 +212,14 @@ export const concatKernels: OpKernels = {
   },
 };
 
-export const pickRangeKernels: OpKernels = {
+const pickRangeOp: OpDefinition = {
+  // batched by the argument's length and the range
+  signature(g, i, key) {
+    key[1] = g.rows[g.arg(i, 0)]!;
+    key[2] = g.aux[i]!;
+    key[3] = g.aux2[i]!;
+    return 4;
+  },
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const x = g.valueOffset[g.arg(i, 0)]! + g.aux[i]!;
@@ -196,7 +234,14 @@ export const pickRangeKernels: OpKernels = {
   },
 };
 
-export const sumKernels: OpKernels = {
+const sumOp: OpDefinition = {
+  // batched by the number of terms and the shape
+  signature(g, i, key) {
+    key[1] = g.argCount[i]!;
+    key[2] = g.rows[i]!;
+    key[3] = g.cols[i]!;
+    return 4;
+  },
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const len = g.rows[i]! * g.cols[i]!;
@@ -217,3 +262,13 @@ export const sumKernels: OpKernels = {
     }
   },
 };
+
+/** The structural ops' definitions (their part of the registry, src/ops/registry.ts). */
+export const STRUCTURE_OPS = {
+  [Op.Input]: inputOp,
+  [Op.Parameter]: parameterOp,
+  [Op.Lookup]: lookupOp,
+  [Op.Concat]: concatOp,
+  [Op.PickRange]: pickRangeOp,
+  [Op.Sum]: sumOp,
+} satisfies OpFamily;

@@ -2,7 +2,7 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { LookupParameter, ParameterCollection } from "../../model/parameters.js";
 import type { Buf } from "../../ops/common.js";
-import { KERNELS } from "../../ops/registry.js";
+import { OPS } from "../../ops/registry.js";
 import type { Trainer } from "../../train/trainers.js";
 import type { Engine } from "../engine.js";
 import { BackwardScratch, type BatchBackend, runBackward, runForward } from "./executor.js";
@@ -73,7 +73,7 @@ export class CpuBatchBackend implements BatchBackend {
   }
 
   opForward(g: ComputationGraph, op: Op, nodes: Int32Array, start: number, end: number): void {
-    const kernel = KERNELS[op]!;
+    const kernel = OPS[op]!;
     for (let p = start; p < end; p++) kernel.forward(g, nodes[p]!, this.v);
   }
 
@@ -127,7 +127,7 @@ export class CpuBatchBackend implements BatchBackend {
   }
 
   opBackward(g: ComputationGraph, op: Op, nodes: Int32Array, start: number, end: number): void {
-    const kernel = KERNELS[op]!;
+    const kernel = OPS[op]!;
     for (let p = start; p < end; p++) kernel.backward(g, nodes[p]!, this.v, this.d);
   }
 

@@ -1,23 +1,19 @@
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
+import { OPS } from "../../ops/registry.js";
 
 /*
  * Batching signatures interned to small integers, without building strings.
  *
- * `batchSignature(g, i)` in src/ops/registry.ts is the rule: two nodes may share a batched kernel iff their strings
- * are equal. Building that string and looking it up in a Map costs about three times as much per node as the
- * integer key below (bench/autobatch-plan.ts reports it next to whole plans), and 128 trees make 40 000 nodes.
- * Here each node writes the same fields as integers into a scratch key (op first, then the fields the string would
- * contain, in its order, with a tag where the string distinguishes kinds, e.g. `W3` vs `n3`), and the key is looked
- * up in an open-addressing table over a flat key pool. Equal keys ⇔ equal strings; test/autobatch.test.ts checks
- * that on crafted near-miss nodes and on random graphs.
+ * Each op's definition (src/ops/) writes its node's signature as integers into a scratch key, op first: two nodes may
+ * share a batched kernel iff their keys are equal. Building a string of it (`batchSignature` in src/ops/registry.ts)
+ * and looking that up in a Map costs about three times as much per node (bench/autobatch-plan.ts reports it next to
+ * whole plans), and 128 trees make 40 000 nodes; here the key is looked up in an open-addressing table over a flat
+ * key pool. Equal ids ⇔ equal strings; test/autobatch.test.ts checks that on crafted near-miss nodes and on random
+ * graphs.
  */
 
 const EMPTY = 0;
-
-/** Tags inside a matrix-product key: the string's `W<param>`, `n<node>`, `b<param>` and bare `b`. */
-const TAG_PARAM = 0;
-const TAG_NODE = 1;
 
 /**
  * Interns node signatures of one graph. `reset()` before each plan: signature ids are only meaningful within one
@@ -122,62 +118,13 @@ export class SignatureTable {
     this.op = op;
   }
 
-  /** Writes node i's key (the integer form of `batchSignature(g, i)`) into `this.key`; returns its length. */
+  /** Writes node i's key (the op, then its definition's signature fields) into `this.key`; returns its length. */
   private writeKey(g: ComputationGraph, i: number): number {
     const op = g.op[i]!;
-    const n = g.argCount[i]!;
-    if (this.key.length < 2 * n + 4) this.key = new Int32Array(2 * n + 4);
-    const key = this.key;
-    const args = g.args;
-    const a0 = g.argStart[i]!;
-    key[0] = op;
-    switch (op) {
-      case Op.Lookup:
-        key[1] = g.aux[i]!;
-        return 2;
-      case Op.MatVec:
-      case Op.Affine: {
-        key[1] = g.rows[i]!;
-        let len = 2;
-        for (let k = op === Op.Affine ? 1 : 0; k < n; k += 2) {
-          const w = args[a0 + k]!;
-          const isParam = g.op[w] === Op.Parameter;
-          key[len++] = isParam ? TAG_PARAM : TAG_NODE;
-          key[len++] = isParam ? g.aux[w]! : w;
-        }
-        if (op === Op.Affine) {
-          const b = args[a0]!;
-          const isParam = g.op[b] === Op.Parameter;
-          key[len++] = isParam ? TAG_PARAM : TAG_NODE;
-          key[len++] = isParam ? g.aux[b]! : 0;
-        }
-        return len;
-      }
-      case Op.Concat:
-        for (let k = 0; k < n; k++) key[1 + k] = g.rows[args[a0 + k]!]!;
-        return 1 + n;
-      case Op.PickRange:
-        key[1] = g.rows[args[a0]!]!;
-        key[2] = g.aux[i]!;
-        key[3] = g.aux2[i]!;
-        return 4;
-      case Op.LstmCell:
-        key[1] = g.aux[i]!;
-        key[2] = g.rows[i]!;
-        return 3;
-      case Op.Sum:
-        key[1] = n;
-        key[2] = g.rows[i]!;
-        key[3] = g.cols[i]!;
-        return 4;
-      case Op.PickNegLogSoftmax:
-        key[1] = g.rows[args[a0]!]!;
-        return 2;
-      default:
-        key[1] = g.rows[i]!;
-        key[2] = g.cols[i]!;
-        return 3;
-    }
+    const room = 2 * g.argCount[i]! + 4;
+    if (this.key.length < room) this.key = new Int32Array(room);
+    this.key[0] = op;
+    return OPS[op]!.signature(g, i, this.key);
   }
 }
 
