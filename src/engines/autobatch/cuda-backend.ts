@@ -4,7 +4,7 @@
 // then sends the table with one copy and issues the commands in order on one stream, so a pass costs one upload and
 // the launches, and no host synchronisation. Everything here is float offsets into the device pool; only the device
 // (src/engines/autobatch/gpu-engine.ts, or an emulator in the tests) turns them into addresses. Product batches are
-// encoded in cuda-products.ts, the other ops' batches in cuda-ops.ts; this file holds the pass and its memory.
+// encoded in cuda-products.ts, the other ops' batches by their entries in kernel-table.ts; this file holds the pass and its memory.
 //
 // Memory. The engine lays out a region per graph: node values and node gradients at the graph's value offsets, then
 // an aux area where tables grow up from the bottom (they are uploaded) and device-only scratch grows down from the
@@ -16,9 +16,9 @@ import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import { gridFor } from "../gpu/parameters.js";
 import { AB_BLOCK, type AutobatchKernelName } from "./cuda-kernels.js";
-import { encodeOpBackward, encodeOpForward } from "./cuda-ops.js";
 import { ProductEncoder } from "./cuda-products.js";
 import type { BatchBackend } from "./executor.js";
+import { AUTOBATCH_KERNELS } from "./kernel-table.js";
 import type { BatchPlan } from "./plan.js";
 
 /** One step of a pass, in stream order. Offsets are floats from the start of the device pool. */
@@ -232,17 +232,17 @@ export class CudaBatchBackend implements BatchBackend {
   }
 
   opForward(g: ComputationGraph, op: Op, nodes: Int32Array, start: number, end: number): void {
-    encodeOpForward(this, g, op, nodes, start, end);
+    AUTOBATCH_KERNELS[op]!.forward(this, g, nodes, start, end);
   }
 
   opBackward(g: ComputationGraph, op: Op, nodes: Int32Array, start: number, end: number): void {
-    encodeOpBackward(this, g, op, nodes, start, end);
+    AUTOBATCH_KERNELS[op]!.backward(this, g, nodes, start, end);
   }
 
   /** Parameter gradients accumulate in place (parameter nodes point at them): nothing to store. */
   storeParameterGradients(): void {}
 
-  // ---- helpers, shared with cuda-ops.ts and cuda-products.ts --------------------------------------------------------
+  // ---- helpers, shared with kernel-table.ts and cuda-products.ts --------------------------------------------------------
 
   /** Reserves `n` words of the pass's table; returns their position. */
   reserve(n: number): number {

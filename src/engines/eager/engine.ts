@@ -65,7 +65,7 @@ export class EagerEngine implements Engine {
       this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
       this.device = new DeviceParameters(this.ctx, params);
       this.staging = this.ctx.staging();
-      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.counts);
+      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts);
     } catch (e) {
       this.ctx.dispose();
       throw e;
@@ -154,8 +154,7 @@ export class EagerEngine implements Engine {
       const n = g.argCount[i]!;
       const s = g.argStart[i]!;
       for (let a = 0; a < n; a++) reach[g.args[s + a]!] = 1;
-      if (g.op[i] === Op.Lookup) this.device.touch(g.aux[i]!, g.aux2[i]!);
-      else this.nodes.backward(g, i);
+      this.nodes.backward(g, i);
     }
     // lookup gradients into the tables; unreached lookups add their zeroed gradient (and are not marked touched)
     const gradsPtr = this.ctx.pool.ptr(this.gradsOff);
