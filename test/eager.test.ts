@@ -11,6 +11,7 @@ import { cudaAvailable } from "../src/cuda/index.js";
 import { planChunk } from "../src/engines/eager/chunk.js";
 import { EAGER_KERNEL_NAMES, eagerKernelSource } from "../src/engines/eager/kernels.js";
 import { DEFAULT_POOL_CAP_BYTES, defaultPoolBytes, gpuIndexOf } from "../src/engines/gpu/context.js";
+import { OPTIMIZER_KERNEL_NAMES, optimizerKernelSource } from "../src/engines/gpu/optimizer-kernels.js";
 import { gridFor } from "../src/engines/gpu/parameters.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { ComputationGraph } from "../src/graph/graph.js";
@@ -19,6 +20,28 @@ import { input, lookup, sum, tanh } from "../src/ops/index.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
 const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
+
+/**
+ * Compiles `source` with nvcc for sm_90 and checks ptxas's report: one per kernel of `names`, none with a stack
+ * frame or spills.
+ */
+function compileWithNvcc(source: string, names: readonly string[], file: string): void {
+  const dir = mkdtempSync(join(tmpdir(), "vpps-eager-"));
+  try {
+    const cu = join(dir, `${file}.cu`);
+    writeFileSync(cu, source);
+    const out = join(dir, `${file}.cubin`);
+    const r = spawnSync("nvcc", ["-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", out, cu], { encoding: "utf8" });
+    assert.equal(r.status, 0, `nvcc failed:\n${r.stderr}`);
+    // ptxas reports every kernel's registers, stack frame and spills (on stderr)
+    const frames = [...`${r.stdout}${r.stderr}`.matchAll(/(\d+) bytes stack frame, (\d+) bytes spill stores/g)];
+    assert.equal(frames.length, names.length, "one ptxas report per kernel");
+    for (const f of frames) assert.deepEqual([f[1], f[2]], ["0", "0"], "no stack frame and no spills");
+    assert.ok(readFileSync(out).length > 1000);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 describe("eager kernel source", () => {
   const source = eagerKernelSource();
@@ -34,22 +57,21 @@ describe("eager kernel source", () => {
   });
 
   test("compiles with nvcc for sm_90, without local memory", { skip: noNvcc }, () => {
-    const dir = mkdtempSync(join(tmpdir(), "vpps-eager-"));
-    try {
-      const cu = join(dir, "eager.cu");
-      writeFileSync(cu, source);
-      const r = spawnSync("nvcc", ["-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", join(dir, "eager.cubin"), cu], {
-        encoding: "utf8",
-      });
-      assert.equal(r.status, 0, `nvcc failed:\n${r.stderr}`);
-      // ptxas reports every kernel's registers, stack frame and spills (on stderr)
-      const frames = [...`${r.stdout}${r.stderr}`.matchAll(/(\d+) bytes stack frame, (\d+) bytes spill stores/g)];
-      assert.equal(frames.length, EAGER_KERNEL_NAMES.length, "one ptxas report per kernel");
-      for (const f of frames) assert.deepEqual([f[1], f[2]], ["0", "0"], "no stack frame and no spills");
-      assert.ok(readFileSync(join(dir, "eager.cubin")).length > 1000);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    compileWithNvcc(source, EAGER_KERNEL_NAMES, "eager");
+  });
+});
+
+describe("trainer update kernel source (every DeviceParameters engine)", () => {
+  const source = optimizerKernelSource();
+
+  test('every kernel name is defined once as an extern "C" __global__ function, on adam_element', () => {
+    const all = [...source.matchAll(/__global__ void (\w+)\(/g)].map((m) => m[1]);
+    assert.deepEqual(all.sort(), [...OPTIMIZER_KERNEL_NAMES].sort());
+    assert.equal(source.match(/adam_element\(/g)?.length, 3, "defined once (the prelude), used by both Adam kernels");
+  });
+
+  test("compiles with nvcc for sm_90, without local memory", { skip: noNvcc }, () => {
+    compileWithNvcc(source, OPTIMIZER_KERNEL_NAMES, "optimizer");
   });
 });
 

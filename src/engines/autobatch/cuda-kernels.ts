@@ -5,9 +5,13 @@
  * uploaded inputs and gathered matrices all live there), so a kernel needs only `P`, `rec` and a few sizes.
  * Backward kernels accumulate with atomics: two nodes of one batch may share an argument.
  *
- * The math is the CPU reference's (src/ops/*.ts) as the eager kernels write it (src/engines/eager/kernels.ts); the
- * dropout generator is the project's counter-based hash, the same bits as src/util/random.ts.
+ * The math is the CPU reference's (src/ops/*.ts); the activations, the dropout generator (the project's
+ * counter-based hash, the same bits as src/util/random.ts) and the cell's per-unit math come from the device-math
+ * prelude (src/codegen/), which the eager engine's kernels include too.
  */
+
+import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
+import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
 
 /** Threads per block of the element-wise kernels. */
 export const AB_BLOCK = 256;
@@ -64,23 +68,7 @@ typedef unsigned int u32;
 #define AB_BIAS_CHUNK ${AB_BIAS_CHUNK}
 #define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)
 
-__device__ __forceinline__ float ab_sigmoid(float x) {
-  // the stable form of the CPU reference
-  if (x >= 0.f) return 1.f / (1.f + expf(-x));
-  float e = expf(x);
-  return e / (1.f + e);
-}
-
-// ---- the counter-based generator of src/util/random.ts ----
-__device__ __forceinline__ u32 ab_hash32(u32 x) {
-  x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
-  return x;
-}
-__device__ __forceinline__ float ab_uniform(u32 key, u32 counter) {
-  u32 r = ab_hash32(ab_hash32(counter) ^ (key * 0x9e3779b9u));
-  return (float)(r >> 8) * (1.0f / 16777216.0f);
-}
-
+${DEVICE_ACTIVATIONS}${DEVICE_LSTM_CELL}
 extern "C" {
 
 // ---- copies: lookups, concat, gathers of matrix columns, and their gradients ----
@@ -145,7 +133,7 @@ __global__ void ab_unary(float* P, const u32* rec, int n, int len, int op) {
   GRID_STRIDE(i, n * len) {
     int j = i / len, r = i - j * len;
     float x = P[rec[2 * j + 1] + r];
-    P[rec[2 * j] + r] = op == 0 ? tanhf(x) : op == 1 ? ab_sigmoid(x) : fmaxf(x, 0.f);
+    P[rec[2 * j] + r] = op == 0 ? tanhf(x) : op == 1 ? sigm(x) : fmaxf(x, 0.f);
   }
 }
 // dx += dy (1 − y²) | dy y (1 − y) | dy [x > 0]; rec [dy, dx, y, x]
@@ -197,7 +185,7 @@ __global__ void ab_dropout(float* P, const u32* rec, int n, int len) {
     const u32* q = rec + 5 * j;
     float p = __uint_as_float(q[4]);
     float scale = 1.f / (1.f - p);
-    P[q[0] + r] = ab_uniform(q[2], q[3] + (u32)r) >= p ? P[q[1] + r] * scale : 0.f;
+    P[q[0] + r] = random_uniform(q[2], q[3] + (u32)r) >= p ? P[q[1] + r] * scale : 0.f;
   }
 }
 // rec [dy, dx, key, base, bits of p]
@@ -207,7 +195,7 @@ __global__ void ab_dropout_backward(float* P, const u32* rec, int n, int len) {
     const u32* q = rec + 5 * j;
     float p = __uint_as_float(q[4]);
     float scale = 1.f / (1.f - p);
-    if (ab_uniform(q[2], q[3] + (u32)r) >= p) atomicAdd(&P[q[1] + r], P[q[0] + r] * scale);
+    if (random_uniform(q[2], q[3] + (u32)r) >= p) atomicAdd(&P[q[1] + r], P[q[0] + r] * scale);
   }
 }
 // y = Σ_k x_k in the order k = 1, 2, … (the CPU reference's, so that float sums agree); rec [y, x_1 … x_K]
@@ -287,10 +275,10 @@ __global__ void ab_lstm_cell(float* P, const u32* rec, int n, int H, int k) {
     int j = i / H, r = i - j * H;
     const u32* q = rec + (size_t)(k + 2) * j;
     const float* gt = P + q[1];
-    float c = ab_sigmoid(gt[r]) * tanhf(gt[2 * H + r]);
-    for (int t = 0; t < k; t++) c += ab_sigmoid(gt[(3 + t) * H + r]) * P[q[2 + t] + r];
+    float c = lstm_c_input(gt, H, r);
+    for (int t = 0; t < k; t++) c += lstm_c_child(gt, H, r, t, P[q[2 + t] + r]);
     P[q[0] + H + r] = c;
-    P[q[0] + r] = ab_sigmoid(gt[H + r]) * tanhf(c);
+    P[q[0] + r] = lstm_h(gt, H, r, c);
   }
 }
 // rec [y, dy, gates, dgates, c_1 … c_k, dc_1 … dc_k]
@@ -300,19 +288,14 @@ __global__ void ab_lstm_cell_backward(float* P, const u32* rec, int n, int H, in
     const u32* q = rec + (size_t)(2 * k + 4) * j;
     const float* gt = P + q[2];
     u32 dg = q[3];
-    float c = P[q[0] + H + r], tc = tanhf(c);
-    float so = ab_sigmoid(gt[H + r]);
-    float dh = P[q[1] + r];
-    float dc = P[q[1] + H + r] + dh * so * (1.f - tc * tc);
-    float si = ab_sigmoid(gt[r]);
-    float tu = tanhf(gt[2 * H + r]);
-    atomicAdd(&P[dg + r], dc * tu * si * (1.f - si));
-    atomicAdd(&P[dg + H + r], dh * tc * so * (1.f - so));
-    atomicAdd(&P[dg + 2 * H + r], dc * si * (1.f - tu * tu));
+    LstmUnitGrad d = lstm_unit_backward(gt, H, r, P[q[0] + H + r], P[q[1] + r], P[q[1] + H + r]);
+    atomicAdd(&P[dg + r], d.di);
+    atomicAdd(&P[dg + H + r], d.d_o);
+    atomicAdd(&P[dg + 2 * H + r], d.du);
     for (int t = 0; t < k; t++) {
-      float sf = ab_sigmoid(gt[(3 + t) * H + r]);
-      atomicAdd(&P[dg + (3 + t) * H + r], dc * P[q[4 + t] + r] * sf * (1.f - sf));
-      atomicAdd(&P[q[4 + k + t] + r], dc * sf);
+      float dct;
+      atomicAdd(&P[dg + (3 + t) * H + r], lstm_child_backward(gt, H, r, t, P[q[4 + t] + r], d.dc, dct));
+      atomicAdd(&P[q[4 + k + t] + r], dct);
     }
   }
 }

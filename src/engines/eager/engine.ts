@@ -15,9 +15,9 @@ import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../train/trainers.js";
 import type { Engine } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
-import { DeviceParameters, EAGER_PROGRAM } from "../gpu/parameters.js";
+import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
-import { EAGER_KERNEL_NAMES, type EagerKernelName, eagerKernelSource } from "./kernels.js";
+import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
 import { type EagerLaunchCounts, EagerNodeKernels, type NodeAddresses } from "./node-kernels.js";
 
 export type { EagerLaunchCounts } from "./node-kernels.js";

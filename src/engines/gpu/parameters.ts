@@ -1,22 +1,28 @@
 // The model's parameters on the device, and the trainers' update rule there. Values and gradients live in the
 // context's pool (allocated before its mark(), so they survive every per-batch reset) at fixed float offsets, which is
 // what lets an engine point a parameter node straight at its weights and a script encode them as 32-bit offsets.
-// The update is the CPU trainer's rule (src/train/trainers.ts) in kernels: the global gradient norm into a device
-// scalar, then SGD or Adam over dense parameters and over the touched rows of lookup tables, all queued on the
-// stream without a host synchronisation.
+// The update is the CPU trainer's rule (src/train/trainers.ts) in kernels (optimizer-kernels.ts): the global gradient
+// norm into a device scalar, then SGD or Adam over dense parameters and over the touched rows of lookup tables, all
+// queued on the stream without a host synchronisation.
 
 import { type CudaKernel, type DevicePtr, floatBits, type KernelArg, karg } from "../../cuda/index.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
 import type { AdamTrainer, Trainer } from "../../train/trainers.js";
-import { EAGER_BLOCK, EAGER_KERNEL_NAMES, eagerKernelSource } from "../eager/kernels.js";
 import type { GpuContext, StagingBuffer } from "./context.js";
+import {
+  GPU_BLOCK,
+  OPTIMIZER_KERNEL_NAMES,
+  OPTIMIZER_PROGRAM,
+  type OptimizerKernelName,
+  optimizerKernelSource,
+} from "./optimizer-kernels.js";
 
-/** The program name the eager kernels are compiled under (one module per context, shared with the eager engine). */
-export const EAGER_PROGRAM = "vpps_eager.cu";
-
-/** Blocks for a grid-stride kernel over n elements: enough to fill the GPU, few enough that launch setup is cheap. */
+/**
+ * Blocks for a grid-stride kernel of GPU_BLOCK threads over n elements: enough to fill the GPU, few enough that
+ * launch setup is cheap.
+ */
 export function gridFor(n: number): number {
-  return Math.max(1, Math.min(Math.ceil(n / EAGER_BLOCK), 4096));
+  return Math.max(1, Math.min(Math.ceil(n / GPU_BLOCK), 4096));
 }
 
 interface TouchedRows {
@@ -33,7 +39,7 @@ export class DeviceParameters {
   readonly gradOffset: Float64Array;
   /** Kernels and cuBLAS calls queued by update() and zeroGradients() so far. */
   launches = 0;
-  private readonly kernels: Readonly<Record<(typeof EAGER_KERNEL_NAMES)[number], CudaKernel>>;
+  private readonly kernels: Readonly<Record<OptimizerKernelName, CudaKernel>>;
   private readonly touched: (TouchedRows | null)[];
   /** Where the touched rows of all lookup tables are uploaded, packed one table after another (ints). */
   private readonly touchedOffset: number;
@@ -48,7 +54,7 @@ export class DeviceParameters {
     readonly ctx: GpuContext,
     readonly params: ParameterCollection,
   ) {
-    this.kernels = ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
+    this.kernels = ctx.kernels(OPTIMIZER_PROGRAM, optimizerKernelSource(), OPTIMIZER_KERNEL_NAMES).kernels;
     const n = params.all.length;
     this.valueOffset = new Float64Array(n);
     this.gradOffset = new Float64Array(n);
@@ -152,7 +158,7 @@ export class DeviceParameters {
         const t = this.touched[p.index];
         if (t) {
           if (t.count > 0) {
-            this.launch(k.vp_sum_squares_rows, t.count * p.cols, [
+            this.launch(k.opt_sum_squares_rows, t.count * p.cols, [
               karg.ptr(normSq),
               karg.ptr(this.gradPtr(p.index)),
               karg.ptr(rowsPtr[p.index]!),
@@ -161,7 +167,7 @@ export class DeviceParameters {
             ]);
           }
         } else {
-          this.launch(k.vp_sum_squares, p.value.length, [
+          this.launch(k.opt_sum_squares, p.value.length, [
             karg.ptr(normSq),
             karg.ptr(this.gradPtr(p.index)),
             karg.i32(p.value.length),
@@ -185,7 +191,7 @@ export class DeviceParameters {
       const g = karg.ptr(this.gradPtr(p.index));
       if (t) {
         if (t.count === 0) continue;
-        this.launch(k.vp_sgd_rows, t.count * p.cols, [
+        this.launch(k.opt_sgd_rows, t.count * p.cols, [
           w,
           g,
           karg.ptr(rowsPtr[p.index]!),
@@ -197,7 +203,7 @@ export class DeviceParameters {
         ]);
       } else {
         const n = p.value.length;
-        this.launch(k.vp_sgd, n, [w, g, karg.ptr(normSq), karg.f32(threshold), karg.f32(lr), karg.i32(n)]);
+        this.launch(k.opt_sgd, n, [w, g, karg.ptr(normSq), karg.f32(threshold), karg.f32(lr), karg.i32(n)]);
       }
     }
   }
@@ -205,7 +211,8 @@ export class DeviceParameters {
   private adam(trainer: AdamTrainer, normSq: DevicePtr, rowsPtr: Float64Array): void {
     const k = this.kernels;
     const mo = this.momentsFor(trainer);
-    // the CPU trainer's bias corrections, in double precision, from the already incremented step count
+    // the CPU trainer's bias corrections from the already incremented step count; 1 − β and the reciprocals in
+    // double precision (adam_element's arguments)
     const c1 = 1 - trainer.beta1 ** trainer.updates;
     const c2 = 1 - trainer.beta2 ** trainer.updates;
     const hyper = [
@@ -213,10 +220,12 @@ export class DeviceParameters {
       karg.f32(trainer.clipThreshold),
       karg.f32(trainer.learningRate),
       karg.f32(trainer.beta1),
+      karg.f32(1 - trainer.beta1),
       karg.f32(trainer.beta2),
+      karg.f32(1 - trainer.beta2),
       karg.f32(trainer.epsilon),
-      karg.f32(c1),
-      karg.f32(c2),
+      karg.f32(1 / c1),
+      karg.f32(1 / c2),
     ];
     for (const p of this.params.all) {
       const t = this.touched[p.index];
@@ -228,7 +237,7 @@ export class DeviceParameters {
       ];
       if (t) {
         if (t.count === 0) continue;
-        this.launch(k.vp_adam_rows, t.count * p.cols, [
+        this.launch(k.opt_adam_rows, t.count * p.cols, [
           ...state,
           karg.ptr(rowsPtr[p.index]!),
           karg.i32(t.count),
@@ -237,7 +246,7 @@ export class DeviceParameters {
         ]);
       } else {
         const n = p.value.length;
-        this.launch(k.vp_adam, n, [...state, ...hyper, karg.i32(n)]);
+        this.launch(k.opt_adam, n, [...state, ...hyper, karg.i32(n)]);
       }
     }
   }
@@ -300,7 +309,7 @@ export class DeviceParameters {
   }
 
   private launch(kernel: CudaKernel, n: number, args: KernelArg[]): void {
-    kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream: this.ctx.stream }, args);
+    kernel.launch({ grid: gridFor(n), block: GPU_BLOCK, stream: this.ctx.stream }, args);
     this.launches++;
   }
 
