@@ -16,12 +16,12 @@ import type { BatchStrategy } from "../src/engines/autobatch/plan.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { Op } from "../src/graph/opcodes.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { concat, input, lookup, matVec, pickNegLogSoftmax, sum, tanh } from "../src/ops/index.js";
 import { makeTrainer } from "../src/train/trainers.js";
 import { EmulatedAutobatchDevice, wideCase } from "./autobatch-emulator.js";
 import { expectedLaunches } from "./autobatch-launches.js";
+import { compareWithCpu, emulatedAutobatchEngine, scaleTolerance } from "./op-suite.js";
 import { buildRandomGraph, buildTreeLstmBatch, randomModel, randomTrees, treeLstmModel } from "./random-graph.js";
 
 const STRATEGIES: readonly BatchStrategy[] = ["depth", "agenda"];
@@ -55,17 +55,10 @@ describe("autobatch kernel source", () => {
   });
 });
 
-/** |a − b| ≤ 1e-4 · max(|b|, scale) elementwise, scale = the largest |b| (relative to the array's magnitude). */
+/** |a − b| ≤ 1e-4 · max(|b|, scale) elementwise, scale = the largest |b| (the op suite's rule for this engine). */
 function assertClose(actual: Float32Array, expected: Float32Array, what: string): void {
-  assert.equal(actual.length, expected.length, `${what}: length`);
-  let scale = 0;
-  for (const x of expected) scale = Math.max(scale, Math.abs(x));
-  for (let k = 0; k < expected.length; k++) {
-    const e = expected[k]!;
-    if (!(Math.abs(actual[k]! - e) <= 1e-4 * Math.max(Math.abs(e), scale, 1e-3))) {
-      assert.fail(`${what}: element ${k} is ${actual[k]}, expected ${e}`);
-    }
-  }
+  const k = scaleTolerance(1e-4).values(actual, expected);
+  if (k >= 0) assert.fail(`${what}: element ${k} is ${actual[k]}, expected ${expected[k]} (length ${actual.length})`);
 }
 
 interface Case {
@@ -73,45 +66,27 @@ interface Case {
   build: (cg: ComputationGraph) => Expression;
 }
 
-/** Runs a case on the CPU engine and on the emulated GPU engine: loss, every node, every parameter gradient. */
-function compare(make: () => Case, strategy: BatchStrategy, what: string): AutobatchGpuEngine {
-  const ref = make();
-  const got = make();
-  const cgR = new ComputationGraph();
-  const cgG = new ComputationGraph();
-  const lossR = ref.build(cgR);
-  const lossG = got.build(cgG);
-  const cpu = new CpuEngine(ref.params);
-  const gpu = new AutobatchGpuEngine(got.params, { strategy }, new EmulatedAutobatchDevice(got.params));
-  const lr = cpu.forwardScalar(lossR);
-  const lg = gpu.forwardScalar(lossG);
-  assert.ok(Math.abs(lg - lr) <= 1e-4 * Math.max(1, Math.abs(lr)), `${what}: loss ${lg}, expected ${lr}`);
-  cpu.backward(lossR);
-  gpu.backward(lossG);
-  for (let i = 0; i <= lossR.id; i++) {
-    assertClose(gpu.value(cgG.expression(i)), cpu.value(cgR.expression(i)), `${what}: value of ${cgR.describe(i)}`);
-    if (cgR.op[i] === Op.Parameter) continue; // compared below, as the parameter's gradient
-    const gg = gpu.gradient(cgG.expression(i));
-    assertClose(gg, cpu.gradient(cgR.expression(i)), `${what}: gradient of ${cgR.describe(i)}`);
-  }
-  for (const p of ref.params.all) {
-    assertClose(gpu.device.readGradient(p.index), p.grad, `${what}: gradient of parameter '${p.name}'`);
-    if (p.kind !== "lookup") continue;
-    const rows = gpu.device.touchedRows(p.index).sort((a, b) => a - b);
-    assert.deepEqual(
-      rows,
-      [...p.touchedRows].sort((a, b) => a - b),
-      `${what}: touched rows of '${p.name}'`,
-    );
-  }
-  return gpu;
+/**
+ * The case on the CPU engine and on the emulated GPU engine (the op suite's comparison: loss, every node, every
+ * parameter gradient, touched rows); returns the engine for inspection.
+ */
+async function compare(make: () => Case, strategy: BatchStrategy, what: string): Promise<AutobatchGpuEngine> {
+  let engine: AutobatchGpuEngine | undefined;
+  const d = await compareWithCpu(
+    make,
+    emulatedAutobatchEngine(strategy, (e) => {
+      engine = e;
+    }),
+  );
+  assert.equal(d, "", what);
+  return engine!;
 }
 
 describe("GPU autobatch engine on an emulated device, against the CPU engine", () => {
-  test("random graphs (every op, unreached nodes, computed weights and biases), both strategies", () => {
+  test("random graphs (every op, unreached nodes, computed weights and biases), both strategies", async () => {
     for (let seed = 1; seed <= 12; seed++) {
       for (const strategy of STRATEGIES) {
-        compare(
+        await compare(
           () => {
             const m = randomModel(seed);
             return { params: m.params, build: (cg) => buildRandomGraph(cg, m, { seed, steps: 28 }) };
@@ -123,11 +98,11 @@ describe("GPU autobatch engine on an emulated device, against the CPU engine", (
     }
   });
 
-  test("Tree-LSTM batches, both strategies", () => {
+  test("Tree-LSTM batches, both strategies", async () => {
     for (let seed = 1; seed <= 3; seed++) {
       const trees = randomTrees(seed, 5, { minWords: 1, maxWords: 9, vocab: 20 });
       for (const strategy of STRATEGIES) {
-        compare(
+        await compare(
           () => {
             const m = treeLstmModel(seed, { hidden: 3, embed: 4, vocab: 20 });
             return { params: m.params, build: (cg) => buildTreeLstmBatch(cg, m, trees) };
@@ -139,8 +114,8 @@ describe("GPU autobatch engine on an emulated device, against the CPU engine", (
     }
   });
 
-  test("batches wider than a block: 300-row products, 300-class softmax, H = 150 cells, a sum of 220", () => {
-    const gpu = compare(() => wideCase(5), "agenda", "wide");
+  test("batches wider than a block: 300-row products, 300-class softmax, H = 150 cells, a sum of 220", async () => {
+    const gpu = await compare(() => wideCase(5), "agenda", "wide");
     const names = (gpu.device as EmulatedAutobatchDevice).log.map((c) => (c.kind === "kernel" ? c.name : c.kind));
     assert.ok(names.includes("ab_sum_wide"), "the loss is reduced by a block");
   });
@@ -224,7 +199,7 @@ describe("GPU autobatch engine on an emulated device, against the CPU engine", (
     assert.equal(gathers, 3, "lookup, product input (forward), product input (backward, one node)");
   });
 
-  test("a pass larger than the aux area lays out a larger region and starts the graph again", () => {
+  test("a pass larger than the aux area lays out a larger region and starts the graph again", async () => {
     // 400 products of one x of length 4096: few values, but 1.6 M gathered input floats (the aux area starts at 1 M)
     const make = (): Case => {
       const pc = new ParameterCollection({ seed: 3 });
@@ -241,7 +216,7 @@ describe("GPU autobatch engine on an emulated device, against the CPU engine", (
       };
       return { params: pc, build };
     };
-    const gpu = compare(make, "agenda", "products larger than the aux area");
+    const gpu = await compare(make, "agenda", "products larger than the aux area");
     const dev = gpu.device as EmulatedAutobatchDevice;
     // the first region; a larger one when the forward's gathered inputs overflow it; another when backward's
     // gradient scratch does (each time the graph is computed again, and the comparison above still holds)
