@@ -1,3 +1,6 @@
+// The fused cell against its composition from plain ops. Every op's own gradient check against float64 finite
+// differences is in the op × engine suite (test/op-engines.test.ts, cases in test/op-cases.ts).
+
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { CpuEngine } from "../src/engines/cpu.js";
@@ -5,23 +8,16 @@ import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { type Parameter, ParameterCollection } from "../src/model/parameters.js";
 import {
   add,
-  affine,
   cmul,
   concat,
-  dropout,
   logistic,
-  lookup,
   lstmCell,
   matVec,
   parameter,
   pickNegLogSoftmax,
   pickRange,
-  relu,
-  sub,
-  sum,
   tanh,
 } from "../src/ops/index.js";
-import { gradientCheck } from "./helpers.js";
 
 /** A collection with one vector per entry of `dims`, uniformly random in ±1 (seeded). */
 function vectors(seed: number, ...dims: number[]): { pc: ParameterCollection; ps: Parameter[] } {
@@ -29,111 +25,6 @@ function vectors(seed: number, ...dims: number[]): { pc: ParameterCollection; ps
   const ps = dims.map((n, k) => pc.addParameters(n, { kind: "uniform", scale: 1 }, `v${k}`));
   return { pc, ps };
 }
-
-function expectGradientsMatch(pc: ParameterCollection, build: (cg: ComputationGraph) => Expression): void {
-  const { checked, mismatches } = gradientCheck(pc, build);
-  assert.ok(checked > 0, "no gradient element was checked");
-  assert.deepEqual(mismatches.slice(0, 5), [], `${mismatches.length} of ${checked} gradient elements differ`);
-}
-
-const loss = (y: Expression, label = 1): Expression => pickNegLogSoftmax(y, label);
-
-describe("gradient checks against float64 central differences", () => {
-  test("matVec", () => {
-    const pc = new ParameterCollection({ seed: 3 });
-    const W = pc.addParameters([3, 4], undefined, "W");
-    const x = pc.addParameters(4, { kind: "uniform", scale: 1 }, "x");
-    expectGradientsMatch(pc, (cg) => loss(matVec(W, parameter(cg, x))));
-  });
-
-  test("affine with two products", () => {
-    const pc = new ParameterCollection({ seed: 4 });
-    const b = pc.addParameters(3, { kind: "uniform", scale: 1 }, "b");
-    const W1 = pc.addParameters([3, 4], undefined, "W1");
-    const W2 = pc.addParameters([3, 2], undefined, "W2");
-    const x1 = pc.addParameters(4, { kind: "uniform", scale: 1 }, "x1");
-    const x2 = pc.addParameters(2, { kind: "uniform", scale: 1 }, "x2");
-    expectGradientsMatch(pc, (cg) => loss(affine([b, W1, parameter(cg, x1), W2, parameter(cg, x2)]), 2));
-  });
-
-  test("concat and pickRange", () => {
-    const { pc, ps } = vectors(5, 2, 3);
-    expectGradientsMatch(pc, (cg) => loss(pickRange(concat([parameter(cg, ps[0]!), ps[1]!]), 1, 5), 0));
-  });
-
-  for (const [name, f] of [
-    ["add", add],
-    ["sub", sub],
-    ["cmul", cmul],
-  ] as const) {
-    test(name, () => {
-      const { pc, ps } = vectors(6, 4, 4);
-      expectGradientsMatch(pc, (cg) => loss(f(parameter(cg, ps[0]!), ps[1]!), 3));
-    });
-  }
-
-  for (const [name, f] of [
-    ["tanh", tanh],
-    ["logistic", logistic],
-    ["relu", relu],
-  ] as const) {
-    test(name, () => {
-      const { pc, ps } = vectors(7, 6);
-      // keep relu's inputs away from its kink, where the derivative is undefined
-      const v = ps[0]!.value;
-      for (let k = 0; k < v.length; k++) if (Math.abs(v[k]!) < 0.05) v[k] = 0.3;
-      expectGradientsMatch(pc, (cg) => loss(f(parameter(cg, ps[0]!)), 2));
-    });
-  }
-
-  test("dropout (a fixed mask for a fixed key)", () => {
-    const { pc, ps } = vectors(8, 16);
-    expectGradientsMatch(pc, (cg) => {
-      cg.dropoutKey = 1234;
-      return loss(dropout(tanh(parameter(cg, ps[0]!)), 0.4), 5);
-    });
-  });
-
-  test("pickNegLogSoftmax for every label", () => {
-    const { pc, ps } = vectors(9, 5);
-    for (let label = 0; label < 5; label++) expectGradientsMatch(pc, (cg) => loss(parameter(cg, ps[0]!), label));
-  });
-
-  test("sum (esum) of three vectors", () => {
-    const { pc, ps } = vectors(10, 4, 4, 4);
-    expectGradientsMatch(pc, (cg) => loss(sum([parameter(cg, ps[0]!), ps[1]!, tanh(parameter(cg, ps[2]!))]), 0));
-  });
-
-  test("lookup with a row used twice (sparse, accumulated)", () => {
-    const pc = new ParameterCollection({ seed: 11 });
-    const E = pc.addLookupParameters(5, 3, { kind: "uniform", scale: 1 }, "E");
-    expectGradientsMatch(pc, (cg) => loss(concat([lookup(cg, E, 1), lookup(cg, E, 3), lookup(cg, E, 1)]), 4));
-  });
-
-  test("reused node: gradients accumulate over both uses", () => {
-    const { pc, ps } = vectors(12, 4);
-    expectGradientsMatch(pc, (cg) => {
-      const y = tanh(parameter(cg, ps[0]!));
-      return loss(cmul(add(y, y), y), 1);
-    });
-  });
-
-  for (const k of [0, 1, 2, 3]) {
-    test(`lstmCell with ${k} children (${["leaf", "LSTM step", "binary Tree-LSTM node", "3-ary node"][k]})`, () => {
-      const H = 3;
-      const { pc, ps } = vectors(13 + k, (3 + k) * H, ...new Array<number>(k).fill(H));
-      expectGradientsMatch(pc, (cg) =>
-        loss(
-          lstmCell(
-            parameter(cg, ps[0]!),
-            ps.slice(1).map((p) => parameter(cg, p)),
-          ),
-          4,
-        ),
-      );
-    });
-  }
-});
 
 /** The unfused composition of lstmCell from plain ops: the function the fused op must equal. */
 function lstmCellFromOps(gates: Expression, cs: Expression[], H: number): Expression {

@@ -13,12 +13,12 @@ import type { BatchStrategy } from "../../src/engines/autobatch/plan.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import { createEngine } from "../../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
-import { Op } from "../../src/graph/opcodes.js";
 import type { ParameterCollection } from "../../src/model/parameters.js";
 import { TreeLstmModel } from "../../src/models/treelstm.js";
 import { makeTrainer } from "../../src/train/trainers.js";
 import { wideCase } from "../autobatch-emulator.js";
 import { expectedLaunches } from "../autobatch-launches.js";
+import { compareWithCpu, type EngineUnderTest, engineRun, scaleTolerance } from "../op-suite.js";
 import { buildRandomGraph, buildTreeLstmBatch, randomModel, randomTrees, treeLstmModel } from "../random-graph.js";
 
 const available = cudaAvailable();
@@ -34,14 +34,8 @@ const gpuEngine = (params: ParameterCollection, strategy: BatchStrategy, gemm: G
 /** |a − b| ≤ 1e-4 · max(|b|, largest |b| of the array, 1e-3): relative 1e-4 at the array's scale. */
 function assertClose(actual: Float32Array, expected: Float32Array, what: string): void {
   assert.equal(actual.length, expected.length, `${what}: length`);
-  let scale = 0;
-  for (const x of expected) scale = Math.max(scale, Math.abs(x));
-  for (let k = 0; k < expected.length; k++) {
-    const e = expected[k]!;
-    if (!(Math.abs(actual[k]! - e) <= 1e-4 * Math.max(Math.abs(e), scale, 1e-3))) {
-      assert.fail(`${what}: element ${k} is ${actual[k]}, expected ${e}`);
-    }
-  }
+  const k = scaleTolerance(1e-4).values(actual, expected);
+  if (k >= 0) assert.fail(`${what}: element ${k} is ${actual[k]}, expected ${expected[k]}`);
 }
 
 interface Case {
@@ -49,51 +43,36 @@ interface Case {
   build: (cg: ComputationGraph) => Expression;
 }
 
-/** The case on the CPU engine and on the GPU: loss, every node's value and gradient, parameter gradients, rows. */
-function compare(make: () => Case, strategy: BatchStrategy, what: string, everyNode = true, gemm?: GemmMode): void {
-  const ref = make();
-  const got = make();
-  const cgR = new ComputationGraph();
-  const cgG = new ComputationGraph();
-  const lossR = ref.build(cgR);
-  const lossG = got.build(cgG);
-  const cpu = new CpuEngine(ref.params);
-  const gpu = gpuEngine(got.params, strategy, gemm);
-  try {
-    const lr = cpu.forwardScalar(lossR);
-    const lg = gpu.forwardScalar(lossG);
-    assert.ok(Math.abs(lg - lr) <= 1e-4 * Math.max(1, Math.abs(lr)), `${what}: loss ${lg}, expected ${lr}`);
-    cpu.backward(lossR);
-    gpu.backward(lossG);
-    for (let i = 0; everyNode && i <= lossR.id; i++) {
-      assertClose(gpu.value(cgG.expression(i)), cpu.value(cgR.expression(i)), `${what}: value of ${cgR.describe(i)}`);
-      if (cgR.op[i] === Op.Parameter) continue;
-      assertClose(
-        gpu.gradient(cgG.expression(i)),
-        cpu.gradient(cgR.expression(i)),
-        `${what}: gradient of ${cgR.describe(i)}`,
-      );
-    }
-    for (const p of ref.params.all) {
-      assertClose(gpu.device.readGradient(p.index), p.grad, `${what}: gradient of parameter '${p.name}'`);
-      if (p.kind !== "lookup") continue;
-      const rows = gpu.device.touchedRows(p.index).sort((a, b) => a - b);
-      assert.deepEqual(
-        rows,
-        [...p.touchedRows].sort((a, b) => a - b),
-        `${what}: touched rows of '${p.name}'`,
-      );
-    }
-  } finally {
-    gpu.dispose();
-  }
+/**
+ * The case on the CPU engine and on the GPU (the op suite's comparison): loss, every node's value and gradient
+ * (unless `everyNode` is false), parameter gradients, touched rows.
+ */
+async function compare(
+  make: () => Case,
+  strategy: BatchStrategy,
+  what: string,
+  everyNode = true,
+  gemm: GemmMode = "kernels",
+): Promise<void> {
+  const engine: EngineUnderTest = {
+    name: `autobatch GPU (${strategy}, ${gemm})`,
+    tolerance: scaleTolerance(1e-4),
+    run(params, cg, loss) {
+      const e = gpuEngine(params, strategy, gemm);
+      return engineRun(e, cg, loss, {
+        parameterGradient: (i) => e.device.readGradient(i),
+        touchedRows: (i) => e.device.touchedRows(i),
+      });
+    },
+  };
+  assert.equal(await compareWithCpu(make, engine, { everyNode }), "", what);
 }
 
 describe("GPU autobatch engine against the CPU engine", { skip }, () => {
-  test("random graphs (every op, unreached nodes, computed weights and biases, dropout), both strategies", () => {
+  test("random graphs (every op, unreached nodes, computed weights and biases, dropout), both strategies", async () => {
     for (let seed = 1; seed <= 8; seed++) {
       for (const strategy of STRATEGIES) {
-        compare(
+        await compare(
           () => {
             const m = randomModel(seed);
             return { params: m.params, build: (cg) => buildRandomGraph(cg, m, { seed, steps: 28 }) };
@@ -105,14 +84,14 @@ describe("GPU autobatch engine against the CPU engine", { skip }, () => {
     }
   });
 
-  test("Tree-LSTM batches (small, and 24 trees at hidden 64), both strategies", () => {
+  test("Tree-LSTM batches (small, and 24 trees at hidden 64), both strategies", async () => {
     for (const [seed, count, hidden, embed] of [
       [1, 5, 3, 4],
       [2, 24, 64, 32],
     ] as const) {
       const trees = randomTrees(seed, count, { minWords: 1, maxWords: 20, vocab: 40 });
       for (const strategy of STRATEGIES) {
-        compare(
+        await compare(
           () => {
             const m = treeLstmModel(seed, { hidden, embed, vocab: 40 });
             return { params: m.params, build: (cg) => buildTreeLstmBatch(cg, m, trees) };
@@ -125,26 +104,26 @@ describe("GPU autobatch engine against the CPU engine", { skip }, () => {
     }
   });
 
-  test("batches wider than a block: 300-row products, 300-class softmax, H = 150 cells, a sum of 220", () => {
-    for (const strategy of STRATEGIES) compare(() => wideCase(5), strategy, `wide ${strategy}`);
+  test("batches wider than a block: 300-row products, 300-class softmax, H = 150 cells, a sum of 220", async () => {
+    for (const strategy of STRATEGIES) await compare(() => wideCase(5), strategy, `wide ${strategy}`);
   });
 
-  test("products through cuBLAS (gemm: 'cublas'): random graphs, Tree-LSTM, wide batches", () => {
+  test("products through cuBLAS (gemm: 'cublas'): random graphs, Tree-LSTM, wide batches", async () => {
     for (const strategy of STRATEGIES) {
       for (let seed = 1; seed <= 3; seed++) {
         const make = () => {
           const m = randomModel(seed);
           return { params: m.params, build: (cg: ComputationGraph) => buildRandomGraph(cg, m, { seed, steps: 28 }) };
         };
-        compare(make, strategy, `cuBLAS seed ${seed} ${strategy}`, true, "cublas");
+        await compare(make, strategy, `cuBLAS seed ${seed} ${strategy}`, true, "cublas");
       }
       const trees = randomTrees(2, 24, { minWords: 1, maxWords: 20, vocab: 40 });
       const make = () => {
         const m = treeLstmModel(2, { hidden: 64, embed: 32, vocab: 40 });
         return { params: m.params, build: (cg: ComputationGraph) => buildTreeLstmBatch(cg, m, trees) };
       };
-      compare(make, strategy, `cuBLAS trees ${strategy}`, false, "cublas");
-      compare(() => wideCase(5), strategy, `cuBLAS wide ${strategy}`, true, "cublas");
+      await compare(make, strategy, `cuBLAS trees ${strategy}`, false, "cublas");
+      await compare(() => wideCase(5), strategy, `cuBLAS wide ${strategy}`, true, "cublas");
     }
   });
 
