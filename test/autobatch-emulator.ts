@@ -7,7 +7,7 @@
 
 import { type RowMajorGemm, rowMajorGemm } from "../src/cuda/index.js";
 import type { DeviceCommand } from "../src/engines/autobatch/cuda-backend.js";
-import { AB_BIAS_CHUNK, AB_NONE } from "../src/engines/autobatch/cuda-kernels.js";
+import { AB_BIAS_CHUNK, AB_NONE, BinaryCode, UnaryCode } from "../src/engines/autobatch/cuda-kernels.js";
 import type { AutobatchDevice, AutobatchLaunchCounts } from "../src/engines/autobatch/gpu-engine.js";
 import type { ComputationGraph, Expression } from "../src/graph/graph.js";
 import { type LookupParameter, ParameterCollection } from "../src/model/parameters.js";
@@ -21,6 +21,32 @@ const floatOf = (bitsValue: number): number => {
   u32[0] = bitsValue;
   return f32[0]!;
 };
+
+/** ab_unary's operations by code: y from x, and the gradient from dy, y and x (a new code must be added here). */
+const UNARY: { readonly [c in UnaryCode]: { y(x: number): number; dx(g: number, y: number, x: number): number } } = {
+  [UnaryCode.Tanh]: { y: Math.tanh, dx: (g, y) => g * (1 - y * y) },
+  [UnaryCode.Logistic]: { y: sigmoid, dx: (g, y) => g * y * (1 - y) },
+  [UnaryCode.Relu]: { y: (x) => Math.max(x, 0), dx: (g, _, x) => (x > 0 ? g : 0) },
+};
+
+/** ab_binary's operations by code: y from a and b, and the gradients' factors (da = g·fa, db = g·fb). */
+const BINARY: {
+  readonly [c in BinaryCode]: {
+    y(a: number, b: number): number;
+    da(a: number, b: number): number;
+    db(a: number, b: number): number;
+  };
+} = {
+  [BinaryCode.Add]: { y: (a, b) => a + b, da: () => 1, db: () => 1 },
+  [BinaryCode.Sub]: { y: (a, b) => a - b, da: () => 1, db: () => -1 },
+  [BinaryCode.CMul]: { y: (a, b) => a * b, da: (_, b) => b, db: (a) => a },
+};
+
+function codeOf<T extends object>(table: T, kernel: string, code: number): T[keyof T] {
+  const op = (table as Record<number, T[keyof T] | undefined>)[code];
+  if (op === undefined) throw new Error(`emulator: ${kernel} has no operation ${code}`);
+  return op;
+}
 
 export class EmulatedAutobatchDevice implements AutobatchDevice {
   readonly name = "emulator";
@@ -173,36 +199,23 @@ export class EmulatedAutobatchDevice implements AutobatchDevice {
   private element(name: string, q: (k: number) => number, r: number, len: number, extra: number): void {
     const P = this.pool;
     switch (name) {
-      case "ab_unary": {
-        const x = P[q(1) + r]!;
-        P[q(0) + r] = extra === 0 ? Math.tanh(x) : extra === 1 ? sigmoid(x) : Math.max(x, 0);
+      case "ab_unary":
+        P[q(0) + r] = codeOf(UNARY, name, extra).y(P[q(1) + r]!);
         return;
-      }
       case "ab_unary_backward": {
-        const g = P[q(0) + r]!;
-        const y = P[q(2) + r]!;
-        if (extra === 0) P[q(1) + r]! += g * (1 - y * y);
-        else if (extra === 1) P[q(1) + r]! += g * y * (1 - y);
-        else if (P[q(3) + r]! > 0) P[q(1) + r]! += g;
+        const dx = codeOf(UNARY, name, extra).dx(P[q(0) + r]!, P[q(2) + r]!, P[q(3) + r]!);
+        P[q(1) + r]! += dx;
         return;
       }
-      case "ab_binary": {
-        const x = P[q(1) + r]!;
-        const y = P[q(2) + r]!;
-        P[q(0) + r] = extra === 0 ? x + y : extra === 1 ? x - y : x * y;
+      case "ab_binary":
+        P[q(0) + r] = codeOf(BINARY, name, extra).y(P[q(1) + r]!, P[q(2) + r]!);
         return;
-      }
       case "ab_binary_backward": {
+        const op = codeOf(BINARY, name, extra);
         const g = P[q(0) + r]!;
-        if (extra === 2) {
-          const x = P[q(3) + r]!;
-          const y = P[q(4) + r]!;
-          P[q(1) + r]! += g * y;
-          P[q(2) + r]! += g * x;
-        } else {
-          P[q(1) + r]! += g;
-          P[q(2) + r]! += extra === 0 ? g : -g;
-        }
+        const [a, b] = [P[q(3) + r]!, P[q(4) + r]!];
+        P[q(1) + r]! += g * op.da(a, b);
+        P[q(2) + r]! += g * op.db(a, b);
         return;
       }
       case "ab_dropout":

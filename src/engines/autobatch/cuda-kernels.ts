@@ -31,8 +31,10 @@ export const AB_NONE = 0xffff_ffff;
 
 /** Operation codes of ab_unary / ab_unary_backward. */
 export const UnaryCode = { Tanh: 0, Logistic: 1, Relu: 2 } as const;
+export type UnaryCode = (typeof UnaryCode)[keyof typeof UnaryCode];
 /** Operation codes of ab_binary / ab_binary_backward. */
 export const BinaryCode = { Add: 0, Sub: 1, CMul: 2 } as const;
+export type BinaryCode = (typeof BinaryCode)[keyof typeof BinaryCode];
 
 export const AUTOBATCH_PROGRAM = "vpps_autobatch.cu";
 

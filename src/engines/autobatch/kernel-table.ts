@@ -22,7 +22,7 @@ const nothing = (): void => {};
 const length = (g: ComputationGraph, i: number): number => g.rows[i]! * g.cols[i]!;
 
 /** y = a + b | a − b | a ⊙ b (ab_binary, operation `code`). */
-function binary(code: number): BatchedKernel {
+function binary(code: BinaryCode): BatchedKernel {
   return {
     forward(w, g, nodes, start, end) {
       const { val } = w;
@@ -50,7 +50,7 @@ function binary(code: number): BatchedKernel {
 }
 
 /** y = tanh(x) | σ(x) | max(0, x) (ab_unary, operation `code`). */
-function unary(code: number): BatchedKernel {
+function unary(code: UnaryCode): BatchedKernel {
   return {
     forward(w, g, nodes, start, end) {
       const { val } = w;
