@@ -38,5 +38,7 @@ export function batchSignature(g: ComputationGraph, i: number): string {
   if (scratchKey.length < room) scratchKey = new Int32Array(room);
   scratchKey[0] = op;
   const len = OPS[op]!.signature(g, i, scratchKey);
-  return Array.from(scratchKey.subarray(0, len)).join(":");
+  let s = len > 0 ? `${op}` : "";
+  for (let k = 1; k < len; k++) s += `:${scratchKey[k]}`;
+  return s;
 }
