@@ -13,7 +13,7 @@ import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import { planVpps } from "../src/engines/vpps/plan/plan.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, benchTrees, machine, median, writeResult } from "./common.js";
 
 const quick = process.argv.includes("--quick");

@@ -17,7 +17,7 @@ import { planVpps } from "../src/engines/vpps/plan/plan.js";
 import { SchedulePool } from "../src/engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, loadBenchTrees, median } from "./common.js";
 
 const argv = process.argv.slice(2);

@@ -16,7 +16,7 @@ import { CpuEngine } from "../src/engines/cpu.js";
 import { enumeratePlans, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { type VariantInfo, Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
 
 /**
  * Kernel timing samples two consecutive batches in every TIMING_EVERY (Vpps option `timing`): CUDA events around

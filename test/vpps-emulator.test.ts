@@ -14,7 +14,7 @@ import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/script/emu
 import { disassemble, instructionWords, Opcode } from "../src/engines/vpps/script/format.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
 import { AdamTrainer } from "../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";

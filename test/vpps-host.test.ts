@@ -13,7 +13,7 @@ import { type BatchLayout, createModelLayout, type ModelLayout } from "../src/en
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { type BatchSchedule, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
 const H = 16;

@@ -23,7 +23,7 @@ import { SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule/
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression, snapshotInputs } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax, tanh } from "../src/ops/index.js";
 import { buildRandomVppsGraph, type RandomVppsModel, randomVppsModel } from "./random-graph.js";
 

@@ -30,7 +30,7 @@ import {
 } from "../../src/cuda/index.js";
 import { generateKernelSource } from "../../src/engines/vpps/codegen/template.js";
 import { enumeratePlans } from "../../src/engines/vpps/plan/plan.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;

@@ -15,7 +15,7 @@ import { isPipelined } from "../../src/engines/engine.js";
 import { VppsEngine } from "../../src/engines/vpps/engine.js";
 import type { VppsOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { AdamTrainer, SimpleSGDTrainer, type Trainer } from "../../src/train/trainers.js";
 
 const available = cudaAvailable();

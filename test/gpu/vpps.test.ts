@@ -24,7 +24,7 @@ import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engin
 import { Vpps, type VppsOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
-import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../../src/ops/index.js";
 import { AdamTrainer, SimpleSGDTrainer } from "../../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
