@@ -131,10 +131,7 @@ describe("the vpps command line from the registries", () => {
     assert.equal(top.code, 0);
     const help = top.stdout.replace(/\s+/g, " "); // commander wraps lines
     assert.match(help, /Models: treelstm \(Tree-LSTM\)/);
-    assert.match(
-      help,
-      /Engines: cpu \(reference\), eager, autobatch \(DyNet-style\), vpps \(persistent kernel\)/,
-    );
+    assert.match(help, /Engines: cpu \(reference\), eager, autobatch \(DyNet-style\), vpps \(persistent kernel\)/);
     for (const command of ["train", "eval", "plan"]) {
       const h = vpps(command, "--help");
       assert.equal(h.code, 0);

@@ -98,7 +98,7 @@ class ToyTagger implements TaskModel<TaggedSentence> {
   }
 }
 
-const tokenAccuracy: Metric<TaggedSentence> = {
+const tokenAccuracy: Metric<TaggedSentence, ToyVocabulary> = {
   key: "tokenAccuracy",
   name: "token accuracy",
   compute(sentences, predicted) {
@@ -114,7 +114,7 @@ const tokenAccuracy: Metric<TaggedSentence> = {
   },
 };
 
-const sentenceAccuracy: Metric<TaggedSentence> = {
+const sentenceAccuracy: Metric<TaggedSentence, ToyVocabulary> = {
   key: "sentenceAccuracy",
   name: "sentence accuracy",
   compute(sentences, predicted) {

@@ -105,7 +105,7 @@ describe("the generic training loop on a second task (a toy tagger)", () => {
     assert.ok(last.trainLoss < summary.epochs[0]!.trainLoss && last.trainLoss < Math.log(2), `${last.trainLoss}`);
     assert.equal(summary.bestDevAccuracy, Math.max(...summary.epochs.map((e) => e.devAccuracy)));
     assert.equal(summary.parameters, model.params.count);
-    const again = evaluate(model, toyTask.metrics, new CpuEngine(model.params), data.dev);
+    const again = evaluate(model, toyTask.metrics, vocab, new CpuEngine(model.params), data.dev);
     assert.deepEqual(again, last.devMetrics, "evaluation is deterministic");
   });
 
@@ -132,9 +132,10 @@ describe("the generic training loop on a second task (a toy tagger)", () => {
     // rebuilt from state.json and the last checkpoint alone, the model scores what training reported
     const saved = JSON.parse(readFileSync(join(b, "state.json"), "utf8")) as RunState;
     const options = toyTask.restoreOptions(saved.options, toyTask.defaults);
-    const rebuilt = toyTask.create(options, toyTask.vocabulary.fromJSON(saved.vocabulary), 99);
+    const savedVocab = toyTask.vocabulary.fromJSON(saved.vocabulary);
+    const rebuilt = toyTask.create(options, savedVocab, 99);
     loadParameters(rebuilt.params, join(b, "epoch-2.safetensors"));
-    const metrics = evaluate(rebuilt, toyTask.metrics, new CpuEngine(rebuilt.params), data.dev);
+    const metrics = evaluate(rebuilt, toyTask.metrics, savedVocab, new CpuEngine(rebuilt.params), data.dev);
     assert.deepEqual(metrics, saved.epochs[1]!.devMetrics);
     assert.throws(
       () => toyTask.restoreOptions({ embed: 0 }, toyTask.defaults),
@@ -168,7 +169,7 @@ describe("the generic training loop on a second task (a toy tagger)", () => {
       assert.deepEqual(e.devMetrics, reference.summary.epochs[k]!.devMetrics, `epoch ${k + 1}: the same metrics`);
     });
     assert.throws(
-      () => evaluate(reference.model, toyTask.metrics, new TrainOnlyEngine(reference.model.params), data.dev),
+      () => evaluate(reference.model, toyTask.metrics, vocab, new TrainOnlyEngine(reference.model.params), data.dev),
       /engine train-only cannot run forward-only passes/,
     );
   });

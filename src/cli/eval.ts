@@ -40,7 +40,7 @@ export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
   const engine = createEvaluationEngine(opts.engine, model.params, { batching: opts.batching, device: opts.device });
   let metrics: Record<string, number>;
   try {
-    metrics = evaluate(model, task.metrics, engine, examples, opts.batch);
+    metrics = evaluate(model, task.metrics, run.vocab, engine, examples, opts.batch);
   } finally {
     engine.dispose();
   }

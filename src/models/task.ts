@@ -74,8 +74,8 @@ export interface TaskVocabulary<E, V> {
   describe(vocab: V): string;
 }
 
-/** A quality measure on held-out examples. */
-export interface Metric<E> {
+/** A quality measure on held-out examples (`V`: the vocabulary, to name predicted classes: tags for entity F1). */
+export interface Metric<E, V = unknown> {
   /** Its key in results (`devMetrics`, `vpps eval --json`): "rootAccuracy". */
   readonly key: string;
   /** In messages: "root accuracy". */
@@ -84,7 +84,7 @@ export interface Metric<E> {
    * The measure, in [0, 1], from each example's predicted classes: the argmax of each score expression
    * `buildScores` made for it, in its order.
    */
-  compute(examples: readonly E[], predicted: readonly (readonly number[])[]): number;
+  compute(examples: readonly E[], predicted: readonly (readonly number[])[], vocab: V): number;
 }
 
 /** A built model: its parameters and the graphs of its loss and its predictions. */
@@ -115,7 +115,7 @@ export interface Task<E, V, O extends ModelOptions, M extends TaskModel<E>> {
   readonly data: TaskData<E>;
   readonly vocabulary: TaskVocabulary<E, V>;
   /** The metrics evaluation reports; the first decides the best epoch (and is `devAccuracy` in results). */
-  readonly metrics: readonly [Metric<E>, ...Metric<E>[]];
+  readonly metrics: readonly [Metric<E, V>, ...Metric<E, V>[]];
   /** A model with these options over this vocabulary, its parameters initialised from `seed`. */
   create(options: O, vocab: V, seed: number): M;
   /**

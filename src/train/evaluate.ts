@@ -5,18 +5,19 @@ import type { Metric, TaskModel } from "../models/task.js";
 
 /**
  * Every metric of `metrics` on `examples` (by key), from forward-only passes on `engine` (one that can run them:
- * `capabilities.forwardOnly`; see `ForwardPasses`), `batch` examples per graph.
+ * `capabilities.forwardOnly`; see `ForwardPasses`), `batch` examples per graph. `vocab` is the model's vocabulary.
  */
-export function evaluate<E>(
+export function evaluate<E, V>(
   model: TaskModel<E>,
-  metrics: readonly Metric<E>[],
+  metrics: readonly Metric<E, V>[],
+  vocab: V,
   engine: Engine,
   examples: readonly E[],
   batch = 64,
 ): Record<string, number> {
   const predicted = predict(model, engine, examples, batch);
   const out: Record<string, number> = {};
-  for (const m of metrics) out[m.key] = m.compute(examples, predicted);
+  for (const m of metrics) out[m.key] = m.compute(examples, predicted, vocab);
   return out;
 }
 

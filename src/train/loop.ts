@@ -168,7 +168,7 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
         );
       }
       const seconds = (performance.now() - t0) / 1000;
-      const devMetrics = evaluate(model, task.metrics, forwardPasses.engine(), cfg.dev);
+      const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
       let checkpoint: string | null = null;
       if (cfg.outDir) {
         checkpoint = join(cfg.outDir, `epoch-${epoch}.safetensors`);

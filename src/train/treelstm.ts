@@ -62,7 +62,7 @@ export function evaluateTreeLstm(
   const metric = treeLstmTask.metrics[0];
   const passes = new ForwardPasses(engine, model.params);
   try {
-    return evaluate(new TreeLstmTaskModel(model, vocab), [metric], passes.engine(), trees, batch)[metric.key]!;
+    return evaluate(new TreeLstmTaskModel(model, vocab), [metric], vocab, passes.engine(), trees, batch)[metric.key]!;
   } finally {
     passes.dispose();
   }
