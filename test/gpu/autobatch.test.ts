@@ -14,7 +14,7 @@ import { CpuEngine } from "../../src/engines/cpu.js";
 import { createEngine } from "../../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import type { ParameterCollection } from "../../src/model/parameters.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { makeTrainer } from "../../src/train/trainers.js";
 import { wideCase } from "../autobatch-emulator.js";
 import { expectedLaunches } from "../autobatch-launches.js";

@@ -13,7 +13,7 @@ import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { createEngine } from "../../src/engines/index.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { input, logistic, lookup, matVec, pickNegLogSoftmax, pickRange, sum, tanh } from "../../src/ops/index.js";
 import { makeTrainer } from "../../src/train/trainers.js";
 import { elementTolerance } from "../op-suite.js";
