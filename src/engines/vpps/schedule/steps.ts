@@ -16,7 +16,8 @@
  */
 import type { BatchLayout } from "../plan/layout.js";
 import type { VppsPlan } from "../plan/plan.js";
-import { LIST_ENTRIES, NONE, Opcode, ScriptWriter, TILE } from "../script/format.js";
+import { LIST_ENTRIES, NONE, Opcode, TILE } from "../script/format.js";
+import { ScriptWriter } from "../script/writer.js";
 
 /** Load of one weight element of a matrix product relative to one float of an elementwise instruction. */
 export const MATRIX_LOAD_WEIGHT = 0.25;
