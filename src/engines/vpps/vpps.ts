@@ -36,7 +36,7 @@ import {
   momentsOfParameters,
 } from "./runtime/moments.js";
 import { PIPELINE_SLOTS } from "./runtime/pipeline.js";
-import { type KernelVariant, VppsRuntime } from "./runtime/runtime.js";
+import { type KernelVariant, VppsRuntime } from "./runtime/submit.js";
 import type { ScheduledBatch } from "./schedule/batch.js";
 import { defaultScheduleWorkers, type PooledBatch, SchedulePool } from "./schedule/pool.js";
 import { VppsScheduler } from "./schedule/scheduler.js";

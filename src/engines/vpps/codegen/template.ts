@@ -43,24 +43,20 @@ import {
   STATIC_HELPERS,
   STATUS_FINISHED,
   STATUS_LOSS,
-  STATUS_WORDS,
 } from "./interpreter.js";
+import { MATRIX_ROUTINES } from "./matrix.js";
+import { renderMatrixCases } from "./matrix-cases.js";
+import { renderMatrixStructs, renderSlotDeclarations } from "./slots.js";
 import {
   binaryCellBackward,
   groupWaits,
-  MATRIX_ROUTINES,
   REDUCE_BLOCK_COLS,
-  renderMatrixCases,
-  renderMatrixStructs,
-  renderSlotDeclarations,
   STAGE_ENTRY_WORDS,
   STAGE_FLOATS,
   STAGE_YBAR_FLOATS,
   stageLoads,
-  tileRoutines,
-} from "./matrix.js";
-
-export { KERNEL_ERRORS, STATUS_WORDS };
+} from "./staging.js";
+import { tileRoutines } from "./tile.js";
 
 /** The named spec a kernel is rendered from (together with the plan, which fixes rpw, CTAs and the deal). */
 export interface KernelSpec {
