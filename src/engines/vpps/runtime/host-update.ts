@@ -3,7 +3,6 @@
  * matrix (W̄ = Ȳᵀ·X over the rows the kernel collected), then the clipped SGD or Adam step of every parameter by two
  * list kernels, over a list of update entries written behind the batch's script in its slot's region.
  */
-import { DEVICE_ADAM } from "../../../codegen/device-math.js";
 import { type CudaKernel, karg } from "../../../cuda/index.js";
 import type { GpuContext } from "../../gpu/context.js";
 import type { ModelLayout } from "../plan/layout.js";
@@ -25,12 +24,16 @@ const NO_GRADIENT = 0xffffffff;
 /**
  * Clipped SGD over a list of (parameter, gradient, length) triples of float offsets from one base, and Adam over a
  * list of (parameter, gradient, m, v, length) entries (m and v: offsets from the moments base; gradient NONE:
- * none this batch, it counts as zero) with the kernel's adam_element (src/codegen/device-math.ts). The norm reads
- * either list (`words` per entry, gradient second, length last).
+ * none this batch, it counts as zero). The norm reads either list (`words` per entry, gradient second, length
+ * last).
+ *
+ * The Adam element is written out here rather than taken from src/codegen/device-math.ts (DEVICE_ADAM's
+ * adam_element): the same formula through that function compiles to a different FMA contraction (NVRTC/nvcc fuse
+ * β1·m into the FMA there and (1 − β1)·g here), so the moments would differ in the last bit from what this kernel
+ * has always computed.
  */
 export const HOST_UPDATE_SOURCE = `
 typedef unsigned int u32;
-${DEVICE_ADAM.slice(1)}
 extern "C" __global__ void vpps_norm2_list(const float* base, const u32* list, int entries, int words, float* acc) {
   float s = 0.f;
   for (int e = blockIdx.x; e < entries; e += gridDim.x) {
@@ -58,7 +61,7 @@ extern "C" __global__ void vpps_sgd_list(float* base, const u32* list, int entri
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) p[i] -= step * g[i];
   }
 }
-// The kernel's Adam step (adam_element, with the same arguments), over the list.
+// The kernel's adam_element (kernel-static.ts), with the same arguments, over the list.
 extern "C" __global__ void vpps_adam_list(float* base, float* moments, const u32* list, int entries, float lr,
                                           const float* acc, float clip, float beta1, float one_minus_beta1,
                                           float beta2, float one_minus_beta2, float eps, float inv_c1, float inv_c2) {
@@ -67,7 +70,6 @@ extern "C" __global__ void vpps_adam_list(float* base, float* moments, const u32
     const float norm = sqrtf(*acc);
     if (norm > clip) scale = clip / norm;
   }
-  const AdamArgs a = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_c1, inv_c2};
   for (int e = blockIdx.x; e < entries; e += gridDim.x) {
     float* p = base + list[5 * e];
     const u32 go = list[5 * e + 1];
@@ -76,10 +78,14 @@ extern "C" __global__ void vpps_adam_list(float* base, float* moments, const u32
     float* v = moments + list[5 * e + 3];
     const u32 n = list[5 * e + 4];
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-      float mi = m[i], vi = v[i];
-      p[i] = adam_element(p[i], g ? g[i] * scale : 0.f, mi, vi, a);
+      const float gi = g ? g[i] * scale : 0.f;
+      const float mi = beta1 * m[i] + one_minus_beta1 * gi;
+      const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
       m[i] = mi;
       v[i] = vi;
+      float root;
+      asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(root) : "f"(vi * inv_c2));
+      p[i] -= __fdividef(lr * (mi * inv_c1), root + eps);
     }
   }
 }
