@@ -4,9 +4,9 @@
  * processors, and the parameter update closes the script.
  *
  * - Products with a matrix go to every CTA holding rows of it; all products of one matrix in one step form one
- *   list instruction per holder (schedule-steps.ts). Any other instruction goes to the least-loaded CTA of the step
+ *   list instruction per holder (steps.ts). Any other instruction goes to the least-loaded CTA of the step
  *   (load ≈ floats touched, matrix work announced before anything is placed).
- * - Signals and waits only where data crosses processors (schedule-steps.ts).
+ * - Signals and waits only where data crosses processors (steps.ts).
  * - Steps: 0 seeds the loss gradient; per level a main step and a step for the sums of affine transforms with
  *   several products; one backward step per level; then the norm for clipping, a grid-wide barrier and the update
  *   (in the kernel when every matrix keeps its gradient in registers, otherwise left to the host).
@@ -16,7 +16,7 @@ import { Op, opName } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "../plan/layout.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "../script/format.js";
-import { countBackward, DeferredWbar, emitBackward, emitUpdate } from "./backward.js";
+import { countBackward, DeferredWbar, type Emitter, emitBackward, emitUpdate } from "./backward.js";
 import { StepTracker } from "./steps.js";
 
 export interface ScheduleOptions {
@@ -48,26 +48,6 @@ export interface BatchSchedule {
   readonly liveNodes: number;
   /** The script's tile.wbar instructions add into the gradient buffer: it must be zero at launch. */
   readonly zeroGradients: boolean;
-}
-
-/** What the backward and update emitters need (schedule-backward.ts). */
-export interface Emitter {
-  readonly t: StepTracker;
-  readonly model: ModelLayout;
-  readonly options: ScheduleOptions;
-  readonly update: "kernel" | "host";
-  /** CTAs holding a partition whose gradient lives in registers. */
-  readonly registerGradCtas: Int32Array;
-  /** Scratch for variadic operands. */
-  readonly operands: Uint32Array;
-  /** W̄ entries held back to the end of the backward pass (schedule-backward.ts). */
-  readonly deferred: DeferredWbar;
-  /** Per cell node: the concatenation its lstm instruction also stores h into, or -1; and h's offset there. */
-  readonly fusedConcat: Int32Array;
-  readonly fusedOffset: Int32Array;
-  /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
-  readonly registerGrad: Uint8Array;
-  matrixOf(g: ComputationGraph, i: number, w: number): number;
 }
 
 /**
