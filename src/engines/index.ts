@@ -20,7 +20,14 @@ export { EagerEngine, type EagerEngineOptions, type EagerLaunchCounts } from "./
 export { ENGINE_NAMES, type Engine, type EngineName, isPipelined, type PipelinedEngine } from "./engine.js";
 export { VppsEngine } from "./vpps/engine.js";
 export { ScheduleWorkerError } from "./vpps/schedule/pool.js";
-export { Vpps, type VppsOptions } from "./vpps/vpps.js";
+export {
+  Vpps,
+  type VppsHostOptions,
+  type VppsInstrumentOptions,
+  type VppsOptions,
+  type VppsTrainingOptions,
+  type VppsVariantOptions,
+} from "./vpps/vpps.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */
