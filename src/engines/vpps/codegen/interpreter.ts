@@ -141,8 +141,8 @@ export function renderStaticCases(): string {
   elementwise(O.Acc, "atomicAdd(y + i, x[i]);", yx(O.Acc));
   elementwise(O.AccNeg, "atomicAdd(y + i, -x[i]);", yx(O.AccNeg));
   // A sum of few elements (the loss sums of a batch: scalars over up to ~60 operands) gives each element a warp,
-  // its lanes loading the operands at once: one thread walking them waits an L2 round trip per operand (measured
-  // on the H100: ~6.5 µs per chained sum instruction on the critical path). Wide sums keep a thread per element.
+  // its lanes loading the operands at once: one thread walking them waits an L2 round trip per operand, on the
+  // critical path of every chained sum. Wide sums keep a thread per element.
   lines.push(`      case ${opcodeConstant(O.Sum)}: { // sum: y = sum of k operands (y may be one of them)
         float* y = ${P(O.Sum, "y")}; const u32 k = ${W(O.Sum, "k")}; const u32* xs = ins + ${1 + OPCODES[O.Sum]!.fixed.length};
         if (n <= 32u) {

@@ -19,7 +19,7 @@ ${body}
           }`;
 }
 
-// The staged routines address entry words by position; the format fixes them (script.ts), this keeps them honest.
+// The staged routines address entry words by position; the format fixes them (script/format.ts), this keeps them honest.
 function checkEntryLayout(): void {
   const fwd = LIST_ENTRIES[Opcode.MatVec]!.join(",");
   const bwd = LIST_ENTRIES[Opcode.MatVecBwd]!.join(",");

@@ -32,7 +32,7 @@ function stagingHeadroom(plan: VppsPlan): number {
 }
 
 /**
- * Whether the interpreter polls a run of consecutive waits at once (a lane each; kernel-static.ts): the lanes' poll
+ * Whether the interpreter polls a run of consecutive waits at once (a lane each; interpreter.ts): the lanes' poll
  * state costs registers that the tightest plans (hidden 512) do not have (measured: a spill), so they poll one
  * wait at a time.
  */

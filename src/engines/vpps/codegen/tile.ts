@@ -15,7 +15,7 @@ const TILE_ACC = 16;
 /** Words of the CUDA struct TileArgs, which a tile instruction keeps in s_ent. */
 const TILE_ARGS_WORDS = 8;
 
-/** Position of word `name` in an entry of list instruction `op` (script.ts fixes the layout). */
+/** Position of word `name` in an entry of list instruction `op` (script/format.ts fixes the layout). */
 function entryWord(op: Opcode, name: string): number {
   const k = LIST_ENTRIES[op]?.indexOf(name) ?? -1;
   if (k < 0) throw new Error(`kernel template: ${OPCODES[op]!.mnemonic} entries have no word '${name}'`);

@@ -41,7 +41,7 @@ export interface PlanOptions {
 
 /**
  * Registers per thread a plan keeps free when it adds transposed copies: the interpreter's reserve measured for the
- * unstaged routines (64) plus 32 for the staged list routines, grouped waits (kernel-partition.ts stagingHeadroom
+ * unstaged routines (64) plus 32 for the staged list routines, grouped waits (codegen/staging.ts stagingHeadroom
  * wants 24) and load.t's loads in flight (measured: 24 left a Tree-LSTM H=512 plan spilling). A copy that would take
  * the kernel below that is not added: it would slow every list down.
  */
@@ -54,10 +54,9 @@ export const WARPS_PER_CTA = THREADS_PER_CTA / 32;
 /**
  * Registers per thread kept free of parameters for the interpreter loop, addressing, the operand-list walk of the
  * matrix instructions, the vectors a matrix routine holds while multiplying (x chunks, ȳ rows, 8 partial sums) and
- * ptxas' temporaries. Measured, not guessed: for Tree-LSTM kernels (H 256 and 512, rpw 1-4, gradients in registers
- * or by GEMM, 1-4 slots) the smallest `__maxnreg__` that compiles without spills is the parameter registers plus 49
- * to 64 (nvcc 13.0, sm_90, `-Xptxas -v`; the most with four slots of register gradients); 72 keeps a margin, and
- * test/vpps-codegen.test.ts checks zero spills on every plan the planner offers.
+ * ptxas' temporaries: the most the Tree-LSTM kernels were found to need (64, with four slots of register gradients;
+ * docs/journal/vpps-measurements.md) plus a margin. test/vpps-codegen.test.ts checks zero spills on every plan the
+ * planner offers, and the JIT refuses a kernel that spills (codegen/compile.ts).
  */
 export const INTERPRETER_RESERVED_REGS = 72;
 

@@ -228,7 +228,7 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
       accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
       return;
     case Op.Sub:
-      // only the first argument may share the node's gradient (layout.ts); the second accumulates −ȳ
+      // only the first argument may share the node's gradient (plan/layout.ts); the second accumulates −ȳ
       accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
       return;
     case Op.CMul: {
@@ -302,7 +302,7 @@ function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number
   ops[1] = value[i]!;
   ops[2] = value[a0]!;
   ops[3] = gradOrNone(L, a0);
-  // h̄ also from the parent's concatenation, when the forward stored h there (schedule.ts concat)
+  // h̄ also from the parent's concatenation, when the forward stored h there (scheduler.ts concat)
   const concat = E.fusedConcat[i]!;
   ops[4] = concat >= 0 && L.needGrad[concat] === 1 ? L.grad[concat]! + E.fusedOffset[i]! : NONE;
   if (ops[4] !== NONE) t.needGrad(q, concat);

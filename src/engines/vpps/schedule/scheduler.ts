@@ -38,7 +38,7 @@ export interface ScheduleOptions {
 
 export interface BatchSchedule {
   readonly layout: BatchLayout;
-  /** Prefix sums, all processors' scripts and the shared operand table (script.ts). */
+  /** Prefix sums, all processors' scripts and the shared operand table (script/format.ts). */
   readonly script: Uint32Array;
   /** Barrier counters the script uses (zeroed before the launch). */
   readonly barriers: number;
@@ -219,7 +219,7 @@ export class VppsScheduler implements Emitter {
       const begin = levelStart[l]!;
       const end = levelStart[l + 1]!;
       t.startStep(s++);
-      // the transposed copies, loaded where each holder's backward work begins (script.ts LoadTransposed)
+      // the transposed copies, loaded where each holder's backward work begins (script/format.ts LoadTransposed)
       if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
       this.announce(backwardProducts, l * matrices, true);
       for (let k = begin; k < end; k++) {
@@ -292,7 +292,7 @@ export class VppsScheduler implements Emitter {
 
   private forward(g: ComputationGraph, L: BatchLayout, i: number): void {
     const op = g.op[i]!;
-    if (!emitsInstructions(op)) return; // storage that already holds the value (layout.ts)
+    if (!emitsInstructions(op)) return; // storage that already holds the value (plan/layout.ts)
     // every op below has arguments; read the first (and the node's facts) once
     const args = g.args;
     const s = g.argStart[i]!;
@@ -486,7 +486,7 @@ export class VppsScheduler implements Emitter {
   }
 }
 
-/** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, layout.ts). */
+/** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, plan/layout.ts). */
 function emitsInstructions(o: number): boolean {
   return o !== Op.Input && o !== Op.Parameter && o !== Op.Lookup && o !== Op.PickRange;
 }

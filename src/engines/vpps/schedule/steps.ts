@@ -96,7 +96,7 @@ export class StepTracker {
   private neededCount = 0;
 
   constructor(plan: VppsPlan, tileEntries = DEFAULT_TILE_ENTRIES) {
-    // matrix numbers: the plan's matrices, then their transposed copies (plan.ts), each with its own barrier group
+    // matrix numbers: the plan's matrices, then their transposed copies (plan/types.ts), each with its own barrier group
     const held = [...plan.matrices, ...plan.transposed];
     if (held.length > 32) {
       throw new Error(

@@ -135,7 +135,7 @@ export enum Opcode {
   ImportGrads = 36,
   /**
    * For each table entry (y, x, b): y[r] += (b ? b[r] : 0) + W_n[r]·x (atomics) for the rows of matrix n this CTA
-   * holds. With n a transposed copy (plan.ts `transposed`: Wᵀ of a register-held matrix, its rows are W's columns)
+   * holds. With n a transposed copy (plan/types.ts `transposed`: Wᵀ of a register-held matrix, its rows are W's columns)
    * this is the x̄ += Wᵀ·ȳ of a short backward list as a forward-style product: each x̄ element is summed by one
    * warp and added once, instead of every holder of W adding a partial sum of all of x̄.
    */
