@@ -18,7 +18,7 @@ import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, deviceSlug, loadBenchTrees, resultHeader, writeResult } from "./common.js";
 import {
   BASELINE_ENGINES,

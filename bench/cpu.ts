@@ -5,7 +5,7 @@
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { makeTrainer } from "../src/train/trainers.js";
 import { benchTrees, machine, median, writeResult } from "./common.js";
 

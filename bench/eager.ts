@@ -12,7 +12,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { EagerEngine } from "../src/engines/eager/engine.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { makeTrainer } from "../src/train/trainers.js";
 import { batchAt, deviceSlug, loadBenchTrees, median, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";

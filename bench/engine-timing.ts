@@ -24,7 +24,7 @@ import { EagerEngine } from "../src/engines/eager/engine.js";
 import type { Engine } from "../src/engines/engine.js";
 import type { GpuContext } from "../src/engines/gpu/context.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import type { TreeLstmModel } from "../src/models/treelstm.js";
+import type { TreeLstmModel } from "../src/models/treelstm/model.js";
 import type { Series } from "../src/report/svg-plot.js";
 import { makeTrainer } from "../src/train/trainers.js";
 import { median } from "./common.js";

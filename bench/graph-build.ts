@@ -13,7 +13,7 @@
 import { cpus } from "node:os";
 import { Vocabulary } from "../src/data/vocab.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, loadBenchTrees, machine, median, resultHeader, writeResult } from "./common.js";
 
 const argv = process.argv.slice(2);

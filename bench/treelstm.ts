@@ -30,7 +30,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import type { VariantInfo } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
 import { renderLogLogPlot } from "../src/report/svg-plot.js";
 import { batchAt, deviceSlug, loadBenchTrees, ROOT, resultHeader, writeResult } from "./common.js";
 import {

@@ -11,7 +11,7 @@
 import { Vocabulary } from "../src/data/vocab.js";
 import { Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, loadBenchTrees } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 

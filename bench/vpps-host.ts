@@ -13,7 +13,8 @@ import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import { planVpps } from "../src/engines/vpps/plan/plan.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { onChipMatrices } from "../src/model/parameters.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, benchTrees, machine, median, writeResult } from "./common.js";
 
 const quick = process.argv.includes("--quick");
@@ -22,9 +23,7 @@ const EMBED = 256;
 const { trees, source } = benchTrees(2048);
 const vocab = Vocabulary.fromTrees(trees);
 const model = new TreeLstmModel({ vocabSize: vocab.size, embed: EMBED, hidden: HIDDEN });
-const matrices = model.params.all
-  .filter((p) => p.kind === "dense" && p.isMatrix)
-  .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+const matrices = onChipMatrices(model.params);
 const plan = planVpps(matrices, H100_SXM);
 const scheduler = new VppsScheduler(createModelLayout(model.params.all, plan));
 

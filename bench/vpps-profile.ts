@@ -16,7 +16,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { formatKernelProfile, type KernelProfile } from "../src/engines/vpps/instrument/profile.js";
 import { Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, deviceSlug, loadBenchTrees, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 

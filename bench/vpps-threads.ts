@@ -17,7 +17,8 @@ import { planVpps } from "../src/engines/vpps/plan/plan.js";
 import { SchedulePool } from "../src/engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { onChipMatrices } from "../src/model/parameters.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, loadBenchTrees, median } from "./common.js";
 
 const argv = process.argv.slice(2);
@@ -36,9 +37,7 @@ const dataAt = argv.indexOf("--data");
 const { trees, source } = loadBenchTrees(dataAt >= 0 ? argv[dataAt + 1] : undefined, 8192);
 const vocab = Vocabulary.fromTrees(trees);
 const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1 });
-const matrices = model.params.all
-  .filter((p) => p.kind === "dense" && p.isMatrix)
-  .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+const matrices = onChipMatrices(model.params);
 const plan = planVpps(matrices, H100_SXM);
 /** Nodes per timed repetition and repetitions per (k, batch); the median repetition is reported. */
 const REP_NODES = 400_000;

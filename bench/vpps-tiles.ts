@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { Vocabulary } from "../src/data/vocab.js";
 import { DEFAULT_TILE_ENTRIES } from "../src/engines/vpps/schedule/steps.js";
 import { Vpps } from "../src/engines/vpps/vpps.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, deviceSlug, loadBenchTrees, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 import { timeVppsBatch } from "./vpps-timing.js";

@@ -13,7 +13,7 @@ import { parseArgs } from "node:util";
 import { Vocabulary } from "../src/data/vocab.js";
 import { Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, deviceSlug, loadBenchTrees, median, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 

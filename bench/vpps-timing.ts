@@ -16,7 +16,8 @@ import { CpuEngine } from "../src/engines/cpu.js";
 import { enumeratePlans, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { type VariantInfo, Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+import { onChipMatrices } from "../src/model/parameters.js";
+import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
 
 /**
  * Kernel timing samples two consecutive batches in every TIMING_EVERY (Vpps option `timing`): CUDA events around
@@ -59,9 +60,7 @@ export interface VppsRow {
  * model is built as Vpps.create builds it.
  */
 export function vppsPlannerRefusal(model: TreeLstmModel, props: DeviceProperties): string | null {
-  const matrices = model.params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+  const matrices = onChipMatrices(model.params);
   const device = deviceModelOfCuda(props);
   if (enumeratePlans(matrices, device, "auto").length > 0) return null;
   try {

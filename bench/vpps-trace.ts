@@ -17,7 +17,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { formatKernelTrace, type TraceAnalysis } from "../src/engines/vpps/instrument/trace.js";
 import { Vpps } from "../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, deviceSlug, loadBenchTrees, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 

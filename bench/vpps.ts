@@ -24,7 +24,7 @@ import { join } from "node:path";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import type { VariantInfo } from "../src/engines/vpps/vpps.js";
-import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
 import { batchAt, deviceSlug, loadBenchTrees, ROOT, resultHeader, writeResult } from "./common.js";
 import { requireGpu } from "./engine-timing.js";
 import {

@@ -22,13 +22,12 @@
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import type { PoolStats } from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
-import type { ParameterCollection } from "../../model/parameters.js";
+import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { GpuContext } from "../gpu/context.js";
 import {
   type CompiledVariant,
   compileVariantsAsync,
   loadVariants,
-  matricesOf,
   plansFor,
   type VariantInfo,
 } from "./codegen/compile.js";
@@ -206,7 +205,7 @@ export class Vpps {
     });
     try {
       const device = deviceModelOfCuda(ctx.device.props);
-      const plans = plansFor(matricesOf(params), device, o.variants);
+      const plans = plansFor(onChipMatrices(params), device, o.variants);
       const workers = o.host.scheduleWorkers;
       const pool =
         workers > 0

@@ -39,13 +39,6 @@ const SPILL_ADVICE =
   "choose a plan with fewer registers per thread (variants.rowsPerWarp 1, variants.ctasPerSm 1, " +
   'variants.gradients "gemm") or a smaller model';
 
-/** The matrices VPPS keeps on chip: every dense 2-D parameter. */
-export function matricesOf(params: ParameterCollection): MatrixSpec[] {
-  return params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
-}
-
 /**
  * The plans to compile: the one of a fixed rpw, or every valid one (of the CTAs per SM asked for); with
  * `transposed: "profile"`, those without copies and then those with some (a plan with no room for one is not
