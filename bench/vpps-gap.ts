@@ -20,11 +20,10 @@ const vocab = Vocabulary.fromTrees(trees);
 const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256 });
 requireGpu("bench/vpps-gap.ts");
 const vpps = await Vpps.create(model.params, {
-  rowsPerWarp: 2,
-  ctasPerSm: 1,
-  scheduleWorkers: 0,
+  variants: { rowsPerWarp: 2, ctasPerSm: 1 },
+  host: { scheduleWorkers: 0 },
   cacheDir: null,
-  timing: true,
+  instrument: { timing: true },
 });
 // biome-ignore lint: probe
 const V = vpps as any;
@@ -34,7 +33,7 @@ for (const B of [1, 8, 32, 128]) {
   for (let i = 0; i < 5; i++) vpps.fb(cg, loss);
   vpps.latestLossSync();
   const rt = V.runtime;
-  const { variant, schedule } = V.last;
+  const { variant, schedule } = V.launcher.last;
   const inputs = cg.inputData.subarray(0, cg.inputSize);
   const res: string[] = [];
   for (let rep = 0; rep < 3; rep++) {

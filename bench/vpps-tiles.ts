@@ -52,11 +52,9 @@ const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256
 for (let round = 0; round < ROUNDS; round++) {
   for (const tileEntries of SETTINGS) {
     const vpps = await Vpps.create(model.params, {
-      ctasPerSm,
-      rowsPerWarp,
-      tileEntries,
-      timing: true,
-      learningRate: 0.05,
+      variants: { ctasPerSm, rowsPerWarp, tileEntries },
+      instrument: { timing: true },
+      training: { learningRate: 0.05 },
       cacheDir,
     });
     device = vpps.ctx.deviceName;

@@ -56,11 +56,10 @@ const vocab = Vocabulary.fromTrees(trees);
 const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1, cell: "fused" });
 const lines: string[] = [];
 const vpps = await Vpps.create(model.params, {
-  timing: true,
-  learningRate: 0.05,
-  clip: 5,
+  instrument: { timing: true },
+  training: { learningRate: 0.05, clip: 5 },
   log: (l) => lines.push(l),
-  ...(workers !== undefined ? { scheduleWorkers: workers } : {}),
+  ...(workers !== undefined ? { host: { scheduleWorkers: workers } } : {}),
 });
 
 interface Timed {

@@ -8,7 +8,7 @@
  * all batches of a size (after an untimed warm-up, `warmSentences`), ending with a synchronize.
  */
 
-import { deviceModelFromProperties } from "../src/cuda/hw/device-model.js";
+import { deviceModelOfCuda } from "../src/cuda/hw/device-model.js";
 import type { DeviceProperties } from "../src/cuda/index.js";
 import type { TreeNode } from "../src/data/tree.js";
 import type { Vocabulary } from "../src/data/vocab.js";
@@ -61,16 +61,7 @@ export interface VppsRow {
  */
 export function vppsPlannerRefusal(model: TreeLstmModel, props: DeviceProperties): string | null {
   const matrices = onChipMatrices(model.params);
-  const device = deviceModelFromProperties({
-    name: props.name,
-    smCount: props.smCount,
-    regsPerSm: props.regsPerSm,
-    maxRegsPerThread: props.maxRegsPerThread,
-    sharedPerSm: props.sharedPerSm,
-    sharedPerBlock: props.sharedPerBlockOptin,
-    warpSize: props.warpSize,
-    computeCapability: { major: props.ccMajor, minor: props.ccMinor },
-  });
+  const device = deviceModelOfCuda(props);
   if (enumeratePlans(matrices, device, "auto").length > 0) return null;
   try {
     planVpps(matrices, device, { gradients: "auto" });
@@ -110,7 +101,7 @@ export async function createVppsWithJit(
   opts: VppsCreateOptions,
 ): Promise<{ vpps: Vpps; model: TreeLstmModel; jit: VppsJit }> {
   const { cacheDir, log } = opts;
-  const workerOption = opts.workers === undefined ? {} : { scheduleWorkers: opts.workers };
+  const workerOption = opts.workers === undefined ? {} : { host: { scheduleWorkers: opts.workers } };
   // JIT: the first create compiles every variant; a second one reads them from the cache. The kernels carry a
   // per-run name: NVRTC keeps its own cache of programs it has compiled (by preprocessed text), which would
   // otherwise serve a "first" compile of kernels an earlier run already built in a few ms instead of seconds.
@@ -131,9 +122,8 @@ export async function createVppsWithJit(
     log,
     name,
     // events around one batch pair in 16: around every batch they cost 4-12 us of GPU time per batch (H100)
-    timing: TIMING_EVERY,
-    learningRate: 0.05,
-    clip: 5,
+    instrument: { timing: TIMING_EVERY },
+    training: { learningRate: 0.05, clip: 5 },
     ...workerOption,
   });
   const jit: VppsJit = {
