@@ -68,13 +68,11 @@ const vpps: EngineUnderTest = {
     const v = await Vpps.create(params, {
       cacheDir,
       exportGradients: true,
-      learningRate: 0.05,
-      clip: 0,
-      rowsPerWarp: 1,
-      ctasPerSm: 1,
-      transposed: false,
       poolBytes: 256 * MiB,
       name: "op_suite",
+      training: { learningRate: 0.05, clip: 0 },
+      variants: { rowsPerWarp: 1, ctasPerSm: 1, transposed: false },
+      host: { scheduleWorkers: 0 },
     });
     try {
       v.fb(cg, loss);
