@@ -1,6 +1,6 @@
 // Kernel tables keyed by op: every table has an entry for every op, checked at run time; a table with an op deleted
 // does not compile (the TypeScript compiler names the missing op); and an op an engine refuses (an `unsupported`
-// entry) fails the op × engine suite with an error naming the engine and the op.
+// entry) fails the op × engine suite with an error naming the engine and the op (VPPS refuses the whole graph).
 
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -9,6 +9,7 @@ import { describe, test } from "node:test";
 import ts from "typescript";
 import { AUTOBATCH_KERNELS } from "../src/engines/autobatch/kernel-table.js";
 import { EAGER_KERNELS } from "../src/engines/eager/kernel-table.js";
+import { VPPS_KERNELS } from "../src/engines/vpps/schedule/kernel-table.js";
 import {
   isUnsupported,
   OP_COUNT,
@@ -21,7 +22,7 @@ import {
 } from "../src/graph/opcodes.js";
 import { OPS } from "../src/ops/registry.js";
 import { OP_CASES } from "./op-cases.js";
-import { compareWithCpu, emulatedAutobatchEngine } from "./op-suite.js";
+import { compareWithCpu, emulatedAutobatchEngine, emulatedVpps } from "./op-suite.js";
 
 const root = resolve(import.meta.dirname, "..");
 
@@ -31,6 +32,7 @@ const TABLES: Record<string, readonly unknown[]> = {
   "reference kernels (src/ops/registry.ts)": OPS,
   "eager (src/engines/eager/kernel-table.ts)": EAGER_KERNELS,
   "autobatch GPU (src/engines/autobatch/kernel-table.ts)": AUTOBATCH_KERNELS,
+  "VPPS (src/engines/vpps/schedule/kernel-table.ts)": VPPS_KERNELS,
 };
 
 /** The tables written as object literals keyed by op, in files whose copy with one op deleted must not compile. */
@@ -38,6 +40,7 @@ const SOURCES = [
   "src/graph/opcodes.ts",
   "src/engines/eager/kernel-table.ts",
   "src/engines/autobatch/kernel-table.ts",
+  "src/engines/vpps/schedule/kernel-table.ts",
   "test/op-cases.ts",
 ];
 
@@ -108,6 +111,24 @@ describe("a planted missing kernel", () => {
     }
     for (const c of OP_CASES[Op.Tanh])
       assert.equal(await compareWithCpu(c.make, emulatedAutobatchEngine("agenda")), "");
+  });
+
+  test("VPPS refuses a graph with an op it has no kernel for, in one line naming the op", async () => {
+    const table = VPPS_KERNELS as unknown[];
+    const kept = table[Op.Tanh];
+    table[Op.Tanh] = unsupported("vpps", Op.Tanh, "planted by the test");
+    try {
+      for (const c of OP_CASES[Op.Tanh]) {
+        await assert.rejects(compareWithCpu(c.make, emulatedVpps("greedy")), (e: unknown) => {
+          assert.ok(e instanceof UnsupportedOpError, `got ${String(e)}`);
+          assert.equal(e.message, "vpps: op 'tanh' is not supported: planted by the test");
+          return true;
+        });
+      }
+    } finally {
+      table[Op.Tanh] = kept;
+    }
+    for (const c of OP_CASES[Op.Tanh]) assert.equal(await compareWithCpu(c.make, emulatedVpps("greedy")), "");
   });
 
   test("a table with one op deleted does not compile: the compiler names the missing op", () => {

@@ -1,17 +1,17 @@
 /**
- * Backward and update instructions of the VPPS scheduler (scheduler.ts walks the levels; steps.ts keeps the
- * steps, loads and dependencies). Every gradient write is an atomic accumulation into storage zeroed before
- * the launch, so instructions of one step may add into the same gradient from different processors in any order.
+ * Backward and update instructions of the VPPS scheduler, the backward ones per op (kernel-table.ts maps ops to
+ * them; scheduler.ts walks the levels; steps.ts keeps the steps, loads and dependencies). Every gradient write is an
+ * atomic accumulation into storage zeroed before the launch, so instructions of one step may add into the same
+ * gradient from different processors in any order.
  */
 import type { ComputationGraph } from "../../../graph/graph.js";
-import { Op, opName } from "../../../graph/opcodes.js";
+import { Op } from "../../../graph/opcodes.js";
 import { type BatchLayout, type ModelLayout, PLACEMENT } from "../plan/layout.js";
-import { momentLayout } from "../runtime/moments.js";
 import { floatBits, NONE, Opcode } from "../script/format.js";
 import type { ScheduleOptions } from "./scheduler.js";
 import type { StepTracker } from "./steps.js";
 
-/** What the backward and update emitters need of the scheduler (scheduler.ts VppsScheduler). */
+/** What the forward, backward and update emitters need of the scheduler (scheduler.ts VppsScheduler). */
 export interface Emitter {
   readonly t: StepTracker;
   readonly model: ModelLayout;
@@ -23,6 +23,13 @@ export interface Emitter {
   readonly operands: Uint32Array;
   /** W̄ entries held back to the end of the backward pass (this file). */
   readonly deferred: DeferredWbar;
+  /**
+   * Per cell node of the batch: the CTA (-1: not scheduled yet), step and script word of its lstm instruction's h2
+   * operand (forward.ts lstmForward, concatForward).
+   */
+  readonly cellCta: Int32Array;
+  readonly cellStep: Int32Array;
+  readonly cellWord: Int32Array;
   /** Per cell node: the concatenation its lstm instruction also stores h into, or -1; and h's offset there. */
   readonly fusedConcat: Int32Array;
   readonly fusedOffset: Int32Array;
@@ -200,92 +207,98 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
   }
 }
 
-export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array): void {
-  const op = g.op[i]!;
-  // inputs, parameters, lookups and pickRanges: gradients accumulate directly in the argument's (or parameter's)
-  // storage; every op below has arguments
-  if (op === Op.Input || op === Op.Parameter || op === Op.Lookup || op === Op.PickRange) return;
-  const t = E.t;
+/** x̄ += Wᵀȳ (and W̄, a register-held one) of W·x. */
+export function matVecBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array) {
+  const s = g.argStart[i]!;
+  productBackward(E, g, L, i, E.matrixOf(g, i, g.args[s]!), g.args[s + 1]!, -1, collected);
+}
+
+/** Each product's backward; the bias's gradient with the first. */
+export function affineBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array) {
   const args = g.args;
   const s = g.argStart[i]!;
-  const a0 = args[s]!;
-  switch (op) {
-    case Op.MatVec:
-      productBackward(E, g, L, i, E.matrixOf(g, i, a0), args[s + 1]!, -1, collected);
-      return;
-    case Op.Affine: {
-      const count = g.argCount[i]!;
-      for (let k = 1; k < count; k += 2) {
-        productBackward(E, g, L, i, E.matrixOf(g, i, args[s + k]!), args[s + k + 1]!, k === 1 ? a0 : -1, collected);
-      }
-      return;
-    }
-    case Op.Concat:
-      accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.inConcat);
-      return;
-    case Op.Sum:
-    case Op.Add:
-      accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
-      return;
-    case Op.Sub:
-      // only the first argument may share the node's gradient (plan/layout.ts); the second accumulates −ȳ
-      accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
-      return;
-    case Op.CMul: {
-      const b = args[s + 1]!;
-      const len = g.rows[i]! * g.cols[i]!;
-      const q = t.leastLoaded(5 * len);
-      t.needGrad(q, i);
-      t.needValue(q, a0);
-      t.needValue(q, b);
-      const value = L.value;
-      t.writer.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), L.grad[i]!, value[a0]!, value[b]!);
-      if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
-      if (L.needGrad[b] === 1) t.wroteGrad(b, q);
-      return;
-    }
-    case Op.Tanh:
-    case Op.Logistic:
-    case Op.Relu: {
-      const len = g.rows[i]! * g.cols[i]!;
-      const q = t.leastLoaded(3 * len);
-      t.needGrad(q, i);
-      const code = op === Op.Tanh ? Opcode.TanhBwd : op === Op.Logistic ? Opcode.LogisticBwd : Opcode.ReluBwd;
-      // tanh and σ differentiate from their output, relu from its input (as the reference does)
-      const from = op === Op.Relu ? a0 : i;
-      t.needValue(q, from);
-      t.writer.ins3(q, code, len, L.grad[a0]!, L.grad[i]!, L.value[from]!);
-      t.wroteGrad(a0, q);
-      return;
-    }
-    case Op.Dropout: {
-      const len = g.rows[i]! * g.cols[i]!;
-      const q = t.leastLoaded(2 * len);
-      t.needGrad(q, i);
-      const bits = floatBits(g.auxF[i]!);
-      t.writer.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, L.grad[i]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, bits);
-      t.wroteGrad(a0, q);
-      return;
-    }
-    case Op.PickNegLogSoftmax: {
-      const classes = g.rows[a0]!;
-      const q = t.leastLoaded(2 * classes);
-      t.needGrad(q, i);
-      t.needValue(q, a0);
-      t.writer.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, L.grad[i]!, L.value[a0]!, g.aux[i]!);
-      t.wroteGrad(a0, q);
-      return;
-    }
-    case Op.LstmCell:
-      lstmBackward(E, g, L, i);
-      return;
-    default:
-      throw new Error(`vpps: no VPPS backward instruction for op '${opName(op)}' (${g.describe(i)})`);
+  const count = g.argCount[i]!;
+  for (let k = 1; k < count; k += 2) {
+    productBackward(E, g, L, i, E.matrixOf(g, i, args[s + k]!), args[s + k + 1]!, k === 1 ? args[s]! : -1, collected);
   }
 }
 
+/** Each part's slice of ȳ into the part's gradient, where the part does not live inside the concatenation. */
+export function concatBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.inConcat);
+}
+
+/** ȳ into each argument's gradient (add, sum), where the argument does not share the node's gradient. */
+export function sumBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
+}
+
+/** ȳ into a's gradient, −ȳ into b's: only the first argument may share the node's gradient (plan/layout.ts). */
+export function subBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
+}
+
+/** ā += ȳ⊙b, b̄ += ȳ⊙a on one processor. */
+export function cmulBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  const t = E.t;
+  const s = g.argStart[i]!;
+  const a0 = g.args[s]!;
+  const b = g.args[s + 1]!;
+  const len = g.rows[i]! * g.cols[i]!;
+  const q = t.leastLoaded(5 * len);
+  t.needGrad(q, i);
+  t.needValue(q, a0);
+  t.needValue(q, b);
+  const value = L.value;
+  t.writer.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), L.grad[i]!, value[a0]!, value[b]!);
+  if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
+  if (L.needGrad[b] === 1) t.wroteGrad(b, q);
+}
+
+/**
+ * x̄ += ȳ⊙f'(…), instruction `code`, differentiating from the node's output (tanh, σ) or its input (relu), as the
+ * reference does.
+ */
+export function unaryBackward(code: Opcode, from: "output" | "input") {
+  return (E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void => {
+    const t = E.t;
+    const a0 = g.args[g.argStart[i]!]!;
+    const len = g.rows[i]! * g.cols[i]!;
+    const q = t.leastLoaded(3 * len);
+    t.needGrad(q, i);
+    const at = from === "input" ? a0 : i;
+    t.needValue(q, at);
+    t.writer.ins3(q, code, len, L.grad[a0]!, L.grad[i]!, L.value[at]!);
+    t.wroteGrad(a0, q);
+  };
+}
+
+/** x̄ += ȳ⊙m/(1 − p), the forward's mask. */
+export function dropoutBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  const t = E.t;
+  const a0 = g.args[g.argStart[i]!]!;
+  const len = g.rows[i]! * g.cols[i]!;
+  const q = t.leastLoaded(2 * len);
+  t.needGrad(q, i);
+  const bits = floatBits(g.auxF[i]!);
+  t.writer.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, L.grad[i]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, bits);
+  t.wroteGrad(a0, q);
+}
+
+/** x̄ += ℓ̄·(softmax(x) − onehot(label)) on one processor. */
+export function pickNlsBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  const t = E.t;
+  const a0 = g.args[g.argStart[i]!]!;
+  const classes = g.rows[a0]!;
+  const q = t.leastLoaded(2 * classes);
+  t.needGrad(q, i);
+  t.needValue(q, a0);
+  t.writer.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, L.grad[i]!, L.value[a0]!, g.aux[i]!);
+  t.wroteGrad(a0, q);
+}
+
 /** Gradients of a cell with k children into its gates and its children's memories, on one processor. */
-function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
   const t = E.t;
   const { value, needGrad } = L;
   const args = g.args;
@@ -302,7 +315,7 @@ function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number
   ops[1] = value[i]!;
   ops[2] = value[a0]!;
   ops[3] = gradOrNone(L, a0);
-  // h̄ also from the parent's concatenation, when the forward stored h there (scheduler.ts concat)
+  // h̄ also from the parent's concatenation, when the forward stored h there (forward.ts concatForward)
   const concat = E.fusedConcat[i]!;
   ops[4] = concat >= 0 && L.needGrad[concat] === 1 ? L.grad[concat]! + E.fusedOffset[i]! : NONE;
   if (ops[4] !== NONE) t.needGrad(q, concat);
@@ -319,115 +332,4 @@ function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number
     const c = args[s + 1 + j]!;
     if (needGrad[c] === 1) t.wroteGrad(c, q);
   }
-}
-
-/**
- * The end of the script, from step `s`: the squared gradient norm (for clipping), the register gradients exported
- * when asked, when the host updates or for Adam, then — when the kernel updates — a grid-wide barrier and the SGD or
- * Adam steps. Returns the number of steps (barrier counters) used.
- *
- * Adam follows the AdamTrainer: every dense parameter moves, used in the batch or not (an unused one has no gradient
- * slot: g = NONE, its moments decay), and of the lookup tables only the touched rows. The register-held matrices are
- * updated by `adam.master` over their master copy with the gradients their holders exported before the grid
- * barrier, in pieces of at most one partition placed like any other instruction.
- */
-export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
-  const t = E.t;
-  const w = t.writer;
-  const kernelUpdate = E.update === "kernel";
-  const adam = kernelUpdate && E.options.optimizer === "adam";
-  const clip = kernelUpdate && (E.options.clip ?? true);
-  const acc = clip ? L.normOffset : NONE;
-  const params = E.model.params;
-  const rows = L.lookupRows;
-  const imported = t.wbarTiles > 0;
-  if (imported) {
-    // tile.wbar instructions added W̄ into the gradient buffer: all of them finish before the holders fold it in
-    t.gridBarrier(s);
-    s++;
-  }
-  t.startStep(s);
-  if (imported) {
-    for (const q of E.registerGradCtas) {
-      t.touch(q);
-      w.insN(q, Opcode.ImportGrads, 0, [], 0);
-    }
-  }
-  if (clip) {
-    for (let p = 0; p < params.length; p++) {
-      if (L.paramGrad[p]! < 0) continue;
-      const size = params[p]!.rows * params[p]!.cols;
-      const q = t.leastLoaded(size);
-      t.needGrad(q, L.paramNode[p]!);
-      w.ins2(q, Opcode.Norm2, size, acc, L.paramGrad[p]!);
-    }
-    for (let r = 0; r < rows.offset.length; r++) {
-      const size = params[rows.table[r]!]!.cols;
-      const q = t.leastLoaded(size);
-      t.needGrad(q, rows.node[r]!);
-      w.ins2(q, Opcode.Norm2, size, acc, rows.offset[r]!);
-    }
-    for (const q of E.registerGradCtas) {
-      t.touch(q);
-      w.ins1(q, Opcode.GradNorm2, 0, acc);
-    }
-  }
-  if (E.options.exportGradients === true || !kernelUpdate || adam) {
-    for (const q of E.registerGradCtas) {
-      t.touch(q);
-      w.insN(q, Opcode.ExportGrads, 0, [], 0);
-    }
-  }
-  t.endStep();
-  if (!kernelUpdate) return s + 1;
-  // Every gradient is complete and every read of a parameter done: only now may parameters change.
-  t.gridBarrier(s + 1);
-  t.startStep(s + 2);
-  if (adam) {
-    const model = E.model;
-    const mo = momentLayout(model);
-    // pieces of a long vector go to different processors (Adam reads and writes four floats per element)
-    const piece = 8192;
-    for (let p = 0; p < params.length; p++) {
-      if (model.matrixOf[p]! >= 0 || params[p]!.kind !== "dense") continue;
-      const size = params[p]!.rows * params[p]!.cols;
-      const at = model.paramOffset[p]!;
-      const g = L.paramGrad[p]!;
-      for (let o = 0; o < size; o += piece) {
-        const n = Math.min(piece, size - o);
-        const q = t.leastLoaded(2 * n);
-        w.ins5(q, Opcode.Adam, n, at + o, g >= 0 ? g + o : NONE, mo.modelM + at + o, mo.modelV + at + o, acc);
-      }
-    }
-    for (let r = 0; r < rows.offset.length; r++) {
-      const table = rows.table[r]!;
-      const cols = params[table]!.cols;
-      const at = model.paramOffset[table]! + rows.row[r]! * cols;
-      w.ins5(t.leastLoaded(2 * cols), Opcode.Adam, cols, at, rows.offset[r]!, mo.modelM + at, mo.modelV + at, acc);
-    }
-    for (const m of model.plan.matrices) {
-      for (const part of m.partitions) {
-        const at = m.masterOffset + part.firstRow * m.cols;
-        const n = part.rowCount * m.cols;
-        w.ins5(t.leastLoaded(2 * n), Opcode.AdamMaster, n, at, at, mo.masterM + at, mo.masterV + at, acc);
-      }
-    }
-    return s + 3;
-  }
-  for (let p = 0; p < params.length; p++) {
-    if (L.paramGrad[p]! < 0) continue;
-    const size = params[p]!.rows * params[p]!.cols;
-    w.ins3(t.leastLoaded(size), Opcode.Sgd, size, E.model.paramOffset[p]!, L.paramGrad[p]!, acc);
-  }
-  for (let r = 0; r < rows.offset.length; r++) {
-    const table = rows.table[r]!;
-    const cols = params[table]!.cols;
-    const at = E.model.paramOffset[table]! + rows.row[r]! * cols;
-    w.ins3(t.leastLoaded(cols), Opcode.Sgd, cols, at, rows.offset[r]!, acc);
-  }
-  for (const q of E.registerGradCtas) {
-    t.touch(q);
-    w.ins1(q, Opcode.UpdateRegs, 0, acc);
-  }
-  return s + 3;
 }

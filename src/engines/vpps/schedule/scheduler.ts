@@ -12,12 +12,15 @@
  *   (in the kernel when every matrix keeps its gradient in registers, otherwise left to the host).
  */
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
-import { Op, opName } from "../../../graph/opcodes.js";
+import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
-import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "../plan/layout.js";
-import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "../script/format.js";
-import { countBackward, DeferredWbar, type Emitter, emitBackward, emitUpdate } from "./backward.js";
+import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
+import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
+import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
+import { affineSum } from "./forward.js";
+import { EMITS_INSTRUCTIONS, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
 import { StepTracker } from "./steps.js";
+import { emitUpdate } from "./update.js";
 
 export interface ScheduleOptions {
   /** Accumulate the global gradient norm so the kernel can clip (its `clip` argument decides); default true. */
@@ -71,11 +74,11 @@ export class VppsScheduler implements Emitter {
   readonly deferred = new DeferredWbar();
   /**
    * Per node of the batch: for a cell, the CTA, step and script word of its lstm instruction's h2 operand (CTA -1:
-   * not scheduled yet), and the concatenation (and offset) its h goes into when concat() took it (-1: none).
+   * not scheduled yet), and the concatenation (and offset) its h goes into when concatForward took it (-1: none).
    */
-  private cellCta = new Int32Array(0);
-  private cellStep = new Int32Array(0);
-  private cellWord = new Int32Array(0);
+  cellCta = new Int32Array(0);
+  cellStep = new Int32Array(0);
+  cellWord = new Int32Array(0);
   fusedConcat = new Int32Array(0);
   fusedOffset = new Int32Array(0);
   readonly registerGrad: Uint8Array;
@@ -91,6 +94,8 @@ export class VppsScheduler implements Emitter {
   private byLevel = new Int32Array(1024);
   private sums = new Int32Array(1024);
   private readonly collected: Int32Array;
+  /** Per op: 1 when VPPS refuses it (kernel-table.ts): a graph using it is refused before anything is emitted. */
+  private readonly refused = refusedOps();
 
   constructor(
     readonly model: ModelLayout,
@@ -152,7 +157,8 @@ export class VppsScheduler implements Emitter {
         }
       }
       const o = op[i]!;
-      if (everyNode || emitsInstructions(o)) {
+      if (this.refused[o] === 1) throw refusal(o);
+      if (everyNode || EMITS_INSTRUCTIONS[o] === 1) {
         levelStart[d + 1]!++;
         if (o === Op.MatVec || o === Op.Affine) {
           this.countForward(g, i, forwardProducts, d * matrices);
@@ -168,7 +174,7 @@ export class VppsScheduler implements Emitter {
     for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
     // levelStart[d] becomes the end of level d while filling; shift it back afterwards
     for (let i = 0; i < n; i++) {
-      if (live[i] === 1 && (everyNode || emitsInstructions(op[i]!))) byLevel[levelStart[depth[i]!]!++] = i;
+      if (live[i] === 1 && (everyNode || EMITS_INSTRUCTIONS[op[i]!] === 1)) byLevel[levelStart[depth[i]!]!++] = i;
     }
     for (let l = maxLevel + 1; l > 0; l--) levelStart[l] = levelStart[l - 1]!;
     levelStart[0] = 0;
@@ -204,13 +210,14 @@ export class VppsScheduler implements Emitter {
       let sums = 0;
       for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
-        if (this.trace === undefined) this.forward(g, L, i);
-        else this.traced("forward", i, () => this.forward(g, L, i));
+        const kernel = VPPS_KERNELS[op[i]!]!;
+        if (this.trace === undefined) kernel.forward(this, g, L, i);
+        else this.traced("forward", i, () => kernel.forward(this, g, L, i));
         if (op[i] === Op.Affine && argCount[i]! > 3) this.sums[sums++] = i;
       }
       t.endStep();
       t.startStep(2 * l);
-      for (let k = 0; k < sums; k++) this.affineSum(g, L, this.sums[k]!);
+      for (let k = 0; k < sums; k++) affineSum(this, g, L, this.sums[k]!);
       t.endStep();
     }
     const collected = this.collected.fill(0);
@@ -225,8 +232,9 @@ export class VppsScheduler implements Emitter {
       for (let k = begin; k < end; k++) {
         const i = byLevel[k]!;
         if (needGrad[i] === 0) continue;
-        if (this.trace === undefined) emitBackward(this, g, L, i, collected);
-        else this.traced("backward", i, () => emitBackward(this, g, L, i, collected));
+        const kernel = VPPS_KERNELS[op[i]!]!;
+        if (this.trace === undefined) kernel.backward(this, g, L, i, collected);
+        else this.traced("backward", i, () => kernel.backward(this, g, L, i, collected));
       }
       t.endStep();
     }
@@ -287,208 +295,6 @@ export class VppsScheduler implements Emitter {
       if (c !== 0) this.t.preloadMatrix(m, c, backward);
     }
   }
-
-  // ---- forward -----------------------------------------------------------------------------------------------------
-
-  private forward(g: ComputationGraph, L: BatchLayout, i: number): void {
-    const op = g.op[i]!;
-    if (!emitsInstructions(op)) return; // storage that already holds the value (plan/layout.ts)
-    // every op below has arguments; read the first (and the node's facts) once
-    const args = g.args;
-    const s = g.argStart[i]!;
-    const a0 = args[s]!;
-    const value = L.value;
-    const y = value[i]!;
-    const t = this.t;
-    switch (op) {
-      case Op.MatVec:
-        this.product(L, i, this.matrixOf(g, i, a0), args[s + 1]!, y, -1, false);
-        return;
-      case Op.Affine: {
-        const count = g.argCount[i]!;
-        if (count === 3) {
-          this.product(L, i, this.matrixOf(g, i, args[s + 1]!), args[s + 2]!, y, a0, false);
-        } else {
-          const len = g.rows[i]! * g.cols[i]!;
-          const temp = L.temp[i]!;
-          for (let k = 1; k < count; k += 2) {
-            const m = this.matrixOf(g, i, args[s + k]!);
-            this.product(L, i, m, args[s + k + 1]!, temp + ((k - 1) >> 1) * len, -1, true);
-          }
-        }
-        return;
-      }
-      case Op.Concat:
-        this.concat(g, L, i);
-        return;
-      case Op.Add:
-      case Op.Sub:
-      case Op.CMul: {
-        const b = args[s + 1]!;
-        const len = g.rows[i]! * g.cols[i]!;
-        const q = t.leastLoaded(3 * len);
-        t.needValue(q, a0);
-        t.needValue(q, b);
-        const code = op === Op.Add ? Opcode.Add : op === Op.Sub ? Opcode.Sub : Opcode.CMul;
-        t.writer.ins3(q, code, len, y, value[a0]!, value[b]!);
-        t.wroteValue(i, q);
-        return;
-      }
-      case Op.Tanh:
-      case Op.Logistic:
-      case Op.Relu: {
-        const len = g.rows[i]! * g.cols[i]!;
-        const q = t.leastLoaded(2 * len);
-        t.needValue(q, a0);
-        const code = op === Op.Tanh ? Opcode.Tanh : op === Op.Logistic ? Opcode.Logistic : Opcode.Relu;
-        t.writer.ins2(q, code, len, y, value[a0]!);
-        t.wroteValue(i, q);
-        return;
-      }
-      case Op.Dropout: {
-        const len = g.rows[i]! * g.cols[i]!;
-        const q = t.leastLoaded(2 * len);
-        t.needValue(q, a0);
-        const bits = floatBits(g.auxF[i]!);
-        t.writer.ins5(q, Opcode.Dropout, len, y, value[a0]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, bits);
-        t.wroteValue(i, q);
-        return;
-      }
-      case Op.PickNegLogSoftmax: {
-        const classes = g.rows[a0]!;
-        const q = t.leastLoaded(classes);
-        t.needValue(q, a0);
-        t.writer.ins3(q, Opcode.PickNls, classes, y, value[a0]!, g.aux[i]!);
-        t.wroteValue(i, q);
-        return;
-      }
-      case Op.Sum:
-        this.sum(g, L, i);
-        return;
-      case Op.LstmCell: {
-        const k = g.aux[i]!;
-        const H = g.rows[i]! >> 1; // [h; c] is a column of 2H
-        const q = t.leastLoaded((5 + 2 * k) * H);
-        const ops = this.operands;
-        ops[0] = y;
-        ops[1] = value[a0]!;
-        ops[2] = NONE; // h2: patched by concat() when the parent's concatenation takes h from here
-        ops[3] = k;
-        t.needValue(q, a0);
-        for (let j = 0; j < k; j++) {
-          const c = args[s + 1 + j]!;
-          t.needValue(q, c);
-          ops[4 + j] = value[c]!;
-        }
-        this.cellCta[i] = q;
-        this.cellStep[i] = t.step;
-        this.cellWord[i] = t.writer.length(q) + 3; // preamble, out, gates, h2
-        t.writer.insN(q, Opcode.LstmCell, H, ops, 4 + k);
-        t.wroteValue(i, q);
-        return;
-      }
-      default:
-        throw new Error(`vpps: no VPPS instruction for op '${opName(op)}' (${g.describe(i)})`);
-    }
-  }
-
-  /** y = [x₁; x₂; …]: a copy for each argument not computed in place, each on the least-loaded processor. */
-  private concat(g: ComputationGraph, L: BatchLayout, i: number): void {
-    const t = this.t;
-    const { args, rows, cols } = g;
-    const value = L.value;
-    const placed = L.placed;
-    const y = value[i]!;
-    const s = g.argStart[i]!;
-    const count = g.argCount[i]!;
-    let off = 0;
-    for (let k = 0; k < count; k++) {
-      const a = args[s + k]!;
-      const al = rows[a]! * cols[a]!;
-      // h of a cell scheduled in this batch: its lstm instruction stores h here too (its h2), no copy
-      const cell = g.op[a] === Op.PickRange && g.aux[a] === 0 ? args[g.argStart[a]!]! : -1;
-      if (cell >= 0 && g.op[cell] === Op.LstmCell && 2 * al === rows[cell]! * cols[cell]!) {
-        const q = this.cellCta[cell]!;
-        if (q >= 0 && this.fusedConcat[cell] === -1) {
-          t.writer.patch(q, this.cellWord[cell]!, y + off);
-          t.wroteValueAt(i, this.cellStep[cell]!, q);
-          this.fusedConcat[cell] = i;
-          this.fusedOffset[cell] = off;
-          off += al;
-          continue;
-        }
-      }
-      if (placed[a] !== PLACEMENT.inConcat) {
-        const q = t.leastLoaded(2 * al);
-        t.needValue(q, a);
-        t.writer.ins2(q, Opcode.Copy, al, y + off, value[a]!);
-        t.wroteValue(i, q);
-      }
-      off += al;
-    }
-  }
-
-  /**
-   * y = (b) + W_m·x, one entry of matrix m's list in this step, for node i: y is i's value, or with several
-   * products (`toTemp`) one of its temporaries.
-   */
-  private product(L: BatchLayout, i: number, m: number, x: number, y: number, b: number, toTemp: boolean): void {
-    const t = this.t;
-    const bias = b >= 0 ? L.value[b]! : NONE;
-    t.listEntry(Opcode.MatVec, m, 3, y, L.value[x]!, bias, 0, t.valueBuffer(x), b >= 0 ? t.valueBuffer(b) : -1);
-    if (toTemp) t.wroteTemp(i, -(m + 1));
-    else t.wroteValue(i, -(m + 1));
-  }
-
-  /** y = b + Σ temporaries, for an affine transform with several products (the step after the products). */
-  private affineSum(g: ComputationGraph, L: BatchLayout, i: number): void {
-    const terms = (g.argCount[i]! - 1) / 2;
-    const len = g.rows[i]!;
-    const b = g.arg(i, 0);
-    const t = this.t;
-    const q = t.leastLoaded((terms + 2) * len);
-    t.needValue(q, b);
-    t.needTemp(q, i);
-    const ops = this.operands;
-    ops[0] = L.value[i]!;
-    ops[1] = terms + 1;
-    ops[2] = L.value[b]!;
-    for (let k = 0; k < terms; k++) ops[3 + k] = L.temp[i]! + k * len;
-    t.writer.insN(q, Opcode.Sum, len, ops, 3 + terms);
-    t.wroteValue(i, q);
-  }
-
-  /** y = Σ xⱼ on one processor, chained in pieces that fit an instruction (y joins each later piece). */
-  private sum(g: ComputationGraph, L: BatchLayout, i: number): void {
-    const count = g.argCount[i]!;
-    const len = g.rows[i]! * g.cols[i]!;
-    const t = this.t;
-    const q = t.leastLoaded((count + 1) * len);
-    const y = L.value[i]!;
-    const room = MAX_INSTRUCTION_WORDS - 3;
-    const ops = this.operands;
-    let k = 0;
-    let first = true;
-    while (k < count) {
-      let c = 0;
-      ops[0] = y;
-      if (!first) ops[2 + c++] = y;
-      while (k < count && c < room) {
-        const a = g.arg(i, k++);
-        t.needValue(q, a);
-        ops[2 + c++] = L.value[a]!;
-      }
-      ops[1] = c;
-      t.writer.insN(q, Opcode.Sum, len, ops, 2 + c);
-      first = false;
-    }
-    t.wroteValue(i, q);
-  }
-}
-
-/** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, plan/layout.ts). */
-function emitsInstructions(o: number): boolean {
-  return o !== Op.Input && o !== Op.Parameter && o !== Op.Lookup && o !== Op.PickRange;
 }
 
 /** A copy of `a` with room for `length` entries (the new ones zero). */
