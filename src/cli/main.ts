@@ -2,6 +2,7 @@ import { Command, Option } from "commander";
 import { TreeFormatError } from "../data/sst.js";
 import { EngineUnavailableError } from "../engines/index.js";
 import { ShapeError } from "../graph/graph.js";
+import { addBenchCommand } from "./bench.js";
 import { integer, nonNegativeNumber, oneOf, positiveInt, positiveNumber } from "./options.js";
 import type { PlanCommandOptions } from "./plan.js";
 import { CliError, runTrainTreeLstm, type TrainCommandOptions } from "./train.js";
@@ -80,6 +81,8 @@ export function buildProgram(): Command {
       const { runPlanTreeLstm } = await import("./plan.js");
       runPlanTreeLstm(opts);
     });
+
+  addBenchCommand(program);
 
   program
     .command("info")
