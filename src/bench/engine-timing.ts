@@ -164,6 +164,8 @@ export interface BaselineTimingOptions<T> {
   quick: boolean;
   /** Sentences per timed repeat (steps per repeat = this / batch, at least 1): 64, or 16 when quick. */
   sentencesPerRepeat?: number;
+  /** Untimed steps first (default: min(3, steps per repeat) + 1). */
+  warmSteps?: number;
   /** Batch k of `size` items (every engine sees the same batches). */
   batchOf: (size: number, k: number) => readonly T[];
   /** Called after each engine's timed repeat, outside the timed window (memory samples). */
@@ -209,7 +211,8 @@ export function timeBaselines<T>(
       if (!Number.isFinite(value)) throw new Error(`${r.kind}: loss became ${value} at batch size ${batch}`);
     };
     // warm-up: layouts, pinned buffers, cuBLAS heuristics, V8's optimised code
-    for (let w = 0; w < Math.min(3, perRepeat) + 1; w++) step();
+    const warm = opts.warmSteps ?? Math.min(3, perRepeat) + 1;
+    for (let w = 0; w < warm; w++) step();
     for (const k of Object.keys(prof) as (keyof Profile)[]) prof[k] = 0;
     nodes = 0;
     const host0 = engine instanceof AutobatchGpuEngine ? { ...engine.hostTime } : null;

@@ -199,7 +199,8 @@ export const METHOD = {
     "another, not side by side (`vpps bench autobatch batching` alternates them).",
   cpuEngines:
     "cpu and the autobatch engine's CPU backend: timed as the GPU baselines (no CUDA events), with 16 sentences " +
-    "per repeat and 3 repeats (2 at batch 128) unless --sentences is given; they run after every GPU engine.",
+    "per repeat (--sentences) and 3 repeats (2 at batch 128), one untimed step first below batch 32 and none " +
+    "above (a step of 128 sentences takes about 30 s at hidden 256); they run after every GPU engine.",
   vpps:
     "VPPS (vpps-timing.ts, as `vpps bench vpps timing`): the plan variant is profiled again at each batch size (a " +
     "row's `variant`); per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one " +

@@ -131,15 +131,17 @@ export class ThroughputSuite<T> {
       const loss = baselineFirstLoss(r, this.batchOf(8, 0));
       track?.sample();
       if (!this.checkLoss(run, this.cpuLoss(c, spec.variant), loss)) return;
-      // the CPU engines are 100-1000× slower: the short timing (16 sentences per repeat, 3 repeats) by default
       const opts = {
-        quick: this.o.quick || !spec.onGpu,
+        quick: this.o.quick,
         sentencesPerRepeat: this.o.sentences,
         batchOf: this.batchOf,
         afterRepeat: () => track?.sample(),
       };
       for (const batch of c.batches) {
-        for (const { engine, ...rest } of timeBaselines([r], batch, opts)) {
+        // the CPU engines run 4-6 sentences/s at hidden 256, a step of 128 sentences takes half a minute: the short
+        // timing (16 sentences per repeat, 3 repeats, 2 at batch 128), one warm-up step below batch 32, none above
+        const cpuBudget = spec.onGpu ? {} : { quick: true, warmSteps: batch < 32 ? 1 : 0 };
+        for (const { engine, ...rest } of timeBaselines([r], batch, { ...opts, ...cpuBudget })) {
           this.rows.push({ engine, hidden: c.hidden, embed: c.embed, ...rest });
         }
         track?.sample();
