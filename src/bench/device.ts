@@ -5,7 +5,7 @@
 import { existsSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { cudaAvailable, openDevice } from "../cuda/device.js";
+import { cudaAvailable } from "../cuda/device.js";
 import { PACKAGE_ROOT } from "./common.js";
 import { BenchError } from "./errors.js";
 
@@ -56,17 +56,6 @@ export function requireGpu(what: string): void {
   throw new BenchError(
     `${what}: this benchmark needs an NVIDIA GPU and its driver, and none can be used here: ${gpu.reason}`,
   );
-}
-
-/** GPU 0 (the device the engines' default `auto` picks), named by the driver. */
-export function firstGpu(what: string): BenchDevice {
-  requireGpu(what);
-  const d = openDevice(0);
-  try {
-    return gpuDevice(d.props.name);
-  } finally {
-    d.close();
-  }
 }
 
 /**

@@ -21,10 +21,15 @@ function exitOnUsageError(err: CommanderError): never {
   process.exit(err.exitCode === 0 ? 0 : 2);
 }
 
-function usageOf(cmd: Command): string {
+/** `vpps bench vpps timing` */
+function pathOf(cmd: Command): string {
   const path: string[] = [];
   for (let c: Command | null = cmd; c; c = c.parent) path.unshift(c.name());
-  return `usage: ${path.join(" ")} ${cmd.usage()}  (--help lists the options)`;
+  return path.join(" ");
+}
+
+function usageOf(cmd: Command): string {
+  return `usage: ${pathOf(cmd)} ${cmd.usage()}  (--help lists the options)`;
 }
 
 /** A leaf command: errors print one line and its usage. */
@@ -40,7 +45,7 @@ function run<A extends unknown[]>(cmd: () => Command, body: (...args: A) => Prom
     } catch (e) {
       const c = cmd();
       if (e instanceof BenchUsageError) {
-        process.stderr.write(`${c.name()}: ${e.message}\n${usageOf(c)}\n`);
+        process.stderr.write(`${pathOf(c)}: ${e.message}\n${usageOf(c)}\n`);
         process.exitCode = 2;
       } else if (e instanceof BenchError) {
         process.stderr.write(`${e.message}\n`);

@@ -11,7 +11,7 @@
 import { CpuEngine } from "../../engines/cpu.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { resultHeader } from "../common.js";
-import { deviceSlug, firstGpu, resultsDir } from "../device.js";
+import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import {
   type BaselineRow,
   type BaselineRun,
@@ -35,7 +35,7 @@ export interface BatchingOptions {
 const SIZE = { hidden: 256, embed: 256 };
 
 export function runBatching(o: BatchingOptions): number {
-  firstGpu("vpps bench autobatch batching");
+  requireGpu("vpps bench autobatch batching");
   const BATCHES = o.quick ? [1, 8, 64] : [1, 2, 4, 8, 16, 32, 64, 128];
   const task = treeLstmBench.load(o.dataFile, 4096);
   const makeNet = () => task.net(SIZE, "fused");
