@@ -6,9 +6,15 @@ export { Vocabulary } from "./data/vocab.js";
 export {
   CpuEngine,
   type CpuEngineOptions,
+  type CreateEngineOptions,
   createEngine,
+  createEvaluationEngine,
+  ENGINES,
   type Engine,
+  type EngineCapabilities,
+  type EngineEntry,
   EngineUnavailableError,
+  ForwardPasses,
   isPipelined,
   type PipelinedEngine,
   ScheduleWorkerError,
@@ -18,10 +24,35 @@ export {
 } from "./engines/index.js";
 export { VppsKernelError } from "./engines/vpps/runtime/pipeline.js";
 export { ComputationGraph, Expression, type GraphParameter, Op, ShapeError } from "./graph/index.js";
-export { type AnyParameter, type Init, LookupParameter, Parameter, ParameterCollection } from "./model/parameters.js";
+export {
+  type AnyParameter,
+  type Init,
+  LookupParameter,
+  type MatrixShape,
+  onChipMatrices,
+  Parameter,
+  ParameterCollection,
+  type ParameterShape,
+} from "./model/parameters.js";
 export { loadParameters, saveParameters } from "./model/safetensors.js";
-export { evaluateTreeLstm, type TrainTreeLstmConfig, trainTreeLstm } from "./models/train-treelstm.js";
-export { type CellFormulation, TreeLstmModel, type TreeLstmOptions } from "./models/treelstm.js";
+export { labelAccuracy } from "./models/metrics.js";
+export { findModel, MODELS } from "./models/registry.js";
+export type {
+  AnyTask,
+  Dataset,
+  Metric,
+  ModelOption,
+  ModelOptions,
+  Task,
+  TaskData,
+  TaskModel,
+  TaskVocabulary,
+} from "./models/task.js";
+export { type CellFormulation, TreeLstmModel, type TreeLstmOptions } from "./models/treelstm/model.js";
+export { type TreeLstmTaskOptions, treeLstmTask } from "./models/treelstm/task.js";
 export * from "./ops/index.js";
+export { evaluate, predict } from "./train/evaluate.js";
+export { type EpochResult, type TrainConfig, type TrainProgress, type TrainSummary, train } from "./train/loop.js";
 export { AdamTrainer, makeTrainer, SimpleSGDTrainer, Trainer, type TrainerOptions } from "./train/trainers.js";
+export { evaluateTreeLstm, type TrainTreeLstmConfig, trainTreeLstm } from "./train/treelstm.js";
 export { deriveKey, RandomStream, randomU32, randomUniform } from "./util/random.js";

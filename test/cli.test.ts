@@ -4,6 +4,8 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { syntheticTrees } from "../src/data/synthetic.js";
+import { formatTree } from "../src/data/tree.js";
 
 const bin = join(import.meta.dirname, "..", "bin", "vpps.js");
 
@@ -120,5 +122,82 @@ describe("the vpps command line", () => {
     const missing = vpps("train", "treelstm", "--resume", mkdtempSync(join(tmpdir(), "vpps-c-")));
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /--resume .*: no state\.json there/);
+  });
+});
+
+describe("the vpps command line from the registries", () => {
+  test("--help lists the models; train, eval and plan have a command per model", () => {
+    const top = vpps("--help");
+    assert.equal(top.code, 0);
+    const help = top.stdout.replace(/\s+/g, " "); // commander wraps lines
+    assert.match(help, /Models: treelstm \(Tree-LSTM\)/);
+    assert.match(help, /Engines: cpu \(reference\), eager, autobatch \(DyNet-style\), vpps \(persistent kernel\)/);
+    for (const command of ["train", "eval", "plan"]) {
+      const h = vpps(command, "--help");
+      assert.equal(h.code, 0);
+      assert.match(h.stdout, /treelstm \[options\]/, `${command} --help`);
+    }
+    const e = vpps("eval", "treelstm", "--help");
+    for (const o of ["--run", "--data", "--engine", "--device", "--json"]) assert.match(e.stdout, new RegExp(o));
+  });
+
+  test("vpps plan plans from the shapes alone: a model far too large to allocate is refused at once", () => {
+    const t0 = performance.now();
+    // W_iou alone would be 3 × 20000 × 20000 floats (4.8 GB)
+    const r = vpps("plan", "treelstm", "--hidden", "20000", "--embed", "20000");
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /^vpps: .*does not fit in the registers/m);
+    assert.ok(performance.now() - t0 < 30_000, "no weights were allocated");
+  });
+
+  test("vpps eval reports a saved run's root accuracy on a file, equal to training's; errors are one line", () => {
+    const data = mkdtempSync(join(tmpdir(), "vpps-eval-data-"));
+    writeFileSync(join(data, "train.txt"), `${syntheticTrees(150, 21).map(formatTree).join("\n")}\n`);
+    writeFileSync(join(data, "dev.txt"), `${syntheticTrees(40, 22).map(formatTree).join("\n")}\n`);
+    const out = mkdtempSync(join(tmpdir(), "vpps-eval-run-"));
+    const common = ["--hidden", "6", "--embed", "6", "--cell", "ops", "--epochs", "2", "--lr", "0.02"];
+    const t = vpps("train", "treelstm", "--data", data, ...common, "--json", "--out", out);
+    assert.equal(t.code, 0, t.stderr);
+    const trained = JSON.parse(t.stdout.trim()) as { epochs: { devAccuracy: number }[] };
+
+    const r = vpps("eval", "treelstm", "--run", out, "--data", join(data, "dev.txt"), "--json");
+    assert.equal(r.code, 0, r.stderr);
+    const result = JSON.parse(r.stdout.trim()) as {
+      model: string;
+      epoch: number;
+      examples: number;
+      metrics: { rootAccuracy: number };
+    };
+    assert.equal(result.model, "treelstm");
+    assert.equal(result.epoch, 2);
+    assert.equal(result.examples, 40);
+    assert.equal(result.metrics.rootAccuracy, trained.epochs[1]!.devAccuracy, "the run's last dev accuracy");
+    const text = vpps("eval", "treelstm", "--run", out, "--data", join(data, "train.txt"));
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /^data: .*train\.txt: 150 trees; engine cpu$/m);
+    assert.match(text.stdout, /^root accuracy \d+\.\d\d%$/m);
+
+    const oneLine = (args: string[], message: RegExp) => {
+      const e = vpps("eval", "treelstm", ...args);
+      assert.equal(e.code, 1, `${args.join(" ")}: ${e.stderr}`);
+      assert.match(e.stderr.trim(), message);
+      assert.equal(e.stderr.trim().split("\n").length, 1, e.stderr);
+    };
+    oneLine(["--run", out, "--data", join(data, "none.txt")], /^vpps: --data .*none\.txt: no such file$/);
+    oneLine(["--run", out, "--data", data], /^vpps: --data .*: is a directory; give one file of trees/);
+    oneLine(["--run", data, "--data", join(data, "dev.txt")], /^vpps: --run .*: no state\.json there/);
+    writeFileSync(join(data, "bad.txt"), "(3 (2 a) (2 b)\n");
+    oneLine(["--run", out, "--data", join(data, "bad.txt")], /^vpps: .*bad\.txt:1:\d+: /);
+    const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8")) as Record<string, unknown>;
+    writeFileSync(join(out, "state.json"), JSON.stringify({ ...state, model: "rvnn" }));
+    oneLine(
+      ["--run", out, "--data", join(data, "dev.txt")],
+      /^vpps: --run .*: the run trained model 'rvnn', not 'treelstm'$/,
+    );
+    writeFileSync(join(out, "state.json"), JSON.stringify({ ...state, options: { hidden: 7, embed: 6, cell: "ops" } }));
+    oneLine(
+      ["--run", out, "--data", join(data, "dev.txt")],
+      /^vpps: --run .*: tensor 'W_iou' has shape \[18,6\]; the model expects \[21,6\]/,
+    );
   });
 });

@@ -7,7 +7,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { ComputationGraph, ShapeError } from "../src/graph/graph.js";
 import { Op } from "../src/graph/opcodes.js";
 import { ParameterCollection } from "../src/model/parameters.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import {
   affine,
   concat,

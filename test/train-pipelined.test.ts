@@ -8,13 +8,14 @@ import { describe, test } from "node:test";
 import { splitSynthetic } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { type Engine, isPipelined, type PipelinedEngine } from "../src/engines/engine.js";
+import { type Engine, type EngineCapabilities, isPipelined, type PipelinedEngine } from "../src/engines/engine.js";
 import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
 import { BatchPipeline, type SlotDevice } from "../src/engines/vpps/runtime/pipeline.js";
 import type { Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
-import { type TrainProgress, trainTreeLstm } from "../src/models/train-treelstm.js";
+import type { TrainProgress } from "../src/train/loop.js";
 import type { Trainer } from "../src/train/trainers.js";
+import { trainTreeLstm } from "../src/train/treelstm.js";
 
 /**
  * A pipelined engine made of the CPU engine: `trainStep` trains at once, but each loss is released only `lag`
@@ -23,6 +24,7 @@ import type { Trainer } from "../src/train/trainers.js";
  */
 class LaggingEngine implements PipelinedEngine {
   readonly name = "lagging-cpu";
+  readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   private readonly inner: CpuEngine;
   private readonly held: number[] = [];
   steps = 0;

@@ -5,8 +5,8 @@ import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph } from "../src/graph/graph.js";
-import { evaluateTreeLstm, trainTreeLstm } from "../src/models/train-treelstm.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
+import { evaluateTreeLstm, trainTreeLstm } from "../src/train/treelstm.js";
 
 const trees = parseTrees(
   ["(3 (2 (2 The) (2 Rock)) (4 (3 (2 is) (4 destined)) (2 .)))", "(1 (2 not) (1 (0 awful) (2 .)))", "(2 word)"].join(

@@ -13,8 +13,8 @@ import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/
 import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/script/emulate-batch.js";
 import { disassemble, instructionWords, Opcode } from "../src/engines/vpps/script/format.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { ParameterCollection } from "../src/model/parameters.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
 import { AdamTrainer } from "../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
@@ -52,12 +52,6 @@ function compare(pc: ParameterCollection, ref: Reference, got: EmulatedBatch): s
   return "";
 }
 
-function matricesOf(pc: ParameterCollection) {
-  return pc.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
-}
-
 /** Instructions of the given opcodes in all processors' scripts. */
 function countOpcodes(script: Uint32Array, ctas: number, ops: readonly Opcode[]): number {
   let n = 0;
@@ -77,7 +71,7 @@ function schedule(
   loss: Expression,
   opts: ScheduleOptions = {},
 ) {
-  const model = createModelLayout(pc.all, planVpps(matricesOf(pc), device, plan));
+  const model = createModelLayout(pc.all, planVpps(onChipMatrices(pc), device, plan));
   return { model, sched: new VppsScheduler(model, { exportGradients: true, ...opts }).schedule(cg, loss) };
 }
 
@@ -395,7 +389,7 @@ function adamTrajectories(
   loose: Looseness,
   tileEntries?: number,
 ): string[] {
-  const model = createModelLayout(pc.all, planVpps(matricesOf(pc), device, plan));
+  const model = createModelLayout(pc.all, planVpps(onChipMatrices(pc), device, plan));
   const scheduler = new VppsScheduler(model, {
     exportGradients: true,
     optimizer: "adam",
@@ -477,7 +471,7 @@ describe("VPPS emulator: Adam against the CPU engine and the AdamTrainer", () =>
 
   test("an Adam script with learning rate 0 changes neither weights nor moments", () => {
     const { pc, cg, loss } = treeBatch(2, 41, 8, 5);
-    const model = createModelLayout(pc.all, planVpps(matricesOf(pc), SMALL, { rowsPerWarp: 1 }));
+    const model = createModelLayout(pc.all, planVpps(onChipMatrices(pc), SMALL, { rowsPerWarp: 1 }));
     const sched = new VppsScheduler(model, { optimizer: "adam" }).schedule(cg, loss);
     const moments = new Float32Array(momentLayout(model).floats).fill(0.5);
     const values = pc.all.map((p) => p.value);

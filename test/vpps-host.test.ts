@@ -13,7 +13,8 @@ import { type BatchLayout, createModelLayout, type ModelLayout } from "../src/en
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { type BatchSchedule, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { onChipMatrices } from "../src/model/parameters.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
 const H = 16;
@@ -22,9 +23,7 @@ function setup(plan: PlanOptions = {}) {
   const trees = syntheticTrees(400, 7);
   const vocab = Vocabulary.fromTrees(trees);
   const net = new TreeLstmModel({ vocabSize: vocab.size, embed: H, hidden: H, seed: 3 });
-  const matrices = net.params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+  const matrices = onChipMatrices(net.params);
   const model = createModelLayout(net.params.all, planVpps(matrices, SMALL, plan));
   /**
    * Batch k: a varying number of trees from a varying start, so scratch grows and shrinks; batches 0 and 255 are

@@ -17,13 +17,13 @@ import { syntheticTrees } from "../src/data/synthetic.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
-import { type MatrixSpec, type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan/plan.js";
+import { type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan/plan.js";
 import { detachSchedule, type ScheduledBatch } from "../src/engines/vpps/schedule/batch.js";
 import { SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression, snapshotInputs } from "../src/graph/graph.js";
-import { ParameterCollection } from "../src/model/parameters.js";
-import { TreeLstmModel } from "../src/models/treelstm.js";
+import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
+import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax, tanh } from "../src/ops/index.js";
 import { buildRandomVppsGraph, type RandomVppsModel, randomVppsModel } from "./random-graph.js";
 
@@ -31,19 +31,13 @@ const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
 const SST_TRAIN = fileURLToPath(new URL("../../shared/data/sst/train.txt", import.meta.url));
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-function matricesOf(pc: ParameterCollection): MatrixSpec[] {
-  return pc.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
-}
-
 /** Two variants that differ in every way the scheduler cares about: CTAs per SM, rpw, gradient placement. */
 function twoPlans(pc: ParameterCollection): VppsPlan[] {
   const options: PlanOptions[] = [
     { ctasPerSm: 1, rowsPerWarp: 1 },
     { ctasPerSm: 2, rowsPerWarp: 2, gradients: "gemm" },
   ];
-  return options.map((o) => planVpps(matricesOf(pc), SMALL, o));
+  return options.map((o) => planVpps(onChipMatrices(pc), SMALL, o));
 }
 
 /** A batch's schedule as plain data (every field the main thread reads), for deepEqual. */
@@ -252,7 +246,7 @@ describe("schedule workers", () => {
     const pc = new ParameterCollection({ seed: 1 });
     const W = pc.addParameters([3, 1], undefined, "W"); // a [3,1] matrix: the graph also accepts it as a vector
     const v = pc.addParameters(3, undefined, "v");
-    const plans = [planVpps(matricesOf(pc), SMALL, {})];
+    const plans = [planVpps(onChipMatrices(pc), SMALL, {})];
     const pool = newPool(pc, plans, 2);
     const cg = new ComputationGraph();
     const bad = pickNegLogSoftmax(add(matVec(W, input(cg, [2])), parameter(cg, W)), 0);

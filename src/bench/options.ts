@@ -74,6 +74,14 @@ export function treeFile(flag: string): (v: string) => string {
   };
 }
 
+/** A file or folder that exists. */
+export function existingPath(flag: string): (v: string) => string {
+  return (v) => {
+    if (!existsSync(v)) throw new InvalidArgumentError(`${flag}: '${v}' does not exist`);
+    return v;
+  };
+}
+
 /** A folder, created when missing; refused when a file of that name is there. */
 export function folder(flag: string): (v: string) => string {
   return (v) => {

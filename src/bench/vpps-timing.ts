@@ -14,6 +14,7 @@ import { CpuEngine } from "../engines/cpu.js";
 import { enumeratePlans, planVpps } from "../engines/vpps/plan/plan.js";
 import { type VariantInfo, Vpps } from "../engines/vpps/vpps.js";
 import { ComputationGraph } from "../graph/graph.js";
+import { onChipMatrices } from "../model/parameters.js";
 import type { BenchNet } from "./model.js";
 
 /**
@@ -58,9 +59,7 @@ export interface VppsRow {
  * device model is built as Vpps.create builds it.
  */
 export function vppsPlannerRefusal(net: BenchNet<unknown>, props: DeviceProperties): string | null {
-  const matrices = net.params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+  const matrices = onChipMatrices(net.params);
   const device = deviceModelFromProperties({
     name: props.name,
     smCount: props.smCount,

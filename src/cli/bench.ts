@@ -9,8 +9,8 @@
  */
 import { type Command, type CommanderError, Option } from "commander";
 import { BenchError, BenchUsageError } from "../bench/errors.js";
-import { BENCH_MODELS } from "../bench/models/index.js";
-import { choice, choiceList, folder, numberList, treeFile, wholeNumber } from "../bench/options.js";
+import { BENCH_MODELS, benchModel } from "../bench/models/index.js";
+import { choice, choiceList, existingPath, folder, numberList, treeFile, wholeNumber } from "../bench/options.js";
 import { engineSpecs } from "../bench/throughput/engines.js";
 
 /** What the results were made with, for the result files. */
@@ -91,7 +91,7 @@ function addThroughputCommands(bench: Command): void {
           `${model.title} training throughput (${model.unit}/s) of every engine in one process, its first loss ` +
             "checked against the CPU engine; a table, <model>.json, .md and .svg",
         )
-        .addOption(new Option("--data <file>", model.dataHelp).argParser(treeFile("--data")))
+        .addOption(new Option("--data <path>", model.dataHelp).argParser(existingPath("--data")))
         .addOption(
           new Option("--engines <list>", `comma-separated, of: ${ids.join(", ")} (default: all)`).argParser(
             choiceList("--engines", ids),
@@ -559,7 +559,7 @@ export function addBenchCommand(program: Command): void {
           () => plot,
           async (device: string, f: { model: string }) => {
             const { runPlot } = await import("../bench/diagnostics/plot.js");
-            return runPlot(BENCH_MODELS.find((m) => m.name === f.model)!, { device });
+            return runPlot(benchModel(f.model), { device });
           },
         ),
       ),

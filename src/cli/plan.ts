@@ -1,28 +1,21 @@
 import { openDevice } from "../cuda/device.js";
 import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../cuda/hw/device-model.js";
 import { formatPlan } from "../engines/vpps/plan/format.js";
-import { type MatrixSpec, planVpps } from "../engines/vpps/plan/plan.js";
-import type { ParameterCollection } from "../model/parameters.js";
-import { TreeLstmModel } from "../models/treelstm.js";
-import { CliError } from "./train.js";
+import { planVpps } from "../engines/vpps/plan/plan.js";
+import { onChipMatrices } from "../model/parameters.js";
+import type { AnyTask } from "../models/task.js";
+import { pickModelOptions } from "./commands.js";
+import { CliError } from "./errors.js";
 
+/** `vpps plan <model>`'s options: the plan's, and the model's sizes (`planLabel` options) by key. */
 export interface PlanCommandOptions {
-  hidden: number;
-  embed: number;
   gpu: "h100" | "h200" | "device";
   ctasPerSm?: 1 | 2;
   rpw?: number;
   gradients: "auto" | "registers" | "gemm";
   transposed: boolean;
   json: boolean;
-}
-
-/** The matrices VPPS keeps on chip: every 2-D dense parameter (vectors and lookup tables stay in global memory). */
-export function onChipMatrices(params: ParameterCollection): MatrixSpec[] {
-  const out: MatrixSpec[] = [];
-  for (const p of params.all)
-    if (p.kind === "dense" && p.isMatrix) out.push({ name: p.name, rows: p.rows, cols: p.cols });
-  return out;
+  [modelOption: string]: unknown;
 }
 
 function deviceModel(gpu: PlanCommandOptions["gpu"]): DeviceModel {
@@ -38,13 +31,17 @@ function deviceModel(gpu: PlanCommandOptions["gpu"]): DeviceModel {
   }
 }
 
-/** `vpps plan treelstm`: how the model's weights would be spread over the registers of persistent CTAs. */
-export function runPlanTreeLstm(opts: PlanCommandOptions): void {
-  const model = new TreeLstmModel({ vocabSize: 1, embed: opts.embed, hidden: opts.hidden });
+/**
+ * `vpps plan <model>`: how the model's weights would be spread over the registers of persistent CTAs. Planned from
+ * the parameters' shapes alone: nothing is allocated, so a size too large to train is refused at once.
+ */
+export function runPlan(task: AnyTask, opts: PlanCommandOptions): void {
+  const options = pickModelOptions(task, opts);
   const device = deviceModel(opts.gpu);
   let plan: ReturnType<typeof planVpps>;
   try {
-    plan = planVpps(onChipMatrices(model.params), device, {
+    // the vocabulary's size does not matter: lookup tables stay off chip
+    plan = planVpps(onChipMatrices(task.parameterShapes(options, 1)), device, {
       ...(opts.ctasPerSm ? { ctasPerSm: opts.ctasPerSm } : {}),
       ...(opts.rpw ? { rowsPerWarp: opts.rpw } : {}),
       gradients: opts.gradients,
@@ -57,5 +54,6 @@ export function runPlanTreeLstm(opts: PlanCommandOptions): void {
     process.stdout.write(`${JSON.stringify(plan)}\n`);
     return;
   }
-  process.stdout.write(`Tree-LSTM, hidden ${opts.hidden}, embedding ${opts.embed}\n${formatPlan(plan)}\n`);
+  const sizes = task.options.flatMap((o) => (o.planLabel ? [`${o.planLabel} ${options[o.key]}`] : []));
+  process.stdout.write(`${[task.title, ...sizes].join(", ")}\n${formatPlan(plan)}\n`);
 }

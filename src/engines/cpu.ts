@@ -4,7 +4,7 @@ import type { LookupParameter, ParameterCollection } from "../model/parameters.j
 import type { Buf } from "../ops/common.js";
 import { KERNELS } from "../ops/registry.js";
 import type { Trainer } from "../train/trainers.js";
-import type { Engine } from "./engine.js";
+import type { Engine, EngineCapabilities } from "./engine.js";
 
 export interface CpuEngineOptions {
   /** "f32" (default) for training; "f64" computes every node in double precision, for gradient checks. */
@@ -18,6 +18,7 @@ export interface CpuEngineOptions {
  */
 export class CpuEngine implements Engine {
   readonly name = "cpu";
+  readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   private v: Buf;
   private d: Buf;
   private graph: ComputationGraph | null = null;

@@ -9,6 +9,8 @@ import type { Trainer } from "../train/trainers.js";
  */
 export interface Engine {
   readonly name: string;
+  /** What this engine can do beyond training steps (the training loop and the CLI read it). */
+  readonly capabilities: EngineCapabilities;
   /** Computes every node up to `e` (incrementally: nodes already computed in this graph are kept). */
   forward(e: Expression): void;
   /** Forward, then the value of a scalar expression (a loss). */
@@ -26,8 +28,26 @@ export interface Engine {
    * Engines that keep parameters on a device copy them back here; the CPU engine has nothing to do.
    */
   syncToHost(): void;
+  /**
+   * Copies the host values of the parameters over the engine's own copy, after another engine trained them.
+   * Engines that compute from the host values (the CPU engines) have none; an engine that keeps the parameters on a
+   * device must have it to serve as another engine's evaluation engine (src/engines/registry.ts).
+   */
+  reloadParameters?(): void;
   /** Releases device resources (no-op on the CPU). */
   dispose(): void;
+}
+
+/** What an engine can do besides forward → backward → update on a scalar loss. */
+export interface EngineCapabilities {
+  /**
+   * `forward(e)` and `value(e)` of any node, with no loss and no update: evaluation and prediction. An engine
+   * without it (VPPS: its kernel runs whole training steps from a scalar loss) is evaluated on another engine over
+   * the same parameters (`createEvaluationEngine`, `ForwardPasses`).
+   */
+  readonly forwardOnly: boolean;
+  /** `gradient(e)` of any node after `backward` (VPPS keeps them inside its kernel). */
+  readonly nodeGradients: boolean;
 }
 
 /**
@@ -53,7 +73,3 @@ export function isPipelined(e: Engine): e is PipelinedEngine {
   const p = e as Partial<PipelinedEngine>;
   return typeof p.trainStep === "function" && typeof p.takeLosses === "function";
 }
-
-/** The engines vpps knows, with whether this build implements them yet. */
-export const ENGINE_NAMES = ["cpu", "eager", "autobatch", "vpps"] as const;
-export type EngineName = (typeof ENGINE_NAMES)[number];

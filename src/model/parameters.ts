@@ -167,3 +167,38 @@ export class ParameterCollection {
     }
   }
 }
+
+/**
+ * A parameter's kind and shape without its values: what a planner reads. `Parameter` and `LookupParameter` are
+ * ones, and a model can list its shapes without allocating anything (`vpps plan`).
+ */
+export type ParameterShape =
+  | {
+      readonly kind: "dense";
+      readonly name: string;
+      readonly rows: number;
+      readonly cols: number;
+      /** Declared 2-D ([rows, cols]); a vector is [rows] with cols 1. */
+      readonly isMatrix: boolean;
+    }
+  | { readonly kind: "lookup"; readonly name: string; readonly rows: number; readonly cols: number };
+
+/** A matrix by name and size. */
+export interface MatrixShape {
+  readonly name: string;
+  readonly rows: number;
+  readonly cols: number;
+}
+
+/**
+ * The matrices VPPS keeps on chip (in registers): every dense 2-D parameter, in the collection's order. Vectors and
+ * lookup tables stay in global memory: a vector is read once per use, and a lookup table's rows are gathered, not
+ * multiplied. This is the one place the rule is written; the planner, `vpps plan`, the benchmarks and the tests read
+ * it from here.
+ */
+export function onChipMatrices(params: ParameterCollection | readonly ParameterShape[]): MatrixShape[] {
+  const all: readonly ParameterShape[] = params instanceof ParameterCollection ? params.all : params;
+  const out: MatrixShape[] = [];
+  for (const p of all) if (p.kind === "dense" && p.isMatrix) out.push({ name: p.name, rows: p.rows, cols: p.cols });
+  return out;
+}

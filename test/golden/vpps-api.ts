@@ -12,4 +12,4 @@ export { enumeratePlans } from "../../src/engines/vpps/plan/plan.js";
 export { VppsScheduler } from "../../src/engines/vpps/schedule/scheduler.js";
 export { disassemble } from "../../src/engines/vpps/script/format.js";
 export { ComputationGraph } from "../../src/graph/graph.js";
-export { TreeLstmModel } from "../../src/models/treelstm.js";
+export { TreeLstmModel } from "../../src/models/treelstm/model.js";

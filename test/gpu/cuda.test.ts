@@ -30,7 +30,8 @@ import {
 } from "../../src/cuda/index.js";
 import { generateKernelSource } from "../../src/engines/vpps/codegen/template.js";
 import { enumeratePlans } from "../../src/engines/vpps/plan/plan.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { onChipMatrices } from "../../src/model/parameters.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
@@ -228,9 +229,7 @@ describe("CUDA on the GPU", { skip }, () => {
     // Two generated VPPS kernels (seconds of NVRTC work each, unlike saxpy's fixed costs). Each gets a distinct
     // device variable per compile: NVRTC caches programs whose preprocessed text it has seen (comments do not count).
     const model = new TreeLstmModel({ vocabSize: 100, embed: 128, hidden: 128 });
-    const matrices = model.params.all
-      .filter((p) => p.kind === "dense" && p.isMatrix)
-      .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+    const matrices = onChipMatrices(model.params);
     const plans = enumeratePlans(matrices, H100_SXM, "auto").slice(0, 2);
     assert.equal(plans.length, 2);
     const stamp = Date.now();

@@ -13,7 +13,7 @@ import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { createEngine } from "../../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import {
   add,
   affine,

@@ -12,10 +12,11 @@ import { cudaAvailable } from "../../src/cuda/index.js";
 import { syntheticTrees } from "../../src/data/synthetic.js";
 import { Vocabulary } from "../../src/data/vocab.js";
 import { isPipelined } from "../../src/engines/engine.js";
+import { ForwardPasses } from "../../src/engines/registry.js";
 import { VppsEngine } from "../../src/engines/vpps/engine.js";
 import type { VppsOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
-import { TreeLstmModel } from "../../src/models/treelstm.js";
+import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { AdamTrainer, SimpleSGDTrainer, type Trainer } from "../../src/train/trainers.js";
 
 const available = cudaAvailable();
@@ -186,6 +187,7 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
     const model = makeModel();
     const trainer = new AdamTrainer({ learningRate: 0.01, clipThreshold: 1 });
     const engine = new VppsEngine(model.params, { cacheDir, profileBatches: 2, profileNodes: 0 });
+    const passes = new ForwardPasses(engine, model.params);
     try {
       const losses = [...runQueued(engine, model, trainer, 0, BATCHES), ...engine.takeLosses(true)];
       console.log(`  variants ${engine.vpps.variantInfo.length}, chosen ${engine.vpps.chosenVariant?.name ?? "-"}`);
@@ -197,12 +199,15 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
       assert.equal(engine.vpps.optimizer, "adam");
       assert.equal(trainer.updates, BATCHES);
       assert.equal(engine.vpps.updates, BATCHES);
-      // an evaluation pass after queued steps sees the trained weights (forward syncs them)
+      // an evaluation pass after queued steps sees the trained weights (ForwardPasses syncs them to the evaluation
+      // engine)
       const cg = new ComputationGraph();
       const root = model.buildTree(cg, trees[0]!, vocab, false).rootScores;
-      engine.forward(root);
-      assert.ok(engine.value(root).every(Number.isFinite));
+      const evaluator = passes.engine();
+      evaluator.forward(root);
+      assert.ok(evaluator.value(root).every(Number.isFinite));
     } finally {
+      passes.dispose();
       engine.dispose();
     }
   });

@@ -15,7 +15,7 @@ import { cudaAvailable } from "../../src/cuda/index.js";
 import { readTrees } from "../../src/data/sst.js";
 import { syntheticTrees } from "../../src/data/synthetic.js";
 import { Vocabulary } from "../../src/data/vocab.js";
-import { createEngine } from "../../src/engines/index.js";
+import { createEngine, ForwardPasses } from "../../src/engines/index.js";
 import { VppsEngine } from "../../src/engines/vpps/engine.js";
 import { formatKernelProfile } from "../../src/engines/vpps/instrument/profile.js";
 import { formatKernelTrace } from "../../src/engines/vpps/instrument/trace.js";
@@ -24,7 +24,7 @@ import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engin
 import { Vpps, type VppsOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
-import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../../src/ops/index.js";
 import { AdamTrainer, SimpleSGDTrainer } from "../../src/train/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
@@ -518,6 +518,8 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     const run = (engineName: "cpu" | "vpps") => {
       const { trees, vocab, model } = setup(128);
       const engine = createEngine(engineName, model.params);
+      // VPPS runs no forward-only passes: the registry's evaluation engine (autobatch on the GPU) runs them
+      const passes = new ForwardPasses(engine, model.params);
       const trainer = new SimpleSGDTrainer({ learningRate: LR, clipThreshold: CLIP });
       const losses: number[] = [];
       const batch = (k: number) => {
@@ -532,8 +534,10 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
         const cg = new ComputationGraph();
         cg.training = false;
         const root = model.buildTree(cg, trees[40]!, vocab, false).rootScores;
-        engine.forward(root);
-        return Float32Array.from(engine.value(root));
+        const evaluator = passes.engine();
+        assert.equal(evaluator.name, engineName === "vpps" ? "autobatch" : "cpu");
+        evaluator.forward(root);
+        return Float32Array.from(evaluator.value(root));
       };
       try {
         for (let k = 0; k < 3; k++) batch(k);
@@ -543,6 +547,7 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
         engine.syncToHost();
         return { losses, w: Float32Array.from(model.params.all[0]!.value), before, after };
       } finally {
+        passes.dispose();
         engine.dispose();
       }
     };

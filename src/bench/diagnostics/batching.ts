@@ -22,7 +22,7 @@ import {
   timeBaselines,
 } from "../engine-timing.js";
 import { checkFirstLoss } from "../first-loss.js";
-import { treeLstmBench } from "../models/treelstm.js";
+import { benchModel } from "../models/index.js";
 import { markdownTable, writeJson } from "../output.js";
 
 export interface BatchingOptions {
@@ -37,7 +37,7 @@ const SIZE = { hidden: 256, embed: 256 };
 export function runBatching(o: BatchingOptions): number {
   requireGpu("vpps bench autobatch batching");
   const BATCHES = o.quick ? [1, 8, 64] : [1, 2, 4, 8, 16, 32, 64, 128];
-  const task = treeLstmBench.load(o.dataFile, 4096);
+  const task = benchModel("treelstm").load(o.dataFile, 4096);
   const makeNet = () => task.net(SIZE, "fused");
   const batchOf = task.batch;
 

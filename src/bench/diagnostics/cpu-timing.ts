@@ -8,7 +8,7 @@ import type { TreeNode } from "../../data/tree.js";
 import { Vocabulary } from "../../data/vocab.js";
 import { CpuEngine } from "../../engines/cpu.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { TreeLstmModel } from "../../models/treelstm.js";
+import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { makeTrainer } from "../../train/trainers.js";
 import { machine, median } from "../common.js";
 import { cpuDevice, resultsDir } from "../device.js";

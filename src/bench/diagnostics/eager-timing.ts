@@ -12,7 +12,7 @@ import { median, resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { BenchError } from "../errors.js";
 import { checkFirstLoss } from "../first-loss.js";
-import { treeLstmBench } from "../models/treelstm.js";
+import { benchModel } from "../models/index.js";
 import { writeJson } from "../output.js";
 
 export interface EagerTimingOptions {
@@ -42,7 +42,7 @@ const BATCHES = [1, 8, 128];
 
 export function runEagerTiming(o: EagerTimingOptions): number {
   requireGpu("vpps bench eager timing");
-  const task = treeLstmBench.load(o.dataFile, 4096);
+  const task = benchModel("treelstm").load(o.dataFile, 4096);
   const batchOf = task.batch;
   const net = task.net(SIZE, "fused");
   const engine = new EagerEngine(net.params);

@@ -10,7 +10,7 @@
  */
 import { Vocabulary } from "../../data/vocab.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { type CellFormulation, TreeLstmModel } from "../../models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../../models/treelstm/model.js";
 import { machine, median, resultHeader } from "../common.js";
 import { cpuDevice, resultsDir } from "../device.js";
 import { writeJson } from "../output.js";

@@ -8,7 +8,7 @@
 import { Vocabulary } from "../../data/vocab.js";
 import { Vpps } from "../../engines/vpps/vpps.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { TreeLstmModel } from "../../models/treelstm.js";
+import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { requireGpu } from "../device.js";
 import { batchAt, loadBenchTrees } from "../trees.js";
 

@@ -13,7 +13,8 @@ import { createModelLayout } from "../../engines/vpps/plan/layout.js";
 import { planVpps } from "../../engines/vpps/plan/plan.js";
 import { VppsScheduler } from "../../engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
-import { TreeLstmModel } from "../../models/treelstm.js";
+import { onChipMatrices } from "../../model/parameters.js";
+import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { machine, median } from "../common.js";
 import { cpuDevice, resultsDir } from "../device.js";
 import { writeJson } from "../output.js";
@@ -51,9 +52,7 @@ export function runVppsHost(o: VppsHostOptions): number {
   const { trees, source } = loadBenchTrees(o.dataFile, 2048);
   const vocab = Vocabulary.fromTrees(trees);
   const model = new TreeLstmModel({ vocabSize: vocab.size, embed: EMBED, hidden: HIDDEN });
-  const matrices = model.params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+  const matrices = onChipMatrices(model.params);
   const plan = planVpps(matrices, H100_SXM);
   const scheduler = new VppsScheduler(createModelLayout(model.params.all, plan));
   /** Nodes scheduled per size before timing (V8 reaches its optimising tier and stays there), and per repetition. */

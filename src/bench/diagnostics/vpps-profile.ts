@@ -13,7 +13,7 @@ import { Vocabulary } from "../../data/vocab.js";
 import { formatKernelProfile, type KernelProfile } from "../../engines/vpps/instrument/profile.js";
 import { Vpps } from "../../engines/vpps/vpps.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { type CellFormulation, TreeLstmModel } from "../../models/treelstm.js";
+import { type CellFormulation, TreeLstmModel } from "../../models/treelstm/model.js";
 import { resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { writeJson } from "../output.js";

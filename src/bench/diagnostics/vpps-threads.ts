@@ -15,7 +15,8 @@ import { planVpps } from "../../engines/vpps/plan/plan.js";
 import { SchedulePool } from "../../engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../../engines/vpps/schedule/scheduler.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { TreeLstmModel } from "../../models/treelstm.js";
+import { onChipMatrices } from "../../model/parameters.js";
+import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { median } from "../common.js";
 import { batchAt, loadBenchTrees } from "../trees.js";
 
@@ -33,9 +34,7 @@ export function runVppsThreads(o: VppsThreadsOptions): number {
   const { trees, source } = loadBenchTrees(o.dataFile, 8192);
   const vocab = Vocabulary.fromTrees(trees);
   const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1 });
-  const matrices = model.params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
+  const matrices = onChipMatrices(model.params);
   const plan = planVpps(matrices, H100_SXM);
 
   console.log(`VPPS host pipeline (no GPU): Tree-LSTM H=256 E=256 on the ${plan.device.name} plan (${plan.ctas} CTAs)`);

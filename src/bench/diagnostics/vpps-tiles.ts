@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { Vocabulary } from "../../data/vocab.js";
 import { DEFAULT_TILE_ENTRIES } from "../../engines/vpps/schedule/steps.js";
 import { Vpps } from "../../engines/vpps/vpps.js";
-import { TreeLstmModel } from "../../models/treelstm.js";
+import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { median, resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import type { BenchNet } from "../model.js";

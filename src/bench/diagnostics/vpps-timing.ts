@@ -20,7 +20,7 @@ import { PACKAGE_ROOT, resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { BenchError } from "../errors.js";
 import { checkFirstLoss } from "../first-loss.js";
-import { treeLstmBench } from "../models/treelstm.js";
+import { benchModel } from "../models/index.js";
 import { writeJson } from "../output.js";
 import {
   chooseVppsVariant,
@@ -67,7 +67,7 @@ export async function runVppsTiming(o: VppsTimingOptions): Promise<number> {
   /** Sentences timed per batch size (at least 20 batches), after the warm-up. */
   const sentences = o.quick ? 1024 : 4096;
   const warmSentences = o.quick ? 256 : 2048;
-  const task = treeLstmBench.load(o.dataFile, 8192);
+  const task = benchModel("treelstm").load(o.dataFile, 8192);
   const batchOf = task.batch;
 
   const rows: VppsRow[] = [];

@@ -12,7 +12,7 @@ import { Vocabulary } from "../../data/vocab.js";
 import { formatKernelTrace, type TraceAnalysis } from "../../engines/vpps/instrument/trace.js";
 import { Vpps } from "../../engines/vpps/vpps.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { TreeLstmModel } from "../../models/treelstm.js";
+import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { writeJson } from "../output.js";

@@ -1,53 +1,37 @@
-/** The Tree-LSTM in the throughput suite: SST trees (or the synthetic task), the fused or the plain-ops cell. */
-import type { TreeNode } from "../../data/tree.js";
-import { Vocabulary } from "../../data/vocab.js";
-import { type CellFormulation, TreeLstmModel } from "../../models/treelstm.js";
-import type { BenchModel, BenchTask } from "../model.js";
-import { batchAt, loadBenchTrees } from "../trees.js";
+/**
+ * What the throughput suite adds to the Tree-LSTM's registry entry: the sweep of sizes (hidden 128 and 512 beside
+ * the main 256), the fused and the plain-ops cell (VPPS runs both), SST beside the repository as the default data.
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { SST_DIR } from "../common.js";
+import type { BenchExtras } from "./from-task.js";
 
 /** Embedding size per hidden size: 128 for the small model, 256 (the DyNet benchmark's) otherwise. */
 const EMBED_OF: Readonly<Record<number, number>> = { 128: 128, 256: 256, 512: 256 };
 
-export const treeLstmBench: BenchModel<TreeNode> = {
-  name: "treelstm",
-  title: "Tree-LSTM",
-  dataHelp:
-    "SST train.txt (or a folder holding it); default ../shared/data/sst/train.txt when present, else the synthetic tree task",
+export const TREE_LSTM_BENCH: BenchExtras = {
   sizes: [
     { hidden: 256, embed: 256 },
     { hidden: 128, embed: 128 },
     { hidden: 512, embed: 256 },
   ],
   embedFor: (hidden) => EMBED_OF[hidden] ?? Math.min(hidden, 256),
-  variants: [
-    { name: "fused", label: "fused cell" },
-    { name: "ops", label: "ops cell" },
-  ],
-  maxItems: 8192,
+  variants: {
+    option: "cell",
+    values: [
+      { name: "fused", label: "fused cell" },
+      { name: "ops", label: "ops cell" },
+    ],
+  },
+  defaultData() {
+    const file = join(SST_DIR, "train.txt");
+    return existsSync(file) ? file : undefined;
+  },
+  describeData: (path, isDefault) =>
+    path === undefined ? "synthetic (SST not found)" : isDefault ? "SST train" : `SST train (${path})`,
   // issue 6's targets for VPPS at hidden 256 on the H100
   targets: { vppsBatch1: 5000, vppsBatch8: 15000, vppsBatch128: 30000, vppsVsAgendaUpTo32: 3 },
-  unit: "sentences",
-  batchUnit: "trees",
-  load(dataFile, maxItems): BenchTask<TreeNode> {
-    const { trees, source } = loadBenchTrees(dataFile, maxItems);
-    const vocab = Vocabulary.fromTrees(trees);
-    return {
-      source,
-      items: trees.length,
-      vocabulary: vocab.size,
-      batch: (size, k) => batchAt(trees, size, k),
-      net(size, variant) {
-        const model = new TreeLstmModel({
-          vocabSize: vocab.size,
-          embed: size.embed,
-          hidden: size.hidden,
-          seed: 1,
-          cell: variant as CellFormulation,
-        });
-        return { params: model.params, batchLoss: (cg, batch) => model.buildBatchLoss(cg, batch, vocab) };
-      },
-    };
-  },
   plotTitle(device, source, hidden) {
     const on = source === undefined || source.startsWith("SST") ? "SST" : "synthetic trees";
     return `Tree-LSTM training on ${on}, hidden ${hidden} — ${device}`;

@@ -4,7 +4,7 @@ import type { LookupParameter, ParameterCollection } from "../../model/parameter
 import type { Buf } from "../../ops/common.js";
 import { KERNELS } from "../../ops/registry.js";
 import type { Trainer } from "../../train/trainers.js";
-import type { Engine } from "../engine.js";
+import type { Engine, EngineCapabilities } from "../engine.js";
 import { BackwardScratch, type BatchBackend, runBackward, runForward } from "./executor.js";
 import { type BatchPlan, BatchPlanner, type BatchStrategy } from "./plan.js";
 
@@ -224,6 +224,7 @@ export interface AutobatchCpuOptions {
  */
 export class AutobatchCpuEngine implements Engine {
   readonly name = "autobatch";
+  readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   readonly strategy: BatchStrategy;
   /** The plan of the latest forward call and of the latest backward pass (for statistics and dumps). */
   lastForwardPlan: BatchPlan | null = null;

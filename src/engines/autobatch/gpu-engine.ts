@@ -10,7 +10,7 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../train/trainers.js";
 import type { EagerLaunchCounts } from "../eager/node-kernels.js";
-import type { Engine } from "../engine.js";
+import type { Engine, EngineCapabilities } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import {
@@ -235,6 +235,7 @@ const alignUp = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 /** Autobatching on a CUDA GPU; see the top of this file. Create it with `createEngine("autobatch", params)`. */
 export class AutobatchGpuEngine implements Engine {
   readonly name = "autobatch";
+  readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   readonly strategy: BatchStrategy;
   readonly device: AutobatchDevice;
   /** The plan of the latest forward call and of the latest backward pass. */

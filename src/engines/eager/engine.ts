@@ -13,7 +13,7 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../train/trainers.js";
-import type { Engine } from "../engine.js";
+import type { Engine, EngineCapabilities } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters, EAGER_PROGRAM } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
@@ -28,6 +28,7 @@ const MIN_REGION_FLOATS = 1 << 16;
 /** The eager engine; see the top of this file. Create it with `createEngine("eager", params)` or directly. */
 export class EagerEngine implements Engine {
   readonly name = "eager";
+  readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   readonly ctx: GpuContext;
   readonly device: DeviceParameters;
   private readonly k: Readonly<Record<EagerKernelName, CudaKernel>>;

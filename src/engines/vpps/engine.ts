@@ -14,29 +14,25 @@
  * the trainer of the previous update() call, read when they are launched. SGD and Adam (SimpleSGDTrainer,
  * AdamTrainer: `trainer.kind`) both run in the kernel; the step count is the trainer's `updates`, which update()
  * and trainStep advance as the trainer's own update() would. A new trainer object starts afresh (Adam's moments
- * zeroed), as its own state would. Forward-only passes (evaluation: the script format needs a scalar loss to run at
- * all) run on the autobatch GPU engine over the same parameters, whose device copy is refreshed from the weights
- * VPPS trained once per evaluation (the CPU reference took ~37 s per SST dev evaluation at hidden 256, against ~1 s
- * of training per epoch); on the CPU engine where that fails.
+ * zeroed), as its own state would.
+ *
+ * Forward-only passes (evaluation) are not this engine's: the script format needs a scalar loss to run at all
+ * (`capabilities.forwardOnly` is false). The engine registry names the engine that runs them over the same
+ * parameters after `syncToHost` (`createEvaluationEngine`, `ForwardPasses` in src/engines/registry.ts).
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../train/trainers.js";
-import { AutobatchGpuEngine } from "../autobatch/gpu-engine.js";
-import { CpuEngine } from "../cpu.js";
-import type { Engine, PipelinedEngine } from "../engine.js";
+import type { EngineCapabilities, PipelinedEngine } from "../engine.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 
 export class VppsEngine implements PipelinedEngine {
   readonly name = "vpps";
+  readonly capabilities: EngineCapabilities = { forwardOnly: false, nodeGradients: false };
   readonly vpps: Vpps;
   private trainer: Trainer | undefined;
   private pending: { g: ComputationGraph; loss: Expression } | undefined;
   private lastLoss: { e: Expression; value: number } | undefined;
-  /** The engine of forward-only passes (autobatch on the GPU, or the CPU reference) and whether its weights are stale. */
-  private evaluator: Engine | undefined;
-  private evaluatorStale = true;
-  private weightsOnHost = false;
   /** Losses of trainStep batches retired and not yet taken, in launch order. */
   private readonly losses: number[] = [];
   /** Whether retired losses are trainStep's (false while a synchronous method waits for its own batch). */
@@ -44,10 +40,7 @@ export class VppsEngine implements PipelinedEngine {
   /** Whether trainStep batches may still be queued (launched or being scheduled) and not yet retired. */
   private queued = false;
 
-  constructor(
-    private readonly params: ParameterCollection,
-    private readonly options: VppsOptions = {},
-  ) {
+  constructor(params: ParameterCollection, options: VppsOptions = {}) {
     // schedule workers: the Vpps default (one per spare core) unless the caller says otherwise; trainStep needs them
     // to overlap scheduling with the GPU, and the synchronous path pays only a thread hop per batch for them
     this.vpps = Vpps.createSync(params, options);
@@ -64,7 +57,6 @@ export class VppsEngine implements PipelinedEngine {
     this.configure(trainer);
     this.queued = true;
     this.vpps.fb(loss.graph, loss);
-    this.weightsOnHost = false;
     // the batch just queued was step updates + 1 (configure), as the trainer's own update() counts it
     trainer.updates++;
   }
@@ -94,28 +86,17 @@ export class VppsEngine implements PipelinedEngine {
     }
   }
 
-  forward(e: Expression): void {
-    if (!this.weightsOnHost) this.syncToHost();
-    if (this.evaluator === undefined) {
-      try {
-        this.evaluator = new AutobatchGpuEngine(this.params, { device: this.options.device ?? "auto" });
-      } catch {
-        this.evaluator = new CpuEngine(this.params); // it reads the ParameterCollection itself
-      }
-      this.evaluatorStale = false; // both read the host values as they are now
-    }
-    if (this.evaluatorStale) {
-      if (this.evaluator instanceof AutobatchGpuEngine) this.evaluator.reloadParameters();
-      this.evaluatorStale = false;
-    }
-    this.evaluator.forward(e);
+  forward(_e: Expression): void {
+    throw new Error(
+      "vpps engine: forward-only passes are not supported (the kernel runs whole training steps from a scalar " +
+        "loss); run them on createEvaluationEngine's engine after syncToHost()",
+    );
   }
 
   forwardScalar(e: Expression): number {
     const g = e.graph;
     this.configure(this.trainer);
     const value = this.runSync(g, e);
-    this.weightsOnHost = false;
     this.pending = this.trainer === undefined ? { g, loss: e } : undefined;
     this.lastLoss = { e, value };
     return value;
@@ -127,10 +108,10 @@ export class VppsEngine implements PipelinedEngine {
 
   value(e: Expression): Float32Array {
     if (this.lastLoss?.e === e) return Float32Array.of(this.lastLoss.value);
-    if (!this.evaluator) {
-      throw new Error("vpps engine: value() is available for the loss of the last batch and after forward()");
-    }
-    return this.evaluator.value(e);
+    throw new Error(
+      "vpps engine: value() is available for the loss of the last batch only; forward-only passes run on " +
+        "createEvaluationEngine's engine",
+    );
   }
 
   gradient(_e: Expression): Float32Array {
@@ -176,12 +157,9 @@ export class VppsEngine implements PipelinedEngine {
 
   syncToHost(): void {
     this.vpps.syncToHost();
-    this.weightsOnHost = true;
-    this.evaluatorStale = true;
   }
 
   dispose(): void {
     this.vpps.dispose();
-    this.evaluator?.dispose();
   }
 }

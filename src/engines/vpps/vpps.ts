@@ -20,7 +20,7 @@
 import { type DeviceModel, deviceModelFromProperties } from "../../cuda/hw/device-model.js";
 import type { PoolStats } from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
-import type { ParameterCollection } from "../../model/parameters.js";
+import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { GpuContext, type KernelSet } from "../gpu/context.js";
 import { generateKernelSource, kernelName, TRACE_SLOTS } from "./codegen/template.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
@@ -193,12 +193,6 @@ interface BatchTag {
  */
 const SCRIPT_WORDS = 4 << 20;
 
-function matricesOf(params: ParameterCollection): MatrixSpec[] {
-  return params.all
-    .filter((p) => p.kind === "dense" && p.isMatrix)
-    .map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
-}
-
 function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s.length === 0 ? Number.NaN : s[Math.floor((s.length - 1) / 2)]!;
@@ -363,7 +357,7 @@ export class Vpps {
         warpSize: d.warpSize,
         computeCapability: { major: d.ccMajor, minor: d.ccMinor },
       });
-      const plans = Vpps.plansFor(matricesOf(params), device, options);
+      const plans = Vpps.plansFor(onChipMatrices(params), device, options);
       const log = options.log ?? (() => {});
       const pool =
         workers > 0

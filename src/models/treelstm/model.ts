@@ -1,16 +1,19 @@
-import type { TreeNode } from "../data/tree.js";
-import type { Vocabulary } from "../data/vocab.js";
-import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
-import { Op } from "../graph/opcodes.js";
-import type { LookupParameter, Parameter } from "../model/parameters.js";
-import { ParameterCollection } from "../model/parameters.js";
-import { cellNode0, cellNode2 } from "../ops/cells.js";
-import { binaryNode, dropoutNode, unaryNode } from "../ops/elementwise.js";
-import { affineNode } from "../ops/linear.js";
-import { pickNegLogSoftmaxNode } from "../ops/loss.js";
-import { concat2Node, concat3Node, lookupNode, pickRangeNode, sumNode } from "../ops/structure.js";
+import type { TreeNode } from "../../data/tree.js";
+import type { Vocabulary } from "../../data/vocab.js";
+import { type ComputationGraph, Expression, ShapeError } from "../../graph/graph.js";
+import { Op } from "../../graph/opcodes.js";
+import type { LookupParameter, Parameter, ParameterShape } from "../../model/parameters.js";
+import { ParameterCollection } from "../../model/parameters.js";
+import { cellNode0, cellNode2 } from "../../ops/cells.js";
+import { binaryNode, dropoutNode, unaryNode } from "../../ops/elementwise.js";
+import { affineNode } from "../../ops/linear.js";
+import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
+import { concat2Node, concat3Node, lookupNode, pickRangeNode, sumNode } from "../../ops/structure.js";
 
 export type CellFormulation = "fused" | "ops";
+
+/** Sentiment classes of the Stanford Sentiment Treebank (0–4): the default number of labels. */
+const SST_LABELS = 5;
 
 export interface TreeLstmOptions {
   vocabSize: number;
@@ -55,20 +58,21 @@ export class TreeLstmModel {
     const D = opts.embed;
     this.hidden = H;
     this.embed = D;
-    this.labels = opts.labels ?? 5;
+    this.labels = opts.labels ?? SST_LABELS;
     this.cell = opts.cell ?? "fused";
     this.dropout = opts.dropout ?? 0;
     const pc = new ParameterCollection({ seed: opts.seed ?? 1 });
     this.params = pc;
-    this.E = pc.addLookupParameters(opts.vocabSize, D, undefined, "E");
-    this.W_iou = pc.addParameters([3 * H, D], undefined, "W_iou");
-    this.U_iou = pc.addParameters([3 * H, 2 * H], undefined, "U_iou");
-    this.U_f1 = pc.addParameters([H, H], undefined, "U_f1");
-    this.U_f2 = pc.addParameters([H, H], undefined, "U_f2");
-    this.b_iou = pc.addParameters(3 * H, undefined, "b_iou");
-    this.b_f = pc.addParameters(H, undefined, "b_f");
-    this.W_out = pc.addParameters([this.labels, H], undefined, "W_out");
-    this.b_out = pc.addParameters(this.labels, undefined, "b_out");
+    const s = treeLstmSizes(opts.vocabSize, D, H, this.labels);
+    this.E = pc.addLookupParameters(s.E[0], s.E[1], undefined, "E");
+    this.W_iou = pc.addParameters(s.W_iou, undefined, "W_iou");
+    this.U_iou = pc.addParameters(s.U_iou, undefined, "U_iou");
+    this.U_f1 = pc.addParameters(s.U_f1, undefined, "U_f1");
+    this.U_f2 = pc.addParameters(s.U_f2, undefined, "U_f2");
+    this.b_iou = pc.addParameters(s.b_iou, undefined, "b_iou");
+    this.b_f = pc.addParameters(s.b_f, undefined, "b_f");
+    this.W_out = pc.addParameters(s.W_out, undefined, "W_out");
+    this.b_out = pc.addParameters(s.b_out, undefined, "b_out");
   }
 
   /**
@@ -183,6 +187,37 @@ export class TreeLstmModel {
   }
 }
 
+/** The shape of every parameter, by name, in the order the constructor creates them (E is the lookup table). */
+function treeLstmSizes(vocabSize: number, D: number, H: number, labels: number) {
+  return {
+    E: [vocabSize, D],
+    W_iou: [3 * H, D],
+    U_iou: [3 * H, 2 * H],
+    U_f1: [H, H],
+    U_f2: [H, H],
+    b_iou: [3 * H],
+    b_f: [H],
+    W_out: [labels, H],
+    b_out: [labels],
+  } as const satisfies Record<string, readonly [number] | readonly [number, number]>;
+}
+
+/**
+ * The shapes of the parameters a `TreeLstmModel` with these options has, in its order, without allocating them
+ * (`vpps plan` of sizes too large to allocate).
+ */
+export function treeLstmParameterShapes(
+  opts: Pick<TreeLstmOptions, "vocabSize" | "embed" | "hidden" | "labels">,
+): ParameterShape[] {
+  const sizes = treeLstmSizes(opts.vocabSize, opts.embed, opts.hidden, opts.labels ?? SST_LABELS);
+  return Object.entries(sizes).map(
+    ([name, dims]): ParameterShape =>
+      name === "E"
+        ? { kind: "lookup", name, rows: dims[0], cols: dims[1]! }
+        : { kind: "dense", name, rows: dims[0], cols: dims[1] ?? 1, isMatrix: dims.length === 2 },
+  );
+}
+
 export interface TreeOutput {
   /** Sum of the per-node losses, or null when built without losses. */
   loss: Expression | null;
@@ -251,11 +286,4 @@ function nodeFromOps(
   const c = binaryNode(g, Op.Add, "add", sum1, fc2);
   hs.push(binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c)));
   cs.push(c);
-}
-
-/** Index of the largest score. */
-export function argmax(xs: ArrayLike<number>): number {
-  let best = 0;
-  for (let k = 1; k < xs.length; k++) if (xs[k]! > xs[best]!) best = k;
-  return best;
 }

@@ -1,31 +1,43 @@
+/**
+ * The training loop, for any model on the task interface (src/models/task.ts) and any engine: shuffled batches,
+ * one graph and one update per batch (queued without waiting on a pipelined engine), the mean loss per loss unit,
+ * evaluation on the dev split after every epoch (on an evaluation engine when the training engine cannot run
+ * forward-only passes), a checkpoint and `state.json` per epoch, and resume from them.
+ */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { TreeNode } from "../data/tree.js";
-import type { Vocabulary } from "../data/vocab.js";
 import { type Engine, isPipelined } from "../engines/engine.js";
+import { ForwardPasses } from "../engines/registry.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { loadParameters, saveParameters } from "../model/safetensors.js";
-import { makeTrainer, type OptimizerName } from "../train/trainers.js";
+import type { ModelOptions, Task, TaskModel } from "../models/task.js";
 import { deriveKey, RandomStream } from "../util/random.js";
-import { argmax, type CellFormulation, TreeLstmModel } from "./treelstm.js";
+import { evaluate } from "./evaluate.js";
+import { makeTrainer, type OptimizerName } from "./trainers.js";
 
-export interface TrainTreeLstmConfig {
-  train: readonly TreeNode[];
-  dev: readonly TreeNode[];
-  vocab: Vocabulary;
+export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E>> {
+  task: Task<E, V, O, M>;
+  /** The model's options (`task.defaults` with the command line's). */
+  options: O;
+  train: readonly E[];
+  dev: readonly E[];
+  vocab: V;
   epochs: number;
+  /** Examples per batch (one graph, one update). */
   batch: number;
-  hidden: number;
-  embed: number;
   learningRate: number;
   optimizer: OptimizerName;
+  /** Initialisation, shuffling and dropout. */
   seed: number;
-  cell: CellFormulation;
   clipThreshold?: number;
-  dropout?: number;
   /** Makes the engine for the model's parameters (CPU, eager, autobatch, vpps). */
   makeEngine: (params: ParameterCollection) => Engine;
+  /**
+   * Makes the engine that evaluates when the training engine cannot run forward-only passes (default: the engine
+   * registry's choice, `createEvaluationEngine`, on the training engine's device).
+   */
+  makeEvaluationEngine?: (params: ParameterCollection) => Engine;
   /** Where checkpoints go (one safetensors file per epoch, plus state.json); none when absent. */
   outDir?: string;
   /** Continue a run: load this checkpoint and start after `epochsDone` (earlier results are kept in the summary). */
@@ -36,12 +48,13 @@ export interface TrainTreeLstmConfig {
 
 export interface TrainProgress {
   epoch: number;
+  /** Examples (sentences, trees) queued so far this epoch. */
   sentencesDone: number;
   sentencesTotal: number;
   sentencesPerSecond: number;
   /**
-   * Mean loss per tree node over the batches whose losses have arrived (with a pipelined engine they lag the
-   * sentences done by a few batches, and no progress is reported until the first arrives).
+   * Mean loss per loss unit (tree node, token) over the batches whose losses have arrived (with a pipelined engine
+   * they lag the examples done by a few batches, and no progress is reported until the first arrives).
    */
   loss: number;
   elapsedSeconds: number;
@@ -50,7 +63,10 @@ export interface TrainProgress {
 export interface EpochResult {
   epoch: number;
   trainLoss: number;
+  /** The task's first metric on the dev split (root accuracy for a sentence model). */
   devAccuracy: number;
+  /** Every metric of the task on the dev split, by key. */
+  devMetrics: Record<string, number>;
   seconds: number;
   sentencesPerSecond: number;
   checkpoint: string | null;
@@ -63,18 +79,15 @@ export interface TrainSummary {
   engine: string;
 }
 
-/** Trains the Tree-LSTM sentiment model; returns the per-epoch results. */
-export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel; summary: TrainSummary } {
-  const model = new TreeLstmModel({
-    vocabSize: cfg.vocab.size,
-    embed: cfg.embed,
-    hidden: cfg.hidden,
-    cell: cfg.cell,
-    dropout: cfg.dropout ?? 0,
-    seed: cfg.seed,
-  });
+/** Trains `cfg.task`'s model; returns it and the per-epoch results. */
+export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+  cfg: TrainConfig<E, V, O, M>,
+): { model: M; summary: TrainSummary } {
+  const { task } = cfg;
+  const model = task.create(cfg.options, cfg.vocab, cfg.seed);
   if (cfg.resume) loadParameters(model.params, cfg.resume.checkpoint);
   const engine = cfg.makeEngine(model.params);
+  const forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
   const trainer = makeTrainer(cfg.optimizer, {
     learningRate: cfg.learningRate,
     clipThreshold: cfg.clipThreshold ?? 5,
@@ -90,101 +103,93 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
       new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
       const t0 = performance.now();
       let lossSum = 0;
-      let nodeCount = 0;
+      let unitCount = 0;
       let done = 0;
-      // A pipelined engine hands losses back some batches later, in order: the node counts of the batches queued
+      // A pipelined engine hands losses back some batches later, in order: the loss units of the batches queued
       // and not yet summed wait here, so that the mean is over the same batches as the sum.
-      const queuedNodes: number[] = [];
+      const queuedUnits: number[] = [];
       let nextQueued = 0;
       const addLosses = (values: readonly number[]): void => {
         for (const value of values) {
           if (!Number.isFinite(value)) {
             throw new Error(`training diverged: the loss became ${value} in epoch ${epoch}; lower --lr`);
           }
-          if (nextQueued >= queuedNodes.length) {
+          if (nextQueued >= queuedUnits.length) {
             throw new Error(
-              `engine ${engine.name}: takeLosses returned more losses than the ${queuedNodes.length} batches queued`,
+              `engine ${engine.name}: takeLosses returned more losses than the ${queuedUnits.length} batches queued`,
             );
           }
           lossSum += value;
-          nodeCount += queuedNodes[nextQueued++]!;
+          unitCount += queuedUnits[nextQueued++]!;
         }
       };
       const progress = (): void => {
-        if (nodeCount === 0) return; // a pipelined engine's first losses have not arrived yet
+        if (unitCount === 0) return; // a pipelined engine's first losses have not arrived yet
         const elapsed = (performance.now() - t0) / 1000;
         cfg.onProgress?.({
           epoch,
           sentencesDone: done,
           sentencesTotal: order.length,
           sentencesPerSecond: done / Math.max(elapsed, 1e-9),
-          loss: lossSum / nodeCount,
+          loss: lossSum / unitCount,
           elapsedSeconds: elapsed,
         });
       };
       for (let start = 0; start < order.length; start += cfg.batch) {
-        const idx = order.slice(start, start + cfg.batch);
-        const trees = idx.map((i) => cfg.train[i]!);
+        const examples = order.slice(start, start + cfg.batch).map((i) => cfg.train[i]!);
         cg.renew();
         cg.training = true;
         cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
-        const loss = model.buildBatchLoss(cg, trees, cfg.vocab);
-        let nodes = 0;
-        for (const t of trees) nodes += countNodes(t);
+        const loss = model.buildBatchLoss(cg, examples);
+        let units = 0;
+        for (const e of examples) units += model.lossUnits(e);
         if (isPipelined(engine)) {
           engine.trainStep(loss, trainer);
-          queuedNodes.push(nodes);
+          queuedUnits.push(units);
           addLosses(engine.takeLosses(false));
         } else {
           const value = engine.forwardScalar(loss);
           engine.backward(loss);
           engine.update(trainer);
-          queuedNodes.push(nodes);
+          queuedUnits.push(units);
           addLosses([value]);
         }
-        done += trees.length;
+        done += examples.length;
         progress();
       }
       if (isPipelined(engine)) {
         addLosses(engine.takeLosses(true));
         progress(); // the whole epoch's loss, and the time the queued batches took
       }
-      if (nextQueued !== queuedNodes.length) {
+      if (nextQueued !== queuedUnits.length) {
         throw new Error(
-          `engine ${engine.name}: ${queuedNodes.length} batches were queued in epoch ${epoch} but ` +
+          `engine ${engine.name}: ${queuedUnits.length} batches were queued in epoch ${epoch} but ` +
             `${nextQueued} losses came back`,
         );
       }
       const seconds = (performance.now() - t0) / 1000;
-      const devAccuracy = evaluateTreeLstm(model, engine, cfg.dev, cfg.vocab);
+      const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
       let checkpoint: string | null = null;
       if (cfg.outDir) {
         checkpoint = join(cfg.outDir, `epoch-${epoch}.safetensors`);
         engine.syncToHost();
-        saveParameters(model.params, checkpoint, { model: "treelstm", epoch: String(epoch) });
+        saveParameters(model.params, checkpoint, { model: task.name, epoch: String(epoch) });
       }
       const result: EpochResult = {
         epoch,
-        trainLoss: lossSum / Math.max(nodeCount, 1),
-        devAccuracy,
+        trainLoss: lossSum / Math.max(unitCount, 1),
+        devAccuracy: devMetrics[task.metrics[0].key]!,
+        devMetrics,
         seconds,
         sentencesPerSecond: order.length / seconds,
         checkpoint,
       };
       epochs.push(result);
-      if (cfg.outDir) {
-        const state = {
-          model: "treelstm",
-          options: { hidden: cfg.hidden, embed: cfg.embed, cell: cfg.cell, labels: model.labels },
-          training: { optimizer: cfg.optimizer, learningRate: cfg.learningRate, batch: cfg.batch, seed: cfg.seed },
-          epochs,
-          vocabulary: cfg.vocab.toJSON(),
-        };
-        writeFileSync(join(cfg.outDir, "state.json"), `${JSON.stringify(state)}\n`);
-      }
+      if (cfg.outDir) writeRunState(cfg, model, epochs);
       cfg.onEpoch?.(result);
     }
   } finally {
+    forwardPasses.dispose();
     engine.dispose();
   }
   return {
@@ -198,37 +203,29 @@ export function trainTreeLstm(cfg: TrainTreeLstmConfig): { model: TreeLstmModel;
   };
 }
 
-/** Root accuracy: the fraction of trees whose root label is predicted. */
-export function evaluateTreeLstm(
-  model: TreeLstmModel,
-  engine: Engine,
-  trees: readonly TreeNode[],
-  vocab: Vocabulary,
-  batch = 64,
-): number {
-  if (trees.length === 0) return 0;
-  const cg = new ComputationGraph();
-  let correct = 0;
-  for (let start = 0; start < trees.length; start += batch) {
-    cg.renew();
-    cg.training = false;
-    const part = trees.slice(start, start + batch);
-    const roots = part.map((t) => model.buildTree(cg, t, vocab, false).rootScores);
-    engine.forward(roots[roots.length - 1]!);
-    roots.forEach((r, k) => {
-      if (argmax(engine.value(r)) === part[k]!.label) correct++;
-    });
-  }
-  return correct / trees.length;
+/** What `<outDir>/state.json` holds: with the last checkpoint, enough to rebuild, resume or evaluate the run. */
+export interface RunState {
+  /** The task's name. */
+  model: string;
+  /** `task.savedOptions`: the model's shape. */
+  options: Record<string, unknown>;
+  training: { optimizer: OptimizerName; learningRate: number; batch: number; seed: number };
+  epochs: EpochResult[];
+  /** `task.vocabulary.toJSON`. */
+  vocabulary: unknown;
 }
 
-function countNodes(t: TreeNode): number {
-  let n = 0;
-  const stack = [t];
-  while (stack.length > 0) {
-    const x = stack.pop()!;
-    n++;
-    for (const c of x.children) stack.push(c);
-  }
-  return n;
+function writeRunState<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+  cfg: TrainConfig<E, V, O, M>,
+  model: M,
+  epochs: EpochResult[],
+): void {
+  const state: RunState = {
+    model: cfg.task.name,
+    options: cfg.task.savedOptions(cfg.options, model),
+    training: { optimizer: cfg.optimizer, learningRate: cfg.learningRate, batch: cfg.batch, seed: cfg.seed },
+    epochs,
+    vocabulary: cfg.task.vocabulary.toJSON(cfg.vocab),
+  };
+  writeFileSync(join(cfg.outDir!, "state.json"), `${JSON.stringify(state)}\n`);
 }

@@ -1,0 +1,2 @@
+/** A user-facing failure: printed as one line, no stack trace. */
+export class CliError extends Error {}

@@ -1,0 +1,15 @@
+/**
+ * The models vpps trains, by name: `vpps train | eval | plan <name>` and `vpps bench` are generated from this list.
+ * A new model is one folder under src/models/ and one line here (docs/ADDING_A_MODEL.md).
+ */
+import type { AnyTask } from "./task.js";
+import { treeLstmTask } from "./treelstm/task.js";
+
+export const MODELS: readonly AnyTask[] = [treeLstmTask];
+
+/** The model named `name`; an unknown name is refused with the list of known ones. */
+export function findModel(name: string): AnyTask {
+  const task = MODELS.find((t) => t.name === name);
+  if (!task) throw new Error(`unknown model '${name}'; choose one of ${MODELS.map((t) => t.name).join(", ")}`);
+  return task;
+}
