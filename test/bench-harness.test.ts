@@ -12,6 +12,7 @@ import { engineSpecs } from "../src/bench/throughput/engines.js";
 import { runThroughput } from "../src/bench/throughput/suite.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import type { Expression } from "../src/graph/graph.js";
+import { MODELS } from "../src/models/registry.js";
 
 const bin = join(import.meta.dirname, "..", "bin", "vpps.js");
 const ROOT = join(import.meta.dirname, "..");
@@ -42,10 +43,10 @@ function treeFile(): string {
 const treeLstmBench = benchModel("treelstm");
 
 describe("vpps bench: options", () => {
-  test("--help lists the suites, and each suite its options", () => {
+  test("--help lists the suites (every registered model's throughput suite), and each suite its options", () => {
     const top = vpps("bench", "--help");
     assert.equal(top.code, 0, top.stderr);
-    for (const suite of ["treelstm", "vpps", "autobatch", "eager", "cpu", "plot"]) {
+    for (const suite of [...MODELS.map((m) => m.name), "vpps", "autobatch", "eager", "cpu", "plot"]) {
       assert.match(top.stdout, new RegExp(`\\n  ${suite}\\b`));
     }
     const t = vpps("bench", "treelstm", "--help");
