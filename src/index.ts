@@ -20,7 +20,11 @@ export {
   ScheduleWorkerError,
   Vpps,
   VppsEngine,
+  type VppsHostOptions,
+  type VppsInstrumentOptions,
   type VppsOptions,
+  type VppsTrainingOptions,
+  type VppsVariantOptions,
 } from "./engines/index.js";
 export { VppsKernelError } from "./engines/vpps/runtime/pipeline.js";
 export { ComputationGraph, Expression, type GraphParameter, Op, ShapeError } from "./graph/index.js";

@@ -7,8 +7,9 @@ import { describe, test } from "node:test";
 import { promisify } from "node:util";
 import { deviceModelFromProperties, H100_SXM, H200 } from "../src/cuda/hw/device-model.js";
 import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
-import { opcodeConstant } from "../src/engines/vpps/codegen/interpreter.js";
-import { matrixStruct, tileMode } from "../src/engines/vpps/codegen/matrix.js";
+import { opcodeConstant } from "../src/engines/vpps/codegen/operands.js";
+import { matrixStruct } from "../src/engines/vpps/codegen/slots.js";
+import { tileMode } from "../src/engines/vpps/codegen/staging.js";
 import {
   generateKernelSource,
   kernelName,

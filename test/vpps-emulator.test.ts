@@ -10,8 +10,9 @@ import { createModelLayout, type ModelLayout } from "../src/engines/vpps/plan/la
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { ADAM_DEFAULTS, adamStep, momentLayout, momentsOfParameters } from "../src/engines/vpps/runtime/moments.js";
 import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
+import { disassemble } from "../src/engines/vpps/script/disassemble.js";
 import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/script/emulate-batch.js";
-import { disassemble, instructionWords, Opcode } from "../src/engines/vpps/script/format.js";
+import { instructionWords, Opcode } from "../src/engines/vpps/script/format.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";

@@ -6,13 +6,14 @@ import { describe, test } from "node:test";
 import { cudaAvailable } from "../src/cuda/index.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
+import { checkOptions, DEFAULT_PROFILE_NODES, resolveOptions, type VppsOptions } from "../src/engines/vpps/options.js";
 import {
   BatchPipeline,
   decodeKernelStatus,
+  PIPELINE_SLOTS,
   type SlotDevice,
   VppsKernelError,
 } from "../src/engines/vpps/runtime/pipeline.js";
-import { checkVariantOptions, type VppsOptions } from "../src/engines/vpps/vpps.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 
 /**
@@ -141,24 +142,82 @@ describe("the package's VPPS exports", () => {
   });
 });
 
-describe("Vpps plan-variant and pipeline options", () => {
-  test("good values pass; bad ones are refused before anything is opened, naming the option", () => {
-    const good: VppsOptions[] = [{}, { transposed: true }, { transposed: false }, { transposed: "profile" }];
-    good.push({ profileNodes: 0 }, { pipelineSlots: 2 }, { scheduleAhead: 1 }, { timing: 16 }, { timing: true });
+describe("Vpps options", () => {
+  test("good values pass; bad ones are refused before anything is opened, naming the option by its path", () => {
+    const good: VppsOptions[] = [
+      {},
+      { variants: { transposed: true } },
+      { variants: { transposed: false } },
+      { variants: { transposed: "profile" } },
+    ];
+    good.push(
+      { variants: { profileNodes: 0 } },
+      { host: { pipelineSlots: 2 } },
+      { host: { scheduleAhead: 1 } },
+      { host: { scheduleWorkers: 0 } },
+      { instrument: { timing: 16 } },
+      { instrument: { timing: true } },
+      { training: { optimizer: "adam", beta1: 0, beta2: 0.5, epsilon: 1e-6 } },
+    );
     for (const o of good) {
-      assert.doesNotThrow(() => checkVariantOptions(o));
+      assert.doesNotThrow(() => checkOptions(o));
     }
     const bad: [VppsOptions, RegExp][] = [
-      [{ transposed: "yes" as unknown as boolean }, /transposed must be true, false or "profile"; got "yes"/],
-      [{ profileBatches: 0 }, /profileBatches must be a whole number >= 1; got 0/],
-      [{ profileBatches: 2.5 }, /profileBatches must be a whole number >= 1; got 2.5/],
-      [{ profileNodes: -1 }, /profileNodes must be a whole number >= 0; got -1/],
-      [{ profileNodes: Number.NaN }, /profileNodes must be a whole number >= 0; got NaN/],
-      [{ pipelineSlots: 1 }, /pipelineSlots must be a whole number >= 2; got 1/],
-      [{ scheduleAhead: 0 }, /scheduleAhead must be a whole number >= 1; got 0/],
-      [{ timing: 1 }, /timing must be true, false or a whole number >= 2 \(one batch pair in N\); got 1/],
+      [
+        { variants: { transposed: "yes" as unknown as boolean } },
+        /variants\.transposed must be true, false or "profile"; got "yes"/,
+      ],
+      [{ variants: { profileBatches: 0 } }, /variants\.profileBatches must be a whole number >= 1; got 0/],
+      [{ variants: { profileBatches: 2.5 } }, /variants\.profileBatches must be a whole number >= 1; got 2.5/],
+      [{ variants: { profileNodes: -1 } }, /variants\.profileNodes must be a whole number >= 0; got -1/],
+      [{ variants: { profileNodes: Number.NaN } }, /variants\.profileNodes must be a whole number >= 0; got NaN/],
+      [{ host: { pipelineSlots: 1 } }, /host\.pipelineSlots must be a whole number >= 2; got 1/],
+      [{ host: { scheduleAhead: 0 } }, /host\.scheduleAhead must be a whole number >= 1; got 0/],
+      [
+        { host: { scheduleWorkers: -1 } },
+        /host\.scheduleWorkers must be a whole number >= 0 \(0: schedule in fb\); got -1/,
+      ],
+      [
+        { instrument: { timing: 1 } },
+        /instrument\.timing must be true, false or a whole number >= 2 \(one batch pair in N\); got 1/,
+      ],
+      [
+        { training: { optimizer: "rmsprop" as unknown as "sgd" } },
+        /training\.optimizer must be "sgd" or "adam"; got 'rmsprop'/,
+      ],
+      [{ training: { beta1: 1 } }, /training\.beta1 must be in \[0, 1\); got 1/],
+      [{ training: { epsilon: 0 } }, /training\.epsilon must be positive; got 0/],
     ];
-    for (const [o, message] of bad) assert.throws(() => checkVariantOptions(o), message);
+    for (const [o, message] of bad) assert.throws(() => checkOptions(o), message);
+  });
+
+  test("defaults: resolveOptions fills every group as Vpps.create did with the flat options", () => {
+    const r = resolveOptions({});
+    assert.equal(r.device, "auto");
+    assert.equal(r.name, "model");
+    assert.equal(r.exportGradients, false);
+    assert.deepEqual(r.training, {
+      learningRate: 0.1,
+      optimizer: "sgd",
+      beta1: 0.9,
+      beta2: 0.999,
+      epsilon: 1e-8,
+      clip: 5,
+    });
+    assert.equal(r.variants.rowsPerWarp, "profile");
+    assert.equal(r.variants.transposed, "profile");
+    assert.equal(r.variants.gradients, "auto");
+    assert.equal(r.variants.profileBatches, 4);
+    assert.equal(r.variants.profileNodes, DEFAULT_PROFILE_NODES);
+    assert.equal(r.host.pipelineSlots, PIPELINE_SLOTS);
+    assert.equal(r.host.scheduleAhead, undefined); // twice the workers the pool has
+    assert.deepEqual(r.instrument, { timing: false, profileKernel: false, traceKernel: false });
+    // a fixed rpw fixes the variant: no transposed profile unless asked for
+    assert.equal(resolveOptions({ variants: { rowsPerWarp: 2 } }).variants.transposed, false);
+    assert.equal(
+      resolveOptions({ variants: { rowsPerWarp: 2, transposed: "profile" } }).variants.transposed,
+      "profile",
+    );
   });
 });
 

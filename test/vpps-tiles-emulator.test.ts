@@ -7,8 +7,9 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { type DeviceModel, H100_SXM } from "../src/cuda/hw/device-model.js";
 import { planVpps } from "../src/engines/vpps/plan/plan.js";
+import { disassemble } from "../src/engines/vpps/script/disassemble.js";
 import { type EmulatorMemory, VppsEmulator } from "../src/engines/vpps/script/emulator.js";
-import { disassemble, NONE, Opcode, preamble, TILE } from "../src/engines/vpps/script/format.js";
+import { NONE, Opcode, preamble, TILE } from "../src/engines/vpps/script/format.js";
 import { RandomStream } from "../src/util/random.js";
 
 /** Three processors: the matrices' partitions spread over all of them. */

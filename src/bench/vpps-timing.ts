@@ -8,7 +8,7 @@
  * previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall time of
  * all batches of a size (after an untimed warm-up, `warmSentences`), ending with a synchronize.
  */
-import { deviceModelFromProperties } from "../cuda/hw/device-model.js";
+import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import type { DeviceProperties } from "../cuda/index.js";
 import { CpuEngine } from "../engines/cpu.js";
 import { enumeratePlans, planVpps } from "../engines/vpps/plan/plan.js";
@@ -60,16 +60,7 @@ export interface VppsRow {
  */
 export function vppsPlannerRefusal(net: BenchNet<unknown>, props: DeviceProperties): string | null {
   const matrices = onChipMatrices(net.params);
-  const device = deviceModelFromProperties({
-    name: props.name,
-    smCount: props.smCount,
-    regsPerSm: props.regsPerSm,
-    maxRegsPerThread: props.maxRegsPerThread,
-    sharedPerSm: props.sharedPerSm,
-    sharedPerBlock: props.sharedPerBlockOptin,
-    warpSize: props.warpSize,
-    computeCapability: { major: props.ccMajor, minor: props.ccMinor },
-  });
+  const device = deviceModelOfCuda(props);
   if (enumeratePlans(matrices, device, "auto").length > 0) return null;
   try {
     planVpps(matrices, device, { gradients: "auto" });
@@ -109,7 +100,7 @@ export async function createVppsWithJit<N extends BenchNet<unknown>>(
   opts: VppsCreateOptions,
 ): Promise<{ vpps: Vpps; net: N; jit: VppsJit }> {
   const { cacheDir, log } = opts;
-  const workerOption = opts.workers === undefined ? {} : { scheduleWorkers: opts.workers };
+  const workerOption = opts.workers === undefined ? {} : { host: { scheduleWorkers: opts.workers } };
   // JIT: the first create compiles every variant; a second one reads them from the cache. The kernels carry a
   // per-run name: NVRTC keeps its own cache of programs it has compiled (by preprocessed text), which would
   // otherwise serve a "first" compile of kernels an earlier run already built in a few ms instead of seconds.
@@ -129,10 +120,9 @@ export async function createVppsWithJit<N extends BenchNet<unknown>>(
     cacheDir,
     log,
     name,
-    // events around one batch pair in 16: around every batch they cost 4-12 us of GPU time per batch (H100)
-    timing: TIMING_EVERY,
-    learningRate: 0.05,
-    clip: 5,
+    // events around one batch pair in 16: around every batch they cost GPU time between the kernels
+    instrument: { timing: TIMING_EVERY },
+    training: { learningRate: 0.05, clip: 5 },
     ...workerOption,
   });
   const jit: VppsJit = {

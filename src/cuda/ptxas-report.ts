@@ -1,7 +1,8 @@
 /**
- * Reads the resource report ptxas prints with `-v` (nvcc `-Xptxas -v`, NVRTC `--ptxas-options=-v`), so that tests
- * and the JIT can refuse a VPPS kernel whose register arrays fell to local memory: the whole point of VPPS is that
- * weights stay in registers, and a spill is silent otherwise.
+ * Spills of kernels that must keep their arrays in registers (VPPS, the persistent RNNs: the whole point is that
+ * weights stay on chip, and a spill is silent otherwise). Two ways to see one: the resource report ptxas prints with
+ * `-v` (nvcc `-Xptxas -v`, NVRTC `--ptxas-options=-v`), which the tests read, and the local memory a loaded kernel
+ * uses (the driver's attribute), which the JIT checks with `checkNoSpills` before it runs anything.
  */
 
 export interface PtxasFunctionReport {
@@ -57,4 +58,38 @@ export function assertNoSpills(report: PtxasFunctionReport): void {
         `loads with ${registers} registers`,
     );
   }
+}
+
+/** A loaded kernel uses local memory: arrays that were meant to stay in registers spilled. */
+export class KernelSpillError extends Error {
+  override readonly name = "KernelSpillError";
+  constructor(
+    message: string,
+    readonly kernel: string,
+    readonly registers: number,
+    readonly localBytes: number,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Refuses a loaded kernel that uses local memory (its `attributes()`: `localBytes` > 0 means register arrays or
+ * spills went to local memory), naming the kernel, its registers per thread and its local bytes; `advice` says
+ * what to do instead (default: give the kernel less to hold per thread).
+ */
+export function checkNoSpills(
+  kernel: string,
+  attributes: { readonly numRegs: number; readonly localBytes: number },
+  advice = "give each thread less to hold in registers",
+): void {
+  const { numRegs, localBytes } = attributes;
+  if (localBytes <= 0) return;
+  throw new KernelSpillError(
+    `${kernel}: uses ${localBytes} bytes of local memory per thread with ${numRegs} registers/thread; expected 0 ` +
+      `(its arrays must stay in registers, and a spill makes every access a memory round trip): ${advice}`,
+    kernel,
+    numRegs,
+    localBytes,
+  );
 }

@@ -24,4 +24,11 @@ export {
 } from "./registry.js";
 export { VppsEngine } from "./vpps/engine.js";
 export { ScheduleWorkerError } from "./vpps/schedule/pool.js";
-export { Vpps, type VppsOptions } from "./vpps/vpps.js";
+export {
+  Vpps,
+  type VppsHostOptions,
+  type VppsInstrumentOptions,
+  type VppsOptions,
+  type VppsTrainingOptions,
+  type VppsVariantOptions,
+} from "./vpps/vpps.js";

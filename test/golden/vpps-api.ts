@@ -10,6 +10,6 @@ export { generateKernelSource, kernelName } from "../../src/engines/vpps/codegen
 export { createModelLayout } from "../../src/engines/vpps/plan/layout.js";
 export { enumeratePlans } from "../../src/engines/vpps/plan/plan.js";
 export { VppsScheduler } from "../../src/engines/vpps/schedule/scheduler.js";
-export { disassemble } from "../../src/engines/vpps/script/format.js";
+export { disassemble } from "../../src/engines/vpps/script/disassemble.js";
 export { ComputationGraph } from "../../src/graph/graph.js";
 export { TreeLstmModel } from "../../src/models/treelstm/model.js";

@@ -30,7 +30,7 @@ const BATCHES = 12;
 const LR = 0.05;
 const CLIP = 5;
 /** One variant for both engines (no timing-dependent choice), so that both run the same kernel. */
-const FIXED: VppsOptions = { cacheDir, rowsPerWarp: 1, name: "pipelined" };
+const FIXED: VppsOptions = { cacheDir, variants: { rowsPerWarp: 1 }, name: "pipelined" };
 
 const trees = syntheticTrees(BATCH * BATCHES, 7);
 const vocab = Vocabulary.fromTrees(trees);
@@ -186,7 +186,7 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
   test("Adam while the plan variants are profiled: one finite loss per queued batch, the trainer's steps", () => {
     const model = makeModel();
     const trainer = new AdamTrainer({ learningRate: 0.01, clipThreshold: 1 });
-    const engine = new VppsEngine(model.params, { cacheDir, profileBatches: 2, profileNodes: 0 });
+    const engine = new VppsEngine(model.params, { cacheDir, variants: { profileBatches: 2, profileNodes: 0 } });
     const passes = new ForwardPasses(engine, model.params);
     try {
       const losses = [...runQueued(engine, model, trainer, 0, BATCHES), ...engine.takeLosses(true)];

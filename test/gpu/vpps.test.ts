@@ -21,7 +21,7 @@ import { formatKernelProfile } from "../../src/engines/vpps/instrument/profile.j
 import { formatKernelTrace } from "../../src/engines/vpps/instrument/trace.js";
 import { PIPELINE_SLOTS, VppsKernelError } from "../../src/engines/vpps/runtime/pipeline.js";
 import { instructionWords, OPCODE_COUNT, OPCODES, Opcode } from "../../src/engines/vpps/script/format.js";
-import { Vpps, type VppsOptions } from "../../src/engines/vpps/vpps.js";
+import { Vpps, type VppsVariantOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm/model.js";
@@ -116,14 +116,19 @@ async function checkBatch(vpps: Vpps, pc: ParameterCollection, cg: ComputationGr
 async function compareBatches(
   H: number,
   sizes: readonly number[],
-  opts: VppsOptions,
+  variants: VppsVariantOptions,
   cell: CellFormulation = "fused",
   dropout = 0,
   real = false,
 ) {
   const { trees, vocab, model } = setup(H, cell, dropout, real);
   const pc = model.params;
-  const vpps = await Vpps.create(pc, { cacheDir, exportGradients: true, learningRate: LR, clip: CLIP, ...opts });
+  const vpps = await Vpps.create(pc, {
+    cacheDir,
+    exportGradients: true,
+    training: { learningRate: LR, clip: CLIP },
+    variants,
+  });
   const out: string[] = [];
   try {
     let start = 0;
@@ -186,17 +191,21 @@ async function vppsAdamBatch(vpps: Vpps, pc: ParameterCollection, cg: Computatio
 }
 
 /** Tree-LSTM batches of `sizes` trees, one Adam step each, VPPS against the CPU engine + AdamTrainer. */
-async function compareAdamTrees(H: number, sizes: readonly number[], opts: VppsOptions, real = false) {
+async function compareAdamTrees(H: number, sizes: readonly number[], variants: VppsVariantOptions, real = false) {
   const { trees, vocab, model } = setup(H, "fused", 0, real);
   const reference = setup(H, "fused", 0, real).model; // same seed: the same initial weights
   const trainer = new AdamTrainer({ learningRate: ADAM_LR, clipThreshold: ADAM_CLIP });
   const pc = model.params;
-  const vpps = await Vpps.create(pc, { cacheDir, learningRate: ADAM_LR, clip: ADAM_CLIP, optimizer: "adam", ...opts });
+  const vpps = await Vpps.create(pc, {
+    cacheDir,
+    training: { learningRate: ADAM_LR, clip: ADAM_CLIP, optimizer: "adam" },
+    variants,
+  });
   const starts = sizes.map((_, k) => sizes.slice(0, k).reduce((a, b) => a + b, 0));
   const batch = (k: number) => trees.slice(starts[k]!, starts[k]! + sizes[k]!);
   try {
     return await compareAdamRuns(
-      `H ${H}${opts.gradients === "gemm" ? " GEMM" : ""} batch of ${sizes.join("/")}`,
+      `H ${H}${variants.gradients === "gemm" ? " GEMM" : ""} batch of ${sizes.join("/")}`,
       sizes.length,
       (k) => {
         const cg = new ComputationGraph();
@@ -239,7 +248,12 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
 
   test("kernel trace: the critical path of a batch adds up and crosses processors", async () => {
     const { trees, vocab, model } = setup(256);
-    const vpps = await Vpps.create(model.params, { cacheDir, rowsPerWarp: 1, traceKernel: true, learningRate: LR });
+    const vpps = await Vpps.create(model.params, {
+      cacheDir,
+      variants: { rowsPerWarp: 1 },
+      instrument: { traceKernel: true },
+      training: { learningRate: LR },
+    });
     try {
       const cg = new ComputationGraph();
       vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(0, 8), vocab));
@@ -296,11 +310,12 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       const vpps = await Vpps.create(pc, {
         cacheDir,
         exportGradients: true,
-        learningRate: LR,
-        clip: CLIP,
-        rowsPerWarp: 1,
-        gradients: seed % 3 === 0 ? "gemm" : "auto",
-        ...(seed % 2 === 0 ? { tileEntries: 2 } : {}), // most lists as tiles
+        training: { learningRate: LR, clip: CLIP },
+        variants: {
+          rowsPerWarp: 1,
+          gradients: seed % 3 === 0 ? "gemm" : "auto",
+          ...(seed % 2 === 0 ? { tileEntries: 2 } : {}), // most lists as tiles
+        },
         name: `random${seed}`,
       });
       try {
@@ -319,19 +334,23 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
   test("kernel profile: every executed instruction counted once, cycle shares add up", async () => {
     const { trees, vocab, model } = setup(128);
     const counts = new Array<number>(OPCODE_COUNT).fill(0);
-    const vpps = await Vpps.create(model.params, {
-      cacheDir,
-      rowsPerWarp: 1,
-      profileKernel: true,
-      exportGradients: true,
-      learningRate: LR,
-      clip: CLIP,
-      editScript: (script, ctas) => {
-        for (let at = ctas + 1; at < ctas + 1 + script[ctas]!; at += instructionWords(script, at)) {
-          counts[script[at]! & 0xff]!++;
-        }
+    const vpps = await Vpps.create(
+      model.params,
+      {
+        cacheDir,
+        variants: { rowsPerWarp: 1 },
+        instrument: { profileKernel: true },
+        exportGradients: true,
+        training: { learningRate: LR, clip: CLIP },
       },
-    });
+      {
+        editScript: (script, ctas) => {
+          for (let at = ctas + 1; at < ctas + 1 + script[ctas]!; at += instructionWords(script, at)) {
+            counts[script[at]! & 0xff]!++;
+          }
+        },
+      },
+    );
     try {
       const out: string[] = [];
       for (let b = 0; b < 2; b++) {
@@ -364,9 +383,9 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     const W = 2; // schedule workers: launches lag fb by up to W batches
     const vpps = await Vpps.create(model.params, {
       cacheDir,
-      profileBatches: 2,
+      variants: { profileBatches: 2 },
       log: (l) => lines.push(l),
-      scheduleWorkers: W,
+      host: { scheduleWorkers: W },
     });
     try {
       const losses: number[] = [];
@@ -419,12 +438,9 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       const { trees, vocab, model } = setup(128);
       const vpps = await Vpps.create(model.params, {
         cacheDir,
-        rowsPerWarp: 1,
-        learningRate: LR,
-        clip: CLIP,
-        scheduleWorkers,
-        scheduleAhead: W,
-        pipelineSlots: SLOTS,
+        variants: { rowsPerWarp: 1 },
+        training: { learningRate: LR, clip: CLIP },
+        host: { scheduleWorkers, scheduleAhead: W, pipelineSlots: SLOTS },
       });
       try {
         assert.equal(vpps.scheduleWorkers, scheduleWorkers);
@@ -471,7 +487,11 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
 
   test("deviceMemory: the pool as batches use it grows with the batch and stays within the reservation", async () => {
     const { trees, vocab, model } = setup(128);
-    const vpps = await Vpps.create(model.params, { cacheDir, rowsPerWarp: 1, scheduleWorkers: 0 });
+    const vpps = await Vpps.create(model.params, {
+      cacheDir,
+      variants: { rowsPerWarp: 1 },
+      host: { scheduleWorkers: 0 },
+    });
     try {
       const run = async (n: number) => {
         const cg = new ComputationGraph();
@@ -497,7 +517,12 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
     const v = pc.addParameters(3, undefined, "v");
     const message = /add\(.*\) \[3\] uses matrix 'W' as argument 1; VPPS holds 'W' in registers/;
     for (const scheduleWorkers of [0, 1]) {
-      const vpps = await Vpps.create(pc, { cacheDir, rowsPerWarp: 1, name: "refused", scheduleWorkers });
+      const vpps = await Vpps.create(pc, {
+        cacheDir,
+        variants: { rowsPerWarp: 1 },
+        name: "refused",
+        host: { scheduleWorkers },
+      });
       try {
         const cg = new ComputationGraph();
         const bad = pickNegLogSoftmax(add(matVec(W, input(cg, [2])), parameter(cg, W)), 0);
@@ -582,11 +607,8 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
       const trainer = new AdamTrainer({ learningRate: ADAM_LR, clipThreshold: ADAM_CLIP });
       const vpps = await Vpps.create(pc, {
         cacheDir,
-        learningRate: ADAM_LR,
-        clip: ADAM_CLIP,
-        optimizer: "adam",
-        rowsPerWarp: 1,
-        gradients: seed === 3 ? "gemm" : "auto",
+        training: { learningRate: ADAM_LR, clip: ADAM_CLIP, optimizer: "adam" },
+        variants: { rowsPerWarp: 1, gradients: seed === 3 ? "gemm" : "auto" },
         name: `random${seed}`,
       });
       try {
@@ -656,20 +678,21 @@ describe("VPPS kernel against the CPU engine", { skip }, () => {
 
   test("a barrier never satisfied ends the launch with an error naming processor and barrier", async () => {
     const { trees, vocab, model } = setup(128);
-    const vpps = await Vpps.create(model.params, {
-      cacheDir,
-      rowsPerWarp: 1,
-      barrierSpinLimit: 1 << 14,
-      // the first wait of the script expects one signal more than will ever come
-      editScript: (script, ctas) => {
-        for (let at = ctas + 1; at < ctas + 1 + script[ctas]!; at += instructionWords(script, at)) {
-          if ((script[at]! & 0xff) === Opcode.Wait) {
-            script[at + 1]! += 1;
-            return;
+    const vpps = await Vpps.create(
+      model.params,
+      { cacheDir, variants: { rowsPerWarp: 1 }, barrierSpinLimit: 1 << 14 },
+      {
+        // the first wait of the script expects one signal more than will ever come
+        editScript: (script, ctas) => {
+          for (let at = ctas + 1; at < ctas + 1 + script[ctas]!; at += instructionWords(script, at)) {
+            if ((script[at]! & 0xff) === Opcode.Wait) {
+              script[at + 1]! += 1;
+              return;
+            }
           }
-        }
+        },
       },
-    });
+    );
     try {
       const cg = new ComputationGraph();
       vpps.fb(cg, model.buildBatchLoss(cg, trees.slice(0, 8), vocab));

@@ -18,11 +18,10 @@ export async function runVppsGap(o: { dataFile?: string }): Promise<number> {
   const vocab = Vocabulary.fromTrees(trees);
   const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256 });
   const vpps = await Vpps.create(model.params, {
-    rowsPerWarp: 2,
-    ctasPerSm: 1,
-    scheduleWorkers: 0,
+    variants: { rowsPerWarp: 2, ctasPerSm: 1 },
+    host: { scheduleWorkers: 0 },
     cacheDir: null,
-    timing: true,
+    instrument: { timing: true },
   });
   // biome-ignore lint: probe
   const V = vpps as any;
@@ -33,7 +32,7 @@ export async function runVppsGap(o: { dataFile?: string }): Promise<number> {
       for (let i = 0; i < 5; i++) vpps.fb(cg, loss);
       vpps.latestLossSync();
       const rt = V.runtime;
-      const { variant, schedule } = V.last;
+      const { variant, schedule } = V.launcher.last;
       const inputs = cg.inputData.subarray(0, cg.inputSize);
       const res: string[] = [];
       for (let rep = 0; rep < 3; rep++) {

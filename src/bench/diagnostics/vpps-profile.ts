@@ -53,11 +53,9 @@ export async function runVppsProfile(o: VppsProfileOptions): Promise<number> {
     for (const rpw of RPW) {
       const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1, cell });
       const vpps = await Vpps.create(model.params, {
-        rowsPerWarp: rpw,
-        ctasPerSm: 1,
-        profileKernel: true,
-        timing: true,
-        learningRate: 0.05,
+        variants: { rowsPerWarp: rpw, ctasPerSm: 1 },
+        instrument: { profileKernel: true, timing: true },
+        training: { learningRate: 0.05 },
         cacheDir,
       });
       device = vpps.ctx.deviceName;

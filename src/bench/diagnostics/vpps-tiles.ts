@@ -65,11 +65,9 @@ export async function runVppsTiles(o: VppsTilesOptions): Promise<number> {
   for (let round = 0; round < ROUNDS; round++) {
     for (const tileEntries of SETTINGS) {
       const vpps = await Vpps.create(model.params, {
-        ctasPerSm,
-        rowsPerWarp,
-        tileEntries,
-        timing: true,
-        learningRate: 0.05,
+        variants: { ctasPerSm, rowsPerWarp, tileEntries },
+        instrument: { timing: true },
+        training: { learningRate: 0.05 },
         cacheDir,
       });
       device = vpps.ctx.deviceName;

@@ -39,11 +39,10 @@ export async function runVppsTimeline(o: VppsTimelineOptions): Promise<number> {
   const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1, cell: "fused" });
   const lines: string[] = [];
   const vpps = await Vpps.create(model.params, {
-    timing: true,
-    learningRate: 0.05,
-    clip: 5,
+    instrument: { timing: true },
+    training: { learningRate: 0.05, clip: 5 },
     log: (l) => lines.push(l),
-    ...(o.workers !== undefined ? { scheduleWorkers: o.workers } : {}),
+    ...(o.workers !== undefined ? { host: { scheduleWorkers: o.workers } } : {}),
   });
   let timed: Timed[] = [];
   vpps.onKernelTime = (_variant, kernelMs, gapMs) => timed.push({ kernelMs, gapMs });

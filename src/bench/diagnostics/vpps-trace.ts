@@ -57,7 +57,12 @@ export async function runVppsTrace(o: VppsTraceOptions): Promise<number> {
   let device = "unknown";
   for (const v of VARIANTS) {
     const model = new TreeLstmModel({ vocabSize: vocab.size, embed: 256, hidden: 256, seed: 1 });
-    const vpps = await Vpps.create(model.params, { ...v, traceKernel: true, learningRate: 0.05, cacheDir, transposed });
+    const vpps = await Vpps.create(model.params, {
+      variants: { ...v, transposed },
+      instrument: { traceKernel: true },
+      training: { learningRate: 0.05 },
+      cacheDir,
+    });
     device = vpps.ctx.deviceName;
     try {
       for (const batch of BATCHES) {

@@ -1,9 +1,12 @@
 /**
- * The few numbers of a GPU that decide how VPPS distributes weights over registers.
+ * The few numbers of a GPU that decide how a persistent kernel (VPPS, the persistent RNNs) distributes weights over
+ * registers, and the register-budget arithmetic they share.
  *
- * Planning must work without a GPU (tests, `vpps plan` on a laptop), so the planner takes this plain record instead
- * of a live device; the CUDA layer fills one from the driver's attributes when a GPU is present.
+ * Planning must work without a GPU (tests, `vpps plan` on a laptop), so the planners take this plain record instead
+ * of a live device; deviceModelOfCuda fills one from an opened GPU's properties.
  */
+import type { DeviceProperties as CudaDeviceProperties } from "../device.js";
+
 export interface DeviceModel {
   /** Human-readable name, printed in plans and kernel headers. */
   readonly name: string;
@@ -88,4 +91,51 @@ export function deviceModelFromProperties(props: DeviceProperties): DeviceModel 
     warpSize: props.warpSize,
     arch: cc === undefined ? "sm_90" : `sm_${cc.major}${cc.minor}`,
   });
+}
+
+/**
+ * The device model of an opened GPU, from the properties the CUDA layer read from the driver (shared memory per
+ * block: the opt-in limit, which a kernel may ask for).
+ */
+export function deviceModelOfCuda(props: CudaDeviceProperties): DeviceModel {
+  return deviceModelFromProperties({
+    name: props.name,
+    smCount: props.smCount,
+    regsPerSm: props.regsPerSm,
+    maxRegsPerThread: props.maxRegsPerThread,
+    sharedPerSm: props.sharedPerSm,
+    sharedPerBlock: props.sharedPerBlockOptin,
+    warpSize: props.warpSize,
+    computeCapability: { major: props.ccMajor, minor: props.ccMinor },
+  });
+}
+
+/**
+ * Registers the SM allocates to a warp at a time (compute capability 7.0 to 9.0): a thread's count is in effect
+ * rounded up to a multiple of REGISTER_ALLOCATION_UNIT / warpSize (8).
+ */
+export const REGISTER_ALLOCATION_UNIT = 256;
+
+/**
+ * The most registers one thread may use so that `ctasPerSm` CTAs of `threadsPerCta` threads are resident on one SM
+ * together, as a persistent kernel needs: the SM's register file shared among their warps, rounded down to whole
+ * allocation units, and at most the ISA's per-thread limit (`maxRegsPerThread`, 255). For 256-thread CTAs on a
+ * 64K-register SM: 255 with one CTA per SM, 128 with two.
+ */
+export function registersPerThread(device: DeviceModel, threadsPerCta: number, ctasPerSm: number): number {
+  for (const [name, v] of [
+    ["threadsPerCta", threadsPerCta],
+    ["ctasPerSm", ctasPerSm],
+  ] as const) {
+    if (!Number.isInteger(v) || v <= 0)
+      throw new RangeError(`registersPerThread: ${name} must be a positive integer; got ${v}`);
+  }
+  if (threadsPerCta % device.warpSize !== 0) {
+    throw new RangeError(
+      `registersPerThread: threadsPerCta must be a multiple of the warp size ${device.warpSize}; got ${threadsPerCta}`,
+    );
+  }
+  const warps = (threadsPerCta / device.warpSize) * ctasPerSm;
+  const perWarp = Math.floor(device.regsPerSm / warps / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT;
+  return Math.min(device.maxRegsPerThread, perWarp / device.warpSize);
 }

@@ -1,30 +1,38 @@
 /**
- * The static part of the VPPS kernel: CUDA text that is the same for every model. Opcode numbers and operand
- * positions are rendered from the table in script.ts, so the interpreter cannot drift from the encoder.
+ * The static part of the VPPS kernel: CUDA text that is the same for every model (helpers, the decoding of an
+ * instruction's length, and the interpreter cases of the instructions that do not touch register-resident matrices).
+ * Opcode numbers and operand positions are rendered from the table in script/format.ts, so the interpreter cannot
+ * drift from the encoder.
  */
 import { DEVICE_ACTIVATIONS, DEVICE_ADAM } from "../../../codegen/device-math.js";
+import { FIRST_KERNEL_ERROR, GRID_BARRIER_CUDA, GRID_ERRORS, STATUS_WORDS } from "../../../codegen/grid-barrier.js";
 import { OPCODES, Opcode } from "../script/format.js";
+import { renderCellCases } from "./cell.js";
+import { operandIndex as at, opcodeConstant, operandPointer as P, operandWord as W } from "./operands.js";
 
 /** Words of a wait instruction (preamble, count): the interpreter groups runs of them. */
 const WAIT_WORDS = 1 + OPCODES[Opcode.Wait]!.fixed.length;
 
-/** Error codes the kernel writes to `status[0]` (part of the host interface; the first error wins). */
+/**
+ * Error codes the kernel writes to `status[0]` (part of the host interface; the first error wins): the grid
+ * barrier's timeout (src/codegen/grid-barrier.ts), then the interpreter's own.
+ */
 export const KERNEL_ERRORS = {
   /** A wait did not see its count within the spin limit: status = [code, cta, barrier, seen, expected, pc]. */
-  barrierTimeout: 1,
+  barrierTimeout: GRID_ERRORS.barrierTimeout,
   /** Unknown opcode: status = [code, cta, opcode, 0, 0, pc]. */
-  badOpcode: 2,
+  badOpcode: FIRST_KERNEL_ERROR,
   /**
    * An instruction runs past the end of the script or is longer than the staging chunk (status = [code, cta, 0, 0,
    * 0, pc]), or a tile instruction's operands are out of range (status = [code, cta, count, r0, c0, pc]).
    */
-  badLength: 3,
+  badLength: FIRST_KERNEL_ERROR + 1,
   /** A matrix instruction names a matrix this kernel does not hold: status = [code, cta, matrix, 0, 0, pc]. */
-  badMatrix: 4,
+  badMatrix: FIRST_KERNEL_ERROR + 2,
 } as const;
 
-/** Words of `status` the kernel may write on an error. */
-export const STATUS_WORDS = 6;
+/** Words of `status` the kernel may write on an error (the grid barrier's status block). */
+export { STATUS_WORDS };
 /**
  * Word of the status block where the CTA that finishes last stores the batch loss (its float bits): the host reads
  * it back with the error words, on another stream than the kernels', so no copy sits between two launches.
@@ -32,23 +40,6 @@ export const STATUS_WORDS = 6;
 export const STATUS_LOSS = STATUS_WORDS;
 /** Word of the status block counting the CTAs that finished; the last one sets it back to 0. */
 export const STATUS_FINISHED = STATUS_WORDS + 1;
-
-/** `OP_TANH_BWD` style C identifiers for opcodes. */
-export function opcodeConstant(op: Opcode): string {
-  return `OP_${Opcode[op].replace(/([a-z0-9])([A-Z])/g, "$1_$2").toUpperCase()}`;
-}
-
-/** Operand index (1-based word position after the preamble) of a named operand of `op`. */
-function at(op: Opcode, name: string): number {
-  const i = OPCODES[op]!.fixed.indexOf(name);
-  if (i < 0) throw new Error(`kernel template: opcode ${OPCODES[op]!.mnemonic} has no operand '${name}'`);
-  return i + 1;
-}
-
-/** `pool + ins[k]` for operand `name` of `op`. */
-const P = (op: Opcode, name: string): string => `(pool + ins[${at(op, name)}])`;
-/** The raw operand word. */
-const W = (op: Opcode, name: string): string => `ins[${at(op, name)}]`;
 
 export function renderOpcodeConstants(): string {
   return OPCODES.map(
@@ -98,76 +89,7 @@ __device__ __forceinline__ float clip_scale(const float* pool, u32 acc, float cl
 }
 
 ${DEVICE_ADAM.slice(1)}
-// ---- signal / wait on global counters --------------------------------------------------------------------------
-
-__device__ __forceinline__ u32 ld_acquire(const u32* p) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void red_release_add(u32* p, u32 v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// The returning form, for traced kernels only: the old count says which signal completed a barrier.
-__device__ __forceinline__ u32 atom_release_add(u32* p, u32 v) {
-  u32 old;
-  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-
-// The GPU-wide nanosecond timer (comparable across SMs, unlike clock64), for traced kernels.
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Records the first error of the launch; later ones (mostly processors timing out behind the first) are dropped.
-__device__ void report_error(int* status, int code, int a, int b, int c, int pc) {
-  if (atomicCAS(status, 0, code) == 0) {
-    status[1] = (int)blockIdx.x;
-    status[2] = a;
-    status[3] = b;
-    status[4] = c;
-    status[5] = pc;
-    __threadfence();
-  }
-}
-
-// Called by thread 0 only, after the __syncthreads that ends the previous instruction: that barrier orders every
-// thread's writes before this release, and a release is cumulative (PTX memory model), so consumers that acquire
-// the counter see all of them. No separate __threadfence: it would be a second, stronger fence.sc on the critical
-// path of every step (the release already waits for the CTA's writes).
-__device__ __forceinline__ void vpps_signal(u32* counter) {
-  red_release_add(counter, 1u);
-}
-
-// Called by thread 0 only; the __syncthreads after the instruction releases the other threads. Bounded: a barrier
-// nobody signals (a scheduling bug) or a failed peer ends the launch with an error instead of a hang.
-__device__ bool vpps_wait(const u32* counter, u32 expected, int* status, u32 barrier, int pc) {
-  // The wait is on the critical path of every step (batch 1: ~85 waits of the busiest processor): spin without
-  // sleeping for the first kSpinHot polls (each is an L2 round trip, ~0.5 us, one thread per CTA, so the L2 barely
-  // notices), and back off only when a wait is long, i.e. off the critical path anyway.
-  constexpr u32 kSpinHot = 2048u;
-  u32 seen;
-  u32 spins = 0;
-  u32 sleep_ns = 32;
-  while ((seen = ld_acquire(counter)) < expected) {
-    if (++spins > kBarrierSpinLimit) {
-      report_error(status, kErrBarrierTimeout, (int)barrier, (int)seen, (int)expected, pc);
-      return false;
-    }
-    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false; // another processor already failed
-    if (spins > kSpinHot) {
-      __nanosleep(sleep_ns);
-      if (sleep_ns < 256) sleep_ns <<= 1;
-    }
-  }
-  return true;
-}
-`;
+${GRID_BARRIER_CUDA.slice(1)}`;
 
 /** Interpreter cases of the instructions that do not touch the register-resident matrices. */
 export function renderStaticCases(): string {
@@ -219,8 +141,8 @@ export function renderStaticCases(): string {
   elementwise(O.Acc, "atomicAdd(y + i, x[i]);", yx(O.Acc));
   elementwise(O.AccNeg, "atomicAdd(y + i, -x[i]);", yx(O.AccNeg));
   // A sum of few elements (the loss sums of a batch: scalars over up to ~60 operands) gives each element a warp,
-  // its lanes loading the operands at once: one thread walking them waits an L2 round trip per operand (measured
-  // on the H100: ~6.5 µs per chained sum instruction on the critical path). Wide sums keep a thread per element.
+  // its lanes loading the operands at once: one thread walking them waits an L2 round trip per operand, on the
+  // critical path of every chained sum. Wide sums keep a thread per element.
   lines.push(`      case ${opcodeConstant(O.Sum)}: { // sum: y = sum of k operands (y may be one of them)
         float* y = ${P(O.Sum, "y")}; const u32 k = ${W(O.Sum, "k")}; const u32* xs = ins + ${1 + OPCODES[O.Sum]!.fixed.length};
         if (n <= 32u) {
@@ -273,92 +195,6 @@ export function renderStaticCases(): string {
   );
   lines.push(renderCellCases(), renderLossCases(), renderUpdateCases());
   return lines.join("\n");
-}
-
-function renderCellCases(): string {
-  const O = Opcode;
-  const cs = 1 + OPCODES[O.LstmCell]!.fixed.length;
-  const pairs = 1 + OPCODES[O.LstmCellBwd]!.fixed.length;
-  return `      case ${opcodeConstant(O.LstmCell)}: { // lstm: n = H, gates [i; o; u; f1..fk]
-        float* out = ${P(O.LstmCell, "out")}; const float* gt = ${P(O.LstmCell, "gates")};
-        float* h2 = ${W(O.LstmCell, "h2")} == kNone ? nullptr : ${P(O.LstmCell, "h2")}; // h into the parent's concat
-        const u32 k = ${W(O.LstmCell, "k")}; const u32* cs = ins + ${cs};
-        if (k == 2) {
-          // binary trees' cell: every load first, so one round trip to L2 instead of one per child (the generic
-          // loop below is not unrolled: it would cost registers in every plan). The same sums in the same order.
-          const float* c0 = pool + cs[0]; const float* c1 = pool + cs[1];
-#pragma unroll 1
-          for (u32 r = threadIdx.x; r < n; r += kThreads) {
-            const float gi = gt[r], go = gt[n + r], gu = gt[2 * n + r], g0 = gt[3 * n + r], g1 = gt[4 * n + r];
-            const float x0 = c0[r], x1 = c1[r];
-            float c = sigm(gi) * tanhf(gu);
-            c += sigm(g0) * x0;
-            c += sigm(g1) * x1;
-            out[n + r] = c;
-            const float h = sigm(go) * tanhf(c);
-            out[r] = h;
-            if (h2) h2[r] = h;
-          }
-          break;
-        }
-#pragma unroll 1
-        for (u32 r = threadIdx.x; r < n; r += kThreads) {
-          float c = sigm(gt[r]) * tanhf(gt[2 * n + r]);
-#pragma unroll 1
-          for (u32 j = 0; j < k; ++j) c += sigm(gt[(3 + j) * n + r]) * pool[cs[j] + r];
-          out[n + r] = c;
-          const float h = sigm(gt[n + r]) * tanhf(c);
-          out[r] = h;
-          if (h2) h2[r] = h;
-        }
-      } break;
-      case ${opcodeConstant(O.LstmCellBwd)}: { // lstm.bwd: the reference's formulas (src/ops/cells.ts)
-        const float* outbar = ${P(O.LstmCellBwd, "outbar")}; const float* out = ${P(O.LstmCellBwd, "out")};
-        const float* gt = ${P(O.LstmCellBwd, "gates")};
-        float* gbar = ${W(O.LstmCellBwd, "gatesbar")} == kNone ? nullptr : ${P(O.LstmCellBwd, "gatesbar")};
-        const float* hb2 = ${W(O.LstmCellBwd, "hbar2")} == kNone ? nullptr : ${P(O.LstmCellBwd, "hbar2")};
-        const u32 k = ${W(O.LstmCellBwd, "k")}; const u32* cp = ins + ${pairs};
-        if (kBinaryCellBwd && k == 2) {
-          // binary trees' cell, every load first (see lstm), where the plan has the registers (kernel-template.ts)
-#pragma unroll 1
-          for (u32 r = threadIdx.x; r < n; r += kThreads) {
-            const float c = out[n + r], go = gt[n + r], dh = outbar[r] + (hb2 ? hb2[r] : 0.f), cb = outbar[n + r];
-            const float gi = gt[r], gu = gt[2 * n + r], g0 = gt[3 * n + r], g1 = gt[4 * n + r];
-            const float x0 = pool[cp[0] + r], x1 = pool[cp[2] + r];
-            const float tc = tanhf(c), so = sigm(go);
-            const float dc = cb + dh * so * (1.f - tc * tc);
-            const float s0 = sigm(g0), s1 = sigm(g1);
-            if (cp[1] != kNone) atomicAdd(pool + cp[1] + r, dc * s0);
-            if (cp[3] != kNone) atomicAdd(pool + cp[3] + r, dc * s1);
-            if (gbar) {
-              const float si = sigm(gi), tu = tanhf(gu);
-              atomicAdd(gbar + r, dc * tu * si * (1.f - si));
-              atomicAdd(gbar + n + r, dh * tc * so * (1.f - so));
-              atomicAdd(gbar + 2 * n + r, dc * si * (1.f - tu * tu));
-              atomicAdd(gbar + 3 * n + r, dc * x0 * s0 * (1.f - s0));
-              atomicAdd(gbar + 4 * n + r, dc * x1 * s1 * (1.f - s1));
-            }
-          }
-          break;
-        }
-#pragma unroll 1
-        for (u32 r = threadIdx.x; r < n; r += kThreads) {
-          const float c = out[n + r], tc = tanhf(c), so = sigm(gt[n + r]), dh = outbar[r] + (hb2 ? hb2[r] : 0.f);
-          const float dc = outbar[n + r] + dh * so * (1.f - tc * tc);
-          const float si = sigm(gt[r]), tu = tanhf(gt[2 * n + r]);
-          if (gbar) {
-            atomicAdd(gbar + r, dc * tu * si * (1.f - si));
-            atomicAdd(gbar + n + r, dh * tc * so * (1.f - so));
-            atomicAdd(gbar + 2 * n + r, dc * si * (1.f - tu * tu));
-          }
-#pragma unroll 1
-          for (u32 j = 0; j < k; ++j) {
-            const float sf = sigm(gt[(3 + j) * n + r]);
-            if (gbar) atomicAdd(gbar + (3 + j) * n + r, dc * pool[cp[2 * j] + r] * sf * (1.f - sf));
-            if (cp[2 * j + 1] != kNone) atomicAdd(pool + cp[2 * j + 1] + r, dc * sf);
-          }
-        }
-      } break;`;
 }
 
 function renderLossCases(): string {

@@ -1,11 +1,11 @@
 /**
  * Renders the VPPS forward-backward-update kernel for one plan: a header stating the spec and register budget,
- * derived constants as commented `constexpr`, the static part (kernel-static.ts), the specialised part
- * (kernel-partition.ts), and the kernel: load weights → interpret the script → (update and write back, which the
- * script's last instructions ask for).
+ * derived constants as commented `constexpr`, the static part (interpreter.ts, cell.ts, src/codegen/), the
+ * specialised part (staging.ts, matrix.ts, tile.ts, slots.ts, matrix-cases.ts), and the kernel: load weights →
+ * interpret the script → (update and write back, which the script's last instructions ask for).
  *
  * Host interface (what the runtime must pass and prepare), in parameter order:
- *   script   const u32*  — `ctas + 1` prefix sums, every CTA's script, the shared operand table (script.ts)
+ *   script   const u32*  — `ctas + 1` prefix sums, every CTA's script, the shared operand table (script/format.ts)
  *   pool     float*      — values and gradients; gradient regions zeroed before the launch
  *   master   float*      — row-major master copies of the matrices at `MatrixPlan.masterOffset`
  *   grads    float*      — same layout; written by `export.grads` (may be null if the script never exports)
@@ -23,7 +23,7 @@
  *   moments  float*      — Adam's m and v (moments.ts: m then v of the master copy, then of the model region); may be
  *                          null when the script has no Adam instruction
  *   beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_c1, inv_c2  float — Adam's hyper-parameters and the
- *                          reciprocals of this step's bias corrections 1 − β1ᵗ, 1 − β2ᵗ (AdamArgs in kernel-static.ts;
+ *                          reciprocals of this step's bias corrections 1 − β1ᵗ, 1 − β2ᵗ (AdamArgs in src/codegen/device-math.ts;
  *                          unused by SGD scripts)
  *   stale    u32*        — the previous launch's barrier counters (another region than `barriers`), zeroed by this
  *                          launch's prologue for the next one
@@ -43,24 +43,20 @@ import {
   STATIC_HELPERS,
   STATUS_FINISHED,
   STATUS_LOSS,
-  STATUS_WORDS,
 } from "./interpreter.js";
+import { MATRIX_ROUTINES } from "./matrix.js";
+import { renderMatrixCases } from "./matrix-cases.js";
+import { renderMatrixStructs, renderSlotDeclarations } from "./slots.js";
 import {
   binaryCellBackward,
   groupWaits,
-  MATRIX_ROUTINES,
   REDUCE_BLOCK_COLS,
-  renderMatrixCases,
-  renderMatrixStructs,
-  renderSlotDeclarations,
   STAGE_ENTRY_WORDS,
   STAGE_FLOATS,
   STAGE_YBAR_FLOATS,
   stageLoads,
-  tileRoutines,
-} from "./matrix.js";
-
-export { KERNEL_ERRORS, STATUS_WORDS };
+} from "./staging.js";
+import { tileRoutines } from "./tile.js";
 
 /** The named spec a kernel is rendered from (together with the plan, which fixes rpw, CTAs and the deal). */
 export interface KernelSpec {
@@ -76,7 +72,7 @@ export interface KernelSpec {
    */
   readonly profile?: boolean;
   /**
-   * Record a timeline of the launch into the `profile` argument (kernel-trace.ts): per CTA the global time at which
+   * Record a timeline of the launch into the `profile` argument (instrument/trace.ts): per CTA the global time at which
    * each instruction ended and, for a signal, the barrier's count before it, which names the signal that released
    * each wait. Costs a timer read and a store per instruction, and signals return their old count; a different
    * kernel name. Exclusive with `profile`.

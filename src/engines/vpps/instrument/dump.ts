@@ -6,7 +6,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ComputationGraph } from "../../../graph/graph.js";
 import type { BatchSchedule } from "../schedule/scheduler.js";
-import { disassemble } from "../script/format.js";
+import { disassemble } from "../script/disassemble.js";
 
 /** The dump directory, or undefined when dumping is off. */
 export function dumpDirectory(): string | undefined {

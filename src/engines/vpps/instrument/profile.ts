@@ -1,6 +1,6 @@
 /**
  * Where a VPPS kernel's time goes, from the cycle counters of a kernel rendered with `profile: true`
- * (kernel-template.ts): thread 0 of every CTA reads the SM clock around each instruction, up to and including the
+ * (codegen/template.ts): thread 0 of every CTA reads the SM clock around each instruction, up to and including the
  * `__syncthreads` that ends it, so a wait's cycles are the time the whole CTA stood still on a barrier and a matrix
  * instruction's are the time all its warps needed. Summed over CTAs, the shares say whether processors mostly wait
  * (barrier-bound: fewer steps, shorter critical path) or mostly compute (work-bound: faster instructions).

@@ -1,12 +1,12 @@
 /**
  * The critical path of one VPPS launch, from the timeline a kernel rendered with `trace: true` records
- * (kernel-template.ts TRACE_SLOTS): per CTA the global time at which each instruction ended, and for each signal
+ * (codegen/template.ts TRACE_SLOTS): per CTA the global time at which each instruction ended, and for each signal
  * the barrier's count before it. A wait for `count` signals was released by the signal that saw `count − 1`, so the
  * path can be followed back from the CTA that finished last, across processors, to the start: every nanosecond of
  * the launch's span is either an instruction on the path (its own time on its CTA), a barrier hop (from the
  * releasing signal to the end of the wait it released), or the weight loads at the start. Summed per label
  * ("matvec U_iou", "lstm.bwd", "hop", …), that says what the kernel is waiting for — which the per-opcode cycle
- * counters of kernel-profile.ts cannot: they sum over all CTAs, most of which are off the path.
+ * counters of profile.ts cannot: they sum over all CTAs, most of which are off the path.
  */
 import { instructionWords, OPCODES, Opcode } from "../script/format.js";
 

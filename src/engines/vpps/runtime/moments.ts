@@ -67,15 +67,15 @@ export function checkAdamHyperParameters(h: AdamHyperParameters): void {
 }
 
 /**
- * The kernel's Adam arguments after the learning rate (kernel-template.ts), fp32 when passed: the host derives
- * 1 − β and the reciprocal bias corrections in double precision (see AdamArgs in kernel-static.ts for why).
+ * The kernel's Adam arguments after the learning rate (codegen/template.ts), fp32 when passed: the host derives
+ * 1 − β and the reciprocal bias corrections in double precision (see AdamArgs in src/codegen/device-math.ts for why).
  */
 export function adamKernelArgs(a: AdamStep): readonly number[] {
   return [a.beta1, 1 - a.beta1, a.beta2, 1 - a.beta2, a.epsilon, 1 / a.c1, 1 / a.c2];
 }
 
 /**
- * Adam on n elements with the kernel's arithmetic (`adam_element` in kernel-static.ts, fp32 throughout; the
+ * Adam on n elements with the kernel's arithmetic (`adam_element` in src/codegen/device-math.ts, fp32 throughout; the
  * AdamTrainer's doubles agree with it up to fp32 noise): w[wAt + i] steps with gradient g[gAt + i]·scale (0 when g
  * is undefined), m at moments[mAt + i], v at moments[vAt + i].
  */

@@ -4,10 +4,12 @@
  * batches while the GPU runs earlier ones. Queuing never waits for the GPU unless every slot is still in flight;
  * finished batches are retired (status checked, loss taken) in order whenever the host comes by, and `fb` returns
  * the loss of the newest one. (With two slots and a wait for the previous batch at every launch, as before, a host
- * that launched two batches in one `fb` — schedule workers hand scripts back in bursts — blocked for a whole kernel:
- * ~3 ms per batch at batch 128 on the H100.) Also the decoding of the kernel's error word (kernel-static.ts).
+ * that launched two batches in one `fb` — schedule workers hand scripts back in bursts — blocked for a whole
+ * kernel per batch.) Also the decoding of the kernel's status words (src/codegen/grid-barrier.ts and
+ * codegen/interpreter.ts KERNEL_ERRORS).
  */
-import { KERNEL_ERRORS, STATUS_WORDS } from "../codegen/interpreter.js";
+import { barrierTimeoutMessage, PersistentKernelError, readStatusError } from "../../../codegen/grid-barrier.js";
+import { KERNEL_ERRORS } from "../codegen/interpreter.js";
 
 /** What the pipeline needs from the device, per slot. */
 export interface SlotDevice {
@@ -23,20 +25,9 @@ export interface SlotDevice {
   retired?(slot: number, batch: number): void;
 }
 
-/** A failure the kernel reported through its status words; the message names the processor and the barrier. */
-export class VppsKernelError extends Error {
+/** A failure the VPPS kernel reported through its status words; the message names the processor and the barrier. */
+export class VppsKernelError extends PersistentKernelError {
   override readonly name = "VppsKernelError";
-  constructor(
-    message: string,
-    readonly code: number,
-    /** The CTA (virtual processor) that reported it. */
-    readonly processor: number,
-    /** Barrier id for a timeout, else -1. */
-    readonly barrier: number,
-    readonly status: readonly number[],
-  ) {
-    super(message);
-  }
 }
 
 /** Turns the kernel's status words into an error, or undefined when `status[0]` is 0 (no error). */
@@ -45,20 +36,13 @@ export function decodeKernelStatus(
   kernel: string,
   batch: number,
 ): VppsKernelError | undefined {
-  const s = Array.from({ length: STATUS_WORDS }, (_, i) => status[i] ?? 0);
-  const [code, cta, a, b, c, pc] = s as [number, number, number, number, number, number];
-  if (code === 0) return undefined;
+  const e = readStatusError(status);
+  if (e === undefined) return undefined;
+  const { code, cta, a, b, c, pc, words: s } = e;
   const where = `kernel ${kernel}, batch ${batch}: processor (CTA) ${cta}`;
   switch (code) {
     case KERNEL_ERRORS.barrierTimeout:
-      return new VppsKernelError(
-        `VPPS ${where} timed out waiting on barrier ${a} at script word ${pc}: expected ${c} signals, saw ${b} ` +
-          "(a processor failed earlier, the grid is not co-resident, or the schedule forgot a signal)",
-        code,
-        cta,
-        a,
-        s,
-      );
+      return new VppsKernelError(`VPPS ${where} ${barrierTimeoutMessage(e, `script word ${pc}`)}`, code, cta, a, s);
     case KERNEL_ERRORS.badOpcode:
       return new VppsKernelError(`VPPS ${where} met unknown opcode ${a} at script word ${pc}`, code, cta, -1, s);
     case KERNEL_ERRORS.badLength:
@@ -66,7 +50,7 @@ export function decodeKernelStatus(
         a === 0 && b === 0 && c === 0
           ? `VPPS ${where}: the instruction at script word ${pc} runs past the script or the staging chunk`
           : `VPPS ${where}: the tile instruction at script word ${pc} is out of range: ${a} entries, ` +
-              `first row ${b}, first column ${c} (limits: script.ts TILE and the matrix's shape)`,
+              `first row ${b}, first column ${c} (limits: script/format.ts TILE and the matrix's shape)`,
         code,
         cta,
         -1,

@@ -1,14 +1,35 @@
 /**
- * Backward and update instructions of the VPPS scheduler (schedule.ts walks the levels; schedule-steps.ts keeps
- * the steps, loads and dependencies). Every gradient write is an atomic accumulation into storage zeroed before
+ * Backward and update instructions of the VPPS scheduler (scheduler.ts walks the levels; steps.ts keeps the
+ * steps, loads and dependencies). Every gradient write is an atomic accumulation into storage zeroed before
  * the launch, so instructions of one step may add into the same gradient from different processors in any order.
  */
 import type { ComputationGraph } from "../../../graph/graph.js";
 import { Op, opName } from "../../../graph/opcodes.js";
-import { type BatchLayout, PLACEMENT } from "../plan/layout.js";
+import { type BatchLayout, type ModelLayout, PLACEMENT } from "../plan/layout.js";
 import { momentLayout } from "../runtime/moments.js";
 import { floatBits, NONE, Opcode } from "../script/format.js";
-import type { Emitter } from "./scheduler.js";
+import type { ScheduleOptions } from "./scheduler.js";
+import type { StepTracker } from "./steps.js";
+
+/** What the backward and update emitters need of the scheduler (scheduler.ts VppsScheduler). */
+export interface Emitter {
+  readonly t: StepTracker;
+  readonly model: ModelLayout;
+  readonly options: ScheduleOptions;
+  readonly update: "kernel" | "host";
+  /** CTAs holding a partition whose gradient lives in registers. */
+  readonly registerGradCtas: Int32Array;
+  /** Scratch for variadic operands. */
+  readonly operands: Uint32Array;
+  /** W̄ entries held back to the end of the backward pass (this file). */
+  readonly deferred: DeferredWbar;
+  /** Per cell node: the concatenation its lstm instruction also stores h into, or -1; and h's offset there. */
+  readonly fusedConcat: Int32Array;
+  readonly fusedOffset: Int32Array;
+  /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
+  readonly registerGrad: Uint8Array;
+  matrixOf(g: ComputationGraph, i: number, w: number): number;
+}
 
 const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] === 1 ? L.grad[node]! : NONE);
 
@@ -207,7 +228,7 @@ export function emitBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
       accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
       return;
     case Op.Sub:
-      // only the first argument may share the node's gradient (layout.ts); the second accumulates −ȳ
+      // only the first argument may share the node's gradient (plan/layout.ts); the second accumulates −ȳ
       accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
       return;
     case Op.CMul: {
@@ -281,7 +302,7 @@ function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number
   ops[1] = value[i]!;
   ops[2] = value[a0]!;
   ops[3] = gradOrNone(L, a0);
-  // h̄ also from the parent's concatenation, when the forward stored h there (schedule.ts concat)
+  // h̄ also from the parent's concatenation, when the forward stored h there (scheduler.ts concat)
   const concat = E.fusedConcat[i]!;
   ops[4] = concat >= 0 && L.needGrad[concat] === 1 ? L.grad[concat]! + E.fusedOffset[i]! : NONE;
   if (ops[4] !== NONE) t.needGrad(q, concat);

@@ -30,7 +30,7 @@ export interface ScheduledLayout {
 /** A batch ready to be submitted: its script and what the runtime needs to launch it and read it back. */
 export interface ScheduledBatch {
   readonly layout: ScheduledLayout;
-  /** Prefix sums, all processors' scripts and the shared operand table (script.ts). */
+  /** Prefix sums, all processors' scripts and the shared operand table (script/format.ts). */
   readonly script: Uint32Array;
   /** Barrier counters the script uses (zeroed before the launch). */
   readonly barriers: number;

@@ -1,6 +1,6 @@
 /**
  * Scheduling VPPS batches on worker threads while the main thread builds the next graph (the main side; the
- * worker's is schedule-worker.ts). A batch's schedule depends only on its graph and the fixed plan, so batches go to
+ * worker's is worker.ts). A batch's schedule depends only on its graph and the fixed plan, so batches go to
  * whichever worker has the fewest in hand and are taken back in the order they were posted.
  *
  * Protocol, per worker: one MessageChannel. The main thread posts `ScheduleJob`s (the graph snapshot's buffer is
@@ -12,7 +12,7 @@
  * block, sleeps in `Atomics.wait` on the counter (reading the counter before polling the ports, so that no reply
  * slips between the poll and the wait).
  *
- * The worker runs from `schedule-worker.ts` under tsx (tests, the CLI in a checkout) or `schedule-worker.js` in a
+ * The worker runs from `worker.ts` under tsx (tests, the CLI in a checkout) or `worker.js` in a
  * built package, whichever matches this module's own file. A small CommonJS bootstrap (eval'd) imports it and, when
  * the .ts file cannot be loaded because no TypeScript loader is active in the worker (tsx's `--import` hook is
  * registered in the main thread only on Node 20; `bin/vpps.js` registers tsx through its API), registers tsx's ESM
@@ -86,10 +86,9 @@ export class ScheduleWorkerError extends Error {
 }
 
 /**
- * Default worker count: one per spare core, at most 6 (`os.availableParallelism() - 1`, 0 on one core). Measured
- * on the 16-core H100 host (bench/vpps.ts, fused cell, two interleaved rounds, 2026-11-21) once tiles had made the
- * kernel 3.5x faster at batch 128 and the host the limit there: 4 workers 26,305 / 26,588 sentences/s at batch 128,
- * 6 workers 33,038 / 34,254, 8 workers 34,401 / 34,101; at batch 1, 8 workers cost 4% (3,341 against 3,488).
+ * Default worker count: one per spare core, at most 6 (`os.availableParallelism() - 1`, 0 on one core). Where the
+ * host limits large batches, 6 workers gained much over 4 and 8 little over 6, while 8 cost a few percent at batch
+ * 1 (docs/journal/vpps-measurements.md, "Schedule workers").
  */
 export function defaultScheduleWorkers(): number {
   return Math.max(0, Math.min(6, availableParallelism() - 1));
@@ -386,9 +385,8 @@ export class SchedulePool<T = undefined> {
   /**
    * The worker to post to: the first with the fewest batches in hand (replies read first). Small batches then go to
    * the first few workers only, which V8 optimises sooner and whose caches stay warm; large batches keep every
-   * worker busy. Measured at batch 1 on the H100 (two rounds, the same 3,000 trees twice per process): the first
-   * pass ran at 4,846-4,951 sentences/s with round-robin and 4,997-5,028 this way, the second at 5,282-5,344 both
-   * ways.
+   * worker busy. At batch 1 this beat round-robin on the first pass over the data and tied on the second
+   * (docs/journal/vpps-measurements.md, "Schedule workers").
    */
   private leastBusy(): number {
     this.poll();

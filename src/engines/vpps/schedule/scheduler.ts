@@ -4,9 +4,9 @@
  * processors, and the parameter update closes the script.
  *
  * - Products with a matrix go to every CTA holding rows of it; all products of one matrix in one step form one
- *   list instruction per holder (schedule-steps.ts). Any other instruction goes to the least-loaded CTA of the step
+ *   list instruction per holder (steps.ts). Any other instruction goes to the least-loaded CTA of the step
  *   (load ≈ floats touched, matrix work announced before anything is placed).
- * - Signals and waits only where data crosses processors (schedule-steps.ts).
+ * - Signals and waits only where data crosses processors (steps.ts).
  * - Steps: 0 seeds the loss gradient; per level a main step and a step for the sums of affine transforms with
  *   several products; one backward step per level; then the norm for clipping, a grid-wide barrier and the update
  *   (in the kernel when every matrix keeps its gradient in registers, otherwise left to the host).
@@ -16,7 +16,7 @@ import { Op, opName } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout, PLACEMENT } from "../plan/layout.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "../script/format.js";
-import { countBackward, DeferredWbar, emitBackward, emitUpdate } from "./backward.js";
+import { countBackward, DeferredWbar, type Emitter, emitBackward, emitUpdate } from "./backward.js";
 import { StepTracker } from "./steps.js";
 
 export interface ScheduleOptions {
@@ -38,7 +38,7 @@ export interface ScheduleOptions {
 
 export interface BatchSchedule {
   readonly layout: BatchLayout;
-  /** Prefix sums, all processors' scripts and the shared operand table (script.ts). */
+  /** Prefix sums, all processors' scripts and the shared operand table (script/format.ts). */
   readonly script: Uint32Array;
   /** Barrier counters the script uses (zeroed before the launch). */
   readonly barriers: number;
@@ -48,26 +48,6 @@ export interface BatchSchedule {
   readonly liveNodes: number;
   /** The script's tile.wbar instructions add into the gradient buffer: it must be zero at launch. */
   readonly zeroGradients: boolean;
-}
-
-/** What the backward and update emitters need (schedule-backward.ts). */
-export interface Emitter {
-  readonly t: StepTracker;
-  readonly model: ModelLayout;
-  readonly options: ScheduleOptions;
-  readonly update: "kernel" | "host";
-  /** CTAs holding a partition whose gradient lives in registers. */
-  readonly registerGradCtas: Int32Array;
-  /** Scratch for variadic operands. */
-  readonly operands: Uint32Array;
-  /** W̄ entries held back to the end of the backward pass (schedule-backward.ts). */
-  readonly deferred: DeferredWbar;
-  /** Per cell node: the concatenation its lstm instruction also stores h into, or -1; and h's offset there. */
-  readonly fusedConcat: Int32Array;
-  readonly fusedOffset: Int32Array;
-  /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
-  readonly registerGrad: Uint8Array;
-  matrixOf(g: ComputationGraph, i: number, w: number): number;
 }
 
 /**
@@ -239,7 +219,7 @@ export class VppsScheduler implements Emitter {
       const begin = levelStart[l]!;
       const end = levelStart[l + 1]!;
       t.startStep(s++);
-      // the transposed copies, loaded where each holder's backward work begins (script.ts LoadTransposed)
+      // the transposed copies, loaded where each holder's backward work begins (script/format.ts LoadTransposed)
       if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
       this.announce(backwardProducts, l * matrices, true);
       for (let k = begin; k < end; k++) {
@@ -312,7 +292,7 @@ export class VppsScheduler implements Emitter {
 
   private forward(g: ComputationGraph, L: BatchLayout, i: number): void {
     const op = g.op[i]!;
-    if (!emitsInstructions(op)) return; // storage that already holds the value (layout.ts)
+    if (!emitsInstructions(op)) return; // storage that already holds the value (plan/layout.ts)
     // every op below has arguments; read the first (and the node's facts) once
     const args = g.args;
     const s = g.argStart[i]!;
@@ -506,7 +486,7 @@ export class VppsScheduler implements Emitter {
   }
 }
 
-/** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, layout.ts). */
+/** Whether a node of op `o` has forward or backward instructions (not storage that exists anyway, plan/layout.ts). */
 function emitsInstructions(o: number): boolean {
   return o !== Op.Input && o !== Op.Parameter && o !== Op.Lookup && o !== Op.PickRange;
 }

@@ -2,8 +2,8 @@
  * The bookkeeping under the VPPS scheduler: steps, processor loads, matrix operand lists, and the dependency
  * tracking that places signals and waits.
  *
- * - Buffers are storage roots (layout.ts): value `2i`, gradient `2i + 1`, affine temporaries `2n + i` (n nodes). Each
- *   keeps a list of (step, writer) where the writer is a CTA or, as `-(m + 1)`, the holders of matrix m.
+ * - Buffers are storage roots (plan/layout.ts); writes.ts keeps each one's writes (step, writer), the writer a CTA
+ *   or, as `-(m + 1)`, the holders of matrix m. loads.ts picks the least-loaded CTA, tiles.ts cuts long lists.
  * - Each step has `1 + matrices` barriers (`barriersPerStep`): barrier `K·s` counts the signals of the CTAs that
  *   ran elementwise (non-matrix) instructions in step s, given right after those instructions and before the CTA's
  *   matrix lists of the step; barrier `K·s + 1 + m` counts the holders of matrix m after its list. A reader waits
@@ -16,18 +16,18 @@
  */
 import type { BatchLayout } from "../plan/layout.js";
 import type { VppsPlan } from "../plan/plan.js";
-import { LIST_ENTRIES, NONE, Opcode, ScriptWriter, TILE } from "../script/format.js";
+import { Opcode } from "../script/format.js";
+import { ScriptWriter } from "../script/writer.js";
+import { StepLists } from "./lists.js";
+import { MATRIX_LOAD_WEIGHT, StepLoads } from "./loads.js";
+import { MATVEC_BWD_ENTRY, MATVEC_ENTRY, TileList } from "./tiles.js";
+import { MAX_STEPS, MAX_WRITER_CTAS, WriteLog, writeStep, writeWho } from "./writes.js";
 
-/** Load of one weight element of a matrix product relative to one float of an elementwise instruction. */
-export const MATRIX_LOAD_WEIGHT = 0.25;
+export { MATRIX_LOAD_WEIGHT, TILE_LOAD_WEIGHT } from "./loads.js";
+
 /**
- * Load of one multiply-add of a tile instruction relative to one float of an elementwise instruction: tiles read
- * the master copy through shared memory in 64×64 blocks, far denser work than a list's per-entry rounds.
- */
-export const TILE_LOAD_WEIGHT = MATRIX_LOAD_WEIGHT / 16;
-/**
- * Lists of at least this many entries become tile instructions (ScheduleOptions.tileEntries): measured on the
- * H100 (bench/vpps-tiles.ts) — shorter lists are faster on the holders, whose weights are already in registers.
+ * Lists of at least this many entries become tile instructions (ScheduleOptions.tileEntries): shorter lists are
+ * faster on the holders, whose weights are already in registers (bench/vpps-tiles.ts measures the threshold).
  */
 export const DEFAULT_TILE_ENTRIES = 48;
 
@@ -60,40 +60,11 @@ export class StepTracker {
   private tiledMask = new Uint32Array(0);
   /** tile.wbar instructions of this batch: the gradient buffer must be zeroed and imported by the holders. */
   wbarTiles = 0;
-  /** Scratch of one tiled list: per tile its CTA and its instruction words (5 each), and how many tiles. */
-  private tileCta: Int32Array = new Int32Array(256);
-  private tileWords: Uint32Array = new Uint32Array(5 * 256);
-  private tileCount = 0;
-  /**
-   * flushTiles' grouping by CTA: tiles per CTA (zero between lists), where each CTA's run starts, tile indices in
-   * CTA order, and the CTAs in the order they first got a tile.
-   */
-  private tileOrder: Int32Array = new Int32Array(256);
-  private readonly tilesOf: Int32Array;
-  private readonly tileStart: Int32Array;
-  private readonly ctaOrder: Int32Array;
+  /** The tiles of the list being flushed. */
+  private readonly tileList: TileList;
 
-  /**
-   * Per node of the batch, NODE_WORDS words of `rec` at NODE_WORDS·node: the buffer ids of its value and gradient
-   * storage (-1: storage nobody writes in the batch), then the writes of its own value and gradient buffers when it
-   * is a storage root (layout.ts). A buffer id is the offset in `rec` of the buffer's newest write:
-   * `NODE_WORDS·root + R_VALUE_WRITE` (or R_GRAD_WRITE), and `NODE_WORDS·n + 2·node` for an affine node's
-   * temporaries.
-   *
-   * A write record is 2 words: the write packed as by `packWrite` (0 when nobody wrote the buffer in this batch),
-   * and the offset in `wr` of the next older write or -1. Older writes are 2 words each in `wr` (packed write, next
-   * older or -1).
-   *
-   * Why per node: the scheduler visits nodes level by level, which at batch 64-128 jumps across megabytes, so
-   * that "who wrote what this node reads" cost two dependent cache misses (the node's storage root, then a table of
-   * writes indexed by root, then 16 bytes per buffer with an epoch). Here most nodes are their own root and one line
-   * answers it; the table is rebuilt by one sequential pass per batch. (Copying more of the node's facts into the
-   * record, op, arguments, offsets, cost as much in that pass as it saved in misses: measured, not kept.)
-   */
-  private rec = new Int32Array(0);
-  private tempBase = 0;
-  private wr: Int32Array = new Int32Array(2 * 1024);
-  private wrLength = 0;
+  /** Who wrote which buffer in which step of this batch. */
+  private readonly writes = new WriteLog();
 
   step = 0;
   /** Barriers of one step: the elementwise writers', then one per matrix (see the file comment). */
@@ -112,26 +83,11 @@ export class StepTracker {
   private readonly active: Int32Array;
   private readonly activeList: Int32Array;
   private activeCount = 0;
-  private readonly load: Float64Array;
-  private readonly heap: Int32Array;
-  private readonly heapLoad: Float64Array;
-  private readonly identity: Int32Array;
-  private heapReady = false;
-  /**
-   * Heaps already built, by the step's announcement (see leastLoaded): `announced` spells this step's
-   * preloadMatrix calls, or is undefined once loads depend on anything else (a placement before an announcement).
-   */
-  private readonly heapMemo = new Map<string, { heap: Int32Array; heapLoad: Float64Array }>();
-  private announced: string | undefined = "";
+  /** This step's loads and the least-loaded choice. */
+  private readonly loads: StepLoads;
 
-  /** Per matrix: this step's list entries, the buffers they read, and the list's opcode. */
-  private readonly listWords: Uint32Array[];
-  private readonly listLength: Int32Array;
-  private readonly listReads: Int32Array[];
-  private readonly listReadCount: Int32Array;
-  private readonly listOp: Int32Array;
-  private readonly listed: Int32Array;
-  private listedCount = 0;
+  /** This step's matrix lists. */
+  private readonly lists: StepLists;
   /** Per barrier, while flushing one list: whether the list needs it (stamp) and the only CTA it waits for. */
   private barrierStamp = new Int32Array(0);
   private stamp = 0;
@@ -140,7 +96,7 @@ export class StepTracker {
   private neededCount = 0;
 
   constructor(plan: VppsPlan, tileEntries = DEFAULT_TILE_ENTRIES) {
-    // matrix numbers: the plan's matrices, then their transposed copies (plan.ts), each with its own barrier group
+    // matrix numbers: the plan's matrices, then their transposed copies (plan/types.ts), each with its own barrier group
     const held = [...plan.matrices, ...plan.transposed];
     if (held.length > 32) {
       throw new Error(
@@ -148,8 +104,8 @@ export class StepTracker {
       );
     }
     const ctas = plan.ctas;
-    if (ctas + WHO_BIAS >= 1 << WHO_BITS) {
-      throw new Error(`VPPS scheduler: at most ${(1 << WHO_BITS) - WHO_BIAS - 1} processors; the plan has ${ctas}`);
+    if (ctas > MAX_WRITER_CTAS) {
+      throw new Error(`VPPS scheduler: at most ${MAX_WRITER_CTAS} processors; the plan has ${ctas}`);
     }
     const matrices = held.length;
     this.ctas = ctas;
@@ -175,39 +131,15 @@ export class StepTracker {
     this.tileEntries = tileEntries;
     this.active = new Int32Array(ctas);
     this.activeList = new Int32Array(ctas);
-    this.load = new Float64Array(ctas);
-    this.heap = new Int32Array(ctas);
-    this.heapLoad = new Float64Array(ctas);
-    this.identity = Int32Array.from({ length: ctas }, (_, k) => k);
-    this.tilesOf = new Int32Array(ctas);
-    this.tileStart = new Int32Array(ctas);
-    this.ctaOrder = new Int32Array(ctas);
-    this.listWords = held.map(() => new Uint32Array(1024));
-    this.listLength = new Int32Array(matrices);
-    this.listReads = held.map(() => new Int32Array(512));
-    this.listReadCount = new Int32Array(matrices);
-    this.listOp = new Int32Array(matrices);
-    this.listed = new Int32Array(matrices);
+    this.loads = new StepLoads(ctas);
+    this.tileList = new TileList(ctas);
+    this.lists = new StepLists(matrices);
   }
 
   /** Prepares for a batch of `nodes` nodes laid out as `L`, with at most `steps` steps. */
   begin(L: BatchLayout, nodes: number, steps: number): void {
     this.writer.reset();
-    const words = NODE_WORDS * nodes + 2 * nodes;
-    if (this.rec.length < words) this.rec = new Int32Array(2 * words);
-    const rec = this.rec;
-    const { valueRoot, gradRoot } = L;
-    for (let i = 0, at = 0; i < nodes; i++, at += NODE_WORDS) {
-      const v = valueRoot[i]!;
-      const gr = gradRoot[i]!;
-      rec[at + R_VALUE_BUFFER] = v < 0 ? -1 : NODE_WORDS * v + R_VALUE_WRITE;
-      rec[at + R_GRAD_BUFFER] = gr < 0 ? -1 : NODE_WORDS * gr + R_GRAD_WRITE;
-      rec[at + R_VALUE_WRITE] = 0; // nothing written yet
-      rec[at + R_GRAD_WRITE] = 0;
-    }
-    this.tempBase = NODE_WORDS * nodes;
-    rec.fill(0, this.tempBase, words);
-    this.wrLength = 0;
+    this.writes.begin(L, nodes);
     if (steps > MAX_STEPS) throw new Error(`vpps scheduler: a batch of ${steps} steps; at most ${MAX_STEPS}`);
     this.steps = steps;
     const cells = steps * this.ctas;
@@ -243,9 +175,7 @@ export class StepTracker {
   startStep(s: number): void {
     this.step = s;
     this.activeCount = 0;
-    this.load.fill(0);
-    this.heapReady = false;
-    this.announced = "";
+    this.loads.startStep();
   }
 
   touch(q: number): void {
@@ -265,14 +195,13 @@ export class StepTracker {
     this.addLoad(m, entries);
     const copy = backward ? this.transposedFor(m) : -1;
     if (copy >= 0) this.addLoad(copy, entries);
-    this.heapReady = false;
-    if (this.announced !== undefined) this.announced += backward ? `${m}:${entries}b,` : `${m}:${entries},`;
+    this.loads.announce(m, entries, backward);
   }
 
   private addLoad(m: number, entries: number): void {
     const hs = this.holders[m]!;
     const rows = this.heldRows[m]!;
-    const load = this.load;
+    const load = this.loads.load;
     const work = this.cols[m]! * MATRIX_LOAD_WEIGHT * entries;
     for (let k = 0; k < hs.length; k++) load[hs[k]!]! += rows[k]! * work;
   }
@@ -286,104 +215,46 @@ export class StepTracker {
     return copy >= 0 && !this.tiles(m, this.stepEntries[m]!, Opcode.MatVecBwd) ? copy : -1;
   }
 
-  /** The CTA with the least work in this step (a binary heap over the loads). */
+  /** The CTA with the least work in this step; `work` is added to it, and it takes part in the step. */
   leastLoaded(work: number): number {
-    if (!this.heapReady) this.buildHeap();
-    const q = this.heap[0]!;
+    const q = this.loads.take(work);
     this.touch(q);
-    const l = this.heapLoad[0]! + work;
-    this.load[q] = l;
-    this.heapLoad[0] = l;
-    this.siftDown(0);
     return q;
   }
 
-  /**
-   * Heapifies the loads. Before the first placement of a step the loads are a function of the step's announcement
-   * alone (the same matrices with the same product counts give the same floats), and so is the heap: a step
-   * announcing what an earlier one did (every level of a small batch does) copies that heap instead of building it.
-   */
-  private buildHeap(): void {
-    const key = this.announced;
-    this.announced = undefined; // from now on loads include placements
-    this.heapReady = true;
-    const { heap, heapLoad, load } = this;
-    const memo = key === undefined ? undefined : this.heapMemo.get(key);
-    if (memo !== undefined) {
-      heap.set(memo.heap);
-      heapLoad.set(memo.heapLoad);
-      return;
-    }
-    // Bottom-up heapify of the identity order. While position k is processed it still holds CTA k, and sifting
-    // down a zero load moves nothing (loads are never negative), so only loaded positions need the call.
-    heap.set(this.identity);
-    heapLoad.set(load);
-    for (let k = (this.ctas >> 1) - 1; k >= 0; k--) if (heapLoad[k]! > 0) this.siftDown(k);
-    if (key !== undefined) {
-      if (this.heapMemo.size >= HEAP_MEMO_LIMIT) this.heapMemo.clear(); // large batches rarely repeat a step
-      this.heapMemo.set(key, { heap: heap.slice(), heapLoad: heapLoad.slice() });
-    }
-  }
-
-  /** Restores the heap order below position k (`heapLoad` mirrors the loads in heap order: one load per level). */
-  private siftDown(k: number): void {
-    const { heap, heapLoad } = this;
-    const n = this.ctas;
-    const q = heap[k]!;
-    const l = heapLoad[k]!;
-    for (;;) {
-      let c = 2 * k + 1;
-      if (c >= n) break;
-      let lc = heapLoad[c]!;
-      if (c + 1 < n) {
-        const l2 = heapLoad[c + 1]!;
-        if (l2 < lc) {
-          c++;
-          lc = l2;
-        }
-      }
-      if (lc >= l) break;
-      heap[k] = heap[c]!;
-      heapLoad[k] = lc;
-      k = c;
-    }
-    heap[k] = q;
-    heapLoad[k] = l;
-  }
-
-  /** Buffer ids (see `rec`) of a node's value and gradient storage (-1: storage nobody writes in the batch). */
+  /** Buffer ids (writes.ts) of a node's value and gradient storage (-1: storage nobody writes in the batch). */
   valueBuffer(node: number): number {
-    return this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!;
+    return this.writes.valueBuffer(node);
   }
 
   gradBuffer(node: number): number {
-    return this.rec[NODE_WORDS * node + R_GRAD_BUFFER]!;
+    return this.writes.gradBuffer(node);
   }
 
   /** Before CTA q reads the value (gradient, temporaries) of a node. */
   needValue(q: number, node: number): void {
-    this.need(q, this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!);
+    this.need(q, this.writes.valueBuffer(node));
   }
 
   needGrad(q: number, node: number): void {
-    this.need(q, this.rec[NODE_WORDS * node + R_GRAD_BUFFER]!);
+    this.need(q, this.writes.gradBuffer(node));
   }
 
   needTemp(q: number, node: number): void {
-    this.need(q, this.tempBase + 2 * node);
+    this.need(q, this.writes.tempBuffer(node));
   }
 
   /** `who` (a CTA, or -(m+1) for the holders of matrix m) wrote the value (gradient, temporaries) of a node. */
   wroteValue(node: number, who: number): void {
-    this.wrote(this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!, who);
+    this.writes.wrote(this.writes.valueBuffer(node), who, this.step);
   }
 
   wroteGrad(node: number, who: number): void {
-    this.wrote(this.rec[NODE_WORDS * node + R_GRAD_BUFFER]!, who);
+    this.writes.wrote(this.writes.gradBuffer(node), who, this.step);
   }
 
   wroteTemp(node: number, who: number): void {
-    this.wrote(this.tempBase + 2 * node, who);
+    this.writes.wrote(this.writes.tempBuffer(node), who, this.step);
   }
 
   /**
@@ -391,39 +262,22 @@ export class StepTracker {
    * instruction also stores h into its parent's concatenation, found when the concatenation is scheduled.
    */
   wroteValueAt(node: number, step: number, who: number): void {
-    this.wrote(this.rec[NODE_WORDS * node + R_VALUE_BUFFER]!, who, step);
+    this.writes.wrote(this.writes.valueBuffer(node), who, step);
   }
 
-  /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer `at` (an offset in `rec`). */
-  wrote(at: number, who: number, step = this.step): void {
-    if (at < 0) return;
-    const bw = this.rec;
-    const w = packWrite(step, who);
-    const newest = bw[at]!;
-    if (newest === w) return; // already recorded
-    if (newest !== 0) {
-      // the newest write so far moves to the list of older ones
-      let wr = this.wr;
-      const e = this.wrLength;
-      if (e === wr.length) this.wr = wr = grow(wr);
-      wr[e] = newest;
-      wr[e + 1] = bw[at + 1]!;
-      this.wrLength = e + 2;
-      bw[at + 1] = e;
-    } else {
-      bw[at + 1] = -1;
-    }
-    bw[at] = w;
+  /** Records that `who` (a CTA, or -(m+1) for the holders of matrix m) wrote buffer `at` (writes.ts) in this step. */
+  wrote(at: number, who: number): void {
+    this.writes.wrote(at, who, this.step);
   }
 
   /** Before CTA q reads buffer `at` (an offset in `rec`): wait for every earlier step in which another CTA wrote it. */
   need(q: number, at: number): void {
     if (at < 0) return;
-    const bw = this.rec;
+    const bw = this.writes.rec;
     const w = bw[at]!;
     if (w === 0) return; // nobody wrote it in this batch
     this.waitFor(q, writeStep(w), writeWho(w));
-    const wr = this.wr;
+    const wr = this.writes.wr;
     for (let e = bw[at + 1]!; e >= 0; e = wr[e + 1]!) this.waitFor(q, writeStep(wr[e]!), writeWho(wr[e]!));
   }
 
@@ -475,26 +329,7 @@ export class StepTracker {
     r0: number,
     r1: number,
   ): void {
-    const len = this.listLength[m]!;
-    let reads = this.listReadCount[m]!;
-    if (len === 0 && reads === 0) this.listed[this.listedCount++] = m;
-    this.listOp[m] = op;
-    let words = this.listWords[m]!;
-    if (len + count > words.length) {
-      const w = new Uint32Array(words.length * 2);
-      w.set(words);
-      this.listWords[m] = words = w;
-    }
-    words[len] = e0;
-    words[len + 1] = e1;
-    words[len + 2] = e2;
-    if (count > 3) words[len + 3] = e3;
-    this.listLength[m] = len + count;
-    let r = this.listReads[m]!;
-    if (reads + 2 > r.length) this.listReads[m] = r = grow(r);
-    r[reads++] = r0;
-    r[reads++] = r1;
-    this.listReadCount[m] = reads;
+    this.lists.add(op, m, count, e0, e1, e2, e3, r0, r1);
   }
 
   /**
@@ -519,24 +354,26 @@ export class StepTracker {
     // the transposed copies' x̄ lists first: a CTA holding a copy and a plan matrix runs them before the W̄ work
     this.flushListsOf(true);
     this.flushListsOf(false);
-    this.listedCount = 0;
+    this.lists.listedCount = 0;
   }
 
   private flushListsOf(copies: boolean): void {
-    const { writer, holders, rec, wr } = this;
-    for (let li = 0; li < this.listedCount; li++) {
-      const m = this.listed[li]!;
+    const { writer, holders } = this;
+    const { rec, wr } = this.writes;
+    const lists = this.lists;
+    for (let li = 0; li < lists.listedCount; li++) {
+      const m = lists.listed[li]!;
       if (m >= this.planMatrices !== copies) continue;
-      const op = this.listOp[m]! as Opcode;
-      const length = this.listLength[m]!;
+      const op = lists.op[m]! as Opcode;
+      const length = lists.length[m]!;
       const count = length / (op === Opcode.MatVecBwd ? MATVEC_BWD_ENTRY : MATVEC_ENTRY);
       const tiled = this.tiles(m, count, op);
       const hs = holders[m]!;
       const sole = hs.length === 1 && !tiled ? hs[0]! : -3;
       const stamp = ++this.stamp;
       this.neededCount = 0;
-      const reads = this.listReads[m]!;
-      const readCount = this.listReadCount[m]!;
+      const reads = lists.reads[m]!;
+      const readCount = lists.readCount[m]!;
       for (let k = 0; k < readCount; k++) {
         const at = reads[k]!;
         if (at < 0) continue;
@@ -547,13 +384,12 @@ export class StepTracker {
           this.listDependency(writeStep(wr[e]!), writeWho(wr[e]!), sole, stamp);
         }
       }
-      const at = writer.appendTable(this.listWords[m]!, length);
+      const at = writer.appendTable(lists.words[m]!, length);
       const bit = 1 << m;
       const group = this.step * this.barriersPerStep + 1 + m;
       if (tiled) {
         this.flushTiles(m, op, at, count, group);
-        this.listLength[m] = 0;
-        this.listReadCount[m] = 0;
+        lists.clear(m);
         continue;
       }
       for (let k = 0; k < hs.length; k++) {
@@ -562,118 +398,29 @@ export class StepTracker {
         writer.ins2(q, op, m, at, count);
         this.reserve(q, group, bit);
       }
-      this.listLength[m] = 0;
-      this.listReadCount[m] = 0;
+      lists.clear(m);
     }
   }
 
   /**
-   * A long list of matrix m (`count` entries at table offset `at`) as tile instructions over the master copy, each
-   * placed on the least-loaded CTA: forward, TILE.entries × TILE.rows blocks; backward, x̄ in TILE.entries ×
-   * TILE.cols blocks and W̄ (into the gradient buffer) in TILE.rows × TILE.cols blocks over TILE.wbarEntries
-   * entries. Every CTA that got tiles waits for what the list reads (the barriers flushLists collected in
-   * `needed`), runs its tiles and signals matrix m's barrier of the step, like a holder after its list.
+   * A long list of matrix m (`count` entries at table offset `at`) as tile instructions over the master copy
+   * (tiles.ts), each placed on the least-loaded CTA. Every CTA that got tiles waits for what the list reads (the
+   * barriers flushLists collected in `needed`), runs its tiles and signals matrix m's barrier of the step, like a
+   * holder after its list.
    */
   private flushTiles(m: number, op: Opcode, at: number, count: number, group: number): void {
-    const rows = this.rows[m]!;
-    const cols = this.cols[m]!;
-    this.tileCount = 0;
-    if (op === Opcode.MatVec) {
-      for (let e0 = 0; e0 < count; e0 += TILE.entries) {
-        const k = Math.min(TILE.entries, count - e0);
-        for (let r0 = 0; r0 < rows; r0 += TILE.rows) {
-          this.addTile(Opcode.Tile, at + MATVEC_ENTRY * e0, k, r0, 0, k * Math.min(TILE.rows, rows - r0) * cols);
-        }
-      }
-    } else {
-      const words = this.listWords[m]!;
-      for (let e0 = 0; e0 < count; e0 += TILE.entries) {
-        const k = Math.min(TILE.entries, count - e0);
-        // no x̄ tile for a chunk whose entries all have x̄ NONE (W̄-only lists: schedule-backward.ts DeferredWbar)
-        let xbars = 0;
-        for (let e = e0; e < e0 + k && xbars === 0; e++) if (words[MATVEC_BWD_ENTRY * e + 2] !== NONE) xbars++;
-        if (xbars === 0) continue;
-        for (let c0 = 0; c0 < cols; c0 += TILE.cols) {
-          for (let r0 = 0; r0 < rows; r0 += TILE.xbarRows) {
-            const work = k * Math.min(TILE.cols, cols - c0) * Math.min(TILE.xbarRows, rows - r0);
-            this.addTile(Opcode.TileXbar, at + MATVEC_BWD_ENTRY * e0, k, c0, r0, work);
-          }
-        }
-      }
-      for (let e0 = 0; e0 < count; e0 += TILE.wbarEntries) {
-        const k = Math.min(TILE.wbarEntries, count - e0);
-        for (let r0 = 0; r0 < rows; r0 += TILE.rows) {
-          for (let c0 = 0; c0 < cols; c0 += TILE.cols) {
-            const work = k * Math.min(TILE.rows, rows - r0) * Math.min(TILE.cols, cols - c0);
-            this.addTile(Opcode.TileWbar, at + MATVEC_BWD_ENTRY * e0, k, r0, c0, work);
-            this.wbarTiles++;
-          }
-        }
-      }
-    }
+    const tiles = this.tileList;
+    const loads = this.loads;
+    this.wbarTiles += tiles.cut(op, at, count, this.rows[m]!, this.cols[m]!, this.lists.words[m]!, (load) =>
+      loads.take(load),
+    );
     this.tiledMask[this.step]! |= 1 << m;
-    const n = this.tileCount;
-    const cta = this.tileCta;
-    // Group the tiles by CTA, CTAs in the order they first got a tile and each CTA's tiles in placement order (a
-    // counting sort: at batch 128 a list has hundreds of tiles, and rescanning them per CTA cost 10% of scheduling).
-    const { tilesOf, tileStart, tileOrder, ctaOrder } = this;
-    let order = 0;
-    for (let i = 0; i < n; i++) {
-      const q = cta[i]!;
-      if (tilesOf[q]!++ === 0) ctaOrder[order++] = q;
-    }
-    for (let j = 0, next = 0; j < order; j++) {
-      const q = ctaOrder[j]!;
-      tileStart[q] = next;
-      next += tilesOf[q]!;
-    }
-    for (let i = 0; i < n; i++) tileOrder[tileStart[cta[i]!]!++] = i;
-    const writer = this.writer;
-    const w = this.tileWords;
-    // per CTA, in the order CTAs first got a tile: its waits, all its tiles, one signal
-    for (let j = 0, next = 0; j < order; j++) {
-      const q = ctaOrder[j]!;
-      this.waitNeeded(q);
-      for (const end = next + tilesOf[q]!; next < end; next++) {
-        const t = 5 * tileOrder[next]!;
-        const code = w[t]! as Opcode;
-        if (code === Opcode.Tile) writer.ins3(q, code, m, w[t + 1]!, w[t + 2]!, w[t + 3]!);
-        else writer.ins4(q, code, m, w[t + 1]!, w[t + 2]!, w[t + 3]!, w[t + 4]!);
-      }
-      tilesOf[q] = 0;
-      this.reserve(q, group, 1 << m);
-    }
-  }
-
-  /** Places one tile (see flushTiles) on the least-loaded CTA and records its instruction words. */
-  private addTile(code: Opcode, list: number, entries: number, a: number, b: number, work: number): void {
-    const n = this.tileCount;
-    if (n === this.tileCta.length) {
-      this.tileCta = grow(this.tileCta);
-      this.tileOrder = grow(this.tileOrder);
-      const w = new Uint32Array(this.tileWords.length * 2);
-      w.set(this.tileWords);
-      this.tileWords = w;
-    }
-    this.tileCta[n] = this.placeTile(work * TILE_LOAD_WEIGHT);
-    const w = this.tileWords;
-    w[5 * n] = code;
-    w[5 * n + 1] = list;
-    w[5 * n + 2] = entries;
-    w[5 * n + 3] = a;
-    w[5 * n + 4] = b;
-    this.tileCount = n + 1;
-  }
-
-  /** The least-loaded CTA for a tile of `work` (not an elementwise writer of the step: no touch). */
-  private placeTile(work: number): number {
-    if (!this.heapReady) this.buildHeap();
-    const q = this.heap[0]!;
-    const l = this.heapLoad[0]! + work;
-    this.load[q] = l;
-    this.heapLoad[0] = l;
-    this.siftDown(0);
-    return q;
+    tiles.emit(
+      this.writer,
+      m,
+      (q) => this.waitNeeded(q),
+      (q) => this.reserve(q, group, 1 << m),
+    );
   }
 
   /**
@@ -760,43 +507,6 @@ export class StepTracker {
     return this.writer.finish(steps * this.barriersPerStep, into);
   }
 }
-
-/**
- * The node records of StepTracker.rec: NODE_WORDS words per node at these offsets, the buffer ids of its value and
- * gradient storage, then the (newest write, next older) pairs of its own value and gradient buffers.
- */
-const NODE_WORDS = 6;
-const R_VALUE_BUFFER = 0;
-const R_GRAD_BUFFER = 1;
-const R_VALUE_WRITE = 2;
-const R_GRAD_WRITE = 4;
-
-/**
- * A write (step, who) as one positive word for `bw`: who + WHO_BIAS in the low WHO_BITS bits (who is a CTA, or
- * -(m + 1) for the holders of matrix m, m < 32), step + 1 above (so that 0 means "no write").
- */
-const WHO_BITS = 12;
-const WHO_BIAS = 64;
-const MAX_STEPS = (1 << (31 - WHO_BITS)) - 2;
-
-function packWrite(step: number, who: number): number {
-  return ((step + 1) << WHO_BITS) | (who + WHO_BIAS);
-}
-
-function writeStep(w: number): number {
-  return (w >>> WHO_BITS) - 1;
-}
-
-function writeWho(w: number): number {
-  return (w & ((1 << WHO_BITS) - 1)) - WHO_BIAS;
-}
-
-/** Heaps remembered per scheduler (each `ctas` words). */
-const HEAP_MEMO_LIMIT = 512;
-
-/** Words of a list entry (script.ts LIST_ENTRIES), as constants for the flush loop. */
-const MATVEC_ENTRY = LIST_ENTRIES[Opcode.MatVec]!.length;
-const MATVEC_BWD_ENTRY = LIST_ENTRIES[Opcode.MatVecBwd]!.length;
 
 function grow(a: Int32Array): Int32Array {
   const b = new Int32Array(a.length * 2);

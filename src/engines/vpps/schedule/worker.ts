@@ -1,5 +1,5 @@
 /**
- * A schedule worker's thread (started by schedule-pool.ts, which documents the protocol). It rebuilds the model
+ * A schedule worker's thread (started by pool.ts, which documents the protocol). It rebuilds the model
  * layout and a VppsScheduler per plan variant from the plain data it was started with, then for each job rebuilds
  * the graph from its snapshot, schedules it and sends back the detached schedule (script and layout arrays
  * transferred) with the snapshot buffer (which carries the batch's input values for the main thread's upload).
@@ -51,8 +51,8 @@ function schedulerOf(variant: number): VppsScheduler {
 
 /**
  * After a job the worker polls for the next one for this long before it returns to the event loop (and sleeps).
- * A sleeping thread wakes up later, often on another core with cold caches: measured on the GPU host, a worker that
- * slept between batches scheduled 2-3x slower per node than the same code on a busy main thread. During training
+ * A sleeping thread wakes up later, often on another core with cold caches: a worker that slept between batches
+ * scheduled several times slower per node than the same code on a busy main thread (docs/journal/). During training
  * batches come every fraction of a millisecond, so a polling worker never sleeps; an idle one stops after this.
  */
 const POLL_MS = 2;

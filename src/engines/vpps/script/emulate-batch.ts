@@ -145,7 +145,7 @@ function hostClipScale(gradients: readonly Float32Array[], clip: number): number
 }
 
 /**
- * The host's Adam (runtime.ts `vpps_adam_list`): every matrix and every other dense parameter, used in the batch or
+ * The host's Adam (runtime/host-update.ts `vpps_adam_list`): every matrix and every other dense parameter, used in the batch or
  * not (an unused one has a zero gradient and still moves by its moments), and the lookup-table rows the batch
  * touched — the AdamTrainer's rule — with the kernel's fp32 arithmetic.
  */

@@ -1,0 +1,158 @@
+/**
+ * The compile stage: from the model's matrices and the device to loaded kernel variants. Which plans are worth
+ * compiling (the variant options), the source and name of each (template.ts), the JIT through the GpuContext's
+ * on-disk cache (all variants at once, NVRTC on worker threads), and the checks a loaded kernel must pass before
+ * it runs: its persistent grid fits on the device, and nothing spilled to local memory.
+ */
+import type { DeviceModel } from "../../../cuda/hw/device-model.js";
+import { checkNoSpills } from "../../../cuda/ptxas-report.js";
+import type { ParameterCollection } from "../../../model/parameters.js";
+import type { GpuContext, KernelSet } from "../../gpu/context.js";
+import type { ResolvedOptions, ResolvedVariants } from "../options.js";
+import { createModelLayout } from "../plan/layout.js";
+import { enumeratePlans, type MatrixSpec, planVpps, type VppsPlan } from "../plan/plan.js";
+import type { KernelVariant } from "../runtime/variant.js";
+import { generateKernelSource, kernelName } from "./template.js";
+
+/** What compiling one variant cost, and (after profiling, tune/profiler.ts) what it costs per batch. */
+export interface VariantInfo {
+  readonly name: string;
+  readonly ctasPerSm: 1 | 2;
+  readonly rowsPerWarp: number;
+  readonly jitMs: number;
+  readonly cacheHit: boolean;
+  readonly registers: number;
+  readonly localBytes: number;
+  /** Mean kernel ms over the profiled batches but the first (undefined until profiled). */
+  profileMs?: number;
+}
+
+/** A loaded, checked kernel variant. */
+export interface CompiledVariant extends KernelVariant {
+  /** Position of its plan in the list plansFor returned (and the schedule workers were given). */
+  readonly index: number;
+  readonly info: VariantInfo;
+}
+
+/** What to do when a variant spills (the advice of the refusal). */
+const SPILL_ADVICE =
+  "choose a plan with fewer registers per thread (variants.rowsPerWarp 1, variants.ctasPerSm 1, " +
+  'variants.gradients "gemm") or a smaller model';
+
+/**
+ * The plans to compile: the one of a fixed rpw, or every valid one (of the CTAs per SM asked for); with
+ * `transposed: "profile"`, those without copies and then those with some (a plan with no room for one is not
+ * repeated). Throws the planner's refusal when none fits.
+ */
+export function plansFor(matrices: MatrixSpec[], device: DeviceModel, v: ResolvedVariants): VppsPlan[] {
+  const { gradients, transposed: mode } = v;
+  const pick = v.ctasPerSm !== undefined ? { ctasPerSm: v.ctasPerSm } : {};
+  const kinds = mode === "profile" ? [false, true] : [mode];
+  const plans: VppsPlan[] = [];
+  for (const transposed of kinds) {
+    const found =
+      typeof v.rowsPerWarp === "number"
+        ? [planVpps(matrices, device, { rowsPerWarp: v.rowsPerWarp, gradients, transposed, ...pick })]
+        : enumeratePlans(matrices, device, gradients, transposed).filter(
+            (p) => v.ctasPerSm === undefined || p.ctasPerSm === v.ctasPerSm,
+          );
+    plans.push(...found.filter((p) => !(mode === "profile" && transposed && p.transposed.length === 0)));
+  }
+  if (plans.length === 0) return [planVpps(matrices, device, { gradients, ...pick })]; // throws the refusal
+  return plans;
+}
+
+/** The kernel name and generated CUDA source of one plan variant. */
+export function variantSource(plan: VppsPlan, o: ResolvedOptions): { name: string; source: string } {
+  const spec = {
+    model: o.name,
+    ...(o.barrierSpinLimit !== undefined ? { barrierSpinLimit: o.barrierSpinLimit } : {}),
+    ...(o.instrument.profileKernel ? { profile: true } : {}),
+    ...(o.instrument.traceKernel ? { trace: true } : {}),
+  };
+  return { name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
+}
+
+/**
+ * Compiles every variant at once (NVRTC on worker threads, or the kernel cache), so that loadVariants finds them
+ * loaded. All settle before the first failure is thrown: a failed variant must not leave others compiling into a
+ * context that the caller then closes.
+ */
+export async function compileVariantsAsync(ctx: GpuContext, plans: readonly VppsPlan[], o: ResolvedOptions) {
+  const started = performance.now();
+  const settled = await Promise.allSettled(
+    plans.map((plan) => {
+      const k = variantSource(plan, o);
+      return ctx.kernelsAsync(`${k.name}.cu`, k.source, [k.name]);
+    }),
+  );
+  const failed = settled.find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
+  const sets = settled.map((r) => (r as PromiseFulfilledResult<KernelSet<string>>).value);
+  if (sets.length > 1 && sets.some((k) => !k.compile.fromCache)) {
+    const ms = performance.now() - started;
+    o.log(`vpps: ${sets.length} variants compiled in parallel in ${ms.toFixed(0)} ms`);
+  }
+}
+
+/**
+ * Compiles (or loads what compileVariantsAsync compiled) and checks every plan's kernel. A variant whose kernel
+ * spills is dropped with a log line when there are others to profile; when none is left, or the only one spills,
+ * its refusal is thrown (a spilling kernel would run, slowly: the point of VPPS is weights in registers).
+ */
+export function loadVariants(
+  ctx: GpuContext,
+  params: ParameterCollection,
+  plans: readonly VppsPlan[],
+  o: ResolvedOptions,
+): CompiledVariant[] {
+  const variants: CompiledVariant[] = [];
+  let refusal: unknown;
+  for (const [index, plan] of plans.entries()) {
+    const { name, source } = variantSource(plan, o);
+    const set = ctx.kernels(`${name}.cu`, source, [name]);
+    const kernel = set.kernels[name];
+    const attr = kernel.attributes();
+    const resident = kernel.maxActiveBlocksPerSm(plan.threadsPerCta, 0);
+    if (resident < plan.ctasPerSm) {
+      throw new Error(
+        `VPPS: kernel ${name} needs ${plan.ctasPerSm} resident CTA(s) per SM for its persistent grid, but the ` +
+          `device fits ${resident} (${attr.numRegs} registers/thread, ${attr.sharedBytes} B shared)`,
+      );
+    }
+    const info: VariantInfo = {
+      name,
+      ctasPerSm: plan.ctasPerSm,
+      rowsPerWarp: plan.rowsPerWarp,
+      jitMs: set.compile.ms,
+      cacheHit: set.compile.fromCache,
+      registers: attr.numRegs,
+      localBytes: attr.localBytes,
+    };
+    o.log(
+      `vpps: ${name}: ${info.cacheHit ? "kernel cache hit" : "JIT"} ${info.jitMs.toFixed(0)} ms, ` +
+        `${attr.numRegs} registers, ${attr.localBytes} B local`,
+    );
+    try {
+      checkNoSpills(name, attr, SPILL_ADVICE);
+    } catch (e) {
+      if (plans.length === 1) throw e;
+      refusal ??= e;
+      o.log(`vpps: ${name}: dropped from the profile: ${e instanceof Error ? e.message : String(e)}`);
+      continue;
+    }
+    const model = createModelLayout(params.all, plan);
+    variants.push({
+      plan,
+      model,
+      kernel,
+      name,
+      index,
+      info,
+      profiled: o.instrument.profileKernel,
+      traced: o.instrument.traceKernel,
+    });
+  }
+  if (variants.length === 0) throw refusal;
+  return variants;
+}

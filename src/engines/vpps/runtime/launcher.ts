@@ -1,0 +1,170 @@
+/**
+ * From `fb` to the GPU, in order: a batch is scheduled on the main thread or posted to the schedule workers
+ * (schedule/pool.ts), and every batch whose script is ready is submitted (submit.ts), with what `fb` fixed for it
+ * (learning rate, clip, Adam's step) and CUDA events where timing asks for them. Counts the host's and the
+ * device's time in `stats`.
+ */
+import type { ComputationGraph, Expression } from "../../../graph/graph.js";
+import type { VppsHooks } from "../options.js";
+import type { ScheduledBatch } from "../schedule/batch.js";
+import type { PooledBatch, SchedulePool } from "../schedule/pool.js";
+import type { VppsScheduler } from "../schedule/scheduler.js";
+import type { AdamStep } from "./moments.js";
+import type { VppsRuntime } from "./submit.js";
+import type { KernelVariant } from "./variant.js";
+
+/**
+ * Host and device time of the batches submitted so far (ms, summed). On the main thread, `fb` costs
+ * `scheduleMs + submitMs` without schedule workers, and `snapshotMs + waitMs + submitMs` with them.
+ */
+export interface VppsStats {
+  /** Batches submitted to the GPU. */
+  batches: number;
+  /** Scheduling and encoding: on the main thread, or (with schedule workers) the workers' own time, summed. */
+  scheduleMs: number;
+  /** Pinned copy, memsets, launch, and the wait for the previous batch. */
+  submitMs: number;
+  /** Schedule workers: snapshotting graphs and posting them (main thread). */
+  snapshotMs: number;
+  /** Schedule workers: the main thread blocked, waiting for a script. */
+  waitMs: number;
+  kernelMs: number;
+  timedBatches: number;
+  /**
+   * Timed batches only: the kernel stream's time between one batch's kernel and the next one's (copies, memsets, and
+   * any wait for the host: the GPU idles), summed over `gapBatches` consecutive pairs.
+   */
+  gapMs: number;
+  gapBatches: number;
+  nodes: number;
+}
+
+/** What `fb` fixes for a batch that is submitted later (schedule workers). */
+export interface BatchTag {
+  readonly lr: number;
+  readonly clip: number;
+  /** Adam's step for this batch (undefined: SGD, or a learning rate of 0). */
+  readonly adam: AdamStep | undefined;
+  /** A profiling run of a batch that trains on another variant: learning rate 0, its loss not reported. */
+  readonly quiet: boolean;
+}
+
+/** A variant the launcher can schedule on: its position in the workers' plan list and its own scheduler. */
+export interface LaunchVariant extends KernelVariant {
+  readonly index: number;
+  readonly scheduler: VppsScheduler;
+}
+
+export interface LauncherOptions {
+  /** Batches posted to the workers and not yet launched before `run` waits for the oldest. */
+  readonly scheduleAhead: number;
+  /** instrument.timing: events around every batch, or around two consecutive batches in every N. */
+  readonly timing: boolean | number;
+  /** Whether the variants are being profiled (every batch is timed then). */
+  readonly profiling: () => boolean;
+}
+
+export class BatchLauncher<V extends LaunchVariant> {
+  readonly stats: VppsStats = {
+    batches: 0,
+    scheduleMs: 0,
+    submitMs: 0,
+    snapshotMs: 0,
+    waitMs: 0,
+    kernelMs: 0,
+    timedBatches: 0,
+    gapMs: 0,
+    gapBatches: 0,
+    nodes: 0,
+  };
+  /** The newest loss the GPU has finished, as `fb` returns it. */
+  latest = Number.NaN;
+  /** The last batch submitted, and its variant. */
+  last: { variant: V; schedule: ScheduledBatch } | undefined;
+  /** Pipeline batch numbers of quiet profiling runs not yet retired (their losses are not reported). */
+  private readonly quietBatches = new Set<number>();
+
+  constructor(
+    private readonly runtime: VppsRuntime,
+    /** The schedule workers (undefined: schedule in `run`); replaced when the schedulers' options change. */
+    public pool: SchedulePool<BatchTag> | undefined,
+    /** The variant of a plan position (the workers report batches by it). */
+    private readonly variantAt: (index: number) => V,
+    private readonly o: LauncherOptions,
+    private readonly hooks: VppsHooks,
+  ) {}
+
+  /** Whether a retired batch was a quiet profiling run (whose loss is not reported); forgets it. */
+  retiredQuiet(batch: number): boolean {
+    return this.quietBatches.size > 0 && this.quietBatches.delete(batch);
+  }
+
+  /** Schedules (here or on a worker) and launches one batch on variant v. */
+  run(v: V, graph: ComputationGraph, loss: Expression, tag: BatchTag): void {
+    const pool = this.pool;
+    if (pool === undefined) {
+      const t0 = performance.now();
+      const s = v.scheduler.schedule(graph, loss);
+      this.hooks.editScript?.(s.script, v.plan.ctas);
+      this.stats.scheduleMs += performance.now() - t0;
+      this.latest = this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), tag);
+      return;
+    }
+    pool.post(graph, loss, v.index, tag);
+    this.submitScheduled(false);
+  }
+
+  /** Waits for the schedule workers and launches every batch posted so far. */
+  flush(): void {
+    this.submitScheduled(true);
+  }
+
+  /** Launches scheduled batches in order: those ready, or (`all`) every one posted, waiting for the workers. */
+  private submitScheduled(all: boolean): void {
+    const pool = this.pool;
+    if (pool === undefined) return;
+    try {
+      for (;;) {
+        const b = pool.take(all || pool.pending > this.o.scheduleAhead);
+        if (b === undefined) return;
+        this.submitPooled(b);
+      }
+    } finally {
+      this.stats.snapshotMs = pool.stats.snapshotMs;
+      this.stats.waitMs = pool.stats.waitMs;
+    }
+  }
+
+  private submitPooled(b: PooledBatch<BatchTag>): void {
+    const pool = this.pool!;
+    try {
+      const v = this.variantAt(b.variant);
+      this.stats.scheduleMs += b.scheduleMs;
+      this.hooks.editScript?.(b.batch.script, v.plan.ctas);
+      this.latest = this.submit(v, b.batch, b.inputs, b.tag);
+    } finally {
+      pool.release(b);
+    }
+  }
+
+  private submit(v: V, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag): number {
+    const t1 = performance.now();
+    const t = this.o.timing;
+    // a sampled batch and the one after it, so that the time between their kernels is measured too
+    const timed = this.o.profiling() || t === true || (typeof t === "number" && this.stats.batches % t < 2);
+    const index = this.runtime.pipeline.batches;
+    if (tag.quiet) this.quietBatches.add(index);
+    let prev: number;
+    try {
+      prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, timed, tag.adam);
+    } catch (e) {
+      this.quietBatches.delete(index); // not launched: the next batch gets this number
+      throw e;
+    }
+    this.stats.submitMs += performance.now() - t1;
+    this.last = { variant: v, schedule: s };
+    this.stats.batches++;
+    this.stats.nodes += s.liveNodes;
+    return prev;
+  }
+}
