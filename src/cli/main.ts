@@ -4,6 +4,7 @@ import { ENGINES, EngineUnavailableError } from "../engines/registry.js";
 import { ShapeError } from "../graph/graph.js";
 import { MODELS } from "../models/registry.js";
 import { type AnyTask, DataError } from "../models/task.js";
+import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
 import { CliError } from "./errors.js";
 import type { EvalCommandOptions } from "./eval.js";
@@ -33,6 +34,8 @@ export function buildProgram(): Command {
     .command("plan")
     .description(`show how VPPS spreads a model's weights over GPU registers: ${modelList}`);
   for (const task of MODELS) addPlanCommand(plan, task);
+
+  addBenchCommand(program);
 
   program
     .command("info")

@@ -1,35 +1,34 @@
 /**
- * Timing VPPS on Tree-LSTM training batches, shared by bench/vpps.ts and bench/treelstm.ts: create twice (the first
- * create JIT-compiles every variant, the second reads them from the kernel cache), check the first batch's loss
- * against the CPU engine, let profile-guided rpw choose a variant, then time one batch size at a time.
+ * Timing VPPS on training batches of any model (BenchNet), shared by the throughput suite and `vpps bench vpps
+ * timing`: create twice (the first create JIT-compiles every variant, the second reads them from the kernel cache),
+ * check the first batch's loss against the CPU engine, let profile-guided rpw choose a variant, then time one batch
+ * size at a time.
  *
  * Per batch: build the graph, then Vpps.fb (schedule, encode, one pinned copy, memsets, one launch, returning the
  * previous batch's loss); the host builds batch k+1 while the GPU runs batch k. Throughput = sentences / wall time of
  * all batches of a size (after an untimed warm-up, `warmSentences`), ending with a synchronize.
  */
-
-import { deviceModelOfCuda } from "../src/cuda/hw/device-model.js";
-import type { DeviceProperties } from "../src/cuda/index.js";
-import type { TreeNode } from "../src/data/tree.js";
-import type { Vocabulary } from "../src/data/vocab.js";
-import { CpuEngine } from "../src/engines/cpu.js";
-import { enumeratePlans, planVpps } from "../src/engines/vpps/plan/plan.js";
-import { type VariantInfo, Vpps } from "../src/engines/vpps/vpps.js";
-import { ComputationGraph } from "../src/graph/graph.js";
-import { onChipMatrices } from "../src/model/parameters.js";
-import type { CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
+import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
+import type { DeviceProperties } from "../cuda/index.js";
+import { CpuEngine } from "../engines/cpu.js";
+import { enumeratePlans, planVpps } from "../engines/vpps/plan/plan.js";
+import { type VariantInfo, Vpps } from "../engines/vpps/vpps.js";
+import { ComputationGraph } from "../graph/graph.js";
+import { onChipMatrices } from "../model/parameters.js";
+import type { BenchNet } from "./model.js";
 
 /**
  * Kernel timing samples two consecutive batches in every TIMING_EVERY (Vpps option `timing`): CUDA events around
- * every batch cost 4-12 us of GPU time per batch on the H100 (the same batch submitted back to back, timed or not), 2-6% at batch 1.
+ * every batch cost 4-12 us of GPU time per batch on the H100 (the same batch submitted back to back, timed or not),
+ * 2-6% at batch 1.
  */
 export const TIMING_EVERY = 16;
 
-/** One cell formulation at one batch size (the rows of bench/results/vpps-<device>.json). */
+/** One formulation (`cell`) at one batch size. */
 export interface VppsRow {
-  cell: CellFormulation;
+  cell: string;
   batch: number;
-  /** The kernel variant the profile kept for this row (bench/vpps.ts; null: not recorded). */
+  /** The kernel variant the profile kept for this row (null: not recorded). */
   variant?: string | null;
   sentencesPerSecond: number;
   msPerBatch: number;
@@ -55,12 +54,12 @@ export interface VppsRow {
 }
 
 /**
- * The VPPS planner's refusal of `model` on the device with `props` (why its weights do not fit in the registers), or
- * null when it plans: the check Vpps.create makes with default options, made before anything is compiled. The device
- * model is built as Vpps.create builds it.
+ * The VPPS planner's refusal of `params` on the device with `props` (why its weights do not fit in the registers),
+ * or null when it plans: the check Vpps.create makes with default options, made before anything is compiled. The
+ * device model is built as Vpps.create builds it.
  */
-export function vppsPlannerRefusal(model: TreeLstmModel, props: DeviceProperties): string | null {
-  const matrices = onChipMatrices(model.params);
+export function vppsPlannerRefusal(net: BenchNet<unknown>, props: DeviceProperties): string | null {
+  const matrices = onChipMatrices(net.params);
   const device = deviceModelOfCuda(props);
   if (enumeratePlans(matrices, device, "auto").length > 0) return null;
   try {
@@ -93,13 +92,13 @@ export interface VppsCreateOptions {
 }
 
 /**
- * Creates VPPS twice on models from `makeModel` (same seed: same weights): the first create compiles every variant
+ * Creates VPPS twice on networks from `makeNet` (same seed: same weights): the first create compiles every variant
  * and is disposed; the second, kept, reads them from the cache and records kernel time (SGD, lr 0.05, clip 5).
  */
-export async function createVppsWithJit(
-  makeModel: () => TreeLstmModel,
+export async function createVppsWithJit<N extends BenchNet<unknown>>(
+  makeNet: () => N,
   opts: VppsCreateOptions,
-): Promise<{ vpps: Vpps; model: TreeLstmModel; jit: VppsJit }> {
+): Promise<{ vpps: Vpps; net: N; jit: VppsJit }> {
   const { cacheDir, log } = opts;
   const workerOption = opts.workers === undefined ? {} : { host: { scheduleWorkers: opts.workers } };
   // JIT: the first create compiles every variant; a second one reads them from the cache. The kernels carry a
@@ -107,7 +106,7 @@ export async function createVppsWithJit(
   // otherwise serve a "first" compile of kernels an earlier run already built in a few ms instead of seconds.
   const name = `bench_${process.pid}_${Date.now().toString(36)}`;
   let t = performance.now();
-  const first = await Vpps.create(makeModel().params, { cacheDir, log, name, ...workerOption });
+  const first = await Vpps.create(makeNet().params, { cacheDir, log, name, ...workerOption });
   const firstMs = performance.now() - t;
   const firstInfo = first.variantInfo.map((v) => ({ ...v }));
   try {
@@ -115,13 +114,13 @@ export async function createVppsWithJit(
   } finally {
     first.dispose();
   }
-  const model = makeModel();
+  const net = makeNet();
   t = performance.now();
-  const vpps = await Vpps.create(model.params, {
+  const vpps = await Vpps.create(net.params, {
     cacheDir,
     log,
     name,
-    // events around one batch pair in 16: around every batch they cost 4-12 us of GPU time per batch (H100)
+    // events around one batch pair in 16: around every batch they cost GPU time between the kernels
     instrument: { timing: TIMING_EVERY },
     training: { learningRate: 0.05, clip: 5 },
     ...workerOption,
@@ -131,38 +130,36 @@ export async function createVppsWithJit(
     cached: vpps.variantInfo.map((v) => ({ ...v })),
     createMs: [firstMs, performance.now() - t],
   };
-  return { vpps, model, jit };
+  return { vpps, net, jit };
 }
 
 /**
- * The correctness guard: the first batch of 8 through VPPS against the CPU engine on a fresh model from `makeModel`,
+ * The correctness guard: the first batch of 8 through VPPS against the CPU engine on a fresh network from `makeNet`,
  * before any update (VPPS then applies that batch's update).
  */
-export async function vppsFirstLoss(
+export async function vppsFirstLoss<T>(
   vpps: Vpps,
-  model: TreeLstmModel,
-  makeModel: () => TreeLstmModel,
-  batchOf: (size: number, k: number) => TreeNode[],
-  vocab: Vocabulary,
+  net: BenchNet<T>,
+  makeNet: () => BenchNet<T>,
+  batchOf: (size: number, k: number) => readonly T[],
 ): Promise<{ cpu: number; vpps: number }> {
-  const ref = makeModel();
-  const cpu = new CpuEngine(ref.params).forwardScalar(ref.buildBatchLoss(new ComputationGraph(), batchOf(8, 0), vocab));
+  const ref = makeNet();
+  const cpu = new CpuEngine(ref.params).forwardScalar(ref.batchLoss(new ComputationGraph(), batchOf(8, 0)));
   const cg = new ComputationGraph();
-  vpps.fb(cg, model.buildBatchLoss(cg, batchOf(8, 0), vocab));
+  vpps.fb(cg, net.batchLoss(cg, batchOf(8, 0)));
   return { cpu, vpps: await vpps.syncLatestLoss() };
 }
 
-/** Profile-guided rpw: runs batches of 8 until a variant is chosen. */
-export async function chooseVppsVariant(
+/** Profile-guided rpw: runs batches of `size` (8) until a variant is chosen. */
+export async function chooseVppsVariant<T>(
   vpps: Vpps,
-  model: TreeLstmModel,
-  batchOf: (size: number, k: number) => TreeNode[],
-  vocab: Vocabulary,
+  net: BenchNet<T>,
+  batchOf: (size: number, k: number) => readonly T[],
   size = 8,
 ): Promise<VariantInfo | undefined> {
   for (let k = 1; vpps.chosenVariant === undefined; k++) {
     const cg = new ComputationGraph();
-    vpps.fb(cg, model.buildBatchLoss(cg, batchOf(size, k), vocab));
+    vpps.fb(cg, net.batchLoss(cg, batchOf(size, k)));
   }
   await vpps.syncLatestLoss();
   return vpps.chosenVariant;
@@ -173,34 +170,35 @@ export function vppsWeightFloats(vpps: Vpps): number {
   return vpps.plan.matrices.reduce((s, m) => s + m.rows * m.cols, 0);
 }
 
-export interface VppsBatchOptions {
-  cell: CellFormulation;
+export interface VppsBatchOptions<T> {
+  cell: string;
   batch: number;
   /** Sentences timed (at least 20 batches), after an untimed warm-up (`warmSentences`, at least 5 batches). */
   sentences: number;
   /**
    * Sentences trained untimed first (at least 5 batches): the host's steady state needs V8's optimised code in every
    * schedule worker (each sees 1/W of the batches) and a grown heap; at batch 1 on the H100 the first ~3,000
-   * batches ran at 4,500 sentences/s and the same batches then at 5,300 (.prof timeline, session 7).
+   * batches ran at 4,500 sentences/s and the same batches then at 5,300.
    */
   warmSentences: number;
-  batchOf: (size: number, k: number) => TreeNode[];
-  vocab: Vocabulary;
+  batchOf: (size: number, k: number) => readonly T[];
   weightFloats: number;
   /** The autobatch agenda engine's sentences/s at this batch size, when known (for vsAutobatchAgenda). */
   agenda: number | undefined;
+  /** Where the row's line goes (stdout by default). */
+  log?: (line: string) => void;
 }
 
 /** Times one batch size and prints a line. Throws when the loss becomes non-finite. */
-export async function timeVppsBatch(vpps: Vpps, model: TreeLstmModel, o: VppsBatchOptions): Promise<VppsRow> {
-  const { cell, batch, batchOf, vocab, weightFloats, agenda } = o;
+export async function timeVppsBatch<T>(vpps: Vpps, net: BenchNet<T>, o: VppsBatchOptions<T>): Promise<VppsRow> {
+  const { cell, batch, batchOf, weightFloats, agenda } = o;
   const count = Math.max(20, Math.ceil(o.sentences / batch));
   const graphs = [new ComputationGraph(), new ComputationGraph(), new ComputationGraph()];
   const run = (k: number, stats: { build: number }) => {
     const cg = graphs[k % 3]!; // a graph stays untouched while its batch may still be in flight
     cg.renew();
     const t0 = performance.now();
-    const loss = model.buildBatchLoss(cg, batchOf(batch, k), vocab);
+    const loss = net.batchLoss(cg, batchOf(batch, k));
     stats.build += performance.now() - t0;
     return vpps.fb(cg, loss);
   };
@@ -239,7 +237,7 @@ export async function timeVppsBatch(vpps: Vpps, model: TreeLstmModel, o: VppsBat
     weightBytesPer128: 4 * weightFloats * (128 / batch),
     vsAutobatchAgenda: agenda ? sps / agenda : null,
   };
-  console.log(
+  (o.log ?? ((l: string) => console.log(l)))(
     `${cell} batch ${String(batch).padStart(3)}: ${sps.toFixed(0).padStart(7)} sentences/s, ` +
       `${row.msPerBatch.toFixed(3)} ms/batch (build ${row.buildMs.toFixed(3)}, schedule ${row.scheduleMs.toFixed(3)} = ` +
       `${row.scheduleNsPerNode.toFixed(0)} ns/node${row.workers > 0 ? ` on ${row.workers} workers, snapshot ${row.snapshotMs.toFixed(3)}, wait ${row.waitMs.toFixed(3)}` : ""}, ` +

@@ -1,0 +1,90 @@
+/**
+ * `vpps bench plot [device]`: draws sentences/s against batch size for every engine from committed GPU results:
+ * bench/results/<device>/<model>.json (the throughput suite: every engine measured in one run; its main size's rows)
+ * when present, else batching.json and vpps.json (two earlier runs, Tree-LSTM only), and writes
+ * bench/results/<device>/<model>.svg (and prints a side-by-side table).
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
+import { resultsDir } from "../device.js";
+import { BenchError } from "../errors.js";
+import type { BenchModel } from "../model.js";
+import { writeOutput } from "../output.js";
+import { throughputSeries } from "../throughput/report.js";
+
+interface Row {
+  engine?: string;
+  cell?: string;
+  hidden?: number;
+  batch: number;
+  sentencesPerSecond: number;
+}
+interface Result {
+  device: string;
+  data?: string;
+  models?: { hidden: number }[];
+  rows: Row[];
+}
+
+/** The two-file layout of earlier runs: the tiled-GEMM agenda variant left out, the cuBLAS one as "autobatch agenda". */
+function seriesFromSeparateRuns(batching: Result | null, vpps: Result | null): Series[] {
+  const series = new Map<string, { x: number; y: number }[]>();
+  const add = (name: string, r: Row) => {
+    const s = series.get(name) ?? [];
+    s.push({ x: r.batch, y: r.sentencesPerSecond });
+    series.set(name, s);
+  };
+  for (const r of batching?.rows ?? []) add(r.engine === "autobatch-agenda-cublas" ? "autobatch agenda" : r.engine!, r);
+  series.delete("autobatch-agenda"); // the tiled-GEMM variant; the cuBLAS one is the engine's default
+  for (const r of vpps?.rows ?? []) add(`vpps (${r.cell} cell)`, r);
+  return [...series.entries()].map(([name, points]) => ({ name, points }));
+}
+
+export function runPlot(model: BenchModel<unknown>, o: { device: string; dir?: string }): number {
+  const dir = o.dir ?? resultsDir(o.device);
+  const read = (name: string): Result | null => {
+    const p = join(dir, name);
+    return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as Result) : null;
+  };
+  const main = read(`${model.name}.json`);
+  const hidden = main?.models?.[0]?.hidden ?? model.sizes[0]!.hidden;
+  let list: Series[];
+  let name: string;
+  let from: string;
+  let data: string | undefined;
+  if (main) {
+    list = throughputSeries(
+      model,
+      main.rows.map((r) => ({ ...r, engine: r.engine ?? "", hidden: r.hidden ?? hidden })),
+      hidden,
+    );
+    name = main.device;
+    data = main.data;
+    from = `${model.name}.json`;
+  } else {
+    const batching = read("batching.json");
+    const vpps = read("vpps.json");
+    if (!batching && !vpps) {
+      throw new BenchError(`no results in ${dir} (${model.name}.json, or batching.json and vpps.json)`);
+    }
+    list = seriesFromSeparateRuns(batching, vpps);
+    name = batching?.device ?? vpps?.device ?? o.device;
+    from = [batching && "batching.json", vpps && "vpps.json"].filter(Boolean).join(" and ");
+  }
+  if (list.length === 0) throw new BenchError(`no hidden-${hidden} rows to plot in ${join(dir, from)}`);
+  const svg = renderLogLogPlot(list, {
+    title: model.plotTitle(name, data, hidden),
+    xLabel: `batch size (${model.batchUnit})`,
+    yLabel: `${model.unit} / s`,
+  });
+  const out = writeOutput(dir, `${model.name}.svg`, svg);
+  const batches = [...new Set(list.flatMap((s) => s.points.map((p) => p.x)))].sort((a, b) => a - b);
+  console.log(`from ${join(dir, from)}`);
+  console.log(["batch", ...list.map((s) => s.name)].join("\t"));
+  for (const b of batches) {
+    console.log([b, ...list.map((s) => s.points.find((p) => p.x === b)?.y.toFixed(0) ?? "-")].join("\t"));
+  }
+  console.log(`wrote ${out}`);
+  return 0;
+}

@@ -1,0 +1,93 @@
+/**
+ * Option parsers for the bench commands. Each one fails with an InvalidArgumentError naming the option, what it
+ * expected and what it got; commander then prints that one line and the command's usage (exit status 2).
+ */
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { InvalidArgumentError } from "commander";
+
+function items(flag: string, given: string): string[] {
+  const out = given.split(",").map((s) => s.trim());
+  if (out.some((s) => s === "")) throw new InvalidArgumentError(`${flag}: an empty item in '${given}'`);
+  return out;
+}
+
+/** A whole number ≥ `min`. */
+export function wholeNumber(flag: string, min = 1): (v: string) => number {
+  return (v) => {
+    if (!/^\d+$/.test(v.trim()) || Number(v) < min) {
+      throw new InvalidArgumentError(`${flag}: expected a whole number ≥ ${min}; got '${v}'`);
+    }
+    return Number(v);
+  };
+}
+
+/** Comma-separated whole numbers ≥ `min`, sorted, duplicates dropped. */
+export function numberList(flag: string, min = 1): (v: string) => number[] {
+  return (v) => {
+    const parse = wholeNumber(flag, min);
+    const xs = items(flag, v).map((x) => {
+      try {
+        return parse(x);
+      } catch {
+        throw new InvalidArgumentError(`${flag}: '${x}' is not a whole number ≥ ${min} (given: '${v}')`);
+      }
+    });
+    return [...new Set(xs)].sort((a, b) => a - b);
+  };
+}
+
+/** One of `allowed`. */
+export function choice<T extends string>(flag: string, allowed: readonly T[]): (v: string) => T {
+  return (v) => {
+    if (!(allowed as readonly string[]).includes(v)) {
+      throw new InvalidArgumentError(`${flag}: expected one of ${allowed.join(", ")}; got '${v}'`);
+    }
+    return v as T;
+  };
+}
+
+/** Comma-separated values of `allowed`, kept in `allowed`'s order, duplicates dropped. */
+export function choiceList<T extends string>(flag: string, allowed: readonly T[]): (v: string) => T[] {
+  return (v) => {
+    const picked = new Set<string>();
+    for (const item of items(flag, v)) {
+      if (!(allowed as readonly string[]).includes(item)) {
+        throw new InvalidArgumentError(`${flag}: '${item}' is not one of ${allowed.join(", ")} (given: '${v}')`);
+      }
+      picked.add(item);
+    }
+    return allowed.filter((a) => picked.has(a));
+  };
+}
+
+/** A tree file (one PTB tree per line), or a folder holding `train.txt`. */
+export function treeFile(flag: string): (v: string) => string {
+  return (v) => {
+    if (!existsSync(v)) {
+      throw new InvalidArgumentError(`${flag}: '${v}' does not exist; give the SST train.txt (one PTB tree per line)`);
+    }
+    if (!statSync(v).isDirectory()) return v;
+    const inside = join(v, "train.txt");
+    if (!existsSync(inside)) throw new InvalidArgumentError(`${flag}: the folder '${v}' has no train.txt`);
+    return inside;
+  };
+}
+
+/** A file or folder that exists. */
+export function existingPath(flag: string): (v: string) => string {
+  return (v) => {
+    if (!existsSync(v)) throw new InvalidArgumentError(`${flag}: '${v}' does not exist`);
+    return v;
+  };
+}
+
+/** A folder, created when missing; refused when a file of that name is there. */
+export function folder(flag: string): (v: string) => string {
+  return (v) => {
+    if (existsSync(v) && !statSync(v).isDirectory()) {
+      throw new InvalidArgumentError(`${flag}: '${v}' is a file; expected a folder (it is created when missing)`);
+    }
+    return v;
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * `vpps bench`: the throughput suite per model (`vpps bench treelstm`: every engine, every batch size, one table, a
+ * JSON result and an SVG plot) and diagnostics per engine (`vpps bench vpps timing|host|gap|…`, `vpps bench autobatch
+ * batching|plan`, `vpps bench eager timing`, `vpps bench cpu timing|graph-build`), over the harness in src/bench/.
+ * Results go to bench/results/<device>/ (`--out` elsewhere).
+ *
+ * A bad option value, an unknown option or suite prints one line and the usage and exits with status 2; a benchmark
+ * that cannot run here (no GPU) or whose engine disagreed with the CPU engine exits with status 1.
+ */
+import { type Command, Option } from "commander";
+import { BENCH_MODELS, benchModel } from "../bench/models/index.js";
+import { choice, choiceList, existingPath, folder, numberList, wholeNumber } from "../bench/options.js";
+import { engineSpecs } from "../bench/throughput/engines.js";
+import { commandLine, exitOnUsageError, leaf, outOption, quickOption, run } from "./bench-command.js";
+import { addEngineDiagnostics, addVppsDiagnostics } from "./bench-diagnostics.js";
+
+interface ThroughputFlags {
+  data?: string;
+  engines?: string[];
+  batches?: number[];
+  hidden?: number[];
+  sentences?: number;
+  vppsSentences?: number;
+  vppsWarm?: number;
+  quick: boolean;
+  workers?: number;
+  cache?: string;
+  out?: string;
+}
+
+function addThroughputCommands(bench: Command): void {
+  for (const model of BENCH_MODELS) {
+    const ids = engineSpecs(model).map((s) => s.id);
+    const sizes = model.sizes.map((s) => s.hidden).join(",");
+    const cmd: Command = leaf(
+      bench
+        .command(model.name)
+        .description(
+          `${model.title} training throughput (${model.unit}/s) of every engine in one process, its first loss ` +
+            "checked against the CPU engine; a table, <model>.json, .md and .svg",
+        )
+        .addOption(new Option("--data <path>", model.dataHelp).argParser(existingPath("--data")))
+        .addOption(
+          new Option("--engines <list>", `comma-separated, of: ${ids.join(", ")} (default: all)`).argParser(
+            choiceList("--engines", ids),
+          ),
+        )
+        .addOption(
+          new Option("--batches <list>", "batch sizes (default: 1,8,32,128; --quick: 1,8,128)").argParser(
+            numberList("--batches"),
+          ),
+        )
+        .addOption(
+          new Option(
+            "--hidden <list>",
+            `hidden sizes, the first every engine, the others the agenda engine with cuBLAS and VPPS at batch 1, 8, 128 (default: ${sizes})`,
+          ).argParser((v) => {
+            // the order matters (the first is the main size): not sorted
+            const xs = v.split(",").map((x) => x.trim());
+            return [...new Set(xs.map((x) => wholeNumber("--hidden")(x)))];
+          }),
+        )
+        .addOption(
+          new Option(
+            "--sentences <n>",
+            "sentences per timed repeat, engines other than VPPS (default: 64 GPU, 16 CPU)",
+          ).argParser(wholeNumber("--sentences")),
+        )
+        .addOption(
+          new Option("--vpps-sentences <n>", "VPPS: sentences timed per batch size (default: 4096)").argParser(
+            wholeNumber("--vpps-sentences"),
+          ),
+        )
+        .addOption(
+          new Option("--vpps-warm <n>", "VPPS: sentences trained untimed first (default: 2048)").argParser(
+            wholeNumber("--vpps-warm", 0),
+          ),
+        )
+        .addOption(quickOption())
+        .addOption(
+          new Option(
+            "--workers <n>",
+            "VPPS schedule worker threads (0: schedule inside fb; default: the engine's)",
+          ).argParser(wholeNumber("--workers", 0)),
+        )
+        .addOption(
+          new Option(
+            "--cache <dir>",
+            "VPPS kernel cache folder (default: a new empty one, so the first create is a real JIT)",
+          ).argParser(folder("--cache")),
+        )
+        .addOption(outOption())
+        .action(
+          run(
+            () => cmd,
+            async (f: ThroughputFlags) => {
+              const { runThroughput } = await import("../bench/throughput/suite.js");
+              return runThroughput(model, {
+                dataFile: f.data,
+                engines: f.engines,
+                batches: f.batches,
+                hidden: f.hidden,
+                sentences: f.sentences,
+                vppsSentences: f.vppsSentences,
+                vppsWarm: f.vppsWarm,
+                quick: f.quick,
+                workers: f.workers,
+                cacheDir: f.cache,
+                out: f.out,
+                command: commandLine(),
+              });
+            },
+          ),
+        ),
+    );
+  }
+}
+
+/** Registers `vpps bench` and its suites on the program. */
+export function addBenchCommand(program: Command): void {
+  const bench = program
+    .command("bench")
+    .description(
+      "benchmarks: every engine's throughput per model, and diagnostics per engine (bench/results/<device>/)",
+    )
+    .exitOverride(exitOnUsageError);
+  bench.showHelpAfterError("(vpps bench --help lists the suites)");
+  addThroughputCommands(bench);
+  addVppsDiagnostics(bench);
+  addEngineDiagnostics(bench);
+  const models = BENCH_MODELS.map((m) => m.name);
+  const plot: Command = leaf(
+    bench
+      .command("plot")
+      .description("redraw <model>.svg from the results of a device (sentences/s against batch size)")
+      .argument("[device]", "the results folder under bench/results/", "h100")
+      .addOption(
+        new Option("--model <name>", `one of ${models.join(", ")}`)
+          .argParser(choice("--model", models))
+          .default(models[0]),
+      )
+      .action(
+        run(
+          () => plot,
+          async (device: string, f: { model: string }) => {
+            const { runPlot } = await import("../bench/diagnostics/plot.js");
+            return runPlot(benchModel(f.model), { device });
+          },
+        ),
+      ),
+  );
+}
