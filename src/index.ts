@@ -55,8 +55,8 @@ export type {
 export { type CellFormulation, TreeLstmModel, type TreeLstmOptions } from "./models/treelstm/model.js";
 export { type TreeLstmTaskOptions, treeLstmTask } from "./models/treelstm/task.js";
 export * from "./ops/index.js";
+export { AdamTrainer, makeTrainer, SimpleSGDTrainer, Trainer, type TrainerOptions } from "./optim/trainers.js";
 export { evaluate, predict } from "./train/evaluate.js";
 export { type EpochResult, type TrainConfig, type TrainProgress, type TrainSummary, train } from "./train/loop.js";
-export { AdamTrainer, makeTrainer, SimpleSGDTrainer, Trainer, type TrainerOptions } from "./train/trainers.js";
 export { evaluateTreeLstm, type TrainTreeLstmConfig, trainTreeLstm } from "./train/treelstm.js";
 export { deriveKey, RandomStream, randomU32, randomUniform } from "./util/random.js";

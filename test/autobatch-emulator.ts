@@ -12,7 +12,7 @@ import type { AutobatchDevice, AutobatchLaunchCounts } from "../src/engines/auto
 import type { ComputationGraph, Expression } from "../src/graph/graph.js";
 import { type LookupParameter, ParameterCollection } from "../src/model/parameters.js";
 import { affine, input, lstmCell, matVec, pickNegLogSoftmax, pickRange, sigmoid, sum, tanh } from "../src/ops/index.js";
-import type { Trainer } from "../src/train/trainers.js";
+import type { Trainer } from "../src/optim/trainers.js";
 import { randomUniform } from "../src/util/random.js";
 
 const f32 = new Float32Array(1);

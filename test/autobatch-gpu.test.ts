@@ -18,7 +18,7 @@ import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { concat, input, lookup, matVec, pickNegLogSoftmax, sum, tanh } from "../src/ops/index.js";
-import { makeTrainer } from "../src/train/trainers.js";
+import { makeTrainer } from "../src/optim/trainers.js";
 import { EmulatedAutobatchDevice, wideCase } from "./autobatch-emulator.js";
 import { expectedLaunches } from "./autobatch-launches.js";
 import { compareWithCpu, emulatedAutobatchEngine, scaleTolerance } from "./op-suite.js";

@@ -23,7 +23,7 @@ import {
   sum,
   tanh,
 } from "../src/ops/index.js";
-import { SimpleSGDTrainer } from "../src/train/trainers.js";
+import { SimpleSGDTrainer } from "../src/optim/trainers.js";
 import {
   buildRandomGraph,
   buildTreeLstmBatch,

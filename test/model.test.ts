@@ -8,7 +8,7 @@ import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { loadParameters, saveParameters } from "../src/model/safetensors.js";
 import { concat, input, lookup, matVec, pickNegLogSoftmax } from "../src/ops/index.js";
-import { AdamTrainer, makeTrainer, SimpleSGDTrainer } from "../src/train/trainers.js";
+import { AdamTrainer, makeTrainer, SimpleSGDTrainer } from "../src/optim/trainers.js";
 import { deriveKey, RandomStream, randomU32, randomUniform } from "../src/util/random.js";
 
 describe("the counter-based generator", () => {

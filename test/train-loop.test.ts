@@ -12,9 +12,9 @@ import type { Engine, EngineCapabilities } from "../src/engines/engine.js";
 import type { Expression } from "../src/graph/graph.js";
 import type { ParameterCollection } from "../src/model/parameters.js";
 import { loadParameters } from "../src/model/safetensors.js";
+import type { Trainer } from "../src/optim/trainers.js";
 import { evaluate } from "../src/train/evaluate.js";
 import { type RunState, train } from "../src/train/loop.js";
-import type { Trainer } from "../src/train/trainers.js";
 import { toyTask } from "./toy-task.js";
 
 const data = toyTask.data.synthetic.make(4);

@@ -13,8 +13,8 @@ import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
 import { BatchPipeline, type SlotDevice } from "../src/engines/vpps/runtime/pipeline.js";
 import type { Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
+import type { Trainer } from "../src/optim/trainers.js";
 import type { TrainProgress } from "../src/train/loop.js";
-import type { Trainer } from "../src/train/trainers.js";
 import { trainTreeLstm } from "../src/train/treelstm.js";
 
 /**

@@ -7,8 +7,8 @@ import { readTrees } from "../src/data/sst.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { createModelLayout, type ModelLayout } from "../src/engines/vpps/plan/layout.js";
+import { ADAM_DEFAULTS, adamStep, momentLayout, momentsOfParameters } from "../src/engines/vpps/plan/moments.js";
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
-import { ADAM_DEFAULTS, adamStep, momentLayout, momentsOfParameters } from "../src/engines/vpps/runtime/moments.js";
 import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { disassemble } from "../src/engines/vpps/script/disassemble.js";
 import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/script/emulate-batch.js";
@@ -17,7 +17,7 @@ import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
-import { AdamTrainer } from "../src/train/trainers.js";
+import { AdamTrainer } from "../src/optim/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
 import {
   compareAdamBatch,

@@ -6,10 +6,10 @@
  * compares steps (new − old weight of each trajectory), not weights that earlier batches may have moved apart.
  */
 import { CpuEngine } from "../src/engines/cpu.js";
-import { ADAM_DEFAULTS, adamStep } from "../src/engines/vpps/runtime/moments.js";
+import { ADAM_DEFAULTS, adamStep } from "../src/engines/vpps/plan/moments.js";
 import type { Expression } from "../src/graph/graph.js";
 import type { AnyParameter, ParameterCollection } from "../src/model/parameters.js";
-import { type AdamTrainer, SimpleSGDTrainer } from "../src/train/trainers.js";
+import { type AdamTrainer, SimpleSGDTrainer } from "../src/optim/trainers.js";
 
 export interface Moments {
   readonly m: Float32Array;

@@ -17,7 +17,7 @@ import type { Engine } from "../engines/engine.js";
 import type { GpuContext } from "../engines/gpu/context.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
-import { makeTrainer } from "../train/trainers.js";
+import { makeTrainer } from "../optim/trainers.js";
 import { median } from "./common.js";
 import type { BenchNet } from "./model.js";
 

@@ -1,7 +1,7 @@
 import { createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
+import type { OptimizerName } from "../optim/trainers.js";
 import { type EpochResult, train } from "../train/loop.js";
-import type { OptimizerName } from "../train/trainers.js";
 import { pickModelOptions } from "./commands.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun } from "./run-state.js";

@@ -1,7 +1,7 @@
 /**
  * Device math written once and included by every engine's CUDA source: the activations, the project's
  * counter-based generator (src/util/random.ts, so dropout masks agree bit for bit across engines) and the Adam
- * element update of the reference AdamTrainer (src/train/trainers.ts). The including source defines
+ * element update of the reference AdamTrainer (src/optim/trainers.ts). The including source defines
  * `typedef unsigned int u32;` first.
  *
  * The text is VPPS's original helpers, verbatim: the VPPS kernel must not change by a byte when it is assembled

@@ -3,7 +3,7 @@ import { Op } from "../graph/opcodes.js";
 import type { LookupParameter, ParameterCollection } from "../model/parameters.js";
 import type { Buf } from "../ops/common.js";
 import { OPS } from "../ops/registry.js";
-import type { Trainer } from "../train/trainers.js";
+import type { Trainer } from "../optim/trainers.js";
 import type { Engine, EngineCapabilities } from "./engine.js";
 
 export interface CpuEngineOptions {

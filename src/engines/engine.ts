@@ -1,5 +1,5 @@
 import type { Expression } from "../graph/graph.js";
-import type { Trainer } from "../train/trainers.js";
+import type { Trainer } from "../optim/trainers.js";
 
 /**
  * What every engine does with a graph: compute values forward, gradients backward (accumulated into the

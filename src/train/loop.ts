@@ -12,9 +12,9 @@ import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { loadParameters, saveParameters } from "../model/safetensors.js";
 import type { ModelOptions, Task, TaskModel } from "../models/task.js";
+import { makeTrainer, type OptimizerName } from "../optim/trainers.js";
 import { deriveKey, RandomStream } from "../util/random.js";
 import { evaluate } from "./evaluate.js";
-import { makeTrainer, type OptimizerName } from "./trainers.js";
 
 export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E>> {
   task: Task<E, V, O, M>;

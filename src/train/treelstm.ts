@@ -9,9 +9,9 @@ import { ForwardPasses } from "../engines/registry.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import type { CellFormulation, TreeLstmModel } from "../models/treelstm/model.js";
 import { TreeLstmTaskModel, treeLstmTask } from "../models/treelstm/task.js";
+import type { OptimizerName } from "../optim/trainers.js";
 import { evaluate } from "./evaluate.js";
 import { type EpochResult, type TrainProgress, type TrainSummary, train } from "./loop.js";
-import type { OptimizerName } from "./trainers.js";
 
 export interface TrainTreeLstmConfig {
   train: readonly TreeNode[];

@@ -15,7 +15,7 @@ import { createEngine } from "../../src/engines/index.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import type { ParameterCollection } from "../../src/model/parameters.js";
 import { TreeLstmModel } from "../../src/models/treelstm/model.js";
-import { makeTrainer } from "../../src/train/trainers.js";
+import { makeTrainer } from "../../src/optim/trainers.js";
 import { wideCase } from "../autobatch-emulator.js";
 import { expectedLaunches } from "../autobatch-launches.js";
 import { compareWithCpu, type EngineUnderTest, engineRun, scaleTolerance } from "../op-suite.js";

@@ -15,7 +15,7 @@ import { ComputationGraph } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { input, logistic, lookup, matVec, pickNegLogSoftmax, pickRange, sum, tanh } from "../../src/ops/index.js";
-import { makeTrainer } from "../../src/train/trainers.js";
+import { makeTrainer } from "../../src/optim/trainers.js";
 import { elementTolerance } from "../op-suite.js";
 
 const available = cudaAvailable();

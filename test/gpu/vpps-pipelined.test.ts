@@ -17,7 +17,7 @@ import { VppsEngine } from "../../src/engines/vpps/engine.js";
 import type { VppsOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
 import { TreeLstmModel } from "../../src/models/treelstm/model.js";
-import { AdamTrainer, SimpleSGDTrainer, type Trainer } from "../../src/train/trainers.js";
+import { AdamTrainer, SimpleSGDTrainer, type Trainer } from "../../src/optim/trainers.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;

@@ -26,7 +26,7 @@ import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../../src/ops/index.js";
-import { AdamTrainer, SimpleSGDTrainer } from "../../src/train/trainers.js";
+import { AdamTrainer, SimpleSGDTrainer } from "../../src/optim/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "../random-graph.js";
 import {
   type AdamBatch,

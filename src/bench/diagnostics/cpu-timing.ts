@@ -9,7 +9,7 @@ import { Vocabulary } from "../../data/vocab.js";
 import { CpuEngine } from "../../engines/cpu.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { TreeLstmModel } from "../../models/treelstm/model.js";
-import { makeTrainer } from "../../train/trainers.js";
+import { makeTrainer } from "../../optim/trainers.js";
 import { machine, median } from "../common.js";
 import { cpuDevice, resultsDir } from "../device.js";
 import { writeJson } from "../output.js";

@@ -7,7 +7,7 @@
 import { CpuEngine } from "../../engines/cpu.js";
 import { EagerEngine } from "../../engines/eager/engine.js";
 import { ComputationGraph } from "../../graph/graph.js";
-import { makeTrainer } from "../../train/trainers.js";
+import { makeTrainer } from "../../optim/trainers.js";
 import { median, resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { BenchError } from "../errors.js";

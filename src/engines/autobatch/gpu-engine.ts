@@ -8,10 +8,9 @@
 import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
-import type { Trainer } from "../../train/trainers.js";
-import type { EagerLaunchCounts } from "../eager/node-kernels.js";
+import type { Trainer } from "../../optim/trainers.js";
 import type { Engine, EngineCapabilities } from "../engine.js";
-import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
+import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import {
   AuxOverflow,
@@ -31,7 +30,7 @@ import { BackwardScratch, runBackward, runForward } from "./executor.js";
 import { type BatchPlan, BatchPlanner, type BatchStrategy } from "./plan.js";
 
 /** Device work queued so far: our kernels (including the trainer's), cuBLAS calls, copies and memsets. */
-export type AutobatchLaunchCounts = EagerLaunchCounts;
+export type AutobatchLaunchCounts = LaunchCounts;
 
 /**
  * What the engine needs from a device. `CudaAutobatchDevice` is the real one; the unit tests run the engine on an

@@ -12,7 +12,7 @@ import { type CudaKernel, floatBits, karg } from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
-import type { Trainer } from "../../train/trainers.js";
+import type { Trainer } from "../../optim/trainers.js";
 import type { Engine, EngineCapabilities } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";

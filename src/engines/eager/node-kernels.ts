@@ -4,20 +4,12 @@
 
 import { type CudaKernel, type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
-import type { GpuContext } from "../gpu/context.js";
+import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
 
-/** Device work an engine has queued, by kind (the benchmark reports them per batch). */
-export interface EagerLaunchCounts {
-  /** Our kernels. */
-  kernels: number;
-  /** cuBLAS calls (each one or more kernels inside cuBLAS). */
-  cublas: number;
-  /** Asynchronous copies and memsets. */
-  copies: number;
-}
+export type { LaunchCounts as EagerLaunchCounts } from "../gpu/context.js";
 
 /** Device addresses by node id: value, gradient, and (sum nodes) the argument pointer tables. Owned by the engine. */
 export interface NodeAddresses {
@@ -33,7 +25,7 @@ export class EagerNodeKernels {
     readonly k: Readonly<Record<EagerKernelName, CudaKernel>>,
     private readonly at: NodeAddresses,
     readonly device: DeviceParameters,
-    readonly counts: EagerLaunchCounts,
+    readonly counts: LaunchCounts,
   ) {}
 
   /** Device address of each node's value (the engine grows the arrays; read them through these getters). */

@@ -255,3 +255,13 @@ export class GpuContext {
     }
   }
 }
+
+/** Device work an engine has queued, by kind (the benchmark reports them per batch). */
+export interface LaunchCounts {
+  /** Our kernels. */
+  kernels: number;
+  /** cuBLAS calls (each one or more kernels inside cuBLAS). */
+  cublas: number;
+  /** Asynchronous copies and memsets. */
+  copies: number;
+}

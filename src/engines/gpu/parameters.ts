@@ -1,13 +1,13 @@
 // The model's parameters on the device, and the trainers' update rule there. Values and gradients live in the
 // context's pool (allocated before its mark(), so they survive every per-batch reset) at fixed float offsets, which is
 // what lets an engine point a parameter node straight at its weights and a script encode them as 32-bit offsets.
-// The update is the CPU trainer's rule (src/train/trainers.ts) in kernels (optimizer-kernels.ts): the global gradient
+// The update is the CPU trainer's rule (src/optim/trainers.ts) in kernels (optimizer-kernels.ts): the global gradient
 // norm into a device scalar, then SGD or Adam over dense parameters and over the touched rows of lookup tables, all
 // queued on the stream without a host synchronisation.
 
 import { type CudaKernel, type DevicePtr, floatBits, type KernelArg, karg } from "../../cuda/index.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
-import type { AdamTrainer, Trainer } from "../../train/trainers.js";
+import type { AdamTrainer, Trainer } from "../../optim/trainers.js";
 import type { GpuContext, StagingBuffer } from "./context.js";
 import {
   GPU_BLOCK,

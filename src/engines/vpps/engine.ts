@@ -22,7 +22,7 @@
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
-import { AdamTrainer, type Trainer } from "../../train/trainers.js";
+import { AdamTrainer, type Trainer } from "../../optim/trainers.js";
 import type { EngineCapabilities, PipelinedEngine } from "../engine.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 

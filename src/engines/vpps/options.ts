@@ -3,11 +3,14 @@
  * pipeline, instrumentation), their defaults, and the checks that refuse a bad value before anything is opened or
  * compiled, naming the option by its path (`variants.transposed must be …`).
  */
+
+import { ADAM_DEFAULTS } from "./plan/moments.js";
 import type { GradientStrategy } from "./plan/plan.js";
-import { ADAM_DEFAULTS } from "./runtime/moments.js";
-import { PIPELINE_SLOTS } from "./runtime/pipeline.js";
 import { defaultScheduleWorkers } from "./schedule/pool.js";
 import type { ScheduleOptions } from "./schedule/scheduler.js";
+
+/** Slots in flight by default: deep enough that a burst of launches does not wait for the GPU. */
+export const PIPELINE_SLOTS = 8;
 
 /** VppsOptions.variants.profileNodes by default: about 16 SST trees of the Tree-LSTM per variant. */
 export const DEFAULT_PROFILE_NODES = 4096;

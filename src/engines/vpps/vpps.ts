@@ -9,7 +9,7 @@
  * (per batch: upload, launch, read-back), tune/ (the first batches: which variant stays), instrument/ (on demand).
  *
  * Optimizers: `training.optimizer: "sgd"` (default) or `"adam"`, both the reference trainers' rules with
- * global-norm clipping (src/train/trainers.ts). Adam's moments live on the device (runtime/moments.ts); its step
+ * global-norm clipping (src/optim/trainers.ts). Adam's moments live on the device (plan/moments.ts); its step
  * count `updates` advances with every batch launched with a positive learning rate, and the bias corrections of
  * that step go to the kernel with the launch. A learning rate of 0 runs forward and backward only: weights,
  * moments and `updates` stay.
@@ -35,14 +35,9 @@ import { TRACE_SLOTS } from "./codegen/template.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
 import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
 import { type ResolvedOptions, resolveOptions, scheduleOptions, type VppsHooks, type VppsOptions } from "./options.js";
+import { type AdamHyperParameters, adamStep, checkAdamHyperParameters, momentsOfParameters } from "./plan/moments.js";
 import type { VppsPlan } from "./plan/plan.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
-import {
-  type AdamHyperParameters,
-  adamStep,
-  checkAdamHyperParameters,
-  momentsOfParameters,
-} from "./runtime/moments.js";
 import { VppsRuntime } from "./runtime/submit.js";
 import { SchedulePool } from "./schedule/pool.js";
 import { VppsScheduler } from "./schedule/scheduler.js";

@@ -11,8 +11,8 @@ import type { GpuContext, KernelSet } from "../../gpu/context.js";
 import type { ResolvedOptions, ResolvedVariants } from "../options.js";
 import { createModelLayout } from "../plan/layout.js";
 import { enumeratePlans, type MatrixSpec, planVpps, type VppsPlan } from "../plan/plan.js";
-import type { KernelVariant } from "../runtime/variant.js";
 import { generateKernelSource, kernelName } from "./template.js";
+import type { KernelVariant } from "./variant.js";
 
 /** What compiling one variant cost, and (after profiling, tune/profiler.ts) what it costs per batch. */
 export interface VariantInfo {

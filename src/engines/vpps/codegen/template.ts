@@ -33,6 +33,8 @@
  */
 import { createHash } from "node:crypto";
 import { dumpDirectory, dumpKernelSource } from "../instrument/dump.js";
+import { PROFILE_WORDS } from "../instrument/profile.js";
+import { TRACE_SLOTS } from "../instrument/trace.js";
 import { type VppsPlan, WARPS_PER_CTA } from "../plan/plan.js";
 import { MAX_INSTRUCTION_WORDS, OPCODE_COUNT } from "../script/format.js";
 import {
@@ -80,23 +82,8 @@ export interface KernelSpec {
   readonly trace?: boolean;
 }
 
-/**
- * u64 words of the `profile` argument: cycles and count per opcode, then weight-load cycles, script-staging cycles
- * and whole-CTA cycles (all summed over CTAs; PROFILE_SLOTS names them).
- */
-export const PROFILE_WORDS = 2 * OPCODE_COUNT + 3;
-export const PROFILE_SLOTS = {
-  load: 2 * OPCODE_COUNT,
-  staging: 2 * OPCODE_COUNT + 1,
-  total: 2 * OPCODE_COUNT + 2,
-} as const;
-
-/**
- * u64 words per CTA of a traced kernel's `profile` argument: [0] the CTA's start and [1] the end of its weight loads
- * (global ns), [2] how many instructions it ran, then per instruction (up to TRACE_SLOTS − 3 of them) the ns since
- * [1] at which it ended in the low 32 bits and, for a signal, the barrier's count before it in the high 32 bits.
- */
-export const TRACE_SLOTS = 4096;
+export { PROFILE_SLOTS, PROFILE_WORDS } from "../instrument/profile.js";
+export { TRACE_SLOTS } from "../instrument/trace.js";
 
 export const DEFAULT_SCRIPT_CHUNK_WORDS = 2048;
 export const DEFAULT_BARRIER_SPIN_LIMIT = 1 << 24;

@@ -5,7 +5,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ComputationGraph } from "../../../graph/graph.js";
-import type { BatchSchedule } from "../schedule/scheduler.js";
+import type { BatchSchedule } from "../script/batch-schedule.js";
 import { disassemble } from "../script/disassemble.js";
 
 /** The dump directory, or undefined when dumping is off. */

@@ -5,8 +5,18 @@
  * instruction's are the time all its warps needed. Summed over CTAs, the shares say whether processors mostly wait
  * (barrier-bound: fewer steps, shorter critical path) or mostly compute (work-bound: faster instructions).
  */
-import { PROFILE_SLOTS } from "../codegen/template.js";
 import { OPCODE_COUNT, OPCODES, Opcode } from "../script/format.js";
+
+/**
+ * u64 words of the `profile` argument: cycles and count per opcode, then weight-load cycles, script-staging cycles
+ * and whole-CTA cycles (all summed over CTAs; PROFILE_SLOTS names them).
+ */
+export const PROFILE_WORDS = 2 * OPCODE_COUNT + 3;
+export const PROFILE_SLOTS = {
+  load: 2 * OPCODE_COUNT,
+  staging: 2 * OPCODE_COUNT + 1,
+  total: 2 * OPCODE_COUNT + 2,
+} as const;
 
 export interface OpcodeTime {
   readonly mnemonic: string;

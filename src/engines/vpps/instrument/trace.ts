@@ -10,6 +10,13 @@
  */
 import { instructionWords, OPCODES, Opcode } from "../script/format.js";
 
+/**
+ * u64 words per CTA of a traced kernel's `profile` argument: [0] the CTA's start and [1] the end of its weight loads
+ * (global ns), [2] how many instructions it ran, then per instruction (up to TRACE_SLOTS − 3 of them) the ns since
+ * [1] at which it ended in the low 32 bits and, for a signal, the barrier's count before it in the high 32 bits.
+ */
+export const TRACE_SLOTS = 4096;
+
 export interface TracePathItem {
   /** `matvec U_iou`, `lstm`, `hop` (signal → released wait), `wait` (a wait whose signal was already there), `load`. */
   readonly label: string;

@@ -5,11 +5,11 @@
  */
 import { type CudaKernel, karg } from "../../../cuda/index.js";
 import type { GpuContext } from "../../gpu/context.js";
+import { adamArgs, type KernelVariant } from "../codegen/variant.js";
 import type { ModelLayout } from "../plan/layout.js";
+import { type AdamStep, momentLayout } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
-import { type AdamStep, momentLayout } from "./moments.js";
 import type { DeviceRegions } from "./regions.js";
-import { adamArgs, type KernelVariant } from "./variant.js";
 
 /** Elements per triple of the host-update lists: large matrices are split so that one block takes one piece. */
 const UPDATE_PIECE = 4096;

@@ -5,13 +5,13 @@
  * device's time in `stats`.
  */
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
+import type { KernelVariant } from "../codegen/variant.js";
 import type { VppsHooks } from "../options.js";
+import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
 import type { PooledBatch, SchedulePool } from "../schedule/pool.js";
 import type { VppsScheduler } from "../schedule/scheduler.js";
-import type { AdamStep } from "./moments.js";
 import type { VppsRuntime } from "./submit.js";
-import type { KernelVariant } from "./variant.js";
 
 /**
  * Host and device time of the batches submitted so far (ms, summed). On the main thread, `fb` costs

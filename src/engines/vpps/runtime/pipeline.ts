@@ -10,6 +10,9 @@
  */
 import { barrierTimeoutMessage, PersistentKernelError, readStatusError } from "../../../codegen/grid-barrier.js";
 import { KERNEL_ERRORS } from "../codegen/interpreter.js";
+import { PIPELINE_SLOTS } from "../options.js";
+
+export { PIPELINE_SLOTS };
 
 /** What the pipeline needs from the device, per slot. */
 export interface SlotDevice {
@@ -68,9 +71,6 @@ export function decodeKernelStatus(
       return new VppsKernelError(`VPPS ${where}: unknown error code ${code} (status ${s.join(",")})`, code, cta, -1, s);
   }
 }
-
-/** Slots in flight by default: deep enough that a burst of launches does not wait for the GPU. */
-export const PIPELINE_SLOTS = 8;
 
 /** Batches in flight: which slot a batch fills, when the host must wait, and whose loss `fb` returns. */
 export class BatchPipeline {

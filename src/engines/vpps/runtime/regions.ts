@@ -18,8 +18,8 @@ import type { GraphParameter } from "../../../graph/graph.js";
 import type { GpuContext } from "../../gpu/context.js";
 import { PROFILE_WORDS, TRACE_SLOTS } from "../codegen/template.js";
 import type { ModelLayout } from "../plan/layout.js";
+import { momentLayout } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
-import { momentLayout } from "./moments.js";
 
 /** Barrier counters one batch may use (steps × (1 + matrices): an elementwise barrier and one per matrix per step). */
 export const MAX_BARRIERS = 1 << 20;

@@ -15,16 +15,16 @@
 import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
 import type { GpuContext } from "../../gpu/context.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
+import { adamArgs, type KernelVariant } from "../codegen/variant.js";
 import type { ModelLayout } from "../plan/layout.js";
+import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
 import { ADAM_ENTRY, HostUpdate, SGD_ENTRY } from "./host-update.js";
-import type { AdamStep } from "./moments.js";
 import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
 import { DeviceRegions, MAX_BARRIERS, STATUS_BLOCK_WORDS } from "./regions.js";
-import { adamArgs, type KernelVariant } from "./variant.js";
 
+export type { KernelVariant } from "../codegen/variant.js";
 export { MAX_BARRIERS } from "./regions.js";
-export type { KernelVariant } from "./variant.js";
 
 /** Words of a status block read back after each batch: the error words and the loss (codegen/interpreter.ts). */
 const READ_WORDS = STATUS_LOSS + 1;

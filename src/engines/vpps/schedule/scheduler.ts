@@ -15,12 +15,15 @@ import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
+import type { BatchSchedule } from "../script/batch-schedule.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
 import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
 import { affineSum } from "./forward.js";
 import { EMITS_INSTRUCTIONS, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
 import { StepTracker } from "./steps.js";
 import { emitUpdate } from "./update.js";
+
+export type { BatchSchedule };
 
 export interface ScheduleOptions {
   /** Accumulate the global gradient norm so the kernel can clip (its `clip` argument decides); default true. */
@@ -37,20 +40,6 @@ export interface ScheduleOptions {
    * spread over all processors, instead of on the matrix's holders (default DEFAULT_TILE_ENTRIES; 0: never).
    */
   readonly tileEntries?: number;
-}
-
-export interface BatchSchedule {
-  readonly layout: BatchLayout;
-  /** Prefix sums, all processors' scripts and the shared operand table (script/format.ts). */
-  readonly script: Uint32Array;
-  /** Barrier counters the script uses (zeroed before the launch). */
-  readonly barriers: number;
-  /** "kernel": the script ends with the update; "host": gradients are exported and the host updates. */
-  readonly update: "kernel" | "host";
-  readonly lossOffset: number;
-  readonly liveNodes: number;
-  /** The script's tile.wbar instructions add into the gradient buffer: it must be zero at launch. */
-  readonly zeroGradients: boolean;
 }
 
 /**

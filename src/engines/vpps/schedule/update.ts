@@ -3,7 +3,7 @@
  * for clipping, the register gradients exported, and — when the kernel updates — SGD or Adam.
  */
 import type { BatchLayout } from "../plan/layout.js";
-import { momentLayout } from "../runtime/moments.js";
+import { momentLayout } from "../plan/moments.js";
 import { NONE, Opcode } from "../script/format.js";
 import type { Emitter } from "./backward.js";
 

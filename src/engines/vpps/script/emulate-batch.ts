@@ -6,8 +6,8 @@
  */
 import type { ComputationGraph } from "../../../graph/graph.js";
 import type { ModelLayout } from "../plan/layout.js";
-import { type AdamStep, adamRange, momentLayout } from "../runtime/moments.js";
-import type { BatchSchedule } from "../schedule/scheduler.js";
+import { type AdamStep, adamRange, momentLayout } from "../plan/moments.js";
+import type { BatchSchedule } from "../script/batch-schedule.js";
 import { type EmulatorOptions, type EmulatorStats, VppsEmulator } from "./emulator.js";
 
 export interface EmulatedBatch {

@@ -8,8 +8,8 @@
 import { sigmoid } from "../../../ops/elementwise.js";
 import { dropoutKeeps } from "../../../ops/index.js";
 import { RandomStream } from "../../../util/random.js";
+import { type AdamStep, adamRange } from "../plan/moments.js";
 import type { VppsPlan } from "../plan/plan.js";
-import { type AdamStep, adamRange } from "../runtime/moments.js";
 import { clipScale, lstmBackward, lstmForward, mnemonic, tileMatrix, tileRange } from "./emulator-math.js";
 import { bitsFloat, instructionWords, NONE, Opcode, TILE } from "./format.js";
 

@@ -11,7 +11,7 @@
  * The scheduler writes these offsets into the `adam` (model region) and `adam.master` (register-held matrices)
  * instructions; the host update (GEMM strategy) and the emulator use the same layout.
  */
-import type { ModelLayout } from "../plan/layout.js";
+import type { ModelLayout } from "./layout.js";
 
 /** Where each part of the moments starts (float offsets from the moments base), and the total. */
 export interface MomentLayout {

@@ -1,8 +1,8 @@
 /** What the runtime launches: one compiled kernel variant, and the Adam arguments every launch passes. */
 import { type CudaKernel, karg } from "../../../cuda/index.js";
 import type { ModelLayout } from "../plan/layout.js";
+import { type AdamStep, adamKernelArgs } from "../plan/moments.js";
 import type { VppsPlan } from "../plan/plan.js";
-import { type AdamStep, adamKernelArgs } from "./moments.js";
 
 /** One compiled kernel variant (a plan: ctasPerSm, rpw, gradient placement). */
 export interface KernelVariant {

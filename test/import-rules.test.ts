@@ -1,0 +1,62 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { checkImportRules, type ImportEdge, importGraph, importsOf } from "./rules/import-graph.js";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+describe("import rules (layers, engines, VPPS stages, cycles)", () => {
+  const edges = importGraph(ROOT);
+
+  test("src/ keeps every rule", () => {
+    assert.ok(edges.length > 200, `only ${edges.length} imports found`);
+    assert.deepEqual(checkImportRules(edges), []);
+  });
+
+  const before = new Set(checkImportRules(edges));
+  /** The problems a planted import adds to the tree's own. */
+  const planted = (e: Omit<ImportEdge, "line" | "typeOnly"> & { typeOnly?: boolean }) =>
+    checkImportRules([...edges, { line: 1, typeOnly: false, ...e }]).filter((l) => !before.has(l));
+
+  test("a planted import of a later layer fails", () => {
+    const p = planted({ from: "src/util/random.ts", to: "src/engines/cpu.ts" });
+    const want = /^src\/util\/random\.ts:1 imports src\/engines\/cpu\.ts: layer 'util' may not import .*'engines'/;
+    assert.ok(
+      p.some((l) => want.test(l)),
+      p.join("\n"),
+    );
+  });
+
+  test("a planted lateral import between engines fails, even type-only", () => {
+    const p = planted({ from: "src/engines/eager/engine.ts", to: "src/engines/vpps/vpps.ts", typeOnly: true });
+    assert.equal(p.length, 1);
+    assert.match(p[0]!, /engine unit 'eager' may not import 'vpps'/);
+  });
+
+  test("a planted import of a later VPPS stage fails", () => {
+    const p = planted({ from: "src/engines/vpps/plan/plan.ts", to: "src/engines/vpps/runtime/pipeline.ts" });
+    assert.ok(
+      p.some((l) => /VPPS stage 'plan' may not import the later stage 'runtime'/.test(l)),
+      p.join("\n"),
+    );
+  });
+
+  test("a planted cycle fails; a type-only back edge is no cycle", () => {
+    const e = edges.find((x) => !x.typeOnly && x.from.startsWith("src/ops/") && x.to.startsWith("src/graph/"))!;
+    assert.ok(e, "an ops -> graph import to reverse");
+    const back = { from: e.to, to: e.from };
+    assert.ok(planted(back).some((l) => l.startsWith("import cycle:")));
+    assert.ok(!planted({ ...back, typeOnly: true }).some((l) => l.startsWith("import cycle:")));
+  });
+
+  test("the parser sees static, re-exported, dynamic and type-only imports", () => {
+    const found = importsOf(
+      "x.ts",
+      `import { a } from "./a.js";\nimport type { B } from "./b.js";\nexport { c } from "./c.js";\nimport { type D } from "./d.js";\nconst e = await import("./e.js");\nimport x from "node:fs";\n`,
+    );
+    assert.deepEqual(
+      found.map((f) => `${f.spec}:${f.line}:${f.typeOnly}`),
+      ["./a.js:1:false", "./b.js:2:true", "./c.js:3:false", "./d.js:4:true", "./e.js:5:false"],
+    );
+  });
+});
