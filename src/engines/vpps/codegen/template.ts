@@ -36,7 +36,7 @@ import { dumpDirectory, dumpKernelSource } from "../instrument/dump.js";
 import { PROFILE_WORDS } from "../instrument/profile.js";
 import { TRACE_SLOTS } from "../instrument/trace.js";
 import { type VppsPlan, WARPS_PER_CTA } from "../plan/plan.js";
-import { MAX_INSTRUCTION_WORDS, OPCODE_COUNT } from "../script/format.js";
+import { MAX_INSTRUCTION_WORDS } from "../script/format.js";
 import {
   KERNEL_ERRORS,
   renderInstructionWords,

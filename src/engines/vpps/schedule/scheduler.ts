@@ -14,7 +14,7 @@
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
-import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
+import { LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
 import type { BatchSchedule } from "../script/batch-schedule.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
 import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
