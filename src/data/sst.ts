@@ -6,7 +6,7 @@
  * read on every run, and trees of any depth must not overflow the call stack.
  */
 
-import { readFileSync } from "node:fs";
+import { readTextFile } from "./text-file.js";
 import type { TreeNode } from "./tree.js";
 
 /** A malformed tree file. `line` and `column` are 1-based; the column counts Unicode code points. */
@@ -59,7 +59,7 @@ export function readTrees(path: string, opts?: ReadOptions): TreeNode[] {
   if (!(maxTrees >= 1) || (maxTrees !== Number.POSITIVE_INFINITY && !Number.isInteger(maxTrees))) {
     throw new RangeError(`readTrees: option 'maxTrees' must be an integer >= 1; got ${maxTrees}`);
   }
-  return parse(readFileSync(path, "utf8"), path, opts?.numLabels ?? DEFAULT_NUM_LABELS, maxTrees);
+  return parse(readTextFile(path, "tree file"), path, opts?.numLabels ?? DEFAULT_NUM_LABELS, maxTrees);
 }
 
 /** Fills an internal node's two child slots until the children are parsed; never in a returned tree. */

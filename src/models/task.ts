@@ -13,6 +13,8 @@
 import type { ComputationGraph, Expression } from "../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../model/parameters.js";
 
+export { DataError } from "../data/text-file.js";
+
 /** A model's options by key: what its command line options set (`--hidden 256` is `{ hidden: 256 }`). */
 export type ModelOptions = Readonly<Record<string, string | number>>;
 
@@ -136,14 +138,6 @@ export interface Task<E, V, O extends ModelOptions, M extends TaskModel<E>> {
 
 /** A task of any model, as the registry and the commands hold it. */
 export type AnyTask = Task<unknown, unknown, ModelOptions, TaskModel<unknown>>;
-
-/** A data file or directory that cannot be used (missing, malformed): the CLI prints it as one line. */
-export class DataError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "DataError";
-  }
-}
 
 /** Why `value` is not a value of `option`, or null when it is. */
 export function checkModelOption(option: ModelOption, value: unknown): string | null {
