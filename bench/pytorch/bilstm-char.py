@@ -14,7 +14,7 @@ from torch_common import Task, lstm, run_cli, table, torch, upload
 
 # vpps's names of the character model's parameters (the first-loss check of `vpps bench --reference`)
 CHAR_TABLE = "C"
-CHAR_DIRECTIONS = {"": ("Cx_f", "Ch_f", "cb_f"), "_reverse": ("Cx_b", "Ch_b", "cb_b")}
+CHAR_DIRECTIONS = {"": ("Wx_cf", "Wh_cf", "b_cf"), "_reverse": ("Wx_cb", "Wh_cb", "b_cb")}
 
 
 class CharTagger(BiLstmTagger):

@@ -161,7 +161,7 @@ class TaggedSentence:
         self.tag_columns = tag_columns
 
 
-_WS_TOKEN = re.compile(r"[^ \t\r\n\f\v]+")
+_WS_TOKEN = re.compile(r"[^ \t\r]+")  # separators: space, tab, CR (src/data/tagged.ts)
 
 
 def parse_tagged(text, file="<input>"):

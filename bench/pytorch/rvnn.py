@@ -16,7 +16,7 @@ class RvNN(nn.Module):
     def __init__(self, vocab_size, embed, hidden, labels=C.SST_LABELS):
         super().__init__()
         h = hidden
-        self.E_w = table(vocab_size, embed)
+        self.E = table(vocab_size, embed)
         self.W_leaf = matrix(h, embed)
         self.b_leaf = vector(h)
         self.W_int = matrix(h, 2 * h)
@@ -27,19 +27,19 @@ class RvNN(nn.Module):
         self.b_out = vector(labels)
 
     def tables(self):
-        return [self.E_w]
+        return [self.E]
 
     def load_vpps(self, w):
-        for name in ("E_w", "W_leaf", "b_leaf", "W_int", "b_int", "W_mlp", "b_mlp", "W_out", "b_out"):
+        for name in ("E", "W_leaf", "b_leaf", "W_int", "b_int", "W_mlp", "b_mlp", "W_out", "b_out"):
             w.set(getattr(self, name), w[name], name)
 
     def scores(self, flats):
         plan = C.tree_batch_plan(flats)
         pairs = [xs for level in plan.levels for xs in level]
         words, roots, root_labels, touched, *idx = upload(
-            self.E_w.device, plan.leaf_words, plan.roots, plan.root_labels, sorted(set(plan.leaf_words)), *pairs
+            self.E.device, plan.leaf_words, plan.roots, plan.root_labels, sorted(set(plan.leaf_words)), *pairs
         )
-        h_all = torch.tanh(F.linear(self.E_w.index_select(0, words), self.W_leaf, self.b_leaf))
+        h_all = torch.tanh(F.linear(self.E.index_select(0, words), self.W_leaf, self.b_leaf))
         for k in range(len(plan.levels)):
             hl = h_all.index_select(0, idx[2 * k])
             hr = h_all.index_select(0, idx[2 * k + 1])

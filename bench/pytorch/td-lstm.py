@@ -1,7 +1,7 @@
 """PyTorch reference of vpps's TD-LSTM (issue 16, /work/tools/MODELS16.md `td-lstm`): the TD-RNN's pyramid with the
 binary Tree-LSTM cell, level-batched — level k of every sentence of the batch is one product and one cell pass.
 
-Leaves: [i; o; u] = W_leaf·E_w[word] + b_leaf, c = σ(i)⊙tanh(u), h = σ(o)⊙tanh(c).
+Leaves: [i; o; u] = W_leaf·E[word] + b_leaf, c = σ(i)⊙tanh(u), h = σ(o)⊙tanh(c).
 Adjacent nodes l = i, r = i+1 of the level below: [i; o; u; f_l; f_r] = U_l·h_l + U_r·h_r + b_node,
 c = σ(i)⊙tanh(u) + σ(f_l)⊙c_l + σ(f_r)⊙c_r, h = σ(o)⊙tanh(c). U_l and U_r are one stacked [10H, H] product per
 level (each node multiplied once), then gathered. Root h → tanh(W_mlp·h + b_mlp) → W_out·· + b_out → softmax loss.
@@ -18,7 +18,7 @@ class TdLstm(nn.Module):
         super().__init__()
         h = hidden
         self.hidden = h
-        self.E_w = table(vocab_size, embed)
+        self.E = table(vocab_size, embed)
         self.W_leaf = matrix(3 * h, embed)
         self.b_leaf = vector(3 * h)
         self.U_lr = stacked((5 * h, h), (5 * h, h))  # [U_l; U_r]
@@ -29,11 +29,11 @@ class TdLstm(nn.Module):
         self.b_out = vector(labels)
 
     def tables(self):
-        return [self.E_w]
+        return [self.E]
 
     def load_vpps(self, w):
         w.set(self.U_lr, torch.cat([w["U_l"], w["U_r"]], 0), "U_l; U_r")
-        for name in ("E_w", "W_leaf", "b_leaf", "b_node", "W_mlp", "b_mlp", "W_out", "b_out"):
+        for name in ("E", "W_leaf", "b_leaf", "b_node", "W_mlp", "b_mlp", "W_out", "b_out"):
             w.set(getattr(self, name), w[name], name)
 
     def scores(self, sentences):
@@ -41,12 +41,12 @@ class TdLstm(nn.Module):
         plan = C.pyramid_plan([len(s.ids) for s in sentences])
         words = [i for s in sentences for i in s.ids]
         pairs = [xs for level in plan.levels for xs in level]
-        ts = upload(self.E_w.device, words, [s.label for s in sentences], sorted(set(words)), plan.root_perm,
+        ts = upload(self.E.device, words, [s.label for s in sentences], sorted(set(words)), plan.root_perm,
                     *plan.root_rows, *pairs)
         words_t, labels, touched, perm = ts[:4]
         root_rows = ts[4 : 4 + len(plan.root_rows)]
         idx = ts[4 + len(plan.root_rows) :]
-        i, o, u = F.linear(self.E_w.index_select(0, words_t), self.W_leaf, self.b_leaf).chunk(3, 1)
+        i, o, u = F.linear(self.E.index_select(0, words_t), self.W_leaf, self.b_leaf).chunk(3, 1)
         c = torch.sigmoid(i) * torch.tanh(u)
         h = torch.sigmoid(o) * torch.tanh(c)
         roots = [h.index_select(0, root_rows[0])]

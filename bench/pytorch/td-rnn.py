@@ -1,7 +1,7 @@
 """PyTorch reference of vpps's TD-RNN (issue 16, /work/tools/MODELS16.md `td-rnn`): a pyramid over the sentence,
 level-batched — level k of every sentence of the batch is one product and one elementwise pass.
 
-Level 0: x_i = E_w[word_i]. Level k+1: x_i = tanh(W_L·x_i + W_R·x_{i+1} + b), one shared composition, until one
+Level 0: x_i = E[word_i]. Level k+1: x_i = tanh(W_L·x_i + W_R·x_{i+1} + b), one shared composition, until one
 vector remains (n words: n(n−1)/2 compositions; a one-word sentence's root is its embedding). W_L and W_R are one
 stacked [2H, H] product per level (each node is multiplied once, as a left and as a right input), then gathered.
 Root: tanh(W_mlp·root + b_mlp) → W_out·· + b_out → softmax cross-entropy against the SST root label.
@@ -20,7 +20,7 @@ class TdRnn(nn.Module):
             raise C.DataError(f"td-rnn: --embed ({embed}) must equal --hidden ({hidden}): one composition of both")
         h = hidden
         self.hidden = h
-        self.E_w = table(vocab_size, embed)
+        self.E = table(vocab_size, embed)
         self.W_LR = stacked((h, h), (h, h))  # [W_L; W_R]
         self.b = vector(h)
         self.W_mlp = matrix(h, h)
@@ -29,11 +29,11 @@ class TdRnn(nn.Module):
         self.b_out = vector(labels)
 
     def tables(self):
-        return [self.E_w]
+        return [self.E]
 
     def load_vpps(self, w):
         w.set(self.W_LR, torch.cat([w["W_L"], w["W_R"]], 0), "W_L; W_R")
-        for name in ("E_w", "b", "W_mlp", "b_mlp", "W_out", "b_out"):
+        for name in ("E", "b", "W_mlp", "b_mlp", "W_out", "b_out"):
             w.set(getattr(self, name), w[name], name)
 
     def scores(self, sentences):
@@ -41,12 +41,12 @@ class TdRnn(nn.Module):
         plan = C.pyramid_plan([len(s.ids) for s in sentences])
         words = [i for s in sentences for i in s.ids]
         pairs = [xs for level in plan.levels for xs in level]
-        ts = upload(self.E_w.device, words, [s.label for s in sentences], sorted(set(words)), plan.root_perm,
+        ts = upload(self.E.device, words, [s.label for s in sentences], sorted(set(words)), plan.root_perm,
                     *plan.root_rows, *pairs)
         words_t, labels, touched, perm = ts[:4]
         root_rows = ts[4 : 4 + len(plan.root_rows)]
         idx = ts[4 + len(plan.root_rows) :]
-        x = self.E_w.index_select(0, words_t)
+        x = self.E.index_select(0, words_t)
         roots = [x.index_select(0, root_rows[0])]
         for k in range(len(plan.levels)):
             p = F.linear(x, self.W_LR)
