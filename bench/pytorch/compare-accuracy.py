@@ -165,28 +165,27 @@ def fmt(x, digits=2):
 def markdown(result):
     o = result
     lines = [
-        f"# Accuracy: vpps ({o['engine']} engine) against the PyTorch references",
+        "# Accuracy: vpps's autobatch engine against the PyTorch references",
         "",
-        f"{o['device']}, {o['date']}. Adam, learning rate 0.001, batch 16, clip 5 on the global gradient norm, loss "
-        f"summed over the batch; seeds {', '.join(map(str, o['seeds']))} on each side (initialisation and "
-        f"shuffling; the two sides' initial weights differ, from the same distributions). Dev metric of the "
-        f"{o['pick']} epoch, in points. Training data: "
-        f"{'all' if o['maxSentences'] is None else 'the first ' + str(o['maxSentences'])} training sentences. "
-        f"SST: {o['data']['sst']}; tagged: {o['data']['tagged']} (split seed 1). Bound: |Δ mean| ≤ max(1.5, 2σ) "
-        "for root accuracy, max(2, 2σ) for entity F1; σ the larger side's seed standard deviation (n − 1).",
+        "Adam, learning rate 0.001, batch 16, clip 5 on the global gradient norm, loss summed over the batch; the same "
+        "seeds on each side (initialisation and shuffling; the two sides' initial weights differ, drawn from the same "
+        "distributions). Dev metric (root accuracy or entity F1) of the picked epoch, in points. Held-out split: SST "
+        "dev.txt; the tagged data's dev part of the seeded split (--split-seed 1). Bound: |Δ mean| ≤ max(1.5, 2σ) for "
+        "root accuracy, max(2, 2σ) for entity F1; σ the larger side's seed standard deviation (n − 1).",
         "",
-        "| model | metric | epochs | vpps per seed | vpps mean ± σ | PyTorch per seed | PyTorch mean ± σ | Δ | bound | "
-        "pass |",
-        "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |",
+        "| model | metric | epochs | training sentences | epoch | vpps per seed | vpps mean ± σ | PyTorch per seed | "
+        "PyTorch mean ± σ | Δ | bound | pass |",
+        "| --- | --- | ---: | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | --- |",
     ]
     for m in o["models"]:
         per = lambda side: ", ".join(f"{r['metric']:.2f}" for r in side["runs"]) or "–"  # noqa: E731
         v = m["verdict"]
         ok = "–" if v["pass"] is None else "yes" if v["pass"] else "**no**"
         lines.append(
-            f"| {m['model']} | {m['metric']} | {m['epochs']} | {per(m['vpps'])} | {fmt(m['vpps']['mean'])} ± "
-            f"{fmt(m['vpps']['std'])} | {per(m['reference'])} | {fmt(m['reference']['mean'])} ± "
-            f"{fmt(m['reference']['std'])} | {fmt(v['difference'])} | {fmt(v['bound'])} | {ok} |"
+            f"| {m['model']} | {m['metric']} | {m['epochs']} | {m['maxSentences'] or 'all'} | {m['pick']} | "
+            f"{per(m['vpps'])} | {fmt(m['vpps']['mean'])} ± {fmt(m['vpps']['std'])} | {per(m['reference'])} | "
+            f"{fmt(m['reference']['mean'])} ± {fmt(m['reference']['std'])} | {fmt(v['difference'])} | "
+            f"{fmt(v['bound'])} | {ok} |"
         )
     taggers = [m for m in o["models"] if m["model"] in TAGGERS]
     if taggers:
@@ -200,7 +199,9 @@ def markdown(result):
               for e in m[side]["errors"]]
     if errors:
         lines += ["", "Runs that failed:", ""] + errors
-    lines += ["", f"Command: `{o['command']}`; wall time {o['wallSeconds'] / 60:.1f} min with -j {o['jobs']}.", ""]
+    lines += ["", "Measured (model: device, date, data, command):", ""]
+    lines += [f"- {m['model']}: {m['device']}, {m['date']}, {m['data']}, `{m['command']}`" for m in o["models"]]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -221,6 +222,7 @@ def main(argv=None):
     p.add_argument("--python", default=sys.executable or "python3")
     p.add_argument("--device", help="--device of both sides: cpu, or cuda (vpps: cuda:N); default: each side's auto")
     p.add_argument("--out", help="results folder (default bench/results/<device>/)")
+    p.add_argument("--fresh", action="store_true", help="drop the other models' entries of an earlier accuracy.json")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     a = p.parse_args(argv)
     models = [m.strip() for m in a.models.split(",") if m.strip()]
@@ -260,42 +262,57 @@ def main(argv=None):
             j = j.result()
             what = j.error or f"best {100 * j.result['bestDevAccuracy']:.2f}"
             print(f"{j.model} {j.side} seed {j.seed}: {what} ({j.seconds:.0f} s)", file=sys.stderr)
-    result = {
-        "benchmark": "accuracy",
-        "command": shlex.join([os.path.relpath(sys.argv[0], ROOT), *(argv if argv is not None else sys.argv[1:])]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device,
-        "machine": {"host": platform.node(), "cores": os.cpu_count(), "python": platform.python_version()},
-        "engine": a.engine,
-        "seeds": seeds,
-        "pick": a.pick,
-        "maxSentences": a.max_sentences,
-        "data": {"sst": shown_path(a.sst), "tagged": shown_path(a.tagged)},
-        "training": {"optimizer": "adam", "learningRate": 0.001, "batch": 16, "clip": 5, "loss": "sum over batch"},
-        "jobs": a.jobs,
-        "wallSeconds": time.perf_counter() - t0,
-        "models": [],
-    }
+    command = shlex.join([os.path.relpath(sys.argv[0], ROOT), *(argv if argv is not None else sys.argv[1:])])
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    wall = time.perf_counter() - t0
+    entries = {}
     for model in models:
         ours = side_of([j for j in jobs if j.model == model and j.side == "vpps"], a.pick)
         ref = side_of([j for j in jobs if j.model == model and j.side == "reference"], a.pick)
-        result["models"].append({
+        entries[model] = {
             "model": model,
             "metric": "entity F1" if model in TAGGERS else "root accuracy",
             "epochs": a.epochs or EPOCHS[model],
+            "maxSentences": a.max_sentences,
+            "seeds": seeds,
+            "pick": a.pick,
+            "engine": a.engine,
+            "data": shown_path(a.tagged if model in TAGGERS else a.sst),
+            "date": now,
+            "device": device,
+            "command": command,
             "vpps": ours,
             "reference": ref,
             "verdict": verdict(model, ours, ref),
-        })
-    with open(os.path.join(out, "accuracy.json"), "w", encoding="utf-8") as f:
+        }
+    # models measured by earlier runs into the same folder stay (each entry says how and when it was measured)
+    path = os.path.join(out, "accuracy.json")
+    kept = []
+    if os.path.exists(path) and not a.fresh:
+        with open(path, encoding="utf-8") as f:
+            kept = [m for m in json.load(f).get("models", []) if m.get("model") not in entries and "command" in m]
+    merged = sorted(kept + list(entries.values()), key=lambda m: MODELS.index(m["model"]))
+    result = {
+        "benchmark": "accuracy",
+        "command": command,
+        "date": now,
+        "device": device,
+        "machine": {"host": platform.node(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "training": {"optimizer": "adam", "learningRate": 0.001, "batch": 16, "clip": 5, "loss": "sum over batch",
+                     "split": "tagged data: seeded split, --split-seed 1; SST: train.txt / dev.txt"},
+        "jobs": a.jobs,
+        "wallSeconds": wall,
+        "models": merged,
+    }
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
     text = markdown(result)
     with open(os.path.join(out, "accuracy.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
-    print(f"wrote {os.path.join(out, 'accuracy.json')} and accuracy.md", file=sys.stderr)
-    verdicts = [m["verdict"]["pass"] for m in result["models"]]
+    print(f"wrote {path} and accuracy.md", file=sys.stderr)
+    verdicts = [m["verdict"]["pass"] for m in entries.values()]
     return 0 if all(v is True for v in verdicts) else 1
 
 

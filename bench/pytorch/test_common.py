@@ -212,5 +212,37 @@ class Batches(unittest.TestCase):
         self.assertEqual(C.batch_at(items, 16, 3), items)
 
 
+def load_harness():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compare-accuracy.py")
+    spec = importlib.util.spec_from_file_location("compare_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class AccuracyHarness(unittest.TestCase):
+    def test_device_folder_as_the_bench_names_it(self):
+        h = load_harness()
+        self.assertEqual(h.device_slug("NVIDIA H100 80GB HBM3"), "h100")
+        self.assertEqual(h.device_slug("NVIDIA H200"), "h200")
+        self.assertEqual(h.device_slug("Intel(R) Xeon(R) Processor @ 2.50GHz (2 cores)"), "cpu-intel-xeon-2c")
+
+    def test_bound_uses_the_larger_seed_std(self):
+        h = load_harness()
+        side = lambda xs: {"runs": [{}] * len(xs), "errors": [], "mean": h.stats(xs)[0], "std": h.stats(xs)[1]}  # noqa: E731
+        self.assertEqual(h.stats([1.0, 2.0, 3.0]), (2.0, 1.0))  # sample std (n − 1)
+        v = h.verdict("treelstm", side([48.0, 49.0, 50.0]), side([47.0, 47.5, 48.0]))
+        self.assertEqual((v["sigma"], v["bound"], v["difference"], v["pass"]), (1.0, 2.0, 1.5, True))
+        v = h.verdict("treelstm", side([48.0, 48.0, 48.0]), side([46.0, 46.0, 46.0]))
+        self.assertEqual((v["bound"], v["pass"]), (1.5, False))  # the floor: max(1.5, 2σ) with σ = 0
+        v = h.verdict("bilstm", side([80.0, 80.0, 80.0]), side([78.5, 78.5, 78.5]))
+        self.assertEqual((v["bound"], v["pass"]), (2.0, True))  # taggers: max(2, 2σ)
+        failed = side([48.0])
+        failed["errors"] = ["seed 2: exit status 1"]
+        self.assertIsNone(h.verdict("rvnn", failed, side([48.0, 49.0]))["pass"])
+
+
 if __name__ == "__main__":
     unittest.main()
