@@ -28,19 +28,20 @@ export interface TrainCommandOptions {
 /** `vpps train <model>`: trains, reports progress on stderr and results on stdout. */
 export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
   const noun = task.data.noun;
-  const data = opts.data
-    ? task.data.fromDirectory(opts.data, opts.maxSentences ? { maxTrain: opts.maxSentences } : {})
-    : task.data.synthetic.make(opts.seed);
-  const trainSet = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
   let options = pickModelOptions(task, opts);
   const saved = opts.resume ? readRun(task, opts.resume, "--resume", options) : null;
   if (saved) {
-    // the model's shape and vocabulary are the checkpoint's, whatever the command line says
+    // the model's shape and vocabulary are the checkpoint's, whatever the command line says (and so is the split
+    // of a data file, where a model option chooses it)
     options = saved.options;
     Object.assign(opts, options);
     opts.out ??= opts.resume;
   }
-  const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet);
+  const data = opts.data
+    ? task.data.fromDirectory(opts.data, { ...(opts.maxSentences ? { maxTrain: opts.maxSentences } : {}), options })
+    : task.data.synthetic.make(opts.seed);
+  const trainSet = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
+  const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet, options);
   const optimizer: OptimizerName = opts.optimizer ?? "adam";
   const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {

@@ -56,8 +56,11 @@ export interface TaskData<E> {
   readonly help: string;
   /** What the examples are called in messages and help ("trees", "sentences"). */
   readonly noun: string;
-  /** The train, dev (and test, when asked for) splits of directory `dir`, as `--data dir` names it. */
-  fromDirectory(dir: string, opts: { maxTrain?: number; test?: boolean }): Dataset<E>;
+  /**
+   * The train, dev (and test, when asked for) splits of directory `dir`, as `--data dir` names it. `options`: the
+   * model's options, where they choose the split (the taggers' `--split-seed`); the defaults when absent.
+   */
+  fromDirectory(dir: string, opts: { maxTrain?: number; test?: boolean; options?: ModelOptions }): Dataset<E>;
   /** Every example of one file in the format of the directory's files. */
   fromFile(path: string): E[];
   /** The task generated in code when no `--data` is given (so that a fresh machine can train): one line, and the split. */
@@ -66,8 +69,11 @@ export interface TaskData<E> {
 
 /** Builds, saves and restores a task's vocabulary. */
 export interface TaskVocabulary<E, V> {
-  /** The vocabulary of the training examples. */
-  build(train: readonly E[]): V;
+  /**
+   * The vocabulary of the training examples; `options`: the model's options, where they shape it (bilstm-char's
+   * `--min-count`), the defaults when absent.
+   */
+  build(train: readonly E[], options?: ModelOptions): V;
   /** What `state.json` holds under "vocabulary". */
   toJSON(vocab: V): unknown;
   /** The vocabulary `toJSON` saved; throws naming what is malformed. */

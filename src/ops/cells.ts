@@ -60,6 +60,13 @@ export function lstmStep(gates: ExprLike, cPrev: ExprLike): Expression {
   return lstmCell(gates, [cPrev]);
 }
 
+/** `lstmStep` of nodes gates and cPrev of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function cellNode1(g: ComputationGraph, gates: number, cPrev: number): number {
+  const h = hiddenOf(g, gates, 1);
+  memoryOf(g, cPrev, 1, h);
+  return g.addNode2(Op.LstmCell, 2 * h, 1, gates, cPrev, 1);
+}
+
 /** A binary Tree-LSTM node: gates [i; o; u; f₁; f₂] (5H), children's memories c₁, c₂ → [h; c]. */
 export function treeLstmNode(gates: ExprLike, c1: ExprLike, c2: ExprLike): Expression {
   const gx = gates instanceof Expression;
