@@ -7,7 +7,7 @@
  * rewards all three things a tagger can learn: the word itself, its context (the BiLSTM), and its spelling (the
  * character model, for names seen fewer than 5 times).
  */
-import { RandomStream, deriveKey } from "../util/random.js";
+import { deriveKey, RandomStream } from "../util/random.js";
 import type { TaggedSentence } from "./tagged.js";
 
 const FILLER = [

@@ -11,7 +11,7 @@
  */
 import { existsSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { checkTags, readTagged, TagSet, type TaggedSentence } from "./tagged.js";
+import { checkTags, readTagged, type TaggedSentence, TagSet } from "./tagged.js";
 import { DataError } from "./text-file.js";
 
 const FNV_OFFSET_BASIS = 0x811c9dc5;

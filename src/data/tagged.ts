@@ -91,7 +91,8 @@ export function parseTagged(text: string, file = "<input>"): TaggedSentence[] {
         c = text.charCodeAt(++p);
       }
       const token = (): string => cutForMessage(text.slice(start, p));
-      if (bar < 0) throw new TaggedFormatError(file, lineNo, startColumn, `expected word|TAG, found '${token()}' (no '|')`);
+      if (bar < 0)
+        throw new TaggedFormatError(file, lineNo, startColumn, `expected word|TAG, found '${token()}' (no '|')`);
       if (bar === start) {
         throw new TaggedFormatError(file, lineNo, startColumn, `empty word: expected word|TAG, found '${token()}'`);
       }
@@ -149,7 +150,8 @@ export class TagSet {
     }
     const seen = new Set<string>();
     json.forEach((t, i) => {
-      if (typeof t !== "string" || t === "") throw new TypeError(`TagSet.fromJSON: entry ${i} must be a non-empty string`);
+      if (typeof t !== "string" || t === "")
+        throw new TypeError(`TagSet.fromJSON: entry ${i} must be a non-empty string`);
       if (seen.has(t)) throw new Error(`TagSet.fromJSON: entry ${i} ${JSON.stringify(t)} is a duplicate`);
       seen.add(t);
     });
@@ -196,7 +198,7 @@ export function tagIndices(s: TaggedSentence, tags: TagSet, split?: string, of =
         s.file,
         s.line,
         s.tagColumns[k]!,
-        `unknown tag '${cutForMessage(s.tags[k]!)}'${split ? ` in ${split}` : ""}: expected one of ${of}'s tags (${tags.describe()})`,
+        `unknown tag '${cutForMessage(s.tags[k]!)}'${split ? ` in ${split}` : ""}: expected one of the tags of ${of} (${tags.describe()})`,
       );
     }
     out[k] = i;

@@ -7,11 +7,7 @@ import { charBiLstmTask } from "./bilstm-char/task.js";
 import type { AnyTask } from "./task.js";
 import { treeLstmTask } from "./treelstm/task.js";
 
-export const MODELS: readonly AnyTask[] = [
-  treeLstmTask,
-  biLstmTask,
-  charBiLstmTask,
-];
+export const MODELS: readonly AnyTask[] = [treeLstmTask, biLstmTask, charBiLstmTask];
 
 /** The model named `name`; an unknown name is refused with the list of known ones. */
 export function findModel(name: string): AnyTask {

@@ -136,8 +136,7 @@ export function lstmSequence(
   let c = zeros.node(cg, H);
   for (let s = 0; s < n; s++) {
     const t = reverse ? n - 1 - s : s;
-    const gates =
-      h < 0 ? affineNode(cg, b, Wx, xs[t]!) : affine5Node(cg, b, Wx, xs[t]!, cg.parameterNode(w.Wh), h);
+    const gates = h < 0 ? affineNode(cg, b, Wx, xs[t]!) : affine5Node(cg, b, Wx, xs[t]!, cg.parameterNode(w.Wh), h);
     const hc = cellNode1(cg, gates, c);
     h = pickRangeNode(cg, hc, 0, H);
     c = pickRangeNode(cg, hc, H, 2 * H);
@@ -164,7 +163,8 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
   constructor(opts: BiLstmTaggerOptions) {
     for (const key of ["vocabSize", "tags", "embed", "hidden", "mlp"] as const) {
       const v = opts[key];
-      if (!Number.isInteger(v) || v < 1) throw new ShapeError(`BiLstmTagger: '${key}' must be a positive integer; got ${v}`);
+      if (!Number.isInteger(v) || v < 1)
+        throw new ShapeError(`BiLstmTagger: '${key}' must be a positive integer; got ${v}`);
     }
     this.embed = opts.embed;
     this.hidden = opts.hidden;

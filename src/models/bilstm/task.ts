@@ -3,9 +3,10 @@
  * --split-seed, or the synthetic named-entity task), the tagger vocabulary, entity F1 and token accuracy, the
  * options every tagger takes. bilstm-char/task.ts is the same task with character features.
  */
+
+import { splitSyntheticTagged } from "../../data/synthetic-tagged.js";
 import { readTagged, type TaggedSentence } from "../../data/tagged.js";
 import { loadTaggedSplits } from "../../data/tagged-split.js";
-import { splitSyntheticTagged } from "../../data/synthetic-tagged.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../../model/parameters.js";
 import type { SpelledSentence } from "../bilstm-char/model.js";
@@ -73,8 +74,20 @@ const positiveInt = { kind: "positive-int" } as const;
 /** The options of every tagger (sizes first, as `vpps plan` names them). */
 export const TAGGER_OPTIONS: readonly ModelOption[] = [
   { key: "embed", flag: "--embed <n>", help: "word embedding size", type: positiveInt, planLabel: "embedding" },
-  { key: "hidden", flag: "--hidden <n>", help: "LSTM hidden size per direction", type: positiveInt, planLabel: "hidden" },
-  { key: "mlp", flag: "--mlp <n>", help: "width of the tanh layer before the output", type: positiveInt, planLabel: "MLP" },
+  {
+    key: "hidden",
+    flag: "--hidden <n>",
+    help: "LSTM hidden size per direction",
+    type: positiveInt,
+    planLabel: "hidden",
+  },
+  {
+    key: "mlp",
+    flag: "--mlp <n>",
+    help: "width of the tanh layer before the output",
+    type: positiveInt,
+    planLabel: "MLP",
+  },
   {
     key: "splitSeed",
     flag: "--split-seed <n>",

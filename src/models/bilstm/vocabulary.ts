@@ -6,10 +6,10 @@
  */
 import {
   characterVocabulary,
-  TagSet,
   type TaggedSentence,
-  tagIndices,
+  TagSet,
   taggedWordVocabulary,
+  tagIndices,
 } from "../../data/tagged.js";
 import { Vocabulary } from "../../data/vocab.js";
 import type { SpelledSentence } from "../bilstm-char/model.js";
