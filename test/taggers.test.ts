@@ -246,7 +246,7 @@ describe("the taggers' tasks", () => {
 describe("learning the synthetic task through the training loop", () => {
   test("both taggers reach a high entity F1 in two epochs (tiny sizes); evaluation is deterministic", () => {
     const data = biLstmTask.data.synthetic.make(2);
-    const trainSet = data.train.slice(0, 500);
+    const trainSet = data.train.slice(0, 400);
     for (const task of TASKS) {
       const options = { ...task.defaults, embed: 12, hidden: 12, mlp: 12, charEmbed: 6 };
       const vocab = task.vocabulary.build(trainSet, options);
@@ -266,7 +266,7 @@ describe("learning the synthetic task through the training loop", () => {
       const last = summary.epochs[1]!;
       assert.deepEqual(Object.keys(last.devMetrics), ["entityF1", "tokenAccuracy"]);
       assert.equal(last.devAccuracy, last.devMetrics.entityF1);
-      // always O gives F1 0 and 73% of the tokens
+      // always O gives entity F1 0 and 77% of the tokens
       assert.ok(last.devMetrics.entityF1! > 0.8, `${task.name}: entity F1 ${last.devMetrics.entityF1}`);
       assert.ok(last.devMetrics.tokenAccuracy! > 0.9, `${task.name}: token accuracy ${last.devMetrics.tokenAccuracy}`);
       const again = evaluate(model, task.metrics, vocab, new CpuEngine(model.params), data.dev);
