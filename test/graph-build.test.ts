@@ -8,6 +8,7 @@ import { ComputationGraph, ShapeError } from "../src/graph/graph.js";
 import { Op } from "../src/graph/opcodes.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";
+import { cellNode1 } from "../src/ops/cells.js";
 import {
   affine,
   concat,
@@ -21,7 +22,7 @@ import {
   treeLstmLeaf,
   treeLstmNode,
 } from "../src/ops/index.js";
-import { affine3 } from "../src/ops/linear.js";
+import { affine3, affine5Node } from "../src/ops/linear.js";
 import { concat2, concat3 } from "../src/ops/structure.js";
 
 /*
@@ -234,6 +235,34 @@ describe("fixed-arity builders build the general builders' nodes and fail with t
     const x = input(cg, [1, 2, 3, 4]);
     affine3(b, W, x);
     assert.deepEqual(last(cg), { op: Op.Affine, rows: 3, cols: 1, args: [1, 2, 0], aux: 0, depth: 1 });
+  });
+
+  test("node builders of an LSTM step (affine5Node, cellNode1) build affine([b, W, x, U, h]) and lstmStep's nodes", () => {
+    const U = pc.addParameters([3, 2], undefined, "U");
+    const g1 = new ComputationGraph();
+    const g2 = new ComputationGraph();
+    const build = (g: ComputationGraph, fast: boolean) => {
+      const x = input(g, [1, 2, 3, 4]);
+      const h = input(g, [5, 6]);
+      const gates = fast
+        ? g.expression(affine5Node(g, g.parameterNode(b), g.parameterNode(W), x.id, g.parameterNode(U), h.id))
+        : affine([b, W, x, U, h]);
+      const wide = concat([gates, gates, gates, gates]);
+      const c = input(g, [0, 0, 0]);
+      return fast ? g.expression(cellNode1(g, wide.id, c.id)) : lstmStep(wide, c);
+    };
+    assert.equal(build(g2, true).id, build(g1, false).id);
+    for (let i = 0; i < g1.size; i++) assert.equal(g2.describe(i), g1.describe(i));
+    assert.deepEqual([...g2.aux.subarray(0, g2.size)], [...g1.aux.subarray(0, g1.size)]);
+    const g = new ComputationGraph();
+    const [x, h, p] = [input(g, [1, 2, 3, 4]).id, input(g, [1, 2]).id, (q: typeof W) => g.parameterNode(q)];
+    const fails = (f: () => unknown, re: RegExp) =>
+      assert.throws(f, (e: unknown) => e instanceof ShapeError && re.test(e.message));
+    fails(() => affine5Node(g, p(b), p(W), x, p(U), x), /^affine: argument 'W2' has shape \[3,2\]; x2 has length 4$/);
+    fails(() => affine5Node(g, p(b), p(W), h, p(U), h), /^affine: argument 'W1' has shape \[3,4\]; x1 has length 2$/);
+    fails(() => affine5Node(g, h, p(W), x, p(U), h), /^affine: argument 'W1' has shape \[3,4\]; b has length 2$/);
+    fails(() => cellNode1(g, x, x), /^lstmCell: argument 'c1' has length 4; gates imply H = 1$/);
+    fails(() => cellNode1(g, h, h), /^lstmCell: argument 'gates' has length 2; with 1 children it must be 4·H$/);
   });
 
   const cg = new ComputationGraph();
