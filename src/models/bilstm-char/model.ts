@@ -12,17 +12,11 @@ import {
   BiLstmTagger,
   type BiLstmTaggerOptions,
   biLstmTaggerShapes,
-  type EncodedSentence,
   type LstmWeights,
   lstmSequence,
+  type SpelledSentence,
   shapesOf,
 } from "../bilstm/model.js";
-
-/** A sentence as the character model reads it: per word, its characters when it is spelled (null: looked up). */
-export interface SpelledSentence extends EncodedSentence {
-  /** Per word: the indices of its characters (code points) when the word is not in the word table, else null. */
-  readonly spelled: readonly (Int32Array | null)[];
-}
 
 export interface CharTaggerOptions extends BiLstmTaggerOptions {
   /** Rows of the character table: the characters and the unknown character (index 0). */

@@ -21,6 +21,15 @@ export interface EncodedSentence {
   readonly tags: Int32Array;
 }
 
+/**
+ * A sentence as either tagger reads it (`TaggerVocabulary.encode`): the character model also reads, per word, its
+ * characters when it is spelled (null: looked up); the word-only tagger ignores them.
+ */
+export interface SpelledSentence extends EncodedSentence {
+  /** Per word: the indices of its characters (code points) when the word is not in the word table, else null. */
+  readonly spelled: readonly (Int32Array | null)[];
+}
+
 export interface BiLstmTaggerOptions {
   /** Rows of the word table (`<unk>` included). */
   vocabSize: number;

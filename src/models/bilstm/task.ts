@@ -9,10 +9,9 @@ import { readTagged, type TaggedSentence } from "../../data/tagged.js";
 import { loadTaggedSplits } from "../../data/tagged-split.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../../model/parameters.js";
-import type { SpelledSentence } from "../bilstm-char/model.js";
 import { entityF1, tokenAccuracy } from "../metrics.js";
 import { checkModelOption, type ModelOption, type ModelOptions, type Task, type TaskModel } from "../task.js";
-import { BiLstmTagger, biLstmTaggerShapes } from "./model.js";
+import { BiLstmTagger, biLstmTaggerShapes, type SpelledSentence } from "./model.js";
 import { TaggerVocabulary } from "./vocabulary.js";
 
 /** The options of every tagger: sizes, and the seed of the split of a single data file. */
@@ -157,7 +156,7 @@ export function taggerTask<O extends TaggerOptions>(
     create: (o, vocab, seed) => new TaggerTaskModel(spec.createNet(o, vocab, seed), vocab),
     parameterShapes: (o, vocabSize) => spec.parameterShapes(o, vocabSize),
     describe: (o) => spec.describe(o),
-    savedOptions: (o) => Object.fromEntries(options.map((spec) => [spec.key, o[spec.key as keyof O]])),
+    savedOptions: (o) => Object.fromEntries(options.map((opt) => [opt.key, o[opt.key as keyof O]])),
     restoreOptions(saved, current) {
       if (typeof saved !== "object" || saved === null) throw new Error(`"options" must be an object; got ${saved}`);
       const record = saved as Record<string, unknown>;

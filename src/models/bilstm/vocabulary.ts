@@ -12,7 +12,7 @@ import {
   tagIndices,
 } from "../../data/tagged.js";
 import { Vocabulary } from "../../data/vocab.js";
-import type { SpelledSentence } from "../bilstm-char/model.js";
+import type { SpelledSentence } from "./model.js";
 
 export class TaggerVocabulary {
   constructor(
