@@ -6,13 +6,17 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { syntheticTaggedSentences } from "../src/data/synthetic-tagged.js";
 import { parseTagged, TaggedFormatError } from "../src/data/tagged.js";
 import { AutobatchCpuEngine } from "../src/engines/autobatch/cpu-batched.js";
 import { AutobatchGpuEngine } from "../src/engines/autobatch/gpu-engine.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import type { Engine } from "../src/engines/engine.js";
+import { planVpps } from "../src/engines/vpps/plan/plan.js";
+import { refusedOps } from "../src/engines/vpps/schedule/kernel-table.js";
 import { ComputationGraph, ShapeError } from "../src/graph/graph.js";
+import { Op } from "../src/graph/opcodes.js";
 import { onChipMatrices, type ParameterCollection } from "../src/model/parameters.js";
 import { biLstmTaggerShapes } from "../src/models/bilstm/model.js";
 import { biLstmTask, PLAN_TAGS, type TaggerTaskModel } from "../src/models/bilstm/task.js";
@@ -84,6 +88,24 @@ describe("the taggers' graphs", () => {
         };
         assert.equal(await compareWithCpu(make, engine), "", `${task.name} on ${engine.name}`);
       }
+    }
+  });
+
+  test("VPPS runs the taggers: no op of their graphs is refused, and the paper's sizes fit an H100's registers", () => {
+    const refused = refusedOps();
+    for (const task of TASKS) {
+      const { model } = tiny(task);
+      const cg = new ComputationGraph();
+      model.buildBatchLoss(cg, TRAIN);
+      const ops = new Set<number>();
+      for (let i = 0; i < cg.size; i++) ops.add(cg.op[i]!);
+      assert.ok(ops.has(Op.LstmCell) && ops.has(Op.Input) && ops.has(Op.Lookup), [...ops].map((o) => Op[o]).join());
+      for (const op of ops) assert.equal(refused[op], 0, `${task.name}: VPPS refuses ${Op[op]}`);
+      const plan = planVpps(onChipMatrices(task.parameterShapes(task.defaults, 1)), H100_SXM);
+      assert.ok(
+        plan.matrices.every((m) => m.gradients === "registers"),
+        `${task.name}: gradients in registers`,
+      );
     }
   });
 
