@@ -41,7 +41,7 @@ function charSizes(o: Omit<CharTaggerOptions, "seed">) {
 }
 
 /** Each character LSTM's hidden size: half the word embedding, so that [f_last; b_last] is a word embedding. */
-function charHidden(embed: number): number {
+export function charHidden(embed: number): number {
   if (embed % 2 !== 0) {
     throw new ShapeError(
       `bilstm-char: --embed ${embed} must be even: a spelled word's embedding is the two character LSTMs' final ` +

@@ -4,7 +4,7 @@
  */
 import { PLAN_TAGS, TAGGER_DEFAULTS, type TaggerOptions, taggerTask } from "../bilstm/task.js";
 import { TaggerVocabulary } from "../bilstm/vocabulary.js";
-import { CharBiLstmTagger, charTaggerShapes } from "./model.js";
+import { CharBiLstmTagger, charHidden, charTaggerShapes } from "./model.js";
 
 export type CharTaggerTaskOptions = TaggerOptions & { readonly charEmbed: number; readonly minCount: number };
 
@@ -58,5 +58,5 @@ export const charBiLstmTask = taggerTask<CharTaggerTaskOptions>({
     }),
   describe: (o) =>
     `BiLSTM tagger with characters, embedding ${o.embed}, hidden ${o.hidden} per direction, MLP ${o.mlp}, ` +
-    `character embedding ${o.charEmbed} (LSTMs ${o.embed / 2}), words seen < ${o.minCount} times spelled`,
+    `character embedding ${o.charEmbed} (LSTMs ${charHidden(o.embed)}), words seen < ${o.minCount} times spelled`,
 });
