@@ -19,7 +19,7 @@ import { biLstmTask } from "../../src/models/bilstm/task.js";
 import type { TaggerVocabulary } from "../../src/models/bilstm/vocabulary.js";
 import { charBiLstmTask } from "../../src/models/bilstm-char/task.js";
 import { makeTrainer } from "../../src/optim/trainers.js";
-import { compareWithCpu, scaleTolerance } from "../op-suite.js";
+import { compareWithCpu } from "../op-suite.js";
 import { autobatch, GPU_ENGINES, vpps } from "./engines.js";
 
 const available = cudaAvailable();
@@ -38,6 +38,27 @@ const WIKINER = [
 
 const synthetic = splitSyntheticTagged(8).train.slice(0, 200);
 
+const LR = { sgd: 0.2, adam: 0.01 } as const;
+
+/**
+ * Why weights after 3 steps differ from the CPU engine's beyond 2e-4 of the tensor's largest magnitude, or "". Adam
+ * divides each step by √v̂, so an element whose gradient is near zero can take a rather different step when fp32
+ * sums run in another order: up to 1% of the elements may differ by up to 2 learning rates per step (as the VPPS
+ * tests allow, test/vpps-reference.ts).
+ */
+function weightDifference(actual: Float32Array, expected: Float32Array, optimizer: "sgd" | "adam", lr: number): string {
+  let scale = 0;
+  for (const x of expected) scale = Math.max(scale, Math.abs(x));
+  let loose = 0;
+  for (let k = 0; k < expected.length; k++) {
+    const d = Math.abs(actual[k]! - expected[k]!);
+    if (d <= 2e-4 * scale + 2.4e-7 * Math.abs(expected[k]!)) continue;
+    if (optimizer === "sgd" || d > 6 * lr) return `element ${k} is ${actual[k]}, CPU ${expected[k]}`;
+    loose++;
+  }
+  return loose <= Math.max(1, 0.01 * expected.length) ? "" : `${loose} of ${expected.length} elements differ`;
+}
+
 /** Three batches of 6 sentences on one engine: the losses, then the weights on the host. */
 function trainSteps(
   task: TaggerTask,
@@ -47,7 +68,7 @@ function trainSteps(
 ) {
   const model = task.create(SMALL, vocab, 4);
   const engine = make(model.params);
-  const trainer = makeTrainer(optimizer, { learningRate: optimizer === "sgd" ? 0.2 : 0.01, clipThreshold: 1 });
+  const trainer = makeTrainer(optimizer, { learningRate: LR[optimizer], clipThreshold: 1 });
   const losses: number[] = [];
   try {
     for (let step = 0; step < 3; step++) {
@@ -100,9 +121,8 @@ describe("the taggers on the GPU engines against the CPU engine", { skip }, () =
             assert.ok(Math.abs(l - want) <= 1e-4 * Math.max(1, want), `${name}: loss ${k}: ${l}, CPU ${want}`);
           });
           for (const p of reference.params.all) {
-            const q = got.params.get(p.name).value;
-            const k = scaleTolerance(2e-4).values(q, p.value);
-            assert.equal(k, -1, `${name}: '${p.name}'[${k}] is ${q[k]}, CPU ${p.value[k]} after 3 updates`);
+            const d = weightDifference(got.params.get(p.name).value, p.value, optimizer, LR[optimizer]);
+            assert.equal(d, "", `${name}: '${p.name}' after 3 updates: ${d}`);
           }
         }
       });
