@@ -1,6 +1,9 @@
 // The public API of vpps.
 export { parseTrees, readTrees, TreeFormatError } from "./data/sst.js";
 export { splitSynthetic, syntheticTrees } from "./data/synthetic.js";
+export { splitSyntheticTagged, syntheticTaggedSentences } from "./data/synthetic-tagged.js";
+export { parseTagged, readTagged, TaggedFormatError, type TaggedSentence, TagSet } from "./data/tagged.js";
+export { fnv1a32, loadTaggedSplits, splitBySeed, splitPart } from "./data/tagged-split.js";
 export { formatTree, type TreeNode, treeHeight, treeSize, treeWords } from "./data/tree.js";
 export { Vocabulary } from "./data/vocab.js";
 export {
@@ -39,7 +42,17 @@ export {
   type ParameterShape,
 } from "./model/parameters.js";
 export { loadParameters, saveParameters } from "./model/safetensors.js";
-export { labelAccuracy } from "./models/metrics.js";
+export {
+  BiLstmTagger,
+  type BiLstmTaggerOptions,
+  type EncodedSentence,
+  type SpelledSentence,
+} from "./models/bilstm/model.js";
+export { biLstmTask, type TaggerOptions, TaggerTaskModel } from "./models/bilstm/task.js";
+export { TaggerVocabulary } from "./models/bilstm/vocabulary.js";
+export { CharBiLstmTagger, type CharTaggerOptions } from "./models/bilstm-char/model.js";
+export { type CharTaggerTaskOptions, charBiLstmTask } from "./models/bilstm-char/task.js";
+export { entities, entityF1, labelAccuracy, tokenAccuracy } from "./models/metrics.js";
 export { findModel, MODELS } from "./models/registry.js";
 export type {
   AnyTask,
