@@ -97,6 +97,28 @@ export function affineNode(g: ComputationGraph, b: number, W: number, x: number)
   return g.addNode3(Op.Affine, m, 1, b, W, x);
 }
 
+/**
+ * `affine([b, W1, x1, W2, x2])` of nodes of g, returning the new node's id (see NODE BUILDERS in common.ts): the
+ * same node, checks and messages, for builders that combine two inputs once per node (a pyramid's adjacent pair).
+ */
+export function affine5Node(g: ComputationGraph, b: number, W1: number, x1: number, W2: number, x2: number): number {
+  const m = requireVector(g, b, "affine", "b");
+  const n1 = requireVector(g, x1, "affine", "x1");
+  const rows = g.rows;
+  if (g.cols[W1] !== n1) throw productError(g, W1, n1, "affine", "W1", "x1");
+  if (rows[W1] !== m) throw rowsError(g, W1, 1, m);
+  const n2 = requireVector(g, x2, "affine", "x2");
+  if (g.cols[W2] !== n2) throw productError(g, W2, n2, "affine", "W2", "x2");
+  if (rows[W2] !== m) throw rowsError(g, W2, 2, m);
+  const scratch = argBuffer(5);
+  scratch[0] = b;
+  scratch[1] = W1;
+  scratch[2] = x1;
+  scratch[3] = W2;
+  scratch[4] = x2;
+  return g.addNode(Op.Affine, m, 1, scratch, 0, 0, 0, 5);
+}
+
 // ---- reference kernels ----------------------------------------------------------------------------------------
 
 /** y += W·x for row-major W [m,n] at offset w. */
