@@ -40,6 +40,14 @@ describe("every CPU-side engine equals the CPU engine, node by node", () => {
         assert.equal(await compareWithCpu(() => make(3, h, e), engine), "");
       });
     }
+    test(`${name}: a batch of one one-word sentence (the composition weights unused), every engine`, async () => {
+      const [h, e] = sizes(name);
+      const one = () => {
+        const c = make(2, h, e);
+        return { params: c.params, build: (cg: ComputationGraph) => c.build(cg, [2]) };
+      };
+      for (const engine of CPU_SIDE_ENGINES) assert.equal(await compareWithCpu(one, engine), "", engine.name);
+    });
   }
 });
 

@@ -8,12 +8,7 @@ import { tdLstmTask } from "./td-lstm/task.js";
 import { tdRnnTask } from "./td-rnn/task.js";
 import { treeLstmTask } from "./treelstm/task.js";
 
-export const MODELS: readonly AnyTask[] = [
-  treeLstmTask,
-  tdRnnTask,
-  tdLstmTask,
-  rvnnTask,
-];
+export const MODELS: readonly AnyTask[] = [treeLstmTask, tdRnnTask, tdLstmTask, rvnnTask];
 
 /** The model named `name`; an unknown name is refused with the list of known ones. */
 export function findModel(name: string): AnyTask {

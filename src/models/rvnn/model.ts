@@ -82,6 +82,10 @@ export class RvnnModel {
     hs.length = 0;
     work.push(tree);
     expanded.push(false);
+    const bLeaf = cg.parameterNode(this.b_leaf);
+    const WLeaf = cg.parameterNode(this.W_leaf);
+    const bInt = cg.parameterNode(this.b_int);
+    const WInt = cg.parameterNode(this.W_int);
     let leaf = 0;
     while (work.length > 0) {
       const n = work[work.length - 1]!;
@@ -102,13 +106,13 @@ export class RvnnModel {
       let a: number;
       if (word !== null) {
         const x = lookupNode(cg, this.E, indices.index(leaf++, word));
-        a = affineNode(cg, cg.parameterNode(this.b_leaf), cg.parameterNode(this.W_leaf), x);
+        a = affineNode(cg, bLeaf, WLeaf, x);
       } else {
         // the left child was built first, so its h is below the right child's
         const hr = hs.pop()!;
         const hl = hs.pop()!;
         const lr = concat2Node(cg, hl, hr);
-        a = affineNode(cg, cg.parameterNode(this.b_int), cg.parameterNode(this.W_int), lr);
+        a = affineNode(cg, bInt, WInt, lr);
       }
       hs.push(unaryNode(cg, Op.Tanh, a));
     }
