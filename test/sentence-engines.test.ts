@@ -157,6 +157,19 @@ describe("VPPS on its emulator: loss, gradients and updated weights of the CPU e
       assert.ok(stalls > 0, "no processor ever waited: the interleavings did not test the barriers");
     });
 
+    test(`${name}: a graph snapshot (what the schedule workers read) schedules to the same script`, () => {
+      const [h, e] = sizes(name);
+      const c = make(6, h, e);
+      const cg = new ComputationGraph();
+      const loss = c.build(cg);
+      const model = createModelLayout(c.params.all, planVpps(onChipMatrices(c.params), SMALL, { rowsPerWarp: 1 }));
+      const direct = new VppsScheduler(model, {}).schedule(cg, loss);
+      const copy = ComputationGraph.fromSnapshot(cg.snapshot(), c.params.all);
+      const viaSnapshot = new VppsScheduler(model, {}).schedule(copy, copy.expression(loss.id));
+      assert.deepEqual(viaSnapshot.script, direct.script);
+      assert.equal(viaSnapshot.barriers, direct.barriers);
+    });
+
     test(`${name}: 3 Adam steps (kernel update, and tiles)`, () => {
       const [h, e] = sizes(name);
       const c = make(7, h, e);
