@@ -54,6 +54,11 @@ export { CharBiLstmTagger, type CharTaggerOptions } from "./models/bilstm-char/m
 export { type CharTaggerTaskOptions, charBiLstmTask } from "./models/bilstm-char/task.js";
 export { entities, entityF1, labelAccuracy, tokenAccuracy } from "./models/metrics.js";
 export { findModel, MODELS } from "./models/registry.js";
+export { RvnnModel, type RvnnOptions } from "./models/rvnn/model.js";
+export { rvnnTask } from "./models/rvnn/task.js";
+export { RootLabelHead } from "./models/shared/root-head.js";
+export { type RootModel, RootTaskModel, type SentenceModelOptions } from "./models/shared/root-task.js";
+export { type Sentence, sentenceOf } from "./models/shared/sst-data.js";
 export type {
   AnyTask,
   Dataset,
@@ -65,6 +70,10 @@ export type {
   TaskModel,
   TaskVocabulary,
 } from "./models/task.js";
+export { TdLstmModel, type TdLstmOptions } from "./models/td-lstm/model.js";
+export { tdLstmTask } from "./models/td-lstm/task.js";
+export { TdRnnModel, type TdRnnOptions } from "./models/td-rnn/model.js";
+export { tdRnnTask } from "./models/td-rnn/task.js";
 export { type CellFormulation, TreeLstmModel, type TreeLstmOptions } from "./models/treelstm/model.js";
 export { type TreeLstmTaskOptions, treeLstmTask } from "./models/treelstm/task.js";
 export * from "./ops/index.js";

@@ -265,6 +265,48 @@ describe("fixed-arity builders build the general builders' nodes and fail with t
     fails(() => cellNode1(g, h, h), /^lstmCell: argument 'gates' has length 2; with 1 children it must be 4·H$/);
   });
 
+  test("affine5Node builds affine([b, W1, x1, W2, x2])'s node and fails with its messages", () => {
+    const W2 = pc.addParameters([3, 2], undefined, "W2");
+    const g1 = new ComputationGraph();
+    const g2 = new ComputationGraph();
+    const args = (g: ComputationGraph) => [input(g, [1, 2, 3, 4]), input(g, [5, 6])] as const;
+    const [a4, a2] = args(g1);
+    const [f4, f2] = args(g2);
+    affine([b, W, a4, W2, a2]);
+    const p = (q: typeof W) => g2.parameterNode(q);
+    affine5Node(g2, p(b), p(W), f4.id, p(W2), f2.id);
+    assert.equal(g2.size, g1.size);
+    for (let i = 0; i < g1.size; i++) assert.equal(g2.describe(i), g1.describe(i));
+    assert.deepEqual(last(g2), last(g1));
+    // each wrong argument: the general builder's message
+    const message = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        assert.ok(e instanceof ShapeError);
+        return e.message;
+      }
+      return "no error";
+    };
+    for (const [bb, w1, x1, w2, x2] of [
+      [b, W, a2, W2, a2],
+      [b, W, a4, W2, a4],
+      [b, W2, a4, W, a4],
+      [a2, W, a4, W2, a2],
+      [W, W, a4, W2, a2],
+      [b, W, W2, W2, a2],
+      [b, W, a4, W2, W],
+    ] as const) {
+      const general = message(() => affine([bb, w1, x1, w2, x2]));
+      const id = (x: typeof b | typeof a4) => ("id" in x ? g2.expression(x === a4 ? f4.id : f2.id).id : p(x));
+      assert.notEqual(general, "no error");
+      assert.equal(
+        message(() => affine5Node(g2, id(bb), id(w1), id(x1), id(w2), id(x2))),
+        general,
+      );
+    }
+  });
+
   const cg = new ComputationGraph();
   const x4 = input(cg, [1, 2, 3, 4]);
   const x3 = input(cg, [1, 2, 3]);

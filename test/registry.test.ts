@@ -107,7 +107,8 @@ describe("the engine registry", () => {
 describe("the model registry", () => {
   test("lists the models by unique name; an unknown one is refused with the list", () => {
     const names = MODELS.map((t) => t.name);
-    for (const name of ["treelstm", "bilstm", "bilstm-char"]) assert.ok(names.includes(name), name);
+    for (const name of ["treelstm", "bilstm", "bilstm-char", "td-rnn", "td-lstm", "rvnn"])
+      assert.ok(names.includes(name), name);
     assert.equal(new Set(names).size, names.length);
     assert.equal(findModel("treelstm"), treeLstmTask);
     assert.throws(() => findModel("lstm"), /unknown model 'lstm'; choose one of treelstm, /);

@@ -5,6 +5,7 @@
  */
 import { type Command, Option } from "commander";
 import { choice, folder, numberList, treeFile, wholeNumber } from "../bench/options.js";
+import { MODELS } from "../models/registry.js";
 import { commandLine, dataOption, leaf, outOption, quickOption, run } from "./bench-command.js";
 
 export function addVppsDiagnostics(bench: Command): void {
@@ -347,7 +348,18 @@ export function addEngineDiagnostics(bench: Command): void {
   const graphBuild: Command = leaf(
     cpu
       .command("graph-build")
-      .description("graph construction ns per node, fused and ops cell, batch 1…128; graph-build.json")
+      .description(
+        "graph construction ns per node, batch 1…128: the Tree-LSTM's fused and ops cell (graph-build.json), or " +
+          "--model's (graph-build-<model>.json)",
+      )
+      .addOption(
+        new Option("--model <name>", "a registered model at its default sizes (default: treelstm)").argParser(
+          choice(
+            "--model",
+            MODELS.map((t) => t.name),
+          ),
+        ),
+      )
       .addOption(dataOption())
       .addOption(quickOption())
       .option("--machine <name>", "the results folder's name (default: cpu-<model>-<cores>c)")
@@ -355,9 +367,10 @@ export function addEngineDiagnostics(bench: Command): void {
       .action(
         run(
           () => graphBuild,
-          async (f: { data?: string; quick: boolean; machine?: string; out?: string }) => {
+          async (f: { model?: string; data?: string; quick: boolean; machine?: string; out?: string }) => {
             const { runGraphBuild } = await import("../bench/diagnostics/graph-build.js");
             return runGraphBuild({
+              model: f.model,
               dataFile: f.data,
               quick: f.quick,
               machine: f.machine,

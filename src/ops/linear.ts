@@ -99,7 +99,7 @@ export function affineNode(g: ComputationGraph, b: number, W: number, x: number)
 
 /**
  * `affine([b, W1, x1, W2, x2])` of nodes of g (the same node, checks and messages), returning the new node's id (see
- * NODE BUILDERS in common.ts): an LSTM step's gates b + W_x·x + W_h·h.
+ * NODE BUILDERS in common.ts): an LSTM step's gates b + W_x·x + W_h·h, a pyramid's adjacent pair.
  */
 export function affine5Node(g: ComputationGraph, b: number, W1: number, x1: number, W2: number, x2: number): number {
   const m = requireVector(g, b, "affine", "b");
