@@ -40,6 +40,7 @@ export class CpuEngine implements Engine {
   forward(e: Expression): void {
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;

@@ -274,6 +274,7 @@ export class AutobatchGpuEngine implements Engine {
   forward(e: Expression): void {
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;

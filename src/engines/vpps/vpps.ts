@@ -369,6 +369,7 @@ export class Vpps {
    */
   fb(graph: ComputationGraph, loss: Expression): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
+    this.params.checkGraph(graph, "vpps");
     const chosen = this.profiler.chosen;
     if (chosen === undefined) return this.fbProfiled(graph, loss);
     this.launcher.run(chosen, graph, loss, this.tag());
