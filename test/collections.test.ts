@@ -76,7 +76,8 @@ describe("an engine refuses a graph of another ParameterCollection", () => {
         assert.throws(() => engine.backward(loss), foreign(name, b.W, b.pc, a.pc));
         engine.update(new SimpleSGDTrainer({ learningRate: 1 }));
         engine.syncToHost();
-        a.pc.all.forEach((p, k) => assert.deepEqual(p.value, before[k], `${p.name} of the engine's collection`));
+        for (const [k, p] of a.pc.all.entries())
+          assert.deepEqual(p.value, before[k], `${p.name} of the engine's collection`);
         for (const p of b.pc.all)
           assert.ok(
             p.grad.every((x) => x === 0),

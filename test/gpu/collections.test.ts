@@ -63,7 +63,7 @@ function refusesThenTrains(engine: Engine, a: TreeLstmModel, b: TreeLstmModel): 
   const trainer = new SimpleSGDTrainer({ learningRate: 0.5 });
   engine.update(trainer);
   engine.syncToHost();
-  a.params.all.forEach((p, k) => assert.deepEqual(p.value, before[k], `${p.name}: unchanged`));
+  for (const [k, p] of a.params.all.entries()) assert.deepEqual(p.value, before[k], `${p.name}: unchanged`);
 
   cg.renew();
   const own = a.buildBatchLoss(cg, trees, vocab);
@@ -110,7 +110,7 @@ describe("GPU engines refuse a graph of another ParameterCollection", { skip }, 
       );
       assert.deepEqual(engine.takeLosses(true), [], "nothing was queued");
       engine.syncToHost();
-      a.params.all.forEach((p, k) => assert.deepEqual(p.value, before[k], `${p.name}: unchanged`));
+      for (const [k, p] of a.params.all.entries()) assert.deepEqual(p.value, before[k], `${p.name}: unchanged`);
     } finally {
       engine.dispose();
     }
@@ -132,7 +132,7 @@ describe("GPU engines refuse a graph of another ParameterCollection", { skip }, 
       assert.throws(() => v.fb(cg, loss), foreign("vpps", b.params, a.params));
       assert.ok(Number.isNaN(await v.syncLatestLoss()), "no batch ran");
       v.syncToHost();
-      a.params.all.forEach((p, k) => assert.deepEqual(p.value, before[k], `${p.name}: unchanged`));
+      for (const [k, p] of a.params.all.entries()) assert.deepEqual(p.value, before[k], `${p.name}: unchanged`);
       cg.renew();
       v.fb(cg, a.buildBatchLoss(cg, trees, vocab));
       assert.ok(Number.isFinite(await v.syncLatestLoss()), "its own model's batch ran");
