@@ -108,6 +108,16 @@ describe("GPU engines refuse a graph of another ParameterCollection", { skip }, 
         () => engine.trainStep(b.buildBatchLoss(cg, trees, vocab), new SimpleSGDTrainer({ learningRate: 0.5 })),
         foreign("vpps", b.params, a.params),
       );
+      // the entry points refuse what is not a scalar expression (test/engine-arguments.test.ts, the CPU engines)
+      // biome-ignore lint/suspicious/noExplicitAny: a JavaScript caller's argument
+      const none: any = undefined;
+      const trainer = new SimpleSGDTrainer({ learningRate: 0.5 });
+      assert.throws(() => engine.trainStep(none, trainer), {
+        message: "trainStep: argument 'loss' must be an Expression; got undefined",
+      });
+      cg.renew();
+      const scores = b.buildTree(cg, trees[0]!, vocab, false).rootScores;
+      assert.throws(() => engine.forwardScalar(scores), { message: /^forwardScalar: argument 'e' has shape \[5\]/ });
       assert.deepEqual(engine.takeLosses(true), [], "nothing was queued");
       engine.syncToHost();
       for (const [k, p] of a.params.all.entries()) assert.deepEqual(p.value, before[k], `${p.name}: unchanged`);
@@ -130,6 +140,12 @@ describe("GPU engines refuse a graph of another ParameterCollection", { skip }, 
       const cg = new ComputationGraph();
       const loss = b.buildBatchLoss(cg, trees, vocab);
       assert.throws(() => v.fb(cg, loss), foreign("vpps", b.params, a.params));
+      // biome-ignore lint/suspicious/noExplicitAny: a JavaScript caller's argument
+      const none: any = undefined;
+      assert.throws(() => v.fb(none, loss), {
+        message: "Vpps.fb: argument 'graph' must be a ComputationGraph; got undefined",
+      });
+      assert.throws(() => v.fb(cg, none), { message: "Vpps.fb: argument 'loss' must be an Expression; got undefined" });
       assert.ok(Number.isNaN(await v.syncLatestLoss()), "no batch ran");
       v.syncToHost();
       for (const [k, p] of a.params.all.entries()) assert.deepEqual(p.value, before[k], `${p.name}: unchanged`);

@@ -21,8 +21,10 @@
 
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import type { PoolStats } from "../../cuda/index.js";
-import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
+import { argumentError } from "../../ops/common.js";
+import { requireScalar } from "../engine.js";
 import { GpuContext } from "../gpu/context.js";
 import {
   type CompiledVariant,
@@ -369,6 +371,8 @@ export class Vpps {
    */
   fb(graph: ComputationGraph, loss: Expression): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
+    if (!(graph instanceof ComputationGraph)) throw argumentError("Vpps.fb", "graph", "a ComputationGraph", graph);
+    requireScalar(loss, "Vpps.fb", "loss");
     this.params.checkGraph(graph, "vpps");
     const chosen = this.profiler.chosen;
     if (chosen === undefined) return this.fbProfiled(graph, loss);
