@@ -4,7 +4,7 @@ import type { LookupParameter, ParameterCollection } from "../model/parameters.j
 import type { Buf } from "../ops/common.js";
 import { OPS } from "../ops/registry.js";
 import type { Trainer } from "../optim/trainers.js";
-import { type Engine, type EngineCapabilities, requireExpression, requireScalar } from "./engine.js";
+import { type Engine, type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "./engine.js";
 
 export interface CpuEngineOptions {
   /** "f32" (default) for training; "f64" computes every node in double precision, for gradient checks. */
@@ -32,6 +32,7 @@ export class CpuEngine implements Engine {
     readonly params: ParameterCollection,
     opts: CpuEngineOptions = {},
   ) {
+    requireCollection(params, "cpu");
     this.f64 = opts.precision === "f64";
     this.v = this.alloc(1024);
     this.d = this.alloc(1024);

@@ -1,5 +1,6 @@
 import { Expression, ShapeError } from "../graph/graph.js";
-import { argumentError } from "../ops/common.js";
+import { ParameterCollection } from "../model/parameters.js";
+import { argumentError, describeValue } from "../ops/common.js";
 import type { Trainer } from "../optim/trainers.js";
 
 /**
@@ -88,4 +89,11 @@ export function requireScalar(e: unknown, method: string, arg: string): asserts 
   requireExpression(e, method, arg);
   if (e.size !== 1)
     throw new ShapeError(`${method}: argument '${arg}' has shape ${e.shapeString()}; expected a scalar`);
+}
+
+/** Refuses `params` unless it is a ParameterCollection (what every engine is made over); `engine` names the engine. */
+export function requireCollection(params: unknown, engine: string): asserts params is ParameterCollection {
+  if (!(params instanceof ParameterCollection)) {
+    throw new TypeError(`${engine} engine: params must be a ParameterCollection; got ${describeValue(params)}`);
+  }
 }

@@ -4,7 +4,13 @@ import type { LookupParameter, ParameterCollection } from "../../model/parameter
 import type { Buf } from "../../ops/common.js";
 import { OPS } from "../../ops/registry.js";
 import type { Trainer } from "../../optim/trainers.js";
-import { type Engine, type EngineCapabilities, requireExpression, requireScalar } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { BackwardScratch, type BatchBackend, runBackward, runForward } from "./executor.js";
 import { type BatchPlan, BatchPlanner, type BatchStrategy } from "./plan.js";
 
@@ -246,6 +252,7 @@ export class AutobatchCpuEngine implements Engine {
     readonly params: ParameterCollection,
     opts: AutobatchCpuOptions = {},
   ) {
+    requireCollection(params, "autobatch");
     const strategy = opts.strategy ?? "agenda";
     if (strategy !== "depth" && strategy !== "agenda") {
       throw new RangeError(`autobatch: strategy must be "depth" or "agenda"; got ${JSON.stringify(strategy)}`);

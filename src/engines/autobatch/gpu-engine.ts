@@ -9,7 +9,13 @@ import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } f
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import { type Engine, type EngineCapabilities, requireExpression, requireScalar } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import {
@@ -258,6 +264,7 @@ export class AutobatchGpuEngine implements Engine {
     opts: AutobatchGpuOptions = {},
     device?: AutobatchDevice,
   ) {
+    requireCollection(params, "autobatch");
     const strategy = opts.strategy ?? "agenda";
     if (strategy !== "depth" && strategy !== "agenda") {
       throw new RangeError(`autobatch: strategy must be "depth" or "agenda"; got ${JSON.stringify(strategy)}`);

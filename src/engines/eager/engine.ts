@@ -13,7 +13,13 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import { type Engine, type EngineCapabilities, requireExpression, requireScalar } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
@@ -61,6 +67,7 @@ export class EagerEngine implements Engine {
     readonly params: ParameterCollection,
     opts: EagerEngineOptions = {},
   ) {
+    requireCollection(params, "eager");
     this.ctx = GpuContext.open(opts);
     try {
       this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;

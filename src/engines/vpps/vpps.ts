@@ -24,7 +24,7 @@ import type { PoolStats } from "../../cuda/index.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { argumentError } from "../../ops/common.js";
-import { requireScalar } from "../engine.js";
+import { requireCollection, requireScalar } from "../engine.js";
 import { GpuContext } from "../gpu/context.js";
 import {
   type CompiledVariant,
@@ -36,7 +36,14 @@ import {
 import { TRACE_SLOTS } from "./codegen/template.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
 import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
-import { type ResolvedOptions, resolveOptions, scheduleOptions, type VppsHooks, type VppsOptions } from "./options.js";
+import {
+  checkStepSettings,
+  type ResolvedOptions,
+  resolveOptions,
+  scheduleOptions,
+  type VppsHooks,
+  type VppsOptions,
+} from "./options.js";
 import { type AdamHyperParameters, adamStep, checkAdamHyperParameters, momentsOfParameters } from "./plan/moments.js";
 import type { VppsPlan } from "./plan/plan.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
@@ -194,6 +201,7 @@ export class Vpps {
    * schedule workers (first: they load while the kernels compile).
    */
   private static open(params: ParameterCollection, options: VppsOptions): Setup {
+    requireCollection(params, "vpps");
     const o = resolveOptions(options);
     const ctx = GpuContext.open({
       device: o.device,
@@ -333,6 +341,7 @@ export class Vpps {
   private tag(): BatchTag {
     const lr = this.learningRate;
     const clip = this.clip;
+    checkStepSettings("Vpps.fb: ", lr, clip);
     if (!(lr > 0)) return { lr, clip, adam: undefined, quiet: false };
     this.updates++;
     if (this.optimizerName !== "adam") return { lr, clip, adam: undefined, quiet: false };
