@@ -11,6 +11,7 @@ import { createEngine } from "../src/engines/registry.js";
 import { type Init, MAX_PARAMETER_FLOATS, ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel, type TreeLstmOptions, treeLstmParameterShapes } from "../src/models/treelstm/model.js";
 import { AdamTrainer, makeTrainer, SimpleSGDTrainer } from "../src/optim/trainers.js";
+import { evaluate, predict } from "../src/train/evaluate.js";
 
 // biome-ignore lint/suspicious/noExplicitAny: JavaScript callers pass anything
 const bad = (v: unknown): any => v;
@@ -223,6 +224,23 @@ describe("engines are made over a ParameterCollection only", () => {
       "createEngine over a model instead of its parameters",
       () => createEngine("cpu", bad(new TreeLstmModel({ vocabSize: 3, embed: 2, hidden: 2 }))),
       /^cpu engine: params must be a ParameterCollection; got a TreeLstmModel$/,
+    ],
+  ]);
+});
+
+describe("evaluation refuses a batch size that is not a positive integer", () => {
+  const engine = new CpuEngine(new ParameterCollection());
+  refuses([
+    // 0 looped for ever; NaN gave one empty batch and no predictions
+    [
+      "predict batch 0",
+      () => predict(bad({}), engine, [1, 2], 0),
+      /^predict: batch must be a positive integer \(examples per graph\); got 0$/,
+    ],
+    [
+      "evaluate batch NaN",
+      () => evaluate(bad({}), [], {}, engine, [1], Number.NaN),
+      /^predict: batch must be a positive integer .*; got NaN$/,
     ],
   ]);
 });
