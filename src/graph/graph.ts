@@ -80,8 +80,8 @@ const INITIAL_NODES = 1024;
 
 /**
  * The layout of `ComputationGraph.snapshot`: a header of HEADER_WORDS float64s (magic, version, nodes, argument
- * entries, parameters in use, input floats, value size, training, dropout key, generation, total bytes, collection), then
- * int32 rows, cols, argStart, argCount, aux, aux2, depth, valueOffset (one per node), float32 auxF, int32 args,
+ * entries, parameters in use, input floats, value size, training, dropout key, generation, total bytes, collection),
+ * then int32 rows, cols, argStart, argCount, aux, aux2, depth, valueOffset (one per node), float32 auxF, int32 args,
  * int32 indices of the parameters in use, float32 input values, and uint8 ops last (nothing after them needs
  * alignment).
  */
