@@ -1,4 +1,7 @@
+import { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
 import { Op, opName } from "./opcodes.js";
+
+export { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
 
 /**
  * What the graph needs to know of a parameter (the model layer implements it; the graph does not import it).
@@ -22,29 +25,6 @@ export class ShapeError extends Error {
     super(message);
     this.name = "ShapeError";
   }
-}
-
-/**
- * Thrown when a graph would read parameters of two collections, or an engine is given a graph that reads another
- * collection than its own: nodes name parameters by index, so either would compute with (and update) the wrong
- * weights.
- */
-export class CollectionMismatchError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "CollectionMismatchError";
-  }
-}
-
-/**
- * `ComputationGraph.collection` of a graph that reads no parameter yet. Collection ids start at 1, so a parameter
- * that is not a collection's (no id, or 0) differs from it too and is refused when it is added.
- */
-export const NO_COLLECTION = -1;
-
-/** How messages name a collection. */
-export function collectionLabel(id: number): string {
-  return `ParameterCollection #${id}`;
 }
 
 /**
