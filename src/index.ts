@@ -30,7 +30,14 @@ export {
   type VppsVariantOptions,
 } from "./engines/index.js";
 export { VppsKernelError } from "./engines/vpps/runtime/pipeline.js";
-export { ComputationGraph, Expression, type GraphParameter, Op, ShapeError } from "./graph/index.js";
+export {
+  CollectionMismatchError,
+  ComputationGraph,
+  Expression,
+  type GraphParameter,
+  Op,
+  ShapeError,
+} from "./graph/index.js";
 export {
   type AnyParameter,
   type Init,

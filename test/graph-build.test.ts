@@ -324,7 +324,16 @@ describe("fixed-arity builders build the general builders' nodes and fail with t
     ["affine b/W rows", () => affine3(x2, W, x4), /^affine: argument 'W1' has shape \[3,4\]; b has length 2$/],
     ["affine b a matrix", () => affine3(W, W, x4), /^affine: argument 'b' must be a vector; it has shape \[3,4\]$/],
     ["affine x a matrix", () => affine3(x3, W, W), /^affine: argument 'x1' must be a vector; it has shape \[3,4\]$/],
-    ["affine b a table", () => affine3(E, W, x4), /^parameter: 'E' is a lookup table/],
+    [
+      "affine b a table",
+      () => affine3(E, W, x4),
+      /^affine: argument 'b' is lookup table 'E'; read its rows with lookup\(cg, E, row\)$/,
+    ],
+    [
+      "affine b a table (general)",
+      () => affine([E, W, x4, W, x4]),
+      /^affine: argument 'b' is lookup table 'E'; read its rows with lookup\(cg, E, row\)$/,
+    ],
     ["affine no expression", () => affine3(b, W, b), /^affine: no argument is an expression/],
     ["affine other graph", () => affine3(x3, W, other), /^affine: argument 'x1' belongs to a different graph$/],
     ["affine stale", () => affine3(b, W, stale), /^affine: argument 'x1' is from a previous batch/],

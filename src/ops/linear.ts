@@ -13,6 +13,8 @@ import {
   nodeOfAt,
   type OpDefinition,
   type OpFamily,
+  paramNode,
+  requireArray,
   requireVector,
   requireVectorAt,
 } from "./common.js";
@@ -32,7 +34,7 @@ function checkProduct(g: ComputationGraph, w: number, x: number, op: string, wn:
 
 /** y = W·x */
 export function matVec(W: ExprLike, x: Expression): Expression {
-  const g = graphOf2("matVec", W, x);
+  const g = graphOf2("matVec", W, x, "W", "x");
   const w = nodeOf(g, W, "matVec", "W");
   const xi = nodeOf(g, x, "matVec", "x");
   const m = checkProduct(g, w, xi, "matVec", "W", "x");
@@ -41,13 +43,14 @@ export function matVec(W: ExprLike, x: Expression): Expression {
 
 /** y = b + Σᵢ Wᵢ·xᵢ, with arguments [b, W₁, x₁, W₂, x₂, …] as in DyNet's affine_transform. */
 export function affine(args: readonly ExprLike[]): Expression {
+  requireArray(args, "affine", "args", "expressions and parameters [b, W1, x1, …]");
   if (args.length === 3) return affine3(args[0]!, args[1]!, args[2]!);
   if (args.length < 3 || args.length % 2 === 0) {
     throw new ShapeError(
       `affine: expects [b, W1, x1, W2, x2, ...] (an odd number ≥ 3 of arguments); got ${args.length}`,
     );
   }
-  const g = graphOf("affine", args);
+  const g = graphOf("affine", args, affineArgName);
   const scratch = argBuffer(args.length);
   const b = nodeOf(g, args[0]!, "affine", "b");
   const m = requireVector(g, b, "affine", "b");
@@ -65,6 +68,9 @@ export function affine(args: readonly ExprLike[]): Expression {
   return new Expression(g, g.addNode(Op.Affine, m, 1, scratch, 0, 0, 0, args.length), g.generation);
 }
 
+/** Argument k of affine: b, W1, x1, W2, x2, … */
+const affineArgName = (k: number): string => (k === 0 ? "b" : argName(k % 2 === 1 ? "W" : "x", Math.ceil(k / 2)));
+
 function rowsError(g: ComputationGraph, w: number, j: number, m: number): ShapeError {
   return new ShapeError(`affine: argument 'W${j}' has shape ${g.shapeOf(w)}; b has length ${m}`);
 }
@@ -78,12 +84,12 @@ export function affine3(b: ExprLike, W: ExprLike, x: ExprLike): Expression {
   const bx = b instanceof Expression;
   const wx = W instanceof Expression;
   const xx = x instanceof Expression;
-  const g = bx ? b.graph : wx ? W.graph : xx ? x.graph : graphOf3("affine", b, W, x);
-  const bi = bx ? exprNode(g, b, "affine", "b") : g.parameterNode(b);
+  const g = bx ? b.graph : wx ? W.graph : xx ? x.graph : graphOf3("affine", b, W, x, "b", "W1", "x1");
+  const bi = bx ? exprNode(g, b, "affine", "b") : paramNode(g, b, "affine", "b");
   // b is checked before W and x are read (W's parameter node is not added when b is wrong), as affine does
   requireVector(g, bi, "affine", "b");
-  const w = wx ? exprNode(g, W, "affine", "W1") : g.parameterNode(W);
-  const xi = xx ? exprNode(g, x, "affine", "x1") : g.parameterNode(x);
+  const w = wx ? exprNode(g, W, "affine", "W1") : paramNode(g, W, "affine", "W1");
+  const xi = xx ? exprNode(g, x, "affine", "x1") : paramNode(g, x, "affine", "x1");
   return new Expression(g, affineNode(g, bi, w, xi), g.generation);
 }
 

@@ -14,15 +14,33 @@ export interface TrainerOptions {
  */
 export abstract class Trainer {
   abstract readonly kind: "sgd" | "adam";
-  learningRate: number;
   readonly clipThreshold: number;
   /** Number of updates applied so far. */
   updates = 0;
+  private rate = 0;
 
   constructor(opts: TrainerOptions) {
-    if (!(opts.learningRate > 0)) throw new RangeError(`learning rate must be positive; got ${opts.learningRate}`);
+    if (typeof opts !== "object" || opts === null) {
+      throw new TypeError(`trainer options must be an object with a learningRate; got ${String(opts)}`);
+    }
     this.learningRate = opts.learningRate;
-    this.clipThreshold = opts.clipThreshold ?? 5;
+    const clip = opts.clipThreshold ?? 5;
+    // NaN would compare false everywhere and switch clipping off without a word
+    if (!(clip >= 0 && clip < Number.POSITIVE_INFINITY)) {
+      throw new RangeError(`clip threshold must be a finite number ≥ 0 (0: no clipping); got ${String(clip)}`);
+    }
+    this.clipThreshold = clip;
+  }
+
+  /** The step size; a schedule may change it between updates (a NaN or infinite rate would poison the weights). */
+  get learningRate(): number {
+    return this.rate;
+  }
+  set learningRate(lr: number) {
+    if (!(lr > 0 && lr < Number.POSITIVE_INFINITY)) {
+      throw new RangeError(`learning rate must be positive and finite; got ${String(lr)}`);
+    }
+    this.rate = lr;
   }
 
   /** The factor gradients are scaled by before the update (1 unless clipping applies). */
@@ -93,6 +111,15 @@ export class AdamTrainer extends Trainer {
     this.beta1 = opts.beta1 ?? 0.9;
     this.beta2 = opts.beta2 ?? 0.999;
     this.epsilon = opts.epsilon ?? 1e-8;
+    for (const [name, b] of [
+      ["beta1", this.beta1],
+      ["beta2", this.beta2],
+    ] as const) {
+      if (!(b >= 0 && b < 1)) throw new RangeError(`Adam: ${name} must be in [0, 1); got ${String(b)}`);
+    }
+    if (!(this.epsilon > 0 && this.epsilon < Number.POSITIVE_INFINITY)) {
+      throw new RangeError(`Adam: epsilon must be positive and finite; got ${String(this.epsilon)}`);
+    }
   }
 
   protected updateRange(p: AnyParameter, from: number, to: number, scale: number): void {

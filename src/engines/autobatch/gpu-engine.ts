@@ -9,7 +9,13 @@ import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } f
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import type { Engine, EngineCapabilities } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import {
@@ -258,6 +264,7 @@ export class AutobatchGpuEngine implements Engine {
     opts: AutobatchGpuOptions = {},
     device?: AutobatchDevice,
   ) {
+    requireCollection(params, "autobatch");
     const strategy = opts.strategy ?? "agenda";
     if (strategy !== "depth" && strategy !== "agenda") {
       throw new RangeError(`autobatch: strategy must be "depth" or "agenda"; got ${JSON.stringify(strategy)}`);
@@ -272,8 +279,10 @@ export class AutobatchGpuEngine implements Engine {
   }
 
   forward(e: Expression): void {
+    requireExpression(e, "forward", "e");
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;
@@ -313,13 +322,13 @@ export class AutobatchGpuEngine implements Engine {
   }
 
   forwardScalar(e: Expression): number {
-    if (e.size !== 1) throw new Error(`forwardScalar: expression has shape ${e.shapeString()}; expected a scalar`);
+    requireScalar(e, "forwardScalar", "e");
     return this.value(e)[0]!;
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     const g = loss.graph;
-    if (loss.size !== 1) throw new Error(`backward: loss has shape ${loss.shapeString()}; expected a scalar`);
     const last = loss.id;
     for (;;) {
       this.forward(loss);
@@ -351,12 +360,14 @@ export class AutobatchGpuEngine implements Engine {
   }
 
   value(e: Expression): Float32Array {
+    requireExpression(e, "value", "e");
     this.forward(e);
     return this.device.download(this.backend.val[e.id]!, new Float32Array(e.size));
   }
 
   /** The node's gradient from the last backward; for a parameter node, the parameter's accumulated gradient. */
   gradient(e: Expression): Float32Array {
+    requireExpression(e, "gradient", "e");
     const g = e.graph;
     if (g !== this.graph || g.generation !== this.generation || e.id >= this.computed) {
       throw new Error("gradient: run backward on this graph first");

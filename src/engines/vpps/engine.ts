@@ -23,7 +23,7 @@
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../optim/trainers.js";
-import type { EngineCapabilities, PipelinedEngine } from "../engine.js";
+import { type EngineCapabilities, type PipelinedEngine, requireScalar } from "../engine.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 
 export class VppsEngine implements PipelinedEngine {
@@ -50,6 +50,7 @@ export class VppsEngine implements PipelinedEngine {
   }
 
   trainStep(loss: Expression, trainer: Trainer): void {
+    requireScalar(loss, "trainStep", "loss");
     this.useTrainer(trainer);
     // a forwardScalar without update() before this is dropped (its graph may have been renewed since)
     this.pending = undefined;
@@ -94,6 +95,7 @@ export class VppsEngine implements PipelinedEngine {
   }
 
   forwardScalar(e: Expression): number {
+    requireScalar(e, "forwardScalar", "e");
     const g = e.graph;
     this.configure(this.trainer);
     const value = this.runSync(g, e);
@@ -103,6 +105,7 @@ export class VppsEngine implements PipelinedEngine {
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     if (this.lastLoss?.e !== loss) this.forwardScalar(loss);
   }
 

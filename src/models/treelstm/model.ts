@@ -54,6 +54,7 @@ export class TreeLstmModel {
   readonly dropout: number;
 
   constructor(opts: TreeLstmOptions) {
+    checkTreeLstmOptions(opts);
     const H = opts.hidden;
     const D = opts.embed;
     this.hidden = H;
@@ -194,12 +195,38 @@ function treeLstmSizes(vocabSize: number, D: number, H: number, labels: number) 
 }
 
 /**
+ * Refuses options a model cannot be built from, naming the option: sizes that are not positive integers (which
+ * would otherwise fail inside addParameters under a parameter's name, or build a model of NaN shapes), a dropout
+ * outside [0, 1), an unknown cell.
+ */
+export function checkTreeLstmOptions(opts: Partial<TreeLstmOptions>): void {
+  if (typeof opts !== "object" || opts === null) {
+    throw new TypeError(`TreeLstmModel: options must be an object; got ${String(opts)}`);
+  }
+  for (const key of ["vocabSize", "embed", "hidden", "labels"] as const) {
+    const n = opts[key];
+    if (key === "labels" && n === undefined) continue;
+    if (!Number.isInteger(n) || n! < 1) {
+      throw new RangeError(`TreeLstmModel: ${key} must be a positive integer; got ${String(n)}`);
+    }
+  }
+  const p = opts.dropout;
+  if (p !== undefined && !(typeof p === "number" && p >= 0 && p < 1)) {
+    throw new RangeError(`TreeLstmModel: dropout must be in [0, 1); got ${String(p)}`);
+  }
+  if (opts.cell !== undefined && opts.cell !== "fused" && opts.cell !== "ops") {
+    throw new RangeError(`TreeLstmModel: cell must be "fused" or "ops"; got ${JSON.stringify(opts.cell)}`);
+  }
+}
+
+/**
  * The shapes of the parameters a `TreeLstmModel` with these options has, in its order, without allocating them
  * (`vpps plan` of sizes too large to allocate).
  */
 export function treeLstmParameterShapes(
   opts: Pick<TreeLstmOptions, "vocabSize" | "embed" | "hidden" | "labels">,
 ): ParameterShape[] {
+  checkTreeLstmOptions(opts);
   return shapesOf(treeLstmSizes(opts.vocabSize, opts.embed, opts.hidden, opts.labels ?? SST_LABELS));
 }
 
