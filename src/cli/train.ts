@@ -1,8 +1,9 @@
-import { createEngine } from "../engines/registry.js";
+import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
 import type { OptimizerName } from "../optim/trainers.js";
 import { type EpochResult, train } from "../train/loop.js";
-import { pickModelOptions } from "./commands.js";
+import { checkModelFits, pickModelOptions } from "./commands.js";
+import { writeOut } from "./output.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun } from "./run-state.js";
 
@@ -28,9 +29,12 @@ export interface TrainCommandOptions {
 /** `vpps train <model>`: trains, reports progress on stderr and results on stdout. */
 export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
   const noun = task.data.noun;
-  const data = opts.data
-    ? task.data.fromDirectory(opts.data, opts.maxSentences ? { maxTrain: opts.maxSentences } : {})
-    : task.data.synthetic.make(opts.seed);
+  checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device });
+  // `--data ""` is refused by its parser: only an absent --data means the synthetic task
+  const data =
+    opts.data !== undefined
+      ? task.data.fromDirectory(opts.data, opts.maxSentences ? { maxTrain: opts.maxSentences } : {})
+      : task.data.synthetic.make(opts.seed);
   const trainSet = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
   let options = pickModelOptions(task, opts);
   const saved = opts.resume ? readRun(task, opts.resume, "--resume", options) : null;
@@ -42,9 +46,13 @@ export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
   }
   const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet);
   const optimizer: OptimizerName = opts.optimizer ?? "adam";
+  checkModelFits(task, options, task.vocabulary.size(vocab), {
+    optimizer,
+    advice: saved ? `the sizes come from ${opts.resume}/state.json` : undefined,
+  });
   const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {
-    if (!opts.json) process.stdout.write(`${s}\n`);
+    if (!opts.json) writeOut(`${s}\n`);
   };
   if (saved) log(`resuming from ${saved.checkpoint} after epoch ${saved.state.epochs.length}`);
   log(
@@ -96,9 +104,7 @@ export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
     },
   });
   if (opts.json) {
-    process.stdout.write(
-      `${JSON.stringify({ data: data.source, learningRate: lr, ...opts, optimizer, ...summary })}\n`,
-    );
+    writeOut(`${JSON.stringify({ data: data.source, learningRate: lr, ...opts, optimizer, ...summary })}\n`);
     return;
   }
   log("");

@@ -10,6 +10,7 @@ import { type TreeNode, treeSize } from "../../data/tree.js";
 import { Vocabulary } from "../../data/vocab.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
+import { showValue } from "../../util/text.js";
 import { labelAccuracy } from "../metrics.js";
 import { checkModelOption, DataError, type Dataset, type ModelOption, type Task, type TaskModel } from "../task.js";
 import { type CellFormulation, TreeLstmModel, treeLstmParameterShapes } from "./model.js";
@@ -108,6 +109,7 @@ export const treeLstmTask: Task<TreeNode, Vocabulary, TreeLstmTaskOptions, TreeL
     toJSON: (vocab) => vocab.toJSON(),
     fromJSON: (json) => Vocabulary.fromJSON(json as string[]),
     describe: (vocab) => `vocabulary ${vocab.size}`,
+    size: (vocab) => vocab.size,
   },
   metrics: [labelAccuracy<TreeNode>("rootAccuracy", "root accuracy", (tree) => tree.label)],
   create(options, vocab, seed) {
@@ -126,7 +128,8 @@ export const treeLstmTask: Task<TreeNode, Vocabulary, TreeLstmTaskOptions, TreeL
   describe: (o) => `Tree-LSTM (${o.cell} cell), hidden ${o.hidden}, embedding ${o.embed}`,
   savedOptions: (o, model) => ({ hidden: o.hidden, embed: o.embed, cell: o.cell, labels: model.net.labels }),
   restoreOptions(saved, current) {
-    if (typeof saved !== "object" || saved === null) throw new Error(`"options" must be an object; got ${saved}`);
+    if (typeof saved !== "object" || saved === null)
+      throw new Error(`"options" must be an object; got ${showValue(saved)}`);
     const record = saved as Record<string, unknown>;
     const restored: Record<string, unknown> = { ...current };
     for (const key of SAVED) {
