@@ -9,7 +9,7 @@ import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
 import type { EvalCommandOptions } from "./eval.js";
 import { integer, nonNegativeNumber, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
-import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed } from "./output.js";
+import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed, writeOut } from "./output.js";
 import type { PlanCommandOptions } from "./plan.js";
 import { runTrain, type TrainCommandOptions } from "./train.js";
 
@@ -28,7 +28,7 @@ export function buildProgram(): Command {
     // main() prints every error, as one line; commander's own printing of them is off (in every subcommand, which
     // inherits these settings), and it throws instead of exiting, so that main() sees every failure
     .exitOverride()
-    .configureOutput({ outputError: () => {} });
+    .configureOutput({ writeOut: (text) => writeOut(text), outputError: () => {} });
 
   const train = program.command("train").description(`train a model: ${modelList}`);
   for (const task of MODELS) addTrainCommand(train, task);
