@@ -62,9 +62,17 @@ export function choiceList<T extends string>(flag: string, allowed: readonly T[]
   };
 }
 
+/** Refuses what cannot name a file: nothing, a NUL byte, more than a path's 4096 characters. */
+function checkPath(flag: string, v: string): void {
+  if (v.trim() === "" || v.includes("\0") || v.length > 4096) {
+    throw new BenchUsageError(`${flag}: expected a file or folder name; got ${quote(v)}`);
+  }
+}
+
 /** A tree file (one PTB tree per line), or a folder holding `train.txt`. */
 export function treeFile(flag: string): (v: string) => string {
   return (v) => {
+    checkPath(flag, v);
     if (!existsSync(v)) {
       throw new BenchUsageError(`${flag}: ${quote(v)} does not exist; give the SST train.txt (one PTB tree per line)`);
     }
@@ -78,6 +86,7 @@ export function treeFile(flag: string): (v: string) => string {
 /** A file or folder that exists. */
 export function existingPath(flag: string): (v: string) => string {
   return (v) => {
+    checkPath(flag, v);
     if (!existsSync(v)) throw new BenchUsageError(`${flag}: ${quote(v)} does not exist`);
     return v;
   };
@@ -86,6 +95,7 @@ export function existingPath(flag: string): (v: string) => string {
 /** A folder, created when missing; refused when a file of that name is there. */
 export function folder(flag: string): (v: string) => string {
   return (v) => {
+    checkPath(flag, v);
     if (existsSync(v) && !statSync(v).isDirectory()) {
       throw new BenchUsageError(`${flag}: ${quote(v)} is a file; expected a folder (it is created when missing)`);
     }

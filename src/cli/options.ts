@@ -71,13 +71,17 @@ export function oneOf<T extends string>(name: string, choices: readonly T[]): (v
   };
 }
 
+/** The longest path a Linux system call takes (PATH_MAX); a longer one fails with ENAMETOOLONG, echoed whole. */
+export const MAX_PATH_LENGTH = 4096;
+
 /**
- * A file or directory name: not empty (`--data ""` from an unset shell variable must not mean "no --data") and
- * without NUL bytes, which no file name holds (the file system calls would throw a TypeError).
+ * A file or directory name: not empty (`--data ""` from an unset shell variable must not mean "no --data"), without
+ * NUL bytes, which no file name holds (the file system calls would throw a TypeError), and not longer than a path.
  */
 export function pathName(name: string, what: string): (v: string) => string {
   return (v) => {
     if (v.trim() === "" || v.includes("\0")) refuse(name, what, v);
+    if (v.length > MAX_PATH_LENGTH) refuse(name, `${what} of at most ${MAX_PATH_LENGTH} characters`, v);
     return v;
   };
 }
