@@ -153,7 +153,10 @@ export function openDevice(index = 0): CudaDevice {
   const driver = getDriver();
   const count = driver.deviceCount();
   if (!Number.isInteger(index) || index < 0 || index >= count) {
-    throw new RangeError(`openDevice: device index ${index} does not exist; this machine has ${count} CUDA device(s)`);
+    const have = count === 0 ? "none" : count === 1 ? "cuda:0" : `cuda:0 to cuda:${count - 1}`;
+    throw new UserError(
+      `no CUDA device cuda:${index}: this machine has ${count} CUDA device(s) (${have}); choose one with --device`,
+    );
   }
   const props = queryDeviceProperties(driver, index);
   const dev = driver.device(index);
