@@ -26,6 +26,7 @@ export {
   type VppsHostOptions,
   type VppsInstrumentOptions,
   type VppsOptions,
+  VppsPlanError,
   type VppsTrainingOptions,
   type VppsVariantOptions,
 } from "./engines/index.js";

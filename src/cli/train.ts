@@ -1,8 +1,9 @@
-import { createEngine } from "../engines/registry.js";
+import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
 import type { OptimizerName } from "../optim/trainers.js";
 import { type EpochResult, train } from "../train/loop.js";
-import { pickModelOptions } from "./commands.js";
+import { checkModelFits, pickModelOptions } from "./commands.js";
+import { writeOut } from "./output.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun } from "./run-state.js";
 
@@ -28,6 +29,7 @@ export interface TrainCommandOptions {
 /** `vpps train <model>`: trains, reports progress on stderr and results on stdout. */
 export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
   const noun = task.data.noun;
+  checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device });
   let options = pickModelOptions(task, opts);
   const saved = opts.resume ? readRun(task, opts.resume, "--resume", options) : null;
   if (saved) {
@@ -37,15 +39,21 @@ export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
     Object.assign(opts, options);
     opts.out ??= opts.resume;
   }
-  const data = opts.data
-    ? task.data.fromDirectory(opts.data, { ...(opts.maxSentences ? { maxTrain: opts.maxSentences } : {}), options })
-    : task.data.synthetic.make(opts.seed);
+  // `--data ""` is refused by its parser: only an absent --data means the synthetic task
+  const data =
+    opts.data !== undefined
+      ? task.data.fromDirectory(opts.data, { ...(opts.maxSentences ? { maxTrain: opts.maxSentences } : {}), options })
+      : task.data.synthetic.make(opts.seed);
   const trainSet = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
   const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet, options);
   const optimizer: OptimizerName = opts.optimizer ?? "adam";
+  checkModelFits(task, options, task.vocabulary.size(vocab), {
+    optimizer,
+    advice: saved ? `the sizes come from ${opts.resume}/state.json` : undefined,
+  });
   const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {
-    if (!opts.json) process.stdout.write(`${s}\n`);
+    if (!opts.json) writeOut(`${s}\n`);
   };
   if (saved) log(`resuming from ${saved.checkpoint} after epoch ${saved.state.epochs.length}`);
   log(
@@ -97,9 +105,7 @@ export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
     },
   });
   if (opts.json) {
-    process.stdout.write(
-      `${JSON.stringify({ data: data.source, learningRate: lr, ...opts, optimizer, ...summary })}\n`,
-    );
+    writeOut(`${JSON.stringify({ data: data.source, learningRate: lr, ...opts, optimizer, ...summary })}\n`);
     return;
   }
   log("");

@@ -2,11 +2,13 @@
 // one collection, and an engine computes only graphs of the collection it was made for; these are the id's sentinel,
 // its name in messages and the error of a mismatch (graph.ts and ParameterCollection.checkGraph throw it).
 
+import { UserError } from "../util/errors.js";
+
 /**
  * Thrown when a graph would read parameters of two collections, or an engine is given a graph that reads another
  * collection than its own: either would compute with (and update) the wrong weights.
  */
-export class CollectionMismatchError extends Error {
+export class CollectionMismatchError extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "CollectionMismatchError";

@@ -1,3 +1,4 @@
+import { UserError } from "../util/errors.js";
 import { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
 import { Op, opName } from "./opcodes.js";
 
@@ -20,7 +21,7 @@ export interface GraphParameter {
 }
 
 /** Thrown when an expression is built with arguments whose shapes do not fit the op. */
-export class ShapeError extends Error {
+export class ShapeError extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "ShapeError";

@@ -1,3 +1,4 @@
+import { constants } from "node:buffer";
 import {
   CollectionMismatchError,
   type ComputationGraph,
@@ -5,6 +6,7 @@ import {
   type GraphParameter,
   NO_COLLECTION,
 } from "../graph/graph.js";
+import { UserError } from "../util/errors.js";
 import { deriveKey, randomUniform } from "../util/random.js";
 
 /** How a parameter's values start. Matrices default to Glorot, vectors to zero, lookup tables to uniform. */
@@ -126,6 +128,56 @@ function checkName(what: string, name: string | undefined): void {
 let collectionsMade = 0;
 
 /**
+ * The most values one parameter can hold: the length limit of a JavaScript typed array (2^32 in Node 20). A larger
+ * `new Float32Array` fails with "RangeError: Invalid typed array length", which names neither the parameter nor the
+ * option that made it so large.
+ */
+export const MAX_PARAMETER_VALUES = constants.MAX_LENGTH;
+
+/** A model too large to allocate: a parameter beyond the typed-array limit, or more memory than the machine has. */
+export class ModelSizeError extends UserError {}
+
+/** Refuses a parameter of `rows` × `cols` values beyond `MAX_PARAMETER_VALUES`, naming it. */
+function checkValues(name: string, rows: number, cols: number): void {
+  const n = rows * cols;
+  if (n > MAX_PARAMETER_VALUES) {
+    throw new ModelSizeError(
+      `parameter '${name}' [${rows}x${cols}] would hold ${n.toLocaleString("en-US")} values; one parameter holds at ` +
+        `most ${MAX_PARAMETER_VALUES.toLocaleString("en-US")} (the length limit of a JavaScript typed array)`,
+    );
+  }
+}
+
+/**
+ * Checks, from shapes alone (before anything is allocated), that a model can be held here: no parameter beyond the
+ * typed-array limit, and `bytesPerValue` bytes per parameter value (its value and gradient, 8; Adam's two moments
+ * add 8) within `memoryBytes`. `advice` ends each message ("lower --hidden or --embed").
+ */
+export function checkModelSize(
+  shapes: readonly ParameterShape[],
+  opts: { bytesPerValue: number; memoryBytes: number; advice: string },
+): void {
+  let values = 0;
+  for (const p of shapes) {
+    try {
+      checkValues(p.name, p.rows, p.cols);
+    } catch (e) {
+      throw new ModelSizeError(`the model is too large: ${(e as Error).message}; ${opts.advice}`);
+    }
+    values += p.rows * p.cols;
+  }
+  const bytes = values * opts.bytesPerValue;
+  if (bytes > opts.memoryBytes) {
+    const gb = (b: number) => `${(b / 1e9).toFixed(1)} GB`;
+    throw new ModelSizeError(
+      `the model is too large for this machine: its ${values.toLocaleString("en-US")} parameter values need ${gb(bytes)} ` +
+        `(${opts.bytesPerValue} bytes each for values, gradients and optimiser state), more than its ` +
+        `${gb(opts.memoryBytes)} of memory; ${opts.advice}`,
+    );
+  }
+}
+
+/**
  * The model's parameters. Every initial value is drawn from the project's counter-based generator keyed by
  * (seed, parameter index), so a model built in the same order with the same seed is identical on any engine.
  */
@@ -183,6 +235,7 @@ export class ParameterCollection {
     checkSize("addParameters", rows, cols);
     if (init !== undefined) checkInit("addParameters", init);
     checkName("addParameters", name);
+    checkValues(name ?? `p${this.all.length}`, rows, cols);
     const index = this.all.length;
     const nm = this.uniqueName(name ?? `p${index}`);
     const isMatrix = dims.length === 2;
@@ -200,6 +253,7 @@ export class ParameterCollection {
     checkSize("addLookupParameters", vocab, dim);
     if (init !== undefined) checkInit("addLookupParameters", init);
     checkName("addLookupParameters", name);
+    checkValues(name ?? `lookup${this.all.length}`, vocab, dim);
     const index = this.all.length;
     const nm = this.uniqueName(name ?? `lookup${index}`);
     const value = new Float32Array(vocab * dim);

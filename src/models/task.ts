@@ -13,6 +13,8 @@
 import type { ComputationGraph, Expression } from "../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../model/parameters.js";
 
+import { quote, showValue } from "../util/text.js";
+
 export { DataError } from "../data/text-file.js";
 
 /** A model's options by key: what its command line options set (`--hidden 256` is `{ hidden: 256 }`). */
@@ -80,6 +82,8 @@ export interface TaskVocabulary<E, V> {
   fromJSON(json: unknown): V;
   /** For the log line: "vocabulary 18280". */
   describe(vocab: V): string;
+  /** The size `parameterShapes` takes: the rows of the model's lookup table(s). */
+  size(vocab: V): number;
 }
 
 /** A quality measure on held-out examples (`V`: the vocabulary, to name predicted classes: tags for entity F1). */
@@ -148,7 +152,7 @@ export type AnyTask = Task<unknown, unknown, ModelOptions, TaskModel<unknown>>;
 /** Why `value` is not a value of `option`, or null when it is. */
 export function checkModelOption(option: ModelOption, value: unknown): string | null {
   const t = option.type;
-  const shown = typeof value === "string" ? `'${value}'` : String(value);
+  const shown = typeof value === "string" ? quote(value) : showValue(value);
   switch (t.kind) {
     case "positive-int":
       return typeof value === "number" && Number.isInteger(value) && value > 0

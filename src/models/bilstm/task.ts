@@ -150,6 +150,7 @@ export function taggerTask<O extends TaggerOptions>(
       toJSON: (vocab) => vocab.toJSON(),
       fromJSON: (json) => TaggerVocabulary.fromJSON(json, spec.withChars),
       describe: (vocab) => vocab.describe(),
+      size: (vocab) => vocab.words.size,
     },
     // entity F1 first: it decides the best epoch (83% of WikiNER's tokens are O, so token accuracy says little)
     metrics: [entityF1(gold, tagName), tokenAccuracy(gold, tagName)],

@@ -82,6 +82,7 @@ const WORD_LIST = {
   toJSON: (vocab: Vocabulary): unknown => vocab.toJSON(),
   fromJSON: (json: unknown): Vocabulary => Vocabulary.fromJSON(json as string[]),
   describe: (vocab: Vocabulary): string => `vocabulary ${vocab.size}`,
+  size: (vocab: Vocabulary): number => vocab.size,
 };
 
 /** The word vocabulary of trees: `<unk>`, then every training word in order of first appearance. */
