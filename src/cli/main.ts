@@ -4,6 +4,7 @@ import { ENGINES, EngineUnavailableError } from "../engines/registry.js";
 import { ShapeError } from "../graph/graph.js";
 import { MODELS } from "../models/registry.js";
 import { type AnyTask, DataError } from "../models/task.js";
+import { isRunError } from "../train/errors.js";
 import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
 import { CliError } from "./errors.js";
@@ -70,10 +71,14 @@ function addTrainCommand(train: Command, task: AnyTask): void {
   );
   addModelOptions(command, task, "others")
     .option("--clip <x>", "gradient clipping threshold on the global norm (0 = off)", nonNegativeNumber("--clip"), 5)
-    .option("--out <dir>", "write a checkpoint (safetensors) per epoch and state.json here")
-    .option("--resume <dir>", "continue the run saved in <dir> (its state.json and last checkpoint) up to --epochs")
+    .option("--out <dir>", "write a checkpoint (safetensors) per epoch and state.json here (locked while training)")
+    .option(
+      "--resume <dir>",
+      "continue the run saved in <dir> with its settings (a flag given here overrides or is refused) up to --epochs",
+    )
+    .option("--force", "replace a run that --out already holds (its checkpoints and state.json are removed)", false)
     .option("--json", "print the final summary as one JSON object on stdout", false)
-    .action((opts: TrainCommandOptions) => runTrain(task, opts));
+    .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
 }
 
 function addEvalCommand(evaluate: Command, task: AnyTask): void {
@@ -130,7 +135,8 @@ export async function main(argv: string[]): Promise<void> {
       e instanceof DataError ||
       e instanceof TreeFormatError ||
       e instanceof EngineUnavailableError ||
-      e instanceof ShapeError
+      e instanceof ShapeError ||
+      isRunError(e)
     ) {
       process.stderr.write(`vpps: ${e.message}\n`);
       process.exitCode = 1;

@@ -195,6 +195,10 @@ export class EagerEngine implements Engine {
     this.device.syncToHost();
   }
 
+  syncTrainerToHost(trainer: Trainer): void {
+    this.device.syncTrainerToHost(trainer);
+  }
+
   dispose(): void {
     try {
       this.device.dispose();
