@@ -12,7 +12,6 @@
  * so a default never overrides what the run recorded.
  */
 import { resolve } from "node:path";
-import { ENGINE_NAMES, ENGINE_OPTIONS } from "../engines/registry.js";
 import { type AnyTask, checkModelOption, type ModelOptions } from "../models/task.js";
 import type { OptimizerName } from "../optim/trainers.js";
 import { pickModelOptions } from "./commands.js";
@@ -143,15 +142,9 @@ export function resolveRunSettings(
     learningRate = continued("--lr", "lr", t.learningRate, opts.lr ?? t.learningRate);
   }
 
+  // engine and batching were checked with the rest of the state (checkRunState)
   const engine = continued("--engine", "engine", t.engine, opts.engine);
-  if (!ENGINE_NAMES.includes(engine as (typeof ENGINE_NAMES)[number])) {
-    corrupt("engine", `must be one of ${ENGINE_NAMES.join(", ")}; got '${engine}'`);
-  }
-  const batchingChoices = ENGINE_OPTIONS.find((o) => o.key === "batching")?.choices ?? ["depth", "agenda"];
   const batching = continued("--batching", "batching", t.batching, opts.batching);
-  if (!batchingChoices.includes(batching)) {
-    corrupt("batching", `must be one of ${batchingChoices.join(", ")}; got '${batching}'`);
-  }
 
   // the model: its shape is the checkpoint's (a different value is refused); its other options continue
   const options: Record<string, string | number> = { ...fresh.options };

@@ -13,8 +13,11 @@ export class NonFiniteUpdateError extends Error {
     readonly updatesBefore: number,
   ) {
     super(
-      `the gradient of parameter '${parameter}' holds ${value} at element ${element}; ` +
-        `refusing to apply update ${updatesBefore + 1}`,
+      (Number.isFinite(value)
+        ? // a device summing squares in fp32 can overflow on finite gradients this large
+          `the gradient norm overflows (parameter '${parameter}' has ${value} at element ${element})`
+        : `the gradient of parameter '${parameter}' holds ${value} at element ${element}`) +
+        `; refusing to apply update ${updatesBefore + 1}`,
     );
     this.name = "NonFiniteUpdateError";
   }

@@ -114,53 +114,7 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   try {
     engine = cfg.makeEngine(model.params);
     forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
-    const cg = new ComputationGraph();
-    const order = cfg.train.map((_, i) => i);
-    const batches = Math.ceil(order.length / cfg.batch);
-    let batchesBefore = 0; // batches (updates) of this run before the current epoch
-    for (let epoch = (cfg.resume?.epochsDone ?? 0) + 1; epoch <= cfg.epochs; epoch++) {
-      // each epoch's order depends on (seed, epoch) alone, so a resumed run sees the same batches
-      for (let i = 0; i < order.length; i++) order[i] = i;
-      new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
-      const place = (batch: number): DivergencePlace => ({
-        epoch,
-        batch,
-        batches,
-        updatesThisRun: batchesBefore + batch,
-        learningRate: cfg.learningRate,
-        resumedFrom: cfg.resume?.checkpoint,
-      });
-      const { trainLoss, seconds } = trainEpoch(cfg, model, engine, trainer, cg, order, epoch, place);
-      batchesBefore += batches;
-      const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
-      const checkpoint = out ? join(out.path, `epoch-${epoch}.safetensors`) : null;
-      if (checkpoint !== null) {
-        engine.syncToHost();
-        engine.syncTrainerToHost?.(trainer);
-        checkWeights(model.params, place(batches - 1));
-      }
-      const result: EpochResult = {
-        epoch,
-        trainLoss,
-        devAccuracy: devMetrics[task.metrics[0].key]!,
-        devMetrics,
-        ...(cfg.devSet !== undefined ? { devSet: cfg.devSet } : {}),
-        seconds,
-        sentencesPerSecond: order.length / seconds,
-        checkpoint,
-      };
-      epochs.push(result);
-      if (out && checkpoint !== null) {
-        const state = runState(cfg, model, epochs);
-        // the checkpoint carries the state too, so that it alone can continue the run when state.json is lost
-        saveCheckpoint(checkpoint, model.params, trainer, state, epoch);
-        writeFileAtomic(join(out.path, "state.json"), `${JSON.stringify(state)}\n`);
-      }
-      cfg.onEpoch?.(result);
-    }
-    // the returned model holds the trained weights (a checkpoint's sync did it already), and a device engine's last
-    // update is checked
-    if (out === undefined) engine.syncToHost();
+    runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs });
   } finally {
     try {
       forwardPasses?.dispose();
@@ -181,6 +135,88 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       engine: engine.name,
     },
   };
+}
+
+/** What `runEpochs` trains with; `epochs` (the results so far) grows by one result per epoch. */
+interface RunParts<M> {
+  model: M;
+  trainer: Trainer;
+  engine: Engine;
+  forwardPasses: ForwardPasses;
+  outDir: string | undefined;
+  epochs: EpochResult[];
+}
+
+/** The epochs after those already done: train, evaluate, check, checkpoint. */
+function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+  cfg: TrainConfig<E, V, O, M>,
+  { model, trainer, engine, forwardPasses, outDir, epochs }: RunParts<M>,
+): void {
+  const { task } = cfg;
+  const cg = new ComputationGraph();
+  const order = cfg.train.map((_, i) => i);
+  const batches = Math.max(1, Math.ceil(order.length / cfg.batch));
+  const firstEpoch = (cfg.resume?.epochsDone ?? 0) + 1;
+  /** Where the run's batch `k` (counted from its start or resume) is: each batch is one update. */
+  const placeOf = (k: number): DivergencePlace => ({
+    epoch: firstEpoch + Math.floor(k / batches),
+    batch: k % batches,
+    batches,
+    updatesThisRun: k,
+    learningRate: cfg.learningRate,
+    resumedFrom: cfg.resume?.checkpoint,
+  });
+  const startUpdates = trainer.updates;
+  /**
+   * Runs `f`, naming a refused update where it was queued: a device engine reports it at a later update or sync
+   * (the update's kernels changed nothing).
+   */
+  const guarded = <T>(f: () => T): T => {
+    try {
+      return f();
+    } catch (e) {
+      throw e instanceof NonFiniteUpdateError ? refusedUpdate(e, placeOf(e.updatesBefore - startUpdates)) : e;
+    }
+  };
+  let batchesBefore = 0; // batches (updates) of this run before the current epoch
+  for (let epoch = firstEpoch; epoch <= cfg.epochs; epoch++) {
+    // each epoch's order depends on (seed, epoch) alone, so a resumed run sees the same batches
+    for (let i = 0; i < order.length; i++) order[i] = i;
+    new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
+    const place = (batch: number): DivergencePlace => placeOf(batchesBefore + batch);
+    const { trainLoss, seconds } = guarded(() => trainEpoch(cfg, model, engine, trainer, cg, order, epoch, place));
+    batchesBefore += batches;
+    const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
+    const checkpoint = outDir === undefined ? null : join(outDir, `epoch-${epoch}.safetensors`);
+    if (checkpoint !== null) {
+      guarded(() => {
+        engine.syncToHost();
+        engine.syncTrainerToHost?.(trainer);
+      });
+      checkWeights(model.params, place(batches - 1));
+    }
+    const result: EpochResult = {
+      epoch,
+      trainLoss,
+      devAccuracy: devMetrics[task.metrics[0].key]!,
+      devMetrics,
+      ...(cfg.devSet !== undefined ? { devSet: cfg.devSet } : {}),
+      seconds,
+      sentencesPerSecond: order.length / seconds,
+      checkpoint,
+    };
+    epochs.push(result);
+    if (outDir !== undefined && checkpoint !== null) {
+      const state = runState(cfg, model, epochs);
+      // the checkpoint carries the state too, so that it alone can continue the run when state.json is lost
+      saveCheckpoint(checkpoint, model.params, trainer, state, epoch);
+      writeFileAtomic(join(outDir, "state.json"), `${JSON.stringify(state)}\n`);
+    }
+    cfg.onEpoch?.(result);
+  }
+  // the returned model holds the trained weights (a checkpoint's sync did it already), and a device engine's last
+  // update is checked
+  if (outDir === undefined) guarded(() => engine.syncToHost());
 }
 
 /** The output directory, created if needed, locked, cleared of leftover temporary files, checked for another run. */
@@ -262,25 +298,17 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     checkInputs(cg, indices, place(batch));
     let units = 0;
     for (const e of examples) units += model.lossUnits(e);
-    try {
-      if (isPipelined(engine)) {
-        engine.trainStep(loss, trainer);
-        queuedUnits.push(units);
-        addLosses(engine.takeLosses(false));
-      } else {
-        // the loss is checked before its gradient reaches the weights
-        const value = engine.forwardScalar(loss);
-        queuedUnits.push(units);
-        addLosses([value]);
-        engine.backward(loss);
-        engine.update(trainer);
-      }
-    } catch (e) {
-      if (e instanceof NonFiniteUpdateError) {
-        const what = `the gradient of parameter '${e.parameter}' holds ${e.value} at element ${e.element} (not applied)`;
-        throw divergence(what, place(batch));
-      }
-      throw e;
+    if (isPipelined(engine)) {
+      engine.trainStep(loss, trainer);
+      queuedUnits.push(units);
+      addLosses(engine.takeLosses(false));
+    } else {
+      // the loss is checked before its gradient reaches the weights
+      const value = engine.forwardScalar(loss);
+      queuedUnits.push(units);
+      addLosses([value]);
+      engine.backward(loss);
+      engine.update(trainer);
     }
     done += examples.length;
     progress();
@@ -296,6 +324,11 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     );
   }
   return { trainLoss: lossSum / Math.max(unitCount, 1), seconds: (performance.now() - t0) / 1000 };
+}
+
+/** The run's error for an update the trainer (or a device engine) refused. */
+function refusedUpdate(e: NonFiniteUpdateError, at: DivergencePlace): TrainingDivergedError {
+  return divergence(`${e.message.replace(/; refusing to apply update \d+$/, "")} (not applied)`, at);
 }
 
 /** Refuses a batch whose graph has a NaN or ±∞ input value before it runs: the data, not the training, are at fault. */

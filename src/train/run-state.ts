@@ -5,6 +5,7 @@
  * line's defaults. `checkRunState` refuses a malformed one naming the field, so that a corrupt file is reported as
  * such instead of training with a bogus rate or data path.
  */
+import { ENGINE_NAMES, ENGINE_OPTIONS } from "../engines/registry.js";
 import type { OptimizerName } from "../optim/trainers.js";
 
 /** One epoch's results, as the loop reports them and state.json records them. */
@@ -116,8 +117,12 @@ export function checkRunState(raw: unknown): RunState {
   if (t.data !== undefined && t.data !== null && (typeof t.data !== "string" || t.data === "")) {
     fail("training.data", "a directory or null (the synthetic task)", t.data);
   }
-  string("engine");
-  string("batching");
+  const oneOf = (k: string, choices: readonly string[]) => {
+    const x = t[k];
+    if (x !== undefined && !choices.includes(x as string)) fail(`training.${k}`, `one of ${choices.join(", ")}`, x);
+  };
+  oneOf("engine", ENGINE_NAMES);
+  oneOf("batching", ENGINE_OPTIONS.find((o) => o.key === "batching")?.choices ?? []);
   string("device");
   if (t.modelOptions !== undefined) {
     if (!isObject(t.modelOptions)) fail("training.modelOptions", "an object", t.modelOptions);
