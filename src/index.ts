@@ -49,7 +49,7 @@ export {
   ParameterCollection,
   type ParameterShape,
 } from "./model/parameters.js";
-export { loadParameters, saveParameters } from "./model/safetensors.js";
+export { CheckpointError, loadParameters, saveParameters } from "./model/safetensors.js";
 export {
   BiLstmTagger,
   type BiLstmTaggerOptions,
@@ -85,8 +85,17 @@ export { tdRnnTask } from "./models/td-rnn/task.js";
 export { type CellFormulation, TreeLstmModel, type TreeLstmOptions } from "./models/treelstm/model.js";
 export { type TreeLstmTaskOptions, treeLstmTask } from "./models/treelstm/task.js";
 export * from "./ops/index.js";
-export { AdamTrainer, makeTrainer, SimpleSGDTrainer, Trainer, type TrainerOptions } from "./optim/trainers.js";
+export {
+  AdamTrainer,
+  makeTrainer,
+  NonFiniteUpdateError,
+  SimpleSGDTrainer,
+  Trainer,
+  type TrainerOptions,
+} from "./optim/trainers.js";
+export { isRunError, RUN_ERRORS, RunDirError, TrainingDivergedError } from "./train/errors.js";
 export { evaluate, predict } from "./train/evaluate.js";
 export { type EpochResult, type TrainConfig, type TrainProgress, type TrainSummary, train } from "./train/loop.js";
+export type { RunSettings, RunState } from "./train/run-state.js";
 export { evaluateTreeLstm, type TrainTreeLstmConfig, trainTreeLstm } from "./train/treelstm.js";
 export { deriveKey, RandomStream, randomU32, randomUniform } from "./util/random.js";

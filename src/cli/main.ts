@@ -78,16 +78,17 @@ function addTrainCommand(train: Command, task: AnyTask): void {
     .option("--clip <x>", "gradient clipping threshold on the global norm (0 = off)", nonNegativeNumber("--clip"), 5)
     .option(
       "--out <dir>",
-      "write a checkpoint (safetensors) per epoch and state.json here",
+      "write a checkpoint (safetensors) per epoch and state.json here (locked while training)",
       pathName("--out", "a directory"),
     )
     .option(
       "--resume <dir>",
-      "continue the run saved in <dir> (its state.json and last checkpoint) up to --epochs",
+      "continue the run saved in <dir> with its settings (a flag given here overrides or is refused) up to --epochs",
       pathName("--resume", "a directory of a run saved with --out"),
     )
+    .option("--force", "replace a run that --out already holds (its checkpoints and state.json are removed)", false)
     .option("--json", "print the final summary as one JSON object on stdout", false)
-    .action((opts: TrainCommandOptions) => runTrain(task, opts));
+    .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
 }
 
 function addEvalCommand(evaluate: Command, task: AnyTask): void {

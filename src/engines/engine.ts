@@ -31,6 +31,13 @@ export interface Engine {
    */
   syncToHost(): void;
   /**
+   * Copies the part of `trainer`'s state this engine keeps on a device (Adam's moments) into the trainer, e.g.
+   * before a checkpoint saves it. Engines that update through the trainer itself (the CPU engines) have none. The
+   * other way, an engine starts a trainer it has not used before from the trainer's own state (zero moments for a
+   * new one, a checkpoint's after `restoreCheckpoint`).
+   */
+  syncTrainerToHost?(trainer: Trainer): void;
+  /**
    * Copies the host values of the parameters over the engine's own copy, after another engine trained them.
    * Engines that compute from the host values (the CPU engines) have none; an engine that keeps the parameters on a
    * device must have it to serve as another engine's evaluation engine (src/engines/registry.ts).

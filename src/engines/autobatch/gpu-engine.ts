@@ -56,6 +56,8 @@ export interface AutobatchDevice extends ParameterSite {
   /** A parameter's accumulated gradient (waits for queued work). */
   readGradient(index: number): Float32Array;
   syncToHost(): void;
+  /** Copies the trainer's state kept on the device (Adam's moments) into it; none where the trainer updates. */
+  syncTrainerToHost?(trainer: Trainer): void;
   /** Uploads the ParameterCollection's values over the device's copy (another engine trained them). */
   reloadFromHost(): void;
   synchronize(): void;
@@ -195,6 +197,9 @@ export class CudaAutobatchDevice implements AutobatchDevice {
   }
   syncToHost(): void {
     this.parameters.syncToHost();
+  }
+  syncTrainerToHost(trainer: Trainer): void {
+    this.parameters.syncTrainerToHost(trainer);
   }
   reloadFromHost(): void {
     this.parameters.reloadFromHost();
@@ -381,6 +386,10 @@ export class AutobatchGpuEngine implements Engine {
 
   syncToHost(): void {
     this.device.syncToHost();
+  }
+
+  syncTrainerToHost(trainer: Trainer): void {
+    this.device.syncTrainerToHost?.(trainer);
   }
 
   /** Uploads the ParameterCollection's values over the engine's device copy, e.g. after another engine trained them. */

@@ -206,6 +206,10 @@ export class EagerEngine implements Engine {
     this.device.syncToHost();
   }
 
+  syncTrainerToHost(trainer: Trainer): void {
+    this.device.syncTrainerToHost(trainer);
+  }
+
   dispose(): void {
     try {
       this.device.dispose();

@@ -40,7 +40,10 @@ export class VppsEngine implements PipelinedEngine {
   /** Whether trainStep batches may still be queued (launched or being scheduled) and not yet retired. */
   private queued = false;
 
-  constructor(params: ParameterCollection, options: VppsOptions = {}) {
+  constructor(
+    private readonly params: ParameterCollection,
+    options: VppsOptions = {},
+  ) {
     // schedule workers: the Vpps default (one per spare core) unless the caller says otherwise; trainStep needs them
     // to overlap scheduling with the GPU, and the synchronous path pays only a thread hop per batch for them
     this.vpps = Vpps.createSync(params, options);
@@ -135,13 +138,29 @@ export class VppsEngine implements PipelinedEngine {
     trainer.updates++;
   }
 
-  /** A new trainer object switches the kernel's optimizer and starts it afresh (batches queued before keep theirs). */
+  /**
+   * A new trainer object switches the kernel's optimizer and starts it from the trainer's own state (batches queued
+   * before keep theirs): zero moments for a new AdamTrainer, the saved ones for one restored from a checkpoint.
+   */
   private useTrainer(trainer: Trainer): void {
     if (trainer === this.trainer) return;
     const hyper =
       trainer instanceof AdamTrainer ? { beta1: trainer.beta1, beta2: trainer.beta2, epsilon: trainer.epsilon } : {};
     this.vpps.setOptimizer(trainer.kind, hyper);
+    if (trainer instanceof AdamTrainer && trainer.hasMoments) {
+      this.vpps.setAdamMoments(this.params.all.map((p) => trainer.moments(p)));
+    }
     this.trainer = trainer;
+  }
+
+  /** Copies Adam's moments from the device into `trainer` when it is the trainer the kernel has been running. */
+  syncTrainerToHost(trainer: Trainer): void {
+    if (trainer !== this.trainer || !(trainer instanceof AdamTrainer)) return;
+    const moments = this.vpps.adamMoments();
+    if (moments === undefined) return;
+    this.params.all.forEach((p, i) => {
+      trainer.setMoments(p, moments[i]!.m, moments[i]!.v);
+    });
   }
 
   /** The trainer's settings for the next launch; no trainer yet: learning rate 0, which takes no step. */

@@ -44,7 +44,13 @@ import {
   type VppsHooks,
   type VppsOptions,
 } from "./options.js";
-import { type AdamHyperParameters, adamStep, checkAdamHyperParameters, momentsOfParameters } from "./plan/moments.js";
+import {
+  type AdamHyperParameters,
+  adamStep,
+  checkAdamHyperParameters,
+  momentsBufferOf,
+  momentsOfParameters,
+} from "./plan/moments.js";
 import type { VppsPlan } from "./plan/plan.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
 import { VppsRuntime } from "./runtime/submit.js";
@@ -330,6 +336,16 @@ export class Vpps {
     this.flush();
     const raw = this.runtime.readMoments();
     return raw === undefined ? undefined : momentsOfParameters(this.variants[0]!.model, raw);
+  }
+
+  /**
+   * Continues Adam from saved moments (per parameter index, laid out like its values; a missing entry is zero), for
+   * the batches posted from now on: after `setOptimizer("adam")`, with `updates` set to the saved step count.
+   */
+  setAdamMoments(perParameter: readonly ({ readonly m: Float32Array; readonly v: Float32Array } | undefined)[]): void {
+    if (this.optimizerName !== "adam") throw new Error('Vpps.setAdamMoments: call setOptimizer("adam") first');
+    this.flush();
+    this.runtime.writeMoments(momentsBufferOf(this.variants[0]!.model, perParameter));
   }
 
   /** Waits for the schedule workers and launches every batch posted so far. */
