@@ -24,6 +24,8 @@ export interface BenchSize {
 export interface BenchTask<T> {
   /** Where the data came from (`SST train (path)`, `synthetic (SST not found)`). */
   readonly source: string;
+  /** The file or directory read, as `--data` takes it; undefined for data generated in code (the synthetic task). */
+  readonly path?: string;
   /** Sentences (trees) loaded; batches wrap around them. */
   readonly items: number;
   readonly vocabulary: number | undefined;

@@ -25,6 +25,7 @@ interface ThroughputFlags {
   quick: boolean;
   workers?: number;
   cache?: string;
+  reference: boolean;
   out?: string;
 }
 
@@ -89,6 +90,13 @@ function addThroughputCommands(bench: Command): void {
             "VPPS kernel cache folder (default: a new empty one, so the first create is a real JIT)",
           ).argParser(folder("--cache")),
         )
+        .addOption(
+          new Option(
+            "--reference",
+            `also time the PyTorch reference, bench/pytorch/${model.name}.py (needs python3 with torch, or ` +
+              "VPPS_REFERENCE_PYTHON; skipped with one line otherwise), its first loss checked with vpps's weights",
+          ).default(false),
+        )
         .addOption(outOption())
         .action(
           run(async (f: ThroughputFlags) => {
@@ -104,6 +112,7 @@ function addThroughputCommands(bench: Command): void {
               quick: f.quick,
               workers: f.workers,
               cacheDir: f.cache,
+              reference: f.reference,
               out: f.out,
               command: commandLine(),
             });

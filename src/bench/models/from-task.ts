@@ -70,6 +70,7 @@ export function benchModelOf(task: AnyTask, extras: BenchExtras = {}): BenchMode
       const size = (vocab as { size?: unknown }).size;
       return {
         source,
+        ...(path === undefined ? {} : { path }),
         items: items.length,
         vocabulary: typeof size === "number" ? size : undefined,
         batch: (n, k) => batchAt(items, n, k),

@@ -38,6 +38,11 @@ export interface ThroughputOptions {
   out?: string;
   /** The command line, for the result file. */
   command: string;
+  /**
+   * Also time the PyTorch reference (bench/pytorch/<model>.py) at the main size, when python3 with torch is here
+   * (reference.ts); otherwise one line says why it is skipped.
+   */
+  reference?: boolean;
   /** The engines that can be run (a test adds a planted one); engineSpecs(model) when absent. */
   specs?: readonly EngineSpec[];
 }
@@ -60,8 +65,11 @@ export interface EngineRun {
   embed: number;
   cell: string;
   batches: number[];
-  /** timed; wrong-loss (first batch off the CPU engine's); planner-refused (VPPS); failed (an error, in `reason`). */
-  status: "timed" | "wrong-loss" | "planner-refused" | "failed";
+  /**
+   * timed; wrong-loss (first batch off the CPU engine's); planner-refused (VPPS); skipped (the PyTorch reference
+   * where python3 or torch is missing); failed (an error, in `reason`).
+   */
+  status: "timed" | "wrong-loss" | "planner-refused" | "skipped" | "failed";
   reason: string | null;
   /** ms to create the engine (VPPS: the second create, through the kernel cache; the first is in `jit`). */
   createMs: number | null;

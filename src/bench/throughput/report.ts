@@ -12,11 +12,13 @@ import { markdownTable, type Transcript, writeJson, writeOutput } from "../outpu
 import type { VppsRow } from "../vpps-timing.js";
 import { type Config, LOSS_TOLERANCE, type ThroughputOptions } from "./config.js";
 import { AGENDA_ENGINES, engineSpecs, vppsEngineIds } from "./engines.js";
+import { REFERENCE_ENGINE, REFERENCE_LABEL, type ReferenceRow } from "./reference.js";
 import type { ThroughputSuite } from "./suite.js";
 
 export type ResultRow =
   | (BaselineRow & { hidden: number; embed: number })
-  | (VppsRow & { engine: string; hidden: number; embed: number; variant: string | null });
+  | (VppsRow & { engine: string; hidden: number; embed: number; variant: string | null })
+  | ReferenceRow;
 
 const f0 = (x: number) => x.toFixed(0);
 const f2 = (x: number) => x.toFixed(2);
@@ -24,6 +26,7 @@ const f3 = (x: number) => x.toFixed(3);
 
 function labelOf(model: BenchModel<unknown>): (id: string) => string {
   const labels = new Map(engineSpecs(model).map((s) => [s.id, s.label]));
+  labels.set(REFERENCE_ENGINE, REFERENCE_LABEL);
   return (id) => labels.get(id) ?? id;
 }
 
@@ -68,6 +71,7 @@ export function printTables(
   const label = labelOf(model);
   for (const c of configs) {
     const cols = c.engines.map((e) => e.id);
+    if (suite.rows.some((r) => r.engine === REFERENCE_ENGINE && r.hidden === c.hidden)) cols.push(REFERENCE_ENGINE);
     const vppsCols = vppsEngineIds(model).filter((e) => cols.includes(e));
     const hasSpeedup = vppsCols.length > 0 && cols.some((e) => AGENDA_ENGINES.includes(e));
     const head = ["batch", ...cols.map(label)];
@@ -228,6 +232,14 @@ export const METHOD = {
     "memory, 4 GiB)), which dominates the device-wide number; poolPeakMiB is the most of that pool in use at once: " +
     "for the baselines the pool's own high-water mark, for VPPS (which reserves the rest of its pool for batches " +
     "at creation) its fixed buffers plus the largest batch's values and gradients (Vpps.deviceMemory()).",
+  reference:
+    "pytorch (`--reference`): bench/pytorch/<model>.py's bench mode as a child process after the engines, on the " +
+    "same data, batch sizes, model size and training step (SGD, learning rate 0.05, clip 5): cuDNN packed LSTMs " +
+    "for the taggers, level-batched trees and pyramids for the others (bench/pytorch/README.md). Per batch: " +
+    "forward, backward, clip, update, with no wait for the loss (torch queues the next batch while the GPU runs); " +
+    "after warm-up steps, the median over 3 repeats of (steps' time / steps), each repeat ending with " +
+    "torch.cuda.synchronize(). FP32 (TF32 off). Its first-batch loss is computed with vpps's initial weights and " +
+    "checked against the CPU engine's like every engine's.",
   correctness:
     `before timing, each engine's loss on the first batch of 8 (fresh weights) is compared with the CPU engine's; ` +
     `an engine whose |loss − cpu| / max(1, |cpu|) exceeds ${LOSS_TOLERANCE} is not timed (status wrong-loss).`,
@@ -247,6 +259,11 @@ export function throughputSeries(
       .sort((a, b) => a.x - b.x);
     if (points.length > 0) out.push({ name: spec.label, points });
   }
+  const reference = rows
+    .filter((r) => r.engine === REFERENCE_ENGINE && r.hidden === hidden)
+    .map((r) => ({ x: r.batch, y: r.sentencesPerSecond }))
+    .sort((a, b) => a.x - b.x);
+  if (reference.length > 0) out.push({ name: REFERENCE_LABEL, points: reference });
   return out;
 }
 
@@ -280,6 +297,7 @@ export function writeThroughputResults<T>(r: ThroughputResults<T>): string[] {
       hidden: configs.map((c) => c.hidden),
       batches: configs[0]!.batches,
       sentencesPerRepeat: o.sentences ?? null,
+      reference: o.reference ?? false,
       workers: o.workers ?? null,
       cacheDir: r.cacheDir,
     },
@@ -296,6 +314,7 @@ export function writeThroughputResults<T>(r: ThroughputResults<T>): string[] {
     method: METHOD,
     runs: suite.runs,
     rows: suite.rows,
+    reference: suite.reference,
     speedup: speedups(suite as ThroughputSuite<unknown>, m, configs),
     ...(model.targets ? { targets: model.targets } : {}),
   };

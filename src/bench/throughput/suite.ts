@@ -12,12 +12,13 @@
  * more than 1e-3 (relative) off is not timed. The engines that wait for each batch are timed by engine-timing.ts,
  * VPPS by vpps-timing.ts (as `vpps bench vpps timing` does).
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { PoolStats } from "../../cuda/index.js";
 import { CpuEngine } from "../../engines/cpu.js";
 import { ComputationGraph } from "../../graph/graph.js";
+import { saveParameters } from "../../model/safetensors.js";
 import { type BenchDevice, cpuDevice, gpuDevice, requireGpu } from "../device.js";
 import { baselineFirstLoss, disposeBaseline, startBaseline, timeBaselines } from "../engine-timing.js";
 import { BenchUsageError, errorMessage } from "../errors.js";
@@ -36,11 +37,22 @@ import {
 } from "../vpps-timing.js";
 import { type Config, configsOf, type EngineRun, LOSS_TOLERANCE, type ThroughputOptions } from "./config.js";
 import { AGENDA_ENGINES, type EngineSpec, engineSpecs } from "./engines.js";
+import {
+  parseReferenceOutput,
+  probeReference,
+  REFERENCE_ENGINE,
+  type ReferenceRecord,
+  referencePython,
+  referenceScript,
+  runReferenceScript,
+} from "./reference.js";
 import { printTables, type ResultRow, writeThroughputResults } from "./report.js";
 
 export class ThroughputSuite<T> {
   readonly rows: ResultRow[] = [];
   readonly runs: EngineRun[] = [];
+  /** The PyTorch reference's run, when it was asked for and could start (reference.ts). */
+  reference: ReferenceRecord | null = null;
   private readonly cpuLosses = new Map<string, number>();
 
   constructor(
@@ -150,6 +162,108 @@ export class ThroughputSuite<T> {
     } finally {
       if (track && r.gpu) this.finishMemory(run, track, () => r.gpu!.ctx.pool.stats());
       disposeBaseline(r);
+    }
+  }
+
+  /**
+   * The PyTorch reference at size `c`, after the engines (reference.ts): its loss on the first batch of 8 with
+   * vpps's initial weights checked against the CPU engine's, then its rows added. Where it cannot run (no data file,
+   * script, python3 or torch) one line says why and it is recorded as skipped; a failure is recorded like an
+   * engine's.
+   */
+  async runReference(
+    c: Config,
+    o: { model: string; variant: string; dataPath: string | undefined; maxItems: number; onGpu: boolean },
+  ): Promise<void> {
+    const run: EngineRun = {
+      engine: REFERENCE_ENGINE,
+      hidden: c.hidden,
+      embed: c.embed,
+      cell: o.variant,
+      batches: c.batches,
+      status: "skipped",
+      reason: null,
+      createMs: null,
+      firstBatchLoss: null,
+      memory: null,
+      jit: null,
+      chosenVariant: null,
+      weightFloats: null,
+    };
+    this.runs.push(run);
+    const skip = (why: string): void => {
+      run.reason = why;
+      console.log(`\nPyTorch reference: skipped: ${why}`);
+    };
+    if (o.dataPath === undefined) {
+      skip("the data here is generated in code (no --data and no data set beside the repository); it reads files");
+      return;
+    }
+    const python = referencePython();
+    const script = referenceScript(o.model);
+    const probe = probeReference(python, script);
+    if (!probe.ok) {
+      skip(probe.reason);
+      return;
+    }
+    const dir = mkdtempSync(join(tmpdir(), "vpps-reference-"));
+    try {
+      const init = join(dir, "initial.safetensors");
+      saveParameters(this.net(c, o.variant).params, init, { model: o.model });
+      const args = [
+        script,
+        "bench",
+        ...["--data", o.dataPath, "--batches", c.batches.join(","), "--max-items", String(o.maxItems)],
+        ...["--hidden", String(c.hidden), "--embed", String(c.embed)],
+        // the engines' training step (engine-timing.ts): SGD, learning rate 0.05, clip 5
+        ...["--optimizer", "sgd", "--lr", "0.05", "--clip", "5"],
+        ...["--device", o.onGpu ? "cuda" : "cpu", "--init-from", init, "--json"],
+        ...(this.o.sentences !== undefined || this.o.quick ? ["--sentences", String(this.o.sentences ?? 64)] : []),
+      ];
+      const record: ReferenceRecord = {
+        python,
+        script,
+        args,
+        torch: probe.torch,
+        cudnn: null,
+        device: null,
+        items: null,
+        vocabulary: null,
+      };
+      this.reference = record;
+      console.log(`\n== PyTorch reference (torch ${probe.torch}): ${python} ${args.join(" ")}`);
+      const out = await runReferenceScript(python, args, (line) => console.log(`pytorch: ${line}`));
+      if (out.code !== 0) throw new Error(`${script} exited with status ${out.code}: ${out.lastError}`);
+      const result = parseReferenceOutput(out.stdout);
+      Object.assign(record, {
+        torch: result.torch,
+        cudnn: result.cudnn,
+        device: result.device,
+        items: result.items,
+        vocabulary: result.vocabulary,
+      });
+      if (result.firstBatchLoss === null) throw new Error("it printed no first-batch loss (it was given --init-from)");
+      if (!this.checkLoss(run, this.cpuLoss(c, o.variant), result.firstBatchLoss)) return;
+      for (const r of result.rows) {
+        this.rows.push({
+          engine: REFERENCE_ENGINE,
+          hidden: c.hidden,
+          embed: c.embed,
+          batch: r.batch,
+          sentencesPerSecond: r.sentencesPerSecond,
+          msPerBatch: r.msPerBatch,
+          repeats: r.repeats,
+          stepsPerRepeat: r.stepsPerRepeat,
+          device: result.device,
+        });
+      }
+      run.status = "timed";
+    } catch (e) {
+      run.status = "failed";
+      run.reason = errorMessage(e);
+      console.error(`PyTorch reference: failed: ${run.reason}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   }
 
@@ -290,6 +404,15 @@ export async function runThroughput<T>(model: BenchModel<T>, o: ThroughputOption
     await suite.runAll(configs);
   } finally {
     probe?.close();
+  }
+  if (o.reference) {
+    await suite.runReference(configs[0]!, {
+      model: model.name,
+      variant: model.variants[0]!.name,
+      dataPath: task.path,
+      maxItems: model.maxItems,
+      onGpu,
+    });
   }
   const tables = new Transcript();
   printTables(tables, suite, model as BenchModel<unknown>, configs, task.source, device.name);
