@@ -13,5 +13,6 @@ if (existsSync(source)) {
   register();
   entry = source;
 }
-const { main } = await import(pathToFileURL(entry).href);
-await main(process.argv);
+// runCli (src/cli/main.ts) is the one handler of the command's errors and sets the exit status
+const { runCli } = await import(pathToFileURL(entry).href);
+await runCli(process.argv);

@@ -8,6 +8,7 @@ import { ComputationGraph, ShapeError } from "../src/graph/graph.js";
 import { Op } from "../src/graph/opcodes.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";
+import { cellNode1 } from "../src/ops/cells.js";
 import {
   affine,
   concat,
@@ -21,7 +22,7 @@ import {
   treeLstmLeaf,
   treeLstmNode,
 } from "../src/ops/index.js";
-import { affine3 } from "../src/ops/linear.js";
+import { affine3, affine5Node } from "../src/ops/linear.js";
 import { concat2, concat3 } from "../src/ops/structure.js";
 
 /*
@@ -236,6 +237,76 @@ describe("fixed-arity builders build the general builders' nodes and fail with t
     assert.deepEqual(last(cg), { op: Op.Affine, rows: 3, cols: 1, args: [1, 2, 0], aux: 0, depth: 1 });
   });
 
+  test("node builders of an LSTM step (affine5Node, cellNode1) build affine([b, W, x, U, h]) and lstmStep's nodes", () => {
+    const U = pc.addParameters([3, 2], undefined, "U");
+    const g1 = new ComputationGraph();
+    const g2 = new ComputationGraph();
+    const build = (g: ComputationGraph, fast: boolean) => {
+      const x = input(g, [1, 2, 3, 4]);
+      const h = input(g, [5, 6]);
+      const gates = fast
+        ? g.expression(affine5Node(g, g.parameterNode(b), g.parameterNode(W), x.id, g.parameterNode(U), h.id))
+        : affine([b, W, x, U, h]);
+      const wide = concat([gates, gates, gates, gates]);
+      const c = input(g, [0, 0, 0]);
+      return fast ? g.expression(cellNode1(g, wide.id, c.id)) : lstmStep(wide, c);
+    };
+    assert.equal(build(g2, true).id, build(g1, false).id);
+    for (let i = 0; i < g1.size; i++) assert.equal(g2.describe(i), g1.describe(i));
+    assert.deepEqual([...g2.aux.subarray(0, g2.size)], [...g1.aux.subarray(0, g1.size)]);
+    const g = new ComputationGraph();
+    const [x, h, p] = [input(g, [1, 2, 3, 4]).id, input(g, [1, 2]).id, (q: typeof W) => g.parameterNode(q)];
+    const fails = (f: () => unknown, re: RegExp) =>
+      assert.throws(f, (e: unknown) => e instanceof ShapeError && re.test(e.message));
+    fails(() => affine5Node(g, p(b), p(W), x, p(U), x), /^affine: argument 'W2' has shape \[3,2\]; x2 has length 4$/);
+    fails(() => affine5Node(g, p(b), p(W), h, p(U), h), /^affine: argument 'W1' has shape \[3,4\]; x1 has length 2$/);
+    fails(() => affine5Node(g, h, p(W), x, p(U), h), /^affine: argument 'W1' has shape \[3,4\]; b has length 2$/);
+    fails(() => cellNode1(g, x, x), /^lstmCell: argument 'c1' has length 4; gates imply H = 1$/);
+    fails(() => cellNode1(g, h, h), /^lstmCell: argument 'gates' has length 2; with 1 children it must be 4·H$/);
+  });
+
+  test("affine5Node builds affine([b, W1, x1, W2, x2])'s node and fails with its messages", () => {
+    const W2 = pc.addParameters([3, 2], undefined, "W2");
+    const g1 = new ComputationGraph();
+    const g2 = new ComputationGraph();
+    const args = (g: ComputationGraph) => [input(g, [1, 2, 3, 4]), input(g, [5, 6])] as const;
+    const [a4, a2] = args(g1);
+    const [f4, f2] = args(g2);
+    affine([b, W, a4, W2, a2]);
+    const p = (q: typeof W) => g2.parameterNode(q);
+    affine5Node(g2, p(b), p(W), f4.id, p(W2), f2.id);
+    assert.equal(g2.size, g1.size);
+    for (let i = 0; i < g1.size; i++) assert.equal(g2.describe(i), g1.describe(i));
+    assert.deepEqual(last(g2), last(g1));
+    // each wrong argument: the general builder's message
+    const message = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        assert.ok(e instanceof ShapeError);
+        return e.message;
+      }
+      return "no error";
+    };
+    for (const [bb, w1, x1, w2, x2] of [
+      [b, W, a2, W2, a2],
+      [b, W, a4, W2, a4],
+      [b, W2, a4, W, a4],
+      [a2, W, a4, W2, a2],
+      [W, W, a4, W2, a2],
+      [b, W, W2, W2, a2],
+      [b, W, a4, W2, W],
+    ] as const) {
+      const general = message(() => affine([bb, w1, x1, w2, x2]));
+      const id = (x: typeof b | typeof a4) => ("id" in x ? g2.expression(x === a4 ? f4.id : f2.id).id : p(x));
+      assert.notEqual(general, "no error");
+      assert.equal(
+        message(() => affine5Node(g2, id(bb), id(w1), id(x1), id(w2), id(x2))),
+        general,
+      );
+    }
+  });
+
   const cg = new ComputationGraph();
   const x4 = input(cg, [1, 2, 3, 4]);
   const x3 = input(cg, [1, 2, 3]);
@@ -253,7 +324,16 @@ describe("fixed-arity builders build the general builders' nodes and fail with t
     ["affine b/W rows", () => affine3(x2, W, x4), /^affine: argument 'W1' has shape \[3,4\]; b has length 2$/],
     ["affine b a matrix", () => affine3(W, W, x4), /^affine: argument 'b' must be a vector; it has shape \[3,4\]$/],
     ["affine x a matrix", () => affine3(x3, W, W), /^affine: argument 'x1' must be a vector; it has shape \[3,4\]$/],
-    ["affine b a table", () => affine3(E, W, x4), /^parameter: 'E' is a lookup table/],
+    [
+      "affine b a table",
+      () => affine3(E, W, x4),
+      /^affine: argument 'b' is lookup table 'E'; read its rows with lookup\(cg, E, row\)$/,
+    ],
+    [
+      "affine b a table (general)",
+      () => affine([E, W, x4, W, x4]),
+      /^affine: argument 'b' is lookup table 'E'; read its rows with lookup\(cg, E, row\)$/,
+    ],
     ["affine no expression", () => affine3(b, W, b), /^affine: no argument is an expression/],
     ["affine other graph", () => affine3(x3, W, other), /^affine: argument 'x1' belongs to a different graph$/],
     ["affine stale", () => affine3(b, W, stale), /^affine: argument 'x1' is from a previous batch/],

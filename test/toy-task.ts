@@ -164,6 +164,7 @@ export const toyTask: Task<TaggedSentence, ToyVocabulary, ToyOptions, ToyTagger>
       return { words: Vocabulary.fromJSON(j.words), tags: j.tags };
     },
     describe: (v) => `vocabulary ${v.words.size} words, ${v.tags} tags`,
+    size: (v) => v.words.size,
   },
   metrics: [tokenAccuracy, sentenceAccuracy],
   create: (options, vocab, seed) => new ToyTagger(vocab, options.embed, seed),

@@ -193,14 +193,17 @@ describe("training through a pipelined engine", () => {
   test("a NaN loss stops training when it arrives, with the usual message", () => {
     const poison = 4;
     const { engine, error } = poisoned(poison);
-    assert.match(String(error), /^Error: training diverged: the loss became NaN in epoch 1; lower --lr$/);
+    assert.match(
+      String(error),
+      /^TrainingDivergedError: training diverged in epoch 1, batch 5 of 11, after 4 updates: the loss is NaN; lower the learning rate \(--lr, now [\d.]+\)$/,
+    );
     assert.equal(engine.steps, poison + LAG + 1, "thrown when the loss came back, LAG batches after its own");
     assert.ok(engine.disposed, "the engine was disposed");
   });
 
   test("a NaN in the last batches is caught by the wait at the end of the epoch", () => {
     const { engine, error } = poisoned(BATCHES + BATCHES - 1); // epoch 2's last batch, held back when the loop ends
-    assert.match(String(error), /training diverged: the loss became NaN in epoch 2/);
+    assert.match(String(error), /training diverged in epoch 2, batch 11 of 11, after 21 updates: the loss is NaN/);
     assert.equal(engine.steps, 2 * BATCHES);
   });
 });

@@ -7,7 +7,7 @@ import { readTrees } from "../src/data/sst.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { createModelLayout, type ModelLayout } from "../src/engines/vpps/plan/layout.js";
-import { ADAM_DEFAULTS, adamStep, momentLayout, momentsOfParameters } from "../src/engines/vpps/plan/moments.js";
+import { ADAM_DEFAULTS, adamStep, momentLayout } from "../src/engines/vpps/plan/moments.js";
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { disassemble } from "../src/engines/vpps/script/disassemble.js";
@@ -17,16 +17,9 @@ import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax } from "../src/ops/index.js";
-import { AdamTrainer } from "../src/optim/trainers.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
-import {
-  compareAdamBatch,
-  tensorDifference as firstDifference,
-  type Looseness,
-  referenceAdamBatch,
-  referenceSgdBatch,
-  type SgdReference,
-} from "./vpps-reference.js";
+import { tensorDifference as firstDifference, referenceSgdBatch, type SgdReference } from "./vpps-reference.js";
+import { adamTrajectories } from "./vpps-trajectories.js";
 
 /** A small GPU: few CTAs, so matrices spread over several slots of each CTA and processors share work. */
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
@@ -373,54 +366,6 @@ describe("VPPS script synchronisation", () => {
 
 /** SST training trees beside the repository (the shared data set), when present. */
 const SST_FILE = join(import.meta.dirname, "..", "..", "shared", "data", "sst", "train.txt");
-
-/**
- * Runs `batches` consecutive Adam batches through the CPU engine + AdamTrainer and, from the same start, through the
- * emulator (each on its own trajectory: weights and moments carried from batch to batch); per batch compares the
- * loss, every gradient, every moment and every step over two interleavings. Returns the mismatches.
- */
-function adamTrajectories(
-  pc: ParameterCollection,
-  graphs: (k: number) => { cg: ComputationGraph; loss: Expression },
-  device: DeviceModel,
-  plan: PlanOptions,
-  clip: number,
-  lr: number,
-  batches: number,
-  loose: Looseness,
-  tileEntries?: number,
-): string[] {
-  const model = createModelLayout(pc.all, planVpps(onChipMatrices(pc), device, plan));
-  const scheduler = new VppsScheduler(model, {
-    exportGradients: true,
-    optimizer: "adam",
-    ...(tileEntries !== undefined ? { tileEntries } : {}),
-  });
-  const trainer = new AdamTrainer({ learningRate: lr, clipThreshold: clip });
-  let values: Float32Array[] = pc.all.map((p) => Float32Array.from(p.value));
-  let moments: Float32Array = new Float32Array(momentLayout(model).floats);
-  const out: string[] = [];
-  for (let k = 0; k < batches; k++) {
-    const { cg, loss } = graphs(k);
-    const ref = referenceAdamBatch(pc, trainer, loss);
-    const sched = scheduler.schedule(cg, loss);
-    const adam = adamStep(ADAM_DEFAULTS, k + 1);
-    let next: { values: Float32Array[]; moments: Float32Array } | undefined;
-    for (const [seed, interleaving] of [
-      [k + 1, "random"],
-      [k + 2, "greedy"],
-    ] as const) {
-      const got = emulateBatch(model, sched, cg, values, { seed, interleaving, learningRate: lr, clip, adam }, moments);
-      next ??= { values: got.values, moments: got.moments! };
-      const mine = { ...got, before: values, after: got.values, moments: momentsOfParameters(model, got.moments!) };
-      const d = compareAdamBatch(pc.all, ref, mine, lr, k + 1, loose);
-      if (d) out.push(`batch ${k + 1} (${interleaving} seed ${seed}): ${d}`);
-    }
-    values = next!.values;
-    moments = next!.moments;
-  }
-  return out;
-}
 
 describe("VPPS emulator: Adam against the CPU engine and the AdamTrainer", () => {
   const sst = existsSync(SST_FILE);

@@ -6,7 +6,13 @@ import { describe, test } from "node:test";
 import { cudaAvailable } from "../src/cuda/index.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
-import { checkOptions, DEFAULT_PROFILE_NODES, resolveOptions, type VppsOptions } from "../src/engines/vpps/options.js";
+import {
+  checkOptions,
+  checkStepSettings,
+  DEFAULT_PROFILE_NODES,
+  resolveOptions,
+  type VppsOptions,
+} from "../src/engines/vpps/options.js";
 import {
   BatchPipeline,
   decodeKernelStatus,
@@ -187,8 +193,23 @@ describe("Vpps options", () => {
       ],
       [{ training: { beta1: 1 } }, /training\.beta1 must be in \[0, 1\); got 1/],
       [{ training: { epsilon: 0 } }, /training\.epsilon must be positive; got 0/],
+      [
+        { training: { learningRate: Number.NaN } },
+        /Vpps: training\.learningRate must be a finite number >= 0 \(0: forward and backward only\); got NaN$/,
+      ],
+      [{ training: { learningRate: -0.1 } }, /training\.learningRate must be a finite number >= 0 .*; got -0\.1$/],
+      [{ training: { learningRate: Infinity } }, /training\.learningRate must be .*; got Infinity$/],
+      [
+        { training: { clip: Number.NaN } },
+        /Vpps: training\.clip must be a finite number >= 0 \(0: no clipping\); got NaN$/,
+      ],
+      [{ training: { clip: -1 } }, /training\.clip must be a finite number >= 0 .*; got -1$/],
     ];
     for (const [o, message] of bad) assert.throws(() => checkOptions(o), message);
+    // fb reads the settings again (they are properties a caller may set between batches)
+    assert.throws(() => checkStepSettings("Vpps.fb: ", Number.NaN, 5), /Vpps\.fb: learningRate must be a finite/);
+    assert.throws(() => checkStepSettings("Vpps.fb: ", 0.1, -2), /Vpps\.fb: clip must be a finite number >= 0/);
+    checkStepSettings("Vpps.fb: ", 0, 0);
   });
 
   test("defaults: resolveOptions fills every group as Vpps.create did with the flat options", () => {

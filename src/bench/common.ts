@@ -11,6 +11,9 @@ export const PACKAGE_ROOT = join(import.meta.dirname, "..", "..");
 /** The Stanford Sentiment Treebank beside the repository (this workspace keeps data sets outside it). */
 export const SST_DIR = join(PACKAGE_ROOT, "..", "shared", "data", "sst");
 
+/** Our WikiNER copy beside the repository (one file, dev.txt, that the taggers split by --split-seed). */
+export const WIKINER_DIR = join(PACKAGE_ROOT, "..", "shared", "data", "wikiner");
+
 export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;

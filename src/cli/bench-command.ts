@@ -1,49 +1,23 @@
-/** What every `vpps bench` command shares: exit statuses, usage lines, the common options, the action wrapper. */
-import { type Command, type CommanderError, Option } from "commander";
-import { BenchError, BenchUsageError } from "../bench/errors.js";
+/** What every `vpps bench` command shares: the common options and the action wrapper. */
+import { type Command, Option } from "commander";
 import { folder, treeFile } from "../bench/options.js";
 
 /** What the results were made with, for the result files. */
 export const commandLine = (): string => `vpps ${process.argv.slice(2).join(" ")}`;
 
-/** Commander's errors exit with status 2 here (help with 0); its default, 1, is the benchmarks' own failure. */
-export function exitOnUsageError(err: CommanderError): never {
-  process.exit(err.exitCode === 0 ? 0 : 2);
-}
-
-/** `vpps bench vpps timing` */
-export function pathOf(cmd: Command): string {
-  const path: string[] = [];
-  for (let c: Command | null = cmd; c; c = c.parent) path.unshift(c.name());
-  return path.join(" ");
-}
-
-export function usageOf(cmd: Command): string {
-  return `usage: ${pathOf(cmd)} ${cmd.usage()}  (--help lists the options)`;
-}
-
-/** A leaf command: errors print one line and its usage. */
+/** A leaf command: it takes no arguments beyond its options. */
 export function leaf(cmd: Command): Command {
-  return cmd.showHelpAfterError(usageOf(cmd)).allowExcessArguments(false);
+  return cmd.allowExcessArguments(false);
 }
 
-/** Runs a benchmark, turning its usage errors and failures into one line and an exit status. */
-export function run<A extends unknown[]>(cmd: () => Command, body: (...args: A) => Promise<number> | number) {
+/**
+ * Runs a benchmark: its status (1 where an engine disagreed with the CPU engine) becomes the exit status. Its
+ * failures go to main.ts's handler: a `BenchUsageError` is a usage error (one line, status 2), a `BenchError` one line
+ * with status 1; neither prints a stack trace.
+ */
+export function run<A extends unknown[]>(body: (...args: A) => Promise<number> | number) {
   return async (...args: A): Promise<void> => {
-    try {
-      process.exitCode = await body(...args);
-    } catch (e) {
-      const c = cmd();
-      if (e instanceof BenchUsageError) {
-        process.stderr.write(`${pathOf(c)}: ${e.message}\n${usageOf(c)}\n`);
-        process.exitCode = 2;
-      } else if (e instanceof BenchError) {
-        process.stderr.write(`${e.message}\n`);
-        process.exitCode = 1;
-      } else {
-        throw e;
-      }
-    }
+    process.exitCode = await body(...args);
   };
 }
 

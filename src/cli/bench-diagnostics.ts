@@ -5,6 +5,7 @@
  */
 import { type Command, Option } from "commander";
 import { choice, folder, numberList, treeFile, wholeNumber } from "../bench/options.js";
+import { MODELS } from "../models/registry.js";
 import { commandLine, dataOption, leaf, outOption, quickOption, run } from "./bench-command.js";
 
 export function addVppsDiagnostics(bench: Command): void {
@@ -13,9 +14,8 @@ export function addVppsDiagnostics(bench: Command): void {
     .description(
       "VPPS diagnostics: timing, host, gap, timeline, profile, trace, tiles, threads (Tree-LSTM, hidden 256)",
     );
-  vpps.showHelpAfterError("(vpps bench vpps --help lists them)");
 
-  const timing: Command = leaf(
+  leaf(
     vpps
       .command("timing")
       .description("VPPS alone, batch 1…128: sentences/s, host time vs kernel time, JIT time, weight bytes; vpps.json")
@@ -36,7 +36,6 @@ export function addVppsDiagnostics(bench: Command): void {
       .addOption(outOption())
       .action(
         run(
-          () => timing,
           async (f: {
             data?: string;
             quick: boolean;
@@ -62,7 +61,7 @@ export function addVppsDiagnostics(bench: Command): void {
       ),
   );
 
-  const host: Command = leaf(
+  leaf(
     vpps
       .command("host")
       .description("schedule + encode ns per graph node, batch 1…128, on the CPU (H100 plan); vpps-host.json")
@@ -70,17 +69,14 @@ export function addVppsDiagnostics(bench: Command): void {
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(
-          () => host,
-          async (f: { data?: string; quick: boolean; out?: string }) => {
-            const { runVppsHost } = await import("../bench/diagnostics/vpps-host.js");
-            return runVppsHost({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
-          },
-        ),
+        run(async (f: { data?: string; quick: boolean; out?: string }) => {
+          const { runVppsHost } = await import("../bench/diagnostics/vpps-host.js");
+          return runVppsHost({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
+        }),
       ),
   );
 
-  const gap: Command = leaf(
+  leaf(
     vpps
       .command("gap")
       .description(
@@ -89,17 +85,14 @@ export function addVppsDiagnostics(bench: Command): void {
       .argument("[train]", "SST train.txt (as --data)", treeFile("train"))
       .addOption(dataOption())
       .action(
-        run(
-          () => gap,
-          async (train: string | undefined, f: { data?: string }) => {
-            const { runVppsGap } = await import("../bench/diagnostics/vpps-gap.js");
-            return runVppsGap({ dataFile: f.data ?? train });
-          },
-        ),
+        run(async (train: string | undefined, f: { data?: string }) => {
+          const { runVppsGap } = await import("../bench/diagnostics/vpps-gap.js");
+          return runVppsGap({ dataFile: f.data ?? train });
+        }),
       ),
   );
 
-  const timeline: Command = leaf(
+  leaf(
     vpps
       .command("timeline")
       .description("per batch: kernel time, the GPU's idle time before it, the main thread's work; vpps-timeline.json")
@@ -115,7 +108,6 @@ export function addVppsDiagnostics(bench: Command): void {
       .addOption(outOption())
       .action(
         run(
-          () => timeline,
           async (f: {
             data?: string;
             batch: number;
@@ -131,7 +123,7 @@ export function addVppsDiagnostics(bench: Command): void {
       ),
   );
 
-  const profile: Command = leaf(
+  leaf(
     vpps
       .command("profile")
       .description(
@@ -141,17 +133,14 @@ export function addVppsDiagnostics(bench: Command): void {
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(
-          () => profile,
-          async (f: { data?: string; quick: boolean; out?: string }) => {
-            const { runVppsProfile } = await import("../bench/diagnostics/vpps-profile.js");
-            return runVppsProfile({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
-          },
-        ),
+        run(async (f: { data?: string; quick: boolean; out?: string }) => {
+          const { runVppsProfile } = await import("../bench/diagnostics/vpps-profile.js");
+          return runVppsProfile({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
+        }),
       ),
   );
 
-  const trace: Command = leaf(
+  leaf(
     vpps
       .command("trace")
       .description("the critical path of single launches (instructions and barrier hops), per batch size")
@@ -168,7 +157,6 @@ export function addVppsDiagnostics(bench: Command): void {
       .addOption(outOption())
       .action(
         run(
-          () => trace,
           async (f: {
             data?: string;
             quick: boolean;
@@ -194,7 +182,7 @@ export function addVppsDiagnostics(bench: Command): void {
       ),
   );
 
-  const tiles: Command = leaf(
+  leaf(
     vpps
       .command("tiles")
       .description("kernel ms and sentences/s per tileEntries threshold, settings interleaved; vpps-tiles.json")
@@ -219,7 +207,6 @@ export function addVppsDiagnostics(bench: Command): void {
       .addOption(outOption())
       .action(
         run(
-          () => tiles,
           async (f: {
             data?: string;
             quick: boolean;
@@ -245,7 +232,7 @@ export function addVppsDiagnostics(bench: Command): void {
       ),
   );
 
-  const threads: Command = leaf(
+  leaf(
     vpps
       .command("threads")
       .description("the host pipeline without a GPU: graph build and worker scheduling per worker count (prints only)")
@@ -255,21 +242,17 @@ export function addVppsDiagnostics(bench: Command): void {
       )
       .addOption(new Option("--batches <list>", "batch sizes").argParser(numberList("--batches")).default([1, 8, 128]))
       .action(
-        run(
-          () => threads,
-          async (f: { data?: string; workers: number[]; batches: number[] }) => {
-            const { runVppsThreads } = await import("../bench/diagnostics/vpps-threads.js");
-            return runVppsThreads({ dataFile: f.data, workers: f.workers, batches: f.batches });
-          },
-        ),
+        run(async (f: { data?: string; workers: number[]; batches: number[] }) => {
+          const { runVppsThreads } = await import("../bench/diagnostics/vpps-threads.js");
+          return runVppsThreads({ dataFile: f.data, workers: f.workers, batches: f.batches });
+        }),
       ),
   );
 }
 
 export function addEngineDiagnostics(bench: Command): void {
   const autobatch = bench.command("autobatch").description("autobatch diagnostics: batching, plan");
-  autobatch.showHelpAfterError("(vpps bench autobatch --help lists them)");
-  const batching: Command = leaf(
+  leaf(
     autobatch
       .command("batching")
       .description(
@@ -279,35 +262,28 @@ export function addEngineDiagnostics(bench: Command): void {
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(
-          () => batching,
-          async (f: { data?: string; quick: boolean; out?: string }) => {
-            const { runBatching } = await import("../bench/diagnostics/batching.js");
-            return runBatching({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
-          },
-        ),
+        run(async (f: { data?: string; quick: boolean; out?: string }) => {
+          const { runBatching } = await import("../bench/diagnostics/batching.js");
+          return runBatching({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
+        }),
       ),
   );
-  const plan: Command = leaf(
+  leaf(
     autobatch
       .command("plan")
       .description("planning ns per node and batches per strategy, on the CPU; autobatch-plan.json")
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(
-          () => plan,
-          async (f: { quick: boolean; out?: string }) => {
-            const { runAutobatchPlan } = await import("../bench/diagnostics/autobatch-plan.js");
-            return runAutobatchPlan({ quick: f.quick, out: f.out, command: commandLine() });
-          },
-        ),
+        run(async (f: { quick: boolean; out?: string }) => {
+          const { runAutobatchPlan } = await import("../bench/diagnostics/autobatch-plan.js");
+          return runAutobatchPlan({ quick: f.quick, out: f.out, command: commandLine() });
+        }),
       ),
   );
 
   const eager = bench.command("eager").description("eager diagnostics: timing");
-  eager.showHelpAfterError("(vpps bench eager --help lists them)");
-  const eagerTiming: Command = leaf(
+  leaf(
     eager
       .command("timing")
       .description("eager Tree-LSTM training sentences/s and launches at batch 1, 8, 128; eager.json")
@@ -315,19 +291,15 @@ export function addEngineDiagnostics(bench: Command): void {
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(
-          () => eagerTiming,
-          async (f: { data?: string; quick: boolean; out?: string }) => {
-            const { runEagerTiming } = await import("../bench/diagnostics/eager-timing.js");
-            return runEagerTiming({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
-          },
-        ),
+        run(async (f: { data?: string; quick: boolean; out?: string }) => {
+          const { runEagerTiming } = await import("../bench/diagnostics/eager-timing.js");
+          return runEagerTiming({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
+        }),
       ),
   );
 
   const cpu = bench.command("cpu").description("CPU diagnostics: timing, graph-build");
-  cpu.showHelpAfterError("(vpps bench cpu --help lists them)");
-  const cpuTiming: Command = leaf(
+  leaf(
     cpu
       .command("timing")
       .description("graph construction ns per node and CPU engine sentences/s; cpu.json")
@@ -335,37 +307,43 @@ export function addEngineDiagnostics(bench: Command): void {
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(
-          () => cpuTiming,
-          async (f: { data?: string; quick: boolean; out?: string }) => {
-            const { runCpuTiming } = await import("../bench/diagnostics/cpu-timing.js");
-            return runCpuTiming({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
-          },
-        ),
+        run(async (f: { data?: string; quick: boolean; out?: string }) => {
+          const { runCpuTiming } = await import("../bench/diagnostics/cpu-timing.js");
+          return runCpuTiming({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
+        }),
       ),
   );
-  const graphBuild: Command = leaf(
+  leaf(
     cpu
       .command("graph-build")
-      .description("graph construction ns per node, fused and ops cell, batch 1…128; graph-build.json")
+      .description(
+        "graph construction ns per node, batch 1…128: the Tree-LSTM's fused and ops cell (graph-build.json), or " +
+          "--model's (graph-build-<model>.json)",
+      )
+      .addOption(
+        new Option("--model <name>", "a registered model at its default sizes (default: treelstm)").argParser(
+          choice(
+            "--model",
+            MODELS.map((t) => t.name),
+          ),
+        ),
+      )
       .addOption(dataOption())
       .addOption(quickOption())
       .option("--machine <name>", "the results folder's name (default: cpu-<model>-<cores>c)")
       .addOption(outOption())
       .action(
-        run(
-          () => graphBuild,
-          async (f: { data?: string; quick: boolean; machine?: string; out?: string }) => {
-            const { runGraphBuild } = await import("../bench/diagnostics/graph-build.js");
-            return runGraphBuild({
-              dataFile: f.data,
-              quick: f.quick,
-              machine: f.machine,
-              out: f.out,
-              command: commandLine(),
-            });
-          },
-        ),
+        run(async (f: { model?: string; data?: string; quick: boolean; machine?: string; out?: string }) => {
+          const { runGraphBuild } = await import("../bench/diagnostics/graph-build.js");
+          return runGraphBuild({
+            model: f.model,
+            dataFile: f.data,
+            quick: f.quick,
+            machine: f.machine,
+            out: f.out,
+            command: commandLine(),
+          });
+        }),
       ),
   );
 }

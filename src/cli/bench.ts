@@ -4,14 +4,14 @@
  * batching|plan`, `vpps bench eager timing`, `vpps bench cpu timing|graph-build`), over the harness in src/bench/.
  * Results go to bench/results/<device>/ (`--out` elsewhere).
  *
- * A bad option value, an unknown option or suite prints one line and the usage and exits with status 2; a benchmark
+ * A bad option value, an unknown option or suite prints one line (with where the help is) and exits with status 2; a benchmark
  * that cannot run here (no GPU) or whose engine disagreed with the CPU engine exits with status 1.
  */
 import { type Command, Option } from "commander";
 import { BENCH_MODELS, benchModel } from "../bench/models/index.js";
 import { choice, choiceList, existingPath, folder, numberList, wholeNumber } from "../bench/options.js";
 import { engineSpecs } from "../bench/throughput/engines.js";
-import { commandLine, exitOnUsageError, leaf, outOption, quickOption, run } from "./bench-command.js";
+import { commandLine, leaf, outOption, quickOption, run } from "./bench-command.js";
 import { addEngineDiagnostics, addVppsDiagnostics } from "./bench-diagnostics.js";
 
 interface ThroughputFlags {
@@ -33,7 +33,7 @@ function addThroughputCommands(bench: Command): void {
   for (const model of BENCH_MODELS) {
     const ids = engineSpecs(model).map((s) => s.id);
     const sizes = model.sizes.map((s) => s.hidden).join(",");
-    const cmd: Command = leaf(
+    leaf(
       bench
         .command(model.name)
         .description(
@@ -99,27 +99,24 @@ function addThroughputCommands(bench: Command): void {
         )
         .addOption(outOption())
         .action(
-          run(
-            () => cmd,
-            async (f: ThroughputFlags) => {
-              const { runThroughput } = await import("../bench/throughput/suite.js");
-              return runThroughput(model, {
-                dataFile: f.data,
-                engines: f.engines,
-                batches: f.batches,
-                hidden: f.hidden,
-                sentences: f.sentences,
-                vppsSentences: f.vppsSentences,
-                vppsWarm: f.vppsWarm,
-                quick: f.quick,
-                workers: f.workers,
-                cacheDir: f.cache,
-                reference: f.reference,
-                out: f.out,
-                command: commandLine(),
-              });
-            },
-          ),
+          run(async (f: ThroughputFlags) => {
+            const { runThroughput } = await import("../bench/throughput/suite.js");
+            return runThroughput(model, {
+              dataFile: f.data,
+              engines: f.engines,
+              batches: f.batches,
+              hidden: f.hidden,
+              sentences: f.sentences,
+              vppsSentences: f.vppsSentences,
+              vppsWarm: f.vppsWarm,
+              quick: f.quick,
+              workers: f.workers,
+              cacheDir: f.cache,
+              reference: f.reference,
+              out: f.out,
+              command: commandLine(),
+            });
+          }),
         ),
     );
   }
@@ -131,14 +128,12 @@ export function addBenchCommand(program: Command): void {
     .command("bench")
     .description(
       "benchmarks: every engine's throughput per model, and diagnostics per engine (bench/results/<device>/)",
-    )
-    .exitOverride(exitOnUsageError);
-  bench.showHelpAfterError("(vpps bench --help lists the suites)");
+    );
   addThroughputCommands(bench);
   addVppsDiagnostics(bench);
   addEngineDiagnostics(bench);
   const models = BENCH_MODELS.map((m) => m.name);
-  const plot: Command = leaf(
+  leaf(
     bench
       .command("plot")
       .description("redraw <model>.svg from the results of a device (sentences/s against batch size)")
@@ -149,13 +144,10 @@ export function addBenchCommand(program: Command): void {
           .default(models[0]),
       )
       .action(
-        run(
-          () => plot,
-          async (device: string, f: { model: string }) => {
-            const { runPlot } = await import("../bench/diagnostics/plot.js");
-            return runPlot(benchModel(f.model), { device });
-          },
-        ),
+        run(async (device: string, f: { model: string }) => {
+          const { runPlot } = await import("../bench/diagnostics/plot.js");
+          return runPlot(benchModel(f.model), { device });
+        }),
       ),
   );
 }

@@ -2,10 +2,12 @@
  * Command line options generated from the registries: a model's own options (src/models/task.ts) and the engine
  * options (src/engines/registry.ts), with parsers that name the option and what it expects.
  */
+import { totalmem } from "node:os";
 import { type Command, Option } from "commander";
 import { ENGINE_NAMES, ENGINE_OPTIONS } from "../engines/registry.js";
+import { checkModelSize } from "../model/parameters.js";
 import type { AnyTask, ModelOption, ModelOptions } from "../models/task.js";
-import { nonNegativeNumber, oneOf, positiveInt } from "./options.js";
+import { deviceSpec, nonNegativeNumber, oneOf, positiveInt } from "./options.js";
 
 /** The flag of an option without its value placeholder: `--hidden`. */
 function flagName(flag: string): string {
@@ -41,6 +43,7 @@ export function addEngineOptions(command: Command, help = "execution engine"): C
   for (const o of ENGINE_OPTIONS) {
     const option = new Option(o.flag, o.help).default(o.default);
     if (o.choices) option.argParser(oneOf(flagName(o.flag), o.choices));
+    else if (o.key === "device") option.argParser(deviceSpec(flagName(o.flag)));
     command.addOption(option);
   }
   return command;
@@ -51,4 +54,24 @@ export function pickModelOptions(task: AnyTask, opts: Record<string, unknown>): 
   const out: Record<string, string | number> = {};
   for (const spec of task.options) out[spec.key] = (opts[spec.key] ?? task.defaults[spec.key]) as string | number;
   return out;
+}
+
+/**
+ * Refuses, from the parameters' shapes alone (before anything is allocated or initialised), a model this machine
+ * cannot hold: a parameter beyond the typed-array limit, or values, gradients and optimiser moments beyond its memory.
+ * `advice` says where the sizes came from when not from the command line (a saved run's state.json).
+ */
+export function checkModelFits(
+  task: AnyTask,
+  options: ModelOptions,
+  vocabSize: number,
+  opts: { optimizer?: "sgd" | "adam"; advice?: string | undefined },
+): void {
+  const sizes = task.options.filter((o) => o.planLabel !== undefined).map((o) => flagName(o.flag));
+  checkModelSize(task.parameterShapes(options, vocabSize), {
+    // a value and its gradient (4 bytes each); Adam keeps two moments per value
+    bytesPerValue: opts.optimizer === "adam" ? 16 : 8,
+    memoryBytes: totalmem(),
+    advice: opts.advice ?? `lower ${sizes.join(" or ")}`,
+  });
 }

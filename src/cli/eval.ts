@@ -1,10 +1,12 @@
 import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
-import { createEvaluationEngine } from "../engines/registry.js";
-import { loadParameters } from "../model/safetensors.js";
+import { checkEngineOptions, createEvaluationEngine } from "../engines/registry.js";
+import { CheckpointError, loadParameters } from "../model/safetensors.js";
 import type { AnyTask } from "../models/task.js";
 import { evaluate } from "../train/evaluate.js";
+import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
+import { writeOut } from "./output.js";
 import { readRun } from "./run-state.js";
 
 export interface EvalCommandOptions {
@@ -24,17 +26,23 @@ export interface EvalCommandOptions {
  */
 export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
   const noun = task.data.noun;
+  checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device });
   if (!existsSync(opts.data)) throw new CliError(`--data ${opts.data}: no such file`);
   if (statSync(opts.data).isDirectory()) {
     throw new CliError(`--data ${opts.data}: is a directory; give one file of ${noun} (such as its dev.txt)`);
   }
   const run = readRun(task, opts.run, "--run", task.defaults);
   const last = run.state.epochs[run.state.epochs.length - 1]!;
+  checkModelFits(task, run.options, task.vocabulary.size(run.vocab), {
+    advice: `the sizes come from ${opts.run}/state.json`,
+  });
   const model = task.create(run.options, run.vocab, run.state.training?.seed ?? 1);
   try {
     loadParameters(model.params, run.checkpoint);
   } catch (e) {
-    throw new CliError(`--run ${opts.run}: ${(e as Error).message}`);
+    // a CheckpointError names the file; anything else is a bug, with its trace
+    if (!(e instanceof CheckpointError)) throw e;
+    throw new CliError(`--run ${opts.run}: ${e.message}`);
   }
   const examples = task.data.fromFile(opts.data);
   const engine = createEvaluationEngine(opts.engine, model.params, { batching: opts.batching, device: opts.device });
@@ -55,10 +63,10 @@ export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
       engine: engine.name,
       metrics,
     };
-    process.stdout.write(`${JSON.stringify(result)}\n`);
+    writeOut(`${JSON.stringify(result)}\n`);
     return;
   }
-  process.stdout.write(
+  writeOut(
     `run: ${resolve(opts.run)}, epoch ${last.epoch} (${run.checkpoint})\n` +
       `data: ${resolve(opts.data)}: ${examples.length} ${noun}; engine ${engine.name}\n` +
       `${task.metrics.map((m) => `${m.name} ${(100 * metrics[m.key]!).toFixed(2)}%`).join("  ")}\n`,

@@ -1,19 +1,21 @@
-import { Command, Option } from "commander";
-import { TreeFormatError } from "../data/sst.js";
-import { ENGINES, EngineUnavailableError } from "../engines/registry.js";
-import { ShapeError } from "../graph/graph.js";
+import { readFileSync } from "node:fs";
+import { Command, CommanderError, Option } from "commander";
+import { ENGINES } from "../engines/registry.js";
 import { MODELS } from "../models/registry.js";
-import { type AnyTask, DataError } from "../models/task.js";
+import type { AnyTask } from "../models/task.js";
+import { isUserError, UsageError } from "../util/errors.js";
+import { cut, quote } from "../util/text.js";
 import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
-import { CliError } from "./errors.js";
 import type { EvalCommandOptions } from "./eval.js";
-import { integer, nonNegativeNumber, oneOf, positiveInt, positiveNumber } from "./options.js";
+import { integer, nonNegativeNumber, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
+import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed, writeOut } from "./output.js";
 import type { PlanCommandOptions } from "./plan.js";
 import { runTrain, type TrainCommandOptions } from "./train.js";
 
 const engineList = ENGINES.map((e) => (e.summary ? `${e.name} (${e.summary})` : e.name)).join(", ");
 const modelList = MODELS.map((t) => t.name).join(", ");
+const VERSION = readVersion();
 
 export function buildProgram(): Command {
   const program = new Command("vpps")
@@ -22,7 +24,11 @@ export function buildProgram(): Command {
         `Engines: ${engineList}.\n` +
         `Models: ${MODELS.map((t) => `${t.name} (${t.title})`).join(", ")}.`,
     )
-    .showHelpAfterError("(run with --help for usage)");
+    .version(VERSION, "-V, --version", "print the version of vpps")
+    // main() prints every error, as one line; commander's own printing of them is off (in every subcommand, which
+    // inherits these settings), and it throws instead of exiting, so that main() sees every failure
+    .exitOverride()
+    .configureOutput({ writeOut: (text) => writeOut(text), outputError: () => {} });
 
   const train = program.command("train").description(`train a model: ${modelList}`);
   for (const task of MODELS) addTrainCommand(train, task);
@@ -54,7 +60,7 @@ function addTrainCommand(train: Command, task: AnyTask): void {
   const command = train
     .command(task.name)
     .description(`train ${task.description}; without --data, ${task.data.synthetic.description}`)
-    .option("--data <dir>", task.data.help)
+    .option("--data <dir>", task.data.help, pathName("--data", "a directory"))
     .option("--epochs <n>", "passes over the training set", positiveInt("--epochs"), 3)
     .option("--batch <n>", `${noun} per batch (one graph, one update)`, positiveInt("--batch"), 16);
   addModelOptions(command, task, "sizes")
@@ -70,18 +76,35 @@ function addTrainCommand(train: Command, task: AnyTask): void {
   );
   addModelOptions(command, task, "others")
     .option("--clip <x>", "gradient clipping threshold on the global norm (0 = off)", nonNegativeNumber("--clip"), 5)
-    .option("--out <dir>", "write a checkpoint (safetensors) per epoch and state.json here")
-    .option("--resume <dir>", "continue the run saved in <dir> (its state.json and last checkpoint) up to --epochs")
+    .option(
+      "--out <dir>",
+      "write a checkpoint (safetensors) per epoch and state.json here (locked while training)",
+      pathName("--out", "a directory"),
+    )
+    .option(
+      "--resume <dir>",
+      "continue the run saved in <dir> with its settings (a flag given here overrides or is refused) up to --epochs",
+      pathName("--resume", "a directory of a run saved with --out"),
+    )
+    .option("--force", "replace a run that --out already holds (its checkpoints and state.json are removed)", false)
     .option("--json", "print the final summary as one JSON object on stdout", false)
-    .action((opts: TrainCommandOptions) => runTrain(task, opts));
+    .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
 }
 
 function addEvalCommand(evaluate: Command, task: AnyTask): void {
   const command = evaluate
     .command(task.name)
     .description(`${task.metrics.map((m) => m.name).join(", ")} of a saved ${task.title} run on one data file`)
-    .requiredOption("--run <dir>", "a run saved with --out (its state.json and last checkpoint)")
-    .requiredOption("--data <file>", `one file of ${task.data.noun} in the --data format of train`);
+    .requiredOption(
+      "--run <dir>",
+      "a run saved with --out (its state.json and last checkpoint)",
+      pathName("--run", "a directory of a run saved with --out"),
+    )
+    .requiredOption(
+      "--data <file>",
+      `one file of ${task.data.noun} in the --data format of train`,
+      pathName("--data", "a file"),
+    );
   addEngineOptions(command, "execution engine (one that cannot run forward passes is evaluated on another)")
     .option("--batch <n>", `${task.data.noun} per forward pass`, positiveInt("--batch"), 64)
     .option("--json", "print the result as one JSON object on stdout", false)
@@ -120,22 +143,107 @@ function addPlanCommand(plan: Command, task: AnyTask): void {
     });
 }
 
-/** Runs the CLI; user errors become one line on stderr and exit code 1 (2 for usage errors, from commander). */
-export async function main(argv: string[]): Promise<void> {
+/**
+ * The exit statuses of `vpps`: 0 done; 1 refused (a `UserError`: a bad file, run, size or engine, printed as one line);
+ * 2 a command line that cannot be parsed (one line and where the help is); 70 a bug in vpps (the trace and a line
+ * saying so; EX_SOFTWARE of sysexits.h); 141 stdout closed by its reader (`| head -1`; 128 + SIGPIPE, as a Unix tool
+ * killed by the signal), quietly.
+ */
+export const EXIT_STATUS = { done: 0, refused: 1, usage: 2, bug: 70, outputClosed: OUTPUT_CLOSED_STATUS } as const;
+
+/** The most characters of one error line: a net under the messages, which cut the tokens they echo themselves. */
+const MAX_LINE = 2000;
+
+/** Commander's codes for help and version output, which it has already printed. */
+const HELP_CODES = new Set(["commander.helpDisplayed", "commander.version", "commander.help"]);
+
+/**
+ * Runs the command line `argv` (as `process.argv`: node, script, arguments) and returns its exit status, also set as
+ * `process.exitCode`. This is the one handler of the command line's errors: a `UserError` (any class extending it,
+ * src/util/errors.ts) and commander's own errors are printed as one line `vpps: …`; anything else is a bug in vpps
+ * and is printed with its trace and a line saying so. Tests call it in-process.
+ */
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  process.exitCode = undefined; // a command sets it (the benchmarks' status); a failure below replaces it
+  let status: number;
   try {
-    await buildProgram().parseAsync(argv);
+    await program.parseAsync(argv);
+    status = Number(process.exitCode ?? EXIT_STATUS.done);
   } catch (e) {
-    if (
-      e instanceof CliError ||
-      e instanceof DataError ||
-      e instanceof TreeFormatError ||
-      e instanceof EngineUnavailableError ||
-      e instanceof ShapeError
-    ) {
-      process.stderr.write(`vpps: ${e.message}\n`);
-      process.exitCode = 1;
-      return;
-    }
-    throw e;
+    status = reportError(e, commandOf(program, argv.slice(2)));
   }
+  process.exitCode = status;
+  return status;
+}
+
+/**
+ * The entry point of bin/vpps.js: `main` with the process-wide guards, which tests running `main` in-process must not
+ * install: a closed stdout or stderr pipe ends the process quietly, and an error thrown outside `main`'s promise (a
+ * timer, a stream, a worker's message) is reported as `main` reports it, then ends the process.
+ */
+export async function runCli(argv: string[] = process.argv): Promise<void> {
+  const fatal = (e: unknown): void => {
+    process.exit(isClosedPipe(e) ? EXIT_STATUS.outputClosed : reportError(e, null));
+  };
+  process.stdout.on("error", fatal);
+  process.stderr.on("error", (e) => process.exit(isClosedPipe(e) ? EXIT_STATUS.outputClosed : EXIT_STATUS.bug));
+  process.on("uncaughtException", fatal);
+  process.on("unhandledRejection", fatal);
+  await main(argv);
+}
+
+/** Prints `e` as the command line reports errors (see `EXIT_STATUS`) and returns the exit status. */
+export function reportError(e: unknown, command: Command | null): number {
+  if (e instanceof OutputClosed || isClosedPipe(e)) return EXIT_STATUS.outputClosed;
+  const help = command ? ` (see ${pathOf(command)} --help)` : "";
+  if (e instanceof CommanderError) {
+    if (e.exitCode === 0 || HELP_CODES.has(e.code)) return e.exitCode; // help or version: already printed
+    printLine(`${cutQuoted(e.message.replace(/^error: /, ""))}${help}`);
+    return EXIT_STATUS.usage;
+  }
+  if (isUserError(e)) {
+    printLine(e instanceof UsageError ? `${e.message}${help}` : e.message);
+    return e.exitStatus;
+  }
+  const trace = e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : String(e);
+  process.stderr.write(`${trace}\n`);
+  process.stderr.write(
+    `vpps: this is a bug in vpps ${VERSION} (Node ${process.version}, ${process.platform}-${process.arch}), not a ` +
+      "problem with your input; please report it to the vpps maintainers with the command line and the trace above\n",
+  );
+  return EXIT_STATUS.bug;
+}
+
+function printLine(message: string): void {
+  process.stderr.write(`vpps: ${cut(message.replace(/\s*\n\s*/g, " ").trim(), MAX_LINE)}\n`);
+}
+
+/** Commander quotes tokens whole ("unknown option '--…'"): cut the long ones. */
+function cutQuoted(message: string): string {
+  return message.replace(/'([^'\n]{41,})'/g, (_, token: string) => quote(token));
+}
+
+/** The (sub)command that `args` names, as far as they name one: for the line that says where the help is. */
+function commandOf(program: Command, args: readonly string[]): Command {
+  let command = program;
+  for (const a of args) {
+    if (a.startsWith("-")) continue;
+    const sub = command.commands.find((c) => c.name() === a || c.aliases().includes(a));
+    if (!sub) break;
+    command = sub;
+  }
+  return command;
+}
+
+function pathOf(command: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = command; c; c = c.parent) names.unshift(c.name());
+  return names.join(" ");
+}
+
+/** The package's version, from package.json: two folders up from src/cli/ and from dist/cli/ alike. */
+function readVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+  return pkg.version;
 }

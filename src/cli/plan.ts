@@ -1,4 +1,5 @@
 import { openDevice } from "../cuda/device.js";
+import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../cuda/hw/device-model.js";
 import { formatPlan } from "../engines/vpps/plan/format.js";
 import { planVpps } from "../engines/vpps/plan/plan.js";
@@ -6,6 +7,7 @@ import { onChipMatrices } from "../model/parameters.js";
 import type { AnyTask } from "../models/task.js";
 import { pickModelOptions } from "./commands.js";
 import { CliError } from "./errors.js";
+import { writeOut } from "./output.js";
 
 /** `vpps plan <model>`'s options: the plan's, and the model's sizes (`planLabel` options) by key. */
 export interface PlanCommandOptions {
@@ -27,7 +29,8 @@ function deviceModel(gpu: PlanCommandOptions["gpu"]): DeviceModel {
     d.close();
     return model;
   } catch (e) {
-    throw new CliError(`--gpu device: no GPU can be opened here (${(e as Error).message}); use --gpu h100 or h200`);
+    const why = e instanceof CudaLibraryNotFoundError ? e.summary : (e as Error).message;
+    throw new CliError(`--gpu device: no GPU can be opened here (${why}); use --gpu h100 or h200`);
   }
 }
 
@@ -38,22 +41,18 @@ function deviceModel(gpu: PlanCommandOptions["gpu"]): DeviceModel {
 export function runPlan(task: AnyTask, opts: PlanCommandOptions): void {
   const options = pickModelOptions(task, opts);
   const device = deviceModel(opts.gpu);
-  let plan: ReturnType<typeof planVpps>;
-  try {
-    // the vocabulary's size does not matter: lookup tables stay off chip
-    plan = planVpps(onChipMatrices(task.parameterShapes(options, 1)), device, {
-      ...(opts.ctasPerSm ? { ctasPerSm: opts.ctasPerSm } : {}),
-      ...(opts.rpw ? { rowsPerWarp: opts.rpw } : {}),
-      gradients: opts.gradients,
-      transposed: opts.transposed,
-    });
-  } catch (e) {
-    throw new CliError((e as Error).message);
-  }
+  // the vocabulary's size does not matter: lookup tables stay off chip. A model that does not fit is refused by
+  // planVpps (a VppsPlanError: one line, exit status 1) before anything is printed, with or without --json.
+  const plan = planVpps(onChipMatrices(task.parameterShapes(options, 1)), device, {
+    ...(opts.ctasPerSm ? { ctasPerSm: opts.ctasPerSm } : {}),
+    ...(opts.rpw ? { rowsPerWarp: opts.rpw } : {}),
+    gradients: opts.gradients,
+    transposed: opts.transposed,
+  });
   if (opts.json) {
-    process.stdout.write(`${JSON.stringify(plan)}\n`);
+    writeOut(`${JSON.stringify(plan)}\n`);
     return;
   }
   const sizes = task.options.flatMap((o) => (o.planLabel ? [`${o.planLabel} ${options[o.key]}`] : []));
-  process.stdout.write(`${[task.title, ...sizes].join(", ")}\n${formatPlan(plan)}\n`);
+  writeOut(`${[task.title, ...sizes].join(", ")}\n${formatPlan(plan)}\n`);
 }

@@ -1,113 +1,168 @@
-import { createEngine } from "../engines/registry.js";
+import { resolve } from "node:path";
+import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
-import type { OptimizerName } from "../optim/trainers.js";
 import { type EpochResult, train } from "../train/loop.js";
-import { pickModelOptions } from "./commands.js";
+import { checkOtherRun, prepareOutDir, RunDirLock, removeCreated, removeLeftoverTemps } from "../train/run-dir.js";
+import { checkModelFits } from "./commands.js";
+import { CliError } from "./errors.js";
+import { writeOut } from "./output.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun } from "./run-state.js";
+import { resolveRunSettings, type TrainCommandOptions } from "./train-settings.js";
 
-/** `vpps train <model>`'s options: the training loop's, and the model's own (`task.options`) by key. */
-export interface TrainCommandOptions {
-  data?: string;
-  epochs: number;
-  batch: number;
-  lr?: number;
-  optimizer?: OptimizerName;
-  seed: number;
-  engine: string;
-  batching: "depth" | "agenda";
-  device: string;
-  maxSentences?: number;
-  json: boolean;
-  out?: string;
-  clip: number;
-  resume?: string;
-  [modelOption: string]: unknown;
-}
+export type { TrainCommandOptions } from "./train-settings.js";
 
-/** `vpps train <model>`: trains, reports progress on stderr and results on stdout. */
-export function runTrain(task: AnyTask, opts: TrainCommandOptions): void {
+/**
+ * `vpps train <model>`: trains, reports progress on stderr and results on stdout. `source(key)` is where an
+ * option's value came from (commander's getOptionValueSource: "cli", "default", …): with `--resume`, the run's
+ * recorded settings stand unless a flag is given explicitly (train-settings.ts says what each flag may do).
+ */
+export function runTrain(
+  task: AnyTask,
+  opts: TrainCommandOptions,
+  source: (key: string) => string | undefined = () => "cli",
+): void {
   const noun = task.data.noun;
-  const data = opts.data
-    ? task.data.fromDirectory(opts.data, opts.maxSentences ? { maxTrain: opts.maxSentences } : {})
-    : task.data.synthetic.make(opts.seed);
-  const trainSet = opts.maxSentences ? data.train.slice(0, opts.maxSentences) : data.train;
-  let options = pickModelOptions(task, opts);
-  const saved = opts.resume ? readRun(task, opts.resume, "--resume", options) : null;
-  if (saved) {
-    // the model's shape and vocabulary are the checkpoint's, whatever the command line says
-    options = saved.options;
-    Object.assign(opts, options);
-    opts.out ??= opts.resume;
-  }
-  const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet);
-  const optimizer: OptimizerName = opts.optimizer ?? "adam";
-  const lr = opts.lr ?? (optimizer === "adam" ? 0.001 : 0.1);
   const log = (s: string) => {
-    if (!opts.json) process.stdout.write(`${s}\n`);
+    if (!opts.json) writeOut(`${s}\n`);
   };
-  if (saved) log(`resuming from ${saved.checkpoint} after epoch ${saved.state.epochs.length}`);
-  log(
-    `data: ${data.source}: ${trainSet.length} training ${noun}, ${data.dev.length} dev ${noun}, ` +
-      task.vocabulary.describe(vocab),
-  );
-  log(
-    `model: ${task.describe(options)}; ` +
-      `${optimizer} lr ${lr}, batch ${opts.batch}, seed ${opts.seed}, engine ${opts.engine}`,
-  );
-  const metrics = task.metrics;
-  const bar = new ProgressBar();
-  const { summary } = train({
-    task,
-    options,
-    train: trainSet,
-    dev: data.dev,
-    vocab,
-    epochs: opts.epochs,
-    batch: opts.batch,
-    learningRate: lr,
-    optimizer,
-    seed: opts.seed,
-    clipThreshold: opts.clip,
-    // the evaluation engine, where one is needed, comes from the registry with the same options
-    makeEngine: (params) => createEngine(opts.engine, params, { batching: opts.batching, device: opts.device }),
-    ...(opts.out ? { outDir: opts.out } : {}),
-    ...(saved
-      ? {
-          resume: { checkpoint: saved.checkpoint, epochsDone: saved.state.epochs.length, previous: saved.state.epochs },
-        }
-      : {}),
-    onProgress: (p) => {
-      const eta = (p.sentencesTotal - p.sentencesDone) / Math.max(p.sentencesPerSecond, 1e-9);
-      bar.update(`epoch ${p.epoch}/${opts.epochs}`, p.sentencesDone, p.sentencesTotal, {
-        "sent/s": p.sentencesPerSecond.toFixed(1),
-        ETA: formatDuration(eta),
-        loss: p.loss.toFixed(4),
+  // lines about the run's directory and settings: on stderr under --json, where stdout is one JSON object
+  const note = (s: string) => (opts.json ? process.stderr.write(`${s}\n`) : writeOut(`${s}\n`));
+  checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device });
+  if (opts.data !== undefined && opts.data.trim() === "") {
+    throw new CliError("--data is empty; give a data directory, or leave --data out for the synthetic task");
+  }
+  // the output directory is checked, created and locked before anything else: a run that cannot save fails now,
+  // not after an epoch of training
+  const outArg = opts.out ?? opts.resume;
+  const outFlag = opts.out !== undefined ? "--out" : "--resume";
+  const out = outArg === undefined ? undefined : prepareOutDir(outArg, outFlag);
+  let lock: RunDirLock | undefined;
+  try {
+    if (out) {
+      lock = RunDirLock.acquire(out.path, note, outFlag);
+      const temps = removeLeftoverTemps(out.path);
+      if (temps.length > 0) {
+        note(`removed ${temps.length} leftover temporary file(s) of an interrupted write in ${out.path}`);
+      }
+    }
+    const saved = opts.resume !== undefined ? readRun(task, opts.resume, "--resume", task.defaults, note) : null;
+    const s = resolveRunSettings(task, opts, saved, source, note);
+    if (out) {
+      checkOtherRun(out.path, {
+        model: task.name,
+        ...(saved ? { resumeDir: saved.dir } : {}),
+        force: opts.force,
+        note,
+        flag: outFlag,
       });
-    },
-    onEpoch: (e: EpochResult) => {
-      bar.finish();
-      const dev = metrics.map((m) => `${m.name} ${(100 * e.devMetrics[m.key]!).toFixed(2)}%`).join("  ");
-      log(
-        `epoch ${e.epoch}: train loss ${e.trainLoss.toFixed(4)}  dev ${dev}  ` +
-          `${e.sentencesPerSecond.toFixed(1)} sent/s  ${formatDuration(e.seconds)}` +
-          (e.checkpoint ? `  checkpoint ${e.checkpoint}` : ""),
-      );
-    },
-  });
-  if (opts.json) {
-    process.stdout.write(
-      `${JSON.stringify({ data: data.source, learningRate: lr, ...opts, optimizer, ...summary })}\n`,
-    );
-    return;
-  }
-  log("");
-  log("epoch  train loss  dev acc  sent/s   time");
-  for (const e of summary.epochs) {
+    }
+    const data = s.data
+      ? task.data.fromDirectory(s.data, { ...(s.maxSentences ? { maxTrain: s.maxSentences } : {}), options: s.options })
+      : task.data.synthetic.make(s.dataSeed);
+    const trainSet = s.maxSentences ? data.train.slice(0, s.maxSentences) : data.train;
+    const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet, s.options);
+    checkModelFits(task, s.options, task.vocabulary.size(vocab), {
+      optimizer: s.optimizer,
+      advice: saved ? `the sizes come from ${opts.resume}/state.json` : undefined,
+    });
+    const devSet = s.data ?? `synthetic (seed ${s.dataSeed})`;
+    if (saved) log(`resuming from ${saved.checkpoint} after epoch ${saved.state.epochs.length}`);
     log(
-      `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ${(100 * e.devAccuracy).toFixed(2).padStart(6)}%  ` +
-        `${e.sentencesPerSecond.toFixed(1).padStart(6)}  ${formatDuration(e.seconds).padStart(6)}`,
+      `data: ${data.source}: ${trainSet.length} training ${noun}, ${data.dev.length} dev ${noun}, ` +
+        task.vocabulary.describe(vocab),
     );
+    log(
+      `model: ${task.describe(s.options)}; ` +
+        `${s.optimizer} lr ${s.learningRate}, batch ${s.batch}, seed ${s.seed}, engine ${s.engine}`,
+    );
+    const metrics = task.metrics;
+    const bar = new ProgressBar();
+    const { summary } = train({
+      task,
+      options: s.options,
+      train: trainSet,
+      dev: data.dev,
+      vocab,
+      epochs: s.epochs,
+      batch: s.batch,
+      learningRate: s.learningRate,
+      optimizer: s.optimizer,
+      seed: s.seed,
+      clipThreshold: s.clip,
+      // the evaluation engine, where one is needed, comes from the registry with the same options
+      makeEngine: (params) => createEngine(s.engine, params, { batching: s.batching, device: s.device }),
+      ...(out ? { outDir: out.path, force: opts.force } : {}),
+      ...(saved
+        ? {
+            resume: {
+              checkpoint: saved.checkpoint,
+              epochsDone: saved.state.epochs.length,
+              previous: saved.state.epochs,
+            },
+          }
+        : {}),
+      devSet,
+      settings: {
+        data: s.data,
+        dataSeed: s.dataSeed,
+        maxSentences: s.maxSentences ?? null,
+        epochs: s.epochs,
+        engine: s.engine,
+        batching: s.batching,
+        device: s.device,
+        modelOptions: { ...s.options },
+      },
+      onNote: note,
+      onProgress: (p) => {
+        const eta = (p.sentencesTotal - p.sentencesDone) / Math.max(p.sentencesPerSecond, 1e-9);
+        bar.update(`epoch ${p.epoch}/${s.epochs}`, p.sentencesDone, p.sentencesTotal, {
+          "sent/s": p.sentencesPerSecond.toFixed(1),
+          ETA: formatDuration(eta),
+          loss: p.loss.toFixed(4),
+        });
+      },
+      onEpoch: (e: EpochResult) => {
+        bar.finish();
+        const dev = metrics.map((m) => `${m.name} ${(100 * e.devMetrics[m.key]!).toFixed(2)}%`).join("  ");
+        log(
+          `epoch ${e.epoch}: train loss ${e.trainLoss.toFixed(4)}  dev ${dev}  ` +
+            `${e.sentencesPerSecond.toFixed(1)} sent/s  ${formatDuration(e.seconds)}` +
+            (e.checkpoint ? `  checkpoint ${e.checkpoint}` : ""),
+        );
+      },
+    });
+    if (opts.json) {
+      const settings = {
+        ...s.options,
+        epochs: s.epochs,
+        batch: s.batch,
+        seed: s.seed,
+        engine: s.engine,
+        batching: s.batching,
+        device: s.device,
+        clip: s.clip,
+        ...(s.maxSentences ? { maxSentences: s.maxSentences } : {}),
+        ...(out ? { out: out.path } : {}),
+        ...(opts.resume !== undefined ? { resume: resolve(opts.resume) } : {}),
+      };
+      writeOut(
+        `${JSON.stringify({ data: data.source, learningRate: s.learningRate, ...settings, optimizer: s.optimizer, ...summary })}\n`,
+      );
+      return;
+    }
+    log("");
+    log("epoch  train loss  dev acc  sent/s   time");
+    for (const e of summary.epochs) {
+      log(
+        `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ${(100 * e.devAccuracy).toFixed(2).padStart(6)}%  ` +
+          `${e.sentencesPerSecond.toFixed(1).padStart(6)}  ${formatDuration(e.seconds).padStart(6)}` +
+          (e.devSet === devSet ? "" : e.devSet === undefined ? "  (dev set not recorded)" : "  (another dev set)"),
+      );
+    }
+    log(`best dev ${metrics[0].name} ${(100 * summary.bestDevAccuracy).toFixed(2)}%; ${summary.parameters} parameters`);
+  } finally {
+    lock?.release();
+    if (out) removeCreated(out.created); // a run that failed before writing anything leaves no directory behind
   }
-  log(`best dev ${metrics[0].name} ${(100 * summary.bestDevAccuracy).toFixed(2)}%; ${summary.parameters} parameters`);
 }

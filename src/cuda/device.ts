@@ -1,6 +1,8 @@
 // Choosing and opening a GPU. Properties are read once into a plain record with named fields, so that kernel
 // generators derive sizes (registers, shared memory, SM count) from the device instead of per-GPU tables.
 
+import { UserError } from "../util/errors.js";
+import { cut } from "../util/text.js";
 import { type CudaDriver, DeviceAttribute, getDriver, type Handle } from "./ffi/driver.js";
 import { CudaLibraryNotFoundError } from "./ffi/find.js";
 
@@ -13,9 +15,9 @@ export function parseDeviceSpec(spec: string): DeviceSpec {
   if (s === "auto") return { kind: "auto" };
   if (s === "cpu") return { kind: "cpu" };
   if (s === "cuda") return { kind: "cuda", index: 0 };
-  const m = /^cuda:(\d+)$/.exec(s);
+  const m = /^cuda:(\d{1,9})$/.exec(s);
   if (m) return { kind: "cuda", index: Number(m[1]) };
-  throw new Error(`device: expected "auto", "cpu", "cuda" or "cuda:N" (N = 0, 1, ...), got "${spec}"`);
+  throw new UserError(`device: expected "auto", "cpu", "cuda" or "cuda:N" (N = 0, 1, ...), got "${cut(spec)}"`);
 }
 
 /** A GPU's properties, in the units the kernel generators use. */
@@ -151,7 +153,10 @@ export function openDevice(index = 0): CudaDevice {
   const driver = getDriver();
   const count = driver.deviceCount();
   if (!Number.isInteger(index) || index < 0 || index >= count) {
-    throw new RangeError(`openDevice: device index ${index} does not exist; this machine has ${count} CUDA device(s)`);
+    const have = count === 0 ? "none" : count === 1 ? "cuda:0" : `cuda:0 to cuda:${count - 1}`;
+    throw new UserError(
+      `no CUDA device cuda:${index}: this machine has ${count} CUDA device(s) (${have}); choose one with --device`,
+    );
   }
   const props = queryDeviceProperties(driver, index);
   const dev = driver.device(index);

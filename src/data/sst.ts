@@ -6,11 +6,13 @@
  * read on every run, and trees of any depth must not overflow the call stack.
  */
 
+import { UserError } from "../util/errors.js";
+import { cut, quote } from "../util/text.js";
 import { readTextFile } from "./text-file.js";
 import type { TreeNode } from "./tree.js";
 
 /** A malformed tree file. `line` and `column` are 1-based; the column counts Unicode code points. */
-export class TreeFormatError extends Error {
+export class TreeFormatError extends UserError {
   readonly file: string;
   readonly line: number;
   readonly column: number;
@@ -82,7 +84,7 @@ function parse(text: string, file: string, numLabels: number, maxTrees: number):
   const filled: number[] = []; // how many of its two children are parsed
 
   // Only called on the error path, so computing the column in code points costs nothing in the common case.
-  const columnOf = (at: number): number => Array.from(text.slice(lineStart, at)).length + 1;
+  const columnOf = (at: number): number => codePoints(text, lineStart, at) + 1;
   const fail = (at: number, detail: string): never => {
     throw new TreeFormatError(file, lineNo, columnOf(at), detail);
   };
@@ -95,7 +97,7 @@ function parse(text: string, file: string, numLabels: number, maxTrees: number):
     if (at >= lineEnd) return "end of line";
     const c = text.charCodeAt(at);
     if (c === OPEN || c === CLOSE) return `'${text[at]}'`;
-    return `'${text.slice(at, tokenEnd(text, at, lineEnd))}'`;
+    return quote(text.slice(at, tokenEnd(text, at, lineEnd)));
   };
 
   while (pos < n && trees.length < maxTrees) {
@@ -132,13 +134,16 @@ function parse(text: string, file: string, numLabels: number, maxTrees: number):
           if (c < DIGIT_0 || c > DIGIT_9) {
             fail(
               labelStart,
-              `expected an integer label 0..${numLabels - 1}, found '${text.slice(labelStart, labelEnd)}'`,
+              `expected an integer label 0..${numLabels - 1}, found ${quote(text.slice(labelStart, labelEnd))}`,
             );
           }
           label = label * 10 + (c - DIGIT_0);
         }
         if (label >= numLabels) {
-          fail(labelStart, `label ${text.slice(labelStart, labelEnd)} is out of range: expected 0..${numLabels - 1}`);
+          fail(
+            labelStart,
+            `label ${cut(text.slice(labelStart, labelEnd))} is out of range: expected 0..${numLabels - 1}`,
+          );
         }
 
         pos = skipSpace(text, labelEnd, lineEnd);
@@ -158,7 +163,10 @@ function parse(text: string, file: string, numLabels: number, maxTrees: number):
           pos = skipSpace(text, wordEnd, lineEnd);
           if (pos >= lineEnd) missingClose(pos, openPos);
           if (text.charCodeAt(pos) !== CLOSE) {
-            fail(pos, `expected ')' after the word '${node.word}' of a preterminal, found ${describe(pos, lineEnd)}`);
+            fail(
+              pos,
+              `expected ')' after the word ${quote(node.word!)} of a preterminal, found ${describe(pos, lineEnd)}`,
+            );
           }
           pos++;
         }
@@ -225,6 +233,19 @@ function parse(text: string, file: string, numLabels: number, maxTrees: number):
     throw new TreeFormatError(file, 1, 1, "no trees found: expected one tree per line, e.g. '(3 (2 a) (2 b))'");
   }
   return trees;
+}
+
+/** The code points in text[from, to): a pair of surrogates counts once (no array of characters for a 50 MB line). */
+function codePoints(text: string, from: number, to: number): number {
+  let n = to - from;
+  for (let i = from; i < to; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xdc00 && c <= 0xdfff && i > from) {
+      const before = text.charCodeAt(i - 1);
+      if (before >= 0xd800 && before <= 0xdbff) n--;
+    }
+  }
+  return n;
 }
 
 function skipSpace(text: string, pos: number, end: number): number {

@@ -4,9 +4,10 @@
  * trace or U+FFFD characters that silently merge distinct words.
  */
 import { readFileSync } from "node:fs";
+import { UserError } from "../util/errors.js";
 
 /** A data file or directory that cannot be used (missing, malformed): the CLI prints it as one line. */
-export class DataError extends Error {
+export class DataError extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "DataError";

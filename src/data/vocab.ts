@@ -3,6 +3,7 @@
  * never seen in training (or dropped by `minCount`) still has a row to look up.
  */
 
+import { showValue } from "../util/text.js";
 import type { TreeNode } from "./tree.js";
 import { treeWords } from "./tree.js";
 
@@ -52,7 +53,7 @@ export class Vocabulary {
       throw new TypeError(`Vocabulary.fromJSON: expected an array of words; got ${typeof words}`);
     }
     if (words[0] !== UNK) {
-      throw new Error(`Vocabulary.fromJSON: entry 0 must be '${UNK}'; got ${JSON.stringify(words[0])}`);
+      throw new Error(`Vocabulary.fromJSON: entry 0 must be '${UNK}'; got ${showValue(words[0])}`);
     }
     const indices = new Map<string, number>();
     for (let i = 0; i < words.length; i++) {
@@ -62,7 +63,7 @@ export class Vocabulary {
       }
       const first = indices.get(w);
       if (first !== undefined) {
-        throw new Error(`Vocabulary.fromJSON: entry ${i} ${JSON.stringify(w)} duplicates entry ${first}`);
+        throw new Error(`Vocabulary.fromJSON: entry ${i} ${showValue(w)} duplicates entry ${first}`);
       }
       indices.set(w, i);
     }

@@ -4,7 +4,7 @@ import type { LookupParameter, ParameterCollection } from "../model/parameters.j
 import type { Buf } from "../ops/common.js";
 import { OPS } from "../ops/registry.js";
 import type { Trainer } from "../optim/trainers.js";
-import type { Engine, EngineCapabilities } from "./engine.js";
+import { type Engine, type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "./engine.js";
 
 export interface CpuEngineOptions {
   /** "f32" (default) for training; "f64" computes every node in double precision, for gradient checks. */
@@ -32,14 +32,17 @@ export class CpuEngine implements Engine {
     readonly params: ParameterCollection,
     opts: CpuEngineOptions = {},
   ) {
+    requireCollection(params, "cpu");
     this.f64 = opts.precision === "f64";
     this.v = this.alloc(1024);
     this.d = this.alloc(1024);
   }
 
   forward(e: Expression): void {
+    requireExpression(e, "forward", "e");
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;
@@ -69,14 +72,14 @@ export class CpuEngine implements Engine {
   }
 
   forwardScalar(e: Expression): number {
-    if (e.size !== 1) throw new Error(`forwardScalar: expression has shape ${e.shapeString()}; expected a scalar`);
+    requireScalar(e, "forwardScalar", "e");
     this.forward(e);
     return this.v[e.graph.valueOffset[e.id]!]!;
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     const g = loss.graph;
-    if (loss.size !== 1) throw new Error(`backward: loss has shape ${loss.shapeString()}; expected a scalar`);
     this.forward(loss);
     const last = loss.id;
     const end = g.valueOffset[last]! + 1;
@@ -115,6 +118,7 @@ export class CpuEngine implements Engine {
   }
 
   value(e: Expression): Float32Array {
+    requireExpression(e, "value", "e");
     this.forward(e);
     const off = e.graph.valueOffset[e.id]!;
     return Float32Array.from(this.v.subarray(off, off + e.size));
@@ -128,6 +132,7 @@ export class CpuEngine implements Engine {
   }
 
   gradient(e: Expression): Float32Array {
+    requireExpression(e, "gradient", "e");
     const g = e.graph;
     if (g !== this.graph || g.generation !== this.generation)
       throw new Error("gradient: run backward on this graph first");

@@ -1,4 +1,6 @@
-import type { Expression } from "../graph/graph.js";
+import { Expression, ShapeError } from "../graph/graph.js";
+import { ParameterCollection } from "../model/parameters.js";
+import { argumentError, describeValue } from "../ops/common.js";
 import type { Trainer } from "../optim/trainers.js";
 
 /**
@@ -28,6 +30,13 @@ export interface Engine {
    * Engines that keep parameters on a device copy them back here; the CPU engine has nothing to do.
    */
   syncToHost(): void;
+  /**
+   * Copies the part of `trainer`'s state this engine keeps on a device (Adam's moments) into the trainer, e.g.
+   * before a checkpoint saves it. Engines that update through the trainer itself (the CPU engines) have none. The
+   * other way, an engine starts a trainer it has not used before from the trainer's own state (zero moments for a
+   * new one, a checkpoint's after `restoreCheckpoint`).
+   */
+  syncTrainerToHost?(trainer: Trainer): void;
   /**
    * Copies the host values of the parameters over the engine's own copy, after another engine trained them.
    * Engines that compute from the host values (the CPU engines) have none; an engine that keeps the parameters on a
@@ -72,4 +81,26 @@ export interface PipelinedEngine extends Engine {
 export function isPipelined(e: Engine): e is PipelinedEngine {
   const p = e as Partial<PipelinedEngine>;
   return typeof p.trainStep === "function" && typeof p.takeLosses === "function";
+}
+
+/**
+ * Refuses `e` unless it is an expression (the argument of forward, value, gradient): engines read its graph's arrays
+ * at once, so anything else would fail deep inside with a TypeError. `method` and `arg` name it in the message.
+ */
+export function requireExpression(e: unknown, method: string, arg: string): asserts e is Expression {
+  if (!(e instanceof Expression)) throw argumentError(method, arg, "an Expression", e);
+}
+
+/** Refuses `e` unless it is an expression of one value: the loss of forwardScalar, backward and trainStep. */
+export function requireScalar(e: unknown, method: string, arg: string): asserts e is Expression {
+  requireExpression(e, method, arg);
+  if (e.size !== 1)
+    throw new ShapeError(`${method}: argument '${arg}' has shape ${e.shapeString()}; expected a scalar`);
+}
+
+/** Refuses `params` unless it is a ParameterCollection (what every engine is made over); `engine` names the engine. */
+export function requireCollection(params: unknown, engine: string): asserts params is ParameterCollection {
+  if (!(params instanceof ParameterCollection)) {
+    throw new TypeError(`${engine} engine: params must be a ParameterCollection; got ${describeValue(params)}`);
+  }
 }

@@ -23,6 +23,7 @@ export {
   ForwardPasses,
 } from "./registry.js";
 export { VppsEngine } from "./vpps/engine.js";
+export { VppsPlanError } from "./vpps/plan/plan.js";
 export { ScheduleWorkerError } from "./vpps/schedule/pool.js";
 export {
   Vpps,

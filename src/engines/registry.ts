@@ -3,9 +3,10 @@
  * do, and how to make one. `createEngine` makes engines from it, the CLI builds `--engine` and its help from it, and
  * the training loop asks it which engine evaluates an engine that cannot run forward-only passes (VPPS).
  */
-import { cudaAvailable } from "../cuda/device.js";
+import { cudaAvailable, parseDeviceSpec } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import type { ParameterCollection } from "../model/parameters.js";
+import { UserError } from "../util/errors.js";
 import { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
 import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
@@ -140,7 +141,7 @@ export type EngineName = (typeof ENGINE_TABLE)[number]["name"];
 export const ENGINE_NAMES: readonly EngineName[] = ENGINE_TABLE.map((e) => e.name);
 
 /** Thrown when an engine is asked for that this build or machine cannot provide. */
-export class EngineUnavailableError extends Error {
+export class EngineUnavailableError extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "EngineUnavailableError";
@@ -159,9 +160,36 @@ const madeWith = new WeakMap<Engine, CreateEngineOptions>();
 
 /** Makes the named engine over a model's parameters. */
 export function createEngine(name: string, params: ParameterCollection, opts: CreateEngineOptions = {}): Engine {
-  const engine = engineEntry(name).create(params, opts);
+  const entry = engineEntry(name);
+  checkDevice(entry, opts.device);
+  const engine = entry.create(params, opts);
   madeWith.set(engine, opts);
   return engine;
+}
+
+/**
+ * Checks an engine name and its options before anything is built (the command line calls it before it reads data),
+ * as `createEngine` does: an unknown engine, a malformed device, a GPU for an engine that runs only on the CPU.
+ */
+export function checkEngineOptions(name: string, opts: CreateEngineOptions = {}): void {
+  checkDevice(engineEntry(name), opts.device);
+}
+
+/**
+ * A malformed device is refused for every engine, and a GPU (`cuda`, `cuda:N`) for an engine that runs only on the
+ * CPU: it would be ignored, and the user would believe the run used the GPU they named.
+ */
+function checkDevice(entry: EngineEntry, device: string | undefined): void {
+  if (device === undefined) return;
+  const spec = parseDeviceSpec(device);
+  if (spec.kind === "cuda" && entry.gpu === "none") {
+    throw new EngineUnavailableError(
+      `the '${entry.name}' engine runs on the CPU, but --device ${device.trim()} asks for a GPU; choose a GPU engine ` +
+        `(--engine ${ENGINES.filter((e) => e.gpu !== "none")
+          .map((e) => e.name)
+          .join(", ")}) or leave --device out`,
+    );
+  }
 }
 
 /**
@@ -180,7 +208,9 @@ export function createEvaluationEngine(
   const choices = entry.evaluatedBy ?? [];
   for (let k = 0; k < choices.length; k++) {
     try {
-      return createEngine(choices[k]!, params, { device: opts.device });
+      // the device goes to an engine that reads it; the CPU engine, the last resort, runs where it is
+      const reads = engineEntry(choices[k]!).options.includes("device");
+      return createEngine(choices[k]!, params, reads ? { device: opts.device } : {});
     } catch (e) {
       if (k === choices.length - 1) throw e;
     }

@@ -1,8 +1,15 @@
+import { UserError } from "../util/errors.js";
+import { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
 import { Op, opName } from "./opcodes.js";
+
+export { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
 
 /**
  * What the graph needs to know of a parameter (the model layer implements it; the graph does not import it).
- * `kind: "lookup"` tables are read one row at a time through `lookup` nodes.
+ * `kind: "lookup"` tables are read one row at a time through `lookup` nodes. `index` is the parameter's position in
+ * its collection and `collection` that collection's id (`ParameterCollection.id`, ≥ 1): nodes refer to parameters
+ * by index alone, so a graph reads the parameters of one collection only, and an engine computes it only with the
+ * collection it was made for (`ParameterCollection.checkGraph`).
  */
 export interface GraphParameter {
   readonly index: number;
@@ -10,10 +17,11 @@ export interface GraphParameter {
   readonly rows: number;
   readonly cols: number;
   readonly kind: "dense" | "lookup";
+  readonly collection: number;
 }
 
 /** Thrown when an expression is built with arguments whose shapes do not fit the op. */
-export class ShapeError extends Error {
+export class ShapeError extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "ShapeError";
@@ -53,13 +61,13 @@ const INITIAL_NODES = 1024;
 
 /**
  * The layout of `ComputationGraph.snapshot`: a header of HEADER_WORDS float64s (magic, version, nodes, argument
- * entries, parameters in use, input floats, value size, training, dropout key, generation, total bytes, 0), then
- * int32 rows, cols, argStart, argCount, aux, aux2, depth, valueOffset (one per node), float32 auxF, int32 args,
+ * entries, parameters in use, input floats, value size, training, dropout key, generation, total bytes, collection),
+ * then int32 rows, cols, argStart, argCount, aux, aux2, depth, valueOffset (one per node), float32 auxF, int32 args,
  * int32 indices of the parameters in use, float32 input values, and uint8 ops last (nothing after them needs
  * alignment).
  */
 const SNAPSHOT_MAGIC = 0x56505347; // "VPSG"
-const SNAPSHOT_VERSION = 1;
+const SNAPSHOT_VERSION = 2;
 const HEADER_WORDS = 12;
 
 function snapshotOffsets(n: number, argsSize: number, params: number, inputs: number) {
@@ -124,6 +132,11 @@ export class ComputationGraph {
 
   /** Parameters used in this graph, by parameter index (the node that reads each dense parameter). */
   readonly parameters: GraphParameter[] = [];
+  /**
+   * The id of the collection whose parameters this graph reads (set by the first parameter or lookup node of the
+   * generation), NO_COLLECTION while it reads none.
+   */
+  collection = NO_COLLECTION;
   /** Node of each dense parameter in this generation, by parameter index (valid where paramGen matches). */
   private paramNode = new Int32Array(64);
   private paramGen = new Int32Array(64).fill(-1);
@@ -163,7 +176,7 @@ export class ComputationGraph {
     h[8] = this.dropoutKey;
     h[9] = this.generation;
     h[10] = at.bytes;
-    h[11] = 0;
+    h[11] = this.collection;
     const i32 = (k: number, a: Int32Array) => new Int32Array(buffer, at.i32[k]!, n).set(a.subarray(0, n));
     i32(0, this.rows);
     i32(1, this.cols);
@@ -218,10 +231,17 @@ export class ComputationGraph {
     g.training = h[7] === 1;
     g.dropoutKey = h[8]!;
     g.generation = h[9]!;
+    g.collection = h[11]!;
     if (params !== undefined) {
       for (const k of new Int32Array(buffer, at.params, paramCount)) {
         const p = params[k];
         if (p === undefined) throw new Error(`fromSnapshot: the graph uses parameter ${k}; none given with that index`);
+        if (p.collection !== g.collection) {
+          throw new CollectionMismatchError(
+            `fromSnapshot: the graph reads ${collectionLabel(g.collection)}; parameter ${k} given, '${p.name}', is ` +
+              `of ${collectionLabel(p.collection)}`,
+          );
+        }
         g.parameters[k] = p;
       }
     }
@@ -238,6 +258,7 @@ export class ComputationGraph {
     this.inputSize = 0;
     this.generation++;
     this.parameters.length = 0;
+    this.collection = NO_COLLECTION;
   }
 
   /** Validates that `e` belongs to this graph's current generation and returns its node id. */
@@ -374,6 +395,8 @@ export class ComputationGraph {
 
   /** A node reading a dense parameter; one per parameter per graph. */
   parameterNode(p: GraphParameter): number {
+    // before the cache: the cached node of index k may be another collection's parameter k
+    if (p.collection !== this.collection) this.useCollection(p);
     const k = p.index;
     if (k < this.paramGen.length && this.paramGen[k] === this.generation) return this.paramNode[k]!;
     if (p.kind !== "dense") {
@@ -397,7 +420,28 @@ export class ComputationGraph {
 
   /** Registers a lookup table as used by this graph (lookup nodes refer to it by index). */
   useLookup(p: GraphParameter): void {
+    if (p.collection !== this.collection) this.useCollection(p);
     this.parameters[p.index] = p;
+  }
+
+  /** The first parameter of a generation fixes the graph's collection; a parameter of another one is refused. */
+  private useCollection(p: GraphParameter): void {
+    const id = p.collection;
+    if (!Number.isInteger(id) || id < 1) {
+      throw new ShapeError(
+        `parameter '${p.name}' has no collection id (got ${String(id)}); make parameters with ParameterCollection`,
+      );
+    }
+    if (this.collection === NO_COLLECTION) {
+      this.collection = id;
+      return;
+    }
+    const mine = this.parameters.find((q) => q !== undefined);
+    throw new CollectionMismatchError(
+      `graph: parameter '${p.name}' is of ${collectionLabel(id)}, but this graph already reads ` +
+        `${collectionLabel(this.collection)}${mine ? ` (parameter '${mine.name}')` : ""}; a graph reads the ` +
+        "parameters of one collection, the one its engine was made for",
+    );
   }
 
   /** Appends input values and returns their offset in `inputData`. */

@@ -40,6 +40,8 @@ export enum Op {
   LstmCell = 16,
 }
 
+import { UserError } from "../util/errors.js";
+
 /** Number of ops; they are numbered 0 … OP_COUNT − 1. */
 export const OP_COUNT = Object.values(Op).filter((v) => typeof v === "number").length;
 
@@ -108,7 +110,7 @@ export interface Unsupported {
 }
 
 /** An op an engine was asked to run and does not: names the engine, the op and why. */
-export class UnsupportedOpError extends Error {
+export class UnsupportedOpError extends UserError {
   constructor(
     readonly engine: string,
     readonly op: Op,

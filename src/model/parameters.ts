@@ -1,4 +1,12 @@
-import type { GraphParameter } from "../graph/graph.js";
+import { constants } from "node:buffer";
+import {
+  CollectionMismatchError,
+  type ComputationGraph,
+  collectionLabel,
+  type GraphParameter,
+  NO_COLLECTION,
+} from "../graph/graph.js";
+import { UserError } from "../util/errors.js";
 import { deriveKey, randomUniform } from "../util/random.js";
 
 /** How a parameter's values start. Matrices default to Glorot, vectors to zero, lookup tables to uniform. */
@@ -20,6 +28,8 @@ export class Parameter implements GraphParameter {
     readonly value: Float32Array,
     /** True for a matrix ([rows, cols] with cols > 1 or declared 2-D): VPPS caches these in registers. */
     readonly isMatrix: boolean,
+    /** The id of the collection that made it (`ParameterCollection.id`). */
+    readonly collection: number,
   ) {
     this.grad = new Float32Array(value.length);
   }
@@ -45,6 +55,8 @@ export class LookupParameter implements GraphParameter {
     readonly rows: number,
     readonly cols: number,
     readonly value: Float32Array,
+    /** The id of the collection that made it (`ParameterCollection.id`). */
+    readonly collection: number,
   ) {
     this.grad = new Float32Array(value.length);
     this.touched = new Uint8Array(rows);
@@ -72,7 +84,97 @@ export class LookupParameter implements GraphParameter {
 export type AnyParameter = Parameter | LookupParameter;
 
 function checkDim(what: string, n: number): void {
-  if (!Number.isInteger(n) || n <= 0) throw new RangeError(`${what} must be a positive integer; got ${n}`);
+  if (!Number.isInteger(n) || n <= 0) throw new RangeError(`${what} must be a positive integer; got ${String(n)}`);
+}
+
+/** Floats one parameter may hold: graphs address node values with int32 offsets (ComputationGraph.valueOffset). */
+export const MAX_PARAMETER_FLOATS = 2 ** 31 - 1;
+
+function checkSize(what: string, rows: number, cols: number): void {
+  if (rows * cols > MAX_PARAMETER_FLOATS) {
+    throw new RangeError(
+      `${what}: [${rows}, ${cols}] is ${rows * cols} floats; one parameter holds at most ${MAX_PARAMETER_FLOATS} ` +
+        "(graph value offsets are 32-bit)",
+    );
+  }
+}
+
+/** Refuses an initialisation that would fill the values with NaN, or one of no known kind. */
+function checkInit(what: string, init: Init): void {
+  const bad = (why: string) => new RangeError(`${what}: init ${JSON.stringify(init)} ${why}`);
+  if (typeof init !== "object" || init === null) throw bad("is not an Init object");
+  switch (init.kind) {
+    case "glorot":
+    case "zero":
+      return;
+    case "const":
+      if (!Number.isFinite(init.value)) throw bad("needs a finite value");
+      return;
+    case "uniform":
+      if (!Number.isFinite(init.scale) || init.scale < 0) throw bad("needs a finite scale ≥ 0");
+      return;
+    default:
+      throw bad('has no known kind (one of "glorot", "uniform", "zero", "const")');
+  }
+}
+
+function checkName(what: string, name: string | undefined): void {
+  if (name !== undefined && (typeof name !== "string" || name.length === 0)) {
+    throw new TypeError(`${what}: name must be a non-empty string; got ${JSON.stringify(name) ?? String(name)}`);
+  }
+}
+
+/** Ids of collections made so far in this process (ids start at 1, see NO_COLLECTION). */
+let collectionsMade = 0;
+
+/**
+ * The most values one parameter can hold: the length limit of a JavaScript typed array (2^32 in Node 20). A larger
+ * `new Float32Array` fails with "RangeError: Invalid typed array length", which names neither the parameter nor the
+ * option that made it so large.
+ */
+export const MAX_PARAMETER_VALUES = constants.MAX_LENGTH;
+
+/** A model too large to allocate: a parameter beyond the typed-array limit, or more memory than the machine has. */
+export class ModelSizeError extends UserError {}
+
+/** Refuses a parameter of `rows` × `cols` values beyond `MAX_PARAMETER_VALUES`, naming it. */
+function checkValues(name: string, rows: number, cols: number): void {
+  const n = rows * cols;
+  if (n > MAX_PARAMETER_VALUES) {
+    throw new ModelSizeError(
+      `parameter '${name}' [${rows}x${cols}] would hold ${n.toLocaleString("en-US")} values; one parameter holds at ` +
+        `most ${MAX_PARAMETER_VALUES.toLocaleString("en-US")} (the length limit of a JavaScript typed array)`,
+    );
+  }
+}
+
+/**
+ * Checks, from shapes alone (before anything is allocated), that a model can be held here: no parameter beyond the
+ * typed-array limit, and `bytesPerValue` bytes per parameter value (its value and gradient, 8; Adam's two moments
+ * add 8) within `memoryBytes`. `advice` ends each message ("lower --hidden or --embed").
+ */
+export function checkModelSize(
+  shapes: readonly ParameterShape[],
+  opts: { bytesPerValue: number; memoryBytes: number; advice: string },
+): void {
+  let values = 0;
+  for (const p of shapes) {
+    try {
+      checkValues(p.name, p.rows, p.cols);
+    } catch (e) {
+      throw new ModelSizeError(`the model is too large: ${(e as Error).message}; ${opts.advice}`);
+    }
+    values += p.rows * p.cols;
+  }
+  const bytes = values * opts.bytesPerValue;
+  if (bytes > opts.memoryBytes) {
+    const gb = (b: number) => `${(b / 1e9).toFixed(1)} GB`;
+    throw new ModelSizeError(
+      `the model is too large for this machine: its ${values.toLocaleString("en-US")} parameter values need ${gb(bytes)} ` +
+        `(${opts.bytesPerValue} bytes each for values, gradients and optimiser state), more than its ` +
+        `${gb(opts.memoryBytes)} of memory; ${opts.advice}`,
+    );
+  }
 }
 
 /**
@@ -83,13 +185,45 @@ export class ParameterCollection {
   readonly all: AnyParameter[] = [];
   private readonly names = new Set<string>();
   readonly seed: number;
+  /** Unique in the process; each parameter carries it, and each graph the id of the collection it reads. */
+  readonly id: number;
 
   constructor(opts: { seed?: number } = {}) {
-    this.seed = opts.seed ?? 1;
+    const seed = opts.seed ?? 1;
+    // the seed keys every initial value (deriveKey reads it as a 32-bit word): NaN or 1.5 would key silently
+    if (!Number.isSafeInteger(seed)) {
+      throw new RangeError(`ParameterCollection: seed must be an integer; got ${String(seed)}`);
+    }
+    this.seed = seed;
+    this.id = ++collectionsMade;
+  }
+
+  /**
+   * Refuses graph `g` when it reads parameters of another collection: `engine` (its name, for the message) computes
+   * with this collection's buffers, indexed by the graph's parameter indices, so it would read and update the wrong
+   * weights. One comparison: engines call it at every entry point that takes a graph.
+   */
+  checkGraph(g: ComputationGraph, engine: string): void {
+    if (g.collection !== this.id && g.collection !== NO_COLLECTION) throw this.foreignGraph(g, engine);
+  }
+
+  private foreignGraph(g: ComputationGraph, engine: string): CollectionMismatchError {
+    const p = g.parameters.find((q) => q !== undefined);
+    const names = this.all.slice(0, 3).map((q) => `'${q.name}'`);
+    if (this.all.length > 3) names.push("…");
+    const mine = names.length > 0 ? ` (${names.join(", ")})` : " (no parameters)";
+    return new CollectionMismatchError(
+      `${engine} engine: the graph reads ${p ? `parameter '${p.name}' of ` : ""}${collectionLabel(g.collection)}, ` +
+        `but this engine was made for ${collectionLabel(this.id)}${mine}; build the graph from the parameters of ` +
+        "the engine's collection, or make an engine for the graph's",
+    );
   }
 
   /** A dense parameter: `n` or `[n]` is a vector, `[rows, cols]` a matrix. */
   addParameters(shape: number | readonly number[], init?: Init, name?: string): Parameter {
+    if (typeof shape !== "number" && !Array.isArray(shape)) {
+      throw new RangeError(`addParameters: shape must be n, [n] or [rows, cols]; got ${String(shape)}`);
+    }
     const dims = typeof shape === "number" ? [shape] : [...shape];
     if (dims.length < 1 || dims.length > 2) {
       throw new RangeError(`addParameters: shape must be [n] or [rows, cols]; got [${dims.join(",")}]`);
@@ -98,12 +232,16 @@ export class ParameterCollection {
     const cols = dims[1] ?? 1;
     checkDim("addParameters: rows", rows);
     checkDim("addParameters: cols", cols);
+    checkSize("addParameters", rows, cols);
+    if (init !== undefined) checkInit("addParameters", init);
+    checkName("addParameters", name);
+    checkValues(name ?? `p${this.all.length}`, rows, cols);
     const index = this.all.length;
     const nm = this.uniqueName(name ?? `p${index}`);
     const isMatrix = dims.length === 2;
     const value = new Float32Array(rows * cols);
     this.initialise(value, index, init ?? (isMatrix ? { kind: "glorot" } : { kind: "zero" }), rows, cols);
-    const p = new Parameter(index, nm, rows, cols, value, isMatrix);
+    const p = new Parameter(index, nm, rows, cols, value, isMatrix, this.id);
     this.all.push(p);
     return p;
   }
@@ -112,11 +250,15 @@ export class ParameterCollection {
   addLookupParameters(vocab: number, dim: number, init?: Init, name?: string): LookupParameter {
     checkDim("addLookupParameters: vocab", vocab);
     checkDim("addLookupParameters: dim", dim);
+    checkSize("addLookupParameters", vocab, dim);
+    if (init !== undefined) checkInit("addLookupParameters", init);
+    checkName("addLookupParameters", name);
+    checkValues(name ?? `lookup${this.all.length}`, vocab, dim);
     const index = this.all.length;
     const nm = this.uniqueName(name ?? `lookup${index}`);
     const value = new Float32Array(vocab * dim);
     this.initialise(value, index, init ?? { kind: "uniform", scale: Math.sqrt(3 / dim) }, vocab, dim);
-    const p = new LookupParameter(index, nm, vocab, dim, value);
+    const p = new LookupParameter(index, nm, vocab, dim, value, this.id);
     this.all.push(p);
     return p;
   }

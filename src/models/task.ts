@@ -13,6 +13,8 @@
 import type { ComputationGraph, Expression } from "../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../model/parameters.js";
 
+import { quote, showValue } from "../util/text.js";
+
 export { DataError } from "../data/text-file.js";
 
 /** A model's options by key: what its command line options set (`--hidden 256` is `{ hidden: 256 }`). */
@@ -56,8 +58,11 @@ export interface TaskData<E> {
   readonly help: string;
   /** What the examples are called in messages and help ("trees", "sentences"). */
   readonly noun: string;
-  /** The train, dev (and test, when asked for) splits of directory `dir`, as `--data dir` names it. */
-  fromDirectory(dir: string, opts: { maxTrain?: number; test?: boolean }): Dataset<E>;
+  /**
+   * The train, dev (and test, when asked for) splits of directory `dir`, as `--data dir` names it. `options`: the
+   * model's options, where they choose the split (the taggers' `--split-seed`); the defaults when absent.
+   */
+  fromDirectory(dir: string, opts: { maxTrain?: number; test?: boolean; options?: ModelOptions }): Dataset<E>;
   /** Every example of one file in the format of the directory's files. */
   fromFile(path: string): E[];
   /** The task generated in code when no `--data` is given (so that a fresh machine can train): one line, and the split. */
@@ -66,14 +71,19 @@ export interface TaskData<E> {
 
 /** Builds, saves and restores a task's vocabulary. */
 export interface TaskVocabulary<E, V> {
-  /** The vocabulary of the training examples. */
-  build(train: readonly E[]): V;
+  /**
+   * The vocabulary of the training examples; `options`: the model's options, where they shape it (bilstm-char's
+   * `--min-count`), the defaults when absent.
+   */
+  build(train: readonly E[], options?: ModelOptions): V;
   /** What `state.json` holds under "vocabulary". */
   toJSON(vocab: V): unknown;
   /** The vocabulary `toJSON` saved; throws naming what is malformed. */
   fromJSON(json: unknown): V;
   /** For the log line: "vocabulary 18280". */
   describe(vocab: V): string;
+  /** The size `parameterShapes` takes: the rows of the model's lookup table(s). */
+  size(vocab: V): number;
 }
 
 /** A quality measure on held-out examples (`V`: the vocabulary, to name predicted classes: tags for entity F1). */
@@ -142,7 +152,7 @@ export type AnyTask = Task<unknown, unknown, ModelOptions, TaskModel<unknown>>;
 /** Why `value` is not a value of `option`, or null when it is. */
 export function checkModelOption(option: ModelOption, value: unknown): string | null {
   const t = option.type;
-  const shown = typeof value === "string" ? `'${value}'` : String(value);
+  const shown = typeof value === "string" ? quote(value) : showValue(value);
   switch (t.kind) {
     case "positive-int":
       return typeof value === "number" && Number.isInteger(value) && value > 0

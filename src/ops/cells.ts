@@ -2,6 +2,7 @@ import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js
 import { Op } from "../graph/opcodes.js";
 import {
   argBuffer,
+  argName,
   argNode,
   type ExprLike,
   exprNode,
@@ -9,9 +10,10 @@ import {
   graphOf3,
   nodeOf,
   nodeOfAt,
-  noExpression,
+  notExpression,
   type OpDefinition,
   type OpFamily,
+  requireArray,
   requireVector,
   requireVectorAt,
 } from "./common.js";
@@ -27,10 +29,11 @@ import { sigmoid } from "./elementwise.js";
 
 /** [h; c] of an LSTM-style cell with k = cs.length children; see the comment above for the gate layout. */
 export function lstmCell(gates: ExprLike, cs: readonly ExprLike[]): Expression {
+  requireArray(cs, "lstmCell", "cs", "the children's memories");
   const k = cs.length;
   if (k === 0) return treeLstmLeaf(gates);
   if (k === 2) return treeLstmNode(gates, cs[0]!, cs[1]!);
-  const g = gates instanceof Expression ? gates.graph : graphOf("lstmCell", cs);
+  const g = gates instanceof Expression ? gates.graph : graphOf("lstmCell", [gates, ...cs], cellArgName);
   const gi = nodeOf(g, gates, "lstmCell", "gates");
   const h = hiddenOf(g, gi, k);
   const scratch = argBuffer(k + 1);
@@ -38,6 +41,9 @@ export function lstmCell(gates: ExprLike, cs: readonly ExprLike[]): Expression {
   for (let j = 0; j < k; j++) scratch[j + 1] = memoryOf(g, nodeOfAt(g, cs[j]!, "lstmCell", "c", j + 1), j + 1, h);
   return new Expression(g, g.addNode(Op.LstmCell, 2 * h, 1, scratch, k, 0, 0, k + 1), g.generation);
 }
+
+/** Argument k of a cell: gates, c1, c2, … */
+const cellArgName = (k: number): string => (k === 0 ? "gates" : argName("c", k));
 
 /** H of a cell with k children whose gates are node gi (a vector of (3 + k)·H values). */
 function hiddenOf(g: ComputationGraph, gi: number, k: number): number {
@@ -60,12 +66,19 @@ export function lstmStep(gates: ExprLike, cPrev: ExprLike): Expression {
   return lstmCell(gates, [cPrev]);
 }
 
+/** `lstmStep` of nodes gates and cPrev of g, returning the new node's id (see NODE BUILDERS in common.ts). */
+export function cellNode1(g: ComputationGraph, gates: number, cPrev: number): number {
+  const h = hiddenOf(g, gates, 1);
+  memoryOf(g, cPrev, 1, h);
+  return g.addNode2(Op.LstmCell, 2 * h, 1, gates, cPrev, 1);
+}
+
 /** A binary Tree-LSTM node: gates [i; o; u; f₁; f₂] (5H), children's memories c₁, c₂ → [h; c]. */
 export function treeLstmNode(gates: ExprLike, c1: ExprLike, c2: ExprLike): Expression {
   const gx = gates instanceof Expression;
   const ax = c1 instanceof Expression;
   const bx = c2 instanceof Expression;
-  const g = gx ? gates.graph : ax ? c1.graph : bx ? c2.graph : graphOf3("lstmCell", gates, c1, c2);
+  const g = gx ? gates.graph : ax ? c1.graph : bx ? c2.graph : graphOf3("lstmCell", gates, c1, c2, "gates", "c1", "c2");
   // each argument is checked as soon as it is read, as lstmCell does (cellNode2 checks them all again)
   const gi = argNode(g, gates, gx, "lstmCell", "gates");
   const h = hiddenOf(g, gi, 2);
@@ -84,7 +97,7 @@ export function cellNode2(g: ComputationGraph, gates: number, c1: number, c2: nu
 
 /** A Tree-LSTM leaf: gates [i; o; u] (3H) → [h; c]. */
 export function treeLstmLeaf(gates: ExprLike): Expression {
-  if (!(gates instanceof Expression)) throw noExpression("lstmCell");
+  if (!(gates instanceof Expression)) throw notExpression("lstmCell", "gates", gates);
   const g = gates.graph;
   return new Expression(g, cellNode0(g, exprNode(g, gates, "lstmCell", "gates")), g.generation);
 }

@@ -1,4 +1,4 @@
-import { type ComputationGraph, Expression, type GraphParameter, ShapeError } from "../graph/graph.js";
+import { ComputationGraph, Expression, type GraphParameter, ShapeError } from "../graph/graph.js";
 import type { OpTable } from "../graph/opcodes.js";
 
 /** A value buffer of an engine: float32 in normal use, float64 for gradient checks. */
@@ -50,33 +50,148 @@ export function shapeSignature(g: ComputationGraph, i: number, key: Int32Array):
  * 'W2' or 'xs[3]') is built only once a check has failed.
  */
 
+/*
+ * ARGUMENT CHECKS. The public builders take arguments from users' code (TypeScript's types do not reach JavaScript
+ * callers, `any`, or a missing array element), so each refuses an argument of the wrong kind — undefined, a number
+ * where an expression goes, a lookup table where a matrix goes, a string among input values — with a ShapeError
+ * naming the op and the argument, never a TypeError from deep inside. The checks below are what the fast path costs:
+ * an `instanceof` or a `typeof` and one property load; `describeValue` and the messages run only once one failed.
+ */
+
+/** Cuts a long string for a message (an argument may be a whole file's text). */
+function cut(s: string, max = 40): string {
+  return s.length <= max ? s : `${s.slice(0, max)}… (${s.length} characters)`;
+}
+
+/** Whether `a` looks like a parameter (ops sit below the model layer, so the test is structural). */
+export function isParameterLike(a: unknown): a is GraphParameter {
+  if (typeof a !== "object" || a === null) return false;
+  const p = a as Partial<GraphParameter>;
+  return (p.kind === "dense" || p.kind === "lookup") && typeof p.name === "string";
+}
+
+/** What `a` is, in a few words, for messages: `undefined`, `3`, `the string "a"`, `lookup table 'E'`, … */
+export function describeValue(a: unknown): string {
+  if (a instanceof Expression) return `an expression of shape ${a.shapeString()}`;
+  if (isParameterLike(a)) return `${a.kind === "lookup" ? "lookup table" : "parameter"} '${a.name}'`;
+  switch (typeof a) {
+    case "undefined":
+    case "number":
+    case "boolean":
+      return String(a);
+    case "bigint":
+      return `${a}n`;
+    case "string":
+      return `the string ${JSON.stringify(cut(a))}`;
+    case "function":
+      return a.name ? `a function (${a.name})` : "a function";
+    case "symbol":
+      return "a symbol";
+  }
+  if (a === null) return "null";
+  if (Array.isArray(a)) return `an array of length ${a.length}`;
+  const name = (Object.getPrototypeOf(a) as { constructor?: { name?: string } } | null)?.constructor?.name;
+  return name && name !== "Object" ? `a ${name}` : "an object";
+}
+
+/** The error of argument `name` of `op` that is not `expected` (an article and a kind: "an integer"). */
+export function argumentError(op: string, name: string, expected: string, got: unknown): ShapeError {
+  return new ShapeError(`${op}: argument '${name}' must be ${expected}; got ${describeValue(got)}`);
+}
+
+/** Why `a`, given where an op takes an expression or a dense parameter, is neither. */
+function notAnArgument(op: string, name: string, a: unknown): ShapeError {
+  if (isParameterLike(a) && a.kind === "lookup") {
+    return new ShapeError(
+      `${op}: argument '${name}' is lookup table '${a.name}'; read its rows with lookup(cg, ${a.name}, row)`,
+    );
+  }
+  return argumentError(op, name, "an Expression or a dense parameter", a);
+}
+
+/**
+ * Why `a`, given where an op takes an expression, is not one: a parameter (the graph to add it to is unknown:
+ * the message of an op without expressions), or something else, named.
+ */
+export function notExpression(op: string, name: string, a: unknown): ShapeError {
+  return isParameterLike(a) ? noExpression(op) : argumentError(op, name, "an Expression", a);
+}
+
+/** The graph of argument `x` of op `op`, which must be an expression. */
+export function exprGraph(x: unknown, op: string, name: string): ComputationGraph {
+  if (x instanceof Expression) return x.graph;
+  throw notExpression(op, name, x);
+}
+
+/** Refuses `g` unless it is a ComputationGraph (the builders that take one: input, parameter, lookup). */
+export function requireGraph(g: unknown, op: string): void {
+  if (!(g instanceof ComputationGraph)) throw argumentError(op, "g", "a ComputationGraph", g);
+}
+
+/** Refuses `xs` unless it is an array (the variadic builders' argument lists). */
+export function requireArray(xs: unknown, op: string, name: string, of: string): void {
+  if (!Array.isArray(xs)) throw argumentError(op, name, `an array of ${of}`, xs);
+}
+
+/** The node of `a`, given where an op takes an expression or a dense parameter and `a` is no expression. */
+export function paramNode(g: ComputationGraph, a: ExprLike, op: string, name: string): number {
+  const p = a as GraphParameter;
+  if (typeof p === "object" && p !== null && p.kind === "dense") return g.parameterNode(p);
+  throw notAnArgument(op, name, a);
+}
+
 /** The error of an op none of whose arguments is an expression. */
 export function noExpression(op: string): ShapeError {
   return new ShapeError(`${op}: no argument is an expression, so there is no graph to add the node to`);
 }
 
-/** Finds the graph of an op's arguments (at least one must be an expression). */
-export function graphOf(op: string, args: readonly ExprLike[]): ComputationGraph {
+/**
+ * The error of an op none of whose arguments is an expression: the first argument that is not even a dense
+ * parameter, named (`nameOf(k)`), or else noExpression.
+ */
+function noGraph(op: string, args: ArrayLike<unknown>, nameOf: (k: number) => string): ShapeError {
+  for (let k = 0; k < args.length; k++) {
+    const a = args[k];
+    if (!(typeof a === "object" && a !== null && (a as Partial<GraphParameter>).kind === "dense")) {
+      return notAnArgument(op, nameOf(k), a);
+    }
+  }
+  return noExpression(op);
+}
+
+/**
+ * Finds the graph of an op's arguments (at least one must be an expression); `nameOf(k)` names argument k in the
+ * error (a function made once per op, not per call).
+ */
+export function graphOf(op: string, args: readonly ExprLike[], nameOf: (k: number) => string): ComputationGraph {
   for (let k = 0; k < args.length; k++) {
     const a = args[k];
     if (a instanceof Expression) return a.graph;
   }
-  throw noExpression(op);
+  throw noGraph(op, args, nameOf);
 }
 
-/** `graphOf` for two arguments, without an array. */
-export function graphOf2(op: string, a: ExprLike, b: ExprLike): ComputationGraph {
+/** `graphOf` for two arguments named `na` and `nb`, without an array. */
+export function graphOf2(op: string, a: ExprLike, b: ExprLike, na: string, nb: string): ComputationGraph {
   if (a instanceof Expression) return a.graph;
   if (b instanceof Expression) return b.graph;
-  throw noExpression(op);
+  throw noGraph(op, [a, b], (k) => (k === 0 ? na : nb));
 }
 
-/** `graphOf` for three arguments, without an array. */
-export function graphOf3(op: string, a: ExprLike, b: ExprLike, c: ExprLike): ComputationGraph {
+/** `graphOf` for three arguments named `na`, `nb` and `nc`, without an array. */
+export function graphOf3(
+  op: string,
+  a: ExprLike,
+  b: ExprLike,
+  c: ExprLike,
+  na: string,
+  nb: string,
+  nc: string,
+): ComputationGraph {
   if (a instanceof Expression) return a.graph;
   if (b instanceof Expression) return b.graph;
   if (c instanceof Expression) return c.graph;
-  throw noExpression(op);
+  throw noGraph(op, [a, b, c], (k) => [na, nb, nc][k]!);
 }
 
 /** Turns an argument into a node id of `g`, validating it. */
@@ -85,7 +200,7 @@ export function nodeOf(g: ComputationGraph, a: ExprLike, op: string, name: strin
     if (a.graph === g && a.generation === g.generation) return a.id;
     return g.check(a, op, name); // throws, naming what is wrong
   }
-  return g.parameterNode(a);
+  return paramNode(g, a, op, name);
 }
 
 /** `nodeOf` for an argument known to be an expression. */
@@ -99,7 +214,7 @@ export function exprNode(g: ComputationGraph, e: Expression, op: string, name: s
  * and reuse the answer here.
  */
 export function argNode(g: ComputationGraph, a: ExprLike, isExpr: boolean, op: string, name: string): number {
-  return isExpr ? exprNode(g, a as Expression, op, name) : g.parameterNode(a as GraphParameter);
+  return isExpr ? exprNode(g, a as Expression, op, name) : paramNode(g, a, op, name);
 }
 
 /** The name of argument `k` of a numbered family: `argName("W", 2)` is 'W2', `argName("xs[", 3, "]")` 'xs[3]'. */
@@ -113,7 +228,8 @@ export function nodeOfAt(g: ComputationGraph, a: ExprLike, op: string, prefix: s
     if (a.graph === g && a.generation === g.generation) return a.id;
     return g.check(a, op, argName(prefix, k, suffix));
   }
-  return g.parameterNode(a);
+  if (typeof a === "object" && a !== null && a.kind === "dense") return g.parameterNode(a);
+  throw notAnArgument(op, argName(prefix, k, suffix), a);
 }
 
 function notVector(g: ComputationGraph, id: number, op: string, name: string): ShapeError {

@@ -3,10 +3,12 @@ import { Op } from "../graph/opcodes.js";
 import { randomUniform } from "../util/random.js";
 import {
   argNode,
+  describeValue,
   type ExprLike,
+  exprGraph,
   exprNode,
   graphOf2,
-  noExpression,
+  notExpression,
   type OpDefinition,
   type OpFamily,
   shapeMismatch,
@@ -18,7 +20,7 @@ import {
 function binary(op: Op, name: string, a: ExprLike, b: ExprLike): Expression {
   const ax = a instanceof Expression;
   const bx = b instanceof Expression;
-  const g = ax ? a.graph : bx ? b.graph : graphOf2(name, a, b);
+  const g = ax ? a.graph : bx ? b.graph : graphOf2(name, a, b, "a", "b");
   const ai = argNode(g, a, ax, name, "a");
   const bi = argNode(g, b, bx, name, "b");
   return new Expression(g, binaryNode(g, op, name, ai, bi), g.generation);
@@ -38,7 +40,7 @@ export function binaryNode(g: ComputationGraph, op: Op, name: string, a: number,
 }
 
 function unary(op: Op, name: string, x: ExprLike): Expression {
-  if (!(x instanceof Expression)) throw noExpression(name);
+  if (!(x instanceof Expression)) throw notExpression(name, "x", x);
   const g = x.graph;
   return new Expression(g, unaryNode(g, op, exprNode(g, x, name, "x")), g.generation);
 }
@@ -70,8 +72,10 @@ export const relu = (x: ExprLike): Expression => unary(Op.Relu, "relu", x);
  * or p = 0, this returns x itself and adds no node.
  */
 export function dropout(x: Expression, p: number): Expression {
-  if (!(p >= 0 && p < 1)) throw new ShapeError(`dropout: probability p must be in [0, 1); got ${p}`);
-  const g = x.graph;
+  const g = exprGraph(x, "dropout", "x");
+  if (typeof p !== "number" || !(p >= 0 && p < 1)) {
+    throw new ShapeError(`dropout: probability p must be in [0, 1); got ${describeValue(p)}`);
+  }
   const xi = g.check(x, "dropout", "x");
   const id = dropoutNode(g, xi, p);
   return id === xi ? x : new Expression(g, id, g.generation);

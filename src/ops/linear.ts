@@ -13,6 +13,8 @@ import {
   nodeOfAt,
   type OpDefinition,
   type OpFamily,
+  paramNode,
+  requireArray,
   requireVector,
   requireVectorAt,
 } from "./common.js";
@@ -32,7 +34,7 @@ function checkProduct(g: ComputationGraph, w: number, x: number, op: string, wn:
 
 /** y = W·x */
 export function matVec(W: ExprLike, x: Expression): Expression {
-  const g = graphOf2("matVec", W, x);
+  const g = graphOf2("matVec", W, x, "W", "x");
   const w = nodeOf(g, W, "matVec", "W");
   const xi = nodeOf(g, x, "matVec", "x");
   const m = checkProduct(g, w, xi, "matVec", "W", "x");
@@ -41,13 +43,14 @@ export function matVec(W: ExprLike, x: Expression): Expression {
 
 /** y = b + Σᵢ Wᵢ·xᵢ, with arguments [b, W₁, x₁, W₂, x₂, …] as in DyNet's affine_transform. */
 export function affine(args: readonly ExprLike[]): Expression {
+  requireArray(args, "affine", "args", "expressions and parameters [b, W1, x1, …]");
   if (args.length === 3) return affine3(args[0]!, args[1]!, args[2]!);
   if (args.length < 3 || args.length % 2 === 0) {
     throw new ShapeError(
       `affine: expects [b, W1, x1, W2, x2, ...] (an odd number ≥ 3 of arguments); got ${args.length}`,
     );
   }
-  const g = graphOf("affine", args);
+  const g = graphOf("affine", args, affineArgName);
   const scratch = argBuffer(args.length);
   const b = nodeOf(g, args[0]!, "affine", "b");
   const m = requireVector(g, b, "affine", "b");
@@ -65,6 +68,9 @@ export function affine(args: readonly ExprLike[]): Expression {
   return new Expression(g, g.addNode(Op.Affine, m, 1, scratch, 0, 0, 0, args.length), g.generation);
 }
 
+/** Argument k of affine: b, W1, x1, W2, x2, … */
+const affineArgName = (k: number): string => (k === 0 ? "b" : argName(k % 2 === 1 ? "W" : "x", Math.ceil(k / 2)));
+
 function rowsError(g: ComputationGraph, w: number, j: number, m: number): ShapeError {
   return new ShapeError(`affine: argument 'W${j}' has shape ${g.shapeOf(w)}; b has length ${m}`);
 }
@@ -78,12 +84,12 @@ export function affine3(b: ExprLike, W: ExprLike, x: ExprLike): Expression {
   const bx = b instanceof Expression;
   const wx = W instanceof Expression;
   const xx = x instanceof Expression;
-  const g = bx ? b.graph : wx ? W.graph : xx ? x.graph : graphOf3("affine", b, W, x);
-  const bi = bx ? exprNode(g, b, "affine", "b") : g.parameterNode(b);
+  const g = bx ? b.graph : wx ? W.graph : xx ? x.graph : graphOf3("affine", b, W, x, "b", "W1", "x1");
+  const bi = bx ? exprNode(g, b, "affine", "b") : paramNode(g, b, "affine", "b");
   // b is checked before W and x are read (W's parameter node is not added when b is wrong), as affine does
   requireVector(g, bi, "affine", "b");
-  const w = wx ? exprNode(g, W, "affine", "W1") : g.parameterNode(W);
-  const xi = xx ? exprNode(g, x, "affine", "x1") : g.parameterNode(x);
+  const w = wx ? exprNode(g, W, "affine", "W1") : paramNode(g, W, "affine", "W1");
+  const xi = xx ? exprNode(g, x, "affine", "x1") : paramNode(g, x, "affine", "x1");
   return new Expression(g, affineNode(g, bi, w, xi), g.generation);
 }
 
@@ -95,6 +101,28 @@ export function affineNode(g: ComputationGraph, b: number, W: number, x: number)
   if (g.cols[W] !== n) throw productError(g, W, n, "affine", "W1", "x1");
   if (rows[W] !== m) throw rowsError(g, W, 1, m);
   return g.addNode3(Op.Affine, m, 1, b, W, x);
+}
+
+/**
+ * `affine([b, W1, x1, W2, x2])` of nodes of g (the same node, checks and messages), returning the new node's id (see
+ * NODE BUILDERS in common.ts): an LSTM step's gates b + W_x·x + W_h·h, a pyramid's adjacent pair.
+ */
+export function affine5Node(g: ComputationGraph, b: number, W1: number, x1: number, W2: number, x2: number): number {
+  const m = requireVector(g, b, "affine", "b");
+  const n1 = requireVector(g, x1, "affine", "x1");
+  const rows = g.rows;
+  if (g.cols[W1] !== n1) throw productError(g, W1, n1, "affine", "W1", "x1");
+  if (rows[W1] !== m) throw rowsError(g, W1, 1, m);
+  const n2 = requireVector(g, x2, "affine", "x2");
+  if (g.cols[W2] !== n2) throw productError(g, W2, n2, "affine", "W2", "x2");
+  if (rows[W2] !== m) throw rowsError(g, W2, 2, m);
+  const args = argBuffer(5);
+  args[0] = b;
+  args[1] = W1;
+  args[2] = x1;
+  args[3] = W2;
+  args[4] = x2;
+  return g.addNode(Op.Affine, m, 1, args, 0, 0, 0, 5);
 }
 
 // ---- reference kernels ----------------------------------------------------------------------------------------

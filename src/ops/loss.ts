@@ -1,10 +1,10 @@
 import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { type OpDefinition, type OpFamily, requireVector } from "./common.js";
+import { argumentError, exprGraph, type OpDefinition, type OpFamily, requireVector } from "./common.js";
 
 /** y = −log softmax(x)[label]: the negative log-likelihood of `label` under a softmax over x (a scalar). */
 export function pickNegLogSoftmax(x: Expression, label: number): Expression {
-  const g = x.graph;
+  const g = exprGraph(x, "pickNegLogSoftmax", "x");
   return new Expression(g, pickNegLogSoftmaxNode(g, g.check(x, "pickNegLogSoftmax", "x"), label), g.generation);
 }
 
@@ -12,6 +12,7 @@ export function pickNegLogSoftmax(x: Expression, label: number): Expression {
 export function pickNegLogSoftmaxNode(g: ComputationGraph, x: number, label: number): number {
   const n = requireVector(g, x, "pickNegLogSoftmax", "x");
   if (!Number.isInteger(label) || label < 0 || label >= n) {
+    if (!Number.isInteger(label)) throw argumentError("pickNegLogSoftmax", "label", "an integer", label);
     throw new ShapeError(`pickNegLogSoftmax: label ${label} is out of range for x of length ${n}`);
   }
   return g.addNode1(Op.PickNegLogSoftmax, 1, 1, x, label);

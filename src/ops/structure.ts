@@ -4,13 +4,19 @@ import {
   argBuffer,
   argName,
   argNode,
+  argumentError,
+  describeValue,
   type ExprLike,
+  exprGraph,
   graphOf,
   graphOf2,
   graphOf3,
+  isParameterLike,
   nodeOfAt,
   type OpDefinition,
   type OpFamily,
+  requireArray,
+  requireGraph,
   requireVector,
   requireVectorAt,
   shapeMismatch,
@@ -19,21 +25,43 @@ import {
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
-/** y = the given values (a vector). */
+/**
+ * y = the given values (a vector). Each value must be a finite number that float32 can hold: a NaN or an infinity
+ * here would reach the weights through the gradients, and a string would become NaN.
+ */
 export function input(g: ComputationGraph, values: ArrayLike<number>): Expression {
-  if (values.length === 0) throw new ShapeError("input: needs at least one value");
+  requireGraph(g, "input");
+  const v = values as Partial<ArrayLike<unknown>> | null;
+  if (typeof v !== "object" || v === null || !Number.isSafeInteger(v.length) || v.length! < 0) {
+    throw argumentError("input", "values", "an array of numbers", values);
+  }
+  const n = values.length;
+  if (n === 0) throw new ShapeError("input: needs at least one value");
+  for (let k = 0; k < n; k++) {
+    const x = values[k];
+    if (typeof x !== "number" || !Number.isFinite(Math.fround(x))) throw badInputValue(x, k);
+  }
   const off = g.addInputData(values);
-  const id = g.addNode0(Op.Input, values.length, 1, off);
+  const id = g.addNode0(Op.Input, n, 1, off);
   return new Expression(g, id, g.generation);
+}
+
+function badInputValue(x: unknown, k: number): ShapeError {
+  const why = typeof x === "number" && Number.isFinite(x) ? " (outside float32's range)" : "";
+  return new ShapeError(`input: values[${k}] must be a finite number; got ${describeValue(x)}${why}`);
 }
 
 /** y = p (a dense parameter as an expression; one node per parameter per graph). */
 export function parameter(g: ComputationGraph, p: GraphParameter): Expression {
+  requireGraph(g, "parameter");
+  if (!isParameterLike(p)) throw argumentError("parameter", "p", "a parameter", p);
   return new Expression(g, g.parameterNode(p), g.generation);
 }
 
 /** y = E[row]: one row of a lookup table, as a vector. */
 export function lookup(g: ComputationGraph, table: GraphParameter, row: number): Expression {
+  requireGraph(g, "lookup");
+  if (!isParameterLike(table)) throw argumentError("lookup", "table", "a lookup table", table);
   return new Expression(g, lookupNode(g, table, row), g.generation);
 }
 
@@ -42,12 +70,20 @@ export function lookupNode(g: ComputationGraph, table: GraphParameter, row: numb
   if (table.kind !== "lookup") {
     throw new ShapeError(`lookup: '${table.name}' is not a lookup table (use addLookupParameters)`);
   }
-  if (!Number.isInteger(row) || row < 0 || row >= table.rows) {
-    throw new ShapeError(`lookup: row ${row} is out of range for '${table.name}' with ${table.rows} rows`);
-  }
+  if (!Number.isInteger(row) || row < 0 || row >= table.rows) throw badRow(table, row);
   g.useLookup(table);
   return g.addNode0(Op.Lookup, table.cols, 1, table.index, row);
 }
+
+function badRow(table: GraphParameter, row: unknown): ShapeError {
+  if (!Number.isInteger(row)) return argumentError("lookup", "row", "an integer", row);
+  return new ShapeError(
+    `lookup: row ${row} is out of range for '${table.name}' with ${table.rows} rows (0 to ${table.rows - 1})`,
+  );
+}
+
+/** Argument k of a variadic op: xs[k]. */
+const variadicArgName = (k: number): string => argName("xs[", k, "]");
 
 /** Validates the arguments of a variadic op into the argument buffer (which it returns). */
 function variadic(g: ComputationGraph, op: string, xs: readonly ExprLike[]): Int32Array {
@@ -58,11 +94,12 @@ function variadic(g: ComputationGraph, op: string, xs: readonly ExprLike[]): Int
 
 function graphOfVariadic(op: string, xs: readonly ExprLike[]): ComputationGraph {
   if (xs.length === 0) throw new ShapeError(`${op}: needs at least one argument`);
-  return graphOf(op, xs);
+  return graphOf(op, xs, variadicArgName);
 }
 
 /** y = [x₁; x₂; …] (vectors). */
 export function concat(xs: readonly ExprLike[]): Expression {
+  requireArray(xs, "concat", "xs", "expressions");
   if (xs.length === 2) return concat2(xs[0]!, xs[1]!);
   if (xs.length === 3) return concat3(xs[0]!, xs[1]!, xs[2]!);
   const g = graphOfVariadic("concat", xs);
@@ -76,7 +113,7 @@ export function concat(xs: readonly ExprLike[]): Expression {
 export function concat2(a: ExprLike, b: ExprLike): Expression {
   const ax = a instanceof Expression;
   const bx = b instanceof Expression;
-  const g = ax ? a.graph : bx ? b.graph : graphOf2("concat", a, b);
+  const g = ax ? a.graph : bx ? b.graph : graphOf2("concat", a, b, "xs[0]", "xs[1]");
   const ai = argNode(g, a, ax, "concat", "xs[0]");
   const bi = argNode(g, b, bx, "concat", "xs[1]");
   return new Expression(g, concat2Node(g, ai, bi), g.generation);
@@ -93,7 +130,7 @@ export function concat3(a: ExprLike, b: ExprLike, c: ExprLike): Expression {
   const ax = a instanceof Expression;
   const bx = b instanceof Expression;
   const cx = c instanceof Expression;
-  const g = ax ? a.graph : bx ? b.graph : cx ? c.graph : graphOf3("concat", a, b, c);
+  const g = ax ? a.graph : bx ? b.graph : cx ? c.graph : graphOf3("concat", a, b, c, "xs[0]", "xs[1]", "xs[2]");
   const ai = argNode(g, a, ax, "concat", "xs[0]");
   const bi = argNode(g, b, bx, "concat", "xs[1]");
   const ci = argNode(g, c, cx, "concat", "xs[2]");
@@ -111,7 +148,7 @@ export function concat3Node(g: ComputationGraph, a: number, b: number, c: number
 
 /** y = x[start:end] (a contiguous slice of a vector). */
 export function pickRange(x: Expression, start: number, end: number): Expression {
-  const g = x.graph;
+  const g = exprGraph(x, "pickRange", "x");
   return new Expression(g, pickRangeNode(g, g.check(x, "pickRange", "x"), start, end), g.generation);
 }
 
@@ -119,13 +156,20 @@ export function pickRange(x: Expression, start: number, end: number): Expression
 export function pickRangeNode(g: ComputationGraph, x: number, start: number, end: number): number {
   const n = requireVector(g, x, "pickRange", "x");
   if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end > n || start >= end) {
-    throw new ShapeError(`pickRange: range [${start}, ${end}) is not a non-empty range inside x of length ${n}`);
+    throw badRange(start, end, n);
   }
   return g.addNode1(Op.PickRange, end - start, 1, x, start, end);
 }
 
+function badRange(start: unknown, end: unknown, n: number): ShapeError {
+  if (!Number.isInteger(start)) return argumentError("pickRange", "start", "an integer", start);
+  if (!Number.isInteger(end)) return argumentError("pickRange", "end", "an integer", end);
+  return new ShapeError(`pickRange: range [${start}, ${end}) is not a non-empty range inside x of length ${n}`);
+}
+
 /** y = Σᵢ xᵢ (all the same shape); DyNet's esum. */
 export function sum(xs: readonly ExprLike[]): Expression {
+  requireArray(xs, "sum", "xs", "expressions");
   const g = graphOfVariadic("sum", xs);
   return new Expression(g, sumNode(g, variadic(g, "sum", xs), xs.length), g.generation);
 }

@@ -23,6 +23,10 @@ export function evaluate<E, V>(
 
 /** Each example's predicted classes: the argmax of each of its score expressions (`buildScores`), in order. */
 export function predict<E>(model: TaskModel<E>, engine: Engine, examples: readonly E[], batch = 64): number[][] {
+  // 0 would loop for ever, NaN end after one empty batch with no prediction and no error
+  if (!Number.isInteger(batch) || batch < 1) {
+    throw new RangeError(`predict: batch must be a positive integer (examples per graph); got ${String(batch)}`);
+  }
   if (!engine.capabilities.forwardOnly) {
     throw new Error(
       `engine ${engine.name} cannot run forward-only passes; evaluate on the engine ForwardPasses gives for it`,

@@ -2,19 +2,27 @@
  * The training loop, for any model on the task interface (src/models/task.ts) and any engine: shuffled batches,
  * one graph and one update per batch (queued without waiting on a pipelined engine), the mean loss per loss unit,
  * evaluation on the dev split after every epoch (on an evaluation engine when the training engine cannot run
- * forward-only passes), a checkpoint and `state.json` per epoch, and resume from them.
+ * forward-only passes), a checkpoint (weights, optimiser state, run state) and `state.json` per epoch, and resume
+ * from them. The output directory is checked and locked before anything trains; a NaN or ±∞ input, loss or
+ * gradient stops the run before it reaches the weights (TrainingDivergedError, naming the cause).
  */
-import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { type Engine, isPipelined } from "../engines/engine.js";
 import { ForwardPasses } from "../engines/registry.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
-import { loadParameters, saveParameters } from "../model/safetensors.js";
+import { firstNonFinite } from "../model/safetensors.js";
 import type { ModelOptions, Task, TaskModel } from "../models/task.js";
-import { makeTrainer, type OptimizerName } from "../optim/trainers.js";
+import { makeTrainer, NonFiniteUpdateError, type OptimizerName, type Trainer } from "../optim/trainers.js";
+import { writeFileAtomic } from "../util/files.js";
 import { deriveKey, RandomStream } from "../util/random.js";
+import { readCheckpoint, restoreCheckpoint, saveCheckpoint } from "./checkpoint.js";
+import { type DivergencePlace, divergence, TrainingDivergedError } from "./errors.js";
 import { evaluate } from "./evaluate.js";
+import { checkOtherRun, prepareOutDir, RunDirLock, removeCreated, removeLeftoverTemps } from "./run-dir.js";
+import { bestDevAccuracy, type EpochResult, type RunSettings, type RunState } from "./run-state.js";
+
+export type { EpochResult, RunSettings, RunState } from "./run-state.js";
 
 export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E>> {
   task: Task<E, V, O, M>;
@@ -38,12 +46,29 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
    * registry's choice, `createEvaluationEngine`, on the training engine's device).
    */
   makeEvaluationEngine?: (params: ParameterCollection) => Engine;
-  /** Where checkpoints go (one safetensors file per epoch, plus state.json); none when absent. */
+  /**
+   * Where checkpoints go (one safetensors file per epoch, plus state.json); none when absent. Created if missing,
+   * locked while the run writes there, and refused when it holds another run (unless `force`).
+   */
   outDir?: string;
-  /** Continue a run: load this checkpoint and start after `epochsDone` (earlier results are kept in the summary). */
+  /** Replace a run found in `outDir` that is not the one being resumed (its files are removed). */
+  force?: boolean;
+  /**
+   * Continue a run: load this checkpoint (weights, and the optimiser's state when it is of the same kind) and start
+   * after `epochsDone` (earlier results are kept in the summary).
+   */
   resume?: { checkpoint: string; epochsDone: number; previous: readonly EpochResult[] };
+  /**
+   * Which dev set `dev` is (a data directory, the synthetic task and its seed): recorded with every epoch, and the
+   * best accuracy compares only epochs on the same one. Undefined: every epoch compares.
+   */
+  devSet?: string;
+  /** What state.json records besides the loop's own settings (the command line's data and engine). */
+  settings?: RunSettings;
   onProgress?: (p: TrainProgress) => void;
   onEpoch?: (e: EpochResult) => void;
+  /** Lines for the user: a stale lock taken over, leftover files removed, an optimiser state not continued. */
+  onNote?: (line: string) => void;
 }
 
 export interface TrainProgress {
@@ -60,18 +85,6 @@ export interface TrainProgress {
   elapsedSeconds: number;
 }
 
-export interface EpochResult {
-  epoch: number;
-  trainLoss: number;
-  /** The task's first metric on the dev split (root accuracy for a sentence model). */
-  devAccuracy: number;
-  /** Every metric of the task on the dev split, by key. */
-  devMetrics: Record<string, number>;
-  seconds: number;
-  sentencesPerSecond: number;
-  checkpoint: string | null;
-}
-
 export interface TrainSummary {
   epochs: EpochResult[];
   bestDevAccuracy: number;
@@ -84,148 +97,282 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   cfg: TrainConfig<E, V, O, M>,
 ): { model: M; summary: TrainSummary } {
   const { task } = cfg;
+  const note = cfg.onNote ?? (() => {});
   const model = task.create(cfg.options, cfg.vocab, cfg.seed);
-  if (cfg.resume) loadParameters(model.params, cfg.resume.checkpoint);
-  const engine = cfg.makeEngine(model.params);
-  const forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
   const trainer = makeTrainer(cfg.optimizer, {
     learningRate: cfg.learningRate,
     clipThreshold: cfg.clipThreshold ?? 5,
   });
-  const cg = new ComputationGraph();
-  const order = cfg.train.map((_, i) => i);
+  if (cfg.resume) {
+    const line = restoreCheckpoint(readCheckpoint(cfg.resume.checkpoint), model.params, trainer);
+    if (line !== null) note(line);
+  }
+  const out = cfg.outDir === undefined ? undefined : openOutDir(cfg, note);
   const epochs: EpochResult[] = [...(cfg.resume?.previous ?? [])];
-  if (cfg.outDir) mkdirSync(cfg.outDir, { recursive: true });
+  let engine: Engine | undefined;
+  let forwardPasses: ForwardPasses | undefined;
   try {
-    for (let epoch = (cfg.resume?.epochsDone ?? 0) + 1; epoch <= cfg.epochs; epoch++) {
-      // each epoch's order depends on (seed, epoch) alone, so a resumed run sees the same batches
-      for (let i = 0; i < order.length; i++) order[i] = i;
-      new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
-      const t0 = performance.now();
-      let lossSum = 0;
-      let unitCount = 0;
-      let done = 0;
-      // A pipelined engine hands losses back some batches later, in order: the loss units of the batches queued
-      // and not yet summed wait here, so that the mean is over the same batches as the sum.
-      const queuedUnits: number[] = [];
-      let nextQueued = 0;
-      const addLosses = (values: readonly number[]): void => {
-        for (const value of values) {
-          if (!Number.isFinite(value)) {
-            throw new Error(`training diverged: the loss became ${value} in epoch ${epoch}; lower --lr`);
-          }
-          if (nextQueued >= queuedUnits.length) {
-            throw new Error(
-              `engine ${engine.name}: takeLosses returned more losses than the ${queuedUnits.length} batches queued`,
-            );
-          }
-          lossSum += value;
-          unitCount += queuedUnits[nextQueued++]!;
-        }
-      };
-      const progress = (): void => {
-        if (unitCount === 0) return; // a pipelined engine's first losses have not arrived yet
-        const elapsed = (performance.now() - t0) / 1000;
-        cfg.onProgress?.({
-          epoch,
-          sentencesDone: done,
-          sentencesTotal: order.length,
-          sentencesPerSecond: done / Math.max(elapsed, 1e-9),
-          loss: lossSum / unitCount,
-          elapsedSeconds: elapsed,
-        });
-      };
-      for (let start = 0; start < order.length; start += cfg.batch) {
-        const examples = order.slice(start, start + cfg.batch).map((i) => cfg.train[i]!);
-        cg.renew();
-        cg.training = true;
-        cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
-        const loss = model.buildBatchLoss(cg, examples);
-        let units = 0;
-        for (const e of examples) units += model.lossUnits(e);
-        if (isPipelined(engine)) {
-          engine.trainStep(loss, trainer);
-          queuedUnits.push(units);
-          addLosses(engine.takeLosses(false));
-        } else {
-          const value = engine.forwardScalar(loss);
-          engine.backward(loss);
-          engine.update(trainer);
-          queuedUnits.push(units);
-          addLosses([value]);
-        }
-        done += examples.length;
-        progress();
-      }
-      if (isPipelined(engine)) {
-        addLosses(engine.takeLosses(true));
-        progress(); // the whole epoch's loss, and the time the queued batches took
-      }
-      if (nextQueued !== queuedUnits.length) {
-        throw new Error(
-          `engine ${engine.name}: ${queuedUnits.length} batches were queued in epoch ${epoch} but ` +
-            `${nextQueued} losses came back`,
-        );
-      }
-      const seconds = (performance.now() - t0) / 1000;
-      const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
-      let checkpoint: string | null = null;
-      if (cfg.outDir) {
-        checkpoint = join(cfg.outDir, `epoch-${epoch}.safetensors`);
-        engine.syncToHost();
-        saveParameters(model.params, checkpoint, { model: task.name, epoch: String(epoch) });
-      }
-      const result: EpochResult = {
-        epoch,
-        trainLoss: lossSum / Math.max(unitCount, 1),
-        devAccuracy: devMetrics[task.metrics[0].key]!,
-        devMetrics,
-        seconds,
-        sentencesPerSecond: order.length / seconds,
-        checkpoint,
-      };
-      epochs.push(result);
-      if (cfg.outDir) writeRunState(cfg, model, epochs);
-      cfg.onEpoch?.(result);
-    }
+    engine = cfg.makeEngine(model.params);
+    forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
+    runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs });
   } finally {
-    forwardPasses.dispose();
-    engine.dispose();
+    try {
+      forwardPasses?.dispose();
+      engine?.dispose();
+    } finally {
+      if (out) {
+        out.lock.release();
+        removeCreated(out.created); // a run that failed before writing anything leaves no directories behind
+      }
+    }
   }
   return {
     model,
     summary: {
       epochs,
-      bestDevAccuracy: Math.max(0, ...epochs.map((e) => e.devAccuracy)),
+      bestDevAccuracy: bestDevAccuracy(epochs, cfg.devSet),
       parameters: model.params.count,
       engine: engine.name,
     },
   };
 }
 
-/** What `<outDir>/state.json` holds: with the last checkpoint, enough to rebuild, resume or evaluate the run. */
-export interface RunState {
-  /** The task's name. */
-  model: string;
-  /** `task.savedOptions`: the model's shape. */
-  options: Record<string, unknown>;
-  training: { optimizer: OptimizerName; learningRate: number; batch: number; seed: number };
+/** What `runEpochs` trains with; `epochs` (the results so far) grows by one result per epoch. */
+interface RunParts<M> {
+  model: M;
+  trainer: Trainer;
+  engine: Engine;
+  forwardPasses: ForwardPasses;
+  outDir: string | undefined;
   epochs: EpochResult[];
-  /** `task.vocabulary.toJSON`. */
-  vocabulary: unknown;
 }
 
-function writeRunState<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+/** The epochs after those already done: train, evaluate, check, checkpoint. */
+function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+  cfg: TrainConfig<E, V, O, M>,
+  { model, trainer, engine, forwardPasses, outDir, epochs }: RunParts<M>,
+): void {
+  const { task } = cfg;
+  const cg = new ComputationGraph();
+  const order = cfg.train.map((_, i) => i);
+  const batches = Math.max(1, Math.ceil(order.length / cfg.batch));
+  const firstEpoch = (cfg.resume?.epochsDone ?? 0) + 1;
+  /** Where the run's batch `k` (counted from its start or resume) is: each batch is one update. */
+  const placeOf = (k: number): DivergencePlace => ({
+    epoch: firstEpoch + Math.floor(k / batches),
+    batch: k % batches,
+    batches,
+    updatesThisRun: k,
+    learningRate: cfg.learningRate,
+    resumedFrom: cfg.resume?.checkpoint,
+  });
+  const startUpdates = trainer.updates;
+  /**
+   * Runs `f`, naming a refused update where it was queued: a device engine reports it at a later update or sync
+   * (the update's kernels changed nothing).
+   */
+  const guarded = <T>(f: () => T): T => {
+    try {
+      return f();
+    } catch (e) {
+      throw e instanceof NonFiniteUpdateError ? refusedUpdate(e, placeOf(e.updatesBefore - startUpdates)) : e;
+    }
+  };
+  let batchesBefore = 0; // batches (updates) of this run before the current epoch
+  for (let epoch = firstEpoch; epoch <= cfg.epochs; epoch++) {
+    // each epoch's order depends on (seed, epoch) alone, so a resumed run sees the same batches
+    for (let i = 0; i < order.length; i++) order[i] = i;
+    new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
+    const place = (batch: number): DivergencePlace => placeOf(batchesBefore + batch);
+    const { trainLoss, seconds } = guarded(() => trainEpoch(cfg, model, engine, trainer, cg, order, epoch, place));
+    batchesBefore += batches;
+    const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
+    const checkpoint = outDir === undefined ? null : join(outDir, `epoch-${epoch}.safetensors`);
+    if (checkpoint !== null) {
+      guarded(() => {
+        engine.syncToHost();
+        engine.syncTrainerToHost?.(trainer);
+      });
+      checkWeights(model.params, place(batches - 1));
+    }
+    const result: EpochResult = {
+      epoch,
+      trainLoss,
+      devAccuracy: devMetrics[task.metrics[0].key]!,
+      devMetrics,
+      ...(cfg.devSet !== undefined ? { devSet: cfg.devSet } : {}),
+      seconds,
+      sentencesPerSecond: order.length / seconds,
+      checkpoint,
+    };
+    epochs.push(result);
+    if (outDir !== undefined && checkpoint !== null) {
+      const state = runState(cfg, model, epochs);
+      // the checkpoint carries the state too, so that it alone can continue the run when state.json is lost
+      saveCheckpoint(checkpoint, model.params, trainer, state, epoch);
+      writeFileAtomic(join(outDir, "state.json"), `${JSON.stringify(state)}\n`);
+    }
+    cfg.onEpoch?.(result);
+  }
+  // the returned model holds the trained weights (a checkpoint's sync did it already), and a device engine's last
+  // update is checked
+  if (outDir === undefined) guarded(() => engine.syncToHost());
+}
+
+/** The output directory, created if needed, locked, cleared of leftover temporary files, checked for another run. */
+function openOutDir<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+  cfg: TrainConfig<E, V, O, M>,
+  note: (line: string) => void,
+): { path: string; lock: RunDirLock; created: string[] } {
+  const { path, created } = prepareOutDir(cfg.outDir!);
+  let lock: RunDirLock | undefined;
+  try {
+    lock = RunDirLock.acquire(path, note);
+    const temps = removeLeftoverTemps(path);
+    if (temps.length > 0) note(`removed ${temps.length} leftover temporary file(s) of an interrupted write in ${path}`);
+    checkOtherRun(path, {
+      model: cfg.task.name,
+      ...(cfg.resume ? { resumeDir: dirname(cfg.resume.checkpoint) } : {}),
+      force: cfg.force ?? false,
+      note,
+    });
+    return { path, lock, created };
+  } catch (e) {
+    lock?.release();
+    removeCreated(created);
+    throw e;
+  }
+}
+
+/** One epoch's batches: the mean loss per loss unit and the seconds they took. */
+function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
+  cfg: TrainConfig<E, V, O, M>,
+  model: M,
+  engine: Engine,
+  trainer: Trainer,
+  cg: ComputationGraph,
+  order: readonly number[],
+  epoch: number,
+  place: (batch: number) => DivergencePlace,
+): { trainLoss: number; seconds: number } {
+  const t0 = performance.now();
+  let lossSum = 0;
+  let unitCount = 0;
+  let done = 0;
+  // A pipelined engine hands losses back some batches later, in order: the loss units of the batches queued
+  // and not yet summed wait here, so that the mean is over the same batches as the sum.
+  const queuedUnits: number[] = [];
+  let nextQueued = 0;
+  const addLosses = (values: readonly number[]): void => {
+    for (const value of values) {
+      if (nextQueued >= queuedUnits.length) {
+        throw new Error(
+          `engine ${engine.name}: takeLosses returned more losses than the ${queuedUnits.length} batches queued`,
+        );
+      }
+      if (!Number.isFinite(value)) throw divergence(`the loss is ${value}`, place(nextQueued));
+      lossSum += value;
+      unitCount += queuedUnits[nextQueued++]!;
+    }
+  };
+  const progress = (): void => {
+    if (unitCount === 0) return; // a pipelined engine's first losses have not arrived yet
+    const elapsed = (performance.now() - t0) / 1000;
+    cfg.onProgress?.({
+      epoch,
+      sentencesDone: done,
+      sentencesTotal: order.length,
+      sentencesPerSecond: done / Math.max(elapsed, 1e-9),
+      loss: lossSum / unitCount,
+      elapsedSeconds: elapsed,
+    });
+  };
+  for (let start = 0; start < order.length; start += cfg.batch) {
+    const batch = start / cfg.batch;
+    const indices = order.slice(start, start + cfg.batch);
+    const examples = indices.map((i) => cfg.train[i]!);
+    cg.renew();
+    cg.training = true;
+    cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
+    const loss = model.buildBatchLoss(cg, examples);
+    checkInputs(cg, indices, place(batch));
+    let units = 0;
+    for (const e of examples) units += model.lossUnits(e);
+    if (isPipelined(engine)) {
+      engine.trainStep(loss, trainer);
+      queuedUnits.push(units);
+      addLosses(engine.takeLosses(false));
+    } else {
+      // the loss is checked before its gradient reaches the weights
+      const value = engine.forwardScalar(loss);
+      queuedUnits.push(units);
+      addLosses([value]);
+      engine.backward(loss);
+      engine.update(trainer);
+    }
+    done += examples.length;
+    progress();
+  }
+  if (isPipelined(engine)) {
+    addLosses(engine.takeLosses(true));
+    progress(); // the whole epoch's loss, and the time the queued batches took
+  }
+  if (nextQueued !== queuedUnits.length) {
+    throw new Error(
+      `engine ${engine.name}: ${queuedUnits.length} batches were queued in epoch ${epoch} but ` +
+        `${nextQueued} losses came back`,
+    );
+  }
+  return { trainLoss: lossSum / Math.max(unitCount, 1), seconds: (performance.now() - t0) / 1000 };
+}
+
+/** The run's error for an update the trainer (or a device engine) refused. */
+function refusedUpdate(e: NonFiniteUpdateError, at: DivergencePlace): TrainingDivergedError {
+  return divergence(`${e.message.replace(/; refusing to apply update \d+$/, "")} (not applied)`, at);
+}
+
+/** Refuses a batch whose graph has a NaN or ±∞ input value before it runs: the data, not the training, are at fault. */
+function checkInputs(cg: ComputationGraph, indices: readonly number[], at: DivergencePlace): void {
+  const bad = firstNonFinite(cg.inputData.subarray(0, cg.inputSize));
+  if (bad === null) return;
+  const shown = indices.slice(0, 8).map((i) => `#${i + 1}`);
+  if (indices.length > 8) shown.push("…");
+  throw new TrainingDivergedError(
+    `training stopped in epoch ${at.epoch}, batch ${at.batch + 1} of ${at.batches}: input value ${bad.index} of the ` +
+      `batch is ${bad.value} (training examples ${shown.join(", ")}); the data are at fault, not the learning rate`,
+  );
+}
+
+/**
+ * Refuses to checkpoint non-finite weights: an engine that updates inside its kernel (VPPS) applies an update
+ * before its loss is seen, so a divergence can reach the weights there.
+ */
+function checkWeights(params: ParameterCollection, at: DivergencePlace): void {
+  for (const p of params.all) {
+    const bad = firstNonFinite(p.value);
+    if (bad) {
+      throw divergence(`parameter '${p.name}' holds ${bad.value} at element ${bad.index}; no checkpoint written`, at);
+    }
+  }
+}
+
+function runState<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   cfg: TrainConfig<E, V, O, M>,
   model: M,
   epochs: EpochResult[],
-): void {
-  const state: RunState = {
+): RunState {
+  return {
     model: cfg.task.name,
     options: cfg.task.savedOptions(cfg.options, model),
-    training: { optimizer: cfg.optimizer, learningRate: cfg.learningRate, batch: cfg.batch, seed: cfg.seed },
+    training: {
+      ...cfg.settings,
+      optimizer: cfg.optimizer,
+      learningRate: cfg.learningRate,
+      batch: cfg.batch,
+      seed: cfg.seed,
+      clip: cfg.clipThreshold ?? 5,
+    },
     epochs,
     vocabulary: cfg.task.vocabulary.toJSON(cfg.vocab),
   };
-  writeFileSync(join(cfg.outDir!, "state.json"), `${JSON.stringify(state)}\n`);
 }

@@ -66,7 +66,7 @@ export function benchModelOf(task: AnyTask, extras: BenchExtras = {}): BenchMode
           : task.data.fromFile(path).slice(0, maxItems);
         source = extras.describeData?.(path, dataFile === undefined) ?? path;
       }
-      const vocab = task.vocabulary.build(items);
+      const vocab = task.vocabulary.build(items, defaults);
       const size = (vocab as { size?: unknown }).size;
       return {
         source,

@@ -2,10 +2,19 @@
 import { MODELS } from "../../models/registry.js";
 import type { BenchModel } from "../model.js";
 import { type BenchExtras, benchModelOf } from "./from-task.js";
+import { sstBenchExtras } from "./sst.js";
+import { taggerBench } from "./taggers.js";
 import { TREE_LSTM_BENCH } from "./treelstm.js";
 
 /** Bench extras by model name (a model without any runs at its default size, in its default formulation). */
-const EXTRAS: Readonly<Record<string, BenchExtras>> = { treelstm: TREE_LSTM_BENCH };
+const EXTRAS: Readonly<Record<string, BenchExtras>> = {
+  treelstm: TREE_LSTM_BENCH,
+  bilstm: taggerBench("BiLSTM tagger"),
+  "bilstm-char": taggerBench("BiLSTM tagger with characters"),
+  "td-rnn": sstBenchExtras("TD-RNN"),
+  "td-lstm": sstBenchExtras("TD-LSTM"),
+  rvnn: sstBenchExtras("RvNN"),
+};
 
 export const BENCH_MODELS: readonly BenchModel<unknown>[] = MODELS.map((task) => benchModelOf(task, EXTRAS[task.name]));
 

@@ -2,10 +2,8 @@
  * What the throughput suite adds to the Tree-LSTM's registry entry: the sweep of sizes (hidden 128 and 512 beside
  * the main 256), the fused and the plain-ops cell (VPPS runs both), SST beside the repository as the default data.
  */
-import { existsSync } from "node:fs";
-import { join } from "node:path";
-import { SST_DIR } from "../common.js";
 import type { BenchExtras } from "./from-task.js";
+import { describeSstData, sstTrainFile } from "./sst.js";
 
 /** Embedding size per hidden size: 128 for the small model, 256 (the DyNet benchmark's) otherwise. */
 const EMBED_OF: Readonly<Record<number, number>> = { 128: 128, 256: 256, 512: 256 };
@@ -24,12 +22,8 @@ export const TREE_LSTM_BENCH: BenchExtras = {
       { name: "ops", label: "ops cell" },
     ],
   },
-  defaultData() {
-    const file = join(SST_DIR, "train.txt");
-    return existsSync(file) ? file : undefined;
-  },
-  describeData: (path, isDefault) =>
-    path === undefined ? "synthetic (SST not found)" : isDefault ? "SST train" : `SST train (${path})`,
+  defaultData: sstTrainFile,
+  describeData: describeSstData,
   // issue 6's targets for VPPS at hidden 256 on the H100
   targets: { vppsBatch1: 5000, vppsBatch8: 15000, vppsBatch128: 30000, vppsVsAgendaUpTo32: 3 },
   plotTitle(device, source, hidden) {

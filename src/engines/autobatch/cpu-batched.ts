@@ -4,7 +4,13 @@ import type { LookupParameter, ParameterCollection } from "../../model/parameter
 import type { Buf } from "../../ops/common.js";
 import { OPS } from "../../ops/registry.js";
 import type { Trainer } from "../../optim/trainers.js";
-import type { Engine, EngineCapabilities } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { BackwardScratch, type BatchBackend, runBackward, runForward } from "./executor.js";
 import { type BatchPlan, BatchPlanner, type BatchStrategy } from "./plan.js";
 
@@ -246,6 +252,7 @@ export class AutobatchCpuEngine implements Engine {
     readonly params: ParameterCollection,
     opts: AutobatchCpuOptions = {},
   ) {
+    requireCollection(params, "autobatch");
     const strategy = opts.strategy ?? "agenda";
     if (strategy !== "depth" && strategy !== "agenda") {
       throw new RangeError(`autobatch: strategy must be "depth" or "agenda"; got ${JSON.stringify(strategy)}`);
@@ -258,8 +265,10 @@ export class AutobatchCpuEngine implements Engine {
   }
 
   forward(e: Expression): void {
+    requireExpression(e, "forward", "e");
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;
@@ -279,14 +288,14 @@ export class AutobatchCpuEngine implements Engine {
   }
 
   forwardScalar(e: Expression): number {
-    if (e.size !== 1) throw new Error(`forwardScalar: expression has shape ${e.shapeString()}; expected a scalar`);
+    requireScalar(e, "forwardScalar", "e");
     this.forward(e);
     return this.backend.v[e.graph.valueOffset[e.id]!]!;
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     const g = loss.graph;
-    if (loss.size !== 1) throw new Error(`backward: loss has shape ${loss.shapeString()}; expected a scalar`);
     this.forward(loss);
     const last = loss.id;
     // the forward plan serves backward when one forward call computed exactly [0, loss]
@@ -301,12 +310,14 @@ export class AutobatchCpuEngine implements Engine {
   }
 
   value(e: Expression): Float32Array {
+    requireExpression(e, "value", "e");
     this.forward(e);
     const off = e.graph.valueOffset[e.id]!;
     return Float32Array.from(this.backend.v.subarray(off, off + e.size));
   }
 
   gradient(e: Expression): Float32Array {
+    requireExpression(e, "gradient", "e");
     const g = e.graph;
     if (g !== this.graph || g.generation !== this.generation)
       throw new Error("gradient: run backward on this graph first");

@@ -9,7 +9,13 @@ import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } f
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import type { Engine, EngineCapabilities } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import {
@@ -50,6 +56,8 @@ export interface AutobatchDevice extends ParameterSite {
   /** A parameter's accumulated gradient (waits for queued work). */
   readGradient(index: number): Float32Array;
   syncToHost(): void;
+  /** Copies the trainer's state kept on the device (Adam's moments) into it; none where the trainer updates. */
+  syncTrainerToHost?(trainer: Trainer): void;
   /** Uploads the ParameterCollection's values over the device's copy (another engine trained them). */
   reloadFromHost(): void;
   synchronize(): void;
@@ -190,6 +198,9 @@ export class CudaAutobatchDevice implements AutobatchDevice {
   syncToHost(): void {
     this.parameters.syncToHost();
   }
+  syncTrainerToHost(trainer: Trainer): void {
+    this.parameters.syncTrainerToHost(trainer);
+  }
   reloadFromHost(): void {
     this.parameters.reloadFromHost();
   }
@@ -258,6 +269,7 @@ export class AutobatchGpuEngine implements Engine {
     opts: AutobatchGpuOptions = {},
     device?: AutobatchDevice,
   ) {
+    requireCollection(params, "autobatch");
     const strategy = opts.strategy ?? "agenda";
     if (strategy !== "depth" && strategy !== "agenda") {
       throw new RangeError(`autobatch: strategy must be "depth" or "agenda"; got ${JSON.stringify(strategy)}`);
@@ -272,8 +284,10 @@ export class AutobatchGpuEngine implements Engine {
   }
 
   forward(e: Expression): void {
+    requireExpression(e, "forward", "e");
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;
@@ -313,13 +327,13 @@ export class AutobatchGpuEngine implements Engine {
   }
 
   forwardScalar(e: Expression): number {
-    if (e.size !== 1) throw new Error(`forwardScalar: expression has shape ${e.shapeString()}; expected a scalar`);
+    requireScalar(e, "forwardScalar", "e");
     return this.value(e)[0]!;
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     const g = loss.graph;
-    if (loss.size !== 1) throw new Error(`backward: loss has shape ${loss.shapeString()}; expected a scalar`);
     const last = loss.id;
     for (;;) {
       this.forward(loss);
@@ -351,12 +365,14 @@ export class AutobatchGpuEngine implements Engine {
   }
 
   value(e: Expression): Float32Array {
+    requireExpression(e, "value", "e");
     this.forward(e);
     return this.device.download(this.backend.val[e.id]!, new Float32Array(e.size));
   }
 
   /** The node's gradient from the last backward; for a parameter node, the parameter's accumulated gradient. */
   gradient(e: Expression): Float32Array {
+    requireExpression(e, "gradient", "e");
     const g = e.graph;
     if (g !== this.graph || g.generation !== this.generation || e.id >= this.computed) {
       throw new Error("gradient: run backward on this graph first");
@@ -370,6 +386,10 @@ export class AutobatchGpuEngine implements Engine {
 
   syncToHost(): void {
     this.device.syncToHost();
+  }
+
+  syncTrainerToHost(trainer: Trainer): void {
+    this.device.syncTrainerToHost?.(trainer);
   }
 
   /** Uploads the ParameterCollection's values over the engine's device copy, e.g. after another engine trained them. */

@@ -13,7 +13,13 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import type { Engine, EngineCapabilities } from "../engine.js";
+import {
+  type Engine,
+  type EngineCapabilities,
+  requireCollection,
+  requireExpression,
+  requireScalar,
+} from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
@@ -61,6 +67,7 @@ export class EagerEngine implements Engine {
     readonly params: ParameterCollection,
     opts: EagerEngineOptions = {},
   ) {
+    requireCollection(params, "eager");
     this.ctx = GpuContext.open(opts);
     try {
       this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
@@ -79,8 +86,10 @@ export class EagerEngine implements Engine {
   }
 
   forward(e: Expression): void {
+    requireExpression(e, "forward", "e");
     const g = e.graph;
     g.check(e, "forward", "e");
+    this.params.checkGraph(g, this.name);
     if (g !== this.graph || g.generation !== this.generation) {
       this.graph = g;
       this.generation = g.generation;
@@ -124,14 +133,14 @@ export class EagerEngine implements Engine {
   }
 
   forwardScalar(e: Expression): number {
-    if (e.size !== 1) throw new Error(`forwardScalar: expression has shape ${e.shapeString()}; expected a scalar`);
+    requireScalar(e, "forwardScalar", "e");
     this.forward(e);
     return this.ctx.download(this.at.valPtr[e.id]!, new Float32Array(1))[0]!;
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     const g = loss.graph;
-    if (loss.size !== 1) throw new Error(`backward: loss has shape ${loss.shapeString()}; expected a scalar`);
     this.forward(loss);
     const driver = this.ctx.device.driver;
     const stream = this.ctx.stream.handle;
@@ -174,12 +183,14 @@ export class EagerEngine implements Engine {
   }
 
   value(e: Expression): Float32Array {
+    requireExpression(e, "value", "e");
     this.forward(e);
     return this.ctx.download(this.at.valPtr[e.id]!, new Float32Array(e.size));
   }
 
   /** The node's gradient from the last backward; for a parameter node, the parameter's accumulated gradient. */
   gradient(e: Expression): Float32Array {
+    requireExpression(e, "gradient", "e");
     const g = e.graph;
     if (g !== this.graph || g.generation !== this.generation || e.id >= this.computed) {
       throw new Error("gradient: run backward on this graph first");
@@ -193,6 +204,10 @@ export class EagerEngine implements Engine {
 
   syncToHost(): void {
     this.device.syncToHost();
+  }
+
+  syncTrainerToHost(trainer: Trainer): void {
+    this.device.syncTrainerToHost(trainer);
   }
 
   dispose(): void {

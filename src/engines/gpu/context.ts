@@ -21,6 +21,7 @@ import {
   PinnedBuffer,
   parseDeviceSpec,
 } from "../../cuda/index.js";
+import { UserError } from "../../util/errors.js";
 
 const GiB = 1024 ** 3;
 
@@ -39,7 +40,7 @@ export function defaultPoolBytes(freeBytes: number): number {
 export function gpuIndexOf(device: string, engine = "this engine"): number {
   const spec = parseDeviceSpec(device);
   if (spec.kind === "cpu") {
-    throw new Error(
+    throw new UserError(
       `${engine} runs on a GPU, but --device cpu was given; use --device auto or cuda:N, or --engine cpu`,
     );
   }

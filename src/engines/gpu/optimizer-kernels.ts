@@ -5,6 +5,10 @@
  * and over touched rows. Adam's element update is `adam_element` of the device-math prelude (src/codegen/
  * device-math.ts), the same arithmetic as VPPS's: its approximate square root and division make the weights differ
  * from the host AdamTrainer's in the last bits, which the tests allow (fp32 noise).
+ *
+ * The norm is computed for every update, clipping or not: when it is not finite (a NaN or ∞ gradient, or squares
+ * overflowing fp32), every update kernel returns at once, leaving weights, moments and gradients as they are, so a
+ * bad gradient never reaches the weights; the host reads the norm back and reports it (DeviceParameters).
  */
 
 import { DEVICE_ADAM } from "../../codegen/device-math.js";
@@ -43,6 +47,12 @@ __device__ __forceinline__ void opt_block_sum_into(float* out, float acc) {
   if (threadIdx.x == 0) atomicAdd(out, red[0]);
 }
 
+// whether the update may be applied: a NaN or ∞ squared norm means a gradient that must not reach the weights
+// (an exponent of all ones is NaN or ∞; a bit test, which no fast-math option can fold away)
+__device__ __forceinline__ bool opt_norm_finite(const float* normSq) {
+  return (__float_as_uint(normSq[0]) & 0x7f800000u) != 0x7f800000u;
+}
+
 // the clipping scale: threshold / ‖g‖ when the global norm exceeds a positive threshold, else 1
 __device__ __forceinline__ float opt_clip_scale(const float* normSq, float threshold) {
   if (threshold <= 0.f) return 1.f;
@@ -71,6 +81,7 @@ __global__ void opt_sum_squares_rows(float* out, const float* g, const int* rows
 
 // w ← w − η s g; g ← 0   (s: the clipping scale)
 __global__ void opt_sgd(float* w, float* g, const float* normSq, float threshold, float lr, int n) {
+  if (!opt_norm_finite(normSq)) return;
   float s = opt_clip_scale(normSq, threshold);
   GRID_STRIDE(i, n) { w[i] -= lr * s * g[i]; g[i] = 0.f; }
 }
@@ -79,6 +90,7 @@ __global__ void opt_sgd(float* w, float* g, const float* normSq, float threshold
 __global__ void opt_adam(float* w, float* g, float* m, float* v, const float* normSq, float threshold, float lr,
                          float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
                          float inv_c1, float inv_c2, int n) {
+  if (!opt_norm_finite(normSq)) return;
   float s = opt_clip_scale(normSq, threshold);
   const AdamArgs a = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_c1, inv_c2};
   GRID_STRIDE(i, n) {
@@ -92,6 +104,7 @@ __global__ void opt_adam(float* w, float* g, float* m, float* v, const float* no
 // the same two, over the touched rows of a lookup table only (sparse update)
 __global__ void opt_sgd_rows(float* w, float* g, const int* rows, int count, int dim, const float* normSq,
                              float threshold, float lr) {
+  if (!opt_norm_finite(normSq)) return;
   float s = opt_clip_scale(normSq, threshold);
   GRID_STRIDE(i, count * dim) {
     long long k = (long long)rows[i / dim] * dim + i % dim;
@@ -101,6 +114,7 @@ __global__ void opt_sgd_rows(float* w, float* g, const int* rows, int count, int
 __global__ void opt_adam_rows(float* w, float* g, float* m, float* v, const int* rows, int count, int dim,
                               const float* normSq, float threshold, float lr, float beta1, float one_minus_beta1,
                               float beta2, float one_minus_beta2, float eps, float inv_c1, float inv_c2) {
+  if (!opt_norm_finite(normSq)) return;
   float s = opt_clip_scale(normSq, threshold);
   const AdamArgs a = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_c1, inv_c2};
   GRID_STRIDE(i, count * dim) {

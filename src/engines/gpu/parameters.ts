@@ -3,11 +3,21 @@
 // what lets an engine point a parameter node straight at its weights and a script encode them as 32-bit offsets.
 // The update is the CPU trainer's rule (src/optim/trainers.ts) in kernels (optimizer-kernels.ts): the global gradient
 // norm into a device scalar, then SGD or Adam over dense parameters and over the touched rows of lookup tables, all
-// queued on the stream without a host synchronisation.
+// queued on the stream without a host synchronisation. A non-finite norm (a NaN or ∞ gradient) makes the update
+// kernels leave everything as it is; the norm is copied back asynchronously and checked by the host at the next
+// update or sync (by then the stream has passed it), which throws NonFiniteUpdateError naming the parameter.
 
-import { type CudaKernel, type DevicePtr, floatBits, type KernelArg, karg } from "../../cuda/index.js";
+import {
+  CudaEvent,
+  type CudaKernel,
+  type DevicePtr,
+  floatBits,
+  type KernelArg,
+  karg,
+  PinnedBuffer,
+} from "../../cuda/index.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
-import type { AdamTrainer, Trainer } from "../../optim/trainers.js";
+import { AdamTrainer, NonFiniteUpdateError, type Trainer } from "../../optim/trainers.js";
 import type { GpuContext, StagingBuffer } from "./context.js";
 import {
   GPU_BLOCK,
@@ -48,6 +58,11 @@ export class DeviceParameters {
   private readonly staging: StagingBuffer;
   /** Adam's first and second moments: one device allocation made at the first Adam update. */
   private moments: { base: DevicePtr; owner: Trainer; m: Float64Array; v: Float64Array } | null = null;
+  /** Where each update's squared norm is copied back to, and when the copy is done. */
+  private readonly normBack: PinnedBuffer;
+  private readonly normCopied: CudaEvent;
+  /** The `trainer.updates` before the update whose norm is being copied back and not yet checked, or -1. */
+  private unchecked = -1;
   private disposed = false;
 
   constructor(
@@ -78,6 +93,8 @@ export class DeviceParameters {
     this.normSqOffset = pool.alloc(1, "gradient norm");
     pool.mark();
     this.staging = ctx.staging(Math.max(4096, 4 * lookupRows));
+    this.normBack = PinnedBuffer.alloc(64);
+    this.normCopied = CudaEvent.create({ timing: false });
     // the uploads above read pageable host memory; finish them before the caller changes it
     ctx.synchronize();
   }
@@ -118,9 +135,51 @@ export class DeviceParameters {
     return this.ctx.download(this.gradPtr(index), new Float32Array(p.value.length));
   }
 
-  /** Copies every parameter's device values into the ParameterCollection. */
+  /** Copies every parameter's device values into the ParameterCollection (after checking the last update). */
   syncToHost(): void {
+    this.checkLastUpdate();
     for (const p of this.params.all) this.ctx.download(this.valuePtr(p.index), p.value);
+  }
+
+  /**
+   * Copies Adam's moments of `trainer` into it, when they are on the device (it is the trainer of the updates so
+   * far); waits for the queued work.
+   */
+  syncTrainerToHost(trainer: Trainer): void {
+    this.checkLastUpdate();
+    if (!(trainer instanceof AdamTrainer) || this.moments?.owner !== trainer) return;
+    for (const p of this.params.all) {
+      const n = p.value.length;
+      const m = this.ctx.download(this.moments.m[p.index]!, new Float32Array(n));
+      const v = this.ctx.download(this.moments.v[p.index]!, new Float32Array(n));
+      trainer.setMoments(p, m, v);
+    }
+  }
+
+  /**
+   * Throws NonFiniteUpdateError when the last update's gradient norm was not finite (its kernels then changed
+   * nothing), naming the first parameter whose gradient holds NaN or ±∞. The norm's copy was queued behind the
+   * update, so this waits only when nothing has synchronised with the stream since.
+   */
+  checkLastUpdate(): void {
+    if (this.unchecked < 0) return;
+    const updatesBefore = this.unchecked;
+    this.unchecked = -1;
+    this.normCopied.synchronize();
+    const normSq = this.normBack.f32[0]!;
+    if (Number.isFinite(normSq)) return;
+    // the refused update left the gradients in place (a later backward may have added to them: still not finite)
+    let largest = { name: this.params.all[0]?.name ?? "?", element: 0, value: 0 };
+    for (const p of this.params.all) {
+      const g = this.readGradient(p.index);
+      for (let k = 0; k < g.length; k++) {
+        const x = g[k]!;
+        if (x - x !== 0) throw new NonFiniteUpdateError(p.name, k, x, updatesBefore);
+        if (Math.abs(x) > Math.abs(largest.value)) largest = { name: p.name, element: k, value: x };
+      }
+    }
+    // every element finite: their squares overflowed the fp32 sum
+    throw new NonFiniteUpdateError(largest.name, largest.element, largest.value, updatesBefore);
   }
 
   /** Copies every parameter's host values to the device (after another engine trained them); waits for the copies. */
@@ -146,38 +205,39 @@ export class DeviceParameters {
    * corrections from the incremented `trainer.updates`). Queued on the stream; nothing waits.
    */
   update(trainer: Trainer): void {
+    this.checkLastUpdate();
     const k = this.kernels;
     const stream = this.ctx.stream;
-    const threshold = trainer.clipThreshold;
     const normSq = this.ctx.pool.ptr(this.normSqOffset);
     const rowsPtr = this.uploadTouched();
-    if (threshold > 0) {
-      this.ctx.device.driver.memsetD32Async(normSq, floatBits(0), 1, stream.handle);
-      this.launches++;
-      for (const p of this.params.all) {
-        const t = this.touched[p.index];
-        if (t) {
-          if (t.count > 0) {
-            this.launch(k.opt_sum_squares_rows, t.count * p.cols, [
-              karg.ptr(normSq),
-              karg.ptr(this.gradPtr(p.index)),
-              karg.ptr(rowsPtr[p.index]!),
-              karg.i32(t.count),
-              karg.i32(p.cols),
-            ]);
-          }
-        } else {
-          this.launch(k.opt_sum_squares, p.value.length, [
+    this.ctx.device.driver.memsetD32Async(normSq, floatBits(0), 1, stream.handle);
+    this.launches++;
+    for (const p of this.params.all) {
+      const t = this.touched[p.index];
+      if (t) {
+        if (t.count > 0) {
+          this.launch(k.opt_sum_squares_rows, t.count * p.cols, [
             karg.ptr(normSq),
             karg.ptr(this.gradPtr(p.index)),
-            karg.i32(p.value.length),
+            karg.ptr(rowsPtr[p.index]!),
+            karg.i32(t.count),
+            karg.i32(p.cols),
           ]);
         }
+      } else {
+        this.launch(k.opt_sum_squares, p.value.length, [
+          karg.ptr(normSq),
+          karg.ptr(this.gradPtr(p.index)),
+          karg.i32(p.value.length),
+        ]);
       }
     }
+    this.unchecked = trainer.updates;
     trainer.updates++;
     if (trainer.kind === "adam") this.adam(trainer as AdamTrainer, normSq, rowsPtr);
     else this.sgd(trainer, normSq, rowsPtr);
+    this.ctx.device.driver.memcpyDtoHAsync(this.normBack.u8.subarray(0, 4), normSq, 4, stream.handle);
+    this.normCopied.record(stream);
     this.clearTouched();
   }
 
@@ -251,10 +311,12 @@ export class DeviceParameters {
     }
   }
 
-  /** The moments of `trainer`, allocated (zeroed) on first use and zeroed again when a different trainer arrives. */
+  /**
+   * The moments of `trainer` on the device: allocated on first use, and set from the trainer's own (host) moments
+   * whenever a different trainer arrives: zero for a new trainer, a checkpoint's for a restored one.
+   */
   private momentsFor(trainer: Trainer): { m: Float64Array; v: Float64Array } {
     const driver = this.ctx.device.driver;
-    const stream = this.ctx.stream.handle;
     let total = 0;
     for (const p of this.params.all) total += 2 * p.value.length;
     if (!this.moments) {
@@ -270,14 +332,30 @@ export class DeviceParameters {
         at += 4 * p.value.length;
       }
       this.moments = { base, owner: trainer, m, v };
-      driver.memsetD32Async(base, 0, total, stream);
-      this.launches++;
+      this.startMoments(trainer, total);
     } else if (this.moments.owner !== trainer) {
       this.moments.owner = trainer;
-      driver.memsetD32Async(this.moments.base, 0, total, stream);
-      this.launches++;
+      this.startMoments(trainer, total);
     }
     return this.moments;
+  }
+
+  /** Zeroes the moments, then uploads those `trainer` holds (waits for the uploads: they read pageable memory). */
+  private startMoments(trainer: Trainer, total: number): void {
+    const mo = this.moments!;
+    const driver = this.ctx.device.driver;
+    const stream = this.ctx.stream.handle;
+    driver.memsetD32Async(mo.base, 0, total, stream);
+    this.launches++;
+    if (!(trainer instanceof AdamTrainer) || !trainer.hasMoments) return;
+    for (const p of this.params.all) {
+      const host = trainer.moments(p);
+      if (!host) continue;
+      driver.memcpyHtoDAsync(mo.m[p.index]!, host.m, host.m.byteLength, stream);
+      driver.memcpyHtoDAsync(mo.v[p.index]!, host.v, host.v.byteLength, stream);
+      this.launches += 2;
+    }
+    this.ctx.synchronize();
   }
 
   /** Uploads the touched rows of every lookup table (packed); returns each table's device address (by index). */
@@ -323,6 +401,9 @@ export class DeviceParameters {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
+    this.normCopied.synchronize();
+    this.normBack.free();
+    this.normCopied.destroy();
     if (this.moments) {
       this.ctx.synchronize();
       this.ctx.device.driver.memFree(this.moments.base);

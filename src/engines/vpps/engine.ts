@@ -23,7 +23,7 @@
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../optim/trainers.js";
-import type { EngineCapabilities, PipelinedEngine } from "../engine.js";
+import { type EngineCapabilities, type PipelinedEngine, requireScalar } from "../engine.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 
 export class VppsEngine implements PipelinedEngine {
@@ -40,7 +40,10 @@ export class VppsEngine implements PipelinedEngine {
   /** Whether trainStep batches may still be queued (launched or being scheduled) and not yet retired. */
   private queued = false;
 
-  constructor(params: ParameterCollection, options: VppsOptions = {}) {
+  constructor(
+    private readonly params: ParameterCollection,
+    options: VppsOptions = {},
+  ) {
     // schedule workers: the Vpps default (one per spare core) unless the caller says otherwise; trainStep needs them
     // to overlap scheduling with the GPU, and the synchronous path pays only a thread hop per batch for them
     this.vpps = Vpps.createSync(params, options);
@@ -50,6 +53,7 @@ export class VppsEngine implements PipelinedEngine {
   }
 
   trainStep(loss: Expression, trainer: Trainer): void {
+    requireScalar(loss, "trainStep", "loss");
     this.useTrainer(trainer);
     // a forwardScalar without update() before this is dropped (its graph may have been renewed since)
     this.pending = undefined;
@@ -94,6 +98,7 @@ export class VppsEngine implements PipelinedEngine {
   }
 
   forwardScalar(e: Expression): number {
+    requireScalar(e, "forwardScalar", "e");
     const g = e.graph;
     this.configure(this.trainer);
     const value = this.runSync(g, e);
@@ -103,6 +108,7 @@ export class VppsEngine implements PipelinedEngine {
   }
 
   backward(loss: Expression): void {
+    requireScalar(loss, "backward", "loss");
     if (this.lastLoss?.e !== loss) this.forwardScalar(loss);
   }
 
@@ -132,13 +138,29 @@ export class VppsEngine implements PipelinedEngine {
     trainer.updates++;
   }
 
-  /** A new trainer object switches the kernel's optimizer and starts it afresh (batches queued before keep theirs). */
+  /**
+   * A new trainer object switches the kernel's optimizer and starts it from the trainer's own state (batches queued
+   * before keep theirs): zero moments for a new AdamTrainer, the saved ones for one restored from a checkpoint.
+   */
   private useTrainer(trainer: Trainer): void {
     if (trainer === this.trainer) return;
     const hyper =
       trainer instanceof AdamTrainer ? { beta1: trainer.beta1, beta2: trainer.beta2, epsilon: trainer.epsilon } : {};
     this.vpps.setOptimizer(trainer.kind, hyper);
+    if (trainer instanceof AdamTrainer && trainer.hasMoments) {
+      this.vpps.setAdamMoments(this.params.all.map((p) => trainer.moments(p)));
+    }
     this.trainer = trainer;
+  }
+
+  /** Copies Adam's moments from the device into `trainer` when it is the trainer the kernel has been running. */
+  syncTrainerToHost(trainer: Trainer): void {
+    if (trainer !== this.trainer || !(trainer instanceof AdamTrainer)) return;
+    const moments = this.vpps.adamMoments();
+    if (moments === undefined) return;
+    this.params.all.forEach((p, i) => {
+      trainer.setMoments(p, moments[i]!.m, moments[i]!.v);
+    });
   }
 
   /** The trainer's settings for the next launch; no trainer yet: learning rate 0, which takes no step. */

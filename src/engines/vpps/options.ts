@@ -214,6 +214,22 @@ export function scheduleOptions(o: ResolvedOptions, optimizer: "sgd" | "adam"): 
   return { exportGradients: o.exportGradients, optimizer, ...(tileEntries !== undefined ? { tileEntries } : {}) };
 }
 
+/**
+ * Refuses a learning rate or clip threshold that is not a finite number ≥ 0 (`prefix` names where it was set):
+ * `fb` reads a rate that is not positive as "no step", so a NaN or negative one would train nothing without a word,
+ * and a NaN threshold would switch clipping off.
+ */
+export function checkStepSettings(prefix: string, learningRate: number | undefined, clip: number | undefined): void {
+  for (const [name, x, what] of [
+    ["learningRate", learningRate, " (0: forward and backward only)"],
+    ["clip", clip, " (0: no clipping)"],
+  ] as const) {
+    if (x !== undefined && !(typeof x === "number" && x >= 0 && x < Number.POSITIVE_INFINITY)) {
+      throw new RangeError(`${prefix}${name} must be a finite number >= 0${what}; got ${String(x)}`);
+    }
+  }
+}
+
 const wholeAtLeast = (path: string, v: number | undefined, min: number, what = ""): void => {
   if (v !== undefined && !(Number.isInteger(v) && v >= min)) {
     throw new RangeError(`Vpps: ${path} must be a whole number >= ${min}${what}; got ${String(v)}`);
@@ -237,6 +253,7 @@ export function checkOptions(o: VppsOptions): void {
   if (t.epsilon !== undefined && !(t.epsilon > 0)) {
     throw new RangeError(`Vpps: training.epsilon must be positive; got ${t.epsilon}`);
   }
+  checkStepSettings("Vpps: training.", t.learningRate, t.clip);
   const v = o.variants ?? {};
   const tr = v.transposed;
   if (tr !== undefined && tr !== true && tr !== false && tr !== "profile") {

@@ -21,8 +21,10 @@
 
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import type { PoolStats } from "../../cuda/index.js";
-import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
+import { argumentError } from "../../ops/common.js";
+import { requireCollection, requireScalar } from "../engine.js";
 import { GpuContext } from "../gpu/context.js";
 import {
   type CompiledVariant,
@@ -34,8 +36,21 @@ import {
 import { TRACE_SLOTS } from "./codegen/template.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
 import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
-import { type ResolvedOptions, resolveOptions, scheduleOptions, type VppsHooks, type VppsOptions } from "./options.js";
-import { type AdamHyperParameters, adamStep, checkAdamHyperParameters, momentsOfParameters } from "./plan/moments.js";
+import {
+  checkStepSettings,
+  type ResolvedOptions,
+  resolveOptions,
+  scheduleOptions,
+  type VppsHooks,
+  type VppsOptions,
+} from "./options.js";
+import {
+  type AdamHyperParameters,
+  adamStep,
+  checkAdamHyperParameters,
+  momentsBufferOf,
+  momentsOfParameters,
+} from "./plan/moments.js";
 import type { VppsPlan } from "./plan/plan.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
 import { VppsRuntime } from "./runtime/submit.js";
@@ -192,6 +207,7 @@ export class Vpps {
    * schedule workers (first: they load while the kernels compile).
    */
   private static open(params: ParameterCollection, options: VppsOptions): Setup {
+    requireCollection(params, "vpps");
     const o = resolveOptions(options);
     const ctx = GpuContext.open({
       device: o.device,
@@ -322,6 +338,16 @@ export class Vpps {
     return raw === undefined ? undefined : momentsOfParameters(this.variants[0]!.model, raw);
   }
 
+  /**
+   * Continues Adam from saved moments (per parameter index, laid out like its values; a missing entry is zero), for
+   * the batches posted from now on: after `setOptimizer("adam")`, with `updates` set to the saved step count.
+   */
+  setAdamMoments(perParameter: readonly ({ readonly m: Float32Array; readonly v: Float32Array } | undefined)[]): void {
+    if (this.optimizerName !== "adam") throw new Error('Vpps.setAdamMoments: call setOptimizer("adam") first');
+    this.flush();
+    this.runtime.writeMoments(momentsBufferOf(this.variants[0]!.model, perParameter));
+  }
+
   /** Waits for the schedule workers and launches every batch posted so far. */
   private flush(): void {
     this.launcher.flush();
@@ -331,6 +357,7 @@ export class Vpps {
   private tag(): BatchTag {
     const lr = this.learningRate;
     const clip = this.clip;
+    checkStepSettings("Vpps.fb: ", lr, clip);
     if (!(lr > 0)) return { lr, clip, adam: undefined, quiet: false };
     this.updates++;
     if (this.optimizerName !== "adam") return { lr, clip, adam: undefined, quiet: false };
@@ -369,6 +396,9 @@ export class Vpps {
    */
   fb(graph: ComputationGraph, loss: Expression): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
+    if (!(graph instanceof ComputationGraph)) throw argumentError("Vpps.fb", "graph", "a ComputationGraph", graph);
+    requireScalar(loss, "Vpps.fb", "loss");
+    this.params.checkGraph(graph, "vpps");
     const chosen = this.profiler.chosen;
     if (chosen === undefined) return this.fbProfiled(graph, loss);
     this.launcher.run(chosen, graph, loss, this.tag());

@@ -9,11 +9,11 @@ import { binaryNode, dropoutNode, unaryNode } from "../../ops/elementwise.js";
 import { affineNode } from "../../ops/linear.js";
 import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
 import { concat2Node, concat3Node, lookupNode, pickRangeNode, sumNode } from "../../ops/structure.js";
+import { shapesOf } from "../shared/parameter-sizes.js";
+import { SST_LABELS } from "../shared/root-head.js";
+import { WordIndexCache } from "../shared/word-indices.js";
 
 export type CellFormulation = "fused" | "ops";
-
-/** Sentiment classes of the Stanford Sentiment Treebank (0–4): the default number of labels. */
-const SST_LABELS = 5;
 
 export interface TreeLstmOptions {
   vocabSize: number;
@@ -54,6 +54,7 @@ export class TreeLstmModel {
   readonly dropout: number;
 
   constructor(opts: TreeLstmOptions) {
+    checkTreeLstmOptions(opts);
     const H = opts.hidden;
     const D = opts.embed;
     this.hidden = H;
@@ -113,7 +114,7 @@ export class TreeLstmModel {
   private addTree(cg: ComputationGraph, tree: TreeNode, vocab: Vocabulary, losses: number[] | null): number {
     const H = this.hidden;
     const fused = this.cell === "fused";
-    const words = this.leafWords(tree, vocab);
+    const words = this.words.of(tree, vocab);
     // Post-order walk with an explicit stack (trees can be deep): a node is pushed once to expand its children
     // and once more (marked) to be built after them; built (h, c) pairs wait on a value stack.
     const work: TreeNode[] = [tree];
@@ -175,16 +176,7 @@ export class TreeLstmModel {
   }
 
   /** The vocabulary indices of each tree's words, from the tree's last build (see LeafWords). */
-  private readonly leafIndices = new WeakMap<TreeNode, LeafWords>();
-
-  private leafWords(tree: TreeNode, vocab: Vocabulary): LeafWords {
-    let w = this.leafIndices.get(tree);
-    if (w === undefined || w.vocab !== vocab) {
-      w = new LeafWords(vocab);
-      this.leafIndices.set(tree, w);
-    }
-    return w;
-  }
+  private readonly words = new WordIndexCache<TreeNode>();
 }
 
 /** The shape of every parameter, by name, in the order the constructor creates them (E is the lookup table). */
@@ -203,19 +195,39 @@ function treeLstmSizes(vocabSize: number, D: number, H: number, labels: number) 
 }
 
 /**
+ * Refuses options a model cannot be built from, naming the option: sizes that are not positive integers (which
+ * would otherwise fail inside addParameters under a parameter's name, or build a model of NaN shapes), a dropout
+ * outside [0, 1), an unknown cell.
+ */
+export function checkTreeLstmOptions(opts: Partial<TreeLstmOptions>): void {
+  if (typeof opts !== "object" || opts === null) {
+    throw new TypeError(`TreeLstmModel: options must be an object; got ${String(opts)}`);
+  }
+  for (const key of ["vocabSize", "embed", "hidden", "labels"] as const) {
+    const n = opts[key];
+    if (key === "labels" && n === undefined) continue;
+    if (!Number.isInteger(n) || n! < 1) {
+      throw new RangeError(`TreeLstmModel: ${key} must be a positive integer; got ${String(n)}`);
+    }
+  }
+  const p = opts.dropout;
+  if (p !== undefined && !(typeof p === "number" && p >= 0 && p < 1)) {
+    throw new RangeError(`TreeLstmModel: dropout must be in [0, 1); got ${String(p)}`);
+  }
+  if (opts.cell !== undefined && opts.cell !== "fused" && opts.cell !== "ops") {
+    throw new RangeError(`TreeLstmModel: cell must be "fused" or "ops"; got ${JSON.stringify(opts.cell)}`);
+  }
+}
+
+/**
  * The shapes of the parameters a `TreeLstmModel` with these options has, in its order, without allocating them
  * (`vpps plan` of sizes too large to allocate).
  */
 export function treeLstmParameterShapes(
   opts: Pick<TreeLstmOptions, "vocabSize" | "embed" | "hidden" | "labels">,
 ): ParameterShape[] {
-  const sizes = treeLstmSizes(opts.vocabSize, opts.embed, opts.hidden, opts.labels ?? SST_LABELS);
-  return Object.entries(sizes).map(
-    ([name, dims]): ParameterShape =>
-      name === "E"
-        ? { kind: "lookup", name, rows: dims[0], cols: dims[1]! }
-        : { kind: "dense", name, rows: dims[0], cols: dims[1] ?? 1, isMatrix: dims.length === 2 },
-  );
+  checkTreeLstmOptions(opts);
+  return shapesOf(treeLstmSizes(opts.vocabSize, opts.embed, opts.hidden, opts.labels ?? SST_LABELS));
 }
 
 export interface TreeOutput {
@@ -225,30 +237,6 @@ export interface TreeOutput {
   rootScores: Expression;
   /** Tree nodes (preterminals + internal). */
   nodes: number;
-}
-
-/**
- * The vocabulary index of each word of one tree, by position left to right, remembered from the tree's last build
- * with `vocab`: a Map lookup of a word costs as much as building a few graph nodes (cache misses in a table of 18k
- * strings for SST: 120–260 ns a word on the 2-core development machine), and a tree is built once per epoch. Each
- * use compares the word with the one remembered at that position (the same string object unless the tree was
- * changed since: one pointer comparison), so a changed tree reads the vocabulary again and gets what
- * `vocab.index(word)` gives.
- */
-class LeafWords {
-  private readonly words: string[] = [];
-  private readonly indices: number[] = [];
-  constructor(readonly vocab: Vocabulary) {}
-
-  /** `this.vocab.index(word)` for `word`, the k-th word of the tree (k counts from 0, in order). */
-  index(k: number, word: string): number {
-    if (k < this.words.length && this.words[k] === word) return this.indices[k]!;
-    const i = this.vocab.index(word);
-    // positions are visited in order, so k is at most the current length
-    this.words[k] = word;
-    this.indices[k] = i;
-    return i;
-  }
 }
 
 /** Leaf from plain ops: c = σ(i) ⊙ tanh(u), h = σ(o) ⊙ tanh(c); pushes h onto hs and c onto cs. */

@@ -76,6 +76,17 @@ export function deal(
   return { ctas, rpw, order, firstPartition, partitionCount, totalPartitions: next, slotMatrices, transposed };
 }
 
+/**
+ * A lower bound on the weight registers per thread of `deal(matrices, ctas, rpw)`, from arithmetic alone: each slot
+ * costs its widest partition's `rpw * chunks`, at least the mean over the `ctas` partitions it holds. A model far too
+ * large is refused from it without dealing (a deal's arrays grow with the rows: `vpps plan --hidden 100000000`).
+ */
+export function weightRegistersAtLeast(matrices: readonly MatrixSpec[], ctas: number, rpw: number): number {
+  let sum = 0;
+  for (const m of matrices) sum += ceilDiv(m.rows, WARPS_PER_CTA * rpw) * rpw * ceilDiv(m.cols, 32);
+  return Math.ceil(sum / ctas);
+}
+
 /** Registers per lane per row of every matrix number of a deal (plan matrices, then transposed copies). */
 export function chunksOf(matrices: readonly MatrixSpec[], d: Deal): number[] {
   return [...matrices.map((m) => ceilDiv(m.cols, 32)), ...d.transposed.map((i) => ceilDiv(matrices[i]!.rows, 32))];

@@ -136,3 +136,33 @@ export function momentsOfParameters(
     return { m: moments.slice(mAt, mAt + size), v: moments.slice(vAt, vAt + size) };
   });
 }
+
+/**
+ * The inverse of `momentsOfParameters`: a moments buffer laid out by `momentLayout` holding each parameter's m and v
+ * (by parameter index; a missing entry leaves zeros), to upload when Adam continues from saved moments.
+ */
+export function momentsBufferOf(
+  model: ModelLayout,
+  perParameter: readonly ({ readonly m: Float32Array; readonly v: Float32Array } | undefined)[],
+): Float32Array {
+  const L = momentLayout(model);
+  const out = new Float32Array(L.floats);
+  for (const p of model.params) {
+    const given = perParameter[p.index];
+    if (given === undefined) continue;
+    const size = p.rows * p.cols;
+    if (given.m.length !== size || given.v.length !== size) {
+      throw new RangeError(
+        `VPPS moments of parameter #${p.index}: expected ${size} values each; got ${given.m.length} and ${given.v.length}`,
+      );
+    }
+    const mi = model.matrixOf[p.index]!;
+    const [mAt, vAt] =
+      mi >= 0
+        ? [L.masterM + model.plan.matrices[mi]!.masterOffset, L.masterV + model.plan.matrices[mi]!.masterOffset]
+        : [L.modelM + model.paramOffset[p.index]!, L.modelV + model.paramOffset[p.index]!];
+    out.set(given.m, mAt);
+    out.set(given.v, vAt);
+  }
+  return out;
+}

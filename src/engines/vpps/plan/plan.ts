@@ -4,7 +4,18 @@
  * why a model does not fit. The vocabulary and the plan's types are types.ts; the deal itself is deal.ts.
  */
 import { type DeviceModel, registersPerThread } from "../../../cuda/hw/device-model.js";
-import { addTransposed, buildPlan, ceilDiv, deal, keepsCtasBusy, placeGradients, registersOf, sizeOf } from "./deal.js";
+import { UserError } from "../../../util/errors.js";
+import {
+  addTransposed,
+  buildPlan,
+  ceilDiv,
+  deal,
+  keepsCtasBusy,
+  placeGradients,
+  registersOf,
+  sizeOf,
+  weightRegistersAtLeast,
+} from "./deal.js";
 import {
   type GradientStrategy,
   INTERPRETER_RESERVED_REGS,
@@ -14,6 +25,7 @@ import {
   type RegisterBudget,
   THREADS_PER_CTA,
   type VppsPlan,
+  WARPS_PER_CTA,
 } from "./types.js";
 
 export type {
@@ -36,6 +48,12 @@ export {
   TRANSPOSED_RESERVE,
   WARPS_PER_CTA,
 } from "./types.js";
+
+/**
+ * A model whose weights do not fit in the registers of the device: the budget, what the model needs, and which
+ * matrices could stay off chip, in one line (`vpps plan` and `vpps train --engine vpps` print it as their refusal).
+ */
+export class VppsPlanError extends UserError {}
 
 /** The registers per thread of a 256-thread CTA at `ctasPerSm`, less the interpreter's reserve. */
 export function registerBudget(device: DeviceModel, ctasPerSm: 1 | 2): RegisterBudget {
@@ -97,6 +115,13 @@ export function planVpps(matrices: readonly MatrixSpec[], device: DeviceModel, o
   if (options.rowsPerWarp !== undefined && (!Number.isInteger(options.rowsPerWarp) || options.rowsPerWarp < 1)) {
     throw new Error(`planVpps: rowsPerWarp must be a positive integer; got ${options.rowsPerWarp}`);
   }
+  const fits = (c: 1 | 2) =>
+    weightRegistersAtLeast(matrices, device.smCount * c, options.rowsPerWarp ?? 1) <=
+    registerBudget(device, c).forParameters;
+  const tried = options.ctasPerSm ? [options.ctasPerSm] : ([1, 2] as const);
+  if (!tried.some(fits)) {
+    throw new VppsPlanError(refusal(matrices, device, tried[0]!, options.rowsPerWarp ?? 1, gradients));
+  }
   const ctasPerSm = options.ctasPerSm ?? chooseCtasPerSm(matrices, device, gradients);
   const budget = registerBudget(device, ctasPerSm);
   const ctas = device.smCount * ctasPerSm;
@@ -104,7 +129,7 @@ export function planVpps(matrices: readonly MatrixSpec[], device: DeviceModel, o
   const rpw = options.rowsPerWarp ?? valid[0] ?? 1;
   const d = deal(matrices, ctas, rpw);
   const placed = placeGradients(matrices, d, budget.forParameters, gradients);
-  if (placed === undefined) throw new Error(refusal(matrices, device, ctasPerSm, rpw, gradients));
+  if (placed === undefined) throw new VppsPlanError(refusal(matrices, device, ctasPerSm, rpw, gradients));
   if (options.transposed !== true) return buildPlan(matrices, device, ctasPerSm, budget, d, placed, valid);
   const withCopies = addTransposed(matrices, d, placed, budget.limitPerThread);
   return buildPlan(matrices, device, ctasPerSm, budget, withCopies.deal, { ...placed, ...withCopies }, valid);
@@ -122,6 +147,9 @@ function chooseCtasPerSm(
   return allInRegisters ? 2 : 1;
 }
 
+/** The most partitions a refusal deals to count the registers exactly (a few ms). */
+const MAX_DEALT_PARTITIONS = 1_000_000;
+
 function refusal(
   matrices: readonly MatrixSpec[],
   device: DeviceModel,
@@ -131,14 +159,22 @@ function refusal(
 ): string {
   const budget = registerBudget(device, ctasPerSm);
   const ctas = device.smCount * ctasPerSm;
-  const d = deal(matrices, ctas, rpw);
-  const chunks = matrices.map((m) => ceilDiv(m.cols, 32));
-  const allGrad = matrices.map(() => gradients === "registers");
-  const need = registersOf(d, chunks, allGrad);
-  const needText =
-    gradients === "registers"
-      ? `${need.weightRegs + need.gradientRegs} registers per thread (${need.weightRegs} for weights + ${need.gradientRegs} for gradients)`
-      : `${need.weightRegs} registers per thread for weights alone`;
+  // A model of millions of partitions is described from arithmetic alone: dealing its rows would take long, or fail.
+  const partitions = matrices.reduce((n, m) => n + ceilDiv(m.rows, WARPS_PER_CTA * rpw), 0);
+  const farBeyond = (ms: readonly MatrixSpec[]) => weightRegistersAtLeast(ms, ctas, rpw) > budget.forParameters;
+  let needText: string;
+  if (partitions > MAX_DEALT_PARTITIONS) {
+    needText = `at least ${weightRegistersAtLeast(matrices, ctas, rpw)} registers per thread for weights alone`;
+  } else {
+    const d = deal(matrices, ctas, rpw);
+    const chunks = matrices.map((m) => ceilDiv(m.cols, 32));
+    const allGrad = matrices.map(() => gradients === "registers");
+    const need = registersOf(d, chunks, allGrad);
+    needText =
+      gradients === "registers"
+        ? `${need.weightRegs + need.gradientRegs} registers per thread (${need.weightRegs} for weights + ${need.gradientRegs} for gradients)`
+        : `${need.weightRegs} registers per thread for weights alone`;
+  }
   // Which of the largest matrices would have to stay in global memory for the rest to fit?
   const bySize = matrices.map((_, i) => i).sort((a, b) => sizeOf(matrices[b]!) - sizeOf(matrices[a]!) || a - b);
   const lines: string[] = [];
@@ -147,9 +183,9 @@ function refusal(
   for (const [k, i] of bySize.entries()) {
     const m = matrices[i]!;
     const perThread = ceilDiv(m.rows * ceilDiv(m.cols, 32) * 32, ctas * THREADS_PER_CTA);
-    lines.push(`  ${m.name} [${m.rows}x${m.cols}] ~${perThread} registers/thread`);
+    lines.push(`${m.name} [${m.rows}x${m.cols}] ~${perThread} registers/thread`);
     kept = kept.filter((x) => x !== m);
-    if (fitsAfter < 0 && kept.length > 0) {
+    if (fitsAfter < 0 && kept.length > 0 && !farBeyond(kept)) {
       const dk = deal(kept, ctas, rpw);
       if (placeGradients(kept, dk, budget.forParameters, gradients) !== undefined) fitsAfter = k;
     }
@@ -161,8 +197,8 @@ function refusal(
   return (
     `VPPS: the model does not fit in the registers of ${device.name} with ${ctasPerSm} CTA(s)/SM and ${rpw} row(s) ` +
     `per warp: it needs ${needText}, but the budget is ${budget.forParameters} ` +
-    `(${budget.limitPerThread} per thread minus ${budget.interpreterReserve} reserved for the interpreter).\n` +
-    `Matrices that could stay off chip, largest first:\n${lines.join("\n")}\n(${advice})`
+    `(${budget.limitPerThread} per thread minus ${budget.interpreterReserve} reserved for the interpreter). ` +
+    `Matrices that could stay off chip, largest first: ${lines.join(", ")} (${advice})`
   );
 }
 

@@ -176,6 +176,16 @@ export class DeviceRegions {
     drv.memsetD32Async(this.moments, 0, floats, this.ctx.stream.handle);
   }
 
+  /** Uploads Adam's moments laid out as momentLayout says (after resetMoments), behind every earlier batch; waits. */
+  writeMoments(moments: Float32Array): void {
+    if (this.moments === 0) throw new Error("VPPS: writeMoments before resetMoments()");
+    if (moments.length !== this.momentFloats) {
+      throw new RangeError(`VPPS: ${moments.length} moment floats given; the layout has ${this.momentFloats}`);
+    }
+    this.ctx.device.driver.memcpyHtoDAsync(this.moments, moments, moments.byteLength, this.ctx.stream.handle);
+    this.ctx.synchronize(); // the copy reads pageable memory
+  }
+
   /** Adam's moments as momentLayout lays them out (the caller has waited); undefined before resetMoments. */
   readMoments(): Float32Array | undefined {
     if (this.moments === 0) return undefined;

@@ -182,6 +182,11 @@ export class VppsRuntime {
     this.regions.resetMoments(model);
   }
 
+  /** Sets Adam's moments (momentLayout's layout) behind every earlier batch, after resetMoments; waits. */
+  writeMoments(moments: Float32Array): void {
+    this.regions.writeMoments(moments);
+  }
+
   /** Adam's moments as momentLayout lays them out (waits for every queued batch); undefined before resetMoments. */
   readMoments(): Float32Array | undefined {
     if (this.regions.moments === 0) return undefined;

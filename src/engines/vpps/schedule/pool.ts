@@ -224,6 +224,7 @@ export class SchedulePool<T = undefined> {
       rows: p.rows,
       cols: p.cols,
       kind: p.kind,
+      collection: p.collection,
     }));
     const { entry, tsx } = workerEntry();
     try {

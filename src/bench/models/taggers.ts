@@ -1,0 +1,24 @@
+/**
+ * What the throughput suite adds to the taggers' registry entries: WikiNER beside the repository as the default
+ * data (its training split under --split-seed 1, as `vpps train <tagger> --data ../shared/data/wikiner` trains on).
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { WIKINER_DIR } from "../common.js";
+import type { BenchExtras } from "./from-task.js";
+
+export function taggerBench(title: string): BenchExtras {
+  return {
+    defaultData: () => (existsSync(join(WIKINER_DIR, "dev.txt")) ? WIKINER_DIR : undefined),
+    describeData: (path, isDefault) =>
+      path === undefined
+        ? "synthetic named entities (WikiNER not found)"
+        : isDefault
+          ? "WikiNER train split (--split-seed 1)"
+          : path,
+    plotTitle(device, source, hidden) {
+      const on = source?.startsWith("WikiNER") ? "WikiNER" : "tagged sentences";
+      return `${title} training on ${on}, hidden ${hidden} — ${device}`;
+    },
+  };
+}

@@ -1,0 +1,124 @@
+// `vpps train | eval | bench` for the taggers (bilstm, bilstm-char): the synthetic task, a data directory and our
+// WikiNER copy split by --split-seed (saved in state.json, kept by --resume), evaluation of a saved run on one file,
+// the throughput suite, and malformed data as one line. Tiny sizes, one or two epochs: each run takes seconds.
+
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { syntheticTaggedSentences } from "../src/data/synthetic-tagged.js";
+import type { TaggedSentence } from "../src/data/tagged.js";
+
+const bin = join(import.meta.dirname, "..", "bin", "vpps.js");
+const WIKINER = fileURLToPath(new URL("../../shared/data/wikiner/", import.meta.url));
+const noWikiner = existsSync(join(WIKINER, "dev.txt")) ? false : `WikiNER not found in ${WIKINER}`;
+
+function vpps(...args: string[]): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [bin, ...args], { encoding: "utf8", timeout: 120_000 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+const line = (s: TaggedSentence) => s.words.map((w, k) => `${w}|${s.tags[k]}`).join(" ");
+const TINY = ["--embed", "6", "--hidden", "6", "--mlp", "6"];
+
+/** A one-line error on stderr, exit status 1, no stack trace. */
+function assertOneLine(r: ReturnType<typeof vpps>, message: RegExp): void {
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr.trim(), message);
+  assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+}
+
+describe("vpps train and eval for the taggers", () => {
+  test("bilstm on a data directory: --json and --out; eval of the run on dev.txt equals training's dev metrics", () => {
+    const data = mkdtempSync(join(tmpdir(), "vpps-tagger-data-"));
+    const sentences = syntheticTaggedSentences(140, 31);
+    writeFileSync(join(data, "train.txt"), `${sentences.slice(0, 100).map(line).join("\n")}\n`);
+    writeFileSync(join(data, "dev.txt"), `${sentences.slice(100).map(line).join("\n")}\n`);
+    const out = mkdtempSync(join(tmpdir(), "vpps-tagger-run-"));
+    const t = vpps("train", "bilstm", "--data", data, ...TINY, "--epochs", "2", "--lr", "0.02", "--json", "--out", out);
+    assert.equal(t.code, 0, t.stderr);
+    const trained = JSON.parse(t.stdout.trim()) as {
+      epochs: { devAccuracy: number; trainLoss: number; devMetrics: Record<string, number> }[];
+    };
+    assert.ok(trained.epochs[1]!.trainLoss < trained.epochs[0]!.trainLoss, "the loss goes down");
+    const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8"));
+    assert.deepEqual(state.options, { embed: 6, hidden: 6, mlp: 6, splitSeed: 1 });
+    assert.equal(state.vocabulary.words[0], "<unk>");
+    assert.deepEqual([...state.vocabulary.tags].sort(), ["I-LOC", "I-ORG", "I-PER", "O"]);
+
+    const r = vpps("eval", "bilstm", "--run", out, "--data", join(data, "dev.txt"), "--json");
+    assert.equal(r.code, 0, r.stderr);
+    const result = JSON.parse(r.stdout.trim()) as { examples: number; metrics: Record<string, number> };
+    assert.equal(result.examples, 40, "the file as a whole, not split");
+    assert.deepEqual(result.metrics, trained.epochs[1]!.devMetrics);
+    const text = vpps("eval", "bilstm", "--run", out, "--data", join(data, "train.txt"));
+    assert.match(text.stdout, /^data: .*train\.txt: 100 sentences; engine cpu$/m);
+    assert.match(text.stdout, /^entity F1 \d+\.\d\d% {2}token accuracy \d+\.\d\d%$/m);
+
+    // a tag the run never saw, and a malformed file: one line each, at file:line:column
+    writeFileSync(join(data, "other.txt"), "the|O\nthe|O Alson|I-MISC\n");
+    assertOneLine(
+      vpps("eval", "bilstm", "--run", out, "--data", join(data, "other.txt")),
+      /^vpps: .*other\.txt:2:13: unknown tag 'I-MISC': expected one of the tags of the training split \(/,
+    );
+    writeFileSync(join(data, "bad.txt"), "the|O\nthe|O Alson\n");
+    assertOneLine(
+      vpps("eval", "bilstm", "--run", out, "--data", join(data, "bad.txt")),
+      /^vpps: .*bad\.txt:2:7: expected word\|TAG, found 'Alson' \(no '\|'\)$/,
+    );
+    writeFileSync(join(data, "empty.txt"), "\n\n");
+    assertOneLine(
+      vpps("train", "bilstm", "--data", join(data, "empty.txt")),
+      /^vpps: .*empty\.txt:1:1: no sentences: expected one sentence per line/,
+    );
+  });
+
+  test("bilstm-char on our WikiNER copy: the split's sizes in the log, --split-seed saved and kept on --resume", {
+    skip: noWikiner,
+  }, () => {
+    const out = mkdtempSync(join(tmpdir(), "vpps-tagger-wikiner-"));
+    const common = ["--data", WIKINER, ...TINY, "--char-embed", "4", "--max-sentences", "24", "--out", out];
+    const t = vpps("train", "bilstm-char", ...common, "--epochs", "1", "--split-seed", "2");
+    assert.equal(t.code, 0, t.stderr);
+    assert.match(
+      t.stdout,
+      /^data: .*dev\.txt split by --split-seed 2 \(train 1356, dev 182, test 158\): 24 training sentences, 182 dev sentences, vocabulary \d+ words, \d+ characters, \d tags$/m,
+    );
+    assert.match(t.stdout, /^epoch 1: train loss [\d.]+ {2}dev entity F1 [\d.]+% {2}token accuracy [\d.]+%/m);
+    const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8"));
+    assert.equal(state.options.splitSeed, 2);
+    assert.equal(state.options.minCount, 5);
+    // the resumed run splits the file as the run did, whatever --split-seed says now
+    const r = vpps("train", "bilstm-char", "--resume", out, "--epochs", "2", "--split-seed", "3", ...common);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /split by --split-seed 2 \(train 1356, dev 182, test 158\)/);
+    assert.match(r.stdout, /^epoch 2: /m);
+  });
+
+  test("the synthetic task without --data, and vpps bench bilstm through the throughput suite", () => {
+    const t = vpps("train", "bilstm", ...TINY, "--epochs", "1", "--max-sentences", "80");
+    assert.equal(t.code, 0, t.stderr);
+    assert.match(t.stdout, /^data: synthetic named entities \(no --data given\): 80 training sentences, 300 dev/m);
+    assert.match(t.stdout, /^best dev entity F1 \d+\.\d\d%; \d+ parameters$/m);
+    const out = mkdtempSync(join(tmpdir(), "vpps-tagger-bench-"));
+    const file = join(out, "tagged.txt");
+    writeFileSync(file, `${syntheticTaggedSentences(12, 3).map(line).join("\n")}\n`);
+    const ok = vpps(
+      "bench",
+      "bilstm",
+      ...["--engines", "cpu,autobatch-depth-cpu", "--batches", "1,2", "--sentences", "2", "--hidden", "8"],
+      ...["--data", file, "--out", out],
+    );
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.match(ok.stdout, /\| batch \| cpu \| autobatch depth, CPU \|/);
+    const json = JSON.parse(readFileSync(join(out, "bilstm.json"), "utf8"));
+    assert.deepEqual(
+      json.runs.map((x: { engine: string; status: string }) => `${x.engine} ${x.status}`),
+      ["cpu timed", "autobatch-depth-cpu timed"],
+    );
+    assert.equal(json.runs[1].firstBatchLoss.relativeError, 0);
+  });
+});
