@@ -1,10 +1,12 @@
 /**
  * The PyTorch references (bench/pytorch/) without torch: their pure-Python unit tests and the syntax of every script
- * (when python3 is here), the split rule and entity F1 against golden values shared with the TypeScript side, and
- * `vpps bench <model> --reference`'s plumbing — the skip line, and a stand-in interpreter (VPPS_REFERENCE_PYTHON)
- * whose rows reach the table, the JSON and the plot and whose first loss is checked against the CPU engine's. The
- * real interpreter (python3 with torch) is the default: where torch is importable the last test runs the real
- * Tree-LSTM reference on the CPU and checks its first loss; on the GPU machine `vpps bench <model> --reference`.
+ * (when python3 is here); the Python split rule, entity F1, token accuracy, tagged reader and tagger vocabularies
+ * against the TypeScript ones (src/data/tagged*.ts, src/models/metrics.ts, src/models/bilstm/vocabulary.ts) and
+ * against golden values; and `vpps bench <model> --reference`'s plumbing — the skip line, and a stand-in interpreter
+ * (VPPS_REFERENCE_PYTHON) whose rows reach the table, the JSON and the plot and whose first loss is checked against
+ * the CPU engine's. The real interpreter (python3 with torch) is the default: where torch is importable the last test
+ * runs the real Tree-LSTM reference on the CPU and checks its first loss; on the GPU machine `vpps bench <model>
+ * --reference` does for every model.
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -15,8 +17,12 @@ import { describe, test } from "node:test";
 import { benchModel } from "../src/bench/models/index.js";
 import { probeReference, referenceScript } from "../src/bench/throughput/reference.js";
 import { runThroughput } from "../src/bench/throughput/suite.js";
+import { parseTagged } from "../src/data/tagged.js";
+import { loadTaggedSplits, splitPart } from "../src/data/tagged-split.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph } from "../src/graph/graph.js";
+import { TaggerVocabulary } from "../src/models/bilstm/vocabulary.js";
+import { countEntities, type EntityCounts, entities, f1Score } from "../src/models/metrics.js";
 
 const ROOT = join(import.meta.dirname, "..");
 const PYTORCH = join(ROOT, "bench", "pytorch");
@@ -96,6 +102,123 @@ describe("the PyTorch references' Python side", { skip: noPython }, () => {
       ),
     );
     assert.deepEqual(out, { n: bench.items, size: bench.vocabulary });
+  });
+});
+
+/** Runs `code` with `input` as JSON in the variable `data`; returns what it prints as JSON. */
+function pyJson(code: string, input: unknown): unknown {
+  const dir = mkdtempSync(join(tmpdir(), "vpps-py-input-"));
+  const file = join(dir, "input.json");
+  writeFileSync(file, JSON.stringify(input));
+  return JSON.parse(
+    py(`import json, common as C\ndata = json.load(open(${JSON.stringify(file)}, encoding="utf-8"))\n${code}`),
+  );
+}
+
+/** `n` pairs of random tag sequences (a linear congruential generator: the same pairs every run). */
+function randomTagPairs(n: number): [string[], string[]][] {
+  const tags = ["O", "O", "O", "I-PER", "I-LOC", "I-ORG", "B-PER", "B-LOC", "MISC"];
+  let x = 12345;
+  const next = () => {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    return x >>> 8;
+  };
+  const seq = (len: number) => Array.from({ length: len }, () => tags[next() % tags.length]!);
+  return Array.from({ length: n }, () => {
+    const len = 1 + (next() % 12);
+    return [seq(len), seq(len)];
+  });
+}
+
+describe("the Python side agrees with the TypeScript side", { skip: noPython }, () => {
+  test("the seeded split (src/data/tagged-split.ts)", () => {
+    const seeds = [1, 7, 12345];
+    const ts = Object.fromEntries(seeds.map((s) => [s, Array.from({ length: 300 }, (_, i) => splitPart(s, i))]));
+    const pyOut = pyJson("print(json.dumps({s: [C.split_of(i, int(s)) for i in range(300)] for s in data}))", seeds);
+    assert.deepEqual(pyOut, ts);
+  });
+
+  test("entities, entity F1 and token accuracy (src/models/metrics.ts) on 300 random pairs of tag sequences", () => {
+    const pairs = randomTagPairs(300);
+    const counts: EntityCounts = { predicted: 0, gold: 0, correct: 0 };
+    let right = 0;
+    let all = 0;
+    for (const [g, p] of pairs) {
+      countEntities(g, p, counts);
+      all += g.length;
+      right += g.filter((t, k) => t === p[k]).length;
+    }
+    const ts = {
+      entities: pairs.map(([g]) => entities(g).map((e) => [e.start, e.end, e.type])),
+      counts: [counts.correct, counts.predicted, counts.gold],
+      f1: f1Score(counts),
+      tokens: right / all,
+    };
+    assert.ok(counts.correct > 0 && counts.correct < counts.predicted, "the pairs exercise partial matches");
+    const pyOut = pyJson(
+      "gold = [g for g, _ in data]\npred = [p for _, p in data]\n" +
+        "print(json.dumps({'entities': [sorted(list(e) for e in C.entities(g)) for g in gold], " +
+        "'counts': list(C.entity_counts(gold, pred)), 'f1': C.entity_f1(gold, pred), " +
+        "'tokens': C.token_accuracy(gold, pred)}))",
+      pairs,
+    ) as typeof ts;
+    assert.deepEqual(
+      pyOut.entities,
+      ts.entities.map((es) => [...es].sort((a, b) => Number(a[0]) - Number(b[0]))),
+    );
+    assert.deepEqual(pyOut.counts, ts.counts);
+    assert.ok(Math.abs(pyOut.f1 - ts.f1) < 1e-12, `F1 ${pyOut.f1} against ${ts.f1}`);
+    assert.ok(Math.abs(pyOut.tokens - ts.tokens) < 1e-12);
+  });
+
+  test("the tagged reader (src/data/tagged.ts): words, tags, lines and tag columns; error positions", () => {
+    const text = "\ufeffThe|O  Mad|I-ORG\tCap|I-ORG a|b|O\r\n\n  \n𝔸𝔹|I-MISC x|O\n";
+    const ts = parseTagged(text, "f").map((x) => [x.words, x.tags, x.line, x.tagColumns]);
+    const pyOut = pyJson(
+      "print(json.dumps([[x.words, x.tags, x.line, x.tag_columns] for x in C.parse_tagged(data, 'f')]))",
+      text,
+    );
+    assert.deepEqual(pyOut, ts);
+    for (const bad of ["a|O\nb|O cO\n", "a|O b|\n", "x|O |O\n", "\n \n"]) {
+      let where = "";
+      try {
+        parseTagged(bad, "f");
+      } catch (e) {
+        where = /^f:\d+:\d+/.exec((e as Error).message)?.[0] ?? "";
+      }
+      assert.notEqual(where, "", bad);
+      const pyWhere = pyJson(
+        "try:\n    C.parse_tagged(data, 'f')\n    print(json.dumps(''))\n" +
+          "except C.DataError as e:\n    print(json.dumps(str(e).split(': ')[0]))",
+        bad,
+      );
+      assert.equal(pyWhere, where, JSON.stringify(bad));
+    }
+  });
+
+  test("WikiNER's training split and the taggers' vocabularies (words, tags, characters), in order", (t) => {
+    const wikiner = join(ROOT, "..", "shared", "data", "wikiner");
+    try {
+      readdirSync(wikiner);
+    } catch {
+      t.skip(`no WikiNER copy at ${wikiner}`);
+      return;
+    }
+    const splits = loadTaggedSplits(wikiner, { splitSeed: 1 });
+    const vocab = TaggerVocabulary.build(splits.train, { minCount: 5, withChars: true });
+    const ts = {
+      sizes: [splits.train.length, splits.dev.length],
+      words: vocab.words.toJSON(),
+      tags: vocab.tags.toJSON(),
+      chars: vocab.chars!.toJSON().slice(1),
+    };
+    const pyOut = pyJson(
+      "train, dev, _ = C.load_split('tagged', data, None, 1)\nv = C.TaggerVocab(train, 5)\n" +
+        "print(json.dumps({'sizes': [len(train), len(dev)], 'words': v.words.words, 'tags': v.tags, " +
+        "'chars': sorted(v.chars, key=v.chars.get)}))",
+      wikiner,
+    );
+    assert.deepEqual(pyOut, ts);
   });
 });
 

@@ -179,7 +179,9 @@ def parse_tagged(text, file="<input>"):
             if bar == 0:
                 raise DataError(f"{where}: token '{token}' has an empty word: expected word|TAG")
             if bar == len(token) - 1:
-                raise DataError(f"{where}: token '{token}' has an empty tag: expected word|TAG")
+                # at the column where the tag should start, as src/data/tagged.ts reports it
+                tag_at = f"{file}:{line_no}:{m.start() + bar + 2}"
+                raise DataError(f"{tag_at}: token '{token}' has an empty tag: expected word|TAG")
             words.append(token[:bar])
             tags.append(token[bar + 1 :])
             columns.append(m.start() + bar + 2)

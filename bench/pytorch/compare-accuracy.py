@@ -24,8 +24,10 @@ import platform
 import re
 import shlex
 import statistics
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,6 +83,20 @@ def shown_path(path):
     return rel if not rel.startswith(os.path.join("..", "..")) else os.path.abspath(path)
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGINT (`timeout` ran out): the runs still going are ended, the finished ones written."""
+
+
+RUNNING = set()
+RUNNING_LOCK = threading.Lock()
+STOPPING = threading.Event()
+
+
+def stop(signum, frame):
+    STOPPING.set()
+    raise Stopped(signal.Signals(signum).name)
+
+
 class Job:
     def __init__(self, model, side, seed, argv, log):
         self.model, self.side, self.seed, self.argv, self.log = model, side, seed, argv, log
@@ -93,17 +109,39 @@ class Job:
         with open(self.log, "w", encoding="utf-8") as err:
             err.write(f"$ {shlex.join(self.argv)}\n")
             err.flush()
-            p = subprocess.run(self.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+            p = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+            with RUNNING_LOCK:
+                RUNNING.add(p)
+            try:
+                stdout, _ = p.communicate()
+            finally:
+                with RUNNING_LOCK:
+                    RUNNING.discard(p)
         self.seconds = time.perf_counter() - t0
-        lines = [ln for ln in p.stdout.strip().split("\n") if ln.strip()]
+        lines = [ln for ln in stdout.strip().split("\n") if ln.strip()]
         if p.returncode != 0:
-            self.error = f"exit status {p.returncode} (see {shown_path(self.log)})"
+            ended = "ended by the harness's stop" if STOPPING.is_set() else f"exit status {p.returncode}"
+            self.error = f"{ended} (see {shown_path(self.log)})"
             return self
         try:
             self.result = json.loads(lines[-1])
         except (IndexError, json.JSONDecodeError):
             self.error = f"no JSON result on stdout (see {shown_path(self.log)})"
         return self
+
+
+def end_running():
+    """Ends every run still going (SIGTERM, then SIGKILL after 10 s), so that nothing keeps the GPU busy."""
+    with RUNNING_LOCK:
+        procs = list(RUNNING)
+    for p in procs:
+        p.terminate()
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def epochs_of(job):
@@ -134,12 +172,13 @@ def summary(job, pick):
 def side_of(jobs, pick):
     ok = [j for j in jobs if j.result is not None]
     runs = [summary(j, pick) for j in ok]
+    waiting = [f"seed {j.seed}: not finished yet" for j in jobs if j.result is None and j.error is None]
     mean, std = stats([r["metric"] for r in runs])
     tokens = [r["tokenAccuracy"] for r in runs if r["tokenAccuracy"] is not None]
     tmean, tstd = stats(tokens)
     return {
         "runs": runs,
-        "errors": [f"seed {j.seed}: {j.error}" for j in jobs if j.error],
+        "errors": [f"seed {j.seed}: {j.error}" for j in jobs if j.error] + waiting,
         "mean": mean,
         "std": std,
         "tokenAccuracyMean": tmean if tokens else None,
@@ -256,15 +295,39 @@ def main(argv=None):
         return 0
     os.makedirs(logs, exist_ok=True)
     print(f"{len(jobs)} runs on {device}, {a.jobs} at once; logs in {logs}", file=sys.stderr)
+    command = shlex.join([os.path.relpath(sys.argv[0], ROOT), *(argv if argv is not None else sys.argv[1:])])
     t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        for j in concurrent.futures.as_completed([pool.submit(j.run) for j in jobs]):
-            j = j.result()
+    write = lambda: write_results(a, models, seeds, jobs, device, out, command, time.perf_counter() - t0)  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs)
+    try:
+        for f in concurrent.futures.as_completed([pool.submit(j.run) for j in jobs]):
+            j = f.result()
             what = j.error or f"best {100 * j.result['bestDevAccuracy']:.2f}"
             print(f"{j.model} {j.side} seed {j.seed}: {what} ({j.seconds:.0f} s)", file=sys.stderr)
-    command = shlex.join([os.path.relpath(sys.argv[0], ROOT), *(argv if argv is not None else sys.argv[1:])])
+            write()  # after every run: a harness stopped early keeps what finished
+    except Stopped as e:
+        pool.shutdown(wait=False, cancel_futures=True)
+        end_running()
+        for j in jobs:
+            if j.result is None and j.error is None:
+                j.error = f"stopped by {e} before it finished"
+        result = write()
+        print(markdown(result))
+        print(f"stopped by {e}: the runs that finished are in {os.path.join(out, 'accuracy.json')}", file=sys.stderr)
+        return 2
+    pool.shutdown()
+    result = write()
+    print(markdown(result))
+    print(f"wrote {os.path.join(out, 'accuracy.json')} and accuracy.md", file=sys.stderr)
+    verdicts = [m["verdict"]["pass"] for m in result["models"] if m["model"] in models]
+    return 0 if all(v is True for v in verdicts) else 1
+
+
+def write_results(a, models, seeds, jobs, device, out, command, wall):
+    """accuracy.json and accuracy.md from the runs finished so far, with the other models' earlier entries."""
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    wall = time.perf_counter() - t0
     entries = {}
     for model in models:
         ours = side_of([j for j in jobs if j.model == model and j.side == "vpps"], a.pick)
@@ -289,8 +352,11 @@ def main(argv=None):
     path = os.path.join(out, "accuracy.json")
     kept = []
     if os.path.exists(path) and not a.fresh:
-        with open(path, encoding="utf-8") as f:
-            kept = [m for m in json.load(f).get("models", []) if m.get("model") not in entries and "command" in m]
+        try:
+            with open(path, encoding="utf-8") as f:
+                kept = [m for m in json.load(f).get("models", []) if m.get("model") not in entries and "command" in m]
+        except (OSError, ValueError):
+            kept = []
     merged = sorted(kept + list(entries.values()), key=lambda m: MODELS.index(m["model"]))
     result = {
         "benchmark": "accuracy",
@@ -304,16 +370,14 @@ def main(argv=None):
         "wallSeconds": wall,
         "models": merged,
     }
-    with open(path, "w", encoding="utf-8") as f:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
-    text = markdown(result)
+    os.replace(tmp, path)
     with open(os.path.join(out, "accuracy.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
-    print(f"wrote {path} and accuracy.md", file=sys.stderr)
-    verdicts = [m["verdict"]["pass"] for m in entries.values()]
-    return 0 if all(v is True for v in verdicts) else 1
+        f.write(markdown(result))
+    return result
 
 
 if __name__ == "__main__":

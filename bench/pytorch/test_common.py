@@ -62,7 +62,7 @@ class TaggedReader(unittest.TestCase):
     def test_errors_name_file_line_column(self):
         cases = [
             ("a|O\nb|O cO\n", r"^f:2:5: token 'cO' has no '\|'"),
-            ("a|O b|\n", r"^f:1:5: token 'b\|' has an empty tag"),
+            ("a|O b|\n", r"^f:1:7: token 'b\|' has an empty tag"),
             ("|O\n", r"^f:1:1: token '\|O' has an empty word"),
             ("\n \n", r"^f:1:1: no sentences found"),
         ]
