@@ -4,6 +4,7 @@
  * `-v` (nvcc `-Xptxas -v`, NVRTC `--ptxas-options=-v`), which the tests read, and the local memory a loaded kernel
  * uses (the driver's attribute), which the JIT checks with `checkNoSpills` before it runs anything.
  */
+import { UserError } from "../util/errors.js";
 
 export interface PtxasFunctionReport {
   readonly name: string;
@@ -61,7 +62,7 @@ export function assertNoSpills(report: PtxasFunctionReport): void {
 }
 
 /** A loaded kernel uses local memory: arrays that were meant to stay in registers spilled. */
-export class KernelSpillError extends Error {
+export class KernelSpillError extends UserError {
   override readonly name = "KernelSpillError";
   constructor(
     message: string,

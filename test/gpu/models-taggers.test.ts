@@ -8,6 +8,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
+import { KernelSpillError } from "../../src/cuda/ptxas-report.js";
 import { splitSyntheticTagged } from "../../src/data/synthetic-tagged.js";
 import type { TaggedSentence } from "../../src/data/tagged.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
@@ -141,7 +142,20 @@ describe("the taggers on the GPU engines against the CPU engine", { skip }, () =
           const m = task.create(task.defaults, vocab, 1);
           return { params: m.params, build: (cg: ComputationGraph) => m.buildBatchLoss(cg, batch) };
         };
-        const d = await compareWithCpu(make, engine, { everyNode: false });
+        let d: string;
+        try {
+          d = await compareWithCpu(make, engine, { everyNode: false });
+        } catch (e) {
+          // VPPS for the new models is a later issue: at the paper's sizes its tightest kernel may not fit the
+          // registers, and then it must refuse in one line naming the kernel (never run a spilling kernel)
+          if (engine !== vpps || !(e instanceof KernelSpillError)) throw e;
+          assert.ok(
+            !e.message.includes("\n") && /^vpps_\w+: uses \d+ bytes of local memory/.test(e.message),
+            e.message,
+          );
+          console.log(`  ${task.name} WikiNER batch of 16 on ${engine.name}: refused (${e.message.slice(0, 120)}…)`);
+          continue;
+        }
         console.log(`  ${task.name} WikiNER batch of 16 on ${engine.name}: ${d || "equal"}`);
         assert.equal(d, "", `${task.name} on ${engine.name}`);
       }
