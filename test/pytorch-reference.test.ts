@@ -10,10 +10,10 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync as makeTemp, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import { benchModel } from "../src/bench/models/index.js";
 import { probeReference, referenceScript } from "../src/bench/throughput/reference.js";
 import { runThroughput } from "../src/bench/throughput/suite.js";
@@ -25,6 +25,16 @@ import { TaggerVocabulary } from "../src/models/bilstm/vocabulary.js";
 import { countEntities, type EntityCounts, entities, f1Score } from "../src/models/metrics.js";
 
 const ROOT = join(import.meta.dirname, "..");
+/** Temporary folders of this file, removed when it ends. */
+const made: string[] = [];
+after(() => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+function mkdtempSync(prefix: string): string {
+  const d = makeTemp(prefix);
+  made.push(d);
+  return d;
+}
 const PYTORCH = join(ROOT, "bench", "pytorch");
 const python = spawnSync("python3", ["--version"], { encoding: "utf8" });
 const noPython = python.error || python.status !== 0 ? "python3 is not installed here" : false;

@@ -155,6 +155,18 @@ export function runReferenceScript(
 ): Promise<{ code: number | null; stdout: string; lastError: string }> {
   return new Promise((resolve) => {
     const child = spawn(python, args, { stdio: ["ignore", "pipe", "pipe"] });
+    // a benchmark stopped from outside (`timeout`, Ctrl-C) ends the reference too, so that it does not keep the
+    // GPU busy after this process is gone
+    const stop = (signal: NodeJS.Signals): void => {
+      child.kill("SIGTERM");
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    };
+    process.once("SIGTERM", stop);
+    process.once("SIGINT", stop);
+    const release = (): void => {
+      process.removeListener("SIGTERM", stop);
+      process.removeListener("SIGINT", stop);
+    };
     let stdout = "";
     let pending = "";
     let lastError = "";
@@ -171,8 +183,12 @@ export function runReferenceScript(
         onLine(l);
       }
     });
-    child.on("error", (e) => resolve({ code: null, stdout, lastError: errorMessage(e) }));
+    child.on("error", (e) => {
+      release();
+      resolve({ code: null, stdout, lastError: errorMessage(e) });
+    });
     child.on("close", (code) => {
+      release();
       if (pending.trim() !== "") {
         lastError = pending.trim();
         onLine(pending);

@@ -207,6 +207,9 @@ export class ThroughputSuite<T> {
       return;
     }
     const dir = mkdtempSync(join(tmpdir(), "vpps-reference-"));
+    // also when the benchmark is stopped from outside while the reference runs (reference.ts exits then)
+    const cleanup = (): void => rmSync(dir, { recursive: true, force: true });
+    process.once("exit", cleanup);
     try {
       const init = join(dir, "initial.safetensors");
       saveParameters(this.net(c, o.variant).params, init, { model: o.model });
@@ -263,7 +266,8 @@ export class ThroughputSuite<T> {
       run.reason = errorMessage(e);
       console.error(`PyTorch reference: failed: ${run.reason}`);
     } finally {
-      rmSync(dir, { recursive: true, force: true });
+      process.removeListener("exit", cleanup);
+      cleanup();
     }
   }
 
