@@ -91,8 +91,11 @@ describe("vpps train and eval for the taggers", () => {
     const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8"));
     assert.equal(state.options.splitSeed, 2);
     assert.equal(state.options.minCount, 5);
-    // the resumed run splits the file as the run did, whatever --split-seed says now
-    const r = vpps("train", "bilstm-char", "--resume", out, "--epochs", "2", "--split-seed", "3", ...common);
+    // the resumed run splits the file as the run did; another --split-seed would mix data sets: refused in one line
+    const refused = vpps("train", "bilstm-char", "--resume", out, "--epochs", "2", "--split-seed", "3", ...common);
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stderr, /^vpps: --split-seed 3 differs from the run in .*'s 2: .*\n$/);
+    const r = vpps("train", "bilstm-char", "--resume", out, "--epochs", "2", ...common);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /split by --split-seed 2 \(train 1356, dev 182, test 158\)/);
     assert.match(r.stdout, /^epoch 2: /m);

@@ -232,10 +232,10 @@ export class ParameterCollection {
     const cols = dims[1] ?? 1;
     checkDim("addParameters: rows", rows);
     checkDim("addParameters: cols", cols);
+    checkValues(name ?? `p${this.all.length}`, rows, cols);
     checkSize("addParameters", rows, cols);
     if (init !== undefined) checkInit("addParameters", init);
     checkName("addParameters", name);
-    checkValues(name ?? `p${this.all.length}`, rows, cols);
     const index = this.all.length;
     const nm = this.uniqueName(name ?? `p${index}`);
     const isMatrix = dims.length === 2;
@@ -250,10 +250,10 @@ export class ParameterCollection {
   addLookupParameters(vocab: number, dim: number, init?: Init, name?: string): LookupParameter {
     checkDim("addLookupParameters: vocab", vocab);
     checkDim("addLookupParameters: dim", dim);
+    checkValues(name ?? `lookup${this.all.length}`, vocab, dim);
     checkSize("addLookupParameters", vocab, dim);
     if (init !== undefined) checkInit("addLookupParameters", init);
     checkName("addLookupParameters", name);
-    checkValues(name ?? `lookup${this.all.length}`, vocab, dim);
     const index = this.all.length;
     const nm = this.uniqueName(name ?? `lookup${index}`);
     const value = new Float32Array(vocab * dim);

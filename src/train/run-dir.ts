@@ -99,6 +99,17 @@ export function prepareOutDir(dir: string, flag = "--out"): { path: string; crea
       throw new RunDirError(`${flag} ${dir} cannot be created in ${dirname(d)} (${fsErrorReason(e)})`);
     }
   }
+  // the files a run writes must be writable as files: a directory in the place of state.json would stop the run
+  // only after its first epoch, at the rename
+  try {
+    if (statSync(join(path, "state.json")).isDirectory()) {
+      throw new RunDirError(
+        `${flag} ${dir}: ${join(path, "state.json")} is a directory; remove it (the run writes its state there)`,
+      );
+    }
+  } catch (e) {
+    if (e instanceof RunDirError) throw e;
+  }
   return { path, created };
 }
 

@@ -2,7 +2,9 @@
  * Writing files so that a kill never leaves a half-written one (checkpoints, state.json), and naming file system
  * failures in words a user can act on instead of raw errno codes.
  */
+
 import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { UserError } from "./errors.js";
 
 /** The suffix of the temporary files `writeFileAtomic` renames into place; leftovers of a killed writer end so. */
 export const TEMP_INFIX = ".tmp-";
@@ -26,7 +28,8 @@ export function writeFileAtomic(path: string, data: string | Uint8Array): void {
     renameSync(tmp, path);
   } catch (e) {
     rmSync(tmp, { force: true });
-    throw e;
+    // a run's files that cannot be written are the user's to fix (a full disk, a directory in the file's place)
+    throw new UserError(`cannot write ${path}: ${fsErrorReason(e)}`, { cause: e });
   }
 }
 
