@@ -19,11 +19,22 @@ import {
 
 // ---- builders -------------------------------------------------------------------------------------------------
 
-/** y = the given values (a vector). */
-export function input(g: ComputationGraph, values: ArrayLike<number>): Expression {
+/**
+ * y = the given values: a vector, or a row-major matrix of `shape` [rows, cols] (an image batch for conv2d is
+ * [samples, C·H·W]: one sample per row, each in channel, row, column order).
+ */
+export function input(
+  g: ComputationGraph,
+  values: ArrayLike<number>,
+  shape: readonly [number, number] = [values.length, 1],
+): Expression {
   if (values.length === 0) throw new ShapeError("input: needs at least one value");
+  const [rows, cols] = shape;
+  if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows * cols !== values.length) {
+    throw new ShapeError(`input: shape [${rows},${cols}] does not hold the ${values.length} values given`);
+  }
   const off = g.addInputData(values);
-  const id = g.addNode0(Op.Input, values.length, 1, off);
+  const id = g.addNode0(Op.Input, rows, cols, off);
   return new Expression(g, id, g.generation);
 }
 
@@ -153,7 +164,7 @@ const inputOp: OpDefinition = {
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const off = g.aux[i]!;
-    const n = g.rows[i]!;
+    const n = g.rows[i]! * g.cols[i]!;
     for (let k = 0; k < n; k++) v[y + k] = g.inputData[off + k]!;
   },
   backward() {},

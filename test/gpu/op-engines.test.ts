@@ -8,18 +8,22 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { AutobatchGpuEngine, type GemmMode } from "../../src/engines/autobatch/gpu-engine.js";
+import { refusesOp } from "../../src/engines/autobatch/kernel-table.js";
 import type { BatchStrategy } from "../../src/engines/autobatch/plan.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { Vpps } from "../../src/engines/vpps/vpps.js";
 import { OP_COUNT, type Op, opName } from "../../src/graph/opcodes.js";
 import { OP_CASES } from "../op-cases.js";
 import {
+  assertRefuses,
   compareWithCpu,
   type EngineUnderTest,
   elementTolerance,
   engineRun,
+  firstRefused,
   scaleTolerance,
   vppsMatrices,
+  vppsRefuses,
   vppsTolerance,
 } from "../op-suite.js";
 
@@ -48,6 +52,7 @@ function autobatch(strategy: BatchStrategy, gemm: GemmMode): EngineUnderTest {
   return {
     name: `autobatch GPU (${strategy}, ${gemm})`,
     tolerance: scaleTolerance(1e-4),
+    refuses: (c) => firstRefused(c, refusesOp),
     run(params, cg, loss) {
       const e = new AutobatchGpuEngine(params, { strategy, gemm, poolBytes: 256 * MiB });
       return engineRun(e, cg, loss, {
@@ -63,6 +68,7 @@ const vpps: EngineUnderTest = {
   name: "VPPS",
   tolerance: vppsTolerance(1e-4, 1e-9),
   skip: (c) => c.notOnVpps,
+  refuses: vppsRefuses,
   async run(params, cg, loss) {
     vppsMatrices(params);
     const v = await Vpps.create(params, {
@@ -99,6 +105,12 @@ for (let op = 0; op < OP_COUNT; op++) {
   describe(`op ${opName(op)} on the GPU engines`, { skip }, () => {
     for (const c of OP_CASES[op as Op]) {
       for (const engine of ENGINES) {
+        const refused = engine.refuses?.(c);
+        if (refused !== undefined) {
+          test(`${c.name}: ${engine.name} refuses it, naming op ${opName(refused)}`, () =>
+            assertRefuses(c, engine, refused));
+          continue;
+        }
         test(`${c.name}: ${engine.name} equals the CPU engine`, { skip: engine.skip?.(c) ?? false }, async () => {
           assert.equal(await compareWithCpu(c.make, engine), "");
         });

@@ -197,7 +197,11 @@ export class EagerEngine implements Engine {
 
   dispose(): void {
     try {
-      this.device.dispose();
+      try {
+        this.nodes.dispose();
+      } finally {
+        this.device.dispose();
+      }
     } finally {
       this.ctx.dispose();
     }
