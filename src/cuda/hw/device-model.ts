@@ -147,7 +147,17 @@ export function maxResidentGrids(arch: string): number {
 }
 
 /** The Programming Guide's table where it is not 128 (the embedded chips 5.3, 6.2, 7.2; Kepler and Maxwell). */
-const RESIDENT_GRIDS: Readonly<Record<number, number>> = { 30: 16, 32: 4, 35: 32, 37: 32, 50: 32, 52: 32, 53: 16, 62: 16, 72: 16 };
+const RESIDENT_GRIDS: Readonly<Record<number, number>> = {
+  30: 16,
+  32: 4,
+  35: 32,
+  37: 32,
+  50: 32,
+  52: 32,
+  53: 16,
+  62: 16,
+  72: 16,
+};
 
 /**
  * Registers the SM allocates to a warp at a time (compute capability 7.0 to 9.0): a thread's count is in effect
