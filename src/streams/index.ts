@@ -1,5 +1,5 @@
-// GLP4NN (docs/GLP4NN.md): the kernel analyser that sizes a stream pool from the kernels' footprints, its explanation
-// for `--explain`, and the kernels' profiles as the resource tracker records them.
+// GLP4NN (docs/GLP4NN.md): the resource tracker that records kernels' resources and timings on their first launches,
+// the kernel analyser that sizes a stream pool from them, and its explanation for `--explain`.
 
 export {
   analyseConcurrency,
@@ -14,3 +14,12 @@ export {
 export { explainChoice } from "./explain.js";
 export { footprint, type KernelFootprint, type KernelProfile, type Resource } from "./kernels.js";
 export { type IntegerProgram, type IntegerSolution, IntegerSolver, loadSolver, lpText } from "./solver.js";
+export {
+  type LaunchShape,
+  median,
+  ResourceTracker,
+  type TimingEvent,
+  type TrackedKernel,
+  type TrackedRecord,
+  type TrackerOptions,
+} from "./tracker.js";
