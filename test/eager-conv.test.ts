@@ -18,11 +18,12 @@ import {
   rowMajorGemv,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { ConvRunner } from "../src/engines/eager/conv.js";
+import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { type Conv2dOptions, conv2d, conv2dShape, flatten, type ImageShape, input, matVec } from "../src/ops/index.js";
+import { type PoolBackend, StreamPool } from "../src/streams/pool.js";
 import { randoms } from "./op-cases.js";
 import { scaleTolerance } from "./op-suite.js";
 
@@ -59,10 +60,11 @@ function fakeDriver(mem: EmulatedMemory, log: string[]): CudaDriver {
   } as unknown as CudaDriver;
 }
 
-/** cuBLAS's column-major SGEMM and SGEMV, run on the emulated memory. */
-function fakeCublas(mem: EmulatedMemory): Cublas {
+/** cuBLAS's column-major SGEMM and SGEMV, run on the emulated memory; `seen` hears of every call. */
+function fakeCublas(mem: EmulatedMemory, seen: (h: bigint, call: string, C: number) => void = () => {}): Cublas {
   return {
-    sgemmRowMajor(_h: bigint, g: RowMajorGemm<number>) {
+    sgemmRowMajor(h: bigint, g: RowMajorGemm<number>) {
+      seen(h, "gemm", g.C);
       const c = rowMajorGemm(g);
       const P = mem.f;
       const [A, B, C] = [c.A / 4, c.B / 4, c.C / 4];
@@ -79,7 +81,8 @@ function fakeCublas(mem: EmulatedMemory): Cublas {
         }
       }
     },
-    sgemvRowMajor(_h: bigint, g: RowMajorGemv<number>) {
+    sgemvRowMajor(h: bigint, g: RowMajorGemv<number>) {
+      seen(h, "gemv", g.y);
       const c = rowMajorGemv(g);
       const P = mem.f;
       const [A, x, y] = [c.A / 4, c.x / 4, c.y / 4];
@@ -177,65 +180,83 @@ const CASES: readonly Case[] = [
   { n: 4, image: { channels: 6, height: 3, width: 3 }, filters: 5, opts: { kernel: 1 } },
 ];
 
-describe("conv2d on the eager engine's runner, on an emulated device, against the CPU engine", () => {
-  const mem = new EmulatedMemory();
-  const log: string[] = [];
-  const stream = { handle: 0n, synchronize: () => log.push("synchronize") } as unknown as CudaStream;
-  const runner = new ConvRunner(fakeDriver(mem, log), fakeCublas(mem), [{ stream, cublasHandle: 1n }]);
-  const counts = { kernels: 0, cublas: 0, copies: 0 };
-  const kernel = (name: string) => ({ name }) as unknown as CudaKernel;
-
-  for (const c of CASES) {
-    const out = conv2dShape(c.image, c.filters, c.opts);
-    test(`${c.n}×${c.image.channels}×${c.image.height}×${c.image.width}, ${c.filters} filters ${JSON.stringify(c.opts)} → ${out.height}×${out.width}`, () => {
-      const pc = new ParameterCollection({ seed: 29 });
-      const per = c.image.channels * c.image.height * c.image.width;
-      const W = pc.addParameters([c.filters, c.image.channels * c.opts.kernel ** 2], undefined, "W");
-      const b = pc.addParameters(c.filters, { kind: "uniform", scale: 0.5 }, "b");
-      const R = pc.addParameters([1, c.n * out.channels * out.height * out.width], undefined, "R");
-      const cg = new ComputationGraph();
-      const x = input(cg, randoms(c.n * per, 17), [c.n, per]);
-      const y = conv2d(x, W, b, c.image, c.opts);
-      const loss = matVec(R, flatten(y));
-      const cpu = new CpuEngine(pc);
-      cpu.forward(loss);
-      cpu.backward(loss);
-
-      // every node's value and gradient in emulated memory, at the graph's offsets
-      const values = mem.alloc(4 * cg.valueSize);
-      const grads = mem.alloc(4 * cg.valueSize);
-      const valPtr = new Float64Array(cg.size);
-      const gradPtr = new Float64Array(cg.size);
-      for (let i = 0; i < cg.size; i++) {
-        valPtr[i] = values + 4 * cg.valueOffset[i]!;
-        gradPtr[i] = grads + 4 * cg.valueOffset[i]!;
-      }
-      const put = (ptr: number, data: Float32Array) => mem.f.set(data, ptr / 4);
-      const get = (ptr: number, len: number) => mem.f.slice(ptr / 4, ptr / 4 + len);
-      put(valPtr[x.id]!, cpu.value(x));
-      put(valPtr[cg.arg(y.id, 1)]!, W.value);
-      put(valPtr[cg.arg(y.id, 2)]!, b.value);
-      const l = {
+/** A conv layer in emulated memory with the CPU engine's values and gradients to compare with. */
+function layerOn(mem: EmulatedMemory, c: Case) {
+  const out = conv2dShape(c.image, c.filters, c.opts);
+  const pc = new ParameterCollection({ seed: 29 });
+  const per = c.image.channels * c.image.height * c.image.width;
+  const W = pc.addParameters([c.filters, c.image.channels * c.opts.kernel ** 2], undefined, "W");
+  const b = pc.addParameters(c.filters, { kind: "uniform", scale: 0.5 }, "b");
+  const R = pc.addParameters([1, c.n * out.channels * out.height * out.width], undefined, "R");
+  const cg = new ComputationGraph();
+  const x = input(cg, randoms(c.n * per, 17), [c.n, per]);
+  const y = conv2d(x, W, b, c.image, c.opts);
+  const loss = matVec(R, flatten(y));
+  const cpu = new CpuEngine(pc);
+  cpu.forward(loss);
+  cpu.backward(loss);
+  // every node's value and gradient in emulated memory, at the graph's offsets
+  const values = mem.alloc(4 * cg.valueSize);
+  const grads = mem.alloc(4 * cg.valueSize);
+  const valPtr = new Float64Array(cg.size);
+  const gradPtr = new Float64Array(cg.size);
+  for (let i = 0; i < cg.size; i++) {
+    valPtr[i] = values + 4 * cg.valueOffset[i]!;
+    gradPtr[i] = grads + 4 * cg.valueOffset[i]!;
+  }
+  const put = (ptr: number, data: Float32Array) => mem.f.set(data, ptr / 4);
+  const get = (ptr: number, len: number) => mem.f.slice(ptr / 4, ptr / 4 + len);
+  put(valPtr[x.id]!, cpu.value(x));
+  put(valPtr[cg.arg(y.id, 1)]!, W.value);
+  put(valPtr[cg.arg(y.id, 2)]!, b.value);
+  return {
+    cg,
+    y: y.id,
+    dW: gradPtr[cg.arg(y.id, 1)]!,
+    /** The node kernels the runner sees, launching through `launch`. */
+    nodes(launch: (name: string, n: number, args: KernelArg[], stream: CudaStream) => void): EagerNodeKernels {
+      const kernel = (name: string) => ({ name }) as unknown as CudaKernel;
+      return {
         valPtr,
         gradPtr,
-        counts,
+        counts: { kernels: 0, cublas: 0, copies: 0 },
         k: { vp_im2col: kernel("vp_im2col"), vp_col2im_add: kernel("vp_col2im_add") },
-      };
-      (l as unknown as { launch: unknown }).launch = (k: CudaKernel, n: number, args: KernelArg[], s: CudaStream) => {
-        assert.equal(s, stream, "launched on the lane's stream");
-        runKernel(mem, k.name, n, args);
-      };
-      const nodes = l as unknown as EagerNodeKernels;
-
+        launch: (k: CudaKernel, n: number, args: KernelArg[], s: CudaStream) => launch(k.name, n, args, s),
+      } as unknown as EagerNodeKernels;
+    },
+    /** Runs forward, then backward from the CPU's dy, and compares y, dx, dW and db with the CPU's. */
+    check(runner: ConvRunner, nodes: EagerNodeKernels): void {
       runner.forward(nodes, cg, y.id);
       assertClose(get(valPtr[y.id]!, y.size), cpu.value(y), "y");
-
-      // backward from the CPU's dy, into zeroed gradients
       put(gradPtr[y.id]!, cpu.gradient(y));
       runner.backward(nodes, cg, y.id);
       assertClose(get(gradPtr[x.id]!, x.size), cpu.gradient(x), "dx");
       assertClose(get(gradPtr[cg.arg(y.id, 1)]!, W.value.length), W.grad, "dW");
       assertClose(get(gradPtr[cg.arg(y.id, 2)]!, c.filters), b.grad, "db");
+    },
+  };
+}
+
+const title = (c: Case) => {
+  const out = conv2dShape(c.image, c.filters, c.opts);
+  const { channels, height, width } = c.image;
+  return `${c.n}×${channels}×${height}×${width}, ${c.filters} filters ${JSON.stringify(c.opts)} → ${out.height}×${out.width}`;
+};
+
+describe("conv2d on the eager engine's runner, one lane, on an emulated device, against the CPU engine", () => {
+  const mem = new EmulatedMemory();
+  const log: string[] = [];
+  const stream = { handle: 0n, synchronize: () => log.push("synchronize") } as unknown as CudaStream;
+  const runner = new ConvRunner(fakeDriver(mem, log), fakeCublas(mem), oneLane(stream, 1n));
+
+  for (const c of CASES) {
+    test(title(c), () => {
+      const layer = layerOn(mem, c);
+      const nodes = layer.nodes((name, n, args, s) => {
+        assert.equal(s, stream, "launched on the lane's stream");
+        runKernel(mem, name, n, args);
+      });
+      layer.check(runner, nodes);
     });
   }
 
@@ -245,5 +266,107 @@ describe("conv2d on the eager engine's runner, on an emulated device, against th
     assert.ok(log.includes("synchronize"), "the lane was waited for before a buffer was freed");
     runner.dispose();
     assert.equal(mem.live.size, 2 * CASES.length, "dispose freed both");
+  });
+});
+
+/**
+ * Work on streams as a dependency graph: each operation depends on its stream's frontier (the previous operation
+ * and the events waited for since), an event captures its stream's frontier when recorded.
+ */
+class Dag {
+  readonly deps: Set<number>[] = [];
+  readonly labels: string[] = [];
+  op(stream: DagStream, label: string): number {
+    const id = this.deps.length;
+    this.deps.push(new Set(stream.frontier));
+    this.labels.push(label);
+    stream.frontier = new Set([id]);
+    return id;
+  }
+  /** Whether operation a is ordered before b (b depends on a, directly or not). */
+  before(a: number, b: number): boolean {
+    const seen = new Set<number>();
+    const todo = [...this.deps[b]!];
+    while (todo.length > 0) {
+      const d = todo.pop()!;
+      if (d === a) return true;
+      if (seen.has(d)) continue;
+      seen.add(d);
+      todo.push(...this.deps[d]!);
+    }
+    return false;
+  }
+}
+
+class DagStream {
+  frontier = new Set<number>();
+  synchronize(): void {}
+}
+
+describe("conv2d on four lanes of a stream pool, on an emulated device with stream-order dependencies", () => {
+  const c: Case = { n: 7, image: { channels: 2, height: 6, width: 6 }, filters: 3, opts: { kernel: 3, padding: 1 } };
+  test(`${title(c)}: the CPU's results; dW in sample order; the lanes overlap; the engine's stream joins them`, () => {
+    const mem = new EmulatedMemory();
+    const dag = new Dag();
+    const streamOf = new Map<bigint, DagStream>();
+    let nextHandle = 10n;
+    const backend: PoolBackend<DagStream, { captured: Set<number> }, bigint> = {
+      stream: () => new DagStream(),
+      event: () => ({ captured: new Set() }),
+      blas(s) {
+        streamOf.set(nextHandle, s);
+        return nextHandle++;
+      },
+      record: (e, s) => {
+        e.captured = new Set(s.frontier);
+      },
+      wait: (s, e) => {
+        for (const id of e.captured) s.frontier.add(id);
+      },
+      destroyEvent: () => {},
+      destroyLane: () => {},
+    };
+    const pool = new StreamPool(backend, 4);
+    const origin = new DagStream();
+    const layer = layerOn(mem, c);
+    const gemms: { op: number; C: number }[] = [];
+    const cublas = fakeCublas(mem, (h, call, C) => {
+      const op = dag.op(streamOf.get(h)!, call);
+      if (call === "gemm") gemms.push({ op, C });
+    });
+    const col2im: number[] = [];
+    const im2col: number[] = [];
+    const nodes = layer.nodes((name, n, args, s) => {
+      const op = dag.op(s as unknown as DagStream, name);
+      (name === "vp_im2col" ? im2col : col2im).push(op);
+      runKernel(mem, name, n, args);
+    });
+    const before = dag.op(origin, "the layer's inputs");
+    const lanes = poolLanes(
+      pool as unknown as StreamPool<CudaStream, unknown, bigint>,
+      origin as unknown as CudaStream,
+      4,
+    );
+    const runner = new ConvRunner(fakeDriver(mem, []), cublas, lanes);
+    layer.check(runner, nodes);
+    const after = dag.op(origin, "after the layer");
+
+    // forward: im2col of samples 0 … 6, then backward's im2col again; every lane waited for the inputs
+    assert.equal(im2col.length, 2 * c.n);
+    for (const op of im2col) assert.ok(dag.before(before, op), `${dag.labels[op]} after the layer's inputs`);
+    // the lanes overlap: sample 1's im2col does not wait for anything of sample 0
+    assert.ok(!dag.before(im2col[0]!, im2col[1]!), "samples 0 and 1 are on different lanes, unordered");
+    // the weight gradient's GEMMs (C = dW), one per sample, each after the previous, and after nothing else of it
+    const dW = gemms.filter((g) => g.C === layer.dW).map((g) => g.op);
+    assert.equal(dW.length, c.n);
+    for (let n = 1; n < c.n; n++) {
+      assert.ok(dag.before(dW[n - 1]!, dW[n]!), `dW GEMM ${n} after ${n - 1}`);
+      assert.ok(!dag.before(col2im[n - 1]!, dW[n]!), `dW GEMM ${n} does not wait for sample ${n - 1}'s col2im`);
+    }
+    // the engine's stream joins every lane
+    for (let op = 0; op < after; op++) {
+      if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);
+    }
+    runner.dispose();
   });
 });

@@ -13,6 +13,7 @@ export {
 } from "./analyser.js";
 export { explainChoice } from "./explain.js";
 export { footprint, type KernelFootprint, type KernelProfile, type Resource } from "./kernels.js";
+export { type Lane, type PoolBackend, StreamPool } from "./pool.js";
 export { type IntegerProgram, type IntegerSolution, IntegerSolver, loadSolver, lpText } from "./solver.js";
 export {
   type LaunchShape,

@@ -1,7 +1,7 @@
 // Convolution and max pooling on the eager engine (Caffe-style per-sample im2col + cuBLAS, src/engines/eager/conv.ts)
-// against the CPU reference: layers of GLP4NN's Table 5 at a small batch, forward and backward; the weight gradient
-// identical bit for bit from run to run (accumulated sample after sample, in order); column buffers that grow between
-// layers. The small cases of every image op are in the op × engine suite (test/gpu/op-engines.test.ts).
+// against the CPU reference: layers of GLP4NN's Table 5 at a small batch, forward and backward; results identical bit
+// for bit on one stream and on 2–4 streams of the pool (gradients accumulated sample after sample, in order); column
+// buffers that grow between layers. The small cases of every image op are in the op × engine suite (test/gpu/op-engines.test.ts).
 // Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";
@@ -88,8 +88,8 @@ interface LayerRun {
   cublas?: number;
 }
 
-/** Forward and backward of R·flatten(conv2d(x)) on an engine: y, dx (of the input node), dW, db. */
-function runLayer(L: Layer, engine: "cpu" | "eager"): LayerRun {
+/** Forward and backward of R·flatten(conv2d(x)) on an engine (eager on `streams` streams): y, dx, dW, db. */
+function runLayer(L: Layer, engine: "cpu" | "eager", streams = 1): LayerRun {
   const { pc, W, b, R } = layerParams(L);
   const per = L.image.channels * L.image.height * L.image.width;
   const cg = new ComputationGraph();
@@ -102,7 +102,7 @@ function runLayer(L: Layer, engine: "cpu" | "eager"): LayerRun {
     e.backward(loss);
     return { y: e.value(y), dx: e.gradient(x), dW: Float32Array.from(W.grad), db: Float32Array.from(b.grad) };
   }
-  const e = new EagerEngine(pc, { poolBytes: 512 * MiB });
+  const e = new EagerEngine(pc, { poolBytes: 512 * MiB, streams });
   try {
     e.forward(loss);
     e.backward(loss);
@@ -135,15 +135,19 @@ describe("conv2d on the eager engine against the CPU engine: Table 5 layers at a
   }
 });
 
-describe("conv2d's weight gradient is accumulated in a fixed order", { skip }, () => {
-  test("two runs give the same dW, db and dx bit for bit", () => {
-    const L = layer("CIFAR10 conv2", 8, 32, 16, 32, 5, 1, 2);
-    const a = runLayer(L, "eager");
-    const b = runLayer(L, "eager");
-    for (const key of ["y", "dW", "db", "dx"] as const) {
-      assert.deepEqual(new Uint32Array(a[key].buffer), new Uint32Array(b[key].buffer), `${key} differs between runs`);
-    }
-  });
+describe("conv2d's results do not depend on the streams: gradients accumulated in a fixed order", { skip }, () => {
+  const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+  for (const L of [layer("CIFAR10 conv2", 8, 32, 16, 32, 5, 1, 2), layer("CaffeNet conv1", 5, 3, 227, 96, 11, 4, 0)]) {
+    test(`${L.name}, ${L.n} samples: one stream twice, then 2, 3 and 4 streams, give y, dW, db and dx bit for bit`, () => {
+      const one = runLayer(L, "eager");
+      for (const streams of [1, 2, 3, 4]) {
+        const other = runLayer(L, "eager", streams);
+        for (const key of ["y", "dW", "db", "dx"] as const) {
+          assert.deepEqual(bits(other[key]), bits(one[key]), `${key} on ${streams} stream(s) differs from one stream`);
+        }
+      }
+    });
+  }
 });
 
 describe("a small CNN on the eager engine", { skip }, () => {
@@ -169,7 +173,7 @@ describe("a small CNN on the eager engine", { skip }, () => {
         R: pc.addParameters([1, N * 8 * s3.height * s3.width], undefined, "R"),
       };
     };
-    const run = (engine: "cpu" | "eager") => {
+    const run = (engine: "cpu" | "eager", streams = 1) => {
       const pc = new ParameterCollection({ seed: 23 });
       const p = build(pc);
       assert.equal(p.shapes.p1.height, 16, "Caffe's pooling rounding");
@@ -179,7 +183,7 @@ describe("a small CNN on the eager engine", { skip }, () => {
       const h2 = maxPool2d(tanh(conv2d(h1, p.W2, p.b2, p.shapes.p1, conv1)), p.shapes.s2, pool);
       const y = conv2d(h2, p.W3, p.b3, p.shapes.p2, { kernel: 3 });
       const loss: Expression = matVec(p.R, flatten(y));
-      const e = engine === "cpu" ? new CpuEngine(pc) : new EagerEngine(pc, { poolBytes: 256 * MiB });
+      const e = engine === "cpu" ? new CpuEngine(pc) : new EagerEngine(pc, { poolBytes: 256 * MiB, streams });
       try {
         const l = e.forwardScalar(loss);
         e.backward(loss);
@@ -191,8 +195,11 @@ describe("a small CNN on the eager engine", { skip }, () => {
       }
     };
     const c = run("cpu");
-    const g = run("eager");
-    assertClose(Float32Array.of(g.l), Float32Array.of(c.l), "loss");
-    for (const key of ["h1", "dx", "dW1", "dW2", "dW3"] as const) assertClose(g[key], c[key], key);
+    for (const streams of [1, 4]) {
+      const g = run("eager", streams);
+      assertClose(Float32Array.of(g.l), Float32Array.of(c.l), `loss on ${streams} stream(s)`);
+      for (const key of ["h1", "dx", "dW1", "dW2", "dW3"] as const)
+        assertClose(g[key], c[key], `${key} on ${streams} stream(s)`);
+    }
   });
 });

@@ -6,7 +6,7 @@ import { type CudaKernel, type CudaStream, type KernelArg, karg } from "../../cu
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
-import { ConvRunner } from "./conv.js";
+import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
 
@@ -21,7 +21,7 @@ export interface NodeAddresses {
 
 /** Launches one node's forward or backward work on the context's stream. */
 export class EagerNodeKernels {
-  /** Convolutions: per-sample im2col + GEMMs on the context's stream, the one lane so far (conv.ts). */
+  /** Convolutions: per-sample im2col + GEMMs on `lanes` (conv.ts). */
   readonly conv: ConvRunner;
 
   constructor(
@@ -30,8 +30,9 @@ export class EagerNodeKernels {
     private readonly at: NodeAddresses,
     readonly device: DeviceParameters,
     readonly counts: LaunchCounts,
+    lanes: ConvLanes = oneLane(ctx.stream, ctx.cublasHandle),
   ) {
-    this.conv = new ConvRunner(ctx.device.driver, ctx.cublas, [{ stream: ctx.stream, cublasHandle: ctx.cublasHandle }]);
+    this.conv = new ConvRunner(ctx.device.driver, ctx.cublas, lanes);
   }
 
   /** Device address of each node's value (the engine grows the arrays; read them through these getters). */
