@@ -1,6 +1,14 @@
 import { type ComputationGraph, Expression, ShapeError } from "../graph/graph.js";
 import { Op } from "../graph/opcodes.js";
-import { argNode, type ExprLike, graphOf3, type OpDefinition, type OpFamily, shapeSignature } from "./common.js";
+import {
+  argNode,
+  type ExprLike,
+  exprGraph,
+  graphOf3,
+  type OpDefinition,
+  type OpFamily,
+  shapeSignature,
+} from "./common.js";
 
 /*
  * IMAGE BATCHES. The graph's nodes are matrices, so a batch of N images of C×H×W (rank 4, Caffe's NCHW) is the
@@ -186,7 +194,7 @@ export function conv2d(x: Expression, W: ExprLike, b: ExprLike, image: ImageShap
  */
 export function maxPool2d(x: Expression, image: ImageShape, opts: MaxPool2dOptions): Expression {
   const op = "maxPool2d";
-  const g = x.graph;
+  const g = exprGraph(x, op, "x");
   const xi = g.check(x, op, "x");
   const { kernel } = opts;
   const stride = opts.stride ?? kernel;
@@ -204,7 +212,7 @@ export function maxPool2d(x: Expression, image: ImageShape, opts: MaxPool2dOptio
 
 /** y = x's values as one vector: an image batch [N, D] becomes [N·D] (sample n is y[n·D … (n+1)·D)). */
 export function flatten(x: Expression): Expression {
-  const g = x.graph;
+  const g = exprGraph(x, "flatten", "x");
   const xi = g.check(x, "flatten", "x");
   return new Expression(g, g.addNode1(Op.Flatten, g.rows[xi]! * g.cols[xi]!, 1, xi), g.generation);
 }
