@@ -104,6 +104,9 @@ describe("deviceModelOfCuda (the device model of an opened GPU)", () => {
       sharedPerBlock: 232448,
       warpSize: 32,
       arch: "sm_90",
+      maxThreadsPerSm: 2048,
+      maxBlocksPerSm: 32,
+      reservedSharedPerBlock: 1024,
     });
   });
 });

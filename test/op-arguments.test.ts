@@ -14,6 +14,9 @@ import * as ops from "../src/ops/index.js";
 const {
   add,
   affine,
+  conv2d,
+  flatten,
+  maxPool2d,
   cmul,
   concat,
   dropout,
@@ -36,7 +39,16 @@ const {
 } = ops;
 
 /** Exports of src/ops/index.ts that build no node (math helpers and the registry). */
-const NOT_BUILDERS = new Set(["sigmoid", "dropoutKeeps", "batchSignature", "KERNELS", "OPS"]);
+/** (`conv2dShape`, `maxPool2dShape`: the output shape of an image op, from numbers.) */
+const NOT_BUILDERS = new Set([
+  "sigmoid",
+  "dropoutKeeps",
+  "batchSignature",
+  "KERNELS",
+  "OPS",
+  "conv2dShape",
+  "maxPool2dShape",
+]);
 
 const pc = new ParameterCollection({ seed: 1 });
 const W = pc.addParameters([3, 4], undefined, "W");
@@ -57,7 +69,33 @@ const bad = (v: unknown): any => v;
 const EXPR_OR_PARAM = "must be an Expression or a dense parameter";
 
 /** [builder, case, call, the message (whole)]. */
+const IMAGE = { channels: 1, height: 2, width: 2 };
 const CASES: [string, string, () => unknown, RegExp][] = [
+  [
+    "conv2d",
+    "x missing",
+    () => conv2d(bad(undefined), W, b, IMAGE, { kernel: 2 }),
+    /^conv2d: argument 'x' must be an Expression or a dense parameter; got undefined$/,
+  ],
+  [
+    "conv2d",
+    "W a number",
+    () => conv2d(x4, bad(3), b, IMAGE, { kernel: 2 }),
+    /^conv2d: argument 'W' must be an Expression or a dense parameter; got 3$/,
+  ],
+  [
+    "maxPool2d",
+    "x missing",
+    () => maxPool2d(bad(undefined), IMAGE, { kernel: 2 }),
+    /^maxPool2d: argument 'x' must be an Expression; got undefined$/,
+  ],
+  [
+    "maxPool2d",
+    "x a parameter",
+    () => maxPool2d(bad(W), IMAGE, { kernel: 2 }),
+    /^maxPool2d: no argument is an expression, so there is no graph to add the node to$/,
+  ],
+  ["flatten", "x a number", () => flatten(bad(3)), /^flatten: argument 'x' must be an Expression; got 3$/],
   ["matVec", "W undefined", () => matVec(bad(undefined), x4), /^matVec: argument 'W' must be .*; got undefined$/],
   ["matVec", "x undefined", () => matVec(W, bad(undefined)), /^matVec: argument 'x' must be .*; got undefined$/],
   ["matVec", "W a number", () => matVec(bad(3), x4), /^matVec: argument 'W' must be .*; got 3$/],

@@ -7,17 +7,23 @@
 import type { ComputationGraph, Expression } from "../src/graph/graph.js";
 import { Op, type OpTable } from "../src/graph/opcodes.js";
 import { type Parameter, ParameterCollection } from "../src/model/parameters.js";
+import type { Conv2dOptions, ImageShape, MaxPool2dOptions } from "../src/ops/image.js";
 import {
   add,
   affine,
   cmul,
   concat,
+  conv2d,
+  conv2dShape,
   dropout,
+  flatten,
   input,
   logistic,
   lookup,
   lstmCell,
   matVec,
+  maxPool2d,
+  maxPool2dShape,
   parameter,
   pickNegLogSoftmax,
   pickRange,
@@ -159,6 +165,80 @@ function cellAfterAffine(k: number): OpCase {
       let y = matVec(p.R, hc);
       if (k === 2) y = add(y, matVec(p.R, lstmCell(gates, [c1, c2])));
       return y;
+    },
+  );
+}
+
+/**
+ * Parameter values that are pairwise at least 2/n apart (a permutation of an even grid over ±1): max pooling's
+ * finite differences must not move one element past another in a window.
+ */
+function spread(p: Parameter): void {
+  const v = p.value;
+  const n = v.length;
+  for (let k = 0; k < n; k++) v[k] = (((k * 37 + 11) % n) / n) * 2 - 1;
+}
+
+/** An image batch of `n` samples of `image` as a parameter matrix (so that its gradient is checked too). */
+function imageParam(pc: ParameterCollection, n: number, image: ImageShape, name = "x"): Parameter {
+  return pc.addParameters([n, image.channels * image.height * image.width], unit, name);
+}
+
+/** conv2d of a parameter image batch, its output summed against R (every output element gets a gradient). */
+function convCase(what: string, n: number, image: ImageShape, filters: number, opts: Conv2dOptions): OpCase {
+  const out = conv2dShape(image, filters, opts);
+  const outLen = n * out.channels * out.height * out.width;
+  return withParams(
+    `${what}: ${n} samples of ${image.channels}×${image.height}×${image.width}, ${filters} filters → ` +
+      `${out.channels}×${out.height}×${out.width}`,
+    (pc) => ({
+      x: imageParam(pc, n, image),
+      W: pc.addParameters([filters, image.channels * opts.kernel * opts.kernel], unit, "W"),
+      b: pc.addParameters(filters, unit, "b"),
+      R: dot(pc, outLen),
+    }),
+    (cg, p) => matVec(p.R, flatten(conv2d(parameter(cg, p.x), p.W, p.b, image, opts))),
+  );
+}
+
+/** maxPool2d of a parameter image batch with well-separated values, into a softmax loss. */
+function poolCase(what: string, n: number, image: ImageShape, opts: MaxPool2dOptions): OpCase {
+  const out = maxPool2dShape(image, opts);
+  return withParams(
+    `${what}: ${n} samples of ${image.channels}×${image.height}×${image.width} → ${out.height}×${out.width}`,
+    (pc) => {
+      const x = imageParam(pc, n, image);
+      spread(x);
+      return { x, R: dot(pc, n * out.channels * out.height * out.width) };
+    },
+    (cg, p) => matVec(p.R, flatten(maxPool2d(parameter(cg, p.x), image, opts))),
+  );
+}
+
+/** A small CNN on an input batch, the shape of a convolutional model: conv, tanh, max pooling, flatten, an affine per sample. */
+function smallCnn(): OpCase {
+  const N = 3;
+  const image = { channels: 2, height: 6, width: 6 };
+  const conv = { kernel: 3, padding: 1 } as const;
+  const c1 = conv2dShape(image, 4, conv);
+  const pool = { kernel: 3, stride: 2 } as const;
+  const p1 = maxPool2dShape(c1, pool);
+  const D = p1.channels * p1.height * p1.width;
+  return withParams(
+    `a small CNN on an input batch of ${N}: conv 3×3 (padding 1), tanh, max pooling 3×3 stride 2, flatten, affine per sample`,
+    (pc) => ({
+      W: pc.addParameters([4, 2 * 9], unit, "conv.W"),
+      b: pc.addParameters(4, { kind: "uniform", scale: 0.1 }, "conv.b"),
+      V: pc.addParameters([5, D], undefined, "fc.W"),
+      c: pc.addParameters(5, { kind: "uniform", scale: 0.1 }, "fc.b"),
+    }),
+    (cg, p) => {
+      const x = input(cg, randoms(N * 2 * 36, 60), [N, 2 * 36]);
+      const h = flatten(maxPool2d(tanh(conv2d(x, p.W, p.b, image, conv)), c1, pool));
+      const losses = [2, 0, 4].map((label, k) =>
+        pickNegLogSoftmax(affine([p.c, p.V, pickRange(h, k * D, (k + 1) * D)]), label),
+      );
+      return sum(losses);
     },
   );
 }
@@ -363,4 +443,58 @@ export const OP_CASES: OpTable<readonly OpCase[]> = {
     }),
   ],
   [Op.LstmCell]: [0, 1, 2, 3].map(cellOfVectors).concat([0, 1, 2].map(cellAfterAffine)),
+  [Op.Conv2d]: [
+    convCase("3×3, stride 1, padding 1", 2, { channels: 2, height: 5, width: 5 }, 3, { kernel: 3, padding: 1 }),
+    convCase(
+      "5×5, stride 2, padding 2 (windows over every border, a non-square image)",
+      2,
+      { channels: 1, height: 4, width: 7 },
+      2,
+      {
+        kernel: 5,
+        stride: 2,
+        padding: 2,
+      },
+    ),
+    withParams(
+      "two convolutions in a chain on an input batch (the second 2×2, stride 2)",
+      (pc) => ({
+        W1: pc.addParameters([4, 2 * 9], unit, "W1"),
+        b1: pc.addParameters(4, unit, "b1"),
+        W2: pc.addParameters([2, 4 * 4], unit, "W2"),
+        b2: pc.addParameters(2, unit, "b2"),
+        R: dot(pc, 3 * 2 * 3 * 3),
+      }),
+      (cg, p) => {
+        const image = { channels: 2, height: 6, width: 6 };
+        const x = input(cg, randoms(3 * 72, 61), [3, 72]);
+        const h = tanh(conv2d(x, p.W1, p.b1, image, { kernel: 3, padding: 1 }));
+        const y = conv2d(h, p.W2, p.b2, { channels: 4, height: 6, width: 6 }, { kernel: 2, stride: 2 });
+        return matVec(p.R, flatten(y));
+      },
+    ),
+  ],
+  [Op.MaxPool2d]: [
+    poolCase("2×2 windows side by side", 2, { channels: 2, height: 4, width: 4 }, { kernel: 2 }),
+    poolCase(
+      "3×3 windows, stride 2: overlapping, the last column clipped (Caffe's rounding)",
+      1,
+      { channels: 2, height: 7, width: 6 },
+      {
+        kernel: 3,
+        stride: 2,
+      },
+    ),
+  ],
+  [Op.Flatten]: [
+    withParams(
+      "a parameter matrix into per-sample vectors (pickRange), each into a loss",
+      (pc) => ({ x: pc.addParameters([3, 4], unit, "x") }),
+      (cg, p) => {
+        const v = flatten(parameter(cg, p.x));
+        return sum([0, 1, 2].map((k) => pickNegLogSoftmax(pickRange(v, 4 * k, 4 * k + 4), k)));
+      },
+    ),
+    smallCnn(),
+  ],
 };

@@ -10,7 +10,7 @@ import { ComputationGraph } from "../src/graph/graph.js";
 import { OP_COUNT, Op, opName } from "../src/graph/opcodes.js";
 import { gradientCheck } from "./helpers.js";
 import { DROPOUT_ELEMENTS, DROPOUT_P, OP_CASES } from "./op-cases.js";
-import { CPU_SIDE_ENGINES, compareWithCpu } from "./op-suite.js";
+import { assertRefuses, CPU_SIDE_ENGINES, compareWithCpu } from "./op-suite.js";
 
 for (let op = 0; op < OP_COUNT; op++) {
   describe(`op ${opName(op)}`, () => {
@@ -26,6 +26,12 @@ for (let op = 0; op < OP_COUNT; op++) {
         });
       }
       for (const engine of CPU_SIDE_ENGINES) {
+        const refused = engine.refuses?.(c);
+        if (refused !== undefined) {
+          test(`${c.name}: ${engine.name} refuses it, naming op ${opName(refused)}`, () =>
+            assertRefuses(c, engine, refused));
+          continue;
+        }
         test(`${c.name}: ${engine.name} equals the CPU engine`, { skip: engine.skip?.(c) ?? false }, async () => {
           assert.equal(await compareWithCpu(c.make, engine), "");
         });

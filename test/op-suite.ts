@@ -6,18 +6,22 @@
  * GPU autobatch engine on its emulated device, VPPS on its emulator); test/gpu/op-engines.test.ts adds the real GPU
  * engines. Also used by the engine tests for their random graphs (`compareWithCpu`).
  */
+
+import assert from "node:assert/strict";
 import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { AutobatchCpuEngine } from "../src/engines/autobatch/cpu-batched.js";
 import { AutobatchGpuEngine } from "../src/engines/autobatch/gpu-engine.js";
+import { refusesOp } from "../src/engines/autobatch/kernel-table.js";
 import type { BatchStrategy } from "../src/engines/autobatch/plan.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import type { Engine } from "../src/engines/engine.js";
 import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import { planVpps } from "../src/engines/vpps/plan/plan.js";
+import { refusedOps } from "../src/engines/vpps/schedule/kernel-table.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { emulateBatch } from "../src/engines/vpps/script/emulate-batch.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
-import { Op } from "../src/graph/opcodes.js";
+import { Op, UnsupportedOpError } from "../src/graph/opcodes.js";
 import type { ParameterCollection } from "../src/model/parameters.js";
 import { EmulatedAutobatchDevice } from "./autobatch-emulator.js";
 import type { CaseGraph, OpCase } from "./op-cases.js";
@@ -49,6 +53,8 @@ export interface EngineUnderTest {
   readonly touchedInOrder?: boolean;
   /** Why this engine does not run the case, or undefined. */
   skip?(c: OpCase): string | undefined;
+  /** The op of the case's graph this engine refuses (its run must fail naming it), or undefined. */
+  refuses?(c: OpCase): Op | undefined;
   /** Forward and backward of `loss` on a fresh engine over `params`. */
   run(params: ParameterCollection, cg: ComputationGraph, loss: Expression): EngineRun | Promise<EngineRun>;
 }
@@ -200,6 +206,24 @@ function dropoutMask(g: ComputationGraph, i: number, actual: Float32Array, expec
   return "";
 }
 
+/** The first op of the case's graph, in node order, that `refused` says an engine refuses; undefined if none. */
+export function firstRefused(c: OpCase, refused: (op: Op) => boolean): Op | undefined {
+  const cg = new ComputationGraph();
+  c.make().build(cg);
+  for (let i = 0; i < cg.size; i++) if (refused(cg.op[i] as Op)) return cg.op[i] as Op;
+  return undefined;
+}
+
+/** What an engine that refuses an op in a graph must do: fail with one UnsupportedOpError naming that op. */
+export async function assertRefuses(c: OpCase, engine: EngineUnderTest, op: Op): Promise<void> {
+  await assert.rejects(compareWithCpu(c.make, engine), (e: unknown) => {
+    assert.ok(e instanceof UnsupportedOpError, `expected an UnsupportedOpError, got ${String(e)}`);
+    assert.equal(e.op, op, e.message);
+    assert.ok(!e.message.includes("\n"), "one line");
+    return true;
+  });
+}
+
 // ---- the engines available without a GPU ----------------------------------------------------------------------------
 
 const STRATEGIES: readonly BatchStrategy[] = ["depth", "agenda"];
@@ -226,6 +250,7 @@ export function emulatedAutobatchEngine(
   return {
     name: `autobatch GPU (${strategy}, emulated device)`,
     tolerance: scaleTolerance(1e-4),
+    refuses: (c) => firstRefused(c, refusesOp),
     run: (params, cg, loss) => {
       const e = new AutobatchGpuEngine(params, { strategy }, new EmulatedAutobatchDevice(params));
       onEngine?.(e);
@@ -249,6 +274,7 @@ export function emulatedVpps(interleaving: "random" | "greedy"): EngineUnderTest
     name: `VPPS (emulated, ${interleaving} interleaving)`,
     tolerance: vppsTolerance(1e-5),
     skip: (c) => c.notOnVpps,
+    refuses: vppsRefuses,
     run(params, cg, loss) {
       const specs = vppsMatrices(params).map((p) => ({ name: p.name, rows: p.rows, cols: p.cols }));
       const model = createModelLayout(params.all, planVpps(specs, SMALL_GPU, { ctasPerSm: 1, rowsPerWarp: 1 }));
@@ -258,6 +284,12 @@ export function emulatedVpps(interleaving: "random" | "greedy"): EngineUnderTest
       return { loss: got.loss, parameterGradient: (i) => got.gradients[i]!, dispose: () => {} };
     },
   };
+}
+
+/** The op of a case VPPS refuses (its kernel table's `unsupported` entries). */
+export function vppsRefuses(c: OpCase): Op | undefined {
+  const refused = refusedOps();
+  return firstRefused(c, (op) => refused[op] === 1);
 }
 
 /** The matrices VPPS keeps on chip; a model without one gets an unused 1×2 matrix (VPPS plans at least one). */

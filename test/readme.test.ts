@@ -5,11 +5,18 @@ import {
   affine,
   ComputationGraph,
   CpuEngine,
+  conv2d,
+  conv2dShape,
+  flatten,
   input,
   lstmStep,
+  maxPool2d,
+  maxPool2dShape,
   ParameterCollection,
   pickNegLogSoftmax,
   pickRange,
+  relu,
+  sum,
 } from "../src/index.js";
 
 // The README's API example, verbatim in substance: it must run and learn.
@@ -42,4 +49,45 @@ test("the README's API example trains an LSTM through the public exports", () =>
     engine.update(trainer);
   }
   assert.ok(losses[99]! < losses[0]! / 10, `loss ${losses[0]} → ${losses[99]}`);
+});
+
+// The README's convolutional example: its shapes hold, and a few Adam steps on one batch lower the loss.
+test("the README's convolutional layers example builds, runs on the CPU engine and learns one batch", () => {
+  const pc = new ParameterCollection({ seed: 2 });
+  const image = { channels: 1, height: 28, width: 28 };
+  const conv = { kernel: 5 };
+  const pool = { kernel: 2 };
+  const c1 = conv2dShape(image, 20, conv);
+  const p1 = maxPool2dShape(c1, pool);
+  assert.deepEqual(
+    [c1, p1],
+    [
+      { channels: 20, height: 24, width: 24 },
+      { channels: 20, height: 12, width: 12 },
+    ],
+  );
+  const D = p1.channels * p1.height * p1.width;
+  const W1 = pc.addParameters([20, 1 * 5 * 5]);
+  const b1 = pc.addParameters(20);
+  const W2 = pc.addParameters([10, D]);
+  const b2 = pc.addParameters(10);
+  const N = 2;
+  const pixels = Array.from({ length: N * 28 * 28 }, (_, k) => ((k * 7919) % 256) / 255);
+  const labels = [3, 8];
+  const engine = new CpuEngine(pc);
+  const trainer = new AdamTrainer({ learningRate: 0.001 });
+  const cg = new ComputationGraph();
+  const losses: number[] = [];
+  for (let step = 0; step < 4; step++) {
+    cg.renew();
+    const x = input(cg, pixels, [N, 28 * 28]);
+    const h = flatten(maxPool2d(relu(conv2d(x, W1, b1, image, conv)), c1, pool));
+    const loss = sum(
+      labels.map((label, n) => pickNegLogSoftmax(affine([b2, W2, pickRange(h, n * D, (n + 1) * D)]), label)),
+    );
+    losses.push(engine.forwardScalar(loss));
+    engine.backward(loss);
+    engine.update(trainer);
+  }
+  assert.ok(losses[3]! < losses[0]!, `loss ${losses[0]} → ${losses[3]}`);
 });

@@ -38,6 +38,12 @@ export enum Op {
   Sum = 15,
   /** [h; c] of an LSTM-style cell with k children: c = σ(i)⊙tanh(u) + Σⱼ σ(fⱼ)⊙cⱼ, h = σ(o)⊙tanh(c) */
   LstmCell = 16,
+  /** y[n] = b + W ⋆ x[n]: a 2-D convolution of each sample of an image batch [N, C·H·W] (src/ops/image.ts) */
+  Conv2d = 17,
+  /** y[n, c] = the maximum of each K×K window (stride S) of x[n, c], per sample and channel */
+  MaxPool2d = 18,
+  /** y = x's values as one vector: an image batch [N, D] becomes [N·D] */
+  Flatten = 19,
 }
 
 import { UserError } from "../util/errors.js";
@@ -93,6 +99,9 @@ export const OP_NAMES: readonly string[] = opArray(
     [Op.PickNegLogSoftmax]: "pickNegLogSoftmax",
     [Op.Sum]: "sum",
     [Op.LstmCell]: "lstmCell",
+    [Op.Conv2d]: "conv2d",
+    [Op.MaxPool2d]: "maxPool2d",
+    [Op.Flatten]: "flatten",
   },
   "op names",
 );

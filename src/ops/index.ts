@@ -1,6 +1,16 @@
 export { lstmCell, lstmStep, treeLstmLeaf, treeLstmNode } from "./cells.js";
 export type { Buf, ExprLike, OpDefinition, OpKernels } from "./common.js";
 export { add, cmul, dropout, dropoutKeeps, logistic, relu, sigmoid, sub, tanh } from "./elementwise.js";
+export {
+  type Conv2dOptions,
+  conv2d,
+  conv2dShape,
+  flatten,
+  type ImageShape,
+  type MaxPool2dOptions,
+  maxPool2d,
+  maxPool2dShape,
+} from "./image.js";
 export { affine, matVec } from "./linear.js";
 export { pickNegLogSoftmax } from "./loss.js";
 export { batchSignature, KERNELS, OPS } from "./registry.js";

@@ -3,6 +3,7 @@ import { type OpTable, opArray } from "../graph/opcodes.js";
 import { CELL_OPS } from "./cells.js";
 import type { OpDefinition } from "./common.js";
 import { ELEMENTWISE_OPS } from "./elementwise.js";
+import { IMAGE_OPS } from "./image.js";
 import { LINEAR_OPS } from "./linear.js";
 import { LOSS_OPS } from "./loss.js";
 import { STRUCTURE_OPS } from "./structure.js";
@@ -18,6 +19,7 @@ export const OPS: readonly OpDefinition[] = opArray(
     ...ELEMENTWISE_OPS,
     ...LOSS_OPS,
     ...CELL_OPS,
+    ...IMAGE_OPS,
   } satisfies OpTable<OpDefinition>,
   "reference kernels (src/ops)",
 );

@@ -26,10 +26,16 @@ import {
 // ---- builders -------------------------------------------------------------------------------------------------
 
 /**
- * y = the given values (a vector). Each value must be a finite number that float32 can hold: a NaN or an infinity
- * here would reach the weights through the gradients, and a string would become NaN.
+ * y = the given values: a vector, or a row-major matrix of `shape` [rows, cols] (an image batch for conv2d is
+ * [samples, C·H·W]: one sample per row, each in channel, row, column order). Each value must be a finite number that
+ * float32 can hold: a NaN or an infinity here would reach the weights through the gradients, and a string would
+ * become NaN.
  */
-export function input(g: ComputationGraph, values: ArrayLike<number>): Expression {
+export function input(
+  g: ComputationGraph,
+  values: ArrayLike<number>,
+  shape: readonly [number, number] = [values?.length ?? 0, 1],
+): Expression {
   requireGraph(g, "input");
   const v = values as Partial<ArrayLike<unknown>> | null;
   if (typeof v !== "object" || v === null || !Number.isSafeInteger(v.length) || v.length! < 0) {
@@ -37,12 +43,16 @@ export function input(g: ComputationGraph, values: ArrayLike<number>): Expressio
   }
   const n = values.length;
   if (n === 0) throw new ShapeError("input: needs at least one value");
+  const [rows, cols] = shape;
+  if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows * cols !== n) {
+    throw new ShapeError(`input: shape [${rows},${cols}] does not hold the ${n} values given`);
+  }
   for (let k = 0; k < n; k++) {
     const x = values[k];
     if (typeof x !== "number" || !Number.isFinite(Math.fround(x))) throw badInputValue(x, k);
   }
   const off = g.addInputData(values);
-  const id = g.addNode0(Op.Input, n, 1, off);
+  const id = g.addNode0(Op.Input, rows, cols, off);
   return new Expression(g, id, g.generation);
 }
 
@@ -197,7 +207,7 @@ const inputOp: OpDefinition = {
   forward(g, i, v) {
     const y = g.valueOffset[i]!;
     const off = g.aux[i]!;
-    const n = g.rows[i]!;
+    const n = g.rows[i]! * g.cols[i]!;
     for (let k = 0; k < n; k++) v[y + k] = g.inputData[off + k]!;
   },
   backward() {},

@@ -6,6 +6,7 @@
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AutobatchGpuEngine, type GemmMode } from "../../src/engines/autobatch/gpu-engine.js";
+import { refusesOp } from "../../src/engines/autobatch/kernel-table.js";
 import type { BatchStrategy } from "../../src/engines/autobatch/plan.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { Vpps } from "../../src/engines/vpps/vpps.js";
@@ -13,8 +14,10 @@ import {
   type EngineUnderTest,
   elementTolerance,
   engineRun,
+  firstRefused,
   scaleTolerance,
   vppsMatrices,
+  vppsRefuses,
   vppsTolerance,
 } from "../op-suite.js";
 
@@ -39,6 +42,7 @@ export function autobatch(strategy: BatchStrategy, gemm: GemmMode): EngineUnderT
   return {
     name: `autobatch GPU (${strategy}, ${gemm})`,
     tolerance: scaleTolerance(1e-4),
+    refuses: (c) => firstRefused(c, refusesOp),
     run(params, cg, loss) {
       const e = new AutobatchGpuEngine(params, { strategy, gemm, poolBytes: 256 * MiB });
       return engineRun(e, cg, loss, {
@@ -54,6 +58,7 @@ export const vpps: EngineUnderTest = {
   name: "VPPS",
   tolerance: vppsTolerance(1e-4, 1e-9),
   skip: (c) => c.notOnVpps,
+  refuses: vppsRefuses,
   async run(params, cg, loss) {
     vppsMatrices(params);
     const v = await Vpps.create(params, {

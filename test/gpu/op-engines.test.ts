@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { OP_COUNT, type Op, opName } from "../../src/graph/opcodes.js";
 import { OP_CASES } from "../op-cases.js";
-import { compareWithCpu } from "../op-suite.js";
+import { assertRefuses, compareWithCpu } from "../op-suite.js";
 import { GPU_ENGINES as ENGINES } from "./engines.js";
 
 const available = cudaAvailable();
@@ -18,6 +18,12 @@ for (let op = 0; op < OP_COUNT; op++) {
   describe(`op ${opName(op)} on the GPU engines`, { skip }, () => {
     for (const c of OP_CASES[op as Op]) {
       for (const engine of ENGINES) {
+        const refused = engine.refuses?.(c);
+        if (refused !== undefined) {
+          test(`${c.name}: ${engine.name} refuses it, naming op ${opName(refused)}`, () =>
+            assertRefuses(c, engine, refused));
+          continue;
+        }
         test(`${c.name}: ${engine.name} equals the CPU engine`, { skip: engine.skip?.(c) ?? false }, async () => {
           assert.equal(await compareWithCpu(c.make, engine), "");
         });

@@ -24,6 +24,11 @@ export interface DeviceModel {
   readonly warpSize: number;
   /** Compute capability as `sm_XY`, the nvcc/NVRTC architecture of generated kernels. */
   readonly arch: string;
+  /** Threads and blocks resident on one SM at most (any mix of kernels): GLP4NN's τ_max and β_max. */
+  readonly maxThreadsPerSm: number;
+  readonly maxBlocksPerSm: number;
+  /** Shared memory the driver keeps per resident block (1 KiB since compute capability 8.0), out of sharedPerSm. */
+  readonly reservedSharedPerBlock: number;
 }
 
 const KIB = 1024;
@@ -38,6 +43,9 @@ export const H100_SXM: DeviceModel = Object.freeze({
   sharedPerBlock: 227 * KIB,
   warpSize: 32,
   arch: "sm_90",
+  maxThreadsPerSm: 2048,
+  maxBlocksPerSm: 32,
+  reservedSharedPerBlock: KIB,
 });
 
 /** NVIDIA H200: the same Hopper SM as the H100 SXM, with more and faster HBM (which VPPS does not depend on). */
@@ -52,6 +60,10 @@ export interface DeviceProperties {
   readonly sharedPerSm: number;
   readonly sharedPerBlock: number;
   readonly warpSize: number;
+  readonly maxThreadsPerSm: number;
+  readonly maxBlocksPerSm: number;
+  /** Absent: 0 (drivers before CUDA 11 do not report it). */
+  readonly reservedSharedPerBlock?: number;
   /** Compute capability, e.g. `{ major: 9, minor: 0 }`; when absent the architecture defaults to `sm_90`. */
   readonly computeCapability?: { readonly major: number; readonly minor: number };
 }
@@ -68,6 +80,8 @@ export function deviceModelFromProperties(props: DeviceProperties): DeviceModel 
     "sharedPerSm",
     "sharedPerBlock",
     "warpSize",
+    "maxThreadsPerSm",
+    "maxBlocksPerSm",
   ];
   for (const key of positive) {
     const value = props[key];
@@ -80,6 +94,10 @@ export function deviceModelFromProperties(props: DeviceProperties): DeviceModel 
       `deviceModelFromProperties: 'warpSize' must be 32 (the generated kernel assumes it); got ${props.warpSize}`,
     );
   }
+  const reserved = props.reservedSharedPerBlock ?? 0;
+  if (!Number.isInteger(reserved) || reserved < 0) {
+    throw new Error(`deviceModelFromProperties: 'reservedSharedPerBlock' must be an integer ≥ 0; got ${reserved}`);
+  }
   const cc = props.computeCapability;
   return Object.freeze({
     name: props.name,
@@ -90,6 +108,9 @@ export function deviceModelFromProperties(props: DeviceProperties): DeviceModel 
     sharedPerBlock: props.sharedPerBlock,
     warpSize: props.warpSize,
     arch: cc === undefined ? "sm_90" : `sm_${cc.major}${cc.minor}`,
+    maxThreadsPerSm: props.maxThreadsPerSm,
+    maxBlocksPerSm: props.maxBlocksPerSm,
+    reservedSharedPerBlock: reserved,
   });
 }
 
@@ -106,9 +127,37 @@ export function deviceModelOfCuda(props: CudaDeviceProperties): DeviceModel {
     sharedPerSm: props.sharedPerSm,
     sharedPerBlock: props.sharedPerBlockOptin,
     warpSize: props.warpSize,
+    maxThreadsPerSm: props.maxThreadsPerSm,
+    maxBlocksPerSm: props.maxBlocksPerSm,
+    reservedSharedPerBlock: props.reservedSharedPerBlock,
     computeCapability: { major: props.ccMajor, minor: props.ccMinor },
   });
 }
+
+/**
+ * Kernels (grids) one device runs at once, by compute capability: the CUDA C Programming Guide's "maximum number of
+ * resident grids per device" (GLP4NN's C, its Table 1 for Fermi to Volta). No driver attribute reports it.
+ * Architectures newer than the table get 128, the value of every architecture since 7.5.
+ */
+export function maxResidentGrids(arch: string): number {
+  const m = /^sm_(\d+?)(\d)[a-z]?$/.exec(arch);
+  if (!m) throw new Error(`maxResidentGrids: '${arch}' is not an architecture like sm_90`);
+  const cc = 10 * Number(m[1]) + Number(m[2]);
+  return RESIDENT_GRIDS[cc] ?? (cc < 20 ? 1 : cc < 30 ? 16 : 128);
+}
+
+/** The Programming Guide's table where it is not 128 (the embedded chips 5.3, 6.2, 7.2; Kepler and Maxwell). */
+const RESIDENT_GRIDS: Readonly<Record<number, number>> = {
+  30: 16,
+  32: 4,
+  35: 32,
+  37: 32,
+  50: 32,
+  52: 32,
+  53: 16,
+  62: 16,
+  72: 16,
+};
 
 /**
  * Registers the SM allocates to a warp at a time (compute capability 7.0 to 9.0): a thread's count is in effect

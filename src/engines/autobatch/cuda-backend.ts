@@ -158,10 +158,11 @@ export class CudaBatchBackend implements BatchBackend {
       if (op === Op.Parameter) {
         val[i] = site.paramValueOffset(g.aux[i]!);
         grad[i] = site.paramGradOffset(g.aux[i]!);
-      } else if (op === Op.PickRange) {
+      } else if (op === Op.PickRange || op === Op.Flatten) {
+        // views: a range of the argument from aux (flatten: all of it, aux 0)
         val[i] = val[g.arg(i, 0)]! + g.aux[i]!;
       } else if (op === Op.Input) {
-        const n = g.rows[i]!;
+        const n = g.rows[i]! * g.cols[i]!;
         const pos = this.reserve(n);
         this.floats.set(g.inputData.subarray(g.aux[i]!, g.aux[i]! + n), pos);
         val[i] = this.chunkBase + pos;

@@ -6,7 +6,7 @@
 
 import { karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
-import { Op, type OpTable, opArray, unsupported } from "../../graph/opcodes.js";
+import { isUnsupported, Op, type OpTable, opArray, unsupported } from "../../graph/opcodes.js";
 import { gridFor } from "../gpu/parameters.js";
 import type { CudaBatchBackend } from "./cuda-backend.js";
 import { AB_BLOCK, AB_WIDE_SUM, BinaryCode, UnaryCode } from "./cuda-kernels.js";
@@ -91,6 +91,27 @@ function dropoutRecords(
   });
 }
 
+/**
+ * pickRange and flatten: a view of the argument from offset aux (0 for flatten) (assignAddresses); the gradient is
+ * added back segment by segment.
+ */
+const view: BatchedKernel = {
+  forward: nothing,
+  backward(w, g, nodes, start, end) {
+    const { grad } = w;
+    const len = length(g, nodes[start]!);
+    const pos = w.records(nodes, start, end, 3, (i, q, r) => {
+      r[q] = grad[i]!;
+      r[q + 1] = grad[g.arg(i, 0)]! + g.aux[i]!;
+      r[q + 2] = len;
+    });
+    w.segments("ab_add_segments", pos, end - start, len);
+  },
+};
+
+/** Why the image ops that are not views have no batched kernel (yet). */
+const IMAGE_OPS = "image ops run on the eager engine (per-sample im2col + cuBLAS, docs/GLP4NN.md)";
+
 const table: OpTable<BatchedKernel> = {
   // uploaded with the pass's table (CudaBatchBackend.assignAddresses); nothing flows back
   [Op.Input]: { forward: nothing, backward: nothing },
@@ -106,20 +127,7 @@ const table: OpTable<BatchedKernel> = {
       w.concat(g, nodes, start, end, true);
     },
   },
-  [Op.PickRange]: {
-    // a view of its argument (assignAddresses); the gradient is added back segment by segment
-    forward: nothing,
-    backward(w, g, nodes, start, end) {
-      const { grad } = w;
-      const len = length(g, nodes[start]!);
-      const pos = w.records(nodes, start, end, 3, (i, q, r) => {
-        r[q] = grad[i]!;
-        r[q + 1] = grad[g.arg(i, 0)]! + g.aux[i]!;
-        r[q + 2] = len;
-      });
-      w.segments("ab_add_segments", pos, end - start, len);
-    },
-  },
+  [Op.PickRange]: view,
   [Op.Add]: binary(BinaryCode.Add),
   [Op.Sub]: binary(BinaryCode.Sub),
   [Op.CMul]: binary(BinaryCode.CMul),
@@ -218,10 +226,21 @@ const table: OpTable<BatchedKernel> = {
       w.elementwise("ab_lstm_cell_backward", pos, end - start, length(g, first) / 2, [karg.i32(k)]);
     },
   },
+  [Op.Conv2d]: unsupported(ENGINE, Op.Conv2d, IMAGE_OPS),
+  [Op.MaxPool2d]: unsupported(ENGINE, Op.MaxPool2d, IMAGE_OPS),
+  [Op.Flatten]: view,
 };
+
+/** Ops that other steps run (executor.ts: parameter loads, lookups, products): `unsupported` here on purpose. */
+const RUN_ELSEWHERE: ReadonlySet<Op> = new Set([Op.Parameter, Op.Lookup, Op.MatVec, Op.Affine]);
 
 /** The autobatch engine's batched CUDA kernels, indexed by op. */
 export const AUTOBATCH_KERNELS: readonly BatchedKernel[] = opArray(table, "autobatch GPU kernels");
+
+/** Whether the GPU autobatch engine refuses graphs with this op (its entry is `unsupported` and no other step runs it). */
+export function refusesOp(op: Op): boolean {
+  return isUnsupported(AUTOBATCH_KERNELS[op]!) && !RUN_ELSEWHERE.has(op);
+}
 
 const bits = new Float32Array(1);
 const bitsU32 = new Uint32Array(bits.buffer);

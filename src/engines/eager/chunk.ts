@@ -56,7 +56,7 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
     const op = g.op[i]!;
     if (op === Op.Input) {
       inputs.push(i);
-      floats += g.rows[i]!;
+      floats += g.rows[i]! * g.cols[i]!;
     } else if (op === Op.Lookup) {
       const t = g.aux[i]!;
       let list = tables.get(t);
@@ -78,7 +78,7 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
     write(buf, chunkPtr, valPtr, gradPtr, tablePtr) {
       let pos = 0;
       for (const i of inputs) {
-        const n = g.rows[i]!;
+        const n = g.rows[i]! * g.cols[i]!;
         const off = g.aux[i]!;
         buf.f32.set(g.inputData.subarray(off, off + n), pos);
         valPtr[i] = chunkPtr + 4 * pos;

@@ -23,11 +23,21 @@ import {
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
+import { oneLane, poolLanes } from "./conv.js";
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
 import { type EagerLaunchCounts, EagerNodeKernels, type NodeAddresses } from "./node-kernels.js";
 
 export type { EagerLaunchCounts } from "./node-kernels.js";
-export type EagerEngineOptions = GpuContextOptions;
+export interface EagerEngineOptions extends GpuContextOptions {
+  /**
+   * Streams for the samples of a convolution (GLP4NN's stream pool; the results do not depend on it): 1, the default,
+   * runs everything on the engine's stream.
+   */
+  streams?: number;
+}
+
+/** The most streams `streams` takes: the resident kernels of every architecture since Pascal. */
+export const MAX_EAGER_STREAMS = 128;
 
 const MIN_REGION_FLOATS = 1 << 16;
 
@@ -68,12 +78,20 @@ export class EagerEngine implements Engine {
     opts: EagerEngineOptions = {},
   ) {
     requireCollection(params, "eager");
+    const streams = opts.streams ?? 1;
+    if (!Number.isInteger(streams) || streams < 1 || streams > MAX_EAGER_STREAMS) {
+      throw new RangeError(`eager engine: streams must be an integer in 1 … ${MAX_EAGER_STREAMS}; got ${streams}`);
+    }
     this.ctx = GpuContext.open(opts);
     try {
       this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
       this.device = new DeviceParameters(this.ctx, params);
       this.staging = this.ctx.staging();
-      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts);
+      const lanes =
+        streams === 1
+          ? oneLane(this.ctx.stream, this.ctx.cublasHandle)
+          : poolLanes(this.ctx.streamPool(streams), this.ctx.stream, streams);
+      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts, lanes);
     } catch (e) {
       this.ctx.dispose();
       throw e;
@@ -212,7 +230,11 @@ export class EagerEngine implements Engine {
 
   dispose(): void {
     try {
-      this.device.dispose();
+      try {
+        this.nodes.dispose();
+      } finally {
+        this.device.dispose();
+      }
     } finally {
       this.ctx.dispose();
     }

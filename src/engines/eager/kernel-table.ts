@@ -5,6 +5,7 @@
 import { type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op, type OpTable, opArray } from "../../graph/opcodes.js";
+import { imageGeometry } from "../../ops/image.js";
 import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "./kernels.js";
 import type { EagerNodeKernels } from "./node-kernels.js";
 
@@ -127,6 +128,12 @@ const lstmCell: EagerKernel = {
   },
 };
 
+/** The pooling kernels' geometry arguments: planes (samples × channels), H, W, K, S, Ho, Wo. */
+function poolArgs(g: ComputationGraph, i: number): KernelArg[] {
+  const G = imageGeometry(g, i);
+  return [G.n * G.c, G.h, G.w, G.kernel, G.stride, G.ho, G.wo].map((v) => karg.i32(v));
+}
+
 const table: OpTable<EagerKernel> = {
   // uploaded with the chunk (eager/chunk.ts); nothing flows back
   [Op.Input]: { forward: nothing, backward: nothing },
@@ -237,6 +244,40 @@ const table: OpTable<EagerKernel> = {
     },
   },
   [Op.LstmCell]: lstmCell,
+  // per-sample im2col + GEMMs, Caffe's way (conv.ts)
+  [Op.Conv2d]: {
+    forward(l, g, i) {
+      l.conv.forward(l, g, i);
+    },
+    backward(l, g, i) {
+      l.conv.backward(l, g, i);
+    },
+  },
+  // one launch over the batch; the gradient gathers per input element (no atomics)
+  [Op.MaxPool2d]: {
+    forward(l, g, i) {
+      l.launch(l.k.vp_maxpool, size(g, i), [karg.ptr(l.valPtr[i]!), karg.ptr(val(l, g, i, 0)), ...poolArgs(g, i)]);
+    },
+    backward(l, g, i) {
+      const x = g.arg(i, 0);
+      l.launch(l.k.vp_maxpool_backward, size(g, x), [
+        karg.ptr(l.gradPtr[x]!),
+        karg.ptr(l.valPtr[x]!),
+        karg.ptr(l.gradPtr[i]!),
+        ...poolArgs(g, i),
+      ]);
+    },
+  },
+  // a copy rather than a view (as pickRange is): an input's address is only known once its chunk is written
+  [Op.Flatten]: {
+    forward(l, g, i) {
+      l.copy(l.valPtr[i]!, val(l, g, i, 0), 4 * size(g, i));
+    },
+    backward(l, g, i) {
+      const n = size(g, i);
+      l.launch(l.k.vp_axpy, n, [karg.ptr(grad(l, g, i, 0)), karg.ptr(l.gradPtr[i]!), karg.f32(1), karg.i32(n)]);
+    },
+  },
 };
 
 /** The eager engine's kernels, indexed by op. */

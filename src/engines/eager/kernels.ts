@@ -4,13 +4,14 @@
  * pointers and element counts, and accumulates (+=) into argument gradients exactly like the CPU reference.
  *
  * The activations, the dropout generator (the project's counter-based hash, the same bits as src/util/random.ts)
- * and the cell's per-unit math come from the device-math prelude (src/codegen/); the trainers' update kernels are
- * src/engines/gpu/optimizer-kernels.ts.
+ * and the cell's per-unit math come from the device-math prelude (src/codegen/); the image ops' kernels (im2col,
+ * col2im, max pooling) are conv-kernels.ts; the trainers' update kernels are src/engines/gpu/optimizer-kernels.ts.
  */
 
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
 import { GPU_BLOCK } from "../gpu/optimizer-kernels.js";
+import { IMAGE_KERNEL_NAMES, IMAGE_KERNELS_SOURCE } from "./conv-kernels.js";
 
 /** The program name the eager kernels are compiled under (one module per context). */
 export const EAGER_PROGRAM = "vpps_eager.cu";
@@ -51,6 +52,7 @@ export const EAGER_KERNEL_NAMES = [
   "vp_lstm_cell_backward",
   "vp_gather_rows",
   "vp_scatter_add_rows",
+  ...IMAGE_KERNEL_NAMES,
 ] as const;
 export type EagerKernelName = (typeof EAGER_KERNEL_NAMES)[number];
 
@@ -229,6 +231,7 @@ __global__ void vp_scatter_add_rows(float* gtable, const float* base, const int*
   }
 }
 
+${IMAGE_KERNELS_SOURCE}
 }  // extern "C"
 `;
 }

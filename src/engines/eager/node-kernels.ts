@@ -2,10 +2,11 @@
 // every node's device addresses (value, gradient, and the pointer tables of sum nodes), and the launch counters.
 // `forward` and `backward` run one node through its op's entry.
 
-import { type CudaKernel, type KernelArg, karg } from "../../cuda/index.js";
+import { type CudaKernel, type CudaStream, type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
+import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
 
@@ -20,13 +21,19 @@ export interface NodeAddresses {
 
 /** Launches one node's forward or backward work on the context's stream. */
 export class EagerNodeKernels {
+  /** Convolutions: per-sample im2col + GEMMs on `lanes` (conv.ts). */
+  readonly conv: ConvRunner;
+
   constructor(
     readonly ctx: GpuContext,
     readonly k: Readonly<Record<EagerKernelName, CudaKernel>>,
     private readonly at: NodeAddresses,
     readonly device: DeviceParameters,
     readonly counts: LaunchCounts,
-  ) {}
+    lanes: ConvLanes = oneLane(ctx.stream, ctx.cublasHandle),
+  ) {
+    this.conv = new ConvRunner(ctx.device.driver, ctx.cublas, lanes);
+  }
 
   /** Device address of each node's value (the engine grows the arrays; read them through these getters). */
   get valPtr(): Float64Array {
@@ -49,9 +56,9 @@ export class EagerNodeKernels {
     EAGER_KERNELS[g.op[i]!]!.backward(this, g, i);
   }
 
-  /** A grid-stride launch over n elements. */
-  launch(kernel: CudaKernel, n: number, args: KernelArg[]): void {
-    kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream: this.ctx.stream }, args);
+  /** A grid-stride launch over n elements (on the context's stream unless another is given). */
+  launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream = this.ctx.stream): void {
+    kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream }, args);
     this.counts.kernels++;
   }
 
@@ -87,6 +94,11 @@ export class EagerNodeKernels {
     });
     this.counts.cublas++;
     this.gemv(true, rows, cols, this.valPtr[w]!, dy, this.gradPtr[x]!, 1);
+  }
+
+  /** Frees what the node kernels allocated for themselves (the convolutions' buffers). */
+  dispose(): void {
+    this.conv.dispose();
   }
 
   /** y = [x₁; x₂; …] (or its gradient) in launches of up to four arguments. */

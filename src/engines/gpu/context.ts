@@ -21,6 +21,7 @@ import {
   PinnedBuffer,
   parseDeviceSpec,
 } from "../../cuda/index.js";
+import { StreamPool } from "../../streams/pool.js";
 import { UserError } from "../../util/errors.js";
 
 const GiB = 1024 ** 3;
@@ -110,11 +111,15 @@ export interface KernelSet<N extends string> {
   readonly compile: CompileResult;
 }
 
+/** GLP4NN's stream pool of a context: CUDA streams, events, and a cuBLAS handle per stream. */
+export type CudaStreamPool = StreamPool<CudaStream, CudaEvent, CublasHandle>;
+
 /** One engine's hold on a GPU. Everything it creates is released by dispose(), in reverse order. */
 export class GpuContext {
   private readonly modules = new Map<string, KernelSet<string>>();
   private readonly stagings: StagingBuffer[] = [];
   private readonly readback: PinnedBuffer;
+  private pool_: CudaStreamPool | undefined;
   private disposed = false;
 
   private constructor(
@@ -207,6 +212,16 @@ export class GpuContext {
     }
   }
 
+  /**
+   * The context's stream pool with at least `size` streams (GLP4NN, src/streams/pool.ts): created on first use, grown
+   * when a larger one is asked for, freed with the context. Work forked to it from `stream` joins back to `stream`.
+   */
+  streamPool(size: number): CudaStreamPool {
+    if (this.pool_ === undefined) this.pool_ = StreamPool.cuda(size, this.cublas);
+    else this.pool_.grow(size);
+    return this.pool_;
+  }
+
   /** A new staging buffer on this context's stream (freed with the context). */
   staging(initialBytes?: number): StagingBuffer {
     const s = new StagingBuffer(this.stream, initialBytes);
@@ -245,6 +260,7 @@ export class GpuContext {
     try {
       this.stream.synchronize();
     } finally {
+      this.pool_?.dispose();
       for (const s of this.stagings) s.dispose();
       this.readback.free();
       for (const m of this.modules.values()) m.module.unload();

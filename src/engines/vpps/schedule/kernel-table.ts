@@ -5,7 +5,7 @@
  * is an `unsupported` entry: the scheduler refuses a graph that uses it, naming the op.
  */
 import type { ComputationGraph } from "../../../graph/graph.js";
-import { isUnsupported, Op, type OpTable, opArray, UnsupportedOpError } from "../../../graph/opcodes.js";
+import { isUnsupported, Op, type OpTable, opArray, UnsupportedOpError, unsupported } from "../../../graph/opcodes.js";
 import type { BatchLayout } from "../plan/layout.js";
 import { Opcode } from "../script/format.js";
 import {
@@ -44,6 +44,9 @@ export interface VppsKernel {
 const nothing = (): void => {};
 const storage: VppsKernel = { forward: nothing, backward: nothing, storage: true };
 
+/** Why VPPS has no image ops: its script holds vector instructions on register-held matrices, not convolutions. */
+const IMAGE_OPS = "image batches have no VPPS instructions; train convolutional models with --engine eager";
+
 const table: OpTable<VppsKernel> = {
   // the batch's uploaded inputs, the parameters' own storage, rows of a table, a slice of the argument
   [Op.Input]: storage,
@@ -63,6 +66,9 @@ const table: OpTable<VppsKernel> = {
   [Op.PickNegLogSoftmax]: { forward: pickNlsForward, backward: pickNlsBackward },
   [Op.Sum]: { forward: sumForward, backward: sumBackward },
   [Op.LstmCell]: { forward: lstmForward, backward: lstmBackward },
+  [Op.Conv2d]: unsupported("vpps", Op.Conv2d, IMAGE_OPS),
+  [Op.MaxPool2d]: unsupported("vpps", Op.MaxPool2d, IMAGE_OPS),
+  [Op.Flatten]: unsupported("vpps", Op.Flatten, IMAGE_OPS),
 };
 
 /** VPPS's kernels, indexed by op. */
@@ -74,6 +80,12 @@ export const EMITS_INSTRUCTIONS = Uint8Array.from(VPPS_KERNELS, (k) => (k.storag
 /** Per op: 1 when VPPS refuses graphs with it (an `unsupported` entry), as of now (a scheduler reads it once). */
 export function refusedOps(): Uint8Array {
   return Uint8Array.from(VPPS_KERNELS, (k) => (isUnsupported(k) ? 1 : 0));
+}
+
+/** The first live node's op that VPPS refuses, among nodes [0, n), or undefined. */
+export function firstRefusedOp(g: ComputationGraph, n: number, refused: Uint8Array): Op | undefined {
+  for (let i = 0; i < n; i++) if (refused[g.op[i]!] === 1) return g.op[i] as Op;
+  return undefined;
 }
 
 /** The error of a graph using an op VPPS refuses: one line naming the op and why. */

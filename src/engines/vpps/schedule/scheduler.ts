@@ -14,12 +14,12 @@
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
-import { LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
+import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
 import type { BatchSchedule } from "../script/batch-schedule.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
 import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
 import { affineSum } from "./forward.js";
-import { EMITS_INSTRUCTIONS, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
+import { EMITS_INSTRUCTIONS, firstRefusedOp, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
 import { StepTracker } from "./steps.js";
 import { emitUpdate } from "./update.js";
 
@@ -112,7 +112,15 @@ export class VppsScheduler implements Emitter {
   schedule(g: ComputationGraph, loss: Expression, into?: (words: number) => Uint32Array): BatchSchedule {
     const lossId = g.check(loss, "vpps", "loss");
     if (loss.size !== 1) throw new Error(`vpps: the loss has shape ${loss.shapeString()}; expected a scalar`);
-    const L = layoutBatch(g, lossId, this.model, this.workspaces[this.scheduled++ % 2]!);
+    let L: BatchLayout;
+    try {
+      L = layoutBatch(g, lossId, this.model, this.workspaces[this.scheduled++ % 2]!);
+    } catch (e) {
+      // a graph with an op VPPS refuses fails on that op, not on what the layout made of it (a matrix as an image op's
+      // argument, say); the scan costs nothing on graphs that lay out
+      const refused = firstRefusedOp(g, lossId + 1, this.refused);
+      throw refused === undefined ? e : refusal(refused);
+    }
     const n = lossId + 1;
     const depth = g.depth;
     const live = L.live;

@@ -1,0 +1,233 @@
+// The eager engine's convolution, Caffe's way (base_conv_layer.cpp, conv_layer.cu). Forward, per sample n: im2col of
+// x[n] into a column buffer [C·K·K, Ho·Wo], y[n] = W·col (one GEMM) and y[n] += b·1ᵀ (a rank-1 GEMM with a row of
+// ones, Caffe's bias multiplier). Backward: db += dy[n]·1 for every n, then per sample im2col again,
+// dW += dy[n]·colᵀ, col = Wᵀ·dy[n], and col2im adds col into dx[n].
+//
+// Lanes. A sample's kernels run on one lane: a stream, a cuBLAS handle bound to it (its own cuBLAS workspace), and
+// the lane's own column buffer (one buffer shared by samples in flight on different streams would be a race). By
+// default there is one lane, the engine's stream; with GLP4NN's stream pool (src/streams/pool.ts) sample n goes to
+// lane n mod L, the lanes forked from the engine's stream and joined back to it after the layer. The weight and bias
+// gradients are accumulated in place, sample after sample in the order n = 0, 1, … (GEMM and GEMV with β = 1, as
+// Caffe does; never atomics): the bias on the first lane, the weight GEMM of sample n waiting for the event marked
+// right after sample n − 1's. Every sum is then computed in the same order on any number of lanes, so the results
+// are one lane's bit for bit.
+
+import {
+  type Cublas,
+  type CublasHandle,
+  type CudaDriver,
+  type CudaStream,
+  type DevicePtr,
+  floatBits,
+  karg,
+} from "../../cuda/index.js";
+import type { ComputationGraph } from "../../graph/graph.js";
+import { type ImageGeometry, imageGeometry } from "../../ops/image.js";
+import type { StreamPool } from "../../streams/pool.js";
+import type { EagerNodeKernels } from "./node-kernels.js";
+
+/** Where one sample's im2col and GEMMs are queued. */
+export interface ConvLane {
+  readonly index: number;
+  readonly stream: CudaStream;
+  readonly blas: CublasHandle;
+}
+
+/** The lanes of a layer and their ordering (see the top of this file; StreamPool's operations). */
+export interface ConvLanes {
+  readonly count: number;
+  lane(k: number): ConvLane;
+  /** The lanes' later work waits for the engine's stream. */
+  fork(): void;
+  /** The engine's stream waits for the lanes. */
+  join(): void;
+  mark(lane: ConvLane): void;
+  waitFor(lane: ConvLane, from: ConvLane): void;
+}
+
+/** One lane, the engine's own stream: no events at all. */
+export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
+  const lane: ConvLane = { index: 0, stream, blas };
+  const nothing = () => {};
+  return { count: 1, lane: () => lane, fork: nothing, join: nothing, mark: nothing, waitFor: nothing };
+}
+
+/** The first `count` lanes of a stream pool, forked from and joined to `origin`. */
+export function poolLanes<E>(
+  pool: StreamPool<CudaStream, E, CublasHandle>,
+  origin: CudaStream,
+  count: number,
+): ConvLanes {
+  if (!Number.isInteger(count) || count < 1 || count > pool.size) {
+    throw new RangeError(`poolLanes: count must be an integer in 1 … ${pool.size} (the pool's size); got ${count}`);
+  }
+  return {
+    count,
+    lane: (k) => pool.lane(k, count),
+    fork: () => pool.fork(origin, count),
+    join: () => pool.join(origin, count),
+    mark: (lane) => pool.mark(pool.lanes[lane.index]!),
+    waitFor: (lane, from) => pool.waitFor(pool.lanes[lane.index]!, pool.lanes[from.index]!),
+  };
+}
+
+/** The largest buffer the kernels index with `int`. */
+const MAX_ELEMENTS = 2 ** 31 - 1;
+
+/** A device buffer of floats that only grows. */
+interface Scratch {
+  ptr: DevicePtr;
+  floats: number;
+}
+
+/** Runs conv2d nodes on lanes, with each lane's column buffer and one shared row of ones. */
+export class ConvRunner {
+  private readonly cols: Scratch[];
+  private readonly ones: Scratch = { ptr: 0, floats: 0 };
+
+  constructor(
+    private readonly driver: CudaDriver,
+    private readonly cublas: Cublas,
+    readonly lanes: ConvLanes,
+  ) {
+    this.cols = Array.from({ length: lanes.count }, () => ({ ptr: 0, floats: 0 }));
+  }
+
+  /** Node i's forward: y[n] = W·im2col(x[n]) + b·1ᵀ for n = 0 … N − 1. */
+  forward(l: EagerNodeKernels, g: ComputationGraph, i: number): void {
+    const G = this.prepare(g, i);
+    const rows = G.c * G.kernel * G.kernel;
+    const plane = G.ho * G.wo;
+    const x = l.valPtr[g.arg(i, 0)]!;
+    const W = l.valPtr[g.arg(i, 1)]!;
+    const b = l.valPtr[g.arg(i, 2)]!;
+    const y = l.valPtr[i]!;
+    const lanes = this.lanes;
+    lanes.fork();
+    for (let n = 0; n < G.n; n++) {
+      const lane = lanes.lane(n);
+      const col = this.cols[lane.index]!.ptr;
+      const yn = y + 4 * n * G.f * plane;
+      this.im2col(l, lane, G, col, x + 4 * n * G.c * G.h * G.w);
+      this.gemm(l, lane, { m: G.f, n: plane, k: rows, A: W, B: col, beta: 0, C: yn });
+      this.gemm(l, lane, { m: G.f, n: plane, k: 1, A: b, B: this.ones.ptr, beta: 1, C: yn });
+    }
+    lanes.join();
+  }
+
+  /** Node i's backward: db, dW (in sample order) and dx, all accumulated (+=). */
+  backward(l: EagerNodeKernels, g: ComputationGraph, i: number): void {
+    const G = this.prepare(g, i);
+    const rows = G.c * G.kernel * G.kernel;
+    const plane = G.ho * G.wo;
+    const x = l.valPtr[g.arg(i, 0)]!;
+    const W = l.valPtr[g.arg(i, 1)]!;
+    const dx = l.gradPtr[g.arg(i, 0)]!;
+    const dW = l.gradPtr[g.arg(i, 1)]!;
+    const db = l.gradPtr[g.arg(i, 2)]!;
+    const dy = l.gradPtr[i]!;
+    const ones = this.ones.ptr;
+    const lanes = this.lanes;
+    lanes.fork();
+    // Caffe's order: the bias over every sample first (in order, on the first lane), then weights and input per sample
+    const first = lanes.lane(0);
+    for (let n = 0; n < G.n; n++) {
+      const dyn = dy + 4 * n * G.f * plane;
+      this.cublas.sgemvRowMajor(first.blas, { rows: G.f, cols: plane, A: dyn, x: ones, beta: 1, y: db });
+      l.counts.cublas++;
+    }
+    let previous = first;
+    for (let n = 0; n < G.n; n++) {
+      const lane = lanes.lane(n);
+      const col = this.cols[lane.index]!.ptr;
+      const dyn = dy + 4 * n * G.f * plane;
+      this.im2col(l, lane, G, col, x + 4 * n * G.c * G.h * G.w);
+      // dW += dy[n]·colᵀ strictly after sample n − 1's (the fixed order), and after nothing else of it
+      if (n > 0) lanes.waitFor(lane, previous);
+      this.gemm(l, lane, { m: G.f, n: rows, k: plane, A: dyn, B: col, transB: true, beta: 1, C: dW });
+      lanes.mark(lane);
+      previous = lane;
+      this.gemm(l, lane, { transA: true, m: rows, n: plane, k: G.f, A: W, B: dyn, beta: 0, C: col });
+      const dxn = karg.ptr(dx + 4 * n * G.c * G.h * G.w);
+      l.launch(l.k.vp_col2im_add, G.c * G.h * G.w, [dxn, karg.ptr(col), ...dims(G)], lane.stream);
+    }
+    lanes.join();
+  }
+
+  /** Frees the buffers (after the lanes' work is done). */
+  dispose(): void {
+    this.synchronize();
+    for (const s of [...this.cols, this.ones]) {
+      if (s.ptr !== 0) this.driver.memFree(s.ptr);
+      s.ptr = 0;
+      s.floats = 0;
+    }
+  }
+
+  /** Node i's geometry, with every lane's column buffer and the row of ones large enough for it. */
+  private prepare(g: ComputationGraph, i: number): ImageGeometry {
+    const G = imageGeometry(g, i);
+    const colFloats = G.c * G.kernel * G.kernel * G.ho * G.wo;
+    if (colFloats > MAX_ELEMENTS) {
+      throw new Error(
+        `eager engine: ${g.describe(i)} needs a column buffer of ${G.c}·${G.kernel}·${G.kernel} × ${G.ho}·${G.wo} = ` +
+          `${colFloats} floats; the kernels index at most ${MAX_ELEMENTS} (use fewer channels or a smaller image)`,
+      );
+    }
+    const growCols = this.cols.some((s) => s.floats < colFloats);
+    const growOnes = this.ones.floats < G.ho * G.wo;
+    if (!growCols && !growOnes) return G;
+    // a buffer in use by queued work must not be freed under it: growing waits for the lanes (once per larger layer)
+    this.synchronize();
+    if (growCols) for (const s of this.cols) this.grow(s, colFloats);
+    if (growOnes) {
+      this.grow(this.ones, G.ho * G.wo);
+      const stream = this.lanes.lane(0).stream;
+      this.driver.memsetD32Async(this.ones.ptr, floatBits(1), this.ones.floats, stream.handle);
+      // every lane reads the ones; they are written before any lane queues work that reads them
+      stream.synchronize();
+    }
+    return G;
+  }
+
+  /** Waits for every lane's work. */
+  private synchronize(): void {
+    for (let k = 0; k < this.lanes.count; k++) this.lanes.lane(k).stream.synchronize();
+  }
+
+  private grow(s: Scratch, floats: number): void {
+    if (s.ptr !== 0) this.driver.memFree(s.ptr);
+    s.ptr = 0;
+    s.floats = 0;
+    s.ptr = this.driver.memAlloc(4 * floats);
+    s.floats = floats;
+  }
+
+  private im2col(l: EagerNodeKernels, lane: ConvLane, G: ImageGeometry, col: DevicePtr, xn: DevicePtr): void {
+    l.launch(l.k.vp_im2col, G.c * G.ho * G.wo, [karg.ptr(col), karg.ptr(xn), ...dims(G)], lane.stream);
+  }
+
+  private gemm(
+    l: EagerNodeKernels,
+    lane: ConvLane,
+    a: {
+      m: number;
+      n: number;
+      k: number;
+      A: DevicePtr;
+      B: DevicePtr;
+      C: DevicePtr;
+      beta: number;
+      transA?: boolean;
+      transB?: boolean;
+    },
+  ): void {
+    this.cublas.sgemmRowMajor(lane.blas, a);
+    l.counts.cublas++;
+  }
+}
+
+/** The kernels' geometry arguments: C, H, W, K, S, P, Ho, Wo. */
+function dims(G: ImageGeometry) {
+  return [G.c, G.h, G.w, G.kernel, G.stride, G.padding, G.ho, G.wo].map((v) => karg.i32(v));
+}

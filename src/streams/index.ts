@@ -1,0 +1,26 @@
+// GLP4NN (docs/GLP4NN.md): the resource tracker that records kernels' resources and timings on their first launches,
+// the kernel analyser that sizes a stream pool from them, and its explanation for `--explain`.
+
+export {
+  analyseConcurrency,
+  type ConcurrencyCap,
+  type ConcurrencyChoice,
+  type ConcurrencyProblem,
+  concurrencyProgram,
+  DEFAULT_CONNECTIONS,
+  hardwareQueues,
+  MAX_CONNECTIONS,
+} from "./analyser.js";
+export { explainChoice } from "./explain.js";
+export { footprint, type KernelFootprint, type KernelProfile, type Resource } from "./kernels.js";
+export { type Lane, type PoolBackend, StreamPool } from "./pool.js";
+export { type IntegerProgram, type IntegerSolution, IntegerSolver, loadSolver, lpText } from "./solver.js";
+export {
+  type LaunchShape,
+  median,
+  ResourceTracker,
+  type TimingEvent,
+  type TrackedKernel,
+  type TrackedRecord,
+  type TrackerOptions,
+} from "./tracker.js";

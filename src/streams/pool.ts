@@ -1,0 +1,135 @@
+// GLP4NN's stream pool and the dispatch it supports: streams created once (each with a cuBLAS handle bound to it, so
+// that each has its own cuBLAS workspace), independent work dealt to them round-robin, dependencies by events, and
+// the origin stream — the engine's own, GLP4NN's "default stream" — joining them at the end:
+//
+//   fork(origin)          every lane's later work waits for what origin has queued so far
+//   lane(k)               the lane of the k-th independent item: k mod size
+//   mark(lane)            remembers the point `lane` has reached (one mark per lane; a new one replaces it)
+//   waitFor(lane, from)   `lane`'s later work waits for `from`'s mark (nothing when they are one lane)
+//   join(origin)          origin's later work waits for everything queued on the lanes
+//
+// A mark is taken right after the work a dependency is about (a weight gradient's GEMM), not at the end of the
+// item, so the next item waits for that and nothing more. The streams, events and handles come from a backend
+// (CUDA's, or a fake in tests that checks the order the events impose).
+
+import { type Cublas, type CublasHandle, CudaEvent, CudaStream, getCublas } from "../cuda/index.js";
+
+/** What the pool creates and orders with. */
+export interface PoolBackend<S, E, H> {
+  stream(): S;
+  event(): E;
+  /** A cuBLAS handle whose calls go to `stream`. */
+  blas(stream: S): H;
+  record(event: E, stream: S): void;
+  wait(stream: S, event: E): void;
+  destroyEvent(event: E): void;
+  /** Waits for the stream's work, then destroys the handle and the stream. */
+  destroyLane(stream: S, blas: H): void;
+}
+
+/** One stream of the pool and the cuBLAS handle bound to it. */
+export interface Lane<S, H> {
+  readonly index: number;
+  readonly stream: S;
+  readonly blas: H;
+}
+
+/** The lanes of a pool; see the top of this file. */
+export class StreamPool<S, E, H> {
+  private readonly all: Lane<S, H>[] = [];
+  private readonly marks: E[] = [];
+  private readonly done: E[] = [];
+  private readonly start: E;
+  private disposed = false;
+
+  constructor(
+    private readonly backend: PoolBackend<S, E, H>,
+    size: number,
+  ) {
+    this.start = backend.event();
+    this.grow(size);
+  }
+
+  /** A pool of CUDA streams (non-blocking), each with its own cuBLAS handle. */
+  static cuda(size: number, cublas: Cublas = getCublas()): StreamPool<CudaStream, CudaEvent, CublasHandle> {
+    return new StreamPool(cudaBackend(cublas), size);
+  }
+
+  get size(): number {
+    return this.all.length;
+  }
+
+  get lanes(): readonly Lane<S, H>[] {
+    return this.all;
+  }
+
+  /** Adds lanes up to `size` (a pool is created once and only grows). */
+  grow(size: number): void {
+    if (!Number.isInteger(size) || size < 1)
+      throw new RangeError(`StreamPool: size must be an integer ≥ 1; got ${size}`);
+    while (this.all.length < size) {
+      const stream = this.backend.stream();
+      this.all.push({ index: this.all.length, stream, blas: this.backend.blas(stream) });
+      this.marks.push(this.backend.event());
+      this.done.push(this.backend.event());
+    }
+  }
+
+  /** The lane of the k-th independent item among the first `count` lanes (round-robin). */
+  lane(k: number, count = this.all.length): Lane<S, H> {
+    return this.all[k % count]!;
+  }
+
+  /** The first `count` lanes' later work waits for what `origin` has queued so far. */
+  fork(origin: S, count = this.all.length): void {
+    this.backend.record(this.start, origin);
+    for (let i = 0; i < count; i++) this.backend.wait(this.all[i]!.stream, this.start);
+  }
+
+  /** Remembers the point `lane` has reached, for `waitFor`. */
+  mark(lane: Lane<S, H>): void {
+    this.backend.record(this.marks[lane.index]!, lane.stream);
+  }
+
+  /** `lane`'s later work waits for `from`'s last mark (a stream is in order: nothing to do on one lane). */
+  waitFor(lane: Lane<S, H>, from: Lane<S, H>): void {
+    if (lane.index !== from.index) this.backend.wait(lane.stream, this.marks[from.index]!);
+  }
+
+  /** `origin`'s later work waits for everything queued on the first `count` lanes. */
+  join(origin: S, count = this.all.length): void {
+    for (let i = 0; i < count; i++) {
+      this.backend.record(this.done[i]!, this.all[i]!.stream);
+      this.backend.wait(origin, this.done[i]!);
+    }
+  }
+
+  /** Destroys the streams, events and handles (after the lanes' work is done). */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    for (const l of this.all) this.backend.destroyLane(l.stream, l.blas);
+    for (const e of [this.start, ...this.marks, ...this.done]) this.backend.destroyEvent(e);
+  }
+}
+
+/** CUDA's streams and events, and cuBLAS handles bound to the streams. */
+function cudaBackend(cublas: Cublas): PoolBackend<CudaStream, CudaEvent, CublasHandle> {
+  return {
+    stream: () => CudaStream.create({ nonBlocking: true }),
+    event: () => CudaEvent.create({ timing: false }),
+    blas(stream) {
+      const h = cublas.create();
+      cublas.setStream(h, stream.handle);
+      return h;
+    },
+    record: (event, stream) => event.record(stream),
+    wait: (stream, event) => stream.wait(event),
+    destroyEvent: (event) => event.destroy(),
+    destroyLane(stream, blas) {
+      stream.synchronize();
+      cublas.destroy(blas);
+      stream.destroy();
+    },
+  };
+}

@@ -1,0 +1,372 @@
+// The eager engine's convolution (src/engines/eager/conv.ts) on an emulated device, against the CPU reference: device
+// memory is a Float32Array, cuBLAS is the column-major SGEMM/SGEMV of the calls the runner makes, and the two
+// kernels are transcribed line for line from their CUDA (src/engines/eager/conv-kernels.ts). This checks the
+// per-sample loop, every pointer offset, the GEMMs' shapes, transposes and leading dimensions, and the column
+// buffer's growth without a GPU; test/gpu/conv.test.ts checks the CUDA itself on one.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import {
+  type Cublas,
+  type CudaDriver,
+  type CudaKernel,
+  type CudaStream,
+  type KernelArg,
+  type RowMajorGemm,
+  type RowMajorGemv,
+  rowMajorGemm,
+  rowMajorGemv,
+} from "../src/cuda/index.js";
+import { CpuEngine } from "../src/engines/cpu.js";
+import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
+import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
+import { ComputationGraph } from "../src/graph/graph.js";
+import { ParameterCollection } from "../src/model/parameters.js";
+import { type Conv2dOptions, conv2d, conv2dShape, flatten, type ImageShape, input, matVec } from "../src/ops/index.js";
+import { type PoolBackend, StreamPool } from "../src/streams/pool.js";
+import { randoms } from "./op-cases.js";
+import { scaleTolerance } from "./op-suite.js";
+
+/** Device memory: byte addresses, floats at address / 4; allocations bump upward and are never reused. */
+class EmulatedMemory {
+  f = new Float32Array(1 << 20);
+  private top = 256;
+  readonly live = new Set<number>();
+  alloc(bytes: number): number {
+    const at = this.top;
+    this.top += Math.ceil(bytes / 256) * 256;
+    if (this.top / 4 > this.f.length) {
+      const grown = new Float32Array(Math.max(this.top / 4, 2 * this.f.length));
+      grown.set(this.f);
+      this.f = grown;
+    }
+    this.live.add(at);
+    return at;
+  }
+}
+
+const floatOfBits = (bits: number) => new Float32Array(new Uint32Array([bits]).buffer)[0]!;
+
+function fakeDriver(mem: EmulatedMemory, log: string[]): CudaDriver {
+  return {
+    memAlloc: (bytes: number) => mem.alloc(bytes),
+    memFree: (ptr: number) => {
+      assert.ok(mem.live.delete(ptr), `memFree of ${ptr}, which is not allocated`);
+    },
+    memsetD32Async: (ptr: number, value: number, count: number) => {
+      mem.f.fill(floatOfBits(value), ptr / 4, ptr / 4 + count);
+      log.push(`memset ${count}`);
+    },
+  } as unknown as CudaDriver;
+}
+
+/** cuBLAS's column-major SGEMM and SGEMV, run on the emulated memory; `seen` hears of every call. */
+function fakeCublas(mem: EmulatedMemory, seen: (h: bigint, call: string, C: number) => void = () => {}): Cublas {
+  return {
+    sgemmRowMajor(h: bigint, g: RowMajorGemm<number>) {
+      seen(h, "gemm", g.C);
+      const c = rowMajorGemm(g);
+      const P = mem.f;
+      const [A, B, C] = [c.A / 4, c.B / 4, c.C / 4];
+      for (let j = 0; j < c.n; j++) {
+        for (let i = 0; i < c.m; i++) {
+          let s = 0;
+          for (let l = 0; l < c.k; l++) {
+            const x = c.transa === 0 ? P[A + i + l * c.lda]! : P[A + l + i * c.lda]!;
+            const y = c.transb === 0 ? P[B + l + j * c.ldb]! : P[B + j + l * c.ldb]!;
+            s += x * y;
+          }
+          const at = C + i + j * c.ldc;
+          P[at] = c.alpha * s + (c.beta === 0 ? 0 : c.beta * P[at]!);
+        }
+      }
+    },
+    sgemvRowMajor(h: bigint, g: RowMajorGemv<number>) {
+      seen(h, "gemv", g.y);
+      const c = rowMajorGemv(g);
+      const P = mem.f;
+      const [A, x, y] = [c.A / 4, c.x / 4, c.y / 4];
+      const out = c.trans === 0 ? c.m : c.n;
+      const len = c.trans === 0 ? c.n : c.m;
+      for (let r = 0; r < out; r++) {
+        let s = 0;
+        for (let k = 0; k < len; k++) s += (c.trans === 0 ? P[A + r + k * c.lda]! : P[A + k + r * c.lda]!) * P[x + k]!;
+        P[y + r] = c.alpha * s + (c.beta === 0 ? 0 : c.beta * P[y + r]!);
+      }
+    },
+  } as unknown as Cublas;
+}
+
+/** The kernels of conv-kernels.ts, transcribed: one call per thread index i < n. */
+function runKernel(mem: EmulatedMemory, name: string, n: number, args: readonly KernelArg[]): void {
+  const P = mem.f;
+  const v = args.map((a) => a.value);
+  const [out, src, C, H, W, K, S, Pad, Ho, Wo] = [v[0]! / 4, v[1]! / 4, ...v.slice(2)] as number[] as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  const plane = Ho * Wo;
+  const div = (a: number, b: number) => Math.trunc(a / b);
+  if (name === "vp_im2col") {
+    assert.equal(n, C * plane);
+    for (let i = 0; i < n; i++) {
+      const ox = i % Wo;
+      const oy = div(i, Wo) % Ho;
+      const c = div(i, plane);
+      const y0 = oy * S - Pad;
+      const x0 = ox * S - Pad;
+      let dst = out + c * K * K * plane + oy * Wo + ox;
+      const x = src + c * H * W;
+      for (let ky = 0; ky < K; ky++) {
+        const iy = y0 + ky;
+        for (let kx = 0; kx < K; kx++) {
+          const ix = x0 + kx;
+          P[dst] = iy >= 0 && iy < H && ix >= 0 && ix < W ? P[x + iy * W + ix]! : 0;
+          dst += plane;
+        }
+      }
+    }
+  } else if (name === "vp_col2im_add") {
+    assert.equal(n, C * H * W);
+    for (let i = 0; i < n; i++) {
+      const px = (i % W) + Pad;
+      const py = (div(i, W) % H) + Pad;
+      const c = div(i, H * W);
+      const ox0 = px < K ? 0 : div(px - K, S) + 1;
+      const ox1 = Math.min(div(px, S) + 1, Wo);
+      const oy0 = py < K ? 0 : div(py - K, S) + 1;
+      const oy1 = Math.min(div(py, S) + 1, Ho);
+      let s = 0;
+      for (let oy = oy0; oy < oy1; oy++) {
+        for (let ox = ox0; ox < ox1; ox++) {
+          const ky = py - oy * S;
+          const kx = px - ox * S;
+          s += P[src + ((c * K + ky) * K + kx) * plane + oy * Wo + ox]!;
+        }
+      }
+      P[out + i] = P[out + i]! + s;
+    }
+  } else {
+    throw new Error(`emulator: unknown kernel ${name}`);
+  }
+}
+
+const tolerance = scaleTolerance(1e-5);
+function assertClose(actual: Float32Array, expected: Float32Array, what: string): void {
+  assert.equal(actual.length, expected.length, `${what}: length`);
+  const k = tolerance.values(actual, expected);
+  if (k >= 0) assert.fail(`${what}: element ${k} of ${expected.length} is ${actual[k]}, expected ${expected[k]}`);
+}
+
+interface Case {
+  readonly n: number;
+  readonly image: ImageShape;
+  readonly filters: number;
+  readonly opts: Conv2dOptions;
+}
+
+const CASES: readonly Case[] = [
+  { n: 2, image: { channels: 2, height: 5, width: 5 }, filters: 3, opts: { kernel: 3, padding: 1 } },
+  { n: 3, image: { channels: 1, height: 4, width: 7 }, filters: 2, opts: { kernel: 5, stride: 2, padding: 2 } },
+  { n: 2, image: { channels: 3, height: 15, width: 15 }, filters: 4, opts: { kernel: 11, stride: 4 } },
+  { n: 4, image: { channels: 6, height: 3, width: 3 }, filters: 5, opts: { kernel: 1 } },
+];
+
+/** A conv layer in emulated memory with the CPU engine's values and gradients to compare with. */
+function layerOn(mem: EmulatedMemory, c: Case) {
+  const out = conv2dShape(c.image, c.filters, c.opts);
+  const pc = new ParameterCollection({ seed: 29 });
+  const per = c.image.channels * c.image.height * c.image.width;
+  const W = pc.addParameters([c.filters, c.image.channels * c.opts.kernel ** 2], undefined, "W");
+  const b = pc.addParameters(c.filters, { kind: "uniform", scale: 0.5 }, "b");
+  const R = pc.addParameters([1, c.n * out.channels * out.height * out.width], undefined, "R");
+  const cg = new ComputationGraph();
+  const x = input(cg, randoms(c.n * per, 17), [c.n, per]);
+  const y = conv2d(x, W, b, c.image, c.opts);
+  const loss = matVec(R, flatten(y));
+  const cpu = new CpuEngine(pc);
+  cpu.forward(loss);
+  cpu.backward(loss);
+  // every node's value and gradient in emulated memory, at the graph's offsets
+  const values = mem.alloc(4 * cg.valueSize);
+  const grads = mem.alloc(4 * cg.valueSize);
+  const valPtr = new Float64Array(cg.size);
+  const gradPtr = new Float64Array(cg.size);
+  for (let i = 0; i < cg.size; i++) {
+    valPtr[i] = values + 4 * cg.valueOffset[i]!;
+    gradPtr[i] = grads + 4 * cg.valueOffset[i]!;
+  }
+  const put = (ptr: number, data: Float32Array) => mem.f.set(data, ptr / 4);
+  const get = (ptr: number, len: number) => mem.f.slice(ptr / 4, ptr / 4 + len);
+  put(valPtr[x.id]!, cpu.value(x));
+  put(valPtr[cg.arg(y.id, 1)]!, W.value);
+  put(valPtr[cg.arg(y.id, 2)]!, b.value);
+  return {
+    cg,
+    y: y.id,
+    dW: gradPtr[cg.arg(y.id, 1)]!,
+    /** The node kernels the runner sees, launching through `launch`. */
+    nodes(launch: (name: string, n: number, args: KernelArg[], stream: CudaStream) => void): EagerNodeKernels {
+      const kernel = (name: string) => ({ name }) as unknown as CudaKernel;
+      return {
+        valPtr,
+        gradPtr,
+        counts: { kernels: 0, cublas: 0, copies: 0 },
+        k: { vp_im2col: kernel("vp_im2col"), vp_col2im_add: kernel("vp_col2im_add") },
+        launch: (k: CudaKernel, n: number, args: KernelArg[], s: CudaStream) => launch(k.name, n, args, s),
+      } as unknown as EagerNodeKernels;
+    },
+    /** Runs forward, then backward from the CPU's dy, and compares y, dx, dW and db with the CPU's. */
+    check(runner: ConvRunner, nodes: EagerNodeKernels): void {
+      runner.forward(nodes, cg, y.id);
+      assertClose(get(valPtr[y.id]!, y.size), cpu.value(y), "y");
+      put(gradPtr[y.id]!, cpu.gradient(y));
+      runner.backward(nodes, cg, y.id);
+      assertClose(get(gradPtr[x.id]!, x.size), cpu.gradient(x), "dx");
+      assertClose(get(gradPtr[cg.arg(y.id, 1)]!, W.value.length), W.grad, "dW");
+      assertClose(get(gradPtr[cg.arg(y.id, 2)]!, c.filters), b.grad, "db");
+    },
+  };
+}
+
+const title = (c: Case) => {
+  const out = conv2dShape(c.image, c.filters, c.opts);
+  const { channels, height, width } = c.image;
+  return `${c.n}×${channels}×${height}×${width}, ${c.filters} filters ${JSON.stringify(c.opts)} → ${out.height}×${out.width}`;
+};
+
+describe("conv2d on the eager engine's runner, one lane, on an emulated device, against the CPU engine", () => {
+  const mem = new EmulatedMemory();
+  const log: string[] = [];
+  const stream = { handle: 0n, synchronize: () => log.push("synchronize") } as unknown as CudaStream;
+  const runner = new ConvRunner(fakeDriver(mem, log), fakeCublas(mem), oneLane(stream, 1n));
+
+  for (const c of CASES) {
+    test(title(c), () => {
+      const layer = layerOn(mem, c);
+      const nodes = layer.nodes((name, n, args, s) => {
+        assert.equal(s, stream, "launched on the lane's stream");
+        runKernel(mem, name, n, args);
+      });
+      layer.check(runner, nodes);
+    });
+  }
+
+  test("the column buffers grew to the largest layer, waiting for the lane first; dispose frees them", () => {
+    // each case above allocated its values and gradients; the runner holds its lane's columns and the ones
+    assert.equal(mem.live.size, 2 * CASES.length + 2, "older column buffers were freed on growth");
+    assert.ok(log.includes("synchronize"), "the lane was waited for before a buffer was freed");
+    runner.dispose();
+    assert.equal(mem.live.size, 2 * CASES.length, "dispose freed both");
+  });
+});
+
+/**
+ * Work on streams as a dependency graph: each operation depends on its stream's frontier (the previous operation
+ * and the events waited for since), an event captures its stream's frontier when recorded.
+ */
+class Dag {
+  readonly deps: Set<number>[] = [];
+  readonly labels: string[] = [];
+  op(stream: DagStream, label: string): number {
+    const id = this.deps.length;
+    this.deps.push(new Set(stream.frontier));
+    this.labels.push(label);
+    stream.frontier = new Set([id]);
+    return id;
+  }
+  /** Whether operation a is ordered before b (b depends on a, directly or not). */
+  before(a: number, b: number): boolean {
+    const seen = new Set<number>();
+    const todo = [...this.deps[b]!];
+    while (todo.length > 0) {
+      const d = todo.pop()!;
+      if (d === a) return true;
+      if (seen.has(d)) continue;
+      seen.add(d);
+      todo.push(...this.deps[d]!);
+    }
+    return false;
+  }
+}
+
+class DagStream {
+  frontier = new Set<number>();
+  synchronize(): void {}
+}
+
+describe("conv2d on four lanes of a stream pool, on an emulated device with stream-order dependencies", () => {
+  const c: Case = { n: 7, image: { channels: 2, height: 6, width: 6 }, filters: 3, opts: { kernel: 3, padding: 1 } };
+  test(`${title(c)}: the CPU's results; dW in sample order; the lanes overlap; the engine's stream joins them`, () => {
+    const mem = new EmulatedMemory();
+    const dag = new Dag();
+    const streamOf = new Map<bigint, DagStream>();
+    let nextHandle = 10n;
+    const backend: PoolBackend<DagStream, { captured: Set<number> }, bigint> = {
+      stream: () => new DagStream(),
+      event: () => ({ captured: new Set() }),
+      blas(s) {
+        streamOf.set(nextHandle, s);
+        return nextHandle++;
+      },
+      record: (e, s) => {
+        e.captured = new Set(s.frontier);
+      },
+      wait: (s, e) => {
+        for (const id of e.captured) s.frontier.add(id);
+      },
+      destroyEvent: () => {},
+      destroyLane: () => {},
+    };
+    const pool = new StreamPool(backend, 4);
+    const origin = new DagStream();
+    const layer = layerOn(mem, c);
+    const gemms: { op: number; C: number }[] = [];
+    const cublas = fakeCublas(mem, (h, call, C) => {
+      const op = dag.op(streamOf.get(h)!, call);
+      if (call === "gemm") gemms.push({ op, C });
+    });
+    const col2im: number[] = [];
+    const im2col: number[] = [];
+    const nodes = layer.nodes((name, n, args, s) => {
+      const op = dag.op(s as unknown as DagStream, name);
+      (name === "vp_im2col" ? im2col : col2im).push(op);
+      runKernel(mem, name, n, args);
+    });
+    const before = dag.op(origin, "the layer's inputs");
+    const lanes = poolLanes(
+      pool as unknown as StreamPool<CudaStream, unknown, bigint>,
+      origin as unknown as CudaStream,
+      4,
+    );
+    const runner = new ConvRunner(fakeDriver(mem, []), cublas, lanes);
+    layer.check(runner, nodes);
+    const after = dag.op(origin, "after the layer");
+
+    // forward: im2col of samples 0 … 6, then backward's im2col again; every lane waited for the inputs
+    assert.equal(im2col.length, 2 * c.n);
+    for (const op of im2col) assert.ok(dag.before(before, op), `${dag.labels[op]} after the layer's inputs`);
+    // the lanes overlap: sample 1's im2col does not wait for anything of sample 0
+    assert.ok(!dag.before(im2col[0]!, im2col[1]!), "samples 0 and 1 are on different lanes, unordered");
+    // the weight gradient's GEMMs (C = dW), one per sample, each after the previous, and after nothing else of it
+    const dW = gemms.filter((g) => g.C === layer.dW).map((g) => g.op);
+    assert.equal(dW.length, c.n);
+    for (let n = 1; n < c.n; n++) {
+      assert.ok(dag.before(dW[n - 1]!, dW[n]!), `dW GEMM ${n} after ${n - 1}`);
+      assert.ok(!dag.before(col2im[n - 1]!, dW[n]!), `dW GEMM ${n} does not wait for sample ${n - 1}'s col2im`);
+    }
+    // the engine's stream joins every lane
+    for (let op = 0; op < after; op++) {
+      if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);
+    }
+    runner.dispose();
+  });
+});
