@@ -23,6 +23,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { readCheckpoint } from "../src/train/checkpoint.js";
 import { LOCK_FILE } from "../src/train/run-dir.js";
+import { UserError } from "../src/util/errors.js";
 import { writeFileAtomic } from "../src/util/files.js";
 import { vppsInProcess } from "./cli-inprocess.js";
 
@@ -158,7 +159,13 @@ describe("state.json and temporary files", () => {
     assert.equal(readFileSync(path, "utf8"), "two\n");
     const blocked = join(dir, "blocked");
     mkdirSync(join(blocked, "inside"), { recursive: true });
-    assert.throws(() => writeFileAtomic(blocked, "x"), /EISDIR|ENOTEMPTY|EEXIST/);
+    assert.throws(
+      () => writeFileAtomic(blocked, "x"),
+      (e: unknown) =>
+        e instanceof UserError &&
+        /^cannot write .*: /.test(e.message) &&
+        /EISDIR|ENOTEMPTY|EEXIST/.test(String((e.cause as NodeJS.ErrnoException).code)),
+    );
     assert.deepEqual(readdirSync(dir).sort(), ["blocked", "state.json"]);
   });
 
