@@ -7,7 +7,6 @@
 
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
@@ -15,7 +14,7 @@ import { readTrees } from "../../src/data/sst.js";
 import { syntheticTrees } from "../../src/data/synthetic.js";
 import type { TreeNode } from "../../src/data/tree.js";
 import { Vocabulary } from "../../src/data/vocab.js";
-import { AutobatchGpuEngine, type GemmMode } from "../../src/engines/autobatch/gpu-engine.js";
+import { AutobatchGpuEngine } from "../../src/engines/autobatch/gpu-engine.js";
 import type { BatchStrategy } from "../../src/engines/autobatch/plan.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
@@ -28,23 +27,16 @@ import { sentenceOf } from "../../src/models/shared/sst-data.js";
 import { TdLstmModel } from "../../src/models/td-lstm/model.js";
 import { TdRnnModel } from "../../src/models/td-rnn/model.js";
 import { AdamTrainer, makeTrainer } from "../../src/optim/trainers.js";
-import {
-  compareWithCpu,
-  type EngineUnderTest,
-  elementTolerance,
-  engineRun,
-  scaleTolerance,
-  vppsTolerance,
-} from "../op-suite.js";
+import { compareWithCpu, scaleTolerance } from "../op-suite.js";
 import { SENTENCE_MODELS, type SentenceCase } from "../sentence-cases.js";
 import { compareAdamBatch, referenceAdamBatch, referenceSgdBatch, tensorDifference } from "../vpps-reference.js";
+import { cacheDir, GPU_ENGINES } from "./engines.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
 if (skip) console.log(`skipping GPU tests: ${skip}`);
 
 const MiB = 1024 ** 2;
-const cacheDir = process.env["VPPS_TEST_CACHE"] ?? join(tmpdir(), "vpps-test-kernels");
 const STRATEGIES: readonly BatchStrategy[] = ["depth", "agenda"];
 
 /** SST training trees beside the repository (or copied into .gpu-data on a GPU machine), else synthetic trees. */
@@ -77,64 +69,8 @@ function realCase(name: string, H: number, seed: number): SentenceCase {
 const pick = <E>(xs: readonly E[], batch: number[]) => batch.map((k) => xs[k]!);
 const range = (start: number, n: number) => Array.from({ length: n }, (_, k) => start + k);
 
-const eager: EngineUnderTest = {
-  name: "eager",
-  tolerance: elementTolerance(1e-4),
-  touchedInOrder: true,
-  run(params, cg, loss) {
-    const e = new EagerEngine(params, { poolBytes: 256 * MiB });
-    return engineRun(e, cg, loss, {
-      parameterGradient: (i) => e.device.readGradient(i),
-      touchedRows: (i) => e.device.touchedRows(i),
-    });
-  },
-};
-
-function autobatch(strategy: BatchStrategy, gemm: GemmMode): EngineUnderTest {
-  return {
-    name: `autobatch GPU (${strategy}, ${gemm})`,
-    tolerance: scaleTolerance(1e-4),
-    run(params, cg, loss) {
-      const e = new AutobatchGpuEngine(params, { strategy, gemm, poolBytes: 256 * MiB });
-      return engineRun(e, cg, loss, {
-        parameterGradient: (i) => e.device.readGradient(i),
-        touchedRows: (i) => e.device.touchedRows(i),
-      });
-    },
-  };
-}
-
-/** VPPS, one plan (rpw 1, one CTA per SM): loss and parameter gradients (it keeps no node values to read). */
-const vpps: EngineUnderTest = {
-  name: "VPPS",
-  tolerance: vppsTolerance(1e-4, 1e-9),
-  async run(params, cg, loss) {
-    const v = await Vpps.create(params, {
-      cacheDir,
-      exportGradients: true,
-      poolBytes: 256 * MiB,
-      name: "sentences",
-      training: { learningRate: 0.05, clip: 0 },
-      variants: { rowsPerWarp: 1, ctasPerSm: 1, transposed: false },
-      host: { scheduleWorkers: 0 },
-    });
-    try {
-      v.fb(cg, loss);
-      const value = await v.syncLatestLoss();
-      const gradients = v.gradients();
-      return { loss: value, parameterGradient: (i) => gradients[i]!, dispose: () => v.dispose() };
-    } catch (e) {
-      v.dispose();
-      throw e;
-    }
-  },
-};
-
-const ENGINES: readonly EngineUnderTest[] = [
-  eager,
-  ...STRATEGIES.flatMap((s) => [autobatch(s, "kernels"), autobatch(s, "cublas")]),
-  vpps,
-];
+// the GPU engines as the op suite adapts them (test/gpu/engines.ts): eager, autobatch × strategy × GEMM, VPPS
+const ENGINES = GPU_ENGINES;
 
 describe("the sentence models on the GPU engines, against the CPU engine", { skip }, () => {
   for (const { name, make } of SENTENCE_MODELS) {
