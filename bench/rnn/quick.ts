@@ -1,6 +1,7 @@
 // Runs `runRnnBench` with sizes from the command line (used on the GPU machine before `vpps bench rnn` existed).
 import { runRnnBench } from "../../src/bench/rnn.js";
 import type { RnnCellName } from "../../src/rnn/plan.js";
+
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 ? process.argv[i + 1]! : def;

@@ -6,14 +6,15 @@
  * Sizes that do not fit the registers are listed with the reason. All buffers live on the device: no host traffic is
  * timed. bench/pytorch/rnn.py measures cuDNN the same way, in the same device call.
  */
-import { CudaEvent, CudaStream, type DevicePtr, getCublas, openDevice } from "../cuda/index.js";
+
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
+import { CudaEvent, CudaStream, type DevicePtr, getCublas, openDevice } from "../cuda/index.js";
 import {
-  PersistentRnnLayer,
-  type RnnGpu,
-  RnnDoesNotFitError,
-  RnnWorkspace,
   type BackwardArgs,
+  PersistentRnnLayer,
+  RnnDoesNotFitError,
+  type RnnGpu,
+  RnnWorkspace,
 } from "../rnn/gpu/persistent.js";
 import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan.js";
 
@@ -50,7 +51,10 @@ const median = (xs: number[]): number => {
   return s[s.length >> 1]!;
 };
 
-export function runRnnBench(o: RnnBenchOptions, log: (line: string) => void = () => {}): {
+export function runRnnBench(
+  o: RnnBenchOptions,
+  log: (line: string) => void = () => {},
+): {
   device: string;
   rows: RnnBenchRow[];
   largest: Record<string, number>;
@@ -97,7 +101,10 @@ export function runRnnBench(o: RnnBenchOptions, log: (line: string) => void = ()
           const p = d.memAlloc(Math.max(1, floats) * 4);
           ptrs.push(p);
           // small deterministic values: a sawtooth keeps activations away from saturation
-          const host = Float32Array.from({ length: Math.min(floats, 1 << 22) }, (_, i) => value * (((i * 37) % 17) - 8) / 8);
+          const host = Float32Array.from(
+            { length: Math.min(floats, 1 << 22) },
+            (_, i) => (value * (((i * 37) % 17) - 8)) / 8,
+          );
           for (let off = 0; off < floats; off += host.length) {
             const n = Math.min(host.length, floats - off);
             d.memcpyHtoD(p + 4 * off, host.subarray(0, n));
@@ -107,7 +114,12 @@ export function runRnnBench(o: RnnBenchOptions, log: (line: string) => void = ()
         const ws = new RnnWorkspace(gpu, cell, H, N, batch);
         try {
           const scale = 1 / Math.sqrt(H);
-          const weights = { wih: alloc(G * H * H, scale), whh: alloc(G * H * H, scale), bih: alloc(G * H), bhh: alloc(G * H) };
+          const weights = {
+            wih: alloc(G * H * H, scale),
+            whh: alloc(G * H * H, scale),
+            bih: alloc(G * H),
+            bhh: alloc(G * H),
+          };
           const grads = { wih: alloc(G * H * H), whh: alloc(G * H * H), bih: alloc(G * H), bhh: alloc(G * H) };
           const batchSizes = new Int32Array(o.steps).fill(batch);
           const offsets = Int32Array.from({ length: o.steps }, (_, t) => t * batch);

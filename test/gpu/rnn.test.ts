@@ -51,7 +51,13 @@ interface Case {
 
 function runCase(c: Case): void {
   const rng = new RandomStream(c.hidden * 31 + c.layers);
-  const opts = { cell: c.cell, inputSize: c.inputSize, hidden: c.hidden, layers: c.layers, bidirectional: c.bidirectional };
+  const opts = {
+    cell: c.cell,
+    inputSize: c.inputSize,
+    hidden: c.hidden,
+    layers: c.layers,
+    bidirectional: c.bidirectional,
+  };
   const cpu = new PersistentRnn({ ...opts, seed: 5 });
   const gpu = new PersistentRnn({ ...opts, seed: 5, device: "cuda:0" });
   try {
@@ -94,9 +100,25 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
     });
   }
   test("lstm hidden 1152 (the paper's size), batch 4, 32 steps", () => {
-    runCase({ cell: "lstm", inputSize: 1152, hidden: 1152, layers: 1, bidirectional: false, lengths: [32, 32, 30, 17], tol: 1e-4 });
+    runCase({
+      cell: "lstm",
+      inputSize: 1152,
+      hidden: 1152,
+      layers: 1,
+      bidirectional: false,
+      lengths: [32, 32, 30, 17],
+      tol: 1e-4,
+    });
   });
   test("rnn-tanh hidden 2304, batch 4, 16 steps", () => {
-    runCase({ cell: "rnn-tanh", inputSize: 2304, hidden: 2304, layers: 1, bidirectional: false, lengths: [16, 16, 16, 16], tol: 1e-4 });
+    runCase({
+      cell: "rnn-tanh",
+      inputSize: 2304,
+      hidden: 2304,
+      layers: 1,
+      bidirectional: false,
+      lengths: [16, 16, 16, 16],
+      tol: 1e-4,
+    });
   });
 });

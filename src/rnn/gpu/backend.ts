@@ -14,12 +14,12 @@ import {
   openDevice,
 } from "../../cuda/index.js";
 import type {
+  RnnLayerWeights as HostWeights,
   RnnBackend,
   RnnBackwardLayerArgs,
   RnnBackwardLayerResult,
   RnnForwardLayerArgs,
   RnnForwardLayerResult,
-  RnnLayerWeights as HostWeights,
   RnnSavedState,
 } from "../backend.js";
 import type { WeightPrecision } from "../plan.js";
