@@ -52,6 +52,20 @@ __device__ __forceinline__ bool pending1(float x) { return __float_as_uint(x) ==
 __device__ __forceinline__ bool pending4(float4 v) {
   return pending1(v.x) | pending1(v.y) | pending1(v.z) | pending1(v.w);
 }
+// fp16 weight storage without cuda_fp16.h (NVRTC has no include path): pack two floats, and unpack in a volatile
+// asm so that the compiler cannot hoist the conversions out of the step loop (which would keep every weight as fp32
+// and spill).
+__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float2 unpack_half2(u32 h) {
+  float2 f;
+  asm volatile("{ .reg .f16 l, u; mov.b32 {l, u}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, u; }"
+               : "=f"(f.x), "=f"(f.y) : "r"(h));
+  return f;
+}
 // Publishes a value others poll: −0.0 would read as "not yet", so it becomes +0.0 (x + 0 would be folded away).
 __device__ __forceinline__ void st_publish(float* p, float x) {
   x = (x == 0.f) ? 0.f : x;
@@ -122,7 +136,8 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
   const fp16 = plan.precision === "fp16";
   const weights = fp16
     ? `
-  __half2 wlo[RW][KC], whi[RW][KC];
+  // fp16 storage: two weights per register (low half: the even column)
+  u32 wlo[RW][KC], whi[RW][KC];
   #pragma unroll
   for (int r = 0; r < RW; r++) {
     const int lr = rg * RW + r;
@@ -132,8 +147,8 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
       float v[4];
       #pragma unroll
       for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
-      wlo[r][k] = __floats2half2_rn(v[0], v[1]);
-      whi[r][k] = __floats2half2_rn(v[2], v[3]);
+      wlo[r][k] = pack_half2(v[0], v[1]);
+      whi[r][k] = pack_half2(v[2], v[3]);
     }
   }`
     : `
@@ -150,20 +165,10 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
       wr[r][k] = make_float4(v[0], v[1], v[2], v[3]);
     }
   }`;
-  const fma = fp16
-    ? `const float2 lo = __half22float2(wlo[r][k]), hi = __half22float2(whi[r][k]);
-          float& acc = a[r * BT + b];
-          acc = fmaf(lo.x, x.x, acc);
-          acc = fmaf(lo.y, x.y, acc);
-          acc = fmaf(hi.x, x.z, acc);
-          acc = fmaf(hi.y, x.w, acc);`
-    : // four FMAs into the accumulator (not a dot product added to it: that is a multiply, three FMAs and an add)
-      `const float4 wv = wr[r][k];
-          float& acc = a[r * BT + b];
-          acc = fmaf(wv.x, x.x, acc);
-          acc = fmaf(wv.y, x.y, acc);
-          acc = fmaf(wv.z, x.z, acc);
-          acc = fmaf(wv.w, x.w, acc);`;
+  // per chunk: the batch columns' x once, then each row's weights (fp16: unpacked once per chunk and row)
+  const rowWeights = fp16
+    ? "const float2 lo = unpack_half2(wlo[r][k]), hi = unpack_half2(whi[r][k]);"
+    : "const float2 lo = make_float2(wr[r][k].x, wr[r][k].y), hi = make_float2(wr[r][k].z, wr[r][k].w);";
   const matvec = `
     // the tile's mat-vec: thread (rg, cg) multiplies its rows by its columns of every batch column
     float a[N32];
@@ -171,12 +176,20 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
     for (int i = 0; i < N32; i++) a[i] = 0.f;
     #pragma unroll
     for (int k = 0; k < KC; k++) {
+      float4 x[BT];
       #pragma unroll
-      for (int b = 0; b < BT; b++) {
-        const float4 x = vs4[b * (KP / 4) + cg + CG * k];
+      for (int b = 0; b < BT; b++) x[b] = vs4[b * (KP / 4) + cg + CG * k];
+      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        ${rowWeights}
         #pragma unroll
-        for (int r = 0; r < RW; r++) {
-          ${fma}
+        for (int b = 0; b < BT; b++) {
+          // four FMAs into the accumulator (not a dot product added to it: a multiply, three FMAs and an add)
+          float& acc = a[r * BT + b];
+          acc = fmaf(lo.x, x[b].x, acc);
+          acc = fmaf(lo.y, x[b].y, acc);
+          acc = fmaf(hi.x, x[b].z, acc);
+          acc = fmaf(hi.y, x[b].w, acc);
         }
       }
     }
@@ -267,7 +280,6 @@ export function forwardKernelSource(plan: RnnKernelPlan): string {
   const { weights, matvec } = matvecParts(plan);
   const cell = forwardCell(plan);
   return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
-${plan.precision === "fp16" ? "#include <cuda_fp16.h>" : ""}
 ${COMMON}
 ${constants(plan)}
 // W_hh element of local row lr (gate g = lr / UC of unit blockIdx.x·UC + lr % UC), column k
@@ -411,7 +423,6 @@ export function backwardKernelSource(plan: RnnKernelPlan): string {
   if (plan.kind !== "backward") throw new Error(`backwardKernelSource: plan is for the ${plan.kind} kernel`);
   const { weights, matvec } = matvecParts(plan);
   return `// persistent ${plan.cell} backward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
-${plan.precision === "fp16" ? "#include <cuda_fp16.h>" : ""}
 ${COMMON}
 ${constants(plan)}
 // W_hhᵀ element of local row lr (unit blockIdx.x·UC + lr), column k (a gate row of W_hh)
