@@ -123,7 +123,7 @@ function addThroughputCommands(bench: Command): void {
 }
 
 /** Registers `vpps bench` and its suites on the program. */
-export function addBenchCommand(program: Command): void {
+export function addBenchCommand(program: Command): Command {
   const bench = program
     .command("bench")
     .description(
@@ -150,4 +150,5 @@ export function addBenchCommand(program: Command): void {
         }),
       ),
   );
+  return bench;
 }
