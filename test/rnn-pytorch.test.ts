@@ -84,7 +84,7 @@ describe("the rnn reference equals PyTorch (float64)", { skip }, () => {
         { data: b.dx, batchSizes: p.packed.batchSizes, width: c.input_size },
         p.unsortedIndices,
       );
-      c.dx.forEach((want, i) => close(dx[i]!, want, `dx of sequence ${i}`));
+      for (const [i, want] of c.dx.entries()) close(dx[i]!, want, `dx of sequence ${i}`);
       close(permuteStates(b.dh0, H, p.unsortedIndices), c.dh0, "dh0");
       if (c.dc0) close(permuteStates(b.dc0!, H, p.unsortedIndices), c.dc0, "dc0");
     });
