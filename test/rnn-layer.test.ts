@@ -129,6 +129,10 @@ describe("PersistentRnn on the CPU", () => {
       () => new PersistentRnn({ cell: "lstm", inputSize: 2, hidden: 3, device: "tpu" }),
       /argument 'device' must be 'cpu' or 'cuda:N'/,
     );
+    const packed = { data: new Float32Array(6), batchSizes: Int32Array.from([2, 1]), width: 2 };
+    rnn.forward(packed);
+    const dy = { data: new Float32Array(9), batchSizes: Int32Array.from([1, 1, 1]), width: 3 };
+    assert.throws(() => rnn.backward(dy), /argument 'dy' has batchSizes \[1, 1, 1\]; x had \[2, 1\]/);
     const gru = new PersistentRnn({ cell: "gru", inputSize: 2, hidden: 3 });
     assert.throws(() => gru.forward([new Float32Array(4)], null, new Float32Array(3)), /'c0' is for LSTM only/);
   });
