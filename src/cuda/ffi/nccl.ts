@@ -3,7 +3,7 @@
 // time like the CUDA libraries (find.ts); a machine without it still trains on one GPU, and asking for it there
 // fails with one line (NcclUnavailableError) that names what was looked for.
 
-import koffi, { type LibraryHandle, type TypeObject } from "koffi";
+import koffi, { type LibraryHandle } from "koffi";
 import { UserError } from "../../util/errors.js";
 import type { DevicePtr, Handle } from "./driver.js";
 import { CudaLibraryNotFoundError, type LoadedLibrary, type LoadOptions, loadCudaLibrary } from "./find.js";
@@ -128,13 +128,13 @@ export const NCCL_PROTOTYPES: Readonly<Record<keyof RawNccl, string>> = {
   ncclGetErrorString: "const char *ncclGetErrorString(int result)",
 };
 
-let uniqueIdType: TypeObject | undefined;
+let typesRegistered = false;
 
 /** Registers the by-value struct the prototypes name (koffi's type names are global: once per process). */
 export function ncclTypes(): void {
-  uniqueIdType ??= koffi.struct("ncclUniqueId", {
-    internal: koffi.array("uint8_t", NCCL_UNIQUE_ID_BYTES, "Typed"),
-  });
+  if (typesRegistered) return;
+  koffi.struct("ncclUniqueId", { internal: koffi.array("uint8_t", NCCL_UNIQUE_ID_BYTES, "Typed") });
+  typesRegistered = true;
 }
 
 function bindNccl(lib: LibraryHandle): RawNccl {
