@@ -213,18 +213,23 @@ export class ProcessGroup implements GradientReducer {
     return ms;
   }
 
+  /** Frees the NCCL communicator (before the engine's CUDA context goes); a later device all-reduce makes another. */
+  releaseDevice(): void {
+    this.takeAllReduceMs();
+    if (this.comm !== undefined) {
+      this.nccl!.commDestroy(this.comm);
+      this.comm = undefined;
+    }
+  }
+
   /**
    * Leaves the job: a last collective (every rank has finished), then the NCCL communicator is freed and the
    * connections closed. After it, a rank that exits is no failure for the others.
    */
   close(): void {
     if (this.closed) return;
-    this.takeAllReduceMs();
+    this.releaseDevice();
     this.timed = undefined;
-    if (this.comm !== undefined) {
-      this.nccl!.commDestroy(this.comm);
-      this.comm = undefined;
-    }
     this.request({ kind: "close" });
     this.closed = true;
     void this.worker;
