@@ -1,5 +1,6 @@
 // A rank of a test job (test/parallel.test.ts starts it as a child process with the torchrun environment): joins the
 // process group, runs the collectives `argv[2]` names, prints what it got as one JSON line on stdout.
+import { openDevice } from "../src/cuda/device.js";
 import { rankEnvFrom } from "../src/parallel/env.js";
 import { ProcessGroup } from "../src/parallel/group.js";
 
@@ -32,4 +33,24 @@ if (mode === "collectives") {
   // a synchronous wait that runs no JavaScript, as a rank blocked in a CUDA call
   group.allReduceHost(new Float32Array(4));
   process.stdout.write("not reached\n");
+} else if (mode === "device") {
+  // NCCL on this rank's GPU (test/gpu/parallel.test.ts): sums of float32 device arrays, bucketed and timed
+  const device = openDevice(env.localRank);
+  const driver = device.driver;
+  const n = 1 << 20;
+  const host = new Float32Array(n);
+  for (let i = 0; i < n; i++) host[i] = (env.rank + 1) * (i % 7);
+  const ptr = driver.memAlloc(4 * n);
+  driver.memcpyHtoD(ptr, host);
+  group.startTiming();
+  group.allReduceDevice(ptr, n / 2, 0n);
+  group.allReduceDevice(ptr + 2 * n, n / 2, 0n);
+  const ms = group.takeAllReduceMs();
+  driver.memcpyDtoH(host, ptr);
+  const factor = (env.worldSize * (env.worldSize + 1)) / 2;
+  let wrong = 0;
+  for (let i = 0; i < n; i++) if (host[i] !== factor * (i % 7)) wrong++;
+  driver.memFree(ptr);
+  group.close();
+  process.stdout.write(`${JSON.stringify({ rank: env.rank, wrong, ms })}\n`);
 }
