@@ -69,6 +69,9 @@ export function runTrain(
     let group: ProcessGroup | undefined;
     let device = s.device;
     if (parallel) ({ group, device } = joinJob(parallel, s.batch, s.engine, s.device));
+    // `vpps bench parallel` asks for the device all-reduces' time per epoch (CUDA events around each)
+    const allReduceMs: number[] | undefined = group && process.env.VPPS_TIME_ALLREDUCE === "1" ? [] : undefined;
+    if (allReduceMs) group!.startTiming();
     if (out) {
       checkOtherRun(out.path, {
         model: task.name,
@@ -152,6 +155,7 @@ export function runTrain(
         });
       },
       onEpoch: (e: EpochResult) => {
+        allReduceMs?.push(group!.takeAllReduceMs());
         if (!speaks) return;
         bar.finish();
         const dev = metrics.map((m) => `${m.name} ${(100 * e.devMetrics[m.key]!).toFixed(2)}%`).join("  ");
@@ -179,7 +183,15 @@ export function runTrain(
         ...(opts.resume !== undefined ? { resume: resolve(opts.resume) } : {}),
       };
       writeOut(
-        `${JSON.stringify({ data: data.source, learningRate: s.learningRate, ...settings, optimizer: s.optimizer, ...summary })}\n`,
+        `${JSON.stringify({
+          data: data.source,
+          learningRate: s.learningRate,
+          ...settings,
+          optimizer: s.optimizer,
+          ...summary,
+          ...(parallel ? { ranks: parallel.worldSize } : {}),
+          ...(allReduceMs ? { allReduceMs } : {}),
+        })}\n`,
       );
       return;
     }
