@@ -1,0 +1,486 @@
+/**
+ * The CUDA of the persistent recurrent kernels, generated per (cell, hidden, kind, precision) from a plan
+ * (src/rnn/plan.ts). One launch runs a whole layer direction: each CTA loads its block of the recurrent matrix into
+ * registers once and keeps it for every step.
+ *
+ * Steps hand data to each other without a grid barrier: the vector a step reads (h(t−1) forward, the gate gradients
+ * of the step processed before backward) is written by the other CTAs into a buffer the host filled with −0.0, and a
+ * reader polls each value until it is not −0.0 (the sparse persistent RNN paper's Lamport-style flags, DESIGN §7);
+ * writers turn a −0.0 result into +0.0. That saves the barrier's two extra L2 round trips per step. Polls are
+ * bounded: a value that never arrives (a failed CTA, CTAs that are not co-resident) ends the launch with an error in
+ * the status block (src/codegen/grid-barrier.ts) instead of a hang.
+ *
+ * Layouts (docs/RNN.md): packed batches (PyTorch PackedSequence: batchSizes non-increasing, rows of step t at
+ * offsets[t] … offsets[t] + batchSizes[t] − 1); PyTorch gate order (LSTM i, f, g, o; GRU r, z, n); W_hh [G·H, H]
+ * row-major. `xw` is the input projection of every row, x·W_ihᵀ + b_ih + b_hh (GRU: without b_hn, which stays
+ * inside r ⊙ (W_hn h + b_hn)).
+ */
+import { FIRST_KERNEL_ERROR, GRID_BARRIER_CUDA, GRID_ERRORS } from "../../codegen/grid-barrier.js";
+import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan.js";
+
+/** Status codes of the RNN kernels (status word 0). */
+export const RNN_ERRORS = {
+  /** A polled value did not arrive: [code, cta, step, row, column, -1]. */
+  pollTimeout: FIRST_KERNEL_ERROR,
+} as const;
+
+/** Polls before a value that does not arrive is reported (each poll is an L2 round trip, ~0.5–1 µs). */
+export const POLL_SPIN_LIMIT = 1 << 21;
+
+/** Kernel names in a generated module. */
+export const RNN_KERNEL_NAMES = { forward: "rnn_forward", backward: "rnn_backward", fill: "rnn_fill" } as const;
+
+/** The −0.0 bit pattern that marks a value not yet written. */
+export const PENDING_BITS = 0x80000000;
+
+const COMMON = `
+typedef unsigned int u32;
+constexpr u32 kBarrierSpinLimit = ${POLL_SPIN_LIMIT}u;
+constexpr int kErrBarrierTimeout = ${GRID_ERRORS.barrierTimeout};
+constexpr int kErrPollTimeout = ${RNN_ERRORS.pollTimeout};
+${GRID_BARRIER_CUDA}
+__device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+
+// A value other CTAs write: read at the coherence point (L2), never from this SM's L1.
+__device__ __forceinline__ float4 ld_poll4(const float* p) {
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ bool pending1(float x) { return __float_as_uint(x) == 0x80000000u; }
+__device__ __forceinline__ bool pending4(float4 v) {
+  return pending1(v.x) | pending1(v.y) | pending1(v.z) | pending1(v.w);
+}
+// Publishes a value others poll: −0.0 would read as "not yet", so it becomes +0.0 (x + 0 would be folded away).
+__device__ __forceinline__ void st_publish(float* p, float x) {
+  x = (x == 0.f) ? 0.f : x;
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(x) : "memory");
+}
+
+// Fills rows × cols floats of a matrix with row stride ld with the pending mark (−0.0) before a launch.
+extern "C" __global__ void ${RNN_KERNEL_NAMES.fill}(float* p, int rows, int cols, int ld) {
+  long long n = (long long)rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long r = i / cols;
+    int c = (int)(i - r * cols);
+    p[r * ld + c] = __uint_as_float(0x80000000u);
+  }
+}
+`;
+
+/** The reduce-scatter of `n` accumulators over a warp's 32 lanes: afterwards lane l holds totals l·q … l·q + q − 1. */
+function reduceScatter(n32: number): string {
+  const lines: string[] = [];
+  let m = n32;
+  for (let o = 16; o >= 1; o >>= 1) {
+    const half = m / 2;
+    lines.push(`  { const bool up = (lane & ${o}) != 0;
+    #pragma unroll
+    for (int i = 0; i < ${half}; i++) {
+      const float send = up ? a[i] : a[i + ${half}];
+      const float keep = up ? a[i + ${half}] : a[i];
+      a[i] = keep + __shfl_xor_sync(0xffffffffu, send, ${o});
+    } }`);
+    m = half;
+  }
+  return lines.join("\n");
+}
+
+/** Compile-time constants of a plan, as CUDA. */
+function constants(plan: RnnKernelPlan): string {
+  const acc = plan.rowsPerThread * BATCH_TILE;
+  const n32 = Math.ceil(acc / 32) * 32;
+  return `
+constexpr int H = ${plan.hidden};
+constexpr int G = ${gatesOf(plan.cell)};
+constexpr int UC = ${plan.unitsPerCta};
+constexpr int R = ${plan.rows};
+constexpr int K = ${plan.cols};
+constexpr int RW = ${plan.rowsPerThread};
+constexpr int RG = ${plan.rowGroups};
+constexpr int CG = ${plan.threadsPerRowGroup};
+constexpr int CW = CG / 32;
+constexpr int KC = ${plan.chunksPerThread};
+constexpr int KP = ${paddedCols(plan)};
+constexpr int BT = ${BATCH_TILE};
+constexpr int NT = ${plan.threads};
+constexpr int NACC = RW * BT;
+constexpr int N32 = ${n32};
+constexpr int Q = N32 / 32;
+static_assert(KP % 4 == 0 && KP >= K, "padded columns");
+static_assert(UC * BT <= NT, "one thread per (unit, batch column) of a tile");
+`;
+}
+
+/**
+ * The shared part of both kernels: weights into registers, the polled vector load of a tile into shared memory,
+ * the register mat-vec and the two-level reduction. `weightAt(lr, k)` is the CUDA expression of the matrix element
+ * at local row `lr`, column `k` (both in range).
+ */
+function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
+  const fp16 = plan.precision === "fp16";
+  const weights = fp16
+    ? `
+  __half2 wlo[RW][KC], whi[RW][KC];
+  #pragma unroll
+  for (int r = 0; r < RW; r++) {
+    const int lr = rg * RW + r;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      const int col = 4 * (cg + CG * k);
+      float v[4];
+      #pragma unroll
+      for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
+      wlo[r][k] = __floats2half2_rn(v[0], v[1]);
+      whi[r][k] = __floats2half2_rn(v[2], v[3]);
+    }
+  }`
+    : `
+  float4 wr[RW][KC];
+  #pragma unroll
+  for (int r = 0; r < RW; r++) {
+    const int lr = rg * RW + r;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      const int col = 4 * (cg + CG * k);
+      float v[4];
+      #pragma unroll
+      for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
+      wr[r][k] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }`;
+  const fma = fp16
+    ? `const float2 lo = __half22float2(wlo[r][k]), hi = __half22float2(whi[r][k]);
+          a[r * BT + b] += lo.x * x.x + lo.y * x.y + hi.x * x.z + hi.y * x.w;`
+    : `const float4 wv = wr[r][k];
+          a[r * BT + b] += wv.x * x.x + wv.y * x.y + wv.z * x.z + wv.w * x.w;`;
+  const matvec = `
+    // the tile's mat-vec: thread (rg, cg) multiplies its rows by its columns of every batch column
+    float a[N32];
+    #pragma unroll
+    for (int i = 0; i < N32; i++) a[i] = 0.f;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      #pragma unroll
+      for (int b = 0; b < BT; b++) {
+        const float4 x = vs4[b * (KP / 4) + cg + CG * k];
+        #pragma unroll
+        for (int r = 0; r < RW; r++) {
+          ${fma}
+        }
+      }
+    }
+    // reduce over the row group: within each warp (reduce-scatter), then across its CW warps in shared memory
+${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
+    #pragma unroll
+    for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];
+    __syncthreads();`;
+  return { weights, matvec };
+}
+
+/** The sum of row `lr`, batch column `b` of the tile's product (after matvec's __syncthreads). */
+const ROW_SUM = `
+__device__ __forceinline__ float row_sum(const float* part, int lr, int b) {
+  const int rg = lr / RW, i = (lr - rg * RW) * BT + b;
+  float s = 0.f;
+  #pragma unroll
+  for (int wg = 0; wg < CW; wg++) s += part[(wg * RG + rg) * N32 + i];
+  return s;
+}`;
+
+/** Loads a tile's vector rows into shared memory (polling rows other CTAs publish); zero rows where `src` is null. */
+const LOAD_TILE = `
+// Row b of the tile comes from src_b (K floats, 16-byte aligned) — polled when 'polled' says so — or is zero.
+// Loads are issued four at a time so their round trips overlap. Returns false if a value never arrived.
+template <typename RowOf>
+__device__ __forceinline__ bool load_tile(float4* vs4, int nrows, RowOf row_of, int* status, int step) {
+  constexpr int PER_ROW = K / 4;
+  const int total = BT * PER_ROW;
+  for (int base = threadIdx.x; base < total; base += 4 * NT) {
+    float4 v[4];
+    const float* src[4];
+    bool poll[4];
+    #pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int idx = base + e * NT;
+      src[e] = nullptr;
+      poll[e] = false;
+      if (idx < total) {
+        const int b = idx / PER_ROW, q = idx - b * PER_ROW;
+        const float* r = b < nrows ? row_of(b, poll[e]) : nullptr;
+        if (r) src[e] = r + 4 * q;
+      }
+      v[e] = src[e] ? (poll[e] ? ld_poll4(src[e]) : *reinterpret_cast<const float4*>(src[e]))
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    #pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int idx = base + e * NT;
+      if (idx >= total) continue;
+      u32 spins = 0;
+      while (poll[e] && pending4(v[e])) {
+        if (++spins > kBarrierSpinLimit) {
+          report_error(status, kErrPollTimeout, step, idx / PER_ROW, 4 * (idx % PER_ROW), -1);
+          return false;
+        }
+        if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+        v[e] = ld_poll4(src[e]);
+      }
+      const int b = idx / PER_ROW, q = idx - b * PER_ROW;
+      vs4[b * (KP / 4) + q] = v[e];
+    }
+  }
+  return true;
+}`;
+
+/** The forward kernel of one layer direction. */
+export function forwardKernelSource(plan: RnnKernelPlan): string {
+  if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
+  const { weights, matvec } = matvecParts(plan);
+  const cell = forwardCell(plan);
+  return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
+${plan.precision === "fp16" ? "#include <cuda_fp16.h>" : ""}
+${COMMON}
+${constants(plan)}
+// W_hh element of local row lr (gate g = lr / UC of unit blockIdx.x·UC + lr % UC), column k
+__device__ __forceinline__ float weight_at(const float* __restrict__ w, int lr, int k) {
+  const int g = lr / UC, unit = blockIdx.x * UC + lr % UC;
+  return unit < H ? w[(size_t)(g * H + unit) * H + k] : 0.f;
+}
+${ROW_SUM}
+${LOAD_TILE}
+
+// y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
+// GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
+extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
+    const float* __restrict__ w, const float* __restrict__ xw, const float* __restrict__ bhn,
+    const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
+    float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
+    int total, int reverse, int* status) {
+  extern __shared__ float4 smem4[];
+  float4* vs4 = smem4;                                      // [BT][KP / 4]
+  float* part = reinterpret_cast<float*>(smem4 + BT * (KP / 4)); // [CW][RG][N32]
+  const float* vs = reinterpret_cast<const float*>(vs4);
+  const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
+  for (int i = tid; i < BT * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+${weights}
+  // the cell thread of (unit u, tile column b)
+  const int cu = tid / BT, cb = tid - cu * BT;
+  const int unit = blockIdx.x * UC + cu;
+  const bool cell_thread = cu < UC && unit < H;
+  float* sgates = saved;
+  float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
+  float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
+  for (int s = 0; s < steps; s++) {
+    const int t = reverse ? steps - 1 - s : s;
+    const int nb = batch_sizes[t], off = offsets[t];
+    const int tp = reverse ? t + 1 : t - 1;
+    const int nprev = (s == 0) ? 0 : batch_sizes[tp];
+    const int offp = (s == 0) ? 0 : offsets[tp];
+    const bool last_step_all = reverse ? (t == 0) : (t == steps - 1);
+    const int nnext = last_step_all ? 0 : batch_sizes[reverse ? t - 1 : t + 1];
+    for (int b0 = 0; b0 < nb; b0 += BT) {
+      const int nt = min(BT, nb - b0);
+      // this tile's input projection, fetched before waiting for h(t−1)
+      float xg[G];
+      const int bb = b0 + cb;
+      const bool active = cell_thread && cb < nt;
+      #pragma unroll
+      for (int g = 0; g < G; g++) xg[g] = active ? xw[(size_t)(off + bb) * (G * H) + g * H + unit] : 0.f;
+      __syncthreads(); // the previous tile's readers are done with vs4 and part
+      const bool ok = load_tile(vs4, nt, [&](int b, bool& poll) -> const float* {
+        const int r = b0 + b;
+        poll = r < nprev;
+        return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
+      }, status, t);
+      if (__syncthreads_or(!ok)) return;
+${matvec}
+      if (active) {
+        const size_t row = (size_t)(off + bb);
+        const float hprev = vs[cb * KP + unit];
+        float h;
+${cell}
+        st_publish(y + row * ldy + unit, h);
+        if (train) shprev[row * H + unit] = hprev;
+        if (bb >= nnext) {
+          hn[(size_t)bb * H + unit] = h;
+${plan.cell === "lstm" ? "          cn[(size_t)bb * H + unit] = c;" : ""}
+        }
+      }
+    }
+  }
+}
+`;
+}
+
+function forwardCell(plan: RnnKernelPlan): string {
+  switch (plan.cell) {
+    case "rnn-tanh":
+      return "        h = tanhf(row_sum(part, cu, cb) + xg[0]);";
+    case "rnn-relu":
+      return "        h = fmaxf(row_sum(part, cu, cb) + xg[0], 0.f);";
+    case "lstm":
+      return `        const float gi = sigm(row_sum(part, cu, cb) + xg[0]);
+        const float gf = sigm(row_sum(part, UC + cu, cb) + xg[1]);
+        const float gg = tanhf(row_sum(part, 2 * UC + cu, cb) + xg[2]);
+        const float go = sigm(row_sum(part, 3 * UC + cu, cb) + xg[3]);
+        const float cprev = bb < nprev ? sstate[(size_t)(offp + bb) * H + unit] : c0[(size_t)bb * H + unit];
+        const float c = gf * cprev + gi * gg;
+        h = go * tanhf(c);
+        if (train) {
+          sgates[row * (4 * H) + unit] = gi;
+          sgates[row * (4 * H) + H + unit] = gf;
+          sgates[row * (4 * H) + 2 * H + unit] = gg;
+          sgates[row * (4 * H) + 3 * H + unit] = go;
+        }
+        sstate[row * H + unit] = c;`;
+    case "gru":
+      return `        const float gr = sigm(row_sum(part, cu, cb) + xg[0]);
+        const float gz = sigm(row_sum(part, UC + cu, cb) + xg[1]);
+        const float hnl = row_sum(part, 2 * UC + cu, cb) + bhn[unit];
+        const float gn = tanhf(xg[2] + gr * hnl);
+        h = (1.f - gz) * gn + gz * hprev;
+        if (train) {
+          sgates[row * (3 * H) + unit] = gr;
+          sgates[row * (3 * H) + H + unit] = gz;
+          sgates[row * (3 * H) + 2 * H + unit] = gn;
+          sstate[row * H + unit] = hnl;
+        }`;
+  }
+}
+
+/** Floats of the forward kernel's `saved` buffer for `total` packed rows (training: everything backward needs). */
+export function savedFloats(cell: RnnKernelPlan["cell"], hidden: number, total: number): number {
+  const G = gatesOf(cell);
+  const perRow = G === 4 ? 6 : G === 3 ? 5 : 1; // gates + state + h(t−1)
+  return perRow * hidden * total;
+}
+
+/** Dynamic shared memory of a kernel: the tile's vector rows and the reduction's partial sums. */
+export function sharedBytes(plan: RnnKernelPlan): number {
+  const n32 = Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32;
+  const cw = plan.threadsPerRowGroup / 32;
+  return 4 * (BATCH_TILE * paddedCols(plan) + cw * plan.rowGroups * n32);
+}
+
+/**
+ * The backward kernel of one layer direction: steps in the reverse of the forward's order. A CTA holds the columns
+ * of W_hh of its units (rows of W_hhᵀ) and, per step, multiplies them by the recurrent gate gradients of the step
+ * processed before (all CTAs' rows, polled), which gives dh of its units; the cell's backward then writes this
+ * step's gate gradients for the next step (and the weight-gradient GEMMs after the launch). A sequence's dh0 comes
+ * from the product one step after its first forward step was processed (or after the loop).
+ */
+export function backwardKernelSource(plan: RnnKernelPlan): string {
+  if (plan.kind !== "backward") throw new Error(`backwardKernelSource: plan is for the ${plan.kind} kernel`);
+  const { weights, matvec } = matvecParts(plan);
+  return `// persistent ${plan.cell} backward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
+${plan.precision === "fp16" ? "#include <cuda_fp16.h>" : ""}
+${COMMON}
+${constants(plan)}
+// W_hhᵀ element of local row lr (unit blockIdx.x·UC + lr), column k (a gate row of W_hh)
+__device__ __forceinline__ float weight_at(const float* __restrict__ w, int lr, int k) {
+  const int unit = blockIdx.x * UC + lr;
+  return unit < H ? w[(size_t)k * H + unit] : 0.f;
+}
+${ROW_SUM}
+${LOAD_TILE}
+
+// dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 by rnn_fill; what W_hh's gradient
+// and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by r; else null).
+// carry [2, B, H]: per (row, unit) values one step hands the next in this thread (dc, GRU's dh·z).
+extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
+    const float* __restrict__ w, const float* __restrict__ saved, const float* __restrict__ y, int ldy,
+    const float* __restrict__ c0, const float* __restrict__ dy, int lddy, const float* __restrict__ dhn,
+    const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0, float* dc0, float* carry,
+    const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total, int reverse,
+    int* status) {
+  extern __shared__ float4 smem4[];
+  float4* vs4 = smem4;
+  float* part = reinterpret_cast<float*>(smem4 + BT * (KP / 4));
+  const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
+  for (int i = tid; i < BT * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+${weights}
+  const int cu = tid / BT, cb = tid - cu * BT;
+  const int unit = blockIdx.x * UC + cu;
+  const bool cell_thread = cu < UC && unit < H;
+  const int B = batch_sizes[0];
+  const float* sgates = saved;
+  const float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
+  const float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
+  float* carry_c = carry;           // LSTM: dc flowing to the previous step
+  float* carry_h = carry + B * H;   // GRU: dh ⊙ z flowing to the previous step
+  for (int s = 0; s <= steps; s++) {
+    const int t = s < steps ? (reverse ? s : steps - 1 - s) : -1;
+    const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
+    const int nb = t >= 0 ? batch_sizes[t] : 0, off = t >= 0 ? offsets[t] : 0;
+    const int np = tp >= 0 ? batch_sizes[tp] : 0, offp = tp >= 0 ? offsets[tp] : 0;
+    const int nrows = max(nb, np);
+    for (int b0 = 0; b0 < nrows; b0 += BT) {
+      const int nt = min(BT, nrows - b0);
+      const int bb = b0 + cb;
+      __syncthreads();
+      const bool ok = load_tile(vs4, nt, [&](int b, bool& poll) -> const float* {
+        const int r = b0 + b;
+        poll = r < np;
+        return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
+      }, status, tp);
+      if (__syncthreads_or(!ok)) return;
+${matvec}
+      if (!cell_thread || cb >= nt) continue;
+      const size_t ci = (size_t)bb * H + unit;
+      const float rec = row_sum(part, cu, cb);
+      if (bb >= nb) { // bb's first forward step was tp: what reaches its initial state
+        dh0[ci] = rec${plan.cell === "gru" ? " + carry_h[ci]" : ""};
+        continue;
+      }
+      const size_t row = (size_t)(off + bb);
+      const bool from_next = bb < np;
+      const float dh = dy[row * lddy + unit] + (from_next ? rec${plan.cell === "gru" ? " + carry_h[ci]" : ""} : dhn[ci]);
+      const bool has_prev = reverse ? (t + 1 < steps && bb < batch_sizes[t + 1]) : (t > 0);
+      const size_t prow = has_prev ? (size_t)(offsets[reverse ? t + 1 : t - 1] + bb) : 0;
+      float* dp = dpre_h + row * (G * H) + unit;
+${backwardCell(plan)}
+    }
+  }
+}
+`;
+}
+
+function backwardCell(plan: RnnKernelPlan): string {
+  switch (plan.cell) {
+    case "rnn-tanh":
+      return `      const float h = y[row * ldy + unit];
+      st_publish(dp, dh * (1.f - h * h));`;
+    case "rnn-relu":
+      return `      const float h = y[row * ldy + unit];
+      st_publish(dp, h > 0.f ? dh : 0.f);`;
+    case "lstm":
+      return `      const float* gt = sgates + row * (4 * H) + unit;
+      const float gi = gt[0], gf = gt[H], gg = gt[2 * H], go = gt[3 * H];
+      const float c = sstate[row * H + unit], tc = tanhf(c);
+      const float dc = (from_next ? carry_c[ci] : dcn[ci]) + dh * go * (1.f - tc * tc);
+      const float cprev = has_prev ? sstate[prow * H + unit] : c0[ci];
+      st_publish(dp, dc * gg * gi * (1.f - gi));
+      st_publish(dp + H, dc * cprev * gf * (1.f - gf));
+      st_publish(dp + 2 * H, dc * gi * (1.f - gg * gg));
+      st_publish(dp + 3 * H, dh * tc * go * (1.f - go));
+      carry_c[ci] = dc * gf;
+      if (!has_prev) dc0[ci] = dc * gf;`;
+    case "gru":
+      return `      const float* gt = sgates + row * (3 * H) + unit;
+      const float gr = gt[0], gz = gt[H], gn = gt[2 * H];
+      const float hnl = sstate[row * H + unit], hprev = shprev[row * H + unit];
+      const float dn = dh * (1.f - gz) * (1.f - gn * gn);
+      const float dz = dh * (hprev - gn) * gz * (1.f - gz);
+      const float dr = dn * hnl * gr * (1.f - gr);
+      st_publish(dp, dr);
+      st_publish(dp + H, dz);
+      st_publish(dp + 2 * H, dn * gr);
+      float* dx = dpre_x + row * (3 * H) + unit;
+      dx[0] = dr;
+      dx[H] = dz;
+      dx[2 * H] = dn;
+      carry_h[ci] = dh * gz;`;
+  }
+}
