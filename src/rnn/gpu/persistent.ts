@@ -6,21 +6,7 @@
  *
  * Buffers are the caller's (device pointers); `RnnWorkspace` sizes and owns the scratch ones.
  */
-import {
-  type CompileResult,
-  type Cublas,
-  type CublasHandle,
-  CudaKernel,
-  type CudaDevice,
-  type CudaStream,
-  compileCuda,
-  type DevicePtr,
-  karg,
-  loadModule,
-  PinnedBuffer,
-} from "../../cuda/index.js";
-import { deviceModelOfCuda, type DeviceModel } from "../../cuda/hw/device-model.js";
-import { checkNoSpills } from "../../cuda/ptxas-report.js";
+
 import {
   barrierTimeoutMessage,
   GRID_ERRORS,
@@ -28,6 +14,21 @@ import {
   readStatusError,
   STATUS_WORDS,
 } from "../../codegen/grid-barrier.js";
+import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import {
+  type CompileResult,
+  type Cublas,
+  type CublasHandle,
+  type CudaDevice,
+  type CudaKernel,
+  type CudaStream,
+  compileCuda,
+  type DevicePtr,
+  karg,
+  loadModule,
+  PinnedBuffer,
+} from "../../cuda/index.js";
+import { checkNoSpills } from "../../cuda/ptxas-report.js";
 import { UserError } from "../../util/errors.js";
 import {
   gatesOf,
