@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import koffi from "koffi";
+import { runsOnGpu, withoutDevice } from "../src/cli/parallel.js";
 import { CudaLibraryNotFoundError } from "../src/cuda/ffi/find.js";
 import { NCCL_PROTOTYPES, Nccl, NcclUnavailableError, ncclTypes } from "../src/cuda/ffi/nccl.js";
 import { readSafetensors } from "../src/model/safetensors.js";
@@ -90,6 +91,18 @@ test("a global batch splits into contiguous slices in rank order, and must divid
   assert.deepEqual(rankSlice(1, 0, 2), { start: 0, end: 0 });
   checkBatchSplit(8, 4);
   assert.throws(() => checkBatchSplit(6, 4), /--batch 6 is the global batch .* 4 ranks .* use --batch 4 or 8/);
+});
+
+test("the launcher gives a GPU engine's rank r --device cuda:r; CPU engines sum over TCP", () => {
+  assert.deepEqual(
+    withoutDevice(["train", "treelstm", "--device", "cuda", "--gpus", "2", "--device=auto", "--out", "x"]),
+    ["train", "treelstm", "--gpus", "2", "--out", "x"],
+  );
+  assert.equal(runsOnGpu("cpu", "auto"), false);
+  assert.equal(runsOnGpu("autobatch", "cpu"), false);
+  assert.equal(runsOnGpu("autobatch", "auto"), true);
+  assert.equal(runsOnGpu("eager", "auto"), true);
+  assert.equal(runsOnGpu("vpps", "cuda:1"), true);
 });
 
 test("frames survive any cut of the byte stream; gathered parts decode in rank order", () => {

@@ -123,15 +123,20 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   const epochs: EpochResult[] = [...(cfg.resume?.previous ?? [])];
   let engine: Engine | undefined;
   let forwardPasses: ForwardPasses | undefined;
+  let finished = false;
   try {
     engine = cfg.makeEngine(model.params);
     if (cfg.group) joinGroup(engine, cfg.group, cfg.train.length, cfg.batch);
     forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
     runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs });
+    finished = true;
   } finally {
     try {
       forwardPasses?.dispose();
-      cfg.group?.releaseDevice(); // NCCL's communicator goes before the engine's CUDA context
+      // NCCL's communicator goes before the engine's CUDA context; after a failure at once (ncclCommAbort), since
+      // the other ranks may never finish the collectives this rank queued
+      if (finished) cfg.group?.releaseDevice();
+      else cfg.group?.abort();
       engine?.dispose();
     } finally {
       if (out) {

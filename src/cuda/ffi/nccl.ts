@@ -111,9 +111,9 @@ interface RawNccl {
  * 128-byte struct passed by value.
  */
 export const NCCL_PROTOTYPES: Readonly<Record<keyof RawNccl, string>> = {
-  ncclGetVersion: "int ncclGetVersion(_Out_ int *version)",
-  ncclGetUniqueId: "int ncclGetUniqueId(_Out_ uint8_t *uniqueId)",
-  ncclCommInitRank: "int ncclCommInitRank(_Out_ void **comm, int nranks, ncclUniqueId commId, int rank)",
+  ncclGetVersion: "int ncclGetVersion(int *version)",
+  ncclGetUniqueId: "int ncclGetUniqueId(uint8_t *uniqueId)",
+  ncclCommInitRank: "int ncclCommInitRank(void **comm, int nranks, ncclUniqueId commId, int rank)",
   ncclAllReduce:
     "int ncclAllReduce(uint64_t sendbuff, uint64_t recvbuff, size_t count, int datatype, int op, void *comm, " +
     "void *stream)",
@@ -124,7 +124,7 @@ export const NCCL_PROTOTYPES: Readonly<Record<keyof RawNccl, string>> = {
   ncclGroupEnd: "int ncclGroupEnd()",
   ncclCommDestroy: "int ncclCommDestroy(void *comm)",
   ncclCommAbort: "int ncclCommAbort(void *comm)",
-  ncclCommGetAsyncError: "int ncclCommGetAsyncError(void *comm, _Out_ int *asyncError)",
+  ncclCommGetAsyncError: "int ncclCommGetAsyncError(void *comm, int *asyncError)",
   ncclGetErrorString: "const char *ncclGetErrorString(int result)",
 };
 
