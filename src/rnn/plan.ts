@@ -34,6 +34,9 @@ export const BATCH_TILE = 4;
 /** Registers a thread needs besides its weights and accumulators (addresses, loop state, the cell math). */
 const REGISTER_OVERHEAD = 40;
 
+/** fp16 storage needs a few more: the unpacked pair of each row while its batch columns use it. */
+const FP16_OVERHEAD = 16;
+
 export interface RnnKernelPlan {
   readonly cell: RnnCellName;
   readonly hidden: number;
@@ -64,6 +67,18 @@ export interface RnnKernelPlan {
 export type RnnPlanResult =
   | { readonly fits: true; readonly plan: RnnKernelPlan }
   | { readonly fits: false; readonly reason: string };
+
+/**
+ * Registers one thread of a `threads`-thread CTA may use, one CTA per SM. Besides the SM-wide budget
+ * (registersPerThread), the register file is split evenly between the SM's four schedulers and a warp's registers
+ * come from its scheduler's quarter, so the scheduler with the most warps (⌈warps / 4⌉) bounds them: 9 warps get 168
+ * registers, not 224 (what ptxas enforces for __launch_bounds__(288, 1)).
+ */
+export function registerLimit(device: DeviceModel, threads: number): number {
+  const warps = threads / device.warpSize;
+  const perScheduler = device.regsPerSm / 4 / (Math.ceil(warps / 4) * device.warpSize);
+  return Math.min(registersPerThread(device, threads, 1), Math.floor(perScheduler / 8) * 8);
+}
 
 /** Columns a thread's chunk index can reach: the padded K. */
 export function paddedCols(plan: RnnKernelPlan): number {
@@ -103,8 +118,8 @@ export function planRnnKernel(
       if ((chunks - 1) * 4 * cg >= cols) continue; // a whole chunk of padding
       const weightRegisters = Math.ceil((rw * chunks * 4) / perReg);
       const acc = rw * BATCH_TILE;
-      const estimate = weightRegisters + acc + REGISTER_OVERHEAD;
-      const limit = registersPerThread(device, threads, 1);
+      const estimate = weightRegisters + acc + REGISTER_OVERHEAD + (precision === "fp16" ? FP16_OVERHEAD : 0);
+      const limit = registerLimit(device, threads);
       tightest = Math.min(tightest, estimate - limit);
       if (estimate > limit) continue;
       // issue cycles of one SM sub-partition (4 per SM, one warp instruction per cycle each), shared-memory

@@ -126,7 +126,6 @@ export class RnnWorkspace {
   readonly saved: DevicePtr;
   readonly dpreH: DevicePtr;
   readonly dpreX: DevicePtr;
-  readonly carry: DevicePtr;
   readonly ones: DevicePtr;
   readonly status: DevicePtr;
 
@@ -149,7 +148,6 @@ export class RnnWorkspace {
       this.saved = alloc(rows * hidden * (G === 4 ? 6 : G === 3 ? 5 : 1));
       this.dpreH = alloc(rows * G * hidden);
       this.dpreX = G === 3 ? alloc(rows * G * hidden) : this.dpreH;
-      this.carry = alloc(2 * batch * hidden);
       this.ones = alloc(rows);
       this.status = alloc(STATUS_WORDS);
     } catch (e) {
@@ -217,8 +215,9 @@ export class PersistentRnnLayer {
         k.attributes(),
         "use a smaller hidden size or fp16 weights",
       );
-      const shared = sharedBytes(plan);
-      if (shared > 48 * 1024) k.setMaxDynamicSharedBytes(shared);
+      // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
+      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin);
+      const shared = sharedBytes(plan, 1);
       const perSm = k.maxActiveBlocksPerSm(plan.threads, shared);
       if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
         throw new RnnDoesNotFitError(
@@ -300,7 +299,8 @@ export class PersistentRnnLayer {
     this.fillPending(a.y, total, this.hidden, a.ldy);
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
     const p = this.forwardPlan;
-    this.fwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: sharedBytes(p), stream: this.stream }, [
+    const B = batchSizes[0] ?? 0;
+    this.fwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.xw),
       karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
@@ -317,8 +317,26 @@ export class PersistentRnnLayer {
       karg.i32(batchSizes.length),
       karg.i32(total),
       karg.i32(a.reverse ? 1 : 0),
+      karg.i32(B),
       karg.ptr(a.ws.status),
     ]);
+  }
+
+  /** Shared memory of a launch over `batch` sequences, refused in one line beyond what a CTA can have. */
+  private sharedFor(plan: RnnKernelPlan, batch: number): number {
+    const bytes = sharedBytes(plan, batch);
+    const max = this.gpu.device.props.sharedPerBlockOptin;
+    if (bytes > max) {
+      let most = 1;
+      while (sharedBytes(plan, most * 2) <= max) most *= 2;
+      while (sharedBytes(plan, most + 1) <= max) most++;
+      throw new RnnDoesNotFitError(
+        `persistent ${this.cell} ${plan.kind} kernel (hidden ${this.hidden}): a batch of ${batch} sequences needs ` +
+          `${bytes} bytes of shared memory per CTA, more than the ${max} a CTA can have; split it into batches of ` +
+          `at most ${most}`,
+      );
+    }
+    return bytes;
   }
 
   /** The whole forward of a layer direction: input projection, then the recurrent launch. */
@@ -334,7 +352,8 @@ export class PersistentRnnLayer {
     this.fillPending(a.ws.dpreH, total, GH, GH);
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
     const p = this.backwardPlan;
-    this.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: sharedBytes(p), stream: this.stream }, [
+    const B = batchSizes[0] ?? 0;
+    this.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.saved),
       karg.ptr(a.y),
@@ -348,12 +367,12 @@ export class PersistentRnnLayer {
       karg.ptr(a.ws.dpreX),
       karg.ptr(a.dh0),
       karg.ptr(a.dc0),
-      karg.ptr(a.ws.carry),
       karg.ptr(a.steps.dBatchSizes),
       karg.ptr(a.steps.dOffsets),
       karg.i32(batchSizes.length),
       karg.i32(total),
       karg.i32(a.reverse ? 1 : 0),
+      karg.i32(B),
       karg.ptr(a.ws.status),
     ]);
   }
