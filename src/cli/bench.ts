@@ -201,7 +201,7 @@ function addParallelCommand(bench: Command): void {
 }
 
 /** Registers `vpps bench` and its suites on the program. */
-export function addBenchCommand(program: Command): void {
+export function addBenchCommand(program: Command): Command {
   const bench = program
     .command("bench")
     .description(
@@ -229,4 +229,5 @@ export function addBenchCommand(program: Command): void {
         }),
       ),
   );
+  return bench;
 }

@@ -12,6 +12,7 @@ import { invocation } from "./invocation.js";
 import { integer, nonNegativeNumber, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
 import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed, writeOut } from "./output.js";
 import type { PlanCommandOptions } from "./plan.js";
+import { addRnnCommands } from "./rnn.js";
 import { runTrain, type TrainCommandOptions } from "./train.js";
 
 const engineList = ENGINES.map((e) => (e.summary ? `${e.name} (${e.summary})` : e.name)).join(", ");
@@ -42,7 +43,8 @@ export function buildProgram(): Command {
     .description(`show how VPPS spreads a model's weights over GPU registers: ${modelList}`);
   for (const task of MODELS) addPlanCommand(plan, task);
 
-  addBenchCommand(program);
+  const bench = addBenchCommand(program);
+  addRnnCommands(plan, bench);
 
   program
     .command("info")
