@@ -35,6 +35,8 @@ export interface TrainCommandOptions {
   clip: number;
   resume?: string;
   force: boolean;
+  /** Ranks (processes) of a data-parallel run started here (1: a plain run). */
+  gpus: number;
   [modelOption: string]: unknown;
 }
 
