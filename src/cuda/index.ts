@@ -45,6 +45,7 @@ export {
   CudaError,
   type DevicePtr,
   type Dim3,
+  FunctionAttribute,
   floatBits,
   GraphNodeType,
   getDriver,

@@ -91,6 +91,9 @@ interface Pending<S> {
 const dims = (d: number | readonly [number, number?, number?]): number[] =>
   typeof d === "number" ? [d, 1, 1] : [d[0], d[1] ?? 1, d[2] ?? 1];
 
+/** CUDA events resolve about 0.5 µs: a shorter median is reported as this (the analyser takes durations > 0). */
+export const EVENT_RESOLUTION_US = 0.5;
+
 /** The median of a non-empty list. */
 export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -186,8 +189,8 @@ export class ResourceTracker<S> {
         threadsPerBlock: s.threadsPerBlock,
         registersPerThread: s.registersPerThread,
         sharedBytesPerBlock: s.staticSharedBytes + s.dynamicSharedBytes,
-        durationUs: median(r.durationsUs),
-        blocksPerSm: s.blocksPerSm,
+        durationUs: Math.max(EVENT_RESOLUTION_US, median(r.durationsUs)),
+        ...(s.blocksPerSm >= 1 ? { blocksPerSm: s.blocksPerSm } : {}),
         ...(instances !== undefined ? { instances } : {}),
       });
     }
@@ -198,7 +201,7 @@ export class ResourceTracker<S> {
   opaque(): { name: string; durationUs: number }[] {
     return [...this.byKey.values()]
       .filter((r) => r.shape === undefined && r.durationsUs.length > 0)
-      .map((r) => ({ name: r.name, durationUs: median(r.durationsUs) }));
+      .map((r) => ({ name: r.name, durationUs: Math.max(EVENT_RESOLUTION_US, median(r.durationsUs)) }));
   }
 
   /** The median host time of a timed launch call, µs (T_launch); 0 before any. */

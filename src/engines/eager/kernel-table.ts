@@ -282,3 +282,8 @@ const table: OpTable<EagerKernel> = {
 
 /** The eager engine's kernels, indexed by op. */
 export const EAGER_KERNELS: readonly EagerKernel[] = opArray(table, "eager engine kernels");
+
+/** Whether an op's forward queues device work (inputs, parameters, lookups and views queue none). */
+export function forwardWorks(op: number): boolean {
+  return EAGER_KERNELS[op]!.forward !== nothing;
+}
