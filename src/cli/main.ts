@@ -87,6 +87,7 @@ function addTrainCommand(train: Command, task: AnyTask): void {
       pathName("--resume", "a directory of a run saved with --out"),
     )
     .option("--force", "replace a run that --out already holds (its checkpoints and state.json are removed)", false)
+    .option("--explain", "with --engine eager --streams auto: print GLP4NN's choice of streams and why", false)
     .option("--json", "print the final summary as one JSON object on stdout", false)
     .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
 }

@@ -35,6 +35,10 @@ export interface TrainCommandOptions {
   clip: number;
   resume?: string;
   force: boolean;
+  /** The eager engine's stream pool: auto or 1 … 128 (not recorded by a run: it changes no result). */
+  streams?: string;
+  /** Print GLP4NN's choice of streams and why (with --streams auto). */
+  explain?: boolean;
   [modelOption: string]: unknown;
 }
 

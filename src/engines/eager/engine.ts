@@ -51,7 +51,7 @@ export function parseStreams(value: string): number | "auto" {
   const v = value.trim();
   if (v === "auto") return "auto";
   if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > MAX_EAGER_STREAMS) {
-    throw new RangeError(`--streams: expected auto or a whole number 1 … ${MAX_EAGER_STREAMS}; got '${value}'`);
+    throw new RangeError(`--streams must be auto or a whole number 1 … ${MAX_EAGER_STREAMS}; got '${value}'`);
   }
   return Number(v);
 }
