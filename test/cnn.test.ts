@@ -135,7 +135,10 @@ describe("LeNet on the CPU", () => {
     const model = new LenetModel({ conv1: 2, conv2: 3, hidden: 4 }, 5);
     const batch = digits(2, 1);
     // a small step: a max-pool window or a ReLU whose winner changes within h breaks the finite difference
-    const { checked, mismatches } = gradientCheck(model.params, (cg) => model.batchLoss(cg, batch), { h: 1e-6, atol: 1e-5 });
+    const { checked, mismatches } = gradientCheck(model.params, (cg) => model.batchLoss(cg, batch), {
+      h: 1e-6,
+      atol: 1e-5,
+    });
     assert.ok(checked > 300, `checked ${checked}`);
     assert.deepEqual(mismatches, []);
   });
