@@ -93,6 +93,23 @@ export {
   Trainer,
   type TrainerOptions,
 } from "./optim/trainers.js";
+export {
+  CpuRnnBackend,
+  type PackedSequence,
+  PersistentRnn,
+  type PersistentRnnOptions,
+  packSequences,
+  permuteStates,
+  RNN_CELLS,
+  RnnArgumentError,
+  type RnnBackend,
+  type RnnCell,
+  type RnnSpec,
+  recurrentFlopsPerStep,
+  rnnParameterLayout,
+  sortByLength,
+  unpackSequences,
+} from "./rnn/index.js";
 export { isRunError, RUN_ERRORS, RunDirError, TrainingDivergedError } from "./train/errors.js";
 export { evaluate, predict } from "./train/evaluate.js";
 export { type EpochResult, type TrainConfig, type TrainProgress, type TrainSummary, train } from "./train/loop.js";

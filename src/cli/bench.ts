@@ -214,7 +214,7 @@ function addGlp4nnCommand(bench: Command, layerChoices: readonly string[]): void
 }
 
 /** Registers `vpps bench` and its suites on the program. */
-export function addBenchCommand(program: Command): void {
+export function addBenchCommand(program: Command): Command {
   const bench = program
     .command("bench")
     .description(
@@ -242,4 +242,5 @@ export function addBenchCommand(program: Command): void {
         }),
       ),
   );
+  return bench;
 }

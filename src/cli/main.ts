@@ -11,6 +11,7 @@ import type { EvalCommandOptions } from "./eval.js";
 import { integer, nonNegativeNumber, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
 import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed, writeOut } from "./output.js";
 import type { PlanCommandOptions } from "./plan.js";
+import { addRnnCommands } from "./rnn.js";
 import { runTrain, type TrainCommandOptions } from "./train.js";
 
 const engineList = ENGINES.map((e) => (e.summary ? `${e.name} (${e.summary})` : e.name)).join(", ");
@@ -41,7 +42,8 @@ export function buildProgram(): Command {
     .description(`show how VPPS spreads a model's weights over GPU registers: ${modelList}`);
   for (const task of MODELS) addPlanCommand(plan, task);
 
-  addBenchCommand(program);
+  const bench = addBenchCommand(program);
+  addRnnCommands(plan, bench);
 
   program
     .command("info")

@@ -9,13 +9,8 @@ import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } f
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import {
-  type Engine,
-  type EngineCapabilities,
-  requireCollection,
-  requireExpression,
-  requireScalar,
-} from "../engine.js";
+import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
+import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import {
@@ -60,6 +55,8 @@ export interface AutobatchDevice extends ParameterSite {
   syncTrainerToHost?(trainer: Trainer): void;
   /** Uploads the ParameterCollection's values over the device's copy (another engine trained them). */
   reloadFromHost(): void;
+  /** Sums the gradients over the reducer's ranks before every update; absent where the device cannot. */
+  setGradientReducer?(reducer: GradientReducer | null): void;
   synchronize(): void;
   launchCounts(): AutobatchLaunchCounts;
   dispose(): void;
@@ -204,6 +201,9 @@ export class CudaAutobatchDevice implements AutobatchDevice {
   reloadFromHost(): void {
     this.parameters.reloadFromHost();
   }
+  setGradientReducer(reducer: GradientReducer | null): void {
+    this.parameters.setGradientReducer(reducer);
+  }
   synchronize(): void {
     this.ctx.synchronize();
   }
@@ -243,7 +243,7 @@ const ALIGN = 64;
 const alignUp = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 
 /** Autobatching on a CUDA GPU; see the top of this file. Create it with `createEngine("autobatch", params)`. */
-export class AutobatchGpuEngine implements Engine {
+export class AutobatchGpuEngine implements DataParallelEngine {
   readonly name = "autobatch";
   readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   readonly strategy: BatchStrategy;
@@ -386,6 +386,14 @@ export class AutobatchGpuEngine implements Engine {
 
   syncToHost(): void {
     this.device.syncToHost();
+  }
+
+  /** Sums the gradients over `reducer`'s ranks before every update (DeviceParameters); null: this process alone. */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    if (!this.device.setGradientReducer) {
+      throw new Error(`autobatch: the device '${this.device.name}' cannot train data-parallel (no setGradientReducer)`);
+    }
+    this.device.setGradientReducer(reducer);
   }
 
   syncTrainerToHost(trainer: Trainer): void {

@@ -14,13 +14,8 @@ import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
 import { type IntegerSolver, loadSolver } from "../../streams/index.js";
-import {
-  type Engine,
-  type EngineCapabilities,
-  requireCollection,
-  requireExpression,
-  requireScalar,
-} from "../engine.js";
+import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
+import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
@@ -62,7 +57,7 @@ export const MAX_EAGER_STREAMS = 128;
 const MIN_REGION_FLOATS = 1 << 16;
 
 /** The eager engine; see the top of this file. Create it with `createEngine("eager", params)` or directly. */
-export class EagerEngine implements Engine {
+export class EagerEngine implements DataParallelEngine {
   readonly name = "eager";
   readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   readonly ctx: GpuContext;
@@ -331,6 +326,11 @@ export class EagerEngine implements Engine {
 
   update(trainer: Trainer): void {
     this.device.update(trainer);
+  }
+
+  /** Sums the gradients over `reducer`'s ranks before every update (DeviceParameters); null: this process alone. */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    this.device.setGradientReducer(reducer);
   }
 
   syncToHost(): void {

@@ -6,6 +6,14 @@
 // queued on the stream without a host synchronisation. A non-finite norm (a NaN or ∞ gradient) makes the update
 // kernels leave everything as it is; the norm is copied back asynchronously and checked by the host at the next
 // update or sync (by then the stream has passed it), which throws NonFiniteUpdateError naming the parameter.
+//
+// Data-parallel training (src/engines/data-parallel.ts): the gradients are one contiguous region of the pool (each
+// parameter's at a 256-byte aligned offset in it), so that a GradientReducer sums them over the ranks in a few
+// bucketed calls. With a reducer set, update() first makes every rank's touched lookup rows the union of all ranks'
+// (allGatherHost), then sums the whole gradient region (lookup tables whole: rows no rank touched are zero and stay
+// zero), then runs the unchanged norm and update kernels, so every rank applies the same update to the same weights.
+// The clipping norm is summed with float atomics in an order that differs from rank to rank; rank 0's norm is
+// handed to every rank (the others zero theirs, then one all-reduce of one float), so the updates stay bitwise equal.
 
 import {
   CudaEvent,
@@ -18,6 +26,7 @@ import {
 } from "../../cuda/index.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, NonFiniteUpdateError, type Trainer } from "../../optim/trainers.js";
+import type { GradientReducer } from "../data-parallel.js";
 import type { GpuContext, StagingBuffer } from "./context.js";
 import {
   GPU_BLOCK,
@@ -27,6 +36,11 @@ import {
   optimizerKernelSource,
 } from "./optimizer-kernels.js";
 
+/** `at` rounded up to the alignment of a parameter's gradient in the gradient region. */
+function alignGrad(at: number): number {
+  return Math.ceil(at / GRAD_ALIGN_FLOATS) * GRAD_ALIGN_FLOATS;
+}
+
 /**
  * Blocks for a grid-stride kernel of GPU_BLOCK threads over n elements: enough to fill the GPU, few enough that
  * launch setup is cheap.
@@ -34,6 +48,16 @@ import {
 export function gridFor(n: number): number {
   return Math.max(1, Math.min(Math.ceil(n / GPU_BLOCK), 4096));
 }
+
+/**
+ * Floats per all-reduce call when a GradientReducer sums the gradient region (32 MiB): large enough that a call's
+ * fixed cost is small against its transfer, small enough that a long region is several calls the reducer can
+ * pipeline.
+ */
+export const DP_BUCKET_FLOATS = 8 << 20;
+
+/** Each parameter's gradient starts at a multiple of this many floats in the gradient region (256 bytes). */
+const GRAD_ALIGN_FLOATS = 64;
 
 interface TouchedRows {
   /** 1 for rows touched since the last update. */
@@ -64,6 +88,10 @@ export class DeviceParameters {
   /** The `trainer.updates` before the update whose norm is being copied back and not yet checked, or -1. */
   private unchecked = -1;
   private disposed = false;
+  /** Every parameter's gradient, contiguous: pool offset and length in floats (alignment gaps included). */
+  readonly gradRegion: { readonly offset: number; readonly floats: number };
+  /** Sums the gradients over data-parallel ranks before each update; null: one process. */
+  private reducer: GradientReducer | null = null;
 
   constructor(
     readonly ctx: GpuContext,
@@ -83,12 +111,20 @@ export class DeviceParameters {
     });
     for (const p of params.all) {
       const v = pool.alloc(p.value.length, `value of parameter '${p.name}'`);
-      const g = pool.alloc(p.value.length, `gradient of parameter '${p.name}'`);
       pool.upload(v, p.value, stream);
-      pool.fill(g, p.value.length, 0, stream);
       this.valueOffset[p.index] = v;
-      this.gradOffset[p.index] = g;
     }
+    let gradFloats = 0;
+    for (const p of params.all) gradFloats = alignGrad(gradFloats) + p.value.length;
+    const grads = pool.alloc(Math.max(1, gradFloats), "parameter gradients");
+    let at = 0;
+    for (const p of params.all) {
+      at = alignGrad(at);
+      this.gradOffset[p.index] = grads + at;
+      at += p.value.length;
+    }
+    pool.fill(grads, Math.max(1, gradFloats), 0, stream);
+    this.gradRegion = { offset: grads, floats: gradFloats };
     this.touchedOffset = pool.alloc(Math.max(1, lookupRows), "touched lookup rows");
     this.normSqOffset = pool.alloc(1, "gradient norm");
     pool.mark();
@@ -97,6 +133,19 @@ export class DeviceParameters {
     this.normCopied = CudaEvent.create({ timing: false });
     // the uploads above read pageable host memory; finish them before the caller changes it
     ctx.synchronize();
+  }
+
+  /**
+   * From the next update on, sums the gradients over `reducer`'s ranks (and takes the union of the ranks' touched
+   * lookup rows) before applying it; null: this process alone. Every rank must call update() the same number of
+   * times, each after the same number of backward passes' worth of work: the reducer's calls are collective.
+   */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    this.reducer = reducer;
+  }
+
+  get gradientReducer(): GradientReducer | null {
+    return this.reducer;
   }
 
   valuePtr(index: number): DevicePtr {
@@ -189,11 +238,11 @@ export class DeviceParameters {
     this.ctx.synchronize();
   }
 
-  /** Zeroes every gradient and forgets the touched rows. */
+  /** Zeroes every gradient (one memset: they are one region) and forgets the touched rows. */
   zeroGradients(): void {
-    const driver = this.ctx.device.driver;
-    for (const p of this.params.all) {
-      driver.memsetD32Async(this.gradPtr(p.index), 0, p.value.length, this.ctx.stream.handle);
+    const r = this.gradRegion;
+    if (r.floats > 0) {
+      this.ctx.device.driver.memsetD32Async(this.ctx.pool.ptr(r.offset), 0, r.floats, this.ctx.stream.handle);
       this.launches++;
     }
     this.clearTouched();
@@ -209,9 +258,12 @@ export class DeviceParameters {
     const k = this.kernels;
     const stream = this.ctx.stream;
     const normSq = this.ctx.pool.ptr(this.normSqOffset);
+    const reducer = this.reducer;
+    if (reducer) this.uniteTouchedRows(reducer);
     const rowsPtr = this.uploadTouched();
     this.ctx.device.driver.memsetD32Async(normSq, floatBits(0), 1, stream.handle);
     this.launches++;
+    if (reducer) this.allReduceGradients(reducer);
     for (const p of this.params.all) {
       const t = this.touched[p.index];
       if (t) {
@@ -231,6 +283,15 @@ export class DeviceParameters {
           karg.i32(p.value.length),
         ]);
       }
+    }
+    if (reducer && reducer.worldSize > 1) {
+      // rank 0's norm on every rank: the atomics summed the same gradients in a different order on each
+      if (reducer.rank !== 0) {
+        this.ctx.device.driver.memsetD32Async(normSq, floatBits(0), 1, stream.handle);
+        this.launches++;
+      }
+      reducer.allReduceDevice(normSq, 1, stream.handle);
+      this.launches++;
     }
     this.unchecked = trainer.updates;
     trainer.updates++;
@@ -356,6 +417,59 @@ export class DeviceParameters {
       this.launches += 2;
     }
     this.ctx.synchronize();
+  }
+
+  /**
+   * Makes the touched rows of every lookup table the union over the reducer's ranks: each rank sends its rows
+   * (per table, in parameter order: count, then the rows) and touches the others'. The order of the rows does not
+   * matter: each row's update is independent of the others, and the norm is rank 0's.
+   */
+  private uniteTouchedRows(reducer: GradientReducer): void {
+    let words = 0;
+    for (const t of this.touched) if (t) words += 1 + t.count;
+    if (words === 0) return; // no lookup table: every rank knows it, no exchange
+    const mine = new Int32Array(words);
+    let k = 0;
+    for (const t of this.touched) {
+      if (!t) continue;
+      mine[k++] = t.count;
+      mine.set(t.rows.subarray(0, t.count), k);
+      k += t.count;
+    }
+    const all = reducer.allGatherHost(mine);
+    all.forEach((theirs, rank) => {
+      if (rank === reducer.rank) return;
+      let at = 0;
+      for (const p of this.params.all) {
+        const t = this.touched[p.index];
+        if (!t) continue;
+        const count = theirs[at++];
+        if (count === undefined || count < 0 || at + count > theirs.length) {
+          throw new Error(
+            `data-parallel update: rank ${rank} sent ${theirs.length} words of touched rows, which do not match ` +
+              "this model's lookup tables (every rank must train the same model)",
+          );
+        }
+        for (let i = 0; i < count; i++) {
+          const row = theirs[at + i]!;
+          if (row < 0 || row >= p.rows) {
+            throw new Error(`data-parallel update: rank ${rank} touched row ${row} of '${p.name}' (${p.rows} rows)`);
+          }
+          this.touch(p.index, row);
+        }
+        at += count;
+      }
+    });
+  }
+
+  /** Sums the gradient region over the reducer's ranks, in buckets of DP_BUCKET_FLOATS, queued on the stream. */
+  private allReduceGradients(reducer: GradientReducer): void {
+    const r = this.gradRegion;
+    const stream = this.ctx.stream.handle;
+    for (let o = 0; o < r.floats; o += DP_BUCKET_FLOATS) {
+      reducer.allReduceDevice(this.ctx.pool.ptr(r.offset + o), Math.min(DP_BUCKET_FLOATS, r.floats - o), stream);
+      this.launches++;
+    }
   }
 
   /** Uploads the touched rows of every lookup table (packed); returns each table's device address (by index). */

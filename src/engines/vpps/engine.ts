@@ -23,10 +23,11 @@
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../optim/trainers.js";
+import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, type PipelinedEngine, requireScalar } from "../engine.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 
-export class VppsEngine implements PipelinedEngine {
+export class VppsEngine implements PipelinedEngine, DataParallelEngine {
   readonly name = "vpps";
   readonly capabilities: EngineCapabilities = { forwardOnly: false, nodeGradients: false };
   readonly vpps: Vpps;
@@ -179,6 +180,15 @@ export class VppsEngine implements PipelinedEngine {
 
   syncToHost(): void {
     this.vpps.syncToHost();
+  }
+
+  /**
+   * Data-parallel training: the kernel exports the gradients, the ranks sum them, and the trainer's update runs
+   * after the sum (`Vpps.setGradientReducer`); null: the in-kernel update again. Queued batches finish first.
+   */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    this.waitForQueued();
+    this.vpps.setGradientReducer(reducer);
   }
 
   dispose(): void {

@@ -208,10 +208,18 @@ export function resolveOptions(o: VppsOptions = {}): ResolvedOptions {
   };
 }
 
-/** The schedulers' options (the same in every variant and worker). */
-export function scheduleOptions(o: ResolvedOptions, optimizer: "sgd" | "adam"): ScheduleOptions {
+/**
+ * The schedulers' options (the same in every variant and worker); `exportMode`: data-parallel training, where the
+ * script ends after backward with the gradients exported and the update runs after the ranks' sum.
+ */
+export function scheduleOptions(o: ResolvedOptions, optimizer: "sgd" | "adam", exportMode = false): ScheduleOptions {
   const tileEntries = o.variants.tileEntries;
-  return { exportGradients: o.exportGradients, optimizer, ...(tileEntries !== undefined ? { tileEntries } : {}) };
+  return {
+    exportGradients: o.exportGradients,
+    optimizer,
+    ...(tileEntries !== undefined ? { tileEntries } : {}),
+    ...(exportMode ? { update: "host" as const } : {}),
+  };
 }
 
 /**

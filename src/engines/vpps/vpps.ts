@@ -24,6 +24,7 @@ import type { PoolStats } from "../../cuda/index.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { argumentError } from "../../ops/common.js";
+import type { GradientReducer } from "../data-parallel.js";
 import { requireCollection, requireScalar } from "../engine.js";
 import { GpuContext } from "../gpu/context.js";
 import {
@@ -108,6 +109,7 @@ export class Vpps {
   private disposed = false;
   private readonly launcher: BatchLauncher<Variant>;
   private batchLossHook: ((loss: number) => void) | undefined;
+  private reducer: GradientReducer | null = null;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -305,26 +307,53 @@ export class Vpps {
     this.flush();
     if (optimizer !== this.optimizerName) {
       this.optimizerName = optimizer;
-      const schedule = scheduleOptions(this.o, optimizer);
-      for (const v of this.variants) v.scheduler = new VppsScheduler(v.model, schedule);
-      const pool = this.launcher.pool;
-      if (pool !== undefined) {
-        // the workers' schedulers were made with the old options: new workers with the new ones
-        this.launcher.pool = undefined;
-        pool.dispose();
-        this.launcher.pool = new SchedulePool<BatchTag>({
-          workers: pool.size,
-          params: this.params.all,
-          plans: [...this.plans],
-          schedule,
-        });
-      }
+      this.reschedule();
     }
     this.beta1 = h.beta1;
     this.beta2 = h.beta2;
     this.epsilon = h.epsilon;
     if (optimizer === "adam") this.runtime.resetMoments(this.variants[0]!.model);
     this.updates = 0;
+  }
+
+  /** Schedulers (and schedule workers) with the current optimizer and mode, for the batches posted from now on. */
+  private reschedule(): void {
+    const schedule = scheduleOptions(this.o, this.optimizerName, this.reducer !== null);
+    for (const v of this.variants) v.scheduler = new VppsScheduler(v.model, schedule);
+    const pool = this.launcher.pool;
+    if (pool !== undefined) {
+      // the workers' schedulers were made with the old options: new workers with the new ones
+      this.launcher.pool = undefined;
+      pool.dispose();
+      this.launcher.pool = new SchedulePool<BatchTag>({
+        workers: pool.size,
+        params: this.params.all,
+        plans: [...this.plans],
+        schedule,
+      });
+    }
+  }
+
+  /**
+   * Data-parallel training (src/engines/data-parallel.ts): from the next batch on, the kernel exports the weight
+   * gradients instead of updating (the scripts end after backward: schedule option `update: "host"`, the same
+   * kernels), the gradients are summed over `reducer`'s ranks, and the update runs after the sum, on the device, by
+   * the host-update kernels (runtime/dp-update.ts): the trainer's rule exactly (clip by the global norm, SGD or Adam
+   * with bias correction, the union of the ranks' touched lookup rows). `fb` stays asynchronous; its only host
+   * exchange (the touched rows) happens when a batch is launched. null: back to the in-kernel update. Waits for the
+   * batches posted so far. Every rank must then launch the same number of batches with a positive learning rate.
+   */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    if (this.disposed) throw new Error("Vpps.setGradientReducer: this instance was disposed");
+    this.flush();
+    this.reducer = reducer;
+    this.runtime.setGradientReducer(reducer, this.variants[0]!.model);
+    this.reschedule();
+  }
+
+  /** The reducer of data-parallel training (setGradientReducer), or null. */
+  get gradientReducer(): GradientReducer | null {
+    return this.reducer;
   }
 
   /**

@@ -15,7 +15,7 @@ import type { DeviceRegions } from "./regions.js";
 const UPDATE_PIECE = 4096;
 
 export const HOST_UPDATE_PROGRAM = "vpps_host_update";
-export const HOST_UPDATE_KERNELS = ["vpps_norm2_list", "vpps_sgd_list", "vpps_adam_list"] as const;
+export const HOST_UPDATE_KERNELS = ["vpps_norm2_list", "vpps_sgd_list", "vpps_adam_list", "vpps_copy_list"] as const;
 /** Words of one entry of the SGD list (parameter, gradient, length) and of the Adam list (parameter, gradient, m, v, length). */
 export const SGD_ENTRY = 3;
 export const ADAM_ENTRY = 5;
@@ -59,6 +59,15 @@ extern "C" __global__ void vpps_sgd_list(float* base, const u32* list, int entri
     const float* g = base + list[3 * e + 1];
     const u32 n = list[3 * e + 2];
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) p[i] -= step * g[i];
+  }
+}
+// Data-parallel mode (dp-update.ts): base[dst .. dst + n) = base[src .. src + n) over (dst, src, n) triples.
+extern "C" __global__ void vpps_copy_list(float* base, const u32* list, int entries) {
+  for (int e = blockIdx.x; e < entries; e += gridDim.x) {
+    float* d = base + list[3 * e];
+    const float* s = base + list[3 * e + 1];
+    const u32 n = list[3 * e + 2];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
   }
 }
 // The kernel's adam_element (kernel-static.ts), with the same arguments, over the list.
@@ -196,6 +205,12 @@ export class HostUpdate {
     clip: number,
     adam: AdamStep | undefined,
   ) {
+    this.gemm(v, s);
+    this.step(listAt, entries, lr, clip, adam);
+  }
+
+  /** The GEMM-formed gradients of the batch (W̄ = Ȳᵀ·X over the collected rows) into the gradient buffer. */
+  gemm(v: KernelVariant, s: ScheduledBatch): void {
     const ctx = this.ctx;
     const R = this.regions;
     const L = s.layout;
@@ -213,6 +228,34 @@ export class HostUpdate {
         beta: 0,
       });
     }
+  }
+
+  /** Copies over a list of (destination, source, length) triples of pool offsets (data-parallel mode). */
+  copy(listAt: number, entries: number): void {
+    if (entries === 0) return;
+    const ctx = this.ctx;
+    this.kernels ??= ctx.kernels(HOST_UPDATE_PROGRAM, HOST_UPDATE_SOURCE, HOST_UPDATE_KERNELS).kernels;
+    this.kernels.vpps_copy_list.launch({ grid: Math.min(entries, 2048), block: 256, stream: ctx.stream }, [
+      karg.ptr(ctx.pool.ptr(0)),
+      karg.ptr(this.regions.ptr(listAt)),
+      karg.i32(entries),
+    ]);
+  }
+
+  /**
+   * The clipped SGD or Adam step of the list's entries (Adam with learning rate 0: no step, as in the kernel).
+   * `afterNorm` is queued between the norm and the step (data-parallel mode: every rank takes rank 0's norm).
+   */
+  step(
+    listAt: number,
+    entries: number,
+    lr: number,
+    clip: number,
+    adam: AdamStep | undefined,
+    afterNorm?: (normPtr: number) => void,
+  ): void {
+    const ctx = this.ctx;
+    const R = this.regions;
     this.kernels ??= ctx.kernels(HOST_UPDATE_PROGRAM, HOST_UPDATE_SOURCE, HOST_UPDATE_KERNELS).kernels;
     if (entries === 0 || (adam !== undefined && lr === 0)) return;
     const base = karg.ptr(ctx.pool.ptr(0));
@@ -228,6 +271,7 @@ export class HostUpdate {
         karg.i32(adam !== undefined ? ADAM_ENTRY : SGD_ENTRY),
         karg.ptr(R.ptr(R.norm)),
       ]);
+      afterNorm?.(R.ptr(R.norm));
     }
     if (adam !== undefined) {
       this.kernels.vpps_adam_list.launch({ grid, block: 256, stream: st }, [

@@ -11,6 +11,7 @@
  *   barriers  two regions of MAX_BARRIERS counters, used by launches in turn
  *   script  one region per pipeline slot: the batch script, then (host update) the list of update entries
  *   pool    the script's pool: model region (vectors, lookup tables) at 0, then the batch (plan/layout.ts)
+ *   rest    data-parallel mode only (dp-lists.ts): the other gradients the ranks sum, taken from the pool's end
  * Adam's moments are a device allocation of their own (moments.ts layout), made only when Adam starts.
  */
 import type { DevicePtr } from "../../../cuda/index.js";
@@ -53,7 +54,11 @@ export class DeviceRegions {
   private readonly script: number;
   readonly scriptWords: number;
   readonly pool: number;
-  readonly poolFloats: number;
+  /** Floats of the script's pool a batch may use (less the `rest` region while one is reserved). */
+  poolFloats: number;
+  /** The data-parallel `rest` region (float offset; dp-lists.ts), at the end of the pool; -1 when not reserved. */
+  rest = -1;
+  private readonly fullPoolFloats: number;
   /** Adam's moments (moments.ts layout), a device allocation of `momentFloats` made by resetMoments; 0 before. */
   moments: DevicePtr = 0;
   private momentFloats = 0;
@@ -86,7 +91,29 @@ export class DeviceRegions {
       );
     }
     this.pool = p.alloc(this.poolFloats, "VPPS script pool");
+    this.fullPoolFloats = this.poolFloats;
     p.mark();
+  }
+
+  /**
+   * Reserves `floats` floats at the end of the script's pool as the data-parallel `rest` region (the batches get
+   * the pool before it), or gives it back (`floats` 0). Call it only with no batch in flight.
+   */
+  reserveRest(floats: number, modelFloats: number): void {
+    if (floats === 0) {
+      this.rest = -1;
+      this.poolFloats = this.fullPoolFloats;
+      return;
+    }
+    const left = Math.floor((this.fullPoolFloats - floats) / 64) * 64;
+    if (left < modelFloats) {
+      throw new Error(
+        `VPPS data-parallel mode: the gradients the ranks sum need ${floats} floats of device pool beside the ` +
+          `model region's ${modelFloats}; the pool has ${this.fullPoolFloats} (raise poolBytes)`,
+      );
+    }
+    this.poolFloats = left;
+    this.rest = this.pool + left;
   }
 
   /** The device address of a float offset in the context's pool. */

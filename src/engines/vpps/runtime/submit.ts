@@ -13,12 +13,14 @@
  * kernels saved, which is what small batches are made of (docs/journal/vpps-measurements.md).
  */
 import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
+import type { GradientReducer } from "../../data-parallel.js";
 import type { GpuContext } from "../../gpu/context.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
 import type { ModelLayout } from "../plan/layout.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
+import { DataParallelUpdate, type DpBatch } from "./dp-update.js";
 import { ADAM_ENTRY, HostUpdate, SGD_ENTRY } from "./host-update.js";
 import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
 import { DeviceRegions, MAX_BARRIERS, STATUS_BLOCK_WORDS } from "./regions.js";
@@ -87,6 +89,8 @@ export class VppsRuntime {
   private readonly anchor: CudaEvent;
   private lastStop: number | undefined;
   private lastStopBatch = -1;
+  /** Data-parallel mode: the gradients are summed over the reducer's ranks, then the update runs (dp-update.ts). */
+  private dp: DataParallelUpdate | undefined;
 
   constructor(
     readonly ctx: GpuContext,
@@ -177,6 +181,23 @@ export class VppsRuntime {
     return this.regions.readGradients(model, schedule);
   }
 
+  /**
+   * From the next batch on, sums the gradients over `reducer`'s ranks before the update, which runs after the
+   * kernel (the batches must be scheduled in export mode: `update: "host"`); null: this process alone. Waits for
+   * every queued batch (the `rest` region is taken from the pool's end).
+   */
+  setGradientReducer(reducer: GradientReducer | null, model: ModelLayout): void {
+    this.pipeline.drain();
+    this.ctx.synchronize();
+    this.dp?.dispose();
+    this.dp = undefined;
+    if (reducer !== null) this.dp = new DataParallelUpdate(this.ctx, this.regions, this.hostUpdate, reducer, model);
+  }
+
+  get dataParallel(): boolean {
+    return this.dp !== undefined;
+  }
+
   /** Zeroes Adam's moments of `model` (allocated the first time), behind every earlier batch. */
   resetMoments(model: ModelLayout): void {
     this.regions.resetMoments(model);
@@ -211,7 +232,12 @@ export class VppsRuntime {
   ): number {
     const L = s.layout;
     const R = this.regions;
-    const host = s.update === "host";
+    if (this.dp !== undefined && s.update !== "host") {
+      throw new Error("VPPS: a batch scheduled to update in the kernel was submitted in data-parallel mode");
+    }
+    // data-parallel mode: the exchange and update of dp-update.ts, for batches that step (learning rate 0: none)
+    const dp = this.dp !== undefined && lr > 0 ? this.dp : undefined;
+    const host = s.update === "host" && this.dp === undefined;
     if (adam !== undefined && R.moments === 0) throw new Error("VPPS: an Adam batch before resetMoments()");
     if (L.poolFloats > R.poolFloats) {
       throw new Error(`VPPS: the batch needs ${L.poolFloats} floats of pool; the device pool has ${R.poolFloats}`);
@@ -220,10 +246,12 @@ export class VppsRuntime {
       throw new Error(`VPPS: the batch uses ${s.barriers} barriers; at most ${MAX_BARRIERS}`);
     }
     if (L.poolFloats > this.peakPoolFloats) this.peakPoolFloats = L.poolFloats;
+    // the ranks' touched rows, before the slot is taken: this waits for every rank to reach this batch
+    const dpBatch: DpBatch | undefined = dp?.prepare(s, adam !== undefined);
     const slot = this.pipeline.begin();
     const S = this.slots[slot]!;
     const scriptWords = s.script.length;
-    const listMax = host ? this.hostUpdate.listWords(variant.model, s, adam !== undefined) : 0;
+    const listMax = host ? this.hostUpdate.listWords(variant.model, s, adam !== undefined) : (dpBatch?.words ?? 0);
     if (scriptWords + listMax > R.scriptWords) {
       throw new Error(
         `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${R.scriptWords} ` +
@@ -239,7 +267,10 @@ export class VppsRuntime {
     const words = S.pinned.u32;
     words.set(s.script, 0);
     const entries = host ? this.hostUpdate.list(variant.model, s, words, scriptWords, adam !== undefined) : 0;
-    const sent = scriptWords + (adam !== undefined ? ADAM_ENTRY : SGD_ENTRY) * entries;
+    const sent =
+      dp !== undefined && dpBatch !== undefined
+        ? scriptWords + dp.write(s, dpBatch, words, scriptWords, adam !== undefined)
+        : scriptWords + (adam !== undefined ? ADAM_ENTRY : SGD_ENTRY) * entries;
     const ctx = this.ctx;
     const drv = ctx.device.driver;
     const st = ctx.stream.handle;
@@ -280,6 +311,7 @@ export class VppsRuntime {
     this.barrierRegion = 1 - region;
     this.staleBarriers = s.barriers;
     if (host) this.hostUpdate.launch(variant, s, script + scriptWords, entries, lr, clip, adam);
+    if (dp !== undefined && dpBatch !== undefined) dp.launch(variant, s, dpBatch, script, lr, clip, adam);
     if (timed) S.stop.record(ctx.stream);
     S.finished.record(ctx.stream);
     this.readback.wait(S.finished);
@@ -340,6 +372,7 @@ export class VppsRuntime {
       this.upload.synchronize();
       this.readback.synchronize();
     } finally {
+      this.dp = undefined;
       this.regions.dispose();
       for (const s of this.slots) {
         s.pinned.free();

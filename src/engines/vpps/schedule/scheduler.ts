@@ -40,6 +40,12 @@ export interface ScheduleOptions {
    * spread over all processors, instead of on the matrix's holders (default DEFAULT_TILE_ENTRIES; 0: never).
    */
   readonly tileEntries?: number;
+  /**
+   * "host": the script ends after the backward pass with every register gradient exported, whatever the plan
+   * (data-parallel mode: the ranks sum the gradients, then the update runs outside the kernel). Default: the
+   * kernel updates when every matrix keeps its gradient in registers, else the host.
+   */
+  readonly update?: "host";
 }
 
 /**
@@ -96,7 +102,8 @@ export class VppsScheduler implements Emitter {
     this.backwardProducts = new Int32Array(64 * plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
-    this.update = plan.matrices.every((m) => m.gradients === "registers") ? "kernel" : "host";
+    const inKernel = options.update !== "host" && plan.matrices.every((m) => m.gradients === "registers");
+    this.update = inKernel ? "kernel" : "host";
     const withGrad = new Set<number>();
     for (const m of plan.matrices) if (m.gradients === "registers") for (const p of m.partitions) withGrad.add(p.cta);
     this.registerGradCtas = Int32Array.from(withGrad).sort();

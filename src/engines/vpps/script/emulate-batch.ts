@@ -34,6 +34,27 @@ export function emulateBatch(
   opts: EmulatorOptions,
   moments?: Float32Array,
 ): EmulatedBatch {
+  const { mem, stats } = emulateLaunch(model, schedule, g, paramValues, opts, moments);
+  return { ...readBatchResults(model, schedule, paramValues, mem, opts), stats };
+}
+
+/** The emulated device memory after one launch of `schedule` (the kernel's part only: no host update). */
+export interface EmulatedMemory {
+  readonly pool: Float32Array;
+  readonly master: Float32Array;
+  readonly grads: Float32Array;
+  readonly moments?: Float32Array;
+}
+
+/** Runs `schedule` on the emulator as the runtime launches it on the GPU; returns the memory after the kernel. */
+export function emulateLaunch(
+  model: ModelLayout,
+  schedule: BatchSchedule,
+  g: ComputationGraph,
+  paramValues: readonly Float32Array[],
+  opts: EmulatorOptions,
+  moments?: Float32Array,
+): { mem: EmulatedMemory; stats: EmulatorStats } {
   const { plan, params } = model;
   const L = schedule.layout;
   const pool = new Float32Array(L.poolFloats);
@@ -54,7 +75,7 @@ export function emulateBatch(
     ...(moments !== undefined ? { moments: Float32Array.from(moments) } : {}),
   };
   const stats = new VppsEmulator(plan).run(schedule.script, mem, opts);
-  return { ...readBatchResults(model, schedule, paramValues, mem, opts), stats };
+  return { mem, stats };
 }
 
 /**

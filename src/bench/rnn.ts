@@ -1,0 +1,209 @@
+/**
+ * `vpps bench rnn`: the persistent recurrent layers on the GPU (issue 18 item 5). Per (cell, hidden, batch): the
+ * recurrent part alone (what the paper times: the input projection is one GEMM done beforehand), the whole forward
+ * layer call (projection included, what cuDNN's numbers are), and forward+backward (weight gradients included),
+ * in milliseconds, medians of repeated runs timed with CUDA events after warm-up; TFLOP/s of the recurrent product.
+ * Sizes that do not fit the registers are listed with the reason. All buffers live on the device: no host traffic is
+ * timed. bench/pytorch/rnn.py measures cuDNN the same way, in the same device call.
+ */
+
+import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
+import { CudaEvent, CudaStream, type DevicePtr, getCublas, openDevice } from "../cuda/index.js";
+import {
+  type BackwardArgs,
+  PersistentRnnLayer,
+  RnnDoesNotFitError,
+  type RnnGpu,
+  RnnWorkspace,
+} from "../rnn/gpu/persistent.js";
+import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan.js";
+
+export interface RnnBenchOptions {
+  readonly cells: readonly RnnCellName[];
+  readonly hiddens: readonly number[];
+  readonly batches: readonly number[];
+  readonly steps: number;
+  readonly repeats: number;
+  readonly precision: WeightPrecision;
+  readonly device: number;
+}
+
+export interface RnnBenchRow {
+  readonly cell: RnnCellName;
+  readonly hidden: number;
+  readonly batch: number;
+  readonly steps: number;
+  readonly precision: WeightPrecision;
+  readonly fits: boolean;
+  readonly reason?: string;
+  /** Medians, ms. */
+  readonly recurrentMs?: number;
+  readonly forwardMs?: number;
+  readonly forwardBackwardMs?: number;
+  readonly backwardRecurrentMs?: number;
+  /** Of the recurrent product in the forward recurrent part. */
+  readonly recurrentTflops?: number;
+  readonly perStepUs?: number;
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[s.length >> 1]!;
+};
+
+export function runRnnBench(
+  o: RnnBenchOptions,
+  log: (line: string) => void = () => {},
+): {
+  device: string;
+  rows: RnnBenchRow[];
+  largest: Record<string, number>;
+} {
+  const device = openDevice(o.device);
+  const stream = CudaStream.create({ nonBlocking: true });
+  const cublas = getCublas();
+  const handle = cublas.create();
+  cublas.setStream(handle, stream.handle);
+  const gpu: RnnGpu = { device, stream, cublas, cublasHandle: handle };
+  const d = device.driver;
+  const model = deviceModelOfCuda(device.props);
+  const rows: RnnBenchRow[] = [];
+  const largest: Record<string, number> = {};
+  for (const cell of o.cells) largest[`${cell}/${o.precision}`] = largestPersistentHidden(cell, model, o.precision);
+  const start = CudaEvent.create({ timing: true });
+  const end = CudaEvent.create({ timing: true });
+  const time = (f: () => void): number => {
+    start.record(stream);
+    f();
+    end.record(stream);
+    end.synchronize();
+    return end.elapsedMsSince(start);
+  };
+  for (const cell of o.cells) {
+    for (const hidden of o.hiddens) {
+      let layer: PersistentRnnLayer;
+      try {
+        layer = PersistentRnnLayer.create(gpu, cell, hidden, o.precision);
+      } catch (e) {
+        if (!(e instanceof RnnDoesNotFitError)) throw e;
+        for (const batch of o.batches) {
+          rows.push({ cell, hidden, batch, steps: o.steps, precision: o.precision, fits: false, reason: e.message });
+        }
+        log(`${cell} hidden ${hidden}: does not fit: ${e.message}`);
+        continue;
+      }
+      const G = gatesOf(cell);
+      const H = hidden;
+      for (const batch of o.batches) {
+        const N = batch * o.steps;
+        const ptrs: DevicePtr[] = [];
+        const alloc = (floats: number, value = 0.01) => {
+          const p = d.memAlloc(Math.max(1, floats) * 4);
+          ptrs.push(p);
+          // small deterministic values: a sawtooth keeps activations away from saturation
+          const host = Float32Array.from(
+            { length: Math.min(floats, 1 << 22) },
+            (_, i) => (value * (((i * 37) % 17) - 8)) / 8,
+          );
+          for (let off = 0; off < floats; off += host.length) {
+            const n = Math.min(host.length, floats - off);
+            d.memcpyHtoD(p + 4 * off, host.subarray(0, n));
+          }
+          return p;
+        };
+        const ws = new RnnWorkspace(gpu, cell, H, N, batch);
+        try {
+          const scale = 1 / Math.sqrt(H);
+          const weights = {
+            wih: alloc(G * H * H, scale),
+            whh: alloc(G * H * H, scale),
+            bih: alloc(G * H),
+            bhh: alloc(G * H),
+          };
+          const grads = { wih: alloc(G * H * H), whh: alloc(G * H * H), bih: alloc(G * H), bhh: alloc(G * H) };
+          const batchSizes = new Int32Array(o.steps).fill(batch);
+          const offsets = Int32Array.from({ length: o.steps }, (_, t) => t * batch);
+          const dB = alloc(o.steps);
+          const dO = alloc(o.steps);
+          d.memcpyHtoD(dB, batchSizes);
+          d.memcpyHtoD(dO, offsets);
+          const steps = { batchSizes, offsets, total: N, dBatchSizes: dB, dOffsets: dO };
+          const x = alloc(N * H, 1);
+          const a: BackwardArgs = {
+            weights,
+            x,
+            h0: alloc(batch * H),
+            c0: alloc(batch * H),
+            y: alloc(N * H),
+            ldy: H,
+            hn: alloc(batch * H),
+            cn: alloc(batch * H),
+            steps,
+            reverse: false,
+            train: true,
+            ws,
+            grads,
+            dy: alloc(N * H, 0.1),
+            lddy: H,
+            dhn: alloc(batch * H),
+            dcn: alloc(batch * H),
+            dx: alloc(N * H),
+            dxAccumulate: false,
+            dh0: alloc(batch * H),
+            dc0: alloc(batch * H),
+          };
+          layer.inputProjection(a, H);
+          const warm = () => {
+            layer.forward(a, H);
+            layer.backward(a, H);
+          };
+          for (let i = 0; i < 3; i++) warm();
+          layer.checkStatus(ws);
+          const rec: number[] = [];
+          const fwd: number[] = [];
+          const fb: number[] = [];
+          const brec: number[] = [];
+          for (let r = 0; r < o.repeats; r++) {
+            rec.push(time(() => layer.forwardRecurrent(a)));
+            fwd.push(time(() => layer.forward(a, H)));
+            brec.push(time(() => layer.backwardRecurrent(a)));
+            fb.push(
+              time(() => {
+                layer.forward(a, H);
+                layer.backward(a, H);
+              }),
+            );
+          }
+          layer.checkStatus(ws);
+          const recurrentMs = median(rec);
+          const flops = 2 * G * H * H * batch * o.steps;
+          const row: RnnBenchRow = {
+            cell,
+            hidden,
+            batch,
+            steps: o.steps,
+            precision: o.precision,
+            fits: true,
+            recurrentMs,
+            forwardMs: median(fwd),
+            backwardRecurrentMs: median(brec),
+            forwardBackwardMs: median(fb),
+            recurrentTflops: flops / (recurrentMs * 1e-3) / 1e12,
+            perStepUs: (recurrentMs * 1000) / o.steps,
+          };
+          rows.push(row);
+          log(JSON.stringify(row));
+        } finally {
+          ws.dispose();
+          for (const p of ptrs) d.memFree(p);
+        }
+      }
+      layer.dispose();
+    }
+  }
+  start.destroy();
+  end.destroy();
+  cublas.destroy(handle);
+  stream.destroy();
+  return { device: device.props.name, rows, largest };
+}

@@ -1,0 +1,161 @@
+/**
+ * `vpps plan rnn` (how a persistent recurrent layer is laid out, and the largest that fits) and `vpps bench rnn`
+ * (the persistent layers against cuDNN), issue 18.
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { type Command, Option } from "commander";
+import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/options.js";
+import { openDevice } from "../cuda/device.js";
+import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
+import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
+import { largestPersistentHidden, planRnnLayer, RNN_CELLS, type RnnCellName, type RnnKernelPlan } from "../rnn/plan.js";
+import { commandLine, leaf, run } from "./bench-command.js";
+import { CliError } from "./errors.js";
+import { writeOut } from "./output.js";
+
+function deviceModel(gpu: string): DeviceModel {
+  if (gpu === "h100") return H100_SXM;
+  if (gpu === "h200") return H200;
+  try {
+    const d = openDevice(0);
+    const model = deviceModelOfCuda(d.props);
+    d.close();
+    return model;
+  } catch (e) {
+    const why = e instanceof CudaLibraryNotFoundError ? e.summary : (e as Error).message;
+    throw new CliError(`--gpu device: no GPU can be opened here (${why}); use --gpu h100 or h200`);
+  }
+}
+
+const describeKernel = (p: RnnKernelPlan): string =>
+  `  ${p.kind.padEnd(8)} ${p.ctas} CTAs × ${p.threads} threads, ${p.unitsPerCta} units per CTA ` +
+  `(${p.rows} rows × ${p.cols} columns of W_hh${p.kind === "backward" ? "ᵀ" : ""}), per thread ` +
+  `${p.rowsPerThread} rows × ${4 * p.chunksPerThread} columns = ${p.weightRegisters} weight registers ` +
+  `(≈ ${p.registersEstimate} of ${p.registerLimit})`;
+
+interface PlanFlags {
+  cell?: RnnCellName;
+  hidden?: number;
+  gpu: string;
+  json: boolean;
+}
+
+/** `vpps plan rnn`: one layer's plan, or the largest layer of every cell. */
+export function runPlanRnn(f: PlanFlags): void {
+  const device = deviceModel(f.gpu);
+  const cells = f.cell ? [f.cell] : RNN_CELLS;
+  const largest = Object.fromEntries(cells.map((c) => [c, largestPersistentHidden(c, device)]));
+  if (f.hidden === undefined) {
+    if (f.json) return writeOut(`${JSON.stringify({ device: device.name, precision: "fp32", largest })}\n`);
+    writeOut(
+      `largest persistent layer on ${device.name} (${device.smCount} SMs, ${device.regsPerSm} registers per SM), fp32 weights:\n` +
+        cells.map((c) => `  ${c.padEnd(8)} hidden ${largest[c]}`).join("\n") +
+        "\n",
+    );
+    return;
+  }
+  const out = cells.map((cell) => ({ cell, plan: planRnnLayer(cell, f.hidden!, device) }));
+  if (f.json) return writeOut(`${JSON.stringify({ device: device.name, hidden: f.hidden, plans: out, largest })}\n`);
+  for (const { cell, plan } of out) {
+    if (plan.fits) {
+      writeOut(
+        `${cell}, hidden ${f.hidden}, fp32 weights on ${device.name}: fits (largest: ${largest[cell]})\n` +
+          `${describeKernel(plan.forward)}\n${describeKernel(plan.backward)}\n`,
+      );
+    } else {
+      writeOut(
+        `${cell}, hidden ${f.hidden}, fp32 weights on ${device.name}: does not fit — ${plan.reason}; the largest that ` +
+          `fits is hidden ${largest[cell]}\n`,
+      );
+    }
+  }
+}
+
+interface BenchFlags {
+  cells: RnnCellName[];
+  hidden: number[];
+  batch: number[];
+  steps: number;
+  repeats: number;
+  reference?: string;
+  out?: string;
+}
+
+/** Registers `vpps plan rnn` under `plan` and `vpps bench rnn` under `bench`. */
+export function addRnnCommands(plan: Command, bench: Command): void {
+  leaf(
+    plan
+      .command("rnn")
+      .description("how a persistent recurrent layer spreads W_hh over the GPU's registers, and the largest that fits")
+      .addOption(
+        new Option("--cell <cell>", `one of ${RNN_CELLS.join(", ")} (default: all)`).argParser(
+          choice("--cell", RNN_CELLS),
+        ),
+      )
+      .addOption(
+        new Option("--hidden <n>", "the layer's hidden size (default: print the largest per cell)").argParser(
+          wholeNumber("--hidden"),
+        ),
+      )
+      .addOption(
+        new Option("--gpu <kind>", "device model: h100, h200, or device (the GPU of this machine)")
+          .argParser(choice("--gpu", ["h100", "h200", "device"]))
+          .default("h100"),
+      )
+      .option("--json", "print as JSON", false)
+      .action((f: PlanFlags) => runPlanRnn(f)),
+  );
+  leaf(
+    bench
+      .command("rnn")
+      .description("persistent RNN/LSTM/GRU layers on the GPU: ms, µs per step and TFLOP/s, beside cuDNN (--reference)")
+      .addOption(
+        new Option("--cells <list>", "cells")
+          .argParser(choiceList("--cells", RNN_CELLS))
+          .default(["rnn-tanh", "lstm", "gru"]),
+      )
+      .addOption(
+        new Option("--hidden <list>", "hidden sizes")
+          .argParser(numberList("--hidden"))
+          .default([512, 1152, 1792, 2304]),
+      )
+      .addOption(new Option("--batch <list>", "batch sizes").argParser(numberList("--batch")).default([1, 4, 16, 64]))
+      .addOption(new Option("--steps <n>", "sequence length").argParser(wholeNumber("--steps")).default(256))
+      .addOption(
+        new Option("--repeats <n>", "timed runs per configuration (median)")
+          .argParser(wholeNumber("--repeats"))
+          .default(20),
+      )
+      .option("--reference <file>", "cuDNN's results: the JSON lines of python3 bench/pytorch/rnn.py bench --out FILE")
+      .addOption(new Option("--out <dir>", "write rnn.json and rnn.md there").argParser(folder("--out")))
+      .action(
+        run(async (f: BenchFlags) => {
+          const { runRnnBench } = await import("../bench/rnn.js");
+          const { readCudnnRows, rnnBenchMarkdown } = await import("../bench/rnn-report.js");
+          const cudnn = f.reference ? readCudnnRows(f.reference) : [];
+          const res = runRnnBench(
+            {
+              cells: f.cells,
+              hiddens: f.hidden,
+              batches: f.batch,
+              steps: f.steps,
+              repeats: f.repeats,
+              precision: "fp32",
+              device: 0,
+            },
+            (line) => process.stderr.write(`${line}\n`),
+          );
+          const md = rnnBenchMarkdown(res.device, res.rows, cudnn);
+          writeOut(md);
+          if (f.out) {
+            mkdirSync(f.out, { recursive: true });
+            const json = { device: res.device, command: commandLine(), largest: res.largest, rows: res.rows, cudnn };
+            writeFileSync(join(f.out, "rnn.json"), `${JSON.stringify(json, null, 1)}\n`);
+            writeFileSync(join(f.out, "rnn.md"), md);
+          }
+          return 0;
+        }),
+      ),
+  );
+}

@@ -1,0 +1,234 @@
+/**
+ * The GPU implementation of the RnnBackend seam (src/rnn/backend.ts): one (layer, direction) through the persistent
+ * kernels (src/rnn/gpu/persistent.ts). Host arrays cross the seam, so each call uploads its inputs and downloads its
+ * results; what the backward needs (the input, the weights, the forward's saved activations) stays on the device in
+ * the saved state between the two. A layer too large for the registers is refused by PersistentRnnLayer.create with
+ * the largest size that fits.
+ */
+import {
+  type CublasHandle,
+  type CudaDevice,
+  CudaStream,
+  type DevicePtr,
+  getCublas,
+  openDevice,
+} from "../../cuda/index.js";
+import type {
+  RnnLayerWeights as HostWeights,
+  RnnBackend,
+  RnnBackwardLayerArgs,
+  RnnBackwardLayerResult,
+  RnnForwardLayerArgs,
+  RnnForwardLayerResult,
+  RnnSavedState,
+} from "../backend.js";
+import type { WeightPrecision } from "../plan.js";
+import { type PackedSteps, PersistentRnnLayer, type RnnGpu, type RnnLayerWeights, RnnWorkspace } from "./persistent.js";
+
+/** Device buffers of one call, freed together. */
+class Buffers {
+  private readonly ptrs: DevicePtr[] = [];
+  constructor(private readonly device: CudaDevice) {}
+  alloc(floats: number): DevicePtr {
+    const p = this.device.driver.memAlloc(Math.max(1, floats) * 4);
+    this.ptrs.push(p);
+    return p;
+  }
+  upload(data: Float32Array | Int32Array): DevicePtr {
+    const p = this.alloc(data.length);
+    if (data.length > 0) this.device.driver.memcpyHtoD(p, data);
+    return p;
+  }
+  zeros(floats: number): DevicePtr {
+    return this.upload(new Float32Array(floats));
+  }
+  free(): void {
+    for (const p of this.ptrs.splice(0)) this.device.driver.memFree(p);
+  }
+}
+
+interface GpuSaved extends RnnSavedState {
+  readonly buffers: Buffers;
+  readonly ws: RnnWorkspace;
+  readonly weights: RnnLayerWeights;
+  readonly steps: PackedSteps;
+  readonly x: DevicePtr;
+  readonly y: DevicePtr;
+  readonly h0: DevicePtr;
+  readonly c0: DevicePtr;
+}
+
+function stepsOf(b: Buffers, batchSizes: Int32Array): PackedSteps {
+  const offsets = new Int32Array(batchSizes.length);
+  let total = 0;
+  for (let t = 0; t < batchSizes.length; t++) {
+    offsets[t] = total;
+    total += batchSizes[t]!;
+  }
+  return { batchSizes, offsets, total, dBatchSizes: b.upload(batchSizes), dOffsets: b.upload(offsets) };
+}
+
+export class GpuRnnBackend implements RnnBackend {
+  readonly device: string;
+  private readonly gpu: RnnGpu;
+  private readonly layers = new Map<string, PersistentRnnLayer>();
+  private readonly cublasHandle: CublasHandle;
+
+  constructor(
+    index: number,
+    readonly precision: WeightPrecision = "fp32",
+  ) {
+    this.device = `cuda:${index}`;
+    const device = openDevice(index);
+    const stream = CudaStream.create({ nonBlocking: true });
+    const cublas = getCublas();
+    this.cublasHandle = cublas.create();
+    cublas.setStream(this.cublasHandle, stream.handle);
+    this.gpu = { device, stream, cublas, cublasHandle: this.cublasHandle };
+  }
+
+  private layer(a: RnnForwardLayerArgs | RnnBackwardLayerArgs): PersistentRnnLayer {
+    const key = `${a.cell}/${a.hidden}`;
+    let l = this.layers.get(key);
+    if (!l) {
+      l = PersistentRnnLayer.create(this.gpu, a.cell, a.hidden, this.precision);
+      this.layers.set(key, l);
+    }
+    return l;
+  }
+
+  private download(p: DevicePtr, floats: number): Float32Array {
+    const out = new Float32Array(floats);
+    this.gpu.stream.synchronize();
+    if (floats > 0) this.gpu.device.driver.memcpyDtoH(out, p);
+    return out;
+  }
+
+  forwardLayer(a: RnnForwardLayerArgs): RnnForwardLayerResult {
+    const layer = this.layer(a);
+    const H = a.hidden;
+    const B = a.batchSizes[0] ?? 0;
+    const b = new Buffers(this.gpu.device);
+    try {
+      const steps = stepsOf(b, a.batchSizes);
+      const N = steps.total;
+      const weights = uploadWeights(b, a.weights);
+      const x = b.upload(a.x);
+      const h0 = a.h0 ? b.upload(a.h0) : b.zeros(B * H);
+      const c0 = a.c0 ? b.upload(a.c0) : b.zeros(B * H);
+      const y = b.alloc(N * H);
+      const hn = b.alloc(B * H);
+      const cn = b.alloc(B * H);
+      const ws = new RnnWorkspace(this.gpu, a.cell, H, N, B);
+      const args = { weights, x, h0, c0, y, ldy: H, hn, cn, steps, reverse: a.direction === 1, train: true, ws };
+      layer.forward(args, a.inputSize);
+      layer.checkStatus(ws);
+      const result = {
+        y: this.download(y, N * H),
+        hn: this.download(hn, B * H),
+        cn: a.cell === "lstm" ? this.download(cn, B * H) : null,
+      };
+      if (!a.training) {
+        ws.dispose();
+        b.free();
+        return { ...result, saved: null };
+      }
+      const saved: GpuSaved = {
+        buffers: b,
+        ws,
+        weights,
+        steps,
+        x,
+        y,
+        h0,
+        c0,
+        dispose() {
+          ws.dispose();
+          b.free();
+        },
+      };
+      return { ...result, saved };
+    } catch (e) {
+      b.free();
+      throw e;
+    }
+  }
+
+  backwardLayer(a: RnnBackwardLayerArgs): RnnBackwardLayerResult {
+    const layer = this.layer(a);
+    const s = a.saved as GpuSaved;
+    const H = a.hidden;
+    const B = a.batchSizes[0] ?? 0;
+    const N = s.steps.total;
+    const GH = layer.G * H;
+    const b = new Buffers(this.gpu.device);
+    try {
+      const grads: RnnLayerWeights = {
+        wih: b.zeros(GH * a.inputSize),
+        whh: b.zeros(GH * H),
+        bih: b.zeros(GH),
+        bhh: b.zeros(GH),
+      };
+      const dy = a.dy ? b.upload(a.dy) : b.zeros(N * H);
+      const dhn = a.dhn ? b.upload(a.dhn) : b.zeros(B * H);
+      const dcn = a.dcn ? b.upload(a.dcn) : b.zeros(B * H);
+      const dx = b.alloc(N * a.inputSize);
+      const dh0 = b.alloc(B * H);
+      const dc0 = b.zeros(B * H);
+      const hn = b.alloc(B * H);
+      layer.backward(
+        {
+          weights: s.weights,
+          x: s.x,
+          h0: s.h0,
+          c0: s.c0,
+          y: s.y,
+          ldy: H,
+          hn,
+          cn: hn,
+          steps: s.steps,
+          reverse: a.direction === 1,
+          train: true,
+          ws: s.ws,
+          grads,
+          dy,
+          lddy: H,
+          dhn,
+          dcn,
+          dx,
+          dxAccumulate: false,
+          dh0,
+          dc0,
+        },
+        a.inputSize,
+      );
+      layer.checkStatus(s.ws);
+      addInto(a.gradients.weightIh, this.download(grads.wih, GH * a.inputSize));
+      addInto(a.gradients.weightHh, this.download(grads.whh, GH * H));
+      addInto(a.gradients.biasIh, this.download(grads.bih, GH));
+      addInto(a.gradients.biasHh, this.download(grads.bhh, GH));
+      return {
+        dx: a.needInputGradient ? this.download(dx, N * a.inputSize) : null,
+        dh0: this.download(dh0, B * H),
+        dc0: a.cell === "lstm" ? this.download(dc0, B * H) : null,
+      };
+    } finally {
+      b.free();
+    }
+  }
+
+  dispose(): void {
+    for (const l of this.layers.values()) l.dispose();
+    this.layers.clear();
+    this.gpu.cublas.destroy(this.cublasHandle);
+    this.gpu.stream.destroy();
+  }
+}
+
+function uploadWeights(b: Buffers, w: HostWeights): RnnLayerWeights {
+  return { wih: b.upload(w.weightIh), whh: b.upload(w.weightHh), bih: b.upload(w.biasIh), bhh: b.upload(w.biasHh) };
+}
+
+function addInto(into: Float32Array, add: Float32Array): void {
+  for (let i = 0; i < into.length; i++) into[i] = into[i]! + add[i]!;
+}

@@ -1,0 +1,553 @@
+/**
+ * The CUDA of the persistent recurrent kernels, generated per (cell, hidden, kind, precision) from a plan
+ * (src/rnn/plan.ts). One launch runs a whole layer direction: each CTA loads its block of the recurrent matrix into
+ * registers once and keeps it for every step.
+ *
+ * Steps hand data to each other without a grid barrier: the vector a step reads (h(t−1) forward, the gate gradients
+ * of the step processed before backward) is written by the other CTAs into a buffer the host filled with −0.0, and a
+ * reader polls each value until it is not −0.0 (the sparse persistent RNN paper's Lamport-style flags, DESIGN §7);
+ * writers turn a −0.0 result into +0.0. That saves the barrier's two extra L2 round trips per step. Polls are
+ * bounded: a value that never arrives (a failed CTA, CTAs that are not co-resident) ends the launch with an error in
+ * the status block (src/codegen/grid-barrier.ts) instead of a hang.
+ *
+ * Layouts (docs/RNN.md): packed batches (PyTorch PackedSequence: batchSizes non-increasing, rows of step t at
+ * offsets[t] … offsets[t] + batchSizes[t] − 1); PyTorch gate order (LSTM i, f, g, o; GRU r, z, n); W_hh [G·H, H]
+ * row-major. `xw` is the input projection of every row, x·W_ihᵀ + b_ih + b_hh (GRU: without b_hn, which stays
+ * inside r ⊙ (W_hn h + b_hn)).
+ */
+import { FIRST_KERNEL_ERROR, GRID_BARRIER_CUDA, GRID_ERRORS } from "../../codegen/grid-barrier.js";
+import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan.js";
+
+/** Status codes of the RNN kernels (status word 0). */
+export const RNN_ERRORS = {
+  /** A polled value did not arrive: [code, cta, step, row, column, -1]. */
+  pollTimeout: FIRST_KERNEL_ERROR,
+} as const;
+
+/** Polls before a value that does not arrive is reported (each poll is an L2 round trip, ~0.5–1 µs). */
+export const POLL_SPIN_LIMIT = 1 << 21;
+
+/** Kernel names in a generated module. */
+export const RNN_KERNEL_NAMES = { forward: "rnn_forward", backward: "rnn_backward", fill: "rnn_fill" } as const;
+
+/** The −0.0 bit pattern that marks a value not yet written. */
+export const PENDING_BITS = 0x80000000;
+
+const COMMON = `
+typedef unsigned int u32;
+constexpr u32 kBarrierSpinLimit = ${POLL_SPIN_LIMIT}u;
+constexpr int kErrBarrierTimeout = ${GRID_ERRORS.barrierTimeout};
+constexpr int kErrPollTimeout = ${RNN_ERRORS.pollTimeout};
+${GRID_BARRIER_CUDA}
+__device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+
+// A value other CTAs write: read at the coherence point (L2), never from this SM's L1.
+__device__ __forceinline__ float4 ld_poll4(const float* p) {
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ bool pending1(float x) { return __float_as_uint(x) == 0x80000000u; }
+__device__ __forceinline__ bool pending4(float4 v) {
+  return pending1(v.x) | pending1(v.y) | pending1(v.z) | pending1(v.w);
+}
+// fp16 weight storage without cuda_fp16.h (NVRTC has no include path): pack two floats, and unpack in a volatile
+// asm so that the compiler cannot hoist the conversions out of the step loop (which would keep every weight as fp32
+// and spill).
+__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float2 unpack_half2(u32 h) {
+  float2 f;
+  asm volatile("{ .reg .f16 l, u; mov.b32 {l, u}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, u; }"
+               : "=f"(f.x), "=f"(f.y) : "r"(h));
+  return f;
+}
+// Publishes a value others poll: −0.0 would read as "not yet", so it becomes +0.0 (x + 0 would be folded away).
+__device__ __forceinline__ void st_publish(float* p, float x) {
+  x = (x == 0.f) ? 0.f : x;
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(x) : "memory");
+}
+
+// Fills rows × cols floats of a matrix with row stride ld with the pending mark (−0.0) before a launch.
+extern "C" __global__ void ${RNN_KERNEL_NAMES.fill}(float* p, int rows, int cols, int ld) {
+  long long n = (long long)rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long r = i / cols;
+    int c = (int)(i - r * cols);
+    p[r * ld + c] = __uint_as_float(0x80000000u);
+  }
+}
+`;
+
+/** The reduce-scatter of `n` accumulators over a warp's 32 lanes: afterwards lane l holds totals l·q … l·q + q − 1. */
+function reduceScatter(n32: number): string {
+  const lines: string[] = [];
+  let m = n32;
+  for (let o = 16; o >= 1; o >>= 1) {
+    const half = m / 2;
+    lines.push(`  { const bool up = (lane & ${o}) != 0;
+    #pragma unroll
+    for (int i = 0; i < ${half}; i++) {
+      const float send = up ? a[i] : a[i + ${half}];
+      const float keep = up ? a[i + ${half}] : a[i];
+      a[i] = keep + __shfl_xor_sync(0xffffffffu, send, ${o});
+    } }`);
+    m = half;
+  }
+  return lines.join("\n");
+}
+
+/** Compile-time constants of a plan, as CUDA. */
+function constants(plan: RnnKernelPlan): string {
+  const acc = plan.rowsPerThread * BATCH_TILE;
+  const n32 = Math.ceil(acc / 32) * 32;
+  return `
+constexpr int H = ${plan.hidden};
+constexpr int G = ${gatesOf(plan.cell)};
+constexpr int UC = ${plan.unitsPerCta};
+constexpr int R = ${plan.rows};
+constexpr int K = ${plan.cols};
+constexpr int RW = ${plan.rowsPerThread};
+constexpr int RG = ${plan.rowGroups};
+constexpr int CG = ${plan.threadsPerRowGroup};
+constexpr int CW = CG / 32;
+constexpr int KC = ${plan.chunksPerThread};
+constexpr int KP = ${paddedCols(plan)};
+constexpr int BT = ${BATCH_TILE};
+constexpr int NT = ${plan.threads};
+constexpr int NACC = RW * BT;
+constexpr int N32 = ${n32};
+constexpr int Q = N32 / 32;
+static_assert(KP % 4 == 0 && KP >= K, "padded columns");
+static_assert(UC * BT <= NT, "one thread per (unit, batch column) of a tile");
+`;
+}
+
+/**
+ * The shared part of both kernels: weights into registers, the polled vector load of a tile into shared memory,
+ * the register mat-vec and the two-level reduction. `weightAt(lr, k)` is the CUDA expression of the matrix element
+ * at local row `lr`, column `k` (both in range).
+ */
+function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
+  const fp16 = plan.precision === "fp16";
+  const weights = fp16
+    ? `
+  // fp16 storage: two weights per register (low half: the even column)
+  u32 wlo[RW][KC], whi[RW][KC];
+  #pragma unroll
+  for (int r = 0; r < RW; r++) {
+    const int lr = rg * RW + r;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      const int col = 4 * (cg + CG * k);
+      float v[4];
+      #pragma unroll
+      for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
+      wlo[r][k] = pack_half2(v[0], v[1]);
+      whi[r][k] = pack_half2(v[2], v[3]);
+    }
+  }`
+    : `
+  float4 wr[RW][KC];
+  #pragma unroll
+  for (int r = 0; r < RW; r++) {
+    const int lr = rg * RW + r;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      const int col = 4 * (cg + CG * k);
+      float v[4];
+      #pragma unroll
+      for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
+      wr[r][k] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }`;
+  // per chunk: the batch columns' x once, then each row's weights (fp16: unpacked once per chunk and row)
+  const rowWeights = fp16
+    ? "const float2 lo = unpack_half2(wlo[r][k]), hi = unpack_half2(whi[r][k]);"
+    : "const float2 lo = make_float2(wr[r][k].x, wr[r][k].y), hi = make_float2(wr[r][k].z, wr[r][k].w);";
+  const matvec = `
+    // the tile's mat-vec: thread (rg, cg) multiplies its rows by its columns of every batch column
+    float a[N32];
+    #pragma unroll
+    for (int i = 0; i < N32; i++) a[i] = 0.f;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      float4 x[BT];
+      #pragma unroll
+      for (int b = 0; b < BT; b++) x[b] = vs4[b * (KP / 4) + cg + CG * k];
+      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        ${rowWeights}
+        #pragma unroll
+        for (int b = 0; b < BT; b++) {
+          // four FMAs into the accumulator (not a dot product added to it: a multiply, three FMAs and an add)
+          float& acc = a[r * BT + b];
+          acc = fmaf(lo.x, x[b].x, acc);
+          acc = fmaf(lo.y, x[b].y, acc);
+          acc = fmaf(hi.x, x[b].z, acc);
+          acc = fmaf(hi.y, x[b].w, acc);
+        }
+      }
+    }
+    // reduce over the row group: within each warp (reduce-scatter), then across its CW warps in shared memory
+${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
+    #pragma unroll
+    for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];
+    __syncthreads();`;
+  return { weights, matvec };
+}
+
+/** The sum of row `lr`, batch column `b` of the tile's product (after matvec's __syncthreads). */
+const ROW_SUM = `
+__device__ __forceinline__ float row_sum(const float* part, int lr, int b) {
+  const int rg = lr / RW, i = (lr - rg * RW) * BT + b;
+  float s = 0.f;
+  #pragma unroll
+  for (int wg = 0; wg < CW; wg++) s += part[(wg * RG + rg) * N32 + i];
+  return s;
+}`;
+
+/** Loads a tile's vector rows into shared memory (polling rows other CTAs publish); zero rows where `src` is null. */
+const LOAD_TILE = `
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Row b of the tile comes from row_of(b, poll) (K floats, 16-byte aligned), polled when 'poll' is set, or is zero
+// (null). Polled values are copied global → shared by cp.async (L2, no registers), all of a thread's at once; the
+// thread then checks them in shared memory and re-issues only those still pending, so every round costs one L2
+// round trip whatever the number of values. Returns false if a value never arrived (status written).
+template <typename RowOf>
+__device__ __forceinline__ bool load_tile(float4* vs4, int nrows, RowOf row_of, int* status, int step) {
+  constexpr int PER_ROW = K / 4;
+  constexpr int TOTAL = BT * PER_ROW;
+  constexpr int E = (TOTAL + NT - 1) / NT;
+  #pragma unroll 1
+  for (int e0 = 0; e0 < E; e0 += 32) {
+    const int e1 = min(E, e0 + 32);
+    u32 pending = 0;
+    for (int e = e0; e < e1; e++) {
+      const int idx = threadIdx.x + e * NT;
+      if (idx >= TOTAL) break;
+      const int b = idx / PER_ROW, q = idx - b * PER_ROW;
+      float4* dst = vs4 + b * (KP / 4) + q;
+      bool poll = false;
+      const float* r = b < nrows ? row_of(b, poll) : nullptr;
+      if (r == nullptr) *dst = make_float4(0.f, 0.f, 0.f, 0.f);
+      else if (!poll) *dst = *reinterpret_cast<const float4*>(r + 4 * q);
+      else {
+        cp_async16(dst, r + 4 * q);
+        pending |= 1u << (e - e0);
+      }
+    }
+    u32 spins = 0;
+    while (pending != 0) {
+      cp_async_wait_all();
+      u32 still = 0;
+      for (u32 m = pending; m != 0; m &= m - 1) {
+        const int e = e0 + __ffs(m) - 1;
+        const int idx = threadIdx.x + e * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
+        if (pending4(vs4[b * (KP / 4) + q])) still |= 1u << (e - e0);
+      }
+      pending = still;
+      if (pending == 0) break;
+      if (++spins > kBarrierSpinLimit) {
+        const int idx = threadIdx.x + (e0 + __ffs(pending) - 1) * NT;
+        report_error(status, kErrPollTimeout, step, idx / PER_ROW, 4 * (idx % PER_ROW), -1);
+        return false;
+      }
+      if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+      for (u32 m = pending; m != 0; m &= m - 1) {
+        const int e = e0 + __ffs(m) - 1;
+        const int idx = threadIdx.x + e * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
+        bool poll = false;
+        cp_async16(vs4 + b * (KP / 4) + q, row_of(b, poll) + 4 * q);
+      }
+    }
+  }
+  return true;
+}`;
+
+/** The forward kernel of one layer direction. */
+export function forwardKernelSource(plan: RnnKernelPlan): string {
+  if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
+  const { weights, matvec } = matvecParts(plan);
+  const cell = forwardCell(plan);
+  return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
+${COMMON}
+${constants(plan)}
+// W_hh element of local row lr (gate g = lr / UC of unit blockIdx.x·UC + lr % UC), column k
+// A coherent load (__ldcg), never the read-only path: ptxas may re-load a read-only value inside the step loop
+// instead of keeping it in a register, which would defeat the point of the kernel.
+__device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
+  const int g = lr / UC, unit = blockIdx.x * UC + lr % UC;
+  return unit < H ? __ldcg(w + (size_t)(g * H + unit) * H + k) : 0.f;
+}
+${ROW_SUM}
+${LOAD_TILE}
+
+// y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
+// GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
+extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
+    const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
+    const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
+    float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
+    int total, int reverse, int bcap, int* status) {
+  extern __shared__ float4 smem4[];
+  float4* vs4 = smem4;                                           // [BT][KP / 4]
+  float* part = reinterpret_cast<float*>(smem4 + BT * (KP / 4)); // [CW][RG][N32]
+  float* cstate = part + CW * RG * N32;                          // LSTM: c of (unit, sequence) [UC][bcap]
+  const float* vs = reinterpret_cast<const float*>(vs4);
+  const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
+  for (int i = tid; i < BT * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+${weights}
+  // the cell thread of (unit u, tile column b)
+  const int cu = tid / BT, cb = tid - cu * BT;
+  const int unit = blockIdx.x * UC + cu;
+  const bool cell_thread = cu < UC && unit < H;
+  float* sgates = saved;
+  float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
+  float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
+  for (int s = 0; s < steps; s++) {
+    const int t = reverse ? steps - 1 - s : s;
+    const int nb = batch_sizes[t], off = offsets[t];
+    const int tp = reverse ? t + 1 : t - 1;
+    const int nprev = (s == 0) ? 0 : batch_sizes[tp];
+    const int offp = (s == 0) ? 0 : offsets[tp];
+    const bool last_step_all = reverse ? (t == 0) : (t == steps - 1);
+    const int nnext = last_step_all ? 0 : batch_sizes[reverse ? t - 1 : t + 1];
+    for (int b0 = 0; b0 < nb; b0 += BT) {
+      const int nt = min(BT, nb - b0);
+      // this tile's input projection, fetched before waiting for h(t−1)
+      float xg[G];
+      const int bb = b0 + cb;
+      const bool active = cell_thread && cb < nt;
+      #pragma unroll
+      for (int g = 0; g < G; g++) xg[g] = active ? xw[(size_t)(off + bb) * (G * H) + g * H + unit] : 0.f;
+${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0[(size_t)bb * H + unit] : 0.f;" : ""}
+      __syncthreads(); // the previous tile's readers are done with vs4 and part
+      const bool ok = load_tile(vs4, nt, [&](int b, bool& poll) -> const float* {
+        const int r = b0 + b;
+        poll = r < nprev;
+        return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
+      }, status, t);
+      if (__syncthreads_or(!ok)) return;
+${matvec}
+      if (active) {
+        const size_t row = (size_t)(off + bb);
+        const float hprev = vs[cb * KP + unit];
+        float h;
+${cell}
+        st_publish(y + row * ldy + unit, h);
+        if (train) shprev[row * H + unit] = hprev;
+        if (bb >= nnext) {
+          hn[(size_t)bb * H + unit] = h;
+${plan.cell === "lstm" ? "          cn[(size_t)bb * H + unit] = c;" : ""}
+        }
+      }
+    }
+  }
+}
+`;
+}
+
+function forwardCell(plan: RnnKernelPlan): string {
+  switch (plan.cell) {
+    case "rnn-tanh":
+      return "        h = tanhf(row_sum(part, cu, cb) + xg[0]);";
+    case "rnn-relu":
+      return "        h = fmaxf(row_sum(part, cu, cb) + xg[0], 0.f);";
+    case "lstm":
+      return `        const float gi = sigm(row_sum(part, cu, cb) + xg[0]);
+        const float gf = sigm(row_sum(part, UC + cu, cb) + xg[1]);
+        const float gg = tanhf(row_sum(part, 2 * UC + cu, cb) + xg[2]);
+        const float go = sigm(row_sum(part, 3 * UC + cu, cb) + xg[3]);
+        const float cprev = bb < nprev ? cstate[cu * bcap + bb] : cinit;
+        const float c = gf * cprev + gi * gg;
+        h = go * tanhf(c);
+        cstate[cu * bcap + bb] = c;
+        if (train) {
+          sgates[row * (4 * H) + unit] = gi;
+          sgates[row * (4 * H) + H + unit] = gf;
+          sgates[row * (4 * H) + 2 * H + unit] = gg;
+          sgates[row * (4 * H) + 3 * H + unit] = go;
+          sstate[row * H + unit] = c;
+        }`;
+    case "gru":
+      return `        const float gr = sigm(row_sum(part, cu, cb) + xg[0]);
+        const float gz = sigm(row_sum(part, UC + cu, cb) + xg[1]);
+        const float hnl = row_sum(part, 2 * UC + cu, cb) + bhn[unit];
+        const float gn = tanhf(xg[2] + gr * hnl);
+        h = (1.f - gz) * gn + gz * hprev;
+        if (train) {
+          sgates[row * (3 * H) + unit] = gr;
+          sgates[row * (3 * H) + H + unit] = gz;
+          sgates[row * (3 * H) + 2 * H + unit] = gn;
+          sstate[row * H + unit] = hnl;
+        }`;
+  }
+}
+
+/** Floats of the forward kernel's `saved` buffer for `total` packed rows (training: everything backward needs). */
+export function savedFloats(cell: RnnKernelPlan["cell"], hidden: number, total: number): number {
+  const G = gatesOf(cell);
+  const perRow = G === 4 ? 6 : G === 3 ? 5 : 1; // gates + state + h(t−1)
+  return perRow * hidden * total;
+}
+
+/**
+ * Dynamic shared memory of a launch over `batch` sequences: the tile's vector rows, the reduction's partial sums, and
+ * the per-(unit, sequence) state that stays in the CTA (forward: LSTM's c; backward: dc and GRU's dh ⊙ z).
+ */
+export function sharedBytes(plan: RnnKernelPlan, batch: number): number {
+  const n32 = Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32;
+  const cw = plan.threadsPerRowGroup / 32;
+  const states = plan.kind === "forward" ? (plan.cell === "lstm" ? 1 : 0) : 2;
+  return 4 * (BATCH_TILE * paddedCols(plan) + cw * plan.rowGroups * n32 + states * plan.unitsPerCta * batch);
+}
+
+/**
+ * The backward kernel of one layer direction: steps in the reverse of the forward's order. A CTA holds the columns
+ * of W_hh of its units (rows of W_hhᵀ) and, per step, multiplies them by the recurrent gate gradients of the step
+ * processed before (all CTAs' rows, polled), which gives dh of its units; the cell's backward then writes this
+ * step's gate gradients for the next step (and the weight-gradient GEMMs after the launch). A sequence's dh0 comes
+ * from the product one step after its first forward step was processed (or after the loop).
+ */
+export function backwardKernelSource(plan: RnnKernelPlan): string {
+  if (plan.kind !== "backward") throw new Error(`backwardKernelSource: plan is for the ${plan.kind} kernel`);
+  const { weights, matvec } = matvecParts(plan);
+  return `// persistent ${plan.cell} backward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
+${COMMON}
+${constants(plan)}
+// W_hhᵀ element of local row lr (unit blockIdx.x·UC + lr), column k (a gate row of W_hh)
+__device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
+  const int unit = blockIdx.x * UC + lr;
+  return unit < H ? __ldcg(w + (size_t)k * H + unit) : 0.f;
+}
+${ROW_SUM}
+${LOAD_TILE}
+
+// dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 by rnn_fill; what W_hh's gradient
+// and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by r; else null).
+// Shared memory after the tile: per (unit, sequence) what one step hands the next in this thread [2][UC][bcap]
+// (LSTM: dc; GRU: dh ⊙ z). Everything a cell thread reads from global memory is fetched before the poll.
+extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
+    const float* w, const float* __restrict__ saved, const float* __restrict__ y, int ldy,
+    const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
+    const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,
+    float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
+    int reverse, int bcap, int* status) {
+  extern __shared__ float4 smem4[];
+  float4* vs4 = smem4;
+  float* part = reinterpret_cast<float*>(smem4 + BT * (KP / 4));
+  float* carry = part + CW * RG * N32;
+  const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
+  for (int i = tid; i < BT * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+${weights}
+  const int cu = tid / BT, cb = tid - cu * BT;
+  const int unit = blockIdx.x * UC + cu;
+  const bool cell_thread = cu < UC && unit < H;
+  const float* sgates = saved;
+  const float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
+  const float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
+  float* carry_c = carry;             // LSTM: dc flowing to the previous step
+  float* carry_h = carry + UC * bcap; // GRU: dh ⊙ z flowing to the previous step
+  for (int s = 0; s <= steps; s++) {
+    const int t = s < steps ? (reverse ? s : steps - 1 - s) : -1;
+    const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
+    const int nb = t >= 0 ? batch_sizes[t] : 0, off = t >= 0 ? offsets[t] : 0;
+    const int np = tp >= 0 ? batch_sizes[tp] : 0, offp = tp >= 0 ? offsets[tp] : 0;
+    const int nrows = max(nb, np);
+    for (int b0 = 0; b0 < nrows; b0 += BT) {
+      const int nt = min(BT, nrows - b0);
+      const int bb = b0 + cb;
+      const bool mine = cell_thread && cb < nt;
+      const bool active = mine && bb < nb; // a step of bb to differentiate (else: bb's dh0, or nothing)
+      const size_t ci = (size_t)bb * H + unit;
+      const size_t row = (size_t)(off + bb);
+      const bool from_next = bb < np;
+      const bool has_prev = reverse ? (t + 1 < steps && bb < batch_sizes[t + 1]) : (t > 0);
+      const size_t prow = has_prev ? (size_t)(offsets[reverse ? t + 1 : t - 1] + bb) : 0;
+      // fetched before the wait: the cell's inputs from this step's forward and the outer gradients
+      const float dyv = active ? dy[row * lddy + unit] : 0.f;
+      const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
+${backwardPrefetch(plan)}
+      __syncthreads();
+      const bool ok = load_tile(vs4, nt, [&](int b, bool& poll) -> const float* {
+        const int r = b0 + b;
+        poll = r < np;
+        return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
+      }, status, tp);
+      if (__syncthreads_or(!ok)) return;
+${matvec}
+      if (!mine) continue;
+      const float rec = row_sum(part, cu, cb);
+      if (!active) {
+        if (bb < np) dh0[ci] = rec${plan.cell === "gru" ? " + carry_h[cu * bcap + bb]" : ""}; // bb's first forward step was tp
+        continue;
+      }
+      const float dh = dyv + (from_next ? rec${plan.cell === "gru" ? " + carry_h[cu * bcap + bb]" : ""} : dhnv);
+      float* dp = dpre_h + row * (G * H) + unit;
+${backwardCell(plan)}
+    }
+  }
+}
+`;
+}
+
+/** The cell thread's loads of a backward step, issued before it waits for the other CTAs. */
+function backwardPrefetch(plan: RnnKernelPlan): string {
+  switch (plan.cell) {
+    case "rnn-tanh":
+    case "rnn-relu":
+      return "      const float hv = active ? y[row * ldy + unit] : 0.f;";
+    case "lstm":
+      return `      const float* gt = sgates + row * (4 * H) + unit;
+      const float gi = active ? gt[0] : 0.f, gf = active ? gt[H] : 0.f;
+      const float gg = active ? gt[2 * H] : 0.f, go = active ? gt[3 * H] : 0.f;
+      const float cv = active ? sstate[row * H + unit] : 0.f;
+      const float cprev = !active ? 0.f : has_prev ? sstate[prow * H + unit] : c0[ci];
+      const float dcnv = (active && !from_next) ? dcn[ci] : 0.f;`;
+    case "gru":
+      return `      const float* gt = sgates + row * (3 * H) + unit;
+      const float gr = active ? gt[0] : 0.f, gz = active ? gt[H] : 0.f, gn = active ? gt[2 * H] : 0.f;
+      const float hnl = active ? sstate[row * H + unit] : 0.f;
+      const float hprev = active ? shprev[row * H + unit] : 0.f;`;
+  }
+}
+
+function backwardCell(plan: RnnKernelPlan): string {
+  switch (plan.cell) {
+    case "rnn-tanh":
+      return "      st_publish(dp, dh * (1.f - hv * hv));";
+    case "rnn-relu":
+      return "      st_publish(dp, hv > 0.f ? dh : 0.f);";
+    case "lstm":
+      return `      const float tc = tanhf(cv);
+      const float dc = (from_next ? carry_c[cu * bcap + bb] : dcnv) + dh * go * (1.f - tc * tc);
+      st_publish(dp, dc * gg * gi * (1.f - gi));
+      st_publish(dp + H, dc * cprev * gf * (1.f - gf));
+      st_publish(dp + 2 * H, dc * gi * (1.f - gg * gg));
+      st_publish(dp + 3 * H, dh * tc * go * (1.f - go));
+      carry_c[cu * bcap + bb] = dc * gf;
+      if (!has_prev) dc0[ci] = dc * gf;`;
+    case "gru":
+      return `      const float dn = dh * (1.f - gz) * (1.f - gn * gn);
+      const float dz = dh * (hprev - gn) * gz * (1.f - gz);
+      const float dr = dn * hnl * gr * (1.f - gr);
+      st_publish(dp, dr);
+      st_publish(dp + H, dz);
+      st_publish(dp + 2 * H, dn * gr);
+      float* dx = dpre_x + row * (3 * H) + unit;
+      dx[0] = dr;
+      dx[H] = dz;
+      dx[2 * H] = dn;
+      carry_h[cu * bcap + bb] = dh * gz;`;
+  }
+}

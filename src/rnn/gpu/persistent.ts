@@ -1,0 +1,447 @@
+/**
+ * One persistent recurrent layer direction on a GPU: the input projection of all steps as one GEMM, the recurrent
+ * part as one persistent launch (src/rnn/gpu/kernel-source.ts), and in training the backward launch followed by the
+ * weight-gradient GEMMs over all steps at once (W_hh's gradient needs h(t−1) of every row, which the forward kernel
+ * saves). Everything is queued on one stream; nothing here waits except `checkStatus`.
+ *
+ * Buffers are the caller's (device pointers); `RnnWorkspace` sizes and owns the scratch ones.
+ */
+
+import {
+  barrierTimeoutMessage,
+  GRID_ERRORS,
+  PersistentKernelError,
+  readStatusError,
+  STATUS_WORDS,
+} from "../../codegen/grid-barrier.js";
+import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import {
+  type CompileResult,
+  type Cublas,
+  type CublasHandle,
+  type CudaDevice,
+  type CudaKernel,
+  type CudaStream,
+  compileCuda,
+  type DevicePtr,
+  karg,
+  loadModule,
+  PinnedBuffer,
+} from "../../cuda/index.js";
+import { checkNoSpills } from "../../cuda/ptxas-report.js";
+import { UserError } from "../../util/errors.js";
+import {
+  gatesOf,
+  largestPersistentHidden,
+  planRnnLayer,
+  type RnnCellName,
+  type RnnKernelPlan,
+  type WeightPrecision,
+} from "../plan.js";
+import {
+  backwardKernelSource,
+  forwardKernelSource,
+  PENDING_BITS,
+  RNN_ERRORS,
+  RNN_KERNEL_NAMES,
+  sharedBytes,
+} from "./kernel-source.js";
+
+/** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
+export class RnnDoesNotFitError extends UserError {
+  override readonly name = "RnnDoesNotFitError";
+}
+
+/** Helper kernels of the layer: the pending fill and the bias broadcast of the input projection. */
+const HELPER_SOURCE = `
+extern "C" __global__ void rnn_add_bias(float* p, const float* b1, const float* b2, int rows, int cols, int b2_cols) {
+  long long n = (long long)rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int c = (int)(i % cols);
+    p[i] += b1[c] + (c < b2_cols ? b2[c] : 0.f);
+  }
+}
+extern "C" __global__ void rnn_fill_value(float* p, float v, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
+}
+`;
+
+export interface RnnGpu {
+  readonly device: CudaDevice;
+  readonly stream: CudaStream;
+  readonly cublas: Cublas;
+  readonly cublasHandle: CublasHandle;
+  /** Kernel cache folder (undefined: the default; null: none). */
+  readonly cacheDir?: string | null;
+}
+
+/** Device pointers of one layer direction's parameters (PyTorch layout) and their gradients. */
+export interface RnnLayerWeights {
+  readonly wih: DevicePtr; // [G·H, in]
+  readonly whh: DevicePtr; // [G·H, H]
+  readonly bih: DevicePtr; // [G·H]
+  readonly bhh: DevicePtr; // [G·H]
+}
+
+/** The packed batch's step table on the device (ints) and on the host. */
+export interface PackedSteps {
+  readonly batchSizes: Int32Array;
+  readonly offsets: Int32Array;
+  readonly total: number;
+  readonly dBatchSizes: DevicePtr;
+  readonly dOffsets: DevicePtr;
+}
+
+export interface ForwardArgs {
+  readonly weights: RnnLayerWeights;
+  readonly x: DevicePtr; // [N, in]
+  readonly h0: DevicePtr; // [B, H]
+  readonly c0: DevicePtr; // [B, H] (LSTM)
+  readonly y: DevicePtr; // [N, ldy], this direction's first column
+  readonly ldy: number;
+  readonly hn: DevicePtr;
+  readonly cn: DevicePtr;
+  readonly steps: PackedSteps;
+  readonly reverse: boolean;
+  readonly train: boolean;
+  readonly ws: RnnWorkspace;
+}
+
+export interface BackwardArgs extends ForwardArgs {
+  readonly grads: RnnLayerWeights; // accumulated (β = 1)
+  readonly dy: DevicePtr; // [N, lddy]
+  readonly lddy: number;
+  readonly dhn: DevicePtr;
+  readonly dcn: DevicePtr;
+  readonly dx: DevicePtr; // [N, in]
+  readonly dxAccumulate: boolean;
+  readonly dh0: DevicePtr;
+  readonly dc0: DevicePtr;
+}
+
+/** Scratch of one layer direction for batches of up to `rows` packed rows and `batch` sequences. */
+export class RnnWorkspace {
+  private readonly ptrs: DevicePtr[] = [];
+  readonly xw: DevicePtr;
+  readonly saved: DevicePtr;
+  readonly dpreH: DevicePtr;
+  readonly dpreX: DevicePtr;
+  readonly ones: DevicePtr;
+  readonly status: DevicePtr;
+
+  constructor(
+    private readonly gpu: RnnGpu,
+    readonly cell: RnnCellName,
+    readonly hidden: number,
+    readonly rows: number,
+    readonly batch: number,
+  ) {
+    const d = gpu.device.driver;
+    const G = gatesOf(cell);
+    const alloc = (floats: number) => {
+      const p = d.memAlloc(Math.max(1, floats) * 4);
+      this.ptrs.push(p);
+      return p;
+    };
+    try {
+      this.xw = alloc(rows * G * hidden);
+      this.saved = alloc(rows * hidden * (G === 4 ? 6 : G === 3 ? 5 : 1));
+      this.dpreH = alloc(rows * G * hidden);
+      this.dpreX = G === 3 ? alloc(rows * G * hidden) : this.dpreH;
+      this.ones = alloc(rows);
+      this.status = alloc(STATUS_WORDS);
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+  }
+
+  dispose(): void {
+    for (const p of this.ptrs.splice(0)) this.gpu.device.driver.memFree(p);
+  }
+}
+
+/** The compiled kernels of one (cell, hidden, precision) and the launches of a layer direction. */
+export class PersistentRnnLayer {
+  readonly G: number;
+  readonly model: DeviceModel;
+  private readonly fwd: CudaKernel;
+  private readonly bwd: CudaKernel;
+  private readonly fill: CudaKernel;
+  private readonly addBias: CudaKernel;
+  private readonly fillValue: CudaKernel;
+  private readonly statusBack: PinnedBuffer;
+  private readonly modules: { unload(): void }[] = [];
+  /** NVRTC's logs (with ptxas's register report), for the tests and `vpps plan rnn --verbose`. */
+  readonly compileLogs: { forward: string; backward: string };
+
+  private constructor(
+    readonly gpu: RnnGpu,
+    readonly cell: RnnCellName,
+    readonly hidden: number,
+    readonly precision: WeightPrecision,
+    readonly forwardPlan: RnnKernelPlan,
+    readonly backwardPlan: RnnKernelPlan,
+  ) {
+    this.G = gatesOf(cell);
+    this.model = deviceModelOfCuda(gpu.device.props);
+    const compile = (name: string, source: string): CompileResult =>
+      compileCuda({
+        name,
+        source,
+        arch: gpu.device.props.arch,
+        options: ["-std=c++17", "--ptxas-options=-v"],
+        ...(gpu.cacheDir !== undefined ? { cacheDir: gpu.cacheDir } : {}),
+      });
+    const f = compile(`rnn_${cell}_${hidden}_${precision}_fwd`, forwardKernelSource(forwardPlan));
+    const b = compile(`rnn_${cell}_${hidden}_${precision}_bwd`, backwardKernelSource(backwardPlan));
+    const h = compile("rnn_helpers", HELPER_SOURCE);
+    this.compileLogs = { forward: f.log, backward: b.log };
+    const mf = loadModule(f.cubin, "rnn forward");
+    const mb = loadModule(b.cubin, "rnn backward");
+    const mh = loadModule(h.cubin, "rnn helpers");
+    this.modules.push(mf, mb, mh);
+    this.fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
+    this.bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
+    this.fill = mf.getFunction(RNN_KERNEL_NAMES.fill);
+    this.addBias = mh.getFunction("rnn_add_bias");
+    this.fillValue = mh.getFunction("rnn_fill_value");
+    for (const [k, plan] of [
+      [this.fwd, forwardPlan],
+      [this.bwd, backwardPlan],
+    ] as const) {
+      checkNoSpills(
+        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden})`,
+        k.attributes(),
+        "use a smaller hidden size or fp16 weights",
+      );
+      // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
+      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin);
+      const shared = sharedBytes(plan, 1);
+      const perSm = k.maxActiveBlocksPerSm(plan.threads, shared);
+      if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
+        throw new RnnDoesNotFitError(
+          `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}): ${plan.ctas} CTAs of ${plan.threads} threads ` +
+            `cannot all be resident at once (${perSm} per SM × ${this.model.smCount} SMs); ` +
+            "its steps would wait on CTAs that never start",
+        );
+      }
+    }
+    this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
+  }
+
+  /** Plans, compiles and loads the kernels; a layer that does not fit is refused with the largest that does. */
+  static create(
+    gpu: RnnGpu,
+    cell: RnnCellName,
+    hidden: number,
+    precision: WeightPrecision = "fp32",
+  ): PersistentRnnLayer {
+    const model = deviceModelOfCuda(gpu.device.props);
+    if (hidden % 4 !== 0) {
+      throw new RnnDoesNotFitError(
+        `persistent ${cell}: hidden ${hidden} is not a multiple of 4 (the kernels load 16-byte vectors); ` +
+          "use a multiple of 4 or the non-persistent path",
+      );
+    }
+    const plan = planRnnLayer(cell, hidden, model, precision);
+    if (!plan.fits) {
+      const largest = largestPersistentHidden(cell, model, precision);
+      throw new RnnDoesNotFitError(
+        `persistent ${cell}, hidden ${hidden}, ${precision} weights on ${model.name}: ${plan.reason}; the largest ` +
+          `that fits is hidden ${largest}`,
+      );
+    }
+    return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward);
+  }
+
+  private get stream() {
+    return this.gpu.stream;
+  }
+
+  private fillPending(p: DevicePtr, rows: number, cols: number, ld: number): void {
+    const n = rows * cols;
+    if (n === 0) return;
+    this.fill.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(p),
+      karg.i32(rows),
+      karg.i32(cols),
+      karg.i32(ld),
+    ]);
+  }
+
+  /** xw = x·W_ihᵀ + b_ih + b_hh (GRU: b_hh's n part stays in the kernel). */
+  inputProjection(a: ForwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const GH = this.G * this.hidden;
+    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
+      m: total,
+      n: GH,
+      k: inputSize,
+      A: a.x,
+      B: a.weights.wih,
+      transB: true,
+      C: a.ws.xw,
+    });
+    this.addBias.launch({ grid: Math.min(1024, Math.ceil((total * GH) / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.xw),
+      karg.ptr(a.weights.bih),
+      karg.ptr(a.weights.bhh),
+      karg.i32(total),
+      karg.i32(GH),
+      karg.i32(this.G === 3 ? 2 * this.hidden : GH),
+    ]);
+  }
+
+  /** The recurrent part alone (after inputProjection): one persistent launch. */
+  forwardRecurrent(a: ForwardArgs): void {
+    const { total, batchSizes } = a.steps;
+    this.fillPending(a.y, total, this.hidden, a.ldy);
+    this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
+    const p = this.forwardPlan;
+    const B = batchSizes[0] ?? 0;
+    this.fwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
+      karg.ptr(a.weights.whh),
+      karg.ptr(a.ws.xw),
+      karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
+      karg.ptr(a.h0),
+      karg.ptr(a.c0),
+      karg.ptr(a.y),
+      karg.i32(a.ldy),
+      karg.ptr(a.hn),
+      karg.ptr(a.cn),
+      karg.ptr(a.ws.saved),
+      karg.i32(a.train ? 1 : 0),
+      karg.ptr(a.steps.dBatchSizes),
+      karg.ptr(a.steps.dOffsets),
+      karg.i32(batchSizes.length),
+      karg.i32(total),
+      karg.i32(a.reverse ? 1 : 0),
+      karg.i32(B),
+      karg.ptr(a.ws.status),
+    ]);
+  }
+
+  /** Shared memory of a launch over `batch` sequences, refused in one line beyond what a CTA can have. */
+  private sharedFor(plan: RnnKernelPlan, batch: number): number {
+    const bytes = sharedBytes(plan, batch);
+    const max = this.gpu.device.props.sharedPerBlockOptin;
+    if (bytes > max) {
+      let most = 1;
+      while (sharedBytes(plan, most * 2) <= max) most *= 2;
+      while (sharedBytes(plan, most + 1) <= max) most++;
+      throw new RnnDoesNotFitError(
+        `persistent ${this.cell} ${plan.kind} kernel (hidden ${this.hidden}): a batch of ${batch} sequences needs ` +
+          `${bytes} bytes of shared memory per CTA, more than the ${max} a CTA can have; split it into batches of ` +
+          `at most ${most}`,
+      );
+    }
+    return bytes;
+  }
+
+  /** The whole forward of a layer direction: input projection, then the recurrent launch. */
+  forward(a: ForwardArgs, inputSize: number): void {
+    this.inputProjection(a, inputSize);
+    this.forwardRecurrent(a);
+  }
+
+  /** The recurrent backward launch alone (gate gradients into the workspace, dh0/dc0). */
+  backwardRecurrent(a: BackwardArgs): void {
+    const { total, batchSizes } = a.steps;
+    const GH = this.G * this.hidden;
+    this.fillPending(a.ws.dpreH, total, GH, GH);
+    this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
+    const p = this.backwardPlan;
+    const B = batchSizes[0] ?? 0;
+    this.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
+      karg.ptr(a.weights.whh),
+      karg.ptr(a.ws.saved),
+      karg.ptr(a.y),
+      karg.i32(a.ldy),
+      karg.ptr(a.c0),
+      karg.ptr(a.dy),
+      karg.i32(a.lddy),
+      karg.ptr(a.dhn),
+      karg.ptr(a.dcn),
+      karg.ptr(a.ws.dpreH),
+      karg.ptr(a.ws.dpreX),
+      karg.ptr(a.dh0),
+      karg.ptr(a.dc0),
+      karg.ptr(a.steps.dBatchSizes),
+      karg.ptr(a.steps.dOffsets),
+      karg.i32(batchSizes.length),
+      karg.i32(total),
+      karg.i32(a.reverse ? 1 : 0),
+      karg.i32(B),
+      karg.ptr(a.ws.status),
+    ]);
+  }
+
+  /** The weight gradients (accumulated) and dx, each one GEMM over all steps. */
+  backwardGemms(a: BackwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const H = this.hidden;
+    const GH = this.G * H;
+    const cb = this.gpu.cublas;
+    const h = this.gpu.cublasHandle;
+    const hprev = a.ws.saved + 4 * total * H * (this.G === 4 ? 5 : this.G === 3 ? 4 : 0);
+    cb.sgemmRowMajor(h, { m: GH, n: H, k: total, A: a.ws.dpreH, transA: true, B: hprev, C: a.grads.whh, beta: 1 });
+    cb.sgemmRowMajor(h, {
+      m: GH,
+      n: inputSize,
+      k: total,
+      A: a.ws.dpreX,
+      transA: true,
+      B: a.x,
+      C: a.grads.wih,
+      beta: 1,
+    });
+    this.fillValue.launch({ grid: Math.min(256, Math.ceil(total / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.ones),
+      karg.f32(1),
+      karg.i32(total),
+    ]);
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreX, trans: true, x: a.ws.ones, y: a.grads.bih, beta: 1 });
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
+    cb.sgemmRowMajor(h, {
+      m: total,
+      n: inputSize,
+      k: GH,
+      A: a.ws.dpreX,
+      B: a.weights.wih,
+      C: a.dx,
+      beta: a.dxAccumulate ? 1 : 0,
+    });
+  }
+
+  backward(a: BackwardArgs, inputSize: number): void {
+    this.backwardRecurrent(a);
+    this.backwardGemms(a, inputSize);
+  }
+
+  /** Waits for the stream and throws PersistentKernelError if a launch reported a failure. */
+  checkStatus(ws: RnnWorkspace): void {
+    const d = this.gpu.device.driver;
+    d.memcpyDtoHAsync(this.statusBack.u8, ws.status, 4 * STATUS_WORDS, this.stream.handle);
+    this.stream.synchronize();
+    const e = readStatusError(this.statusBack.i32);
+    if (!e) return;
+    const what = `persistent ${this.cell} kernel, CTA ${e.cta}`;
+    const message =
+      e.code === RNN_ERRORS.pollTimeout
+        ? `${what}: step ${e.a} waited too long for row ${e.b}, column ${e.c} of another CTA's output ` +
+          "(a CTA failed earlier or the grid is not co-resident)"
+        : e.code === GRID_ERRORS.barrierTimeout
+          ? `${what}: ${barrierTimeoutMessage(e, "a step")}`
+          : `${what}: error code ${e.code}`;
+    throw new PersistentKernelError(message, e.code, e.cta, -1, e.words);
+  }
+
+  dispose(): void {
+    for (const m of this.modules.splice(0)) m.unload();
+    this.statusBack.free();
+  }
+}
+
+/** The pending mark's bits, for tests that look at a buffer between launches. */
+export const RNN_PENDING_BITS = PENDING_BITS;

@@ -1,0 +1,60 @@
+// The persistent recurrent layers' entry point (docs/RNN.md): the layer, its spec and packing helpers, the backend
+// seam and the CPU reference.
+export type {
+  RnnBackend,
+  RnnBackwardLayerArgs,
+  RnnBackwardLayerResult,
+  RnnForwardLayerArgs,
+  RnnForwardLayerResult,
+  RnnLayerCall,
+  RnnLayerWeights,
+  RnnSavedState,
+} from "./backend.js";
+export { CpuRnnBackend } from "./cpu-backend.js";
+export {
+  PersistentRnn,
+  type PersistentRnnOptions,
+  type RnnBackwardResult,
+  type RnnForwardResult,
+  type RnnSequences,
+} from "./layer.js";
+export { openRnnBackend } from "./open-backend.js";
+export {
+  checkPacked,
+  lengthsOf,
+  type Packed,
+  type PackedSequence,
+  packSequences,
+  permuteStates,
+  type SortOrder,
+  sortByLength,
+  stepOffsets,
+  unpackSequences,
+} from "./packed.js";
+export {
+  type LayerWeights,
+  layerWeightsOf,
+  type ReferenceLayer,
+  referenceBackward,
+  referenceForward,
+  referenceLayerBackward,
+  referenceLayerForward,
+} from "./reference.js";
+export {
+  directionsOf,
+  gatesOf,
+  hasCellState,
+  layerInputSize,
+  outputSize,
+  RNN_CELLS,
+  RnnArgumentError,
+  type RnnCell,
+  type RnnParameterInfo,
+  type RnnSpec,
+  type RnnSpecInput,
+  recurrentFlops,
+  recurrentFlopsPerStep,
+  rnnParameterCount,
+  rnnParameterLayout,
+  validateRnnSpec,
+} from "./spec.js";

@@ -1,0 +1,361 @@
+/**
+ * PersistentRnn: the recurrent layer as users know it from PyTorch/cuDNN — a stack of `layers` layers of one cell,
+ * optionally bidirectional, over a packed batch (or a list of variable-length sequences), with parameters and
+ * gradients under PyTorch's names. The layer stitches (layer, direction) calls of an RnnBackend together; the
+ * backend (CPU reference or persistent GPU kernels) does the math of each.
+ */
+import { deriveKey, RandomStream } from "../util/random.js";
+import type { RnnBackend, RnnLayerWeights, RnnSavedState } from "./backend.js";
+import { openRnnBackend } from "./open-backend.js";
+import { checkPacked, type PackedSequence, packSequences, permuteStates, unpackSequences } from "./packed.js";
+import {
+  directionsOf,
+  hasCellState,
+  layerInputSize,
+  RnnArgumentError,
+  type RnnParameterInfo,
+  type RnnSpec,
+  type RnnSpecInput,
+  rnnParameterCount,
+  rnnParameterLayout,
+  rnnParameterName,
+  validateRnnSpec,
+} from "./spec.js";
+
+export interface PersistentRnnOptions extends RnnSpecInput {
+  /** 'cpu' (default) or 'cuda:N'. */
+  readonly device?: string;
+  /** Seed of the initial weights, uniform in ±1/√H as PyTorch's (default 0). */
+  readonly seed?: number;
+  /** A backend to use instead of the one `device` names (tests, custom devices). */
+  readonly backend?: RnnBackend;
+}
+
+/** Input and outputs: a packed batch, or a list of sequences ([len_i, width] each) in the caller's order. */
+export type RnnSequences = PackedSequence<Float32Array> | readonly Float32Array[];
+
+export interface RnnForwardResult<X extends RnnSequences> {
+  /** [N, D·H] packed like x, or one [len_i, D·H] array per sequence of x, in x's order. */
+  readonly y: X extends PackedSequence<Float32Array> ? PackedSequence<Float32Array> : Float32Array[];
+  /** [L·D, B, H] (index l·D + d), batch in x's order. */
+  readonly hn: Float32Array;
+  /** [L·D, B, H] for LSTM; null otherwise. */
+  readonly cn: Float32Array | null;
+}
+
+export interface RnnBackwardResult<X extends RnnSequences> {
+  /** Gradient of x, in x's form. */
+  readonly dx: X extends PackedSequence<Float32Array> ? PackedSequence<Float32Array> : Float32Array[];
+  /** [L·D, B, H]. */
+  readonly dh0: Float32Array;
+  /** [L·D, B, H] for LSTM; null otherwise. */
+  readonly dc0: Float32Array | null;
+}
+
+/** What the last training forward left for backward. */
+interface Tape {
+  readonly batchSizes: Int32Array;
+  /** Set when the forward took a list: the order it sorted the sequences in. */
+  readonly order: { readonly sortedIndices: Int32Array; readonly unsortedIndices: Int32Array } | null;
+  readonly lengths: Int32Array | null;
+  /** saved[l·D + d]. */
+  readonly saved: RnnSavedState[];
+  readonly version: number;
+}
+
+export class PersistentRnn {
+  readonly spec: RnnSpec;
+  readonly device: string;
+  private readonly backend: RnnBackend;
+  private readonly layout: readonly RnnParameterInfo[];
+  /** All parameters back to back in the layout's order (one buffer, as cuDNN's flat weights). */
+  private readonly flat: Float32Array;
+  private readonly flatGrad: Float32Array;
+  private version = 0;
+  private tape: Tape | null = null;
+
+  constructor(options: PersistentRnnOptions) {
+    this.spec = validateRnnSpec(options);
+    this.backend = options.backend ?? openRnnBackend(options.device ?? "cpu");
+    this.device = this.backend.device;
+    this.layout = rnnParameterLayout(this.spec);
+    this.flat = new Float32Array(rnnParameterCount(this.spec));
+    this.flatGrad = new Float32Array(this.flat.length);
+    const rng = new RandomStream(deriveKey(options.seed ?? 0, "rnn-init"));
+    const k = 1 / Math.sqrt(this.spec.hidden);
+    for (let i = 0; i < this.flat.length; i++) this.flat[i] = (rng.uniform() * 2 - 1) * k;
+  }
+
+  /** The parameters by PyTorch name (`weight_ih_l0`, …, `bias_hh_l1_reverse`): live views, row-major. */
+  parameters(): Record<string, Float32Array> {
+    return this.named(this.flat);
+  }
+
+  /** The accumulated gradients, named and shaped as parameters(). */
+  gradients(): Record<string, Float32Array> {
+    return this.named(this.flatGrad);
+  }
+
+  /** The parameters' names and shapes, in PyTorch's order. */
+  parameterLayout(): readonly RnnParameterInfo[] {
+    return this.layout;
+  }
+
+  /**
+   * Copies parameters in by PyTorch name (a prefix such as `rnn.` or `lstm.` before the names is accepted, as a
+   * state_dict from a module has). Every parameter must be given, with its exact number of values.
+   */
+  loadParameters(values: Readonly<Record<string, ArrayLike<number>>>): void {
+    const byName = new Map<string, ArrayLike<number>>();
+    for (const [key, v] of Object.entries(values)) byName.set(key.slice(key.lastIndexOf(".") + 1), v);
+    for (const p of this.layout) {
+      const v = byName.get(p.name);
+      if (!v) throw new RnnArgumentError(`PersistentRnn.loadParameters: parameter '${p.name}' [${p.shape}] is missing`);
+      if (v.length !== p.length) {
+        throw new RnnArgumentError(
+          `PersistentRnn.loadParameters: parameter '${p.name}' has ${v.length} values; expected [${p.shape.join(", ")}] = ${p.length}`,
+        );
+      }
+      this.flat.set(v, p.offset);
+      byName.delete(p.name);
+    }
+    const extra = [...byName.keys()];
+    if (extra.length > 0) {
+      throw new RnnArgumentError(
+        `PersistentRnn.loadParameters: unknown parameter '${extra[0]}' for this ${this.spec.layers}-layer` +
+          `${this.spec.bidirectional ? " bidirectional" : ""} ${this.spec.cell}`,
+      );
+    }
+    this.version++;
+  }
+
+  zeroGradients(): void {
+    this.flatGrad.fill(0);
+  }
+
+  /**
+   * Runs the stack over x (a packed batch, or a list of [len_i, inputSize] sequences in any order). h0/c0 are
+   * [L·D, B, H] in x's batch order (zeros when left out; c0 for LSTM only). With `training` (default true) it keeps
+   * what backward() needs.
+   */
+  forward<X extends RnnSequences>(
+    x: X,
+    h0?: Float32Array | null,
+    c0?: Float32Array | null,
+    training = true,
+  ): RnnForwardResult<X> {
+    const { spec } = this;
+    const D = directionsOf(spec);
+    const H = spec.hidden;
+    const where = "PersistentRnn.forward";
+    const listed = Array.isArray(x);
+    const p = listed ? packSequences(x as readonly Float32Array[], spec.inputSize, where) : null;
+    const packed = p ? p.packed : (x as PackedSequence<Float32Array>);
+    if (!p) checkPacked(packed, where, "x", spec.inputSize);
+    if (!(packed.data instanceof Float32Array))
+      throw new RnnArgumentError(`${where}: argument 'x' must hold Float32Array data`);
+    const B = packed.batchSizes[0]!;
+    const N = packed.data.length / spec.inputSize;
+    const sortStates = (s: Float32Array | null | undefined, name: string): Float32Array | null => {
+      if (s === null || s === undefined) return null;
+      this.checkStates(s, B, where, name);
+      return p ? permuteStates(s, H, p.sortedIndices) : s;
+    };
+    const h0s = sortStates(h0, "h0");
+    if (c0 && !hasCellState(spec.cell))
+      throw new RnnArgumentError(`${where}: argument 'c0' is for LSTM only; this is ${spec.cell}`);
+    const c0s = sortStates(c0, "c0");
+    // every forward may follow an in-place change of parameters() (an optimiser step), so it counts as a new version
+    this.version++;
+    this.disposeTape();
+    const hn = new Float32Array(spec.layers * D * B * H);
+    const cn = hasCellState(spec.cell) ? new Float32Array(hn.length) : null;
+    const saved: RnnSavedState[] = [];
+    let input = packed.data;
+    for (let l = 0; l < spec.layers; l++) {
+      const y = new Float32Array(N * D * H);
+      for (let d = 0; d < D; d++) {
+        const k = l * D + d;
+        const r = this.backend.forwardLayer({
+          ...this.call(l, d, packed.batchSizes),
+          x: input,
+          weights: this.weights(this.flat, l, d),
+          weightsVersion: this.version,
+          h0: h0s ? h0s.subarray(k * B * H, (k + 1) * B * H) : null,
+          c0: c0s ? c0s.subarray(k * B * H, (k + 1) * B * H) : null,
+          training,
+        });
+        interleave(r.y, y, N, H, D, d);
+        hn.set(r.hn, k * B * H);
+        if (cn && r.cn) cn.set(r.cn, k * B * H);
+        if (r.saved) saved.push(r.saved);
+      }
+      input = y;
+    }
+    if (training) {
+      this.tape = {
+        batchSizes: packed.batchSizes,
+        order: p ? { sortedIndices: p.sortedIndices, unsortedIndices: p.unsortedIndices } : null,
+        lengths: p ? p.lengths : null,
+        saved,
+        version: this.version,
+      };
+    } else for (const s of saved) s.dispose?.();
+    const yOut = { data: input, batchSizes: packed.batchSizes, width: D * H };
+    const unsort = (s: Float32Array | null): Float32Array | null =>
+      s && p ? permuteStates(s, H, p.unsortedIndices) : s;
+    return {
+      y: (p ? unpackSequences(yOut, p.unsortedIndices) : yOut) as RnnForwardResult<X>["y"],
+      hn: unsort(hn)!,
+      cn: unsort(cn),
+    };
+  }
+
+  /**
+   * Backpropagates the last training forward: dy in the form of its y (null = zeros), dhn/dcn [L·D, B, H] in x's
+   * order (null = zeros). Accumulates (+=) the weight gradients; returns dx (in x's form), dh0, dc0.
+   */
+  backward<X extends RnnSequences>(
+    dy: X | null,
+    dhn?: Float32Array | null,
+    dcn?: Float32Array | null,
+  ): RnnBackwardResult<X> {
+    const where = "PersistentRnn.backward";
+    const tape = this.tape;
+    if (!tape) throw new RnnArgumentError(`${where}: no training forward() to backpropagate; call forward(x) first`);
+    const { spec } = this;
+    const D = directionsOf(spec);
+    const H = spec.hidden;
+    const B = tape.batchSizes[0]!;
+    const N = tape.batchSizes.reduce((a, b) => a + b, 0);
+    let dyData: Float32Array | null = null;
+    if (dy !== null && dy !== undefined) {
+      if (tape.order) {
+        if (!Array.isArray(dy))
+          throw new RnnArgumentError(`${where}: argument 'dy' must be a list of sequences, as x was`);
+        const q = packSequences(dy as readonly Float32Array[], D * H, where);
+        if (q.lengths.length !== tape.lengths!.length || q.lengths.some((n, i) => n !== tape.lengths![i])) {
+          throw new RnnArgumentError(
+            `${where}: argument 'dy' must have x's sequence lengths ${[...tape.lengths!].join(", ")}`,
+          );
+        }
+        dyData = q.packed.data;
+      } else {
+        const pk = dy as PackedSequence<Float32Array>;
+        checkPacked(pk, where, "dy", D * H);
+        if (pk.data.length !== N * D * H)
+          throw new RnnArgumentError(`${where}: argument 'dy' must have x's batchSizes`);
+        dyData = pk.data;
+      }
+    }
+    const sortStates = (s: Float32Array | null | undefined, name: string): Float32Array | null => {
+      if (s === null || s === undefined) return null;
+      this.checkStates(s, B, where, name);
+      return tape.order ? permuteStates(s, H, tape.order.sortedIndices) : s;
+    };
+    const dhns = sortStates(dhn, "dhn");
+    const dcns = sortStates(dcn, "dcn");
+    const dh0 = new Float32Array(spec.layers * D * B * H);
+    const dc0 = hasCellState(spec.cell) ? new Float32Array(dh0.length) : null;
+    let dOut = dyData;
+    for (let l = spec.layers - 1; l >= 0; l--) {
+      const dx = new Float32Array(N * layerInputSize(spec, l));
+      for (let d = 0; d < D; d++) {
+        const k = l * D + d;
+        const r = this.backend.backwardLayer({
+          ...this.call(l, d, tape.batchSizes),
+          weights: this.weights(this.flat, l, d),
+          weightsVersion: tape.version,
+          saved: tape.saved[k]!,
+          dy: dOut ? deinterleave(dOut, N, H, D, d) : null,
+          dhn: dhns ? dhns.subarray(k * B * H, (k + 1) * B * H) : null,
+          dcn: dcns ? dcns.subarray(k * B * H, (k + 1) * B * H) : null,
+          gradients: this.weights(this.flatGrad, l, d),
+          needInputGradient: true,
+        });
+        if (r.dx) for (let i = 0; i < dx.length; i++) dx[i] = dx[i]! + r.dx[i]!;
+        dh0.set(r.dh0, k * B * H);
+        if (dc0 && r.dc0) dc0.set(r.dc0, k * B * H);
+      }
+      dOut = dx;
+    }
+    this.disposeTape();
+    const dxOut = { data: dOut!, batchSizes: tape.batchSizes, width: spec.inputSize };
+    const unsort = (s: Float32Array | null): Float32Array | null =>
+      s && tape.order ? permuteStates(s, H, tape.order.unsortedIndices) : s;
+    return {
+      dx: (tape.order ? unpackSequences(dxOut, tape.order.unsortedIndices) : dxOut) as RnnBackwardResult<X>["dx"],
+      dh0: unsort(dh0)!,
+      dc0: unsort(dc0),
+    };
+  }
+
+  /** Frees the backend's resources and what the last forward kept. */
+  dispose(): void {
+    this.disposeTape();
+    this.backend.dispose?.();
+  }
+
+  private disposeTape(): void {
+    if (this.tape) for (const s of this.tape.saved) s.dispose?.();
+    this.tape = null;
+  }
+
+  private call(layer: number, direction: number, batchSizes: Int32Array) {
+    const { cell, hidden } = this.spec;
+    return {
+      cell,
+      hidden,
+      inputSize: layerInputSize(this.spec, layer),
+      layer,
+      direction: direction as 0 | 1,
+      batchSizes,
+    };
+  }
+
+  private weights(flat: Float32Array, layer: number, direction: number): RnnLayerWeights {
+    const view = (kind: "weight_ih" | "weight_hh" | "bias_ih" | "bias_hh"): Float32Array => {
+      const name = rnnParameterName(kind, layer, direction);
+      const p = this.layout.find((q) => q.name === name)!;
+      return flat.subarray(p.offset, p.offset + p.length);
+    };
+    return {
+      weightIh: view("weight_ih"),
+      weightHh: view("weight_hh"),
+      biasIh: view("bias_ih"),
+      biasHh: view("bias_hh"),
+    };
+  }
+
+  private named(flat: Float32Array): Record<string, Float32Array> {
+    const out: Record<string, Float32Array> = {};
+    for (const p of this.layout) out[p.name] = flat.subarray(p.offset, p.offset + p.length);
+    return out;
+  }
+
+  private checkStates(s: Float32Array, B: number, where: string, name: string): void {
+    const n = this.spec.layers * directionsOf(this.spec) * B * this.spec.hidden;
+    if (!(s instanceof Float32Array) || s.length !== n) {
+      throw new RnnArgumentError(
+        `${where}: argument '${name}' must be a Float32Array [L·D, B, H] = [${this.spec.layers * directionsOf(this.spec)}, ${B}, ${this.spec.hidden}] (${n} values); got ${s instanceof Float32Array ? `${s.length} values` : String(s)}`,
+      );
+    }
+  }
+}
+
+/** Writes a direction's [N, H] rows into columns d·H … of y [N, D·H]. */
+function interleave(src: Float32Array, y: Float32Array, N: number, H: number, D: number, d: number): void {
+  if (D === 1) {
+    y.set(src);
+    return;
+  }
+  for (let n = 0; n < N; n++) y.set(src.subarray(n * H, (n + 1) * H), n * D * H + d * H);
+}
+
+/** Columns d·H … of [N, D·H] as [N, H]. */
+function deinterleave(src: Float32Array, N: number, H: number, D: number, d: number): Float32Array {
+  if (D === 1) return src;
+  const out = new Float32Array(N * H);
+  for (let n = 0; n < N; n++) out.set(src.subarray(n * D * H + d * H, n * D * H + (d + 1) * H), n * H);
+  return out;
+}

@@ -1,0 +1,84 @@
+// `vpps plan rnn` and `vpps bench rnn` without a GPU: the largest layers per cell, one layer's layout, a refusal with
+// the largest that fits, bad options in one line (status 2), cuDNN reference files checked line by line.
+
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { readCudnnRows, rnnBenchMarkdown } from "../src/bench/rnn-report.js";
+import { cli, hasTrace, tempDir } from "./cli-harness.js";
+
+test("vpps plan rnn prints the largest layer of every cell for the H100", async () => {
+  const r = await cli("plan", "rnn");
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /rnn-tanh hidden 2304/);
+  assert.match(r.stdout, /lstm {5}hidden 1152/);
+  const j = await cli("plan", "rnn", "--json");
+  assert.deepEqual(JSON.parse(j.stdout).largest, { "rnn-tanh": 2304, "rnn-relu": 2304, lstm: 1152, gru: 1312 });
+});
+
+test("vpps plan rnn --cell lstm --hidden N: the two kernels' layouts, or the refusal with the largest that fits", async () => {
+  const fits = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "1152");
+  assert.equal(fits.code, 0, fits.stderr);
+  assert.match(fits.stdout, /forward +128 CTAs × 256 threads, 9 units per CTA/);
+  assert.match(fits.stdout, /backward +128 CTAs/);
+  const big = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "2048");
+  assert.equal(big.code, 0);
+  assert.match(big.stdout, /does not fit — .*the largest that fits is hidden 1152/);
+  const h200 = await cli("plan", "rnn", "--cell", "gru", "--hidden", "512", "--gpu", "h200");
+  assert.match(h200.stdout, /NVIDIA H200: fits/);
+});
+
+test("bad options of plan rnn and bench rnn: one line, status 2, no trace", async () => {
+  for (const args of [
+    ["plan", "rnn", "--hidden", "abc"],
+    ["plan", "rnn", "--cell", "lstmx"],
+    ["plan", "rnn", "--gpu", "a100"],
+    ["bench", "rnn", "--cells", "foo"],
+    ["bench", "rnn", "--batch", "0"],
+    ["bench", "rnn", "--steps", "-3"],
+  ]) {
+    const r = await cli(...args);
+    assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+    assert.ok(!hasTrace(r.stderr));
+  }
+});
+
+test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the file and line", () => {
+  const dir = tempDir("vpps-rnn-ref-");
+  const file = join(dir, "cudnn.jsonl");
+  writeFileSync(
+    file,
+    `${JSON.stringify({ system: "cudnn", cell: "lstm", hidden: 1152, batch: 4, steps: 256, precision: "fp32", forwardMs: 4.5, forwardBackwardMs: 16.5 })}\n`,
+  );
+  const rows = readCudnnRows(file);
+  const md = rnnBenchMarkdown(
+    "GPU",
+    [
+      {
+        cell: "lstm",
+        hidden: 1152,
+        batch: 4,
+        steps: 256,
+        precision: "fp32",
+        fits: true,
+        forwardMs: 1.5,
+        forwardBackwardMs: 5.5,
+        recurrentMs: 1,
+        perStepUs: 3.9,
+        recurrentTflops: 10,
+      },
+    ],
+    rows,
+  );
+  assert.match(
+    md,
+    /\| lstm \| 1152 \| 4 \| 1\.000 \| 3\.90 \| 10\.00 \| 1\.500 \| 5\.500 \| 4\.500 \| 16\.500 \| 3\.00 \| 3\.00 \| – \|/,
+  );
+  writeFileSync(file, "{not json}\n");
+  assert.throws(
+    () => readCudnnRows(file),
+    new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:1: not a JSON line`),
+  );
+});

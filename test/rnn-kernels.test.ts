@@ -1,0 +1,110 @@
+// The persistent RNN kernels without a GPU: the planner derives layouts and the largest layer from the device model
+// (not tables), and the generated CUDA of the tightest configuration of every cell compiles with nvcc for sm_90 with
+// no stack frame and no spill — the weights really stay in registers (issue 18 items 1 and 3).
+
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { H100_SXM } from "../src/cuda/hw/device-model.js";
+import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
+import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
+import {
+  BATCH_TILE,
+  gatesOf,
+  largestPersistentHidden,
+  paddedCols,
+  planRnnKernel,
+  planRnnLayer,
+  RNN_CELLS,
+  registerLimit,
+} from "../src/rnn/plan.js";
+
+const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
+const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
+
+describe("the persistent RNN planner", () => {
+  test("the largest fp32 layers on an H100 are the paper's sizes (RNN 2304, LSTM 1152)", () => {
+    assert.equal(largestPersistentHidden("rnn-tanh", H100_SXM), 2304);
+    assert.equal(largestPersistentHidden("rnn-relu", H100_SXM), 2304);
+    assert.equal(largestPersistentHidden("lstm", H100_SXM), 1152);
+    assert.equal(largestPersistentHidden("gru", H100_SXM), 1312);
+  });
+
+  test("fewer SMs or registers mean a smaller largest layer (derived from the device, not a table)", () => {
+    const small = { ...H100_SXM, name: "half", smCount: 66 };
+    assert.ok(largestPersistentHidden("lstm", small) < largestPersistentHidden("lstm", H100_SXM));
+    const fewer = { ...H100_SXM, name: "fewer registers", regsPerSm: 32_768 };
+    assert.ok(largestPersistentHidden("rnn-tanh", fewer) < largestPersistentHidden("rnn-tanh", H100_SXM));
+  });
+
+  test("every plan covers its block: rows and columns padded, registers within the per-scheduler limit", () => {
+    for (const cell of RNN_CELLS) {
+      for (const hidden of [4, 64, 100, 512, 1152]) {
+        for (const kind of ["forward", "backward"] as const) {
+          const r = planRnnKernel(cell, hidden, kind, H100_SXM);
+          assert.ok(r.fits, `${cell} ${hidden} ${kind}`);
+          const p = r.plan;
+          assert.ok(p.ctas <= H100_SXM.smCount);
+          assert.ok(p.ctas * p.unitsPerCta >= hidden && (p.ctas - 1) * p.unitsPerCta < hidden);
+          assert.equal(p.rows, kind === "forward" ? p.unitsPerCta * gatesOf(cell) : p.unitsPerCta);
+          assert.ok(p.rowGroups * p.rowsPerThread >= p.rows);
+          assert.ok(paddedCols(p) >= p.cols);
+          assert.equal(p.threads % 32, 0);
+          assert.ok(p.registersEstimate <= registerLimit(H100_SXM, p.threads));
+          assert.ok(p.unitsPerCta * BATCH_TILE <= p.threads);
+          assert.ok(sharedBytes(p, 64) <= H100_SXM.sharedPerBlock);
+        }
+      }
+    }
+  });
+
+  test("a layer too large is refused with the reason, never planned", () => {
+    const r = planRnnLayer("lstm", 2304, H100_SXM);
+    assert.equal(r.fits, false);
+    if (!r.fits) assert.match(r.reason, /lstm layer of hidden 2304 needs 165,888 fp32 weight registers per CTA/);
+  });
+
+  test("the per-scheduler register limit: 9 warps get 168 registers, 8 warps 255", () => {
+    assert.equal(registerLimit(H100_SXM, 288), 168);
+    assert.equal(registerLimit(H100_SXM, 256), 255);
+    assert.equal(registerLimit(H100_SXM, 512), 128);
+  });
+});
+
+describe("the tightest persistent RNN kernels under nvcc", () => {
+  for (const cell of RNN_CELLS) {
+    test(`${cell}: forward and backward at the largest hidden compile for sm_90 with no spill`, {
+      skip: noNvcc,
+    }, () => {
+      const hidden = largestPersistentHidden(cell, H100_SXM);
+      const plan = planRnnLayer(cell, hidden, H100_SXM);
+      assert.ok(plan.fits);
+      if (!plan.fits) return;
+      const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));
+      try {
+        for (const [kind, src] of [
+          ["forward", forwardKernelSource(plan.forward)],
+          ["backward", backwardKernelSource(plan.backward)],
+        ] as const) {
+          writeFileSync(join(dir, `${kind}.cu`), src);
+          const r = spawnSync(
+            "nvcc",
+            ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${kind}.cubin`, `${kind}.cu`],
+            { cwd: dir, encoding: "utf8" },
+          );
+          assert.equal(r.status, 0, `nvcc failed for ${cell} ${kind}:\n${r.stderr}`);
+          const report = parsePtxasReport(r.stderr).find((f) => f.name.includes(`rnn_${kind}`));
+          assert.ok(report, `no ptxas report for rnn_${kind}:\n${r.stderr}`);
+          assertNoSpills(report);
+          const expected = kind === "forward" ? plan.forward : plan.backward;
+          assert.ok(report.registers <= registerLimit(H100_SXM, expected.threads), `${report.registers} registers`);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  }
+});
