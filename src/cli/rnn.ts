@@ -47,7 +47,10 @@ export function runPlanRnn(f: PlanFlags): void {
   const cells = f.cell ? [f.cell] : RNN_CELLS;
   const largest = Object.fromEntries(cells.map((c) => [c, largestPersistentHidden(c, device)]));
   if (f.hidden === undefined) {
-    if (f.json) return writeOut(`${JSON.stringify({ device: device.name, precision: "fp32", largest })}\n`);
+    if (f.json) {
+      writeOut(`${JSON.stringify({ device: device.name, precision: "fp32", largest })}\n`);
+      return;
+    }
     writeOut(
       `largest persistent layer on ${device.name} (${device.smCount} SMs, ${device.regsPerSm} registers per SM), fp32 weights:\n` +
         cells.map((c) => `  ${c.padEnd(8)} hidden ${largest[c]}`).join("\n") +
@@ -56,7 +59,10 @@ export function runPlanRnn(f: PlanFlags): void {
     return;
   }
   const out = cells.map((cell) => ({ cell, plan: planRnnLayer(cell, f.hidden!, device) }));
-  if (f.json) return writeOut(`${JSON.stringify({ device: device.name, hidden: f.hidden, plans: out, largest })}\n`);
+  if (f.json) {
+    writeOut(`${JSON.stringify({ device: device.name, hidden: f.hidden, plans: out, largest })}\n`);
+    return;
+  }
   for (const { cell, plan } of out) {
     if (plan.fits) {
       writeOut(
