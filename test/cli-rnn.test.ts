@@ -63,6 +63,7 @@ test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the f
         steps: 256,
         precision: "fp32",
         fits: true,
+        path: "persistent",
         forwardMs: 1.5,
         forwardBackwardMs: 5.5,
         recurrentMs: 1,

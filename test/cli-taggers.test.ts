@@ -45,7 +45,7 @@ describe("vpps train and eval for the taggers", () => {
     };
     assert.ok(trained.epochs[1]!.trainLoss < trained.epochs[0]!.trainLoss, "the loss goes down");
     const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8"));
-    assert.deepEqual(state.options, { embed: 6, hidden: 6, mlp: 6, splitSeed: 1 });
+    assert.deepEqual(state.options, { embed: 6, hidden: 6, mlp: 6, splitSeed: 1, rnn: "steps" });
     assert.equal(state.vocabulary.words[0], "<unk>");
     assert.deepEqual([...state.vocabulary.tags].sort(), ["I-LOC", "I-ORG", "I-PER", "O"]);
 
@@ -74,6 +74,18 @@ describe("vpps train and eval for the taggers", () => {
       vpps("train", "bilstm", "--data", join(data, "empty.txt")),
       /^vpps: .*empty\.txt:1:1: no sentences: expected one sentence per line/,
     );
+  });
+
+  test("--rnn persistent: bilstm-char trains on the CPU engine and saves the choice; a bad --rnn is refused", () => {
+    const out = mkdtempSync(join(tmpdir(), "vpps-tagger-rnn-"));
+    const args = ["--rnn", "persistent", ...TINY, "--char-embed", "2", "--max-sentences", "40", "--epochs", "1"];
+    const t = vpps("train", "bilstm-char", ...args, "--json", "--out", out);
+    assert.equal(t.code, 0, t.stderr);
+    assert.ok(Number.isFinite(JSON.parse(t.stdout.trim()).epochs[0].trainLoss));
+    assert.equal(JSON.parse(readFileSync(join(out, "state.json"), "utf8")).options.rnn, "persistent");
+    const bad = vpps("train", "bilstm", "--rnn", "fused");
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /--rnn.*must be one of steps, persistent; got/);
   });
 
   test("bilstm-char on our WikiNER copy: the split's sizes in the log, --split-seed saved and kept on --resume", {

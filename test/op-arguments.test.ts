@@ -31,6 +31,7 @@ const {
   pickNegLogSoftmax,
   pickRange,
   relu,
+  rnn,
   sub,
   sum,
   tanh,
@@ -62,6 +63,9 @@ const g6 = input(cg, new Float32Array(6));
 const g12 = input(cg, new Float32Array(12));
 const g15 = input(cg, new Float32Array(15));
 const g18 = input(cg, new Float32Array(18));
+/** A tanh RNN of hidden size 3 over inputs of 4: W_ih = W [3, 4], W_hh = Wsq [3, 3], b_ih = b. */
+const Wsq = pc.addParameters([3, 3], undefined, "Wsq");
+const RNN3 = { W_ih: W, W_hh: Wsq, b_ih: b };
 
 /** Calls with arguments TypeScript would refuse, as JavaScript callers (or `any`) pass them. */
 // biome-ignore lint/suspicious/noExplicitAny: the point of these cases
@@ -216,6 +220,60 @@ const CASES: [string, string, () => unknown, RegExp][] = [
   ],
   ["treeLstmNode", "c2 undefined", () => treeLstmNode(g15, x3, bad(undefined)), /^lstmCell: argument 'c2' must be/],
   ["treeLstmNode", "gates null", () => treeLstmNode(bad(null), x3, x3), /^lstmCell: argument 'gates' .*; got null$/],
+  [
+    "rnn",
+    "x undefined",
+    () => rnn(bad(undefined), [1], "rnn-tanh", [RNN3]),
+    /^rnn: argument 'x' must be an Expression; got undefined$/,
+  ],
+  [
+    "rnn",
+    "cell unknown",
+    () => rnn(x4, [1], bad("lstmx"), [RNN3]),
+    /^rnn: argument 'cell' must be one of rnn-tanh, rnn-relu, lstm, gru; got lstmx$/,
+  ],
+  [
+    "rnn",
+    "directions not an array",
+    () => rnn(x4, [1], "rnn-tanh", bad(RNN3)),
+    /^rnn: argument 'directions' must be an array of/,
+  ],
+  [
+    "rnn",
+    "three directions",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3, RNN3, RNN3]),
+    /^rnn: argument 'directions' must hold 1 or 2 directions; got 3$/,
+  ],
+  [
+    "rnn",
+    "batchSizes increasing",
+    () => rnn(x4, [1, 2], "rnn-tanh", [RNN3]),
+    /^rnn: argument 'batchSizes' must be positive integers that never increase .*batchSizes\[1\] = 2 after 1$/,
+  ],
+  [
+    "rnn",
+    "W_hh a number",
+    () => rnn(x4, [1], "rnn-tanh", [{ ...RNN3, W_hh: bad(3) }]),
+    /^rnn: argument 'directions\[0\].W_hh' must be an Expression or a dense parameter; got 3$/,
+  ],
+  [
+    "rnn",
+    "x of the wrong length",
+    () => rnn(x3, [1], "rnn-tanh", [RNN3]),
+    /^rnn: argument 'x' has length 3; batchSizes give N = 1 rows of 4 inputs = 4$/,
+  ],
+  [
+    "rnn",
+    "W_hh not square",
+    () => rnn(x4, [1], "rnn-tanh", [{ ...RNN3, W_hh: W }]),
+    /^rnn: argument 'directions\[0\].W_hh' has shape \[3,4\]; a rnn-tanh of hidden size 4 over inputs of 4 needs \[4,4\]$/,
+  ],
+  [
+    "rnn",
+    "b_hh in one direction only",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3, { ...RNN3, b_hh: b }]),
+    /^rnn: argument 'directions\[1\].b_hh' must be given for every direction or for none$/,
+  ],
 ];
 
 describe("op builders refuse arguments of the wrong kind, naming the op and the argument", () => {

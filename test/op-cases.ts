@@ -28,10 +28,12 @@ import {
   pickNegLogSoftmax,
   pickRange,
   relu,
+  rnn,
   sub,
   sum,
   tanh,
 } from "../src/ops/index.js";
+import type { RnnCell } from "../src/ops/recurrent.js";
 
 /** A case's graph: fresh parameters (the same values on every call) and a builder of the scalar loss over them. */
 export interface CaseGraph {
@@ -239,6 +241,35 @@ function smallCnn(): OpCase {
         pickNegLogSoftmax(affine([p.c, p.V, pickRange(h, k * D, (k + 1) * D)]), label),
       );
       return sum(losses);
+    },
+  );
+}
+
+/**
+ * A recurrent layer over a packed batch (lengths sorted, decreasing): x is a concat of tanh'd parameter vectors (so
+ * it gets a gradient), the loss R·y. `bias2` adds b_hh (PyTorch's two biases; without it cuDNN's single bias).
+ */
+function rnnCase(cell: RnnCell, batchSizes: number[], bidirectional: boolean, bias2: boolean): OpCase {
+  const In = 3;
+  const H = 2;
+  const G = cell === "lstm" ? 4 : cell === "gru" ? 3 : 1;
+  const N = batchSizes.reduce((a, b) => a + b, 0);
+  const D = bidirectional ? 2 : 1;
+  return withParams(
+    `${cell}, batch sizes [${batchSizes}], ${bidirectional ? "bidirectional" : "forward only"}, ${bias2 ? "b_ih and b_hh" : "one bias"}`,
+    (pc) => ({
+      xs: Array.from({ length: N }, (_, k) => pc.addParameters(In, unit, `x${k}`)),
+      dirs: Array.from({ length: D }, (_, d) => ({
+        W_ih: pc.addParameters([G * H, In], unit, `W_ih${d}`),
+        W_hh: pc.addParameters([G * H, H], unit, `W_hh${d}`),
+        b_ih: pc.addParameters(G * H, unit, `b_ih${d}`),
+        ...(bias2 ? { b_hh: pc.addParameters(G * H, unit, `b_hh${d}`) } : {}),
+      })),
+      R: dot(pc, N * D * H),
+    }),
+    (cg, p) => {
+      const x = concat(p.xs.map((v) => tanh(parameter(cg, v))));
+      return matVec(p.R, rnn(x, batchSizes, cell, p.dirs));
     },
   );
 }
@@ -496,5 +527,13 @@ export const OP_CASES: OpTable<readonly OpCase[]> = {
       },
     ),
     smallCnn(),
+  ],
+  [Op.Rnn]: [
+    rnnCase("rnn-tanh", [2, 2, 1], false, true),
+    rnnCase("rnn-relu", [3, 1], true, true),
+    rnnCase("lstm", [3, 2, 1], true, true),
+    rnnCase("lstm", [2, 2], false, false),
+    rnnCase("gru", [3, 3, 1], true, true),
+    rnnCase("gru", [1], true, false),
   ],
 };

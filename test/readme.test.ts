@@ -13,6 +13,7 @@ import {
   maxPool2d,
   maxPool2dShape,
   ParameterCollection,
+  PersistentRnn,
   pickNegLogSoftmax,
   pickRange,
   relu,
@@ -90,4 +91,29 @@ test("the README's convolutional layers example builds, runs on the CPU engine a
     engine.update(trainer);
   }
   assert.ok(losses[3]! < losses[0]!, `loss ${losses[0]} → ${losses[3]}`);
+});
+
+// The README's persistent recurrent layer example, as written there, plus what its comments promise.
+test("the README's PersistentRnn example runs on the CPU: shapes, gradients, PyTorch names", () => {
+  const rnn = new PersistentRnn({ cell: "lstm", inputSize: 3, hidden: 4, layers: 2, bidirectional: true, seed: 1 });
+  const xs = [new Float32Array([1, 0, 0, 0, 1, 0]), new Float32Array([0, 0, 1, 1, 0, 0, 0, 1, 0])];
+  const { y, hn, cn } = rnn.forward(xs);
+  assert.deepEqual(
+    y.map((yi) => yi.length),
+    [2 * 8, 3 * 8],
+  );
+  assert.equal(hn.length, 4 * 2 * 4);
+  assert.equal(cn!.length, 4 * 2 * 4);
+  const dy = y.map((yi) => yi.map(() => 1));
+  const { dx, dh0 } = rnn.backward(dy);
+  assert.deepEqual(
+    dx.map((d) => d.length),
+    [6, 9],
+  );
+  assert.equal(dh0.length, 32);
+  assert.equal(rnn.gradients().weight_hh_l0!.length, 16 * 4);
+  assert.ok(rnn.gradients().weight_hh_l0!.some((g) => g !== 0));
+  assert.ok(Object.keys(rnn.parameters()).includes("bias_hh_l1_reverse"));
+  rnn.zeroGradients();
+  assert.ok(rnn.gradients().weight_hh_l0!.every((g) => g === 0));
 });

@@ -3,11 +3,12 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { cudaAvailable } from "../src/cuda/index.js";
 import { PersistentRnn, type RnnBackend } from "../src/index.js";
 import { CpuRnnBackend } from "../src/rnn/cpu-backend.js";
 import { packSequences, unpackSequences } from "../src/rnn/packed.js";
 import { referenceBackward, referenceForward } from "../src/rnn/reference.js";
-import { RNN_CELLS } from "../src/rnn/spec.js";
+import { RNN_CELLS, RnnArgumentError } from "../src/rnn/spec.js";
 import { RandomStream } from "../src/util/random.js";
 
 function randoms(rng: RandomStream, n: number): Float32Array {
@@ -115,14 +116,23 @@ describe("PersistentRnn on the CPU", () => {
     );
     const bad = { data: new Float32Array(6), batchSizes: Int32Array.from([1, 2]), width: 2 };
     assert.throws(() => rnn.forward(bad), /batchSizes\[1\] = 2 after 1/);
-    assert.throws(
-      () => new PersistentRnn({ cell: "lstm", inputSize: 2, hidden: 3, device: "cuda:0" }),
-      /device 'cuda:0' needs the persistent GPU backend/,
-    );
+    if (!cudaAvailable().ok) {
+      assert.throws(
+        () => new PersistentRnn({ cell: "lstm", inputSize: 2, hidden: 3, device: "cuda:0" }),
+        (e: unknown) =>
+          e instanceof RnnArgumentError &&
+          /^PersistentRnn: device 'cuda:0' cannot be used: .*; use device 'cpu'$/.test(e.message) &&
+          !e.message.includes("\n"),
+      );
+    }
     assert.throws(
       () => new PersistentRnn({ cell: "lstm", inputSize: 2, hidden: 3, device: "tpu" }),
       /argument 'device' must be 'cpu' or 'cuda:N'/,
     );
+    const packed = { data: new Float32Array(6), batchSizes: Int32Array.from([2, 1]), width: 2 };
+    rnn.forward(packed);
+    const dy = { data: new Float32Array(9), batchSizes: Int32Array.from([1, 1, 1]), width: 3 };
+    assert.throws(() => rnn.backward(dy), /argument 'dy' has batchSizes \[1, 1, 1\]; x had \[2, 1\]/);
     const gru = new PersistentRnn({ cell: "gru", inputSize: 2, hidden: 3 });
     assert.throws(() => gru.forward([new Float32Array(4)], null, new Float32Array(3)), /'c0' is for LSTM only/);
   });

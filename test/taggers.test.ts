@@ -36,7 +36,7 @@ const TRAIN = parseTagged(
   ["mr|O Alson|I-PER said|O", "in|O Borburg|I-LOC mr|O Alson|I-PER", "said|O in|O Calburg|I-LOC", "Ö|O"].join("\n"),
   "train.txt",
 );
-const TINY = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, charEmbed: 2, minCount: 2 };
+const TINY = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, charEmbed: 2, minCount: 2, rnn: "steps" as const };
 /** Both tasks, typed as the one with more options (the word-only tagger ignores the character options). */
 type TaggerTask = typeof charBiLstmTask;
 const TASKS: readonly TaggerTask[] = [biLstmTask as unknown as TaggerTask, charBiLstmTask];
@@ -244,8 +244,8 @@ describe("the taggers' tasks", () => {
   test("saved options and vocabulary rebuild the model; a malformed saved option is refused naming it", () => {
     for (const task of TASKS) {
       const { vocab, model } = tiny(task);
-      const given: Record<string, number> = { ...TINY, splitSeed: 4 };
-      const options = Object.fromEntries(task.options.map((o) => [o.key, given[o.key]])) as typeof TINY;
+      const given: Record<string, number | string> = { ...TINY, splitSeed: 4 };
+      const options = Object.fromEntries(task.options.map((o) => [o.key, given[o.key]])) as unknown as typeof TINY;
       const saved = JSON.parse(JSON.stringify(task.savedOptions(options, model)));
       assert.equal(saved.splitSeed, 4, "--split-seed is saved");
       const restored = task.restoreOptions(saved, task.defaults);

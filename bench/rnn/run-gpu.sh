@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# Everything issue 18 needs from the GPU machine in one call: the GPU tests, the benchmark against cuDNN, and (with
-# INSPECT=1) the SASS of the tightest kernels and a warp-state profile. Writes logs under $OUT (default ./out-rnn).
+# Everything issue 18 needs from the GPU machine in one call: the GPU tests, cuDNN through PyTorch and `vpps bench rnn`
+# in the same call (same machine), packed into $OUT/rnn-results.tar.gz. With INSPECT=1 also the SASS summary of the
+# tightest kernels and a warp-state profile. Knobs: TESTS=0, CUDNN=0, BENCH_ARGS, REPEATS.
 set -u
 OUT="${OUT:-out-rnn}"
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/device.txt"
+R="$OUT/rnn-results"
+mkdir -p "$R"
+nvidia-smi --query-gpu=name --format=csv,noheader > "$R/device.txt"
+git rev-parse HEAD > "$R/commit.txt" 2>/dev/null || true
 if [[ "${TESTS:-1}" == 1 ]]; then
-  timeout 300 node --import tsx --test --test-reporter=spec test/gpu/rnn.test.ts > "$OUT/rnn-test.log" 2>&1
-  echo "rc $?" >> "$OUT/rnn-test.log"
-  tail -14 "$OUT/rnn-test.log"
+  timeout 300 node --import tsx --test --test-reporter=spec test/gpu/rnn.test.ts > "$R/test-gpu-rnn.log" 2>&1
+  echo "rc $?" >> "$R/test-gpu-rnn.log"
+  grep -E "^ℹ (tests|pass|fail)|✖" "$R/test-gpu-rnn.log" | head -20
 fi
 if [[ "${INSPECT:-0}" == 1 ]]; then
-  mkdir -p "$OUT/sass"
-  for c in lstm:1152 rnn-tanh:2304 gru:1152; do
-    node --import tsx bench/rnn/source.ts "${c%%:*}" "${c##*:}" "$OUT/sass"
+  mkdir -p "$R/sass"
+  for c in lstm:1152 rnn-tanh:2304 gru:1152; do node --import tsx bench/rnn/source.ts "${c%%:*}" "${c##*:}" "$R/sass"; done
+  for f in "$R"/sass/*.cu; do
+    nvcc -arch=sm_90 -cubin -std=c++17 -o "${f%.cu}.cubin" "$f" 2>/dev/null && cuobjdump -sass "${f%.cu}.cubin" > "${f%.cu}.sass"
   done
-  for f in "$OUT"/sass/*.cu; do
-    nvcc -arch=sm_90 -cubin -std=c++17 -o "${f%.cu}.cubin" "$f" 2>/dev/null
-    cuobjdump -sass "${f%.cu}.cubin" > "${f%.cu}.sass"
-    echo "$(basename "$f"): LDG $(grep -c 'LDG' "${f%.cu}.sass") LDGSTS $(grep -c LDGSTS "${f%.cu}.sass") FFMA $(grep -c FFMA "${f%.cu}.sass") LDS $(grep -c 'LDS' "${f%.cu}.sass") BAR $(grep -c 'BAR' "${f%.cu}.sass")"
-  done | tee "$OUT/sass-summary.txt"
   timeout 120 ncu --section WarpStateStats --section SchedulerStats -k regex:"rnn_(forward|backward)" -c 2 \
-    node --import tsx bench/rnn/quick.ts --cells lstm --hidden 1152 --repeats 1 > "$OUT/ncu.txt" 2>&1
-  grep -E "Stall|Warp Cycles|Issued|Eligible|rnn_" "$OUT/ncu.txt" | head -40
+    node --import tsx bench/rnn/quick.ts --cells lstm --hidden 1152 --batch 4 --repeats 1 > "$R/ncu.txt" 2>&1
 fi
-timeout 240 node --import tsx bench/rnn/quick.ts --repeats "${REPEATS:-10}" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
-echo "rc $?" >> "$OUT/bench.log"
-cut -c1-330 "$OUT/bench.log"
+ARGS=(${BENCH_ARGS:---cells rnn-tanh,lstm,gru --hidden 512,1152,1792,2304 --batch 1,4,16,64})
+if [[ "${CUDNN:-1}" == 1 ]]; then
+  timeout 240 python3 bench/pytorch/rnn.py bench "${ARGS[@]}" --repeats "${REPEATS:-20}" --out "$R/cudnn.jsonl" > "$R/cudnn.log" 2>&1
+  echo "rc $?" >> "$R/cudnn.log"
+fi
+timeout 300 node bin/vpps.js bench rnn "${ARGS[@]}" --repeats "${REPEATS:-20}" \
+  $( [[ -f "$R/cudnn.jsonl" ]] && echo --reference "$R/cudnn.jsonl" ) --out "$R" > "$R/bench.log" 2>&1
+echo "rc $?" >> "$R/bench.log"
+cat "$R/rnn.md" 2>/dev/null || tail -20 "$R/bench.log"
+tar -czf "$OUT/rnn-results.tar.gz" -C "$OUT" rnn-results

@@ -14,8 +14,10 @@ import {
   PersistentRnnLayer,
   RnnDoesNotFitError,
   type RnnGpu,
+  type RnnLayerBase,
   RnnWorkspace,
 } from "../rnn/gpu/persistent.js";
+import { StepwiseRnnLayer } from "../rnn/gpu/stepwise.js";
 import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan.js";
 
 export interface RnnBenchOptions {
@@ -35,6 +37,8 @@ export interface RnnBenchRow {
   readonly steps: number;
   readonly precision: WeightPrecision;
   readonly fits: boolean;
+  /** `persistent`, or `stepwise` for a layer that does not fit (the reason in `reason`). */
+  readonly path: "persistent" | "stepwise";
   readonly reason?: string;
   /** Medians, ms. */
   readonly recurrentMs?: number;
@@ -81,16 +85,15 @@ export function runRnnBench(
   };
   for (const cell of o.cells) {
     for (const hidden of o.hiddens) {
-      let layer: PersistentRnnLayer;
+      let layer: RnnLayerBase;
+      let reason: string | undefined;
       try {
         layer = PersistentRnnLayer.create(gpu, cell, hidden, o.precision);
       } catch (e) {
         if (!(e instanceof RnnDoesNotFitError)) throw e;
-        for (const batch of o.batches) {
-          rows.push({ cell, hidden, batch, steps: o.steps, precision: o.precision, fits: false, reason: e.message });
-        }
-        log(`${cell} hidden ${hidden}: does not fit: ${e.message}`);
-        continue;
+        reason = e.message;
+        log(`${cell} hidden ${hidden}: does not fit, timing the stepwise path: ${e.message}`);
+        layer = new StepwiseRnnLayer(gpu, cell, hidden);
       }
       const G = gatesOf(cell);
       const H = hidden;
@@ -183,7 +186,9 @@ export function runRnnBench(
             batch,
             steps: o.steps,
             precision: o.precision,
-            fits: true,
+            fits: reason === undefined,
+            path: layer.path,
+            ...(reason ? { reason } : {}),
             recurrentMs,
             forwardMs: median(fwd),
             backwardRecurrentMs: median(brec),

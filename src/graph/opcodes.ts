@@ -44,6 +44,8 @@ export enum Op {
   MaxPool2d = 18,
   /** y = x's values as one vector: an image batch [N, D] becomes [N·D] */
   Flatten = 19,
+  /** y = [h_fwd | h_bwd] [N, D·H]: one recurrent layer (RNN, LSTM, GRU) over a packed batch x [N, in] (src/ops/recurrent-op.ts) */
+  Rnn = 20,
 }
 
 import { UserError } from "../util/errors.js";
@@ -102,6 +104,7 @@ export const OP_NAMES: readonly string[] = opArray(
     [Op.Conv2d]: "conv2d",
     [Op.MaxPool2d]: "maxPool2d",
     [Op.Flatten]: "flatten",
+    [Op.Rnn]: "rnn",
   },
   "op names",
 );

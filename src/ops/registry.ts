@@ -6,6 +6,7 @@ import { ELEMENTWISE_OPS } from "./elementwise.js";
 import { IMAGE_OPS } from "./image.js";
 import { LINEAR_OPS } from "./linear.js";
 import { LOSS_OPS } from "./loss.js";
+import { RECURRENT_OPS } from "./recurrent-op.js";
 import { STRUCTURE_OPS } from "./structure.js";
 
 /**
@@ -20,6 +21,7 @@ export const OPS: readonly OpDefinition[] = opArray(
     ...LOSS_OPS,
     ...CELL_OPS,
     ...IMAGE_OPS,
+    ...RECURRENT_OPS,
   } satisfies OpTable<OpDefinition>,
   "reference kernels (src/ops)",
 );

@@ -243,8 +243,13 @@ export class PersistentRnn {
       } else {
         const pk = dy as PackedSequence<Float32Array>;
         checkPacked(pk, where, "dy", D * H);
-        if (pk.data.length !== N * D * H)
-          throw new RnnArgumentError(`${where}: argument 'dy' must have x's batchSizes`);
+        const same =
+          pk.batchSizes.length === tape.batchSizes.length && pk.batchSizes.every((b, t) => b === tape.batchSizes[t]);
+        if (!same) {
+          throw new RnnArgumentError(
+            `${where}: argument 'dy' has batchSizes [${pk.batchSizes.join(", ")}]; x had [${tape.batchSizes.join(", ")}]`,
+          );
+        }
         dyData = pk.data;
       }
     }

@@ -9,7 +9,9 @@ import { AutobatchGpuEngine, type GemmMode } from "../../src/engines/autobatch/g
 import { refusesOp } from "../../src/engines/autobatch/kernel-table.js";
 import type { BatchStrategy } from "../../src/engines/autobatch/plan.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
+import { EAGER_KERNELS } from "../../src/engines/eager/kernel-table.js";
 import { Vpps } from "../../src/engines/vpps/vpps.js";
+import { isUnsupported } from "../../src/graph/opcodes.js";
 import {
   type EngineUnderTest,
   elementTolerance,
@@ -29,6 +31,7 @@ export const eager: EngineUnderTest = {
   name: "eager",
   tolerance: elementTolerance(1e-4),
   touchedInOrder: true,
+  refuses: (c) => firstRefused(c, (op) => isUnsupported(EAGER_KERNELS[op]!)),
   run(params, cg, loss) {
     const e = new EagerEngine(params, { poolBytes: 256 * MiB });
     return engineRun(e, cg, loss, {

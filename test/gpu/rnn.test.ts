@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
+import { GpuRnnBackend, type RnnPath } from "../../src/rnn/gpu/backend.js";
 import { PersistentRnn } from "../../src/rnn/layer.js";
 import { RNN_CELLS, type RnnCell } from "../../src/rnn/spec.js";
 import { RandomStream } from "../../src/util/random.js";
@@ -47,9 +48,10 @@ interface Case {
   bidirectional: boolean;
   lengths: number[];
   tol: number;
+  path?: RnnPath;
 }
 
-function runCase(c: Case): void {
+function runCase(c: Case, notices: string[] = []): void {
   const rng = new RandomStream(c.hidden * 31 + c.layers);
   const opts = {
     cell: c.cell,
@@ -59,7 +61,8 @@ function runCase(c: Case): void {
     bidirectional: c.bidirectional,
   };
   const cpu = new PersistentRnn({ ...opts, seed: 5 });
-  const gpu = new PersistentRnn({ ...opts, seed: 5, device: "cuda:0" });
+  const backend = new GpuRnnBackend(0, { path: c.path ?? "auto", notice: (l) => notices.push(l) });
+  const gpu = new PersistentRnn({ ...opts, seed: 5, device: "cuda:0", backend });
   try {
     gpu.loadParameters(cpu.parameters());
     const D = c.bidirectional ? 2 : 1;
@@ -120,5 +123,105 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
       lengths: [16, 16, 16, 16],
       tol: 1e-4,
     });
+  });
+});
+
+describe("the non-persistent path (a GEMM per step) on a GPU against the CPU reference", { skip }, () => {
+  for (const cell of RNN_CELLS) {
+    test(`${cell}: 2 bidirectional layers, packed lengths, hidden 64, forced stepwise`, () => {
+      runCase({
+        cell,
+        inputSize: 24,
+        hidden: 64,
+        layers: 2,
+        bidirectional: true,
+        lengths: [5, 7, 1, 5, 2],
+        tol: 2e-5,
+        path: "stepwise",
+      });
+    });
+  }
+  test("an LSTM too large for the registers (hidden 1280) runs stepwise and says so once", () => {
+    const notices: string[] = [];
+    runCase(
+      { cell: "lstm", inputSize: 64, hidden: 1280, layers: 1, bidirectional: false, lengths: [6, 4], tol: 1e-4 },
+      notices,
+    );
+    assert.equal(notices.length, 1, notices.join("\n"));
+    assert.match(notices[0]!, /largest that fits is hidden 1152.*non-persistent path/);
+  });
+  test("a hidden size that is not a multiple of 4 (30) runs stepwise", () => {
+    const notices: string[] = [];
+    runCase(
+      { cell: "gru", inputSize: 5, hidden: 30, layers: 1, bidirectional: true, lengths: [3, 3, 1], tol: 2e-5 },
+      notices,
+    );
+    assert.match(notices[0] ?? "", /not a multiple of 4/);
+  });
+});
+
+describe("a persistent launch whose CTAs are not all resident", { skip }, () => {
+  test("ends with an error naming the step and the missing value, never a hang", async () => {
+    const { CudaStream, getCublas, openDevice } = await import("../../src/cuda/index.js");
+    const { PersistentKernelError } = await import("../../src/codegen/grid-barrier.js");
+    const { PersistentRnnLayer, RnnWorkspace } = await import("../../src/rnn/gpu/persistent.js");
+    const device = openDevice(0);
+    const stream = CudaStream.create({ nonBlocking: true });
+    const cublas = getCublas();
+    const handle = cublas.create();
+    cublas.setStream(handle, stream.handle);
+    const gpu = { device, stream, cublas, cublasHandle: handle };
+    const H = 256;
+    const B = 2;
+    const T = 4;
+    const layer = PersistentRnnLayer.create(gpu, "rnn-tanh", H);
+    const ws = new RnnWorkspace(gpu, "rnn-tanh", H, B * T, B);
+    const d = device.driver;
+    const ptrs: number[] = [];
+    const zeros = (n: number) => {
+      const p = d.memAlloc(4 * n);
+      d.memcpyHtoD(p, new Float32Array(n));
+      ptrs.push(p);
+      return p;
+    };
+    try {
+      const batchSizes = new Int32Array(T).fill(B);
+      const offsets = Int32Array.from({ length: T }, (_, t) => t * B);
+      const dB = zeros(T);
+      const dO = zeros(T);
+      d.memcpyHtoD(dB, batchSizes);
+      d.memcpyHtoD(dO, offsets);
+      const a = {
+        weights: { wih: zeros(H * H), whh: zeros(H * H), bih: zeros(H), bhh: zeros(H) },
+        x: zeros(B * T * H),
+        h0: zeros(B * H),
+        c0: zeros(B * H),
+        y: zeros(B * T * H),
+        ldy: H,
+        hn: zeros(B * H),
+        cn: zeros(B * H),
+        steps: { batchSizes, offsets, total: B * T, dBatchSizes: dB, dOffsets: dO },
+        reverse: false,
+        train: true,
+        ws,
+      };
+      layer.inputProjection(a, H);
+      const started = Date.now();
+      layer.forwardRecurrent(a, layer.forwardPlan.ctas - 1); // the last CTA's units never arrive
+      assert.throws(
+        () => layer.checkStatus(ws),
+        (e: unknown) => e instanceof PersistentKernelError && /step 1 waited too long/.test(e.message),
+      );
+      assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
+      // the layer still works afterwards
+      layer.forwardRecurrent(a);
+      layer.checkStatus(ws);
+    } finally {
+      for (const p of ptrs) d.memFree(p);
+      ws.dispose();
+      layer.dispose();
+      cublas.destroy(handle);
+      stream.destroy();
+    }
   });
 });

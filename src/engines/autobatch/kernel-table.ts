@@ -110,6 +110,8 @@ const view: BatchedKernel = {
 };
 
 /** Why the image ops that are not views have no batched kernel (yet). */
+const RNN_OP =
+  "the persistent RNN kernel is not wired into the GPU engines yet (docs/RNN.md); use --rnn steps, or the CPU engines";
 const IMAGE_OPS = "image ops run on the eager engine (per-sample im2col + cuBLAS, docs/GLP4NN.md)";
 
 const table: OpTable<BatchedKernel> = {
@@ -229,6 +231,7 @@ const table: OpTable<BatchedKernel> = {
   [Op.Conv2d]: unsupported(ENGINE, Op.Conv2d, IMAGE_OPS),
   [Op.MaxPool2d]: unsupported(ENGINE, Op.MaxPool2d, IMAGE_OPS),
   [Op.Flatten]: view,
+  [Op.Rnn]: unsupported(ENGINE, Op.Rnn, RNN_OP),
 };
 
 /** Ops that other steps run (executor.ts: parameter loads, lookups, products): `unsupported` here on purpose. */

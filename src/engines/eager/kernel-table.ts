@@ -4,7 +4,7 @@
 
 import { type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
-import { Op, type OpTable, opArray } from "../../graph/opcodes.js";
+import { Op, type OpTable, opArray, unsupported } from "../../graph/opcodes.js";
 import { imageGeometry } from "../../ops/image.js";
 import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "./kernels.js";
 import type { EagerNodeKernels } from "./node-kernels.js";
@@ -278,6 +278,11 @@ const table: OpTable<EagerKernel> = {
       l.launch(l.k.vp_axpy, n, [karg.ptr(grad(l, g, i, 0)), karg.ptr(l.gradPtr[i]!), karg.f32(1), karg.i32(n)]);
     },
   },
+  [Op.Rnn]: unsupported(
+    "eager",
+    Op.Rnn,
+    "the persistent RNN kernel is not wired into the GPU engines yet (docs/RNN.md); use --rnn steps, or the CPU engines",
+  ),
 };
 
 /** The eager engine's kernels, indexed by op. */

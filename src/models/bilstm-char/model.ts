@@ -6,7 +6,7 @@
  */
 import { type ComputationGraph, ShapeError } from "../../graph/graph.js";
 import type { LookupParameter, ParameterShape } from "../../model/parameters.js";
-import { concat2Node, lookupNode } from "../../ops/structure.js";
+import { concat2Node, lookupNode, pickRangeNode } from "../../ops/structure.js";
 import {
   addDense,
   BiLstmTagger,
@@ -17,6 +17,7 @@ import {
   type SpelledSentence,
   shapesOf,
 } from "../bilstm/model.js";
+import { packedBiLstm } from "../bilstm/packed.js";
 
 export interface CharTaggerOptions extends BiLstmTaggerOptions {
   /** Rows of the character table: the characters and the unknown character (index 0). */
@@ -78,6 +79,49 @@ export class CharBiLstmTagger extends BiLstmTagger<SpelledSentence> {
     const H = charHidden(opts.embed);
     this.charForward = { Wx: p.Wx_cf, Wh: p.Wh_cf, b: p.b_cf, hidden: H };
     this.charBackward = { Wx: p.Wx_cb, Wh: p.Wh_cb, b: p.b_cb, hidden: H };
+  }
+
+  /**
+   * `--rnn persistent`: the spelled words of the whole batch go through the character BiLSTM as one rnn op over
+   * their packed characters; the others are looked up.
+   */
+  protected override batchWordVectors(cg: ComputationGraph, sentences: readonly SpelledSentence[]): number[][] {
+    if (this.rnn !== "persistent") return super.batchWordVectors(cg, sentences);
+    const out: number[][] = [];
+    const spelled: number[][] = [];
+    const at: [number, number][] = [];
+    for (let j = 0; j < sentences.length; j++) {
+      const s = sentences[j]!;
+      if (s.words.length === 0) throw new ShapeError("BiLstmTagger: a sentence needs at least one word");
+      const row = new Array<number>(s.words.length);
+      for (let k = 0; k < s.words.length; k++) {
+        const chars = s.spelled[k];
+        if (chars === null || chars === undefined) row[k] = lookupNode(cg, this.E, s.words[k]!);
+        else {
+          if (chars.length === 0) throw new ShapeError(`CharBiLstmTagger: word ${k} is spelled with no characters`);
+          spelled.push(Array.from(chars, (c) => lookupNode(cg, this.C, c)));
+          at.push([j, k]);
+        }
+      }
+      out.push(row);
+    }
+    if (spelled.length > 0) {
+      const run = packedBiLstm(cg, this.charForward, this.charBackward, spelled);
+      const H = run.hidden;
+      for (let w = 0; w < spelled.length; w++) {
+        const rows = run.rows[w]!;
+        // [f at the last character; b at the first], as the per-step formulation reads them
+        const last = rows[rows.length - 1]! * 2 * H;
+        const first = rows[0]! * 2 * H + H;
+        const [j, k] = at[w]!;
+        out[j]![k] = concat2Node(
+          cg,
+          pickRangeNode(cg, run.y, last, last + H),
+          pickRangeNode(cg, run.y, first, first + H),
+        );
+      }
+    }
+    return out;
   }
 
   /** A word of the table is looked up; a spelled one is [f_last; b_last] of the character LSTMs. */

@@ -44,6 +44,7 @@ export const charBiLstmTask = taggerTask<CharTaggerTaskOptions>({
       mlp: o.mlp,
       charCount: vocab.chars!.size,
       charEmbed: o.charEmbed,
+      rnn: o.rnn,
       seed,
     }),
   parameterShapes: (o, vocabSize) =>
@@ -58,5 +59,6 @@ export const charBiLstmTask = taggerTask<CharTaggerTaskOptions>({
     }),
   describe: (o) =>
     `BiLSTM tagger with characters, embedding ${o.embed}, hidden ${o.hidden} per direction, MLP ${o.mlp}, ` +
-    `character embedding ${o.charEmbed} (LSTMs ${charHidden(o.embed)}), words seen < ${o.minCount} times spelled`,
+    `character embedding ${o.charEmbed} (LSTMs ${charHidden(o.embed)}), words seen < ${o.minCount} times spelled` +
+    (o.rnn === "persistent" ? ", BiLSTMs as rnn ops per batch" : ""),
 });

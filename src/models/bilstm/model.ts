@@ -13,6 +13,7 @@ import { unaryNode } from "../../ops/elementwise.js";
 import { affine5Node, affineNode } from "../../ops/linear.js";
 import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
 import { concat2Node, input, lookupNode, pickRangeNode, sumNode } from "../../ops/structure.js";
+import { packedBiLstm, TAGGER_RNNS, type TaggerRnn } from "./packed.js";
 
 /** A sentence as the network reads it: each word's row of the word table, and each word's tag (to train on it). */
 export interface EncodedSentence {
@@ -42,6 +43,11 @@ export interface BiLstmTaggerOptions {
   /** Width of the tanh layer (256). */
   mlp: number;
   seed?: number;
+  /**
+   * steps (default): an affine and a cell per word; persistent: each batch's BiLSTM as one `rnn` op over the packed
+   * batch, gate rows in PyTorch's order (./packed.ts).
+   */
+  rnn?: TaggerRnn;
 }
 
 /** The shapes of a tagger's parameters, by name, in the order the constructor creates them (E_w is the lookup table). */
@@ -80,7 +86,7 @@ export function biLstmTaggerShapes(o: Omit<BiLstmTaggerOptions, "seed">): Parame
   return shapesOf(taggerSizes(o), ["E_w"]);
 }
 
-/** One LSTM direction's parameters: gates [i; o; u; f] = Wx·x + Wh·h + b. */
+/** One LSTM direction's parameters: gates [i; o; u; f] = Wx·x + Wh·h + b ([i; f; g; o] with --rnn persistent). */
 export interface LstmWeights {
   readonly Wx: Parameter;
   readonly Wh: Parameter;
@@ -167,6 +173,7 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
   readonly hidden: number;
   readonly mlp: number;
   readonly tags: number;
+  readonly rnn: TaggerRnn;
   protected readonly zeros = new ZeroInputs();
 
   constructor(opts: BiLstmTaggerOptions) {
@@ -179,6 +186,10 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
     this.hidden = opts.hidden;
     this.mlp = opts.mlp;
     this.tags = opts.tags;
+    this.rnn = opts.rnn ?? "steps";
+    if (!TAGGER_RNNS.includes(this.rnn)) {
+      throw new ShapeError(`BiLstmTagger: 'rnn' must be one of ${TAGGER_RNNS.join(", ")}; got ${String(opts.rnn)}`);
+    }
     const pc = new ParameterCollection({ seed: opts.seed ?? 1 });
     this.params = pc;
     const s = taggerSizes(opts);
@@ -197,9 +208,11 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
     if (sentences.length === 0) throw new ShapeError("sum: needs at least one argument");
     const losses: number[] = [];
     const perSentence: number[] = [];
-    for (const s of sentences) {
+    const contexts = this.rnn === "persistent" ? this.packedContexts(cg, sentences) : null;
+    for (let j = 0; j < sentences.length; j++) {
       losses.length = 0;
-      this.addSentence(cg, s, losses);
+      if (contexts) this.addHeads(cg, sentences[j]!, contexts[j]!, losses);
+      else this.addSentence(cg, sentences[j]!, losses);
       perSentence.push(sumNode(cg, losses, losses.length));
     }
     const n = perSentence.length;
@@ -208,7 +221,43 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
 
   /** Forward only: each word's tag scores (before the softmax). */
   buildScores(cg: ComputationGraph, s: S): Expression[] {
-    return this.addSentence(cg, s, null).map((id) => new Expression(cg, id, cg.generation));
+    const ids =
+      this.rnn === "persistent"
+        ? this.addHeads(cg, s, this.packedContexts(cg, [s])[0]!, null)
+        : this.addSentence(cg, s, null);
+    return ids.map((id) => new Expression(cg, id, cg.generation));
+  }
+
+  /**
+   * `--rnn persistent`: every word's [f; b] (a node of 2H values) for a batch of sentences, from one rnn op over
+   * the packed batch.
+   */
+  protected packedContexts(cg: ComputationGraph, sentences: readonly S[]): number[][] {
+    const xs = this.batchWordVectors(cg, sentences);
+    const run = packedBiLstm(cg, this.forward, this.backward, xs);
+    const H2 = 2 * this.hidden;
+    return run.rows.map((rows) => Array.from(rows, (r) => pickRangeNode(cg, run.y, r * H2, (r + 1) * H2)));
+  }
+
+  /** Every word's input vector, per sentence (the character model spells its rare words in one batch). */
+  protected batchWordVectors(cg: ComputationGraph, sentences: readonly S[]): number[][] {
+    return sentences.map((s) => {
+      if (s.words.length === 0) throw new ShapeError("BiLstmTagger: a sentence needs at least one word");
+      return Array.from(s.words, (_, k) => this.wordVector(cg, s, k));
+    });
+  }
+
+  /** The MLP and output layer over each word's context [f; b]; appends each word's loss unless `losses` is null. */
+  protected addHeads(cg: ComputationGraph, s: S, contexts: readonly number[], losses: number[] | null): number[] {
+    const bm = cg.parameterNode(this.b_mlp);
+    const Wm = cg.parameterNode(this.W_mlp);
+    const bo = cg.parameterNode(this.b_out);
+    const Wo = cg.parameterNode(this.W_out);
+    return contexts.map((ctx, k) => {
+      const o = affineNode(cg, bo, Wo, unaryNode(cg, Op.Tanh, affineNode(cg, bm, Wm, ctx)));
+      if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, o, s.tags[k]!));
+      return o;
+    });
   }
 
   /**

@@ -12,6 +12,7 @@ import type { ParameterCollection, ParameterShape } from "../../model/parameters
 import { entityF1, tokenAccuracy } from "../metrics.js";
 import { checkModelOption, type ModelOption, type ModelOptions, type Task, type TaskModel } from "../task.js";
 import { BiLstmTagger, biLstmTaggerShapes, type SpelledSentence } from "./model.js";
+import { TAGGER_RNNS, type TaggerRnn } from "./packed.js";
 import { TaggerVocabulary } from "./vocabulary.js";
 
 /** The options of every tagger: sizes, and the seed of the split of a single data file. */
@@ -20,6 +21,8 @@ export type TaggerOptions = {
   readonly hidden: number;
   readonly mlp: number;
   readonly splitSeed: number;
+  /** How the BiLSTM runs: an affine and a cell per word (steps), or one rnn op per batch (persistent). */
+  readonly rnn: TaggerRnn;
 };
 
 /**
@@ -93,9 +96,17 @@ export const TAGGER_OPTIONS: readonly ModelOption[] = [
     help: "seed of the train/dev/test split of a single --data file (the README states the rule)",
     type: positiveInt,
   },
+  {
+    key: "rnn",
+    flag: "--rnn <kind>",
+    help:
+      "steps: an affine and an LSTM cell per word; persistent: each batch's BiLSTM as one rnn op over the packed " +
+      "batch (PyTorch gate order, docs/MODELS.md)",
+    type: { kind: "choice", choices: TAGGER_RNNS },
+  },
 ];
 
-export const TAGGER_DEFAULTS: TaggerOptions = { embed: 256, hidden: 256, mlp: 256, splitSeed: 1 };
+export const TAGGER_DEFAULTS: TaggerOptions = { embed: 256, hidden: 256, mlp: 256, splitSeed: 1, rnn: "steps" };
 
 /** A tagger's own parts of its registry entry; `taggerTask` adds what every tagger shares. */
 export interface TaggerSpec<O extends TaggerOptions> {
@@ -164,6 +175,8 @@ export function taggerTask<O extends TaggerOptions>(
       const restored: Record<string, unknown> = { ...current };
       // every option shapes the model or its data (the split, the word table): all come from the run
       for (const o of options) {
+        // runs saved before --rnn existed ran the per-step formulation
+        if (o.key === "rnn" && record[o.key] === undefined) continue;
         const why = checkModelOption(o, record[o.key]);
         if (why !== null) throw new Error(`options.${o.key} ${why}`);
         restored[o.key] = record[o.key];
@@ -188,9 +201,12 @@ export const biLstmTask = taggerTask<TaggerOptions>({
       embed: o.embed,
       hidden: o.hidden,
       mlp: o.mlp,
+      rnn: o.rnn,
       seed,
     }),
   parameterShapes: (o, vocabSize) =>
     biLstmTaggerShapes({ vocabSize, tags: PLAN_TAGS, embed: o.embed, hidden: o.hidden, mlp: o.mlp }),
-  describe: (o) => `BiLSTM tagger, embedding ${o.embed}, hidden ${o.hidden} per direction, MLP ${o.mlp}`,
+  describe: (o) =>
+    `BiLSTM tagger, embedding ${o.embed}, hidden ${o.hidden} per direction, MLP ${o.mlp}` +
+    (o.rnn === "persistent" ? ", BiLSTM as one rnn op per batch" : ""),
 });

@@ -23,7 +23,29 @@ import type {
   RnnSavedState,
 } from "../backend.js";
 import type { WeightPrecision } from "../plan.js";
-import { type PackedSteps, PersistentRnnLayer, type RnnGpu, type RnnLayerWeights, RnnWorkspace } from "./persistent.js";
+import {
+  type PackedSteps,
+  PersistentRnnLayer,
+  RnnDoesNotFitError,
+  type RnnGpu,
+  type RnnLayerBase,
+  type RnnLayerWeights,
+  RnnWorkspace,
+} from "./persistent.js";
+import { StepwiseRnnLayer } from "./stepwise.js";
+
+/**
+ * Which path runs a layer: `auto` the persistent kernels where the layer fits the registers, else the stepwise path
+ * (saying so once per size through `notice`); `persistent` refuses a layer that does not fit; `stepwise` always.
+ */
+export type RnnPath = "auto" | "persistent" | "stepwise";
+
+export interface GpuRnnBackendOptions {
+  readonly precision?: WeightPrecision;
+  readonly path?: RnnPath;
+  /** Where the one-line notice of a layer on the stepwise path goes (default: stderr). */
+  readonly notice?: (line: string) => void;
+}
 
 /** Device buffers of one call, freed together. */
 class Buffers {
@@ -71,13 +93,16 @@ function stepsOf(b: Buffers, batchSizes: Int32Array): PackedSteps {
 export class GpuRnnBackend implements RnnBackend {
   readonly device: string;
   private readonly gpu: RnnGpu;
-  private readonly layers = new Map<string, PersistentRnnLayer>();
+  private readonly layers = new Map<string, RnnLayerBase>();
   private readonly cublasHandle: CublasHandle;
+  readonly precision: WeightPrecision;
+  readonly path: RnnPath;
+  private readonly notice: (line: string) => void;
 
-  constructor(
-    index: number,
-    readonly precision: WeightPrecision = "fp32",
-  ) {
+  constructor(index: number, options: GpuRnnBackendOptions = {}) {
+    this.precision = options.precision ?? "fp32";
+    this.path = options.path ?? "auto";
+    this.notice = options.notice ?? ((line) => process.stderr.write(`${line}\n`));
     this.device = `cuda:${index}`;
     const device = openDevice(index);
     const stream = CudaStream.create({ nonBlocking: true });
@@ -87,11 +112,20 @@ export class GpuRnnBackend implements RnnBackend {
     this.gpu = { device, stream, cublas, cublasHandle: this.cublasHandle };
   }
 
-  private layer(a: RnnForwardLayerArgs | RnnBackwardLayerArgs): PersistentRnnLayer {
+  private layer(a: RnnForwardLayerArgs | RnnBackwardLayerArgs): RnnLayerBase {
     const key = `${a.cell}/${a.hidden}`;
     let l = this.layers.get(key);
     if (!l) {
-      l = PersistentRnnLayer.create(this.gpu, a.cell, a.hidden, this.precision);
+      if (this.path === "stepwise") l = new StepwiseRnnLayer(this.gpu, a.cell, a.hidden);
+      else {
+        try {
+          l = PersistentRnnLayer.create(this.gpu, a.cell, a.hidden, this.precision);
+        } catch (e) {
+          if (!(e instanceof RnnDoesNotFitError) || this.path === "persistent") throw e;
+          this.notice(`vpps: ${e.message}; running it on the non-persistent path (a GEMM per step), much slower`);
+          l = new StepwiseRnnLayer(this.gpu, a.cell, a.hidden);
+        }
+      }
       this.layers.set(key, l);
     }
     return l;

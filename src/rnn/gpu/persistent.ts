@@ -128,6 +128,10 @@ export class RnnWorkspace {
   readonly dpreX: DevicePtr;
   readonly ones: DevicePtr;
   readonly status: DevicePtr;
+  /** The non-persistent path's per-step buffers: h(t−1)·W_hhᵀ [B, G·H], dpre·W_hh [B, H], carries [2, B, H]. */
+  readonly stepHw: DevicePtr;
+  readonly stepRec: DevicePtr;
+  readonly stepCarry: DevicePtr;
 
   constructor(
     private readonly gpu: RnnGpu,
@@ -150,6 +154,9 @@ export class RnnWorkspace {
       this.dpreX = G === 3 ? alloc(rows * G * hidden) : this.dpreH;
       this.ones = alloc(rows);
       this.status = alloc(STATUS_WORDS);
+      this.stepHw = alloc(batch * G * hidden);
+      this.stepRec = alloc(batch * hidden);
+      this.stepCarry = alloc(2 * batch * hidden);
     } catch (e) {
       this.dispose();
       throw e;
@@ -161,51 +168,158 @@ export class RnnWorkspace {
   }
 }
 
-/** The compiled kernels of one (cell, hidden, precision) and the launches of a layer direction. */
-export class PersistentRnnLayer {
+/**
+ * What both paths of a layer direction share: the helper kernels, the input projection before the recurrent part and
+ * the weight-gradient GEMMs after it (over the same `saved` layout), and forward/backward as their composition.
+ */
+export abstract class RnnLayerBase {
   readonly G: number;
+  protected readonly addBias: CudaKernel;
+  protected readonly fillValue: CudaKernel;
+  protected readonly modules: { unload(): void }[] = [];
+
+  protected constructor(
+    readonly gpu: RnnGpu,
+    readonly cell: RnnCellName,
+    readonly hidden: number,
+  ) {
+    this.G = gatesOf(cell);
+    const h = this.compile("rnn_helpers", HELPER_SOURCE);
+    const mh = loadModule(h.cubin, "rnn helpers");
+    this.modules.push(mh);
+    this.addBias = mh.getFunction("rnn_add_bias");
+    this.fillValue = mh.getFunction("rnn_fill_value");
+  }
+
+  /** Which path this is, for messages and benchmarks. */
+  abstract readonly path: "persistent" | "stepwise";
+  /** The recurrent part of the forward (after inputProjection). */
+  abstract forwardRecurrent(a: ForwardArgs): void;
+  /** The recurrent part of the backward (gate gradients into the workspace, dh0/dc0). */
+  abstract backwardRecurrent(a: BackwardArgs): void;
+  /** Waits for the stream and throws if a launch reported a failure. */
+  abstract checkStatus(ws: RnnWorkspace): void;
+
+  protected compile(name: string, source: string): CompileResult {
+    return compileCuda({
+      name,
+      source,
+      arch: this.gpu.device.props.arch,
+      options: ["-std=c++17", "--ptxas-options=-v"],
+      ...(this.gpu.cacheDir !== undefined ? { cacheDir: this.gpu.cacheDir } : {}),
+    });
+  }
+
+  protected get stream() {
+    return this.gpu.stream;
+  }
+
+  /** xw = x·W_ihᵀ + b_ih + b_hh (GRU: b_hh's n part stays in the kernel). */
+  inputProjection(a: ForwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const GH = this.G * this.hidden;
+    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
+      m: total,
+      n: GH,
+      k: inputSize,
+      A: a.x,
+      B: a.weights.wih,
+      transB: true,
+      C: a.ws.xw,
+    });
+    this.addBias.launch({ grid: Math.min(1024, Math.ceil((total * GH) / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.xw),
+      karg.ptr(a.weights.bih),
+      karg.ptr(a.weights.bhh),
+      karg.i32(total),
+      karg.i32(GH),
+      karg.i32(this.G === 3 ? 2 * this.hidden : GH),
+    ]);
+  }
+
+  /** The whole forward of a layer direction: input projection, then the recurrent launch. */
+  forward(a: ForwardArgs, inputSize: number): void {
+    this.inputProjection(a, inputSize);
+    this.forwardRecurrent(a);
+  }
+
+  /** The weight gradients (accumulated) and dx, each one GEMM over all steps. */
+  backwardGemms(a: BackwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const H = this.hidden;
+    const GH = this.G * H;
+    const cb = this.gpu.cublas;
+    const h = this.gpu.cublasHandle;
+    const hprev = a.ws.saved + 4 * total * H * (this.G === 4 ? 5 : this.G === 3 ? 4 : 0);
+    cb.sgemmRowMajor(h, { m: GH, n: H, k: total, A: a.ws.dpreH, transA: true, B: hprev, C: a.grads.whh, beta: 1 });
+    cb.sgemmRowMajor(h, {
+      m: GH,
+      n: inputSize,
+      k: total,
+      A: a.ws.dpreX,
+      transA: true,
+      B: a.x,
+      C: a.grads.wih,
+      beta: 1,
+    });
+    this.fillValue.launch({ grid: Math.min(256, Math.ceil(total / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.ones),
+      karg.f32(1),
+      karg.i32(total),
+    ]);
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreX, trans: true, x: a.ws.ones, y: a.grads.bih, beta: 1 });
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
+    cb.sgemmRowMajor(h, {
+      m: total,
+      n: inputSize,
+      k: GH,
+      A: a.ws.dpreX,
+      B: a.weights.wih,
+      C: a.dx,
+      beta: a.dxAccumulate ? 1 : 0,
+    });
+  }
+
+  backward(a: BackwardArgs, inputSize: number): void {
+    this.backwardRecurrent(a);
+    this.backwardGemms(a, inputSize);
+  }
+
+  dispose(): void {
+    for (const m of this.modules.splice(0)) m.unload();
+  }
+}
+
+/** The compiled kernels of one (cell, hidden, precision) and the launches of a layer direction. */
+export class PersistentRnnLayer extends RnnLayerBase {
+  readonly path = "persistent" as const;
   readonly model: DeviceModel;
   private readonly fwd: CudaKernel;
   private readonly bwd: CudaKernel;
   private readonly fill: CudaKernel;
-  private readonly addBias: CudaKernel;
-  private readonly fillValue: CudaKernel;
   private readonly statusBack: PinnedBuffer;
-  private readonly modules: { unload(): void }[] = [];
   /** NVRTC's logs (with ptxas's register report), for the tests and `vpps plan rnn --verbose`. */
   readonly compileLogs: { forward: string; backward: string };
 
   private constructor(
-    readonly gpu: RnnGpu,
-    readonly cell: RnnCellName,
-    readonly hidden: number,
+    gpu: RnnGpu,
+    cell: RnnCellName,
+    hidden: number,
     readonly precision: WeightPrecision,
     readonly forwardPlan: RnnKernelPlan,
     readonly backwardPlan: RnnKernelPlan,
   ) {
-    this.G = gatesOf(cell);
+    super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
-    const compile = (name: string, source: string): CompileResult =>
-      compileCuda({
-        name,
-        source,
-        arch: gpu.device.props.arch,
-        options: ["-std=c++17", "--ptxas-options=-v"],
-        ...(gpu.cacheDir !== undefined ? { cacheDir: gpu.cacheDir } : {}),
-      });
-    const f = compile(`rnn_${cell}_${hidden}_${precision}_fwd`, forwardKernelSource(forwardPlan));
-    const b = compile(`rnn_${cell}_${hidden}_${precision}_bwd`, backwardKernelSource(backwardPlan));
-    const h = compile("rnn_helpers", HELPER_SOURCE);
+    const f = this.compile(`rnn_${cell}_${hidden}_${precision}_fwd`, forwardKernelSource(forwardPlan));
+    const b = this.compile(`rnn_${cell}_${hidden}_${precision}_bwd`, backwardKernelSource(backwardPlan));
     this.compileLogs = { forward: f.log, backward: b.log };
     const mf = loadModule(f.cubin, "rnn forward");
     const mb = loadModule(b.cubin, "rnn backward");
-    const mh = loadModule(h.cubin, "rnn helpers");
-    this.modules.push(mf, mb, mh);
+    this.modules.push(mf, mb);
     this.fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
     this.bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
     this.fill = mf.getFunction(RNN_KERNEL_NAMES.fill);
-    this.addBias = mh.getFunction("rnn_add_bias");
-    this.fillValue = mh.getFunction("rnn_fill_value");
     for (const [k, plan] of [
       [this.fwd, forwardPlan],
       [this.bwd, backwardPlan],
@@ -255,10 +369,6 @@ export class PersistentRnnLayer {
     return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward);
   }
 
-  private get stream() {
-    return this.gpu.stream;
-  }
-
   private fillPending(p: DevicePtr, rows: number, cols: number, ld: number): void {
     const n = rows * cols;
     if (n === 0) return;
@@ -270,37 +380,17 @@ export class PersistentRnnLayer {
     ]);
   }
 
-  /** xw = x·W_ihᵀ + b_ih + b_hh (GRU: b_hh's n part stays in the kernel). */
-  inputProjection(a: ForwardArgs, inputSize: number): void {
-    const { total } = a.steps;
-    const GH = this.G * this.hidden;
-    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
-      m: total,
-      n: GH,
-      k: inputSize,
-      A: a.x,
-      B: a.weights.wih,
-      transB: true,
-      C: a.ws.xw,
-    });
-    this.addBias.launch({ grid: Math.min(1024, Math.ceil((total * GH) / 256)), block: 256, stream: this.stream }, [
-      karg.ptr(a.ws.xw),
-      karg.ptr(a.weights.bih),
-      karg.ptr(a.weights.bhh),
-      karg.i32(total),
-      karg.i32(GH),
-      karg.i32(this.G === 3 ? 2 * this.hidden : GH),
-    ]);
-  }
-
-  /** The recurrent part alone (after inputProjection): one persistent launch. */
-  forwardRecurrent(a: ForwardArgs): void {
+  /**
+   * The recurrent part alone (after inputProjection): one persistent launch. `ctas` (tests only) launches fewer CTAs
+   * than the plan, as if some never became resident: their units never arrive and the launch must end with an error.
+   */
+  forwardRecurrent(a: ForwardArgs, ctas = this.forwardPlan.ctas): void {
     const { total, batchSizes } = a.steps;
     this.fillPending(a.y, total, this.hidden, a.ldy);
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
     const p = this.forwardPlan;
     const B = batchSizes[0] ?? 0;
-    this.fwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
+    this.fwd.launch({ grid: ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.xw),
       karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
@@ -339,12 +429,6 @@ export class PersistentRnnLayer {
     return bytes;
   }
 
-  /** The whole forward of a layer direction: input projection, then the recurrent launch. */
-  forward(a: ForwardArgs, inputSize: number): void {
-    this.inputProjection(a, inputSize);
-    this.forwardRecurrent(a);
-  }
-
   /** The recurrent backward launch alone (gate gradients into the workspace, dh0/dc0). */
   backwardRecurrent(a: BackwardArgs): void {
     const { total, batchSizes } = a.steps;
@@ -377,48 +461,6 @@ export class PersistentRnnLayer {
     ]);
   }
 
-  /** The weight gradients (accumulated) and dx, each one GEMM over all steps. */
-  backwardGemms(a: BackwardArgs, inputSize: number): void {
-    const { total } = a.steps;
-    const H = this.hidden;
-    const GH = this.G * H;
-    const cb = this.gpu.cublas;
-    const h = this.gpu.cublasHandle;
-    const hprev = a.ws.saved + 4 * total * H * (this.G === 4 ? 5 : this.G === 3 ? 4 : 0);
-    cb.sgemmRowMajor(h, { m: GH, n: H, k: total, A: a.ws.dpreH, transA: true, B: hprev, C: a.grads.whh, beta: 1 });
-    cb.sgemmRowMajor(h, {
-      m: GH,
-      n: inputSize,
-      k: total,
-      A: a.ws.dpreX,
-      transA: true,
-      B: a.x,
-      C: a.grads.wih,
-      beta: 1,
-    });
-    this.fillValue.launch({ grid: Math.min(256, Math.ceil(total / 256)), block: 256, stream: this.stream }, [
-      karg.ptr(a.ws.ones),
-      karg.f32(1),
-      karg.i32(total),
-    ]);
-    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreX, trans: true, x: a.ws.ones, y: a.grads.bih, beta: 1 });
-    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
-    cb.sgemmRowMajor(h, {
-      m: total,
-      n: inputSize,
-      k: GH,
-      A: a.ws.dpreX,
-      B: a.weights.wih,
-      C: a.dx,
-      beta: a.dxAccumulate ? 1 : 0,
-    });
-  }
-
-  backward(a: BackwardArgs, inputSize: number): void {
-    this.backwardRecurrent(a);
-    this.backwardGemms(a, inputSize);
-  }
-
   /** Waits for the stream and throws PersistentKernelError if a launch reported a failure. */
   checkStatus(ws: RnnWorkspace): void {
     const d = this.gpu.device.driver;
@@ -437,8 +479,8 @@ export class PersistentRnnLayer {
     throw new PersistentKernelError(message, e.code, e.cta, -1, e.words);
   }
 
-  dispose(): void {
-    for (const m of this.modules.splice(0)) m.unload();
+  override dispose(): void {
+    super.dispose();
     this.statusBack.free();
   }
 }

@@ -69,6 +69,11 @@ const table: OpTable<VppsKernel> = {
   [Op.Conv2d]: unsupported("vpps", Op.Conv2d, IMAGE_OPS),
   [Op.MaxPool2d]: unsupported("vpps", Op.MaxPool2d, IMAGE_OPS),
   [Op.Flatten]: unsupported("vpps", Op.Flatten, IMAGE_OPS),
+  [Op.Rnn]: unsupported(
+    "vpps",
+    Op.Rnn,
+    "a packed recurrent layer is its own persistent kernel (docs/RNN.md); build the taggers with --rnn steps for VPPS",
+  ),
 };
 
 /** VPPS's kernels, indexed by op. */

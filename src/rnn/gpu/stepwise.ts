@@ -1,0 +1,145 @@
+/**
+ * The non-persistent path of a layer direction, for layers the registers cannot hold (or hidden sizes the persistent
+ * kernels cannot take): per step one cuBLAS GEMM with W_hh and one element-wise kernel, on the same buffers and saved
+ * layout as the persistent kernels, so the input projection and the weight-gradient GEMMs are shared
+ * (RnnLayerBase). Slower — 2 launches per step each way, the weights read from memory every step — but any size
+ * that fits in device memory runs.
+ */
+import { type CudaKernel, karg, loadModule } from "../../cuda/index.js";
+import type { RnnCellName } from "../plan.js";
+import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./persistent.js";
+import { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "./stepwise-source.js";
+
+const BLOCK = 256;
+
+export class StepwiseRnnLayer extends RnnLayerBase {
+  readonly path = "stepwise" as const;
+  private readonly fwd: CudaKernel;
+  private readonly bwd: CudaKernel;
+
+  constructor(gpu: RnnGpu, cell: RnnCellName, hidden: number) {
+    super(gpu, cell, hidden);
+    const c = this.compile(`rnn_step_${cell}_${hidden}`, stepwiseKernelSource(cell, hidden));
+    const m = loadModule(c.cubin, "rnn stepwise");
+    this.modules.push(m);
+    this.fwd = m.getFunction(STEPWISE_KERNEL_NAMES.forward);
+    this.bwd = m.getFunction(STEPWISE_KERNEL_NAMES.backward);
+  }
+
+  private grid(n: number) {
+    return { grid: Math.max(1, Math.ceil(n / BLOCK)), block: BLOCK, stream: this.stream };
+  }
+
+  /** hw[0:rows] = A[rows, H] (row stride lda) · W_hhᵀ. */
+  private recurrentGemm(a: ForwardArgs, A: number, lda: number, rows: number, into: number): void {
+    if (rows <= 0) return;
+    const GH = this.G * this.hidden;
+    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
+      m: rows,
+      n: GH,
+      k: this.hidden,
+      A,
+      lda,
+      B: a.weights.whh,
+      transB: true,
+      C: into,
+    });
+  }
+
+  forwardRecurrent(a: ForwardArgs): void {
+    const { batchSizes, offsets, total } = a.steps;
+    const T = batchSizes.length;
+    const H = this.hidden;
+    const GH = this.G * H;
+    for (let s = 0; s < T; s++) {
+      const t = a.reverse ? T - 1 - s : s;
+      const nb = batchSizes[t]!;
+      const tp = a.reverse ? t + 1 : t - 1;
+      const nprev = s === 0 ? 0 : batchSizes[tp]!;
+      const offp = s === 0 ? 0 : offsets[tp]!;
+      const last = a.reverse ? t === 0 : t === T - 1;
+      const nnext = last ? 0 : batchSizes[a.reverse ? t - 1 : t + 1]!;
+      // rows with a previous step read it from y; the others start from h0
+      const fromY = Math.min(nb, nprev);
+      this.recurrentGemm(a, a.y + 4 * offp * a.ldy, a.ldy, fromY, a.ws.stepHw);
+      this.recurrentGemm(a, a.h0 + 4 * fromY * H, H, nb - fromY, a.ws.stepHw + 4 * fromY * GH);
+      this.fwd.launch(this.grid(nb * H), [
+        karg.ptr(a.ws.xw),
+        karg.ptr(a.ws.stepHw),
+        karg.ptr(a.weights.bhh + 4 * 2 * H),
+        karg.ptr(a.h0),
+        karg.ptr(a.c0),
+        karg.ptr(a.y),
+        karg.i32(a.ldy),
+        karg.ptr(a.hn),
+        karg.ptr(a.cn),
+        karg.ptr(a.ws.saved),
+        karg.i32(total),
+        karg.i32(nb),
+        karg.i32(offsets[t]!),
+        karg.i32(nprev),
+        karg.i32(offp),
+        karg.i32(nnext),
+      ]);
+    }
+  }
+
+  backwardRecurrent(a: BackwardArgs): void {
+    const { batchSizes, offsets, total } = a.steps;
+    const T = batchSizes.length;
+    const H = this.hidden;
+    const GH = this.G * H;
+    const B = batchSizes[0] ?? 0;
+    for (let s = 0; s <= T; s++) {
+      const t = s < T ? (a.reverse ? s : T - 1 - s) : -1;
+      const tp = s > 0 ? (a.reverse ? s - 1 : T - s) : -1;
+      const nb = t >= 0 ? batchSizes[t]! : 0;
+      const np = tp >= 0 ? batchSizes[tp]! : 0;
+      if (np > 0) {
+        // rec[0:np] = dpre_h(tp) · W_hh: what step tp hands back to its previous states
+        this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
+          m: np,
+          n: H,
+          k: GH,
+          A: a.ws.dpreH + 4 * offsets[tp]! * GH,
+          B: a.weights.whh,
+          C: a.ws.stepRec,
+        });
+      }
+      const nrows = Math.max(nb, np);
+      if (nrows === 0) continue;
+      const hasPrevAll = t >= 0 && !a.reverse && t > 0;
+      const prevRows = t >= 0 && a.reverse && t + 1 < T ? batchSizes[t + 1]! : 0;
+      const prevOff = t < 0 ? 0 : a.reverse ? (t + 1 < T ? offsets[t + 1]! : 0) : t > 0 ? offsets[t - 1]! : 0;
+      this.bwd.launch(this.grid(nrows * H), [
+        karg.ptr(a.ws.saved),
+        karg.ptr(a.y),
+        karg.i32(a.ldy),
+        karg.ptr(a.c0),
+        karg.ptr(a.dy),
+        karg.i32(a.lddy),
+        karg.ptr(a.dhn),
+        karg.ptr(a.dcn),
+        karg.ptr(a.ws.stepRec),
+        karg.ptr(a.ws.dpreH),
+        karg.ptr(a.ws.dpreX),
+        karg.ptr(a.dh0),
+        karg.ptr(a.dc0),
+        karg.ptr(a.ws.stepCarry),
+        karg.i32(total),
+        karg.i32(B),
+        karg.i32(t),
+        karg.i32(nb),
+        karg.i32(t >= 0 ? offsets[t]! : 0),
+        karg.i32(np),
+        karg.i32(hasPrevAll ? 1 : 0),
+        karg.i32(prevRows),
+        karg.i32(prevOff),
+      ]);
+    }
+  }
+
+  checkStatus(_ws: RnnWorkspace): void {
+    this.stream.synchronize();
+  }
+}

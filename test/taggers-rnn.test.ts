@@ -1,0 +1,130 @@
+// The taggers with --rnn persistent (their BiLSTMs as one rnn op per batch, src/models/bilstm/packed.ts) against
+// --rnn steps (an affine and a cell per word): with the steps model's parameters (gate rows reordered), losses and
+// gradients are equal on the CPU engines; float64 gradient checks; the GPU engines and VPPS refuse the op in one line.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { syntheticTaggedSentences } from "../src/data/synthetic-tagged.js";
+import { AutobatchCpuEngine } from "../src/engines/autobatch/cpu-batched.js";
+import { CpuEngine } from "../src/engines/cpu.js";
+import type { Engine } from "../src/engines/engine.js";
+import { ComputationGraph } from "../src/graph/graph.js";
+import { UnsupportedOpError } from "../src/graph/opcodes.js";
+import type { ParameterCollection } from "../src/model/parameters.js";
+import { swapGateOrder } from "../src/models/bilstm/packed.js";
+import { biLstmTask, type TaggerTaskModel } from "../src/models/bilstm/task.js";
+import { charBiLstmTask } from "../src/models/bilstm-char/task.js";
+import { gradientCheck } from "./helpers.js";
+import { CPU_SIDE_ENGINES, compareWithCpu } from "./op-suite.js";
+
+type TaggerTask = typeof charBiLstmTask;
+const TASKS: readonly TaggerTask[] = [biLstmTask as unknown as TaggerTask, charBiLstmTask];
+const TINY = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, charEmbed: 2, minCount: 5 };
+const SENTENCES = syntheticTaggedSentences(40, 4);
+
+/** The LSTM parameters (gate rows reordered between the formulations) and their hidden sizes. */
+function lstmParameter(name: string, hidden: number, embed: number): number | null {
+  if (/^(Wx|Wh|b)_(f|b)$/.test(name)) return hidden;
+  if (/^(Wx|Wh|b)_c(f|b)$/.test(name)) return embed / 2;
+  return null;
+}
+
+/** The steps model and a persistent one holding the same function (the LSTMs' gate rows reordered). */
+function pair(task: TaggerTask) {
+  const vocab = task.vocabulary.build(SENTENCES, TINY);
+  const steps = task.create({ ...TINY, rnn: "steps" }, vocab, 2) as TaggerTaskModel;
+  const persistent = task.create({ ...TINY, rnn: "persistent" }, vocab, 2) as TaggerTaskModel;
+  for (const p of steps.params.all) {
+    const h = lstmParameter(p.name, TINY.hidden, TINY.embed);
+    persistent.params.get(p.name).value.set(h === null ? p.value : swapGateOrder(p.value, h));
+  }
+  return { steps, persistent };
+}
+
+function lossAndGradients(params: ParameterCollection, engine: Engine, build: (cg: ComputationGraph) => unknown) {
+  for (const p of params.all) p.grad.fill(0);
+  const cg = new ComputationGraph();
+  const loss = build(cg) as Parameters<Engine["forwardScalar"]>[0];
+  const value = engine.forwardScalar(loss);
+  engine.backward(loss);
+  return { value, grads: new Map(params.all.map((p) => [p.name, Float32Array.from(p.grad)])) };
+}
+
+describe("taggers with --rnn persistent", () => {
+  test("a run saved before --rnn existed restores as --rnn steps; a saved persistent run keeps it", () => {
+    const saved = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1 };
+    assert.equal(biLstmTask.restoreOptions(saved, biLstmTask.defaults).rnn, "steps");
+    const persistent = biLstmTask.restoreOptions({ ...saved, rnn: "persistent" }, biLstmTask.defaults);
+    assert.equal(persistent.rnn, "persistent");
+    assert.throws(() => biLstmTask.restoreOptions({ ...saved, rnn: "fused" }, biLstmTask.defaults), /options\.rnn/);
+  });
+
+  for (const task of TASKS) {
+    test(`${task.name}: the loss and every gradient equal --rnn steps' on the CPU engine and autobatch CPU`, () => {
+      const { steps, persistent } = pair(task);
+      const batch = SENTENCES.slice(0, 6);
+      if (task === charBiLstmTask) {
+        const spelled = batch.flatMap((s) => persistent.encode(s).spelled.filter((c) => c !== null));
+        assert.ok(spelled.length >= 3, `${spelled.length} spelled words in the batch`);
+      }
+      const engines = (params: ParameterCollection): Engine[] => [
+        new CpuEngine(params),
+        new AutobatchCpuEngine(params, { strategy: "depth" }),
+        new AutobatchCpuEngine(params, { strategy: "agenda" }),
+      ];
+      const want = lossAndGradients(steps.params, new CpuEngine(steps.params), (cg) => steps.buildBatchLoss(cg, batch));
+      for (const engine of engines(persistent.params)) {
+        const got = lossAndGradients(persistent.params, engine, (cg) => persistent.buildBatchLoss(cg, batch));
+        assert.ok(Math.abs(got.value - want.value) < 1e-5 * Math.abs(want.value), `loss ${got.value} vs ${want.value}`);
+        for (const [name, g] of got.grads) {
+          const h = lstmParameter(name, TINY.hidden, TINY.embed);
+          const w = want.grads.get(name)!;
+          const mapped = h === null ? g : swapGateOrder(g, h);
+          for (let i = 0; i < w.length; i++) {
+            if (Math.abs(mapped[i]! - w[i]!) > 1e-5 * (1 + Math.abs(w[i]!))) {
+              assert.fail(`${task.name}: gradient of ${name}[${i}]: ${mapped[i]} (persistent) vs ${w[i]} (steps)`);
+            }
+          }
+        }
+      }
+      // the scores of one sentence (evaluation) agree too
+      const s = batch[1]!;
+      const cgS = new ComputationGraph();
+      const cgP = new ComputationGraph();
+      const a = new CpuEngine(steps.params);
+      const b = new CpuEngine(persistent.params);
+      const scoresS = steps.buildScores(cgS, s).map((e) => [...a.valueExact(e)]);
+      const scoresP = persistent.buildScores(cgP, s).map((e) => [...b.valueExact(e)]);
+      for (let k = 0; k < scoresS.length; k++) {
+        for (let j = 0; j < scoresS[k]!.length; j++) assert.ok(Math.abs(scoresS[k]![j]! - scoresP[k]![j]!) < 1e-5);
+      }
+    });
+
+    test(`${task.name}: float64 gradient check of a persistent batch`, () => {
+      const { persistent } = pair(task);
+      const { checked, mismatches } = gradientCheck(persistent.params, (cg) =>
+        persistent.buildBatchLoss(cg, SENTENCES.slice(0, 3)),
+      );
+      assert.deepEqual(mismatches.slice(0, 3), [], `${task.name}: ${mismatches.length} of ${checked}`);
+      assert.ok(checked > 100, `${checked} elements checked`);
+    });
+
+    test(`${task.name}: the engines that do not run the rnn op yet refuse it in one line`, async () => {
+      const { persistent } = pair(task);
+      const refusing = CPU_SIDE_ENGINES.filter((e) => e.refuses !== undefined);
+      assert.ok(refusing.length >= 2, "the emulated GPU autobatch engine and VPPS");
+      for (const engine of refusing) {
+        const make = () => ({
+          params: persistent.params,
+          build: (cg: ComputationGraph) => persistent.buildBatchLoss(cg, SENTENCES.slice(0, 2)),
+        });
+        await assert.rejects(compareWithCpu(make, engine), (e: unknown) => {
+          assert.ok(e instanceof UnsupportedOpError, String(e));
+          assert.match(e.message, /op 'rnn' is not supported/);
+          assert.ok(!e.message.includes("\n"));
+          return true;
+        });
+      }
+    });
+  }
+});
