@@ -42,6 +42,25 @@ export interface ConvLayerResult {
   readonly layer: Table5Layer;
   readonly output: { readonly side: number };
   readonly modes: readonly ConvModeResult[];
+  /** Modes (or the whole layer: mode "layer") that failed, with the error: the benchmark goes on without them. */
+  readonly failed: readonly { readonly mode: LaunchMode | "layer"; readonly error: string }[];
+}
+
+const message = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e)).split("\n")[0]!;
+
+/** `runConvLayer`, a failure recorded (and printed) instead of thrown. */
+export function tryConvLayer(
+  ctx: GpuContext,
+  shape: Table5Layer,
+  solver: IntegerSolver,
+  o: ConvSuiteOptions,
+): ConvLayerResult {
+  try {
+    return runConvLayer(ctx, shape, solver, o);
+  } catch (e) {
+    o.log(`${shape.name}: failed: ${message(e)}`);
+    return { layer: shape, output: { side: 0 }, modes: [], failed: [{ mode: "layer", error: message(e) }] };
+  }
 }
 
 export interface ConvSuiteOptions {
@@ -116,72 +135,93 @@ export function runConvLayer(
     layer.iteration(one);
     const reference = layer.results(["dW", "db"]) as { dW: Float32Array; db: Float32Array };
     const footprints = callFootprints(layer, one);
-    const connections = hardwareQueues();
     const modes: ConvModeResult[] = [];
+    const failed: { mode: LaunchMode; error: string }[] = [];
     for (const mode of o.modes) {
-      const analysis: ConvAnalysis = analyseConvLayer(layer, one, { mode, solver, connections, footprints });
-      const pools: Record<string, ConvTiming> = {};
-      const oneStream = timeIterations(layer, mode, one, one, o.repeats, reference);
-      pools["1"] = oneStream;
-      for (const k of o.pools) {
-        if (k === 1) continue;
-        const r = layer.runner(k);
-        try {
-          pools[String(k)] = timeIterations(layer, mode, r, r, o.repeats, reference);
-        } finally {
-          r.dispose();
-        }
+      try {
+        modes.push(runMode(layer, one, mode, reference, footprints, solver, o));
+      } catch (e) {
+        o.log(`${shape.name} ${mode}: failed: ${message(e)}`);
+        failed.push({ mode, error: message(e) });
       }
-      const [kf, kb] = [analysis.forwardPool, analysis.backwardPool];
-      let glpTiming: ConvTiming;
-      if (kf === kb && pools[String(kf)] !== undefined) glpTiming = pools[String(kf)]!;
-      else {
-        const rf = kf === 1 ? one : layer.runner(kf);
-        const rb = kb === 1 ? one : kb === kf ? rf : layer.runner(kb);
-        try {
-          glpTiming = timeIterations(layer, mode, rf, rb, o.repeats, reference);
-        } finally {
-          for (const r of new Set([rf, rb])) if (r !== one) r.dispose();
-        }
-      }
-      const best = Object.entries(pools).reduce((b, [k, t]) => (t.ms < b.ms ? { pool: Number(k), ms: t.ms } : b), {
-        pool: 1,
-        ms: oneStream.ms,
-      });
-      const explain = [analysis.forward, analysis.backward]
-        .map((c, i) =>
-          c === undefined
-            ? `${shape.name} ${i === 0 ? "forward" : "backward"}: no kernel profiled; 1 stream`
-            : explainChoice(c),
-        )
-        .join("\n\n");
-      const refused = analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
-      const unknown =
-        refused +
-        (analysis.unknown.length === 0
-          ? ""
-          : `\n(cuBLAS calls left out, their kernels not readable on this driver: ${analysis.unknown.join(", ")})`);
-      modes.push({
-        mode,
-        oneStream,
-        glp: { forward: kf, backward: kb, timing: glpTiming },
-        pools,
-        best,
-        launchUs: mode === "direct" ? analysis.measuredLaunchUs : 0,
-        measuredLaunchUs: analysis.measuredLaunchUs,
-        unknownCalls: analysis.unknown,
-        explain: explain + unknown,
-      });
-      o.log(
-        `${shape.name.padEnd(18)} ${mode.padEnd(6)} 1 stream ${oneStream.ms.toFixed(3)} ms; GLP4NN ${kf}/${kb} ` +
-          `${glpTiming.ms.toFixed(3)} ms (${(oneStream.ms / glpTiming.ms).toFixed(2)}×); best fixed ${best.pool} ` +
-          `${best.ms.toFixed(3)} ms (${(oneStream.ms / best.ms).toFixed(2)}×)` +
-          `${Object.values(pools).every((t) => t.identical) && glpTiming.identical ? "" : "; GRADIENTS DIFFER"}`,
-      );
     }
     one.dispose();
-    return { layer: shape, output: { side: layer.G.ho }, modes };
+    return { layer: shape, output: { side: layer.G.ho }, modes, failed };
   } finally {
     layer.dispose();
   }
+}
+
+/** One launch mode of a layer: the analysis, one stream, every fixed pool, GLP4NN's choice. */
+function runMode(
+  layer: ConvLayer,
+  one: ConvRunner,
+  mode: LaunchMode,
+  reference: { dW: Float32Array; db: Float32Array },
+  footprints: ReturnType<typeof callFootprints>,
+  solver: IntegerSolver,
+  o: ConvSuiteOptions,
+): ConvModeResult {
+  const shape = layer.shape;
+  const connections = hardwareQueues();
+  const analysis: ConvAnalysis = analyseConvLayer(layer, one, { mode, solver, connections, footprints });
+  const pools: Record<string, ConvTiming> = {};
+  const oneStream = timeIterations(layer, mode, one, one, o.repeats, reference);
+  pools["1"] = oneStream;
+  for (const k of o.pools) {
+    if (k === 1) continue;
+    const r = layer.runner(k);
+    try {
+      pools[String(k)] = timeIterations(layer, mode, r, r, o.repeats, reference);
+    } finally {
+      r.dispose();
+    }
+  }
+  const [kf, kb] = [analysis.forwardPool, analysis.backwardPool];
+  let glpTiming: ConvTiming;
+  if (kf === kb && pools[String(kf)] !== undefined) glpTiming = pools[String(kf)]!;
+  else {
+    const rf = kf === 1 ? one : layer.runner(kf);
+    const rb = kb === 1 ? one : kb === kf ? rf : layer.runner(kb);
+    try {
+      glpTiming = timeIterations(layer, mode, rf, rb, o.repeats, reference);
+    } finally {
+      for (const r of new Set([rf, rb])) if (r !== one) r.dispose();
+    }
+  }
+  const best = Object.entries(pools).reduce((b, [k, t]) => (t.ms < b.ms ? { pool: Number(k), ms: t.ms } : b), {
+    pool: 1,
+    ms: oneStream.ms,
+  });
+  const explain = [analysis.forward, analysis.backward]
+    .map((c, i) =>
+      c === undefined
+        ? `${shape.name} ${i === 0 ? "forward" : "backward"}: no kernel profiled; 1 stream`
+        : explainChoice(c),
+    )
+    .join("\n\n");
+  const refused = analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
+  const unknown =
+    refused +
+    (analysis.unknown.length === 0
+      ? ""
+      : `\n(cuBLAS calls left out, their kernels not readable on this driver: ${analysis.unknown.join(", ")})`);
+  const result: ConvModeResult = {
+    mode,
+    oneStream,
+    glp: { forward: kf, backward: kb, timing: glpTiming },
+    pools,
+    best,
+    launchUs: mode === "direct" ? analysis.measuredLaunchUs : 0,
+    measuredLaunchUs: analysis.measuredLaunchUs,
+    unknownCalls: analysis.unknown,
+    explain: explain + unknown,
+  };
+  o.log(
+    `${shape.name.padEnd(18)} ${mode.padEnd(6)} 1 stream ${oneStream.ms.toFixed(3)} ms; GLP4NN ${kf}/${kb} ` +
+      `${glpTiming.ms.toFixed(3)} ms (${(oneStream.ms / glpTiming.ms).toFixed(2)}×); best fixed ${best.pool} ` +
+      `${best.ms.toFixed(3)} ms (${(oneStream.ms / best.ms).toFixed(2)}×)` +
+      `${Object.values(pools).every((t) => t.identical) && glpTiming.identical ? "" : "; GRADIENTS DIFFER"}`,
+  );
+  return result;
 }
