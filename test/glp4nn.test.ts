@@ -130,3 +130,45 @@ describe("--streams and --explain", () => {
     }
   });
 });
+
+describe("the benchmark's report (without a GPU: fake timings)", () => {
+  test("tables with the done-when counts, a failed mode as a row, and the SVG per network", async () => {
+    const { convTables, netPlot } = await import("../src/bench/glp4nn/suite.js");
+    const timing = (ms: number) => ({ ms, minMs: ms, identical: true });
+    const layer = TABLE5[0]!;
+    const mode = (m: "direct" | "graph", one: number, glp: number, best: number) => ({
+      mode: m,
+      oneStream: timing(one),
+      glp: { forward: 4, backward: 2, timing: timing(glp) },
+      pools: { "1": timing(one), "2": timing((one + best) / 2), "4": timing(best) },
+      best: { pool: 4, ms: best },
+      launchUs: m === "direct" ? 4 : 0,
+      measuredLaunchUs: 4,
+      unknownCalls: [],
+      explain: "",
+    });
+    const results = [
+      { layer, output: { side: 32 }, modes: [mode("direct", 10, 7, 6.9), mode("graph", 10, 4, 4)], failed: [] },
+      {
+        layer: TABLE5[1]!,
+        output: { side: 16 },
+        modes: [mode("direct", 5, 5.4, 5)],
+        failed: [{ mode: "graph" as const, error: "CudaError: cuGraphLaunch failed" }],
+      },
+    ];
+    const md = convTables(results, ["direct", "graph"]).join("\n");
+    assert.match(
+      md,
+      /\| CIFAR10 conv1 \| 100×3×32² → 32×32², 5\/1\/2 \| 10\.00 \| 4\/2 \| 7\.000 \| 1\.43× \| 4 \| 6\.900 \| 1\.45× \| 1\.4% \| yes \|/,
+    );
+    assert.match(
+      md,
+      /GLP4NN within 5% of the best fixed pool: 1 of 2; never more than 3% slower than one stream: 1 of 2; ≥ 1\.3× over one stream: 1 of 2/,
+    );
+    assert.match(md, /\| CIFAR10 conv2 \| failed: CudaError: cuGraphLaunch failed \|/);
+    assert.match(md, /≥ 2× over one stream: 1 of 2/);
+    const svg = netPlot("CIFAR10", results, "NVIDIA H100 80GB HBM3");
+    assert.match(svg, /^<svg/);
+    assert.match(svg, /conv1 direct/);
+  });
+});

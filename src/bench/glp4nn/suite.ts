@@ -40,7 +40,7 @@ function fmt(ms: number): string {
 }
 
 /** The markdown tables and the "done when" counts of the conv layers. */
-function convTables(results: readonly ConvLayerResult[], modes: readonly LaunchMode[]): string[] {
+export function convTables(results: readonly ConvLayerResult[], modes: readonly LaunchMode[]): string[] {
   const out: string[] = [];
   for (const mode of modes) {
     const rows: string[][] = [];
@@ -107,7 +107,7 @@ function convTables(results: readonly ConvLayerResult[], modes: readonly LaunchM
   return out;
 }
 
-function netPlot(net: string, results: readonly ConvLayerResult[], device: string): string {
+export function netPlot(net: string, results: readonly ConvLayerResult[], device: string): string {
   const series: Series[] = [];
   for (const r of results) {
     for (const m of r.modes) {
