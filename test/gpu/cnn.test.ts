@@ -44,7 +44,7 @@ describe("LeNet on the eager engine: one epoch, the streams change nothing", { s
         streams,
         solver,
         explain: (t) => {
-          explained = t;
+          explained += `${t}\n`;
         },
       });
       try {

@@ -166,7 +166,7 @@ describe("the eager engine's levels on the pool: Tree-LSTM training", { skip }, 
         streams,
         solver,
         explain: (t) => {
-          explained = t;
+          explained += `${t}\n`;
         },
       });
       try {

@@ -17,6 +17,8 @@ export interface ConvLayerShape {
   readonly n: number;
   readonly c: number;
   readonly hw: number;
+  /** The input's width where it is not square (default: hw). */
+  readonly w?: number;
   readonly f: number;
   readonly k: number;
   readonly s: number;
@@ -28,8 +30,9 @@ export const MAX_LAYER_LANES = 32;
 
 /** The layer's geometry (Caffe's output rounding). */
 export function layerGeometry(L: ConvLayerShape): ImageGeometry {
-  const side = convOutputSide(L.hw, L.k, L.s, L.p);
-  return { n: L.n, c: L.c, h: L.hw, w: L.hw, f: L.f, ho: side, wo: side, kernel: L.k, stride: L.s, padding: L.p };
+  const w = L.w ?? L.hw;
+  const [ho, wo] = [convOutputSide(L.hw, L.k, L.s, L.p), convOutputSide(w, L.k, L.s, L.p)];
+  return { n: L.n, c: L.c, h: L.hw, w, f: L.f, ho, wo, kernel: L.k, stride: L.s, padding: L.p };
 }
 
 /** Fills `floats` floats at `ptr` with values in [−scale, scale) from a seeded generator, in host chunks. */

@@ -20,6 +20,7 @@ import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/c
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
 import { oneLane, poolLanes } from "./conv.js";
+import { ConvAuto } from "./conv-auto.js";
 import { forwardWorks } from "./kernel-table.js";
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
 import { type LevelChoice, LevelProfiler } from "./level-glp.js";
@@ -31,13 +32,13 @@ export interface EagerEngineOptions extends GpuContextOptions {
   /**
    * GLP4NN's stream pool (the results do not depend on it): N streams for the samples of a convolution and for the
    * independent nodes of each level of a forward pass; "auto": the kernel analyser chooses the level's pool size from
-   * the first forward call's kernels (level-glp.ts; convolutions then on one stream). 1, the default, runs everything
-   * on the engine's stream.
+   * the first forward call's kernels (level-glp.ts) and each convolution's from a profile of the layer (conv-auto.ts).
+   * 1, the default, runs everything on the engine's stream.
    */
   streams?: number | "auto";
   /** `streams: "auto"`: the solver (default: HiGHS, loaded in the background; until it is, one stream). */
   solver?: IntegerSolver;
-  /** `streams: "auto"`: called once with the choice and why (`--explain`). */
+  /** `streams: "auto"`: called with each choice and why (`--explain`): the levels', once each convolution's. */
   explain?: (text: string) => void;
 }
 
@@ -123,6 +124,7 @@ export class EagerEngine implements DataParallelEngine {
       this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts, lanes);
       if (auto) {
         this.profiler = new LevelProfiler(this.ctx);
+        this.nodes.convChooser = new ConvAuto(this.ctx, this.nodes.conv, () => this.solver, opts.explain);
         if (this.solver === undefined) {
           loadSolver().then(
             (s) => {

@@ -247,10 +247,10 @@ const table: OpTable<EagerKernel> = {
   // per-sample im2col + GEMMs, Caffe's way (conv.ts)
   [Op.Conv2d]: {
     forward(l, g, i) {
-      l.conv.forward(l, g, i);
+      l.convRunner(g, i, "forward").forward(l, g, i);
     },
     backward(l, g, i) {
-      l.conv.backward(l, g, i);
+      l.convRunner(g, i, "backward").backward(l, g, i);
     },
   },
   // one launch over the batch; the gradient gathers per input element (no atomics)

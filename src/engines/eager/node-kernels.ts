@@ -10,6 +10,12 @@ import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
 
+/** Picks the runner (the lanes) for a convolution node's forward or backward. */
+export interface ConvChooser {
+  runner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner | undefined;
+  dispose(): void;
+}
+
 /** What GLP4NN's resource tracker needs of the launches (src/streams/tracker.ts's ResourceTracker). */
 export interface LaunchTracker {
   launch(kernel: CudaKernel, shape: { grid: number; block: number }, stream: CudaStream, launch: () => void): void;
@@ -34,6 +40,8 @@ export class EagerNodeKernels {
   private blas: CublasHandle;
   /** Set while the engine profiles (GLP4NN's `streams: "auto"`): every launch and cuBLAS call goes through it. */
   tracker: LaunchTracker | undefined;
+  /** GLP4NN's `streams: "auto"`: a runner per convolution and direction, sized by the analyser (conv-auto.ts). */
+  convChooser: ConvChooser | undefined;
 
   constructor(
     readonly ctx: GpuContext,
@@ -52,6 +60,11 @@ export class EagerNodeKernels {
   use(stream: CudaStream = this.ctx.stream, blas: CublasHandle = this.ctx.cublasHandle): void {
     this.stream = stream;
     this.blas = blas;
+  }
+
+  /** The runner for node i's convolution (the chooser's, else the engine's lanes). */
+  convRunner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner {
+    return this.convChooser?.runner(g, i, direction) ?? this.conv;
   }
 
   /** Device address of each node's value (the engine grows the arrays; read them through these getters). */
@@ -129,7 +142,11 @@ export class EagerNodeKernels {
 
   /** Frees what the node kernels allocated for themselves (the convolutions' buffers). */
   dispose(): void {
-    this.conv.dispose();
+    try {
+      this.convChooser?.dispose();
+    } finally {
+      this.conv.dispose();
+    }
   }
 
   /** y = [x₁; x₂; …] (or its gradient) in launches of up to four arguments. */
