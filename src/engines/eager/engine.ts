@@ -203,9 +203,12 @@ export class EagerEngine implements DataParallelEngine {
       const levels = chunkLevels(g, from, to, forwardWorks);
       for (let k = 0; k < levels.count; k++) p.widths.push(levels.starts[k + 1]! - levels.starts[k]!);
       p.start();
-      this.nodes.tracker = p;
       try {
-        for (let i = from; i <= to; i++) this.nodes.forward(g, i);
+        for (let i = from; i <= to; i++) {
+          // a convolution is sized on its own (conv-auto.ts): its kernels are not a level's
+          this.nodes.tracker = g.op[i] === Op.Conv2d ? undefined : p;
+          this.nodes.forward(g, i);
+        }
       } finally {
         this.nodes.tracker = undefined;
       }
