@@ -123,6 +123,84 @@ function addThroughputCommands(bench: Command): void {
   }
 }
 
+const PARALLEL_CONFIG_IDS = ["treelstm-vpps", "treelstm-autobatch", "bilstm-autobatch"] as const;
+
+interface ParallelFlags {
+  configs?: string[];
+  gpus?: number[];
+  batches?: number[];
+  repeats?: number;
+  dataTreelstm?: string;
+  dataBilstm?: string;
+  hidden?: number;
+  quick: boolean;
+  out?: string;
+}
+
+function addParallelCommand(bench: Command): void {
+  leaf(
+    bench
+      .command("parallel")
+      .description(
+        "data-parallel scaling: sentences/s of `vpps train --gpus N` on 1, 2, 4, 8 GPUs (as many as present), per-GPU " +
+          "batch 32 and 128, efficiency against the fastest one-GPU run, the all-reduce's share; parallel.json and .md",
+      )
+      .addOption(
+        new Option(
+          "--configs <list>",
+          `comma-separated, of: ${PARALLEL_CONFIG_IDS.join(", ")} (default: all)`,
+        ).argParser(choiceList("--configs", PARALLEL_CONFIG_IDS)),
+      )
+      .addOption(
+        new Option("--gpus <list>", "GPU counts (default: 1,2,4,8 up to the GPUs present)").argParser(
+          numberList("--gpus"),
+        ),
+      )
+      .addOption(
+        new Option("--batches <list>", "per-GPU batch sizes (default: 32,128)").argParser(numberList("--batches")),
+      )
+      .addOption(
+        new Option(
+          "--repeats <n>",
+          "timed epochs after the warm-up epoch; the median is reported (default: 3)",
+        ).argParser(wholeNumber("--repeats")),
+      )
+      .addOption(
+        new Option("--data-treelstm <dir>", "SST data folder (default: the synthetic trees)").argParser(
+          existingPath("--data-treelstm"),
+        ),
+      )
+      .addOption(
+        new Option("--data-bilstm <dir>", "tagged data folder (default: the synthetic task)").argParser(
+          existingPath("--data-bilstm"),
+        ),
+      )
+      .addOption(
+        new Option("--hidden <n>", "hidden size of every model (default: the models')").argParser(
+          wholeNumber("--hidden"),
+        ),
+      )
+      .addOption(quickOption())
+      .addOption(outOption())
+      .action(
+        run(async (f: ParallelFlags) => {
+          const { runParallelBench } = await import("../bench/parallel.js");
+          return runParallelBench({
+            configs: f.configs,
+            gpus: f.gpus,
+            batches: f.batches,
+            repeats: f.repeats,
+            data: { treelstm: f.dataTreelstm, bilstm: f.dataBilstm },
+            trainArgs: f.hidden === undefined ? [] : ["--hidden", String(f.hidden)],
+            quick: f.quick,
+            out: f.out,
+            command: commandLine(),
+          });
+        }),
+      ),
+  );
+}
+
 interface Glp4nnFlags {
   layers?: string[];
   pools?: number[];
@@ -221,6 +299,7 @@ export function addBenchCommand(program: Command): Command {
       "benchmarks: every engine's throughput per model, and diagnostics per engine (bench/results/<device>/)",
     );
   addThroughputCommands(bench);
+  addParallelCommand(bench);
   addGlp4nnCommand(bench, LAYER_CHOICES);
   addVppsDiagnostics(bench);
   addEngineDiagnostics(bench);

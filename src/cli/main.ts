@@ -8,6 +8,7 @@ import { cut, quote } from "../util/text.js";
 import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
 import type { EvalCommandOptions } from "./eval.js";
+import { invocation } from "./invocation.js";
 import { integer, nonNegativeNumber, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
 import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed, writeOut } from "./output.js";
 import type { PlanCommandOptions } from "./plan.js";
@@ -89,6 +90,13 @@ function addTrainCommand(train: Command, task: AnyTask): void {
       pathName("--resume", "a directory of a run saved with --out"),
     )
     .option("--force", "replace a run that --out already holds (its checkpoints and state.json are removed)", false)
+    .option(
+      "--gpus <n>",
+      "data-parallel over n GPUs (one process each; --batch is the global batch); with --engine cpu or --device " +
+        "cpu, n CPU processes (docs/PARALLEL.md)",
+      positiveInt("--gpus"),
+      1,
+    )
     .option("--explain", "with --engine eager --streams auto: print GLP4NN's choice of streams and why", false)
     .option("--json", "print the final summary as one JSON object on stdout", false)
     .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
@@ -168,6 +176,7 @@ const HELP_CODES = new Set(["commander.helpDisplayed", "commander.version", "com
  */
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
+  invocation.args = argv.slice(2);
   process.exitCode = undefined; // a command sets it (the benchmarks' status); a failure below replaces it
   let status: number;
   try {

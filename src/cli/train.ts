@@ -1,11 +1,15 @@
 import { resolve } from "node:path";
 import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
+import { rankEnvFrom } from "../parallel/env.js";
+import type { ProcessGroup } from "../parallel/group.js";
 import { type EpochResult, train } from "../train/loop.js";
 import { checkOtherRun, prepareOutDir, RunDirLock, removeCreated, removeLeftoverTemps } from "../train/run-dir.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
+import { invocation } from "./invocation.js";
 import { writeOut } from "./output.js";
+import { checkLaunch, joinJob, launchTrain, runsOnGpu } from "./parallel.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun } from "./run-state.js";
 import { resolveRunSettings, type TrainCommandOptions } from "./train-settings.js";
@@ -21,13 +25,7 @@ export function runTrain(
   task: AnyTask,
   opts: TrainCommandOptions,
   source: (key: string) => string | undefined = () => "cli",
-): void {
-  const noun = task.data.noun;
-  const log = (s: string) => {
-    if (!opts.json) writeOut(`${s}\n`);
-  };
-  // lines about the run's directory and settings: on stderr under --json, where stdout is one JSON object
-  const note = (s: string) => (opts.json ? process.stderr.write(`${s}\n`) : writeOut(`${s}\n`));
+): void | Promise<void> {
   checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device, streams: opts.streams });
   if (opts.explain && (opts.streams ?? "1") !== "auto") {
     throw new CliError("--explain prints GLP4NN's choice of streams: give it with --engine eager --streams auto");
@@ -35,11 +33,31 @@ export function runTrain(
   if (opts.data !== undefined && opts.data.trim() === "") {
     throw new CliError("--data is empty; give a data directory, or leave --data out for the synthetic task");
   }
+  // WORLD_SIZE set: this process is one rank (started by --gpus, torchrun or a scheduler), whatever --gpus says
+  const rankEnv = rankEnvFrom();
+  const gpus = opts.gpus ?? 1;
+  if (rankEnv === null && gpus > 1) {
+    // a resumed run's batch is checked by the ranks, which read it from the run
+    const batch = opts.resume !== undefined && source("batch") !== "cli" ? gpus : opts.batch;
+    checkLaunch(gpus, batch, opts.engine, opts.device, source("device") === "cli");
+    return launchTrain(gpus, invocation.args, runsOnGpu(opts.engine, opts.device));
+  }
+  const parallel = rankEnv !== null && rankEnv.worldSize > 1 ? rankEnv : null;
+  // only rank 0 speaks, evaluates and writes the run's directory
+  const speaks = parallel === null || parallel.rank === 0;
+  const noun = task.data.noun;
+  const log = (s: string) => {
+    if (!opts.json && speaks) writeOut(`${s}\n`);
+  };
+  // lines about the run's directory and settings: on stderr under --json, where stdout is one JSON object
+  const note = (s: string) => {
+    if (speaks) opts.json ? process.stderr.write(`${s}\n`) : writeOut(`${s}\n`);
+  };
   // the output directory is checked, created and locked before anything else: a run that cannot save fails now,
   // not after an epoch of training
   const outArg = opts.out ?? opts.resume;
   const outFlag = opts.out !== undefined ? "--out" : "--resume";
-  const out = outArg === undefined ? undefined : prepareOutDir(outArg, outFlag);
+  const out = outArg === undefined || !speaks ? undefined : prepareOutDir(outArg, outFlag);
   let lock: RunDirLock | undefined;
   try {
     if (out) {
@@ -51,6 +69,12 @@ export function runTrain(
     }
     const saved = opts.resume !== undefined ? readRun(task, opts.resume, "--resume", task.defaults, note) : null;
     const s = resolveRunSettings(task, opts, saved, source, note);
+    let group: ProcessGroup | undefined;
+    let device = s.device;
+    if (parallel) ({ group, device } = joinJob(parallel, s.batch, s.engine, s.device));
+    // `vpps bench parallel` asks for the device all-reduces' time per epoch (CUDA events around each)
+    const allReduceMs: number[] | undefined = group && process.env.VPPS_TIME_ALLREDUCE === "1" ? [] : undefined;
+    if (allReduceMs) group!.startTiming();
     if (out) {
       checkOtherRun(out.path, {
         model: task.name,
@@ -79,6 +103,12 @@ export function runTrain(
       `model: ${task.describe(s.options)}; ` +
         `${s.optimizer} lr ${s.learningRate}, batch ${s.batch}, seed ${s.seed}, engine ${s.engine}`,
     );
+    if (parallel) {
+      log(
+        `data-parallel: ${parallel.worldSize} ranks, ${s.batch / parallel.worldSize} ${noun} each per batch of ` +
+          `${s.batch}${runsOnGpu(s.engine, s.device) ? " (NCCL)" : " (gradients summed on the host, over TCP)"}`,
+      );
+    }
     const metrics = task.metrics;
     const bar = new ProgressBar();
     const { summary } = train({
@@ -97,11 +127,12 @@ export function runTrain(
       makeEngine: (params) =>
         createEngine(s.engine, params, {
           batching: s.batching,
-          device: s.device,
+          device,
           // the stream pool changes no result (bit for bit), so it is this invocation's, not the run's
           ...(s.engine === "eager" && opts.streams !== undefined ? { streams: opts.streams } : {}),
           ...(opts.explain ? { explain: (text: string) => note(text) } : {}),
         }),
+      ...(group ? { group } : {}),
       ...(out ? { outDir: out.path, force: opts.force } : {}),
       ...(saved
         ? {
@@ -125,6 +156,7 @@ export function runTrain(
       },
       onNote: note,
       onProgress: (p) => {
+        if (!speaks) return;
         const eta = (p.sentencesTotal - p.sentencesDone) / Math.max(p.sentencesPerSecond, 1e-9);
         bar.update(`epoch ${p.epoch}/${s.epochs}`, p.sentencesDone, p.sentencesTotal, {
           "sent/s": p.sentencesPerSecond.toFixed(1),
@@ -133,6 +165,8 @@ export function runTrain(
         });
       },
       onEpoch: (e: EpochResult) => {
+        allReduceMs?.push(group!.takeAllReduceMs());
+        if (!speaks) return;
         bar.finish();
         const dev = metrics.map((m) => `${m.name} ${(100 * e.devMetrics[m.key]!).toFixed(2)}%`).join("  ");
         log(
@@ -142,6 +176,8 @@ export function runTrain(
         );
       },
     });
+    group?.close(); // every rank has finished: a rank exiting now is no failure
+    if (!speaks) return;
     if (opts.json) {
       const settings = {
         ...s.options,
@@ -157,7 +193,15 @@ export function runTrain(
         ...(opts.resume !== undefined ? { resume: resolve(opts.resume) } : {}),
       };
       writeOut(
-        `${JSON.stringify({ data: data.source, learningRate: s.learningRate, ...settings, optimizer: s.optimizer, ...summary })}\n`,
+        `${JSON.stringify({
+          data: data.source,
+          learningRate: s.learningRate,
+          ...settings,
+          optimizer: s.optimizer,
+          ...summary,
+          ...(parallel ? { ranks: parallel.worldSize } : {}),
+          ...(allReduceMs ? { allReduceMs } : {}),
+        })}\n`,
       );
       return;
     }

@@ -56,6 +56,16 @@ export {
 } from "./ffi/driver.js";
 export { type CudaLibraryName, CudaLibraryNotFoundError, candidatePaths } from "./ffi/find.js";
 export { type KernelArg, type KernelArgType, KernelParams, karg } from "./ffi/kernel-params.js";
+export {
+  getNccl,
+  NCCL_UNIQUE_ID_BYTES,
+  Nccl,
+  type NcclComm,
+  NcclDataType,
+  NcclError,
+  NcclRedOp,
+  NcclUnavailableError,
+} from "./ffi/nccl.js";
 export { getNvrtc, Nvrtc, NvrtcCompileError, NvrtcError } from "./ffi/nvrtc.js";
 export { CudaGraph } from "./graph.js";
 export { type CudaInfo, type CudaLibraryStatus, formatCudaInfo, getCudaInfo } from "./info.js";

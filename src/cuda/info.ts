@@ -99,6 +99,7 @@ const LIBRARY_TITLES: Record<CudaLibraryName, string> = {
   nvrtc: "NVRTC",
   cublas: "cuBLAS",
   cusparse: "cuSPARSE",
+  nccl: "NCCL",
 };
 
 function formatLibrary(s: CudaLibraryStatus): string {

@@ -4,7 +4,9 @@ import type { LookupParameter, ParameterCollection } from "../model/parameters.j
 import type { Buf } from "../ops/common.js";
 import { OPS } from "../ops/registry.js";
 import type { Trainer } from "../optim/trainers.js";
-import { type Engine, type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "./engine.js";
+import { reduceHostGradients } from "./cpu-reducer.js";
+import type { DataParallelEngine, GradientReducer } from "./data-parallel.js";
+import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "./engine.js";
 
 export interface CpuEngineOptions {
   /** "f32" (default) for training; "f64" computes every node in double precision, for gradient checks. */
@@ -16,7 +18,7 @@ export interface CpuEngineOptions {
  * Parameter values are copied into the value space at their parameter node, so every kernel sees only offsets into
  * two buffers; parameter gradients are added back into the model after the backward walk.
  */
-export class CpuEngine implements Engine {
+export class CpuEngine implements DataParallelEngine {
   readonly name = "cpu";
   readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   private v: Buf;
@@ -27,6 +29,7 @@ export class CpuEngine implements Engine {
   private computed = 0;
   private reach = new Uint8Array(1024);
   private readonly f64: boolean;
+  private reducer: GradientReducer | null = null;
 
   constructor(
     readonly params: ParameterCollection,
@@ -141,7 +144,13 @@ export class CpuEngine implements Engine {
   }
 
   update(trainer: Trainer): void {
+    if (this.reducer) reduceHostGradients(this.params, this.reducer);
     trainer.update(this.params);
+  }
+
+  /** Data-parallel: the gradients are summed over `reducer`'s ranks (on the host) before every update. */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    this.reducer = reducer;
   }
 
   syncToHost(): void {}

@@ -7,6 +7,7 @@
  * gradient stops the run before it reaches the weights (TrainingDivergedError, naming the cause).
  */
 import { dirname, join } from "node:path";
+import { supportsDataParallel } from "../engines/data-parallel.js";
 import { type Engine, isPipelined } from "../engines/engine.js";
 import { ForwardPasses } from "../engines/registry.js";
 import { ComputationGraph } from "../graph/graph.js";
@@ -14,6 +15,9 @@ import type { ParameterCollection } from "../model/parameters.js";
 import { firstNonFinite } from "../model/safetensors.js";
 import type { ModelOptions, Task, TaskModel } from "../models/task.js";
 import { makeTrainer, NonFiniteUpdateError, type OptimizerName, type Trainer } from "../optim/trainers.js";
+import { rankSlice } from "../parallel/env.js";
+import type { ProcessGroup } from "../parallel/group.js";
+import { UserError } from "../util/errors.js";
 import { writeFileAtomic } from "../util/files.js";
 import { deriveKey, RandomStream } from "../util/random.js";
 import { readCheckpoint, restoreCheckpoint, saveCheckpoint } from "./checkpoint.js";
@@ -69,6 +73,13 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
   onEpoch?: (e: EpochResult) => void;
   /** Lines for the user: a stale lock taken over, leftover files removed, an optimiser state not continued. */
   onNote?: (line: string) => void;
+  /**
+   * Data-parallel training (src/parallel/): this process is one rank of `group`. `batch` stays the global batch;
+   * this rank builds the graph of its contiguous slice of every batch, the engine sums the gradients over the ranks
+   * before each update, and the epoch's loss is the sum over the ranks. Only rank 0 evaluates and writes to
+   * `outDir` (the other ranks ignore it); every rank loads `resume`'s checkpoint.
+   */
+  group?: ProcessGroup;
 }
 
 export interface TrainProgress {
@@ -107,17 +118,25 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const line = restoreCheckpoint(readCheckpoint(cfg.resume.checkpoint), model.params, trainer);
     if (line !== null) note(line);
   }
-  const out = cfg.outDir === undefined ? undefined : openOutDir(cfg, note);
+  const writer = (cfg.group?.rank ?? 0) === 0;
+  const out = cfg.outDir === undefined || !writer ? undefined : openOutDir(cfg, note);
   const epochs: EpochResult[] = [...(cfg.resume?.previous ?? [])];
   let engine: Engine | undefined;
   let forwardPasses: ForwardPasses | undefined;
+  let finished = false;
   try {
     engine = cfg.makeEngine(model.params);
+    if (cfg.group) joinGroup(engine, cfg.group, cfg.train.length, cfg.batch);
     forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
     runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs });
+    finished = true;
   } finally {
     try {
       forwardPasses?.dispose();
+      // NCCL's communicator goes before the engine's CUDA context; after a failure at once (ncclCommAbort), since
+      // the other ranks may never finish the collectives this rank queued
+      if (finished) cfg.group?.releaseDevice();
+      else cfg.group?.abort();
       engine?.dispose();
     } finally {
       if (out) {
@@ -135,6 +154,25 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       engine: engine.name,
     },
   };
+}
+
+/** Hands `group` to `engine` as its gradient reducer, refusing an engine or a batch split that cannot work. */
+function joinGroup(engine: Engine, group: ProcessGroup, examples: number, batch: number): void {
+  if (!supportsDataParallel(engine)) {
+    throw new UserError(
+      `the '${engine.name}' engine cannot train data-parallel (it has no gradient reducer); train on one process ` +
+        "(--gpus 1) or choose an engine that can (docs/PARALLEL.md lists them)",
+    );
+  }
+  const last = examples % batch;
+  if (isPipelined(engine) && last > 0 && last < group.worldSize) {
+    throw new UserError(
+      `the last batch of every epoch has ${last} example(s), fewer than the ${group.worldSize} ranks, and the ` +
+        `'${engine.name}' engine cannot take a step without one; choose a --batch or --max-sentences that leaves ` +
+        `0 or at least ${group.worldSize} for the last batch`,
+    );
+  }
+  engine.setGradientReducer(group);
 }
 
 /** What `runEpochs` trains with; `epochs` (the results so far) grows by one result per epoch. */
@@ -186,7 +224,9 @@ function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const place = (batch: number): DivergencePlace => placeOf(batchesBefore + batch);
     const { trainLoss, seconds } = guarded(() => trainEpoch(cfg, model, engine, trainer, cg, order, epoch, place));
     batchesBefore += batches;
-    const devMetrics = evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev);
+    // only rank 0 evaluates: the parameters are equal on every rank
+    const devMetrics =
+      (cfg.group?.rank ?? 0) === 0 ? evaluate(model, task.metrics, cfg.vocab, forwardPasses.engine(), cfg.dev) : {};
     const checkpoint = outDir === undefined ? null : join(outDir, `epoch-${epoch}.safetensors`);
     if (checkpoint !== null) {
       guarded(() => {
@@ -198,7 +238,7 @@ function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const result: EpochResult = {
       epoch,
       trainLoss,
-      devAccuracy: devMetrics[task.metrics[0].key]!,
+      devAccuracy: devMetrics[task.metrics[0].key] ?? Number.NaN,
       devMetrics,
       ...(cfg.devSet !== undefined ? { devSet: cfg.devSet } : {}),
       seconds,
@@ -256,8 +296,11 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   place: (batch: number) => DivergencePlace,
 ): { trainLoss: number; seconds: number } {
   const t0 = performance.now();
+  const group = cfg.group;
   let lossSum = 0;
   let unitCount = 0;
+  /** Loss units of the global batches (all ranks' slices): the epoch's mean divides the ranks' summed loss by it. */
+  let globalUnits = 0;
   let done = 0;
   // A pipelined engine hands losses back some batches later, in order: the loss units of the batches queued
   // and not yet summed wait here, so that the mean is over the same batches as the sum.
@@ -289,9 +332,19 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   };
   for (let start = 0; start < order.length; start += cfg.batch) {
     const batch = start / cfg.batch;
-    const indices = order.slice(start, start + cfg.batch);
+    const globalIndices = order.slice(start, start + cfg.batch);
+    for (const i of globalIndices) globalUnits += model.lossUnits(cfg.train[i]!);
+    // this rank's contiguous slice of the global batch (all of it without a group)
+    const slice = group ? rankSlice(globalIndices.length, group.rank, group.worldSize) : undefined;
+    const indices = slice ? globalIndices.slice(slice.start, slice.end) : globalIndices;
     const examples = indices.map((i) => cfg.train[i]!);
     cg.renew();
+    if (examples.length === 0) {
+      // a short last batch left this rank nothing: it still takes part in the update (its gradients are zero)
+      engine.update(trainer);
+      done += globalIndices.length;
+      continue;
+    }
     cg.training = true;
     cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
     const loss = model.buildBatchLoss(cg, examples);
@@ -310,7 +363,7 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       engine.backward(loss);
       engine.update(trainer);
     }
-    done += examples.length;
+    done += globalIndices.length;
     progress();
   }
   if (isPipelined(engine)) {
@@ -322,6 +375,12 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       `engine ${engine.name}: ${queuedUnits.length} batches were queued in epoch ${epoch} but ` +
         `${nextQueued} losses came back`,
     );
+  }
+  if (group) {
+    // the epoch's loss is the sum over the ranks (each summed its own slices)
+    const sum = Float64Array.of(lossSum);
+    group.allReduceHost(sum);
+    return { trainLoss: sum[0]! / Math.max(globalUnits, 1), seconds: (performance.now() - t0) / 1000 };
   }
   return { trainLoss: lossSum / Math.max(unitCount, 1), seconds: (performance.now() - t0) / 1000 };
 }

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import koffi, { type LibraryHandle } from "koffi";
 
 /** The CUDA libraries vpps loads. `cuda` is the driver (libcuda), which ships with the NVIDIA driver, not the toolkit. */
-export type CudaLibraryName = "cuda" | "nvrtc" | "cublas" | "cusparse";
+export type CudaLibraryName = "cuda" | "nvrtc" | "cublas" | "cusparse" | "nccl";
 
 interface LibrarySpec {
   /** Human name used in messages. */
@@ -35,6 +35,9 @@ const LIBRARIES: Record<CudaLibraryName, LibrarySpec> = {
     file: "libcusparse.so",
     standardNames: ["libcusparse.so", "libcusparse.so.12", "libcusparse.so.11"],
   },
+  // NCCL (data-parallel training) is not part of the toolkit: it comes from a distribution package (libnccl2) or a
+  // pip wheel, so its SONAME on the loader's path comes first
+  nccl: { title: "NCCL", file: "libnccl.so", standardNames: ["libnccl.so.2", "libnccl.so"] },
 };
 
 /** Environment variables consulted, in order, for the CUDA toolkit root. */
@@ -139,7 +142,10 @@ function libraryNotFoundMessage(library: CudaLibraryName, tried: readonly { path
   const hint =
     library === "cuda"
       ? "libcuda.so.1 comes with the NVIDIA driver (not the toolkit): is a driver installed and is this a GPU machine?"
-      : `Set CUDA_HOME to the CUDA toolkit root (the folder holding lib64/${spec.file}*), or add that folder to LD_LIBRARY_PATH.`;
+      : library === "nccl"
+        ? "NCCL is needed only to train on several GPUs (--gpus N with a GPU engine): install it (libnccl2, or the " +
+          "nvidia-nccl-cu12 wheel) and add the folder holding libnccl.so.2 to LD_LIBRARY_PATH, or train with --gpus 1."
+        : `Set CUDA_HOME to the CUDA toolkit root (the folder holding lib64/${spec.file}*), or add that folder to LD_LIBRARY_PATH.`;
   const lines = tried.map((t) => `  ${t.path}: ${t.error}`);
   return `${spec.title} library (${spec.file}*) not found; tried:\n${lines.join("\n")}\n${hint}`;
 }

@@ -4,13 +4,9 @@ import type { LookupParameter, ParameterCollection } from "../../model/parameter
 import type { Buf } from "../../ops/common.js";
 import { OPS } from "../../ops/registry.js";
 import type { Trainer } from "../../optim/trainers.js";
-import {
-  type Engine,
-  type EngineCapabilities,
-  requireCollection,
-  requireExpression,
-  requireScalar,
-} from "../engine.js";
+import { reduceHostGradients } from "../cpu-reducer.js";
+import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
+import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { BackwardScratch, type BatchBackend, runBackward, runForward } from "./executor.js";
 import { type BatchPlan, BatchPlanner, type BatchStrategy } from "./plan.js";
 
@@ -228,7 +224,7 @@ export interface AutobatchCpuOptions {
  * signature and runs them batch by batch; backward runs the batches in reverse. Results match `CpuEngine` (forward
  * exactly, gradients to rounding); the plan statistics say how many kernel launches a device would need.
  */
-export class AutobatchCpuEngine implements Engine {
+export class AutobatchCpuEngine implements DataParallelEngine {
   readonly name = "autobatch";
   readonly capabilities: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
   readonly strategy: BatchStrategy;
@@ -247,6 +243,7 @@ export class AutobatchCpuEngine implements Engine {
   private generation = -1;
   /** Nodes [0, computed) of the current graph have values. */
   private computed = 0;
+  private reducer: GradientReducer | null = null;
 
   constructor(
     readonly params: ParameterCollection,
@@ -326,7 +323,13 @@ export class AutobatchCpuEngine implements Engine {
   }
 
   update(trainer: Trainer): void {
+    if (this.reducer) reduceHostGradients(this.params, this.reducer);
     trainer.update(this.params);
+  }
+
+  /** Data-parallel: the gradients are summed over `reducer`'s ranks (on the host) before every update. */
+  setGradientReducer(reducer: GradientReducer | null): void {
+    this.reducer = reducer;
   }
 
   /** Parameters live in the model's host arrays already. */

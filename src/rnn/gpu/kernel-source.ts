@@ -178,7 +178,7 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
     for (int k = 0; k < KC; k++) {
       float4 x[BT];
       #pragma unroll
-      for (int b = 0; b < BT; b++) x[b] = vs4[b * (KP / 4) + cg + CG * k];
+      for (int b = 0; b < BT; b++) x[b] = vs4[(vrow + b) * (KP / 4) + cg + CG * k];
       #pragma unroll
       for (int r = 0; r < RW; r++) {
         ${rowWeights}
@@ -219,15 +219,15 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// Row b of the tile comes from row_of(b, poll) (K floats, 16-byte aligned), polled when 'poll' is set, or is zero
+// Rows b < nslots of the shared buffer are filled: row b < nrows from row_of(b, poll) (K floats, 16-byte aligned), polled when 'poll' is set, or is zero
 // (null). Polled values are copied global → shared by cp.async (L2, no registers), all of a thread's at once; the
 // thread then checks them in shared memory and re-issues only those still pending, so every round costs one L2
 // round trip whatever the number of values. Returns false if a value never arrived (status written).
 template <typename RowOf>
-__device__ __forceinline__ bool load_tile(float4* vs4, int nrows, RowOf row_of, int* status, int step) {
+__device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, RowOf row_of, int* status, int step) {
   constexpr int PER_ROW = K / 4;
-  constexpr int TOTAL = BT * PER_ROW;
-  constexpr int E = (TOTAL + NT - 1) / NT;
+  const int TOTAL = nslots * PER_ROW;
+  const int E = (TOTAL + NT - 1) / NT;
   #pragma unroll 1
   for (int e0 = 0; e0 < E; e0 += 32) {
     const int e1 = min(E, e0 + 32);
@@ -298,14 +298,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
     const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
     const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
     float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
-    int total, int reverse, int bcap, int* status) {
+    int total, int reverse, int bcap, int lb, int* status) {
   extern __shared__ float4 smem4[];
-  float4* vs4 = smem4;                                           // [BT][KP / 4]
-  float* part = reinterpret_cast<float*>(smem4 + BT * (KP / 4)); // [CW][RG][N32]
+  float4* vs4 = smem4;                                           // [lb][KP / 4]
+  float* part = reinterpret_cast<float*>(smem4 + lb * (KP / 4)); // [CW][RG][N32]
   float* cstate = part + CW * RG * N32;                          // LSTM: c of (unit, sequence) [UC][bcap]
   const float* vs = reinterpret_cast<const float*>(vs4);
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
-  for (int i = tid; i < BT * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = tid; i < lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 ${weights}
   // the cell thread of (unit u, tile column b)
   const int cu = tid / BT, cb = tid - cu * BT;
@@ -332,16 +332,20 @@ ${weights}
       for (int g = 0; g < G; g++) xg[g] = active ? xw[(size_t)(off + bb) * (G * H) + g * H + unit] : 0.f;
 ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0[(size_t)bb * H + unit] : 0.f;" : ""}
       __syncthreads(); // the previous tile's readers are done with vs4 and part
-      const bool ok = load_tile(vs4, nt, [&](int b, bool& poll) -> const float* {
-        const int r = b0 + b;
-        poll = r < nprev;
-        return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
-      }, status, t);
-      if (__syncthreads_or(!ok)) return;
+      const int vrow = b0 % lb; // this tile's first row in the shared buffer, which holds a group of lb rows
+      if (vrow == 0) {          // a group's first tile loads the whole group: one wait for all its rows
+        const int nr = min(lb, nb - b0);
+        const bool ok = load_tile(vs4, nr, min(lb, (nr + BT - 1) / BT * BT), [&](int b, bool& poll) -> const float* {
+          const int r = b0 + b;
+          poll = r < nprev;
+          return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
+        }, status, t);
+        if (__syncthreads_or(!ok)) return;
+      }
 ${matvec}
       if (active) {
         const size_t row = (size_t)(off + bb);
-        const float hprev = vs[cb * KP + unit];
+        const float hprev = vs[(vrow + cb) * KP + unit];
         float h;
 ${cell}
         st_publish(y + row * ldy + unit, h);
@@ -405,11 +409,22 @@ export function savedFloats(cell: RnnKernelPlan["cell"], hidden: number, total: 
  * Dynamic shared memory of a launch over `batch` sequences: the tile's vector rows, the reduction's partial sums, and
  * the per-(unit, sequence) state that stays in the CTA (forward: LSTM's c; backward: dc and GRU's dh ⊙ z).
  */
-export function sharedBytes(plan: RnnKernelPlan, batch: number): number {
+export function sharedBytes(plan: RnnKernelPlan, batch: number, groupRows = BATCH_TILE): number {
   const n32 = Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32;
   const cw = plan.threadsPerRowGroup / 32;
   const states = plan.kind === "forward" ? (plan.cell === "lstm" ? 1 : 0) : 2;
-  return 4 * (BATCH_TILE * paddedCols(plan) + cw * plan.rowGroups * n32 + states * plan.unitsPerCta * batch);
+  return 4 * (groupRows * paddedCols(plan) + cw * plan.rowGroups * n32 + states * plan.unitsPerCta * batch);
+}
+
+/**
+ * Rows of the vector a launch over `batch` sequences loads per wait: the whole batch (rounded up to whole tiles)
+ * where shared memory allows, else as many whole tiles as fit; 0 if not even one tile fits.
+ */
+export function groupRows(plan: RnnKernelPlan, batch: number, maxSharedBytes: number): number {
+  const fixed = sharedBytes(plan, batch, 0);
+  const perRow = 4 * paddedCols(plan);
+  const fit = Math.floor((maxSharedBytes - fixed) / perRow / BATCH_TILE) * BATCH_TILE;
+  return Math.max(0, Math.min(Math.ceil(batch / BATCH_TILE) * BATCH_TILE, fit));
 }
 
 /**
@@ -442,13 +457,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}
     const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
     const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,
     float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
-    int reverse, int bcap, int* status) {
+    int reverse, int bcap, int lb, int* status) {
   extern __shared__ float4 smem4[];
   float4* vs4 = smem4;
-  float* part = reinterpret_cast<float*>(smem4 + BT * (KP / 4));
+  float* part = reinterpret_cast<float*>(smem4 + lb * (KP / 4));
   float* carry = part + CW * RG * N32;
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
-  for (int i = tid; i < BT * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = tid; i < lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 ${weights}
   const int cu = tid / BT, cb = tid - cu * BT;
   const int unit = blockIdx.x * UC + cu;
@@ -479,12 +494,17 @@ ${weights}
       const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
 ${backwardPrefetch(plan)}
       __syncthreads();
-      const bool ok = load_tile(vs4, nt, [&](int b, bool& poll) -> const float* {
-        const int r = b0 + b;
-        poll = r < np;
-        return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
-      }, status, tp);
-      if (__syncthreads_or(!ok)) return;
+      const int vrow = b0 % lb;
+      if (vrow == 0) {
+        const int nr = min(lb, nrows - b0);
+        const bool ok = load_tile(vs4, min(nr, max(np - b0, 0)), min(lb, (nr + BT - 1) / BT * BT),
+                                  [&](int b, bool& poll) -> const float* {
+          const int r = b0 + b;
+          poll = r < np;
+          return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
+        }, status, tp);
+        if (__syncthreads_or(!ok)) return;
+      }
 ${matvec}
       if (!mine) continue;
       const float rec = row_sum(part, cu, cb);

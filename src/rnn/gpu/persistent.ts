@@ -41,6 +41,7 @@ import {
 import {
   backwardKernelSource,
   forwardKernelSource,
+  groupRows,
   PENDING_BITS,
   RNN_ERRORS,
   RNN_KERNEL_NAMES,
@@ -390,7 +391,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
     const p = this.forwardPlan;
     const B = batchSizes[0] ?? 0;
-    this.fwd.launch({ grid: ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
+    const sh = this.sharedFor(p, B);
+    this.fwd.launch({ grid: ctas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.xw),
       karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
@@ -408,25 +410,29 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.i32(total),
       karg.i32(a.reverse ? 1 : 0),
       karg.i32(B),
+      karg.i32(sh.lb),
       karg.ptr(a.ws.status),
     ]);
   }
 
-  /** Shared memory of a launch over `batch` sequences, refused in one line beyond what a CTA can have. */
-  private sharedFor(plan: RnnKernelPlan, batch: number): number {
-    const bytes = sharedBytes(plan, batch);
+  /**
+   * Shared memory and rows per wait of a launch over `batch` sequences, refused in one line beyond what a CTA can
+   * have.
+   */
+  private sharedFor(plan: RnnKernelPlan, batch: number): { bytes: number; lb: number } {
     const max = this.gpu.device.props.sharedPerBlockOptin;
-    if (bytes > max) {
+    const lb = groupRows(plan, batch, max);
+    if (lb === 0) {
       let most = 1;
-      while (sharedBytes(plan, most * 2) <= max) most *= 2;
-      while (sharedBytes(plan, most + 1) <= max) most++;
+      while (groupRows(plan, most * 2, max) > 0) most *= 2;
+      while (groupRows(plan, most + 1, max) > 0) most++;
       throw new RnnDoesNotFitError(
         `persistent ${this.cell} ${plan.kind} kernel (hidden ${this.hidden}): a batch of ${batch} sequences needs ` +
-          `${bytes} bytes of shared memory per CTA, more than the ${max} a CTA can have; split it into batches of ` +
-          `at most ${most}`,
+          `${sharedBytes(plan, batch)} bytes of shared memory per CTA, more than the ${max} a CTA can have; split ` +
+          `it into batches of at most ${most}`,
       );
     }
-    return bytes;
+    return { bytes: sharedBytes(plan, batch, lb), lb };
   }
 
   /** The recurrent backward launch alone (gate gradients into the workspace, dh0/dc0). */
@@ -437,7 +443,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
     const p = this.backwardPlan;
     const B = batchSizes[0] ?? 0;
-    this.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: this.sharedFor(p, B), stream: this.stream }, [
+    const sh = this.sharedFor(p, B);
+    this.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.saved),
       karg.ptr(a.y),
@@ -457,6 +464,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.i32(total),
       karg.i32(a.reverse ? 1 : 0),
       karg.i32(B),
+      karg.i32(sh.lb),
       karg.ptr(a.ws.status),
     ]);
   }

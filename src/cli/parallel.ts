@@ -1,0 +1,103 @@
+// `vpps train … --gpus N`: the checks made before any rank starts, the launcher's command line for each rank, and
+// what a rank sets up (device, NCCL, the process group). docs/PARALLEL.md describes the whole.
+
+import { fileURLToPath } from "node:url";
+import { cudaAvailable, parseDeviceSpec } from "../cuda/device.js";
+import { getDriver } from "../cuda/ffi/driver.js";
+import { getNccl } from "../cuda/ffi/nccl.js";
+import { engineEntry } from "../engines/registry.js";
+import { checkBatchSplit, type RankEnv } from "../parallel/env.js";
+import { ProcessGroup } from "../parallel/group.js";
+import { launchRanks } from "../parallel/launcher.js";
+import { CliError } from "./errors.js";
+
+/** Whether `engine` with `device` runs on a GPU (else the ranks sum their gradients on the host, over TCP). */
+export function runsOnGpu(engine: string, device: string): boolean {
+  const entry = engineEntry(engine);
+  if (entry.gpu === "none") return false;
+  return !(entry.gpu === "optional" && parseDeviceSpec(device).kind === "cpu");
+}
+
+/** The command line with every `--device` (and its value) taken out. */
+export function withoutDevice(args: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === "--device") {
+      i++;
+      continue;
+    }
+    if (a.startsWith("--device=")) continue;
+    out.push(a);
+  }
+  return out;
+}
+
+/** The checks of `--gpus N` (N > 1) that need no rank: each failure is one line. */
+export function checkLaunch(gpus: number, batch: number, engine: string, device: string, deviceGiven: boolean): void {
+  checkBatchSplit(batch, gpus);
+  if (!runsOnGpu(engine, device)) return;
+  if (deviceGiven && parseDeviceSpec(device).kind === "cuda") {
+    throw new CliError(
+      `--device ${device} names one GPU, but with --gpus ${gpus} rank r runs on cuda:r (cuda:0 … cuda:${gpus - 1}); ` +
+        "leave --device out (CUDA_VISIBLE_DEVICES picks the GPUs)",
+    );
+  }
+  const available = cudaAvailable();
+  if (!available.ok) {
+    throw new CliError(
+      `--gpus ${gpus} with the '${engine}' engine needs ${gpus} CUDA GPUs, and none can be used here: ` +
+        `${available.reason}; to check a data-parallel setup without a GPU, use --engine cpu`,
+    );
+  }
+  const count = getDriver().deviceCount();
+  if (gpus > count) {
+    throw new CliError(
+      `--gpus ${gpus} asks for more GPUs than this machine has (${count}); use --gpus ${count} or less`,
+    );
+  }
+  getNccl(); // NcclUnavailableError: one line, before any rank starts
+}
+
+/** The vpps script the ranks run (bin/vpps.js of this package, from src/cli/ and dist/cli/ alike). */
+function vppsScript(): string {
+  return fileURLToPath(new URL("../../bin/vpps.js", import.meta.url));
+}
+
+/**
+ * Starts `gpus` ranks of the command line `args` (the arguments after `vpps`) and waits for them; a GPU engine's
+ * rank r gets `--device cuda:r`.
+ */
+export function launchTrain(gpus: number, args: readonly string[], gpu: boolean): Promise<void> {
+  const script = vppsScript();
+  return launchRanks({
+    worldSize: gpus,
+    command: (rank) => [
+      process.execPath,
+      script,
+      ...(gpu ? [...withoutDevice(args), "--device", `cuda:${rank}`] : args),
+    ],
+  });
+}
+
+/**
+ * A rank's setup: the batch split checked, its device (`cuda:LOCAL_RANK` unless --device names one), NCCL present
+ * for a GPU engine, and the rendezvous with the other ranks.
+ */
+export function joinJob(
+  env: RankEnv,
+  batch: number,
+  engine: string,
+  device: string,
+): { group: ProcessGroup; device: string } {
+  checkBatchSplit(batch, env.worldSize, "WORLD_SIZE");
+  const gpu = runsOnGpu(engine, device);
+  let rankDevice = device;
+  if (gpu) {
+    const spec = parseDeviceSpec(device);
+    // an explicit cuda:N (a launcher that maps ranks to GPUs itself) stands; auto and cuda mean this rank's GPU
+    if (spec.kind !== "cuda" || device.trim().toLowerCase() === "cuda") rankDevice = `cuda:${env.localRank}`;
+    getNccl();
+  }
+  return { group: ProcessGroup.start(env), device: rankDevice };
+}
