@@ -6,7 +6,7 @@
 #   bash bench/glp4nn/run-gpu.sh
 #
 # Parts (PARTS, default all, in this order; each under its own timeout, a failing part does not stop the others):
-#   tests  the GLP4NN GPU tests: test/gpu/{glp4nn,streams,conv,cnn}.test.ts                       (TESTS_TIMEOUT 200 s)
+#   tests  the GLP4NN GPU tests: test/gpu/{glp4nn,streams,conv,eager,cnn}.test.ts                      (TESTS_TIMEOUT 200 s)
 #   torch  bench/pytorch/conv_layers.py: cuDNN's batched convolution, the 16 layers, fp32 and TF32  (TORCH_TIMEOUT 90 s)
 #   bench  vpps bench glp4nn --explain: Table 5 × {direct, graph} × {1, GLP4NN, 2…32}; Tree-LSTM  (BENCH_TIMEOUT 270 s)
 #   train  vpps train cnn on MNIST, eager, --streams 1 and auto: accuracy and images/s for the README (TRAIN_TIMEOUT 140 s each)
@@ -25,7 +25,8 @@ echo "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-(default 8)}" >
 has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if has tests; then
-  T="test/gpu/glp4nn.test.ts test/gpu/streams.test.ts test/gpu/conv.test.ts"
+  # glp4nn, streams, conv, cnn: GLP4NN itself; eager: the eager engine, whose launches now go through a lane and a tracker
+  T="test/gpu/glp4nn.test.ts test/gpu/streams.test.ts test/gpu/conv.test.ts test/gpu/eager.test.ts"
   [ -f test/gpu/cnn.test.ts ] && T="$T test/gpu/cnn.test.ts"
   timeout "${TESTS_TIMEOUT:-200}" node --import tsx --test --test-reporter=spec $T > "$R/test-gpu.log" 2>&1
   echo "tests exit $?" | tee -a "$R/test-gpu.log"
