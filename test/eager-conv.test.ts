@@ -252,11 +252,17 @@ describe("conv2d on the eager engine's runner, one lane, on an emulated device, 
   for (const c of CASES) {
     test(title(c), () => {
       const layer = layerOn(mem, c);
+      const launched: string[] = [];
       const nodes = layer.nodes((name, n, args, s) => {
         assert.equal(s, stream, "launched on the lane's stream");
+        launched.push(name);
         runKernel(mem, name, n, args);
       });
       layer.check(runner, nodes);
+      // Caffe's is_1x1_: a 1×1 convolution of stride 1 without padding reads its input as the column buffer
+      const oneByOne = c.opts.kernel === 1 && (c.opts.stride ?? 1) === 1 && (c.opts.padding ?? 0) === 0;
+      const im2col = launched.filter((k) => k === "vp_im2col").length;
+      assert.equal(im2col, oneByOne ? 0 : 2 * c.n, "im2col per sample forward and backward, none for 1×1");
     });
   }
 

@@ -73,6 +73,7 @@ describe("the resource tracker on a fake device", () => {
     const tracker = new ResourceTracker<FakeStream>({
       event: () => dev.event(),
       samples: 3,
+      warmup: 0,
       clockUs: () => dev.hostUs,
     });
     const calls = { attributes: 0 };
@@ -141,11 +142,42 @@ describe("the resource tracker on a fake device", () => {
   test("without a busy stream, events count the launch gap: the reason to profile with the stream ahead", () => {
     const dev = new FakeDevice();
     const stream = new FakeStream();
-    const tracker = new ResourceTracker<FakeStream>({ event: () => dev.event(), clockUs: () => dev.hostUs });
+    const tracker = new ResourceTracker<FakeStream>({ event: () => dev.event(), clockUs: () => dev.hostUs, warmup: 0 });
     const k = fakeKernel("tiny", 16, 0, { attributes: 0 });
     tracker.launch(k, { grid: 1, block: 32 }, stream, () => dev.launch(stream, 2));
     tracker.collect();
     assert.deepEqual(tracker.records()[0]!.durationsUs, [2 + dev.launchCostUs]);
+    tracker.dispose();
+  });
+
+  test("the first launch of each kernel and of each opaque call runs untimed (lazy loading, cuBLAS's first call)", () => {
+    const dev = new FakeDevice();
+    const stream = new FakeStream();
+    stream.busyUntilUs = 1_000_000;
+    const tracker = new ResourceTracker<FakeStream>({
+      event: () => dev.event(),
+      samples: 2,
+      clockUs: () => dev.hostUs,
+    });
+    const k = fakeKernel("im2col", 16, 0, { attributes: 0 });
+    // the H100's first cuBLAS GEMM: 111,708 µs, then 82 and 83 µs
+    const gemm = [111_708, 82, 83];
+    const im2col = [5_000, 20, 21];
+    for (let n = 0; n < 3; n++) {
+      tracker.timeCall("cublasSgemm", stream, () => dev.launch(stream, gemm[n]!));
+      tracker.launch(k, { grid: 8, block: 256 }, stream, () => dev.launch(stream, im2col[n]!));
+      assert.equal(tracker.complete(), n === 2, `complete after warm-up + 2 samples only (launch ${n + 1})`);
+    }
+    tracker.collect();
+    const [blas, a] = tracker.records();
+    assert.deepEqual(blas!.durationsUs, [82, 83], "the first GEMM is not timed");
+    assert.deepEqual(a!.durationsUs, [20, 21], "nor the first im2col");
+    assert.equal(a!.launches, 3);
+    assert.equal(a!.launchHostUs.length, 2);
+    assert.throws(
+      () => new ResourceTracker({ event: () => dev.event(), warmup: -1 }),
+      /warmup must be an integer ≥ 0; got -1/,
+    );
     tracker.dispose();
   });
 

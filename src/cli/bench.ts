@@ -8,6 +8,7 @@
  * that cannot run here (no GPU) or whose engine disagreed with the CPU engine exits with status 1.
  */
 import { type Command, Option } from "commander";
+import { LAYER_CHOICES } from "../bench/glp4nn/layers.js";
 import { BENCH_MODELS, benchModel } from "../bench/models/index.js";
 import { choice, choiceList, existingPath, folder, numberList, wholeNumber } from "../bench/options.js";
 import { engineSpecs } from "../bench/throughput/engines.js";
@@ -200,6 +201,96 @@ function addParallelCommand(bench: Command): void {
   );
 }
 
+interface Glp4nnFlags {
+  layers?: string[];
+  pools?: number[];
+  modes?: ("direct" | "graph")[];
+  repeats?: number;
+  treeBatches?: number[];
+  treeSentences?: number;
+  data?: string;
+  explain: boolean;
+  quick: boolean;
+  out?: string;
+}
+
+function addGlp4nnCommand(bench: Command, layerChoices: readonly string[]): void {
+  leaf(
+    bench
+      .command("glp4nn")
+      .description(
+        "GLP4NN: the 16 conv layers of the paper's Table 5, forward + backward, direct launches and one CUDA graph " +
+          "per iteration, on one stream, GLP4NN's choice and every fixed pool size; eager Tree-LSTM with and without " +
+          "the pool; glp4nn.json, .md, -explain.txt and an SVG per network",
+      )
+      .addOption(
+        new Option(
+          "--layers <list>",
+          `comma-separated nets or layers, of: ${layerChoices.join(", ")} (default: all)`,
+        ).argParser(choiceList("--layers", layerChoices as string[])),
+      )
+      .addOption(
+        new Option(
+          "--pools <list>",
+          "fixed pool sizes 2 … 32 to time besides one stream (default: all; --quick: 2,4,8,16,32)",
+        ).argParser(numberList("--pools", 2)),
+      )
+      .addOption(
+        new Option("--modes <list>", "direct, graph (default: both)").argParser(
+          choiceList("--modes", ["direct", "graph"] as const),
+        ),
+      )
+      .addOption(
+        new Option("--repeats <n>", "timed iterations per configuration (default 5; --quick 2)").argParser(
+          wholeNumber("--repeats"),
+        ),
+      )
+      .addOption(
+        new Option(
+          "--tree-batches <list>",
+          "Tree-LSTM batch sizes, 0 for none (default: 1,8,32,128; --quick: 1,32)",
+        ).argParser((v) => numberList("--tree-batches", 0)(v).filter((b) => b > 0)),
+      )
+      .addOption(
+        new Option("--tree-sentences <n>", "Tree-LSTM sentences per timed repeat (default 256; --quick 32)").argParser(
+          wholeNumber("--tree-sentences"),
+        ),
+      )
+      .addOption(
+        new Option(
+          "--data <path>",
+          "SST train.txt for the Tree-LSTM (default: SST beside the repository, else synthetic trees)",
+        ).argParser(existingPath("--data")),
+      )
+      .addOption(
+        new Option(
+          "--explain",
+          "print every choice of the analyser and why (also written to glp4nn-explain.txt)",
+        ).default(false),
+      )
+      .addOption(quickOption())
+      .addOption(outOption())
+      .action(
+        run(async (f: Glp4nnFlags) => {
+          const { runGlp4nn } = await import("../bench/glp4nn/suite.js");
+          return runGlp4nn({
+            layers: f.layers,
+            pools: f.pools,
+            modes: f.modes,
+            repeats: f.repeats,
+            treeBatches: f.treeBatches,
+            treeSentences: f.treeSentences,
+            dataFile: f.data,
+            explain: f.explain,
+            quick: f.quick,
+            out: f.out,
+            command: commandLine(),
+          });
+        }),
+      ),
+  );
+}
+
 /** Registers `vpps bench` and its suites on the program. */
 export function addBenchCommand(program: Command): Command {
   const bench = program
@@ -209,6 +300,7 @@ export function addBenchCommand(program: Command): Command {
     );
   addThroughputCommands(bench);
   addParallelCommand(bench);
+  addGlp4nnCommand(bench, LAYER_CHOICES);
   addVppsDiagnostics(bench);
   addEngineDiagnostics(bench);
   const models = BENCH_MODELS.map((m) => m.name);

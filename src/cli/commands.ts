@@ -4,9 +4,12 @@
  */
 import { totalmem } from "node:os";
 import { type Command, Option } from "commander";
-import { ENGINE_NAMES, ENGINE_OPTIONS } from "../engines/registry.js";
+import { MAX_EAGER_STREAMS } from "../engines/eager/engine.js";
+import { ENGINE_NAMES, ENGINE_OPTIONS, parseStreamsOption } from "../engines/registry.js";
 import { checkModelSize } from "../model/parameters.js";
 import type { AnyTask, ModelOption, ModelOptions } from "../models/task.js";
+import { UsageError } from "../util/errors.js";
+import { quote } from "../util/text.js";
 import { deviceSpec, nonNegativeNumber, oneOf, positiveInt } from "./options.js";
 
 /** The flag of an option without its value placeholder: `--hidden`. */
@@ -37,6 +40,18 @@ export function addModelOptions(command: Command, task: AnyTask, which: "sizes" 
   return command;
 }
 
+/** `--streams`: auto or 1 … 128, refused in one line naming the option otherwise. */
+function streamsSpec(name: string): (v: string) => string {
+  return (v) => {
+    try {
+      parseStreamsOption(v);
+    } catch {
+      throw new UsageError(`${name} must be auto or a whole number 1 … ${MAX_EAGER_STREAMS}; got ${quote(v)}`);
+    }
+    return v.trim();
+  };
+}
+
 /** `--engine` and the engine options, from the engine registry. */
 export function addEngineOptions(command: Command, help = "execution engine"): Command {
   command.addOption(new Option("--engine <name>", help).argParser(oneOf("--engine", ENGINE_NAMES)).default("cpu"));
@@ -44,6 +59,7 @@ export function addEngineOptions(command: Command, help = "execution engine"): C
     const option = new Option(o.flag, o.help).default(o.default);
     if (o.choices) option.argParser(oneOf(flagName(o.flag), o.choices));
     else if (o.key === "device") option.argParser(deviceSpec(flagName(o.flag)));
+    else if (o.key === "streams") option.argParser(streamsSpec(flagName(o.flag)));
     command.addOption(option);
   }
   return command;

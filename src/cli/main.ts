@@ -97,6 +97,7 @@ function addTrainCommand(train: Command, task: AnyTask): void {
       positiveInt("--gpus"),
       1,
     )
+    .option("--explain", "with --engine eager --streams auto: print GLP4NN's choice of streams and why", false)
     .option("--json", "print the final summary as one JSON object on stdout", false)
     .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
 }

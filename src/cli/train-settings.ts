@@ -37,6 +37,10 @@ export interface TrainCommandOptions {
   force: boolean;
   /** Ranks (processes) of a data-parallel run started here (1: a plain run). */
   gpus: number;
+  /** The eager engine's stream pool: auto or 1 … 128 (not recorded by a run: it changes no result). */
+  streams?: string;
+  /** Print GLP4NN's choice of streams and why (with --streams auto). */
+  explain?: boolean;
   [modelOption: string]: unknown;
 }
 

@@ -26,7 +26,10 @@ export function runTrain(
   opts: TrainCommandOptions,
   source: (key: string) => string | undefined = () => "cli",
 ): void | Promise<void> {
-  checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device });
+  checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device, streams: opts.streams });
+  if (opts.explain && (opts.streams ?? "1") !== "auto") {
+    throw new CliError("--explain prints GLP4NN's choice of streams: give it with --engine eager --streams auto");
+  }
   if (opts.data !== undefined && opts.data.trim() === "") {
     throw new CliError("--data is empty; give a data directory, or leave --data out for the synthetic task");
   }
@@ -121,7 +124,14 @@ export function runTrain(
       seed: s.seed,
       clipThreshold: s.clip,
       // the evaluation engine, where one is needed, comes from the registry with the same options
-      makeEngine: (params) => createEngine(s.engine, params, { batching: s.batching, device }),
+      makeEngine: (params) =>
+        createEngine(s.engine, params, {
+          batching: s.batching,
+          device,
+          // the stream pool changes no result (bit for bit), so it is this invocation's, not the run's
+          ...(s.engine === "eager" && opts.streams !== undefined ? { streams: opts.streams } : {}),
+          ...(opts.explain ? { explain: (text: string) => note(text) } : {}),
+        }),
       ...(group ? { group } : {}),
       ...(out ? { outDir: out.path, force: opts.force } : {}),
       ...(saved

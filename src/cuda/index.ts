@@ -45,10 +45,14 @@ export {
   CudaError,
   type DevicePtr,
   type Dim3,
+  FunctionAttribute,
   floatBits,
+  GraphNodeType,
   getDriver,
   type Handle,
   type HostPtr,
+  type KernelNodeParams,
+  StreamCaptureMode,
 } from "./ffi/driver.js";
 export { type CudaLibraryName, CudaLibraryNotFoundError, candidatePaths } from "./ffi/find.js";
 export { type KernelArg, type KernelArgType, KernelParams, karg } from "./ffi/kernel-params.js";
@@ -63,6 +67,7 @@ export {
   NcclUnavailableError,
 } from "./ffi/nccl.js";
 export { getNvrtc, Nvrtc, NvrtcCompileError, NvrtcError } from "./ffi/nvrtc.js";
+export { CudaGraph } from "./graph.js";
 export { type CudaInfo, type CudaLibraryStatus, formatCudaInfo, getCudaInfo } from "./info.js";
 export {
   ArenaAllocator,

@@ -10,7 +10,7 @@ import { UserError } from "../util/errors.js";
 import { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";
 import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
-import { EagerEngine } from "./eager/engine.js";
+import { EagerEngine, MAX_EAGER_STREAMS, parseStreams } from "./eager/engine.js";
 import type { Engine, EngineCapabilities } from "./engine.js";
 import { VppsEngine } from "./vpps/engine.js";
 
@@ -19,6 +19,18 @@ export interface CreateEngineOptions {
   batching?: "depth" | "agenda";
   /** "auto", "cpu" or "cuda:N". */
   device?: string;
+  /**
+   * The eager engine's stream pool (GLP4NN): "auto" (the kernel analyser chooses), or 1 … 128 streams; "1" by default.
+   * The results do not depend on it (one stream's bit for bit), so a saved run does not record it.
+   */
+  streams?: string;
+  /** With `streams` "auto": where the analyser's choice and its reasons go (`--explain`). */
+  explain?: (text: string) => void;
+}
+
+/** `--streams`: "auto" or a whole number 1 … MAX_EAGER_STREAMS; a RangeError of one line otherwise. */
+export function parseStreamsOption(value: string): number | "auto" {
+  return parseStreams(value);
 }
 
 /** An option of `CreateEngineOptions` as the command line shows it. */
@@ -42,6 +54,12 @@ export const ENGINE_OPTIONS: readonly EngineOptionSpec[] = [
     choices: ["depth", "agenda"],
   },
   { key: "device", flag: "--device <spec>", help: "auto, cpu or cuda:N", default: "auto" },
+  {
+    key: "streams",
+    flag: "--streams <n>",
+    help: `eager: GLP4NN's stream pool for a level's independent nodes and a convolution's samples, auto or 1 … ${MAX_EAGER_STREAMS}`,
+    default: "1",
+  },
 ];
 
 export interface EngineEntry {
@@ -84,11 +102,20 @@ const ENGINE_TABLE = [
     summary: "",
     description: "one CUDA kernel or cuBLAS call per node, like PyTorch eager",
     gpu: "required",
-    options: ["device"],
+    options: ["device", "streams"],
     capabilities: FULL,
     pipelined: false,
     create: (params, opts) =>
-      createGpuEngine("eager", opts.device ?? "auto", () => new EagerEngine(params, { device: opts.device })),
+      createGpuEngine(
+        "eager",
+        opts.device ?? "auto",
+        () =>
+          new EagerEngine(params, {
+            device: opts.device,
+            streams: parseStreams(opts.streams ?? "1"),
+            ...(opts.explain !== undefined ? { explain: opts.explain } : {}),
+          }),
+      ),
   },
   {
     name: "autobatch",
@@ -172,7 +199,17 @@ export function createEngine(name: string, params: ParameterCollection, opts: Cr
  * as `createEngine` does: an unknown engine, a malformed device, a GPU for an engine that runs only on the CPU.
  */
 export function checkEngineOptions(name: string, opts: CreateEngineOptions = {}): void {
-  checkDevice(engineEntry(name), opts.device);
+  const entry = engineEntry(name);
+  checkDevice(entry, opts.device);
+  if (opts.streams !== undefined) {
+    parseStreams(opts.streams);
+    if (opts.streams.trim() !== "1" && !entry.options.includes("streams")) {
+      throw new EngineUnavailableError(
+        `--streams ${opts.streams.trim()} sizes the eager engine's stream pool; the '${name}' engine does not use one ` +
+          "(use --engine eager, or leave --streams out)",
+      );
+    }
+  }
 }
 
 /**

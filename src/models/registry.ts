@@ -4,13 +4,22 @@
  */
 import { biLstmTask } from "./bilstm/task.js";
 import { charBiLstmTask } from "./bilstm-char/task.js";
+import { cnnTask } from "./cnn/task.js";
 import { rvnnTask } from "./rvnn/task.js";
 import type { AnyTask } from "./task.js";
 import { tdLstmTask } from "./td-lstm/task.js";
 import { tdRnnTask } from "./td-rnn/task.js";
 import { treeLstmTask } from "./treelstm/task.js";
 
-export const MODELS: readonly AnyTask[] = [treeLstmTask, biLstmTask, charBiLstmTask, tdRnnTask, tdLstmTask, rvnnTask];
+export const MODELS: readonly AnyTask[] = [
+  treeLstmTask,
+  biLstmTask,
+  charBiLstmTask,
+  tdRnnTask,
+  tdLstmTask,
+  rvnnTask,
+  cnnTask as unknown as AnyTask,
+];
 
 /** The model named `name`; an unknown name is refused with the list of known ones. */
 export function findModel(name: string): AnyTask {

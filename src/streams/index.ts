@@ -12,6 +12,7 @@ export {
   MAX_CONNECTIONS,
 } from "./analyser.js";
 export { explainChoice } from "./explain.js";
+export { callProfiles, captureFootprint, type KernelShape } from "./footprints.js";
 export { footprint, type KernelFootprint, type KernelProfile, type Resource } from "./kernels.js";
 export { type Lane, type PoolBackend, StreamPool } from "./pool.js";
 export { type IntegerProgram, type IntegerSolution, IntegerSolver, loadSolver, lpText } from "./solver.js";

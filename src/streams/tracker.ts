@@ -44,8 +44,14 @@ export interface LaunchShape {
 export interface TrackerOptions<S> {
   /** A new event (e.g. `() => CudaEvent.create()`). */
   readonly event: () => TimingEvent<S>;
-  /** Launches timed per kernel and shape: the first ones. Default 5. */
+  /** Launches timed per kernel and shape: the first ones after the warm-up. Default 5. */
   readonly samples?: number;
+  /**
+   * First launches per kernel and shape (or opaque call) run untimed. Default 1: a first launch pays one-time costs
+   * the kernel's later launches do not — lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2)
+   * and cuBLAS's own initialisation, timed at 111,708 µs for a first GEMM on an H100 against 43–83 µs after.
+   */
+  readonly warmup?: number;
   /** Host clock in µs. Default `performance.now() · 1000`. */
   readonly clockUs?: () => number;
 }
@@ -68,7 +74,7 @@ export interface TrackedRecord {
     /** Blocks of this kernel alone resident per SM (the driver's occupancy calculator). */
     readonly blocksPerSm: number;
   };
-  /** Launches seen, timed or not. */
+  /** Launches seen, timed or not (the untimed warm-up launches included). */
   launches: number;
   /** Durations of the timed launches, µs (filled by `collect`). */
   readonly durationsUs: number[];
@@ -85,6 +91,9 @@ interface Pending<S> {
 const dims = (d: number | readonly [number, number?, number?]): number[] =>
   typeof d === "number" ? [d, 1, 1] : [d[0], d[1] ?? 1, d[2] ?? 1];
 
+/** CUDA events resolve about 0.5 µs: a shorter median is reported as this (the analyser takes durations > 0). */
+export const EVENT_RESOLUTION_US = 0.5;
+
 /** The median of a non-empty list. */
 export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -95,6 +104,7 @@ export function median(xs: readonly number[]): number {
 /** Records kernels' resources and timings on their first launches; see the top of this file. */
 export class ResourceTracker<S> {
   private readonly samples: number;
+  private readonly warmup: number;
   private readonly clockUs: () => number;
   private readonly byKey = new Map<string, TrackedRecord>();
   private readonly attributes = new Map<string, ReturnType<TrackedKernel["attributes"]>>();
@@ -106,6 +116,10 @@ export class ResourceTracker<S> {
     this.samples = options.samples ?? 5;
     if (!Number.isInteger(this.samples) || this.samples < 1) {
       throw new RangeError(`ResourceTracker: samples must be an integer ≥ 1; got ${this.samples}`);
+    }
+    this.warmup = options.warmup ?? 1;
+    if (!Number.isInteger(this.warmup) || this.warmup < 0) {
+      throw new RangeError(`ResourceTracker: warmup must be an integer ≥ 0; got ${this.warmup}`);
     }
     this.clockUs = options.clockUs ?? (() => performance.now() * 1000);
   }
@@ -154,7 +168,7 @@ export class ResourceTracker<S> {
     return [...this.byKey.values()];
   }
 
-  /** Whether every kernel and call seen so far has its samples. */
+  /** Whether every kernel and call seen so far has its samples (its warm-up launches and then `samples` timed). */
   complete(): boolean {
     for (const r of this.byKey.values()) if (r.durationsUs.length + this.pendingOf(r) < this.samples) return false;
     return true;
@@ -175,8 +189,8 @@ export class ResourceTracker<S> {
         threadsPerBlock: s.threadsPerBlock,
         registersPerThread: s.registersPerThread,
         sharedBytesPerBlock: s.staticSharedBytes + s.dynamicSharedBytes,
-        durationUs: median(r.durationsUs),
-        blocksPerSm: s.blocksPerSm,
+        durationUs: Math.max(EVENT_RESOLUTION_US, median(r.durationsUs)),
+        ...(s.blocksPerSm >= 1 ? { blocksPerSm: s.blocksPerSm } : {}),
         ...(instances !== undefined ? { instances } : {}),
       });
     }
@@ -187,7 +201,7 @@ export class ResourceTracker<S> {
   opaque(): { name: string; durationUs: number }[] {
     return [...this.byKey.values()]
       .filter((r) => r.shape === undefined && r.durationsUs.length > 0)
-      .map((r) => ({ name: r.name, durationUs: median(r.durationsUs) }));
+      .map((r) => ({ name: r.name, durationUs: Math.max(EVENT_RESOLUTION_US, median(r.durationsUs)) }));
   }
 
   /** The median host time of a timed launch call, µs (T_launch); 0 before any. */
@@ -238,7 +252,7 @@ export class ResourceTracker<S> {
 
   private run(record: TrackedRecord, stream: S, call: () => void): void {
     record.launches++;
-    if (record.durationsUs.length + this.pendingOf(record) >= this.samples) {
+    if (record.launches <= this.warmup || record.durationsUs.length + this.pendingOf(record) >= this.samples) {
       call();
       return;
     }

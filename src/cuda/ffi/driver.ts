@@ -67,6 +67,24 @@ export const FunctionAttribute = {
 } as const;
 
 export const StreamFlags = { Default: 0, NonBlocking: 1 } as const;
+
+/**
+ * CUstreamCaptureMode. Relaxed lets the capturing thread make calls that are unsafe under capture (a cuBLAS handle's
+ * first workspace allocation); global and thread-local refuse them with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+ */
+export const StreamCaptureMode = { Global: 0, ThreadLocal: 1, Relaxed: 2 } as const;
+
+/** CUgraphNodeType values vpps reads. */
+export const GraphNodeType = { Kernel: 0, Memcpy: 1, Memset: 2, Host: 3, Graph: 4, Empty: 5 } as const;
+
+/** A kernel node of a graph, as cuGraphKernelNodeGetParams reports it (CUDA_KERNEL_NODE_PARAMS). */
+export interface KernelNodeParams {
+  /** The CUfunction (resolved from a CUkernel when the node holds one; 0n when neither can be read). */
+  readonly func: Handle;
+  readonly grid: readonly [number, number, number];
+  readonly block: readonly [number, number, number];
+  readonly sharedBytes: number;
+}
 export const EventFlags = { Default: 0, BlockingSync: 1, DisableTiming: 2 } as const;
 
 const CUDA_SUCCESS = 0;
@@ -201,6 +219,20 @@ interface RawDriver {
     extra: null,
   ): number;
   cuOccupancyMaxActiveBlocksPerMultiprocessor(out: Int32Array, fn: Handle, blockSize: number, dynSmem: number): number;
+  cuStreamBeginCapture_v2(stream: Handle, mode: number): number;
+  cuStreamEndCapture(stream: Handle, graph: BigUint64Array): number;
+  cuGraphInstantiateWithFlags(exec: BigUint64Array, graph: Handle, flags: number): number;
+  cuGraphLaunch(exec: Handle, stream: Handle): number;
+  cuGraphExecDestroy(exec: Handle): number;
+  cuGraphDestroy(graph: Handle): number;
+  cuGraphGetNodes(graph: Handle, nodes: BigUint64Array | null, count: BigUint64Array): number;
+  cuGraphNodeGetType(node: Handle, type: Int32Array): number;
+}
+
+/** Calls read only where the driver has them (footprints of captured library kernels, `CudaGraph.kernelNodes`). */
+interface OptionalDriver {
+  cuGraphKernelNodeGetParams?: (node: Handle, params: Uint8Array) => number;
+  cuKernelGetFunction?: (fn: BigUint64Array, kernel: Handle) => number;
 }
 
 const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
@@ -253,7 +285,44 @@ const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
     "unsigned int bz, unsigned int sharedMemBytes, void *stream, void **kernelParams, void **extra)",
   cuOccupancyMaxActiveBlocksPerMultiprocessor:
     "int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, void *fn, int blockSize, size_t dynamicSMemSize)",
+  cuStreamBeginCapture_v2: "int cuStreamBeginCapture_v2(void *stream, int mode)",
+  cuStreamEndCapture: "int cuStreamEndCapture(void *stream, void **graph)",
+  cuGraphInstantiateWithFlags: "int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)",
+  cuGraphLaunch: "int cuGraphLaunch(void *exec, void *stream)",
+  cuGraphExecDestroy: "int cuGraphExecDestroy(void *exec)",
+  cuGraphDestroy: "int cuGraphDestroy(void *graph)",
+  cuGraphGetNodes: "int cuGraphGetNodes(void *graph, void **nodes, size_t *numNodes)",
+  cuGraphNodeGetType: "int cuGraphNodeGetType(void *node, int *type)",
 };
+
+/**
+ * CUDA_KERNEL_NODE_PARAMS_v2 (CUDA 12): func, gridDim x y z, blockDim x y z, sharedMemBytes, kernelParams, extra, kern,
+ * ctx — v1 is its prefix. Read into a buffer larger than either.
+ */
+const OPTIONAL_PROTOTYPES: Record<keyof OptionalDriver, readonly string[]> = {
+  cuGraphKernelNodeGetParams: [
+    "int cuGraphKernelNodeGetParams_v2(void *node, void *params)",
+    "int cuGraphKernelNodeGetParams(void *node, void *params)",
+  ],
+  cuKernelGetFunction: ["int cuKernelGetFunction(void **fn, void *kernel)"],
+};
+const KERNEL_NODE_PARAMS_BYTES = 128;
+const KERNEL_NODE_KERN_OFFSET = 56;
+
+function bindOptional(lib: LibraryHandle): OptionalDriver {
+  const out: Record<string, unknown> = {};
+  for (const [key, prototypes] of Object.entries(OPTIONAL_PROTOTYPES)) {
+    for (const p of prototypes) {
+      try {
+        out[key] = lib.func(p);
+        break;
+      } catch {
+        // an older driver without this symbol: try the next name, else leave the call out
+      }
+    }
+  }
+  return out as OptionalDriver;
+}
 
 /** Older symbol names to try when the preferred one is missing from an older driver. */
 const FALLBACK_PROTOTYPES: Partial<Record<keyof RawDriver, string>> = {
@@ -280,6 +349,7 @@ export type Dim3 = readonly [number, number?, number?];
 /** The CUDA driver API with checked results. Obtain it with `getDriver()` (loads and initialises once). */
 export class CudaDriver {
   private readonly raw: RawDriver;
+  private readonly optional: OptionalDriver;
   // Reused out-parameters: koffi passes typed arrays by address, so nothing is allocated per call.
   private readonly i32 = new Int32Array(1);
   private readonly f32 = new Float32Array(1);
@@ -289,6 +359,7 @@ export class CudaDriver {
 
   constructor(readonly library: LoadedLibrary) {
     this.raw = bindDriver(library.handle);
+    this.optional = bindOptional(library.handle);
   }
 
   /** Loads libcuda (without initialising it). Throws CudaLibraryNotFoundError. */
@@ -610,6 +681,85 @@ export class CudaDriver {
       "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     );
     return this.i32[0]!;
+  }
+
+  // --- CUDA graphs (stream capture) ---
+
+  /** Starts capturing the work queued on `stream` (and on streams that join it through events) into a graph. */
+  streamBeginCapture(stream: Handle, mode: number = StreamCaptureMode.Relaxed): void {
+    this.check(this.raw.cuStreamBeginCapture_v2(stream, mode), "cuStreamBeginCapture_v2");
+  }
+
+  /** Ends the capture begun on `stream` and returns the graph (CUgraph). */
+  streamEndCapture(stream: Handle): Handle {
+    this.check(
+      this.raw.cuStreamEndCapture(stream, this.u64),
+      "cuStreamEndCapture",
+      () => "every stream forked from the capturing stream must join it again before the capture ends",
+    );
+    return this.u64[0]!;
+  }
+
+  /** An executable graph (CUgraphExec) of `graph`. */
+  graphInstantiate(graph: Handle): Handle {
+    this.check(this.raw.cuGraphInstantiateWithFlags(this.u64, graph, 0), "cuGraphInstantiateWithFlags");
+    return this.u64[0]!;
+  }
+
+  graphLaunch(exec: Handle, stream: Handle): void {
+    this.check(this.raw.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+  }
+
+  graphExecDestroy(exec: Handle): void {
+    this.check(this.raw.cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  }
+
+  graphDestroy(graph: Handle): void {
+    this.check(this.raw.cuGraphDestroy(graph), "cuGraphDestroy");
+  }
+
+  /** The graph's nodes (CUgraphNode handles). */
+  graphNodes(graph: Handle): Handle[] {
+    this.check(this.raw.cuGraphGetNodes(graph, null, this.u64), "cuGraphGetNodes");
+    const count = Number(this.u64[0]!);
+    if (count === 0) return [];
+    const nodes = new BigUint64Array(count);
+    this.u64[0] = BigInt(count);
+    this.check(this.raw.cuGraphGetNodes(graph, nodes, this.u64), "cuGraphGetNodes");
+    return [...nodes.subarray(0, Number(this.u64[0]!))];
+  }
+
+  /** A node's CUgraphNodeType (`GraphNodeType`). */
+  graphNodeType(node: Handle): number {
+    this.check(this.raw.cuGraphNodeGetType(node, this.i32), "cuGraphNodeGetType");
+    return this.i32[0]!;
+  }
+
+  /**
+   * A kernel node's function and launch shape; undefined where this driver cannot say (no
+   * cuGraphKernelNodeGetParams). A library kernel (cuBLAS's) may be held as a CUkernel: resolved to its CUfunction in
+   * the current context.
+   */
+  graphKernelNodeParams(node: Handle): KernelNodeParams | undefined {
+    const get = this.optional.cuGraphKernelNodeGetParams;
+    if (get === undefined) return undefined;
+    const buf = new Uint8Array(KERNEL_NODE_PARAMS_BYTES);
+    this.check(get(node, buf), "cuGraphKernelNodeGetParams");
+    const view = new DataView(buf.buffer);
+    let func = view.getBigUint64(0, true);
+    const kern = view.getBigUint64(KERNEL_NODE_KERN_OFFSET, true);
+    const resolve = this.optional.cuKernelGetFunction;
+    if (func === 0n && kern !== 0n && resolve !== undefined) {
+      this.check(resolve(this.u64, kern), "cuKernelGetFunction");
+      func = this.u64[0]!;
+    }
+    const u32 = (at: number) => view.getUint32(at, true);
+    return {
+      func,
+      grid: [u32(8), u32(12), u32(16)],
+      block: [u32(20), u32(24), u32(28)],
+      sharedBytes: u32(32),
+    };
   }
 
   /** An ArrayBuffer over host memory at `ptr` (no copy), e.g. pinned memory from memAllocHost. */

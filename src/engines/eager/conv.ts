@@ -11,20 +11,72 @@
 // Caffe does; never atomics): the bias on the first lane, the weight GEMM of sample n waiting for the event marked
 // right after sample n − 1's. Every sum is then computed in the same order on any number of lanes, so the results
 // are one lane's bit for bit.
+//
+// One stream is Caffe's own schedule: the same kernels in the same order (forward_gpu_gemm and forward_gpu_bias per
+// sample; backward_gpu_bias per sample, then weight_gpu_gemm and backward_gpu_gemm per sample), a 1×1 convolution
+// with stride 1 and no padding reading its input as the column buffer (Caffe's is_1x1_). Two differences, neither a
+// slowdown: col2im adds into dx (the graph's gradients accumulate; Caffe's col2im assigns), and a 1×1 layer's input
+// gradient still goes through the column buffer and col2im (Caffe's GEMM writes it directly).
 
 import {
   type Cublas,
   type CublasHandle,
   type CudaDriver,
+  type CudaKernel,
   type CudaStream,
   type DevicePtr,
   floatBits,
+  type KernelArg,
   karg,
 } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { type ImageGeometry, imageGeometry } from "../../ops/image.js";
 import type { StreamPool } from "../../streams/pool.js";
-import type { EagerNodeKernels } from "./node-kernels.js";
+
+/** What the runner launches with: the two convolution kernels and a counted grid-stride launch (EagerNodeKernels). */
+export interface ConvHost {
+  readonly k: { readonly vp_im2col: CudaKernel; readonly vp_col2im_add: CudaKernel };
+  readonly counts: { kernels: number; cublas: number };
+  launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream): void;
+}
+
+/**
+ * GLP4NN's resource tracker's view of the runner (src/streams/tracker.ts): each kernel launch and each cuBLAS call goes
+ * through it, named (`im2col`, `gemm y=W·col`, …), so that it can be timed and its footprint read.
+ */
+export interface ConvTrace {
+  kernel(name: ConvKernelName, kernel: CudaKernel, elements: number, stream: CudaStream, launch: () => void): void;
+  blas(name: ConvCallName, stream: CudaStream, call: () => void): void;
+}
+
+/** The runner's kernels and cuBLAS calls, by the names a trace sees. */
+export const CONV_KERNELS = ["im2col", "col2im"] as const;
+export const CONV_CALLS = [
+  "gemm y=W·col",
+  "gemm y+=b·1ᵀ",
+  "gemv db+=dy·1",
+  "gemm dW+=dy·colᵀ",
+  "gemm col=Wᵀ·dy",
+] as const;
+export type ConvKernelName = (typeof CONV_KERNELS)[number];
+export type ConvCallName = (typeof CONV_CALLS)[number];
+
+/** The device addresses of one convolution: input, filters, bias, output, and their gradients. */
+export interface ConvPointers {
+  readonly x: DevicePtr;
+  readonly W: DevicePtr;
+  readonly b: DevicePtr;
+  readonly y: DevicePtr;
+  readonly dx: DevicePtr;
+  readonly dW: DevicePtr;
+  readonly db: DevicePtr;
+  readonly dy: DevicePtr;
+}
+
+/** Caffe's is_1x1_: the input is its own column buffer (no im2col). */
+export function isOneByOne(G: ImageGeometry): boolean {
+  return G.kernel === 1 && G.stride === 1 && G.padding === 0;
+}
 
 /** Where one sample's im2col and GEMMs are queued. */
 export interface ConvLane {
@@ -84,6 +136,8 @@ interface Scratch {
 export class ConvRunner {
   private readonly cols: Scratch[];
   private readonly ones: Scratch = { ptr: 0, floats: 0 };
+  /** Set: every launch and call goes through it (profiling); unset: launched directly. */
+  trace: ConvTrace | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -94,62 +148,83 @@ export class ConvRunner {
   }
 
   /** Node i's forward: y[n] = W·im2col(x[n]) + b·1ᵀ for n = 0 … N − 1. */
-  forward(l: EagerNodeKernels, g: ComputationGraph, i: number): void {
-    const G = this.prepare(g, i);
+  forward(l: ConvHost & { valPtr: Float64Array }, g: ComputationGraph, i: number): void {
+    const G = this.prepare(imageGeometry(g, i), () => g.describe(i));
+    const v = l.valPtr;
+    this.forwardAt(l, G, { x: v[g.arg(i, 0)]!, W: v[g.arg(i, 1)]!, b: v[g.arg(i, 2)]!, y: v[i]! });
+  }
+
+  /** Node i's backward: db, dW (in sample order) and dx, all accumulated (+=). */
+  backward(l: ConvHost & { valPtr: Float64Array; gradPtr: Float64Array }, g: ComputationGraph, i: number): void {
+    const G = this.prepare(imageGeometry(g, i), () => g.describe(i));
+    const [v, d] = [l.valPtr, l.gradPtr];
+    const [x, W, b] = [g.arg(i, 0), g.arg(i, 1), g.arg(i, 2)];
+    this.backwardAt(l, G, { x: v[x]!, W: v[W]!, b: v[b]!, y: v[i]!, dx: d[x]!, dW: d[W]!, db: d[b]!, dy: d[i]! });
+  }
+
+  /**
+   * The forward of a convolution of geometry G at the given addresses. `G` must have been passed to `prepare` (the
+   * buffers sized for it) — `forward` does both.
+   */
+  forwardAt(l: ConvHost, G: ImageGeometry, p: Pick<ConvPointers, "x" | "W" | "b" | "y">): void {
     const rows = G.c * G.kernel * G.kernel;
     const plane = G.ho * G.wo;
-    const x = l.valPtr[g.arg(i, 0)]!;
-    const W = l.valPtr[g.arg(i, 1)]!;
-    const b = l.valPtr[g.arg(i, 2)]!;
-    const y = l.valPtr[i]!;
     const lanes = this.lanes;
+    const direct = isOneByOne(G);
     lanes.fork();
     for (let n = 0; n < G.n; n++) {
       const lane = lanes.lane(n);
-      const col = this.cols[lane.index]!.ptr;
-      const yn = y + 4 * n * G.f * plane;
-      this.im2col(l, lane, G, col, x + 4 * n * G.c * G.h * G.w);
-      this.gemm(l, lane, { m: G.f, n: plane, k: rows, A: W, B: col, beta: 0, C: yn });
-      this.gemm(l, lane, { m: G.f, n: plane, k: 1, A: b, B: this.ones.ptr, beta: 1, C: yn });
+      const xn = p.x + 4 * n * G.c * G.h * G.w;
+      const col = direct ? xn : this.cols[lane.index]!.ptr;
+      const yn = p.y + 4 * n * G.f * plane;
+      if (!direct) this.im2col(l, lane, G, col, xn);
+      this.gemm(l, lane, "gemm y=W·col", { m: G.f, n: plane, k: rows, A: p.W, B: col, beta: 0, C: yn });
+      this.gemm(l, lane, "gemm y+=b·1ᵀ", { m: G.f, n: plane, k: 1, A: p.b, B: this.ones.ptr, beta: 1, C: yn });
     }
     lanes.join();
   }
 
-  /** Node i's backward: db, dW (in sample order) and dx, all accumulated (+=). */
-  backward(l: EagerNodeKernels, g: ComputationGraph, i: number): void {
-    const G = this.prepare(g, i);
+  /** The backward of a convolution of geometry G (prepared) at the given addresses: db, dW, dx accumulated. */
+  backwardAt(l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
     const rows = G.c * G.kernel * G.kernel;
     const plane = G.ho * G.wo;
-    const x = l.valPtr[g.arg(i, 0)]!;
-    const W = l.valPtr[g.arg(i, 1)]!;
-    const dx = l.gradPtr[g.arg(i, 0)]!;
-    const dW = l.gradPtr[g.arg(i, 1)]!;
-    const db = l.gradPtr[g.arg(i, 2)]!;
-    const dy = l.gradPtr[i]!;
     const ones = this.ones.ptr;
     const lanes = this.lanes;
+    const direct = isOneByOne(G);
     lanes.fork();
     // Caffe's order: the bias over every sample first (in order, on the first lane), then weights and input per sample
     const first = lanes.lane(0);
     for (let n = 0; n < G.n; n++) {
-      const dyn = dy + 4 * n * G.f * plane;
-      this.cublas.sgemvRowMajor(first.blas, { rows: G.f, cols: plane, A: dyn, x: ones, beta: 1, y: db });
-      l.counts.cublas++;
+      const dyn = p.dy + 4 * n * G.f * plane;
+      this.blas(l, first, "gemv db+=dy·1", () =>
+        this.cublas.sgemvRowMajor(first.blas, { rows: G.f, cols: plane, A: dyn, x: ones, beta: 1, y: p.db }),
+      );
     }
     let previous = first;
     for (let n = 0; n < G.n; n++) {
       const lane = lanes.lane(n);
       const col = this.cols[lane.index]!.ptr;
-      const dyn = dy + 4 * n * G.f * plane;
-      this.im2col(l, lane, G, col, x + 4 * n * G.c * G.h * G.w);
+      const dyn = p.dy + 4 * n * G.f * plane;
+      const xn = p.x + 4 * n * G.c * G.h * G.w;
+      if (!direct) this.im2col(l, lane, G, col, xn);
       // dW += dy[n]·colᵀ strictly after sample n − 1's (the fixed order), and after nothing else of it
       if (n > 0) lanes.waitFor(lane, previous);
-      this.gemm(l, lane, { m: G.f, n: rows, k: plane, A: dyn, B: col, transB: true, beta: 1, C: dW });
+      const B = direct ? xn : col;
+      this.gemm(l, lane, "gemm dW+=dy·colᵀ", { m: G.f, n: rows, k: plane, A: dyn, B, transB: true, beta: 1, C: p.dW });
       lanes.mark(lane);
       previous = lane;
-      this.gemm(l, lane, { transA: true, m: rows, n: plane, k: G.f, A: W, B: dyn, beta: 0, C: col });
-      const dxn = karg.ptr(dx + 4 * n * G.c * G.h * G.w);
-      l.launch(l.k.vp_col2im_add, G.c * G.h * G.w, [dxn, karg.ptr(col), ...dims(G)], lane.stream);
+      this.gemm(l, lane, "gemm col=Wᵀ·dy", {
+        transA: true,
+        m: rows,
+        n: plane,
+        k: G.f,
+        A: p.W,
+        B: dyn,
+        beta: 0,
+        C: col,
+      });
+      const dxn = karg.ptr(p.dx + 4 * n * G.c * G.h * G.w);
+      this.kernel(l, lane, "col2im", l.k.vp_col2im_add, G.c * G.h * G.w, [dxn, karg.ptr(col), ...dims(G)]);
     }
     lanes.join();
   }
@@ -164,13 +239,12 @@ export class ConvRunner {
     }
   }
 
-  /** Node i's geometry, with every lane's column buffer and the row of ones large enough for it. */
-  private prepare(g: ComputationGraph, i: number): ImageGeometry {
-    const G = imageGeometry(g, i);
+  /** Makes every lane's column buffer and the row of ones large enough for G (`what` names the layer in errors). */
+  prepare(G: ImageGeometry, what: () => string): ImageGeometry {
     const colFloats = G.c * G.kernel * G.kernel * G.ho * G.wo;
     if (colFloats > MAX_ELEMENTS) {
       throw new Error(
-        `eager engine: ${g.describe(i)} needs a column buffer of ${G.c}·${G.kernel}·${G.kernel} × ${G.ho}·${G.wo} = ` +
+        `eager engine: ${what()} needs a column buffer of ${G.c}·${G.kernel}·${G.kernel} × ${G.ho}·${G.wo} = ` +
           `${colFloats} floats; the kernels index at most ${MAX_ELEMENTS} (use fewer channels or a smaller image)`,
       );
     }
@@ -203,13 +277,33 @@ export class ConvRunner {
     s.floats = floats;
   }
 
-  private im2col(l: EagerNodeKernels, lane: ConvLane, G: ImageGeometry, col: DevicePtr, xn: DevicePtr): void {
-    l.launch(l.k.vp_im2col, G.c * G.ho * G.wo, [karg.ptr(col), karg.ptr(xn), ...dims(G)], lane.stream);
+  private im2col(l: ConvHost, lane: ConvLane, G: ImageGeometry, col: DevicePtr, xn: DevicePtr): void {
+    this.kernel(l, lane, "im2col", l.k.vp_im2col, G.c * G.ho * G.wo, [karg.ptr(col), karg.ptr(xn), ...dims(G)]);
+  }
+
+  private kernel(
+    l: ConvHost,
+    lane: ConvLane,
+    name: ConvKernelName,
+    kernel: CudaKernel,
+    n: number,
+    args: KernelArg[],
+  ): void {
+    const launch = () => l.launch(kernel, n, args, lane.stream);
+    if (this.trace === undefined) launch();
+    else this.trace.kernel(name, kernel, n, lane.stream, launch);
+  }
+
+  private blas(l: ConvHost, lane: ConvLane, name: ConvCallName, call: () => void): void {
+    if (this.trace === undefined) call();
+    else this.trace.blas(name, lane.stream, call);
+    l.counts.cublas++;
   }
 
   private gemm(
-    l: EagerNodeKernels,
+    l: ConvHost,
     lane: ConvLane,
+    name: ConvCallName,
     a: {
       m: number;
       n: number;
@@ -222,8 +316,7 @@ export class ConvRunner {
       transB?: boolean;
     },
   ): void {
-    this.cublas.sgemmRowMajor(lane.blas, a);
-    l.counts.cublas++;
+    this.blas(l, lane, name, () => this.cublas.sgemmRowMajor(lane.blas, a));
   }
 }
 

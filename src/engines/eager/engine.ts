@@ -13,22 +13,43 @@ import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
+import { type IntegerSolver, loadSolver } from "../../streams/index.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
 import { oneLane, poolLanes } from "./conv.js";
+import { ConvAuto } from "./conv-auto.js";
+import { forwardWorks } from "./kernel-table.js";
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
+import { type LevelChoice, LevelProfiler } from "./level-glp.js";
+import { chunkLevels } from "./levels.js";
 import { type EagerLaunchCounts, EagerNodeKernels, type NodeAddresses } from "./node-kernels.js";
 
 export type { EagerLaunchCounts } from "./node-kernels.js";
 export interface EagerEngineOptions extends GpuContextOptions {
   /**
-   * Streams for the samples of a convolution (GLP4NN's stream pool; the results do not depend on it): 1, the default,
-   * runs everything on the engine's stream.
+   * GLP4NN's stream pool (the results do not depend on it): N streams for the samples of a convolution and for the
+   * independent nodes of each level of a forward pass; "auto": the kernel analyser chooses the level's pool size from
+   * the first forward call's kernels (level-glp.ts) and each convolution's from a profile of the layer (conv-auto.ts).
+   * 1, the default, runs everything on the engine's stream.
    */
-  streams?: number;
+  streams?: number | "auto";
+  /** `streams: "auto"`: the solver (default: HiGHS, loaded in the background; until it is, one stream). */
+  solver?: IntegerSolver;
+  /** `streams: "auto"`: called with each choice and why (`--explain`): the levels', once each convolution's. */
+  explain?: (text: string) => void;
+}
+
+/** `streams` as given on the command line: "auto" or a whole number 1 … MAX_EAGER_STREAMS; one line otherwise. */
+export function parseStreams(value: string): number | "auto" {
+  const v = value.trim();
+  if (v === "auto") return "auto";
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > MAX_EAGER_STREAMS) {
+    throw new RangeError(`--streams must be auto or a whole number 1 … ${MAX_EAGER_STREAMS}; got '${value}'`);
+  }
+  return Number(v);
 }
 
 /** The most streams `streams` takes: the resident kernels of every architecture since Pascal. */
@@ -67,16 +88,30 @@ export class EagerEngine implements DataParallelEngine {
   /** Lookup gathers of the forward calls on this graph, replayed as scatters by backward. */
   private chunks: ForwardChunk[] = [];
   private reach = new Uint8Array(1024);
+  /** Streams for the nodes of a level (1: node order on the engine's stream). */
+  private levelStreams = 1;
+  /** `streams: "auto"`: the profile of the first forward call until it is analysed. */
+  private profiler: LevelProfiler | undefined;
+  private solver: IntegerSolver | undefined;
+  private readonly explainTo: ((text: string) => void) | undefined;
+  /** `streams: "auto"`: what the analyser chose, once it has. */
+  levelChoice: LevelChoice | undefined;
 
   constructor(
     readonly params: ParameterCollection,
     opts: EagerEngineOptions = {},
   ) {
     requireCollection(params, "eager");
-    const streams = opts.streams ?? 1;
-    if (!Number.isInteger(streams) || streams < 1 || streams > MAX_EAGER_STREAMS) {
-      throw new RangeError(`eager engine: streams must be an integer in 1 … ${MAX_EAGER_STREAMS}; got ${streams}`);
+    const auto = opts.streams === "auto";
+    const streams = auto ? 1 : (opts.streams ?? 1);
+    if (typeof streams !== "number" || !Number.isInteger(streams) || streams < 1 || streams > MAX_EAGER_STREAMS) {
+      throw new RangeError(
+        `eager engine: streams must be "auto" or an integer in 1 … ${MAX_EAGER_STREAMS}; got ${opts.streams}`,
+      );
     }
+    this.levelStreams = streams;
+    this.explainTo = opts.explain;
+    this.solver = opts.solver;
     this.ctx = GpuContext.open(opts);
     try {
       this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
@@ -87,6 +122,20 @@ export class EagerEngine implements DataParallelEngine {
           ? oneLane(this.ctx.stream, this.ctx.cublasHandle)
           : poolLanes(this.ctx.streamPool(streams), this.ctx.stream, streams);
       this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts, lanes);
+      if (auto) {
+        this.profiler = new LevelProfiler(this.ctx);
+        this.nodes.convChooser = new ConvAuto(this.ctx, this.nodes.conv, () => this.solver, opts.explain);
+        if (this.solver === undefined) {
+          loadSolver().then(
+            (s) => {
+              this.solver = s;
+            },
+            () => {
+              // without HiGHS the engine stays on one stream (the analysis cannot run)
+            },
+          );
+        }
+      }
     } catch (e) {
       this.ctx.dispose();
       throw e;
@@ -141,8 +190,77 @@ export class EagerEngine implements DataParallelEngine {
         karg.i32(l.dim),
       ]);
     }
-    for (let i = from; i <= e.id; i++) this.nodes.forward(g, i);
+    if (this.levelStreams > 1) this.forwardLevels(g, from, e.id);
+    else if (this.profiler !== undefined && this.levelChoice === undefined) this.forwardProfiled(g, from, e.id);
+    else for (let i = from; i <= e.id; i++) this.nodes.forward(g, i);
     this.computed = e.id + 1;
+  }
+
+  /** `streams: "auto"`: node order on one stream with every launch tracked; analysed once the solver is there. */
+  private forwardProfiled(g: ComputationGraph, from: number, to: number): void {
+    const p = this.profiler!;
+    if (!p.ready()) {
+      const levels = chunkLevels(g, from, to, forwardWorks);
+      for (let k = 0; k < levels.count; k++) p.widths.push(levels.starts[k + 1]! - levels.starts[k]!);
+      p.start();
+      try {
+        for (let i = from; i <= to; i++) {
+          // a convolution is sized on its own (conv-auto.ts): its kernels are not a level's
+          this.nodes.tracker = g.op[i] === Op.Conv2d ? undefined : p;
+          this.nodes.forward(g, i);
+        }
+      } finally {
+        this.nodes.tracker = undefined;
+      }
+    } else {
+      for (let i = from; i <= to; i++) this.nodes.forward(g, i);
+    }
+    if (p.ready() && this.solver !== undefined) {
+      this.levelChoice = p.analyse(this.solver);
+      p.dispose();
+      this.profiler = undefined;
+      this.levelStreams = this.levelChoice.streams;
+      this.explainTo?.(this.levelChoice.text);
+    }
+  }
+
+  /**
+   * Nodes [from, to] level by level: a level of several nodes is forked to the pool's lanes (node k of the level on
+   * lane k mod L, its cuBLAS calls on the lane's handle) and joined back before the next; a level of one node, and
+   * convolutions (which fork their samples to the pool themselves), run on the engine's stream. Each node's kernels
+   * are the one-stream ones on the same inputs, so the values are one stream's bit for bit.
+   */
+  private forwardLevels(g: ComputationGraph, from: number, to: number): void {
+    const levels = chunkLevels(g, from, to, forwardWorks);
+    const pool = this.ctx.streamPool(this.levelStreams);
+    const origin = this.ctx.stream;
+    const { nodes, starts } = levels;
+    for (let k = 0; k < levels.count; k++) {
+      const a = starts[k]!;
+      const b = starts[k + 1]!;
+      let spread = 0;
+      for (let q = a; q < b; q++) if (g.op[nodes[q]!] !== Op.Conv2d) spread++;
+      if (spread < 2) {
+        for (let q = a; q < b; q++) this.nodes.forward(g, nodes[q]!);
+        continue;
+      }
+      const lanes = Math.min(this.levelStreams, spread);
+      pool.fork(origin, lanes);
+      let j = 0;
+      try {
+        for (let q = a; q < b; q++) {
+          const i = nodes[q]!;
+          if (g.op[i] === Op.Conv2d) continue;
+          const lane = pool.lane(j++, lanes);
+          this.nodes.use(lane.stream, lane.blas);
+          this.nodes.forward(g, i);
+        }
+      } finally {
+        this.nodes.use();
+        pool.join(origin, lanes);
+      }
+      for (let q = a; q < b; q++) if (g.op[nodes[q]!] === Op.Conv2d) this.nodes.forward(g, nodes[q]!);
+    }
   }
 
   forwardScalar(e: Expression): number {
@@ -231,6 +349,7 @@ export class EagerEngine implements DataParallelEngine {
   dispose(): void {
     try {
       try {
+        this.profiler?.dispose();
         this.nodes.dispose();
       } finally {
         this.device.dispose();

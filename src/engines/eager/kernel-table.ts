@@ -247,10 +247,10 @@ const table: OpTable<EagerKernel> = {
   // per-sample im2col + GEMMs, Caffe's way (conv.ts)
   [Op.Conv2d]: {
     forward(l, g, i) {
-      l.conv.forward(l, g, i);
+      l.convRunner(g, i, "forward").forward(l, g, i);
     },
     backward(l, g, i) {
-      l.conv.backward(l, g, i);
+      l.convRunner(g, i, "backward").backward(l, g, i);
     },
   },
   // one launch over the batch; the gradient gathers per input element (no atomics)
@@ -287,3 +287,8 @@ const table: OpTable<EagerKernel> = {
 
 /** The eager engine's kernels, indexed by op. */
 export const EAGER_KERNELS: readonly EagerKernel[] = opArray(table, "eager engine kernels");
+
+/** Whether an op's forward queues device work (inputs, parameters, lookups and views queue none). */
+export function forwardWorks(op: number): boolean {
+  return EAGER_KERNELS[op]!.forward !== nothing;
+}

@@ -2,13 +2,25 @@
 // every node's device addresses (value, gradient, and the pointer tables of sum nodes), and the launch counters.
 // `forward` and `backward` run one node through its op's entry.
 
-import { type CudaKernel, type CudaStream, type KernelArg, karg } from "../../cuda/index.js";
+import { type CublasHandle, type CudaKernel, type CudaStream, type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
 import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
+
+/** Picks the runner (the lanes) for a convolution node's forward or backward. */
+export interface ConvChooser {
+  runner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner | undefined;
+  dispose(): void;
+}
+
+/** What GLP4NN's resource tracker needs of the launches (src/streams/tracker.ts's ResourceTracker). */
+export interface LaunchTracker {
+  launch(kernel: CudaKernel, shape: { grid: number; block: number }, stream: CudaStream, launch: () => void): void;
+  timeCall(name: string, stream: CudaStream, call: () => void): void;
+}
 
 export type { LaunchCounts as EagerLaunchCounts } from "../gpu/context.js";
 
@@ -23,6 +35,13 @@ export interface NodeAddresses {
 export class EagerNodeKernels {
   /** Convolutions: per-sample im2col + GEMMs on `lanes` (conv.ts). */
   readonly conv: ConvRunner;
+  /** Where node work is queued: the context's stream, or a lane of the stream pool (a level's nodes at once). */
+  private stream: CudaStream;
+  private blas: CublasHandle;
+  /** Set while the engine profiles (GLP4NN's `streams: "auto"`): every launch and cuBLAS call goes through it. */
+  tracker: LaunchTracker | undefined;
+  /** GLP4NN's `streams: "auto"`: a runner per convolution and direction, sized by the analyser (conv-auto.ts). */
+  convChooser: ConvChooser | undefined;
 
   constructor(
     readonly ctx: GpuContext,
@@ -33,6 +52,19 @@ export class EagerNodeKernels {
     lanes: ConvLanes = oneLane(ctx.stream, ctx.cublasHandle),
   ) {
     this.conv = new ConvRunner(ctx.device.driver, ctx.cublas, lanes);
+    this.stream = ctx.stream;
+    this.blas = ctx.cublasHandle;
+  }
+
+  /** Queues node work on `stream` with `blas` (a pool lane) until the next call; `use()` returns to the context's. */
+  use(stream: CudaStream = this.ctx.stream, blas: CublasHandle = this.ctx.cublasHandle): void {
+    this.stream = stream;
+    this.blas = blas;
+  }
+
+  /** The runner for node i's convolution (the chooser's, else the engine's lanes). */
+  convRunner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner {
+    return this.convChooser?.runner(g, i, direction) ?? this.conv;
   }
 
   /** Device address of each node's value (the engine grows the arrays; read them through these getters). */
@@ -57,33 +89,45 @@ export class EagerNodeKernels {
   }
 
   /** A grid-stride launch over n elements (on the context's stream unless another is given). */
-  launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream = this.ctx.stream): void {
-    kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream }, args);
+  launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream = this.stream): void {
+    const grid = gridFor(n);
+    if (this.tracker === undefined) kernel.launch({ grid, block: EAGER_BLOCK, stream }, args);
+    else
+      this.tracker.launch(kernel, { grid, block: EAGER_BLOCK }, stream, () =>
+        kernel.launch({ grid, block: EAGER_BLOCK, stream }, args),
+      );
     this.counts.kernels++;
   }
 
   /** A launch of one block (kernels that reduce over the node, such as the softmax loss). */
   launchBlock(kernel: CudaKernel, args: KernelArg[]): void {
-    kernel.launch({ grid: 1, block: EAGER_BLOCK, stream: this.ctx.stream }, args);
+    const stream = this.stream;
+    if (this.tracker === undefined) kernel.launch({ grid: 1, block: EAGER_BLOCK, stream }, args);
+    else
+      this.tracker.launch(kernel, { grid: 1, block: EAGER_BLOCK }, stream, () =>
+        kernel.launch({ grid: 1, block: EAGER_BLOCK, stream }, args),
+      );
     this.counts.kernels++;
   }
 
   /** An asynchronous device-to-device copy of `bytes`. */
   copy(dst: number, src: number, bytes: number): void {
-    this.ctx.device.driver.memcpyDtoDAsync(dst, src, bytes, this.ctx.stream.handle);
+    this.ctx.device.driver.memcpyDtoDAsync(dst, src, bytes, this.stream.handle);
     this.counts.copies++;
   }
 
   /** y = alpha·op(W)·x + beta·y with W row-major [rows, cols]. */
   gemv(trans: boolean, rows: number, cols: number, W: number, x: number, y: number, beta: number): void {
-    this.ctx.cublas.sgemvRowMajor(this.ctx.cublasHandle, { trans, rows, cols, A: W, x, y, beta });
+    const call = () => this.ctx.cublas.sgemvRowMajor(this.blas, { trans, rows, cols, A: W, x, y, beta });
+    if (this.tracker === undefined) call();
+    else this.tracker.timeCall(`cublasSgemv ${trans ? "T " : ""}${rows}×${cols}`, this.stream, call);
     this.counts.cublas++;
   }
 
   /** dW += dy·xᵀ (a rank-1 GEMM, k = 1) and dx += Wᵀ·dy, for node w = W [rows, cols] and node x; dy an address. */
   gemvBackward(rows: number, cols: number, w: number, x: number, dy: number): void {
     const cublas = this.ctx.cublas;
-    cublas.sgemmRowMajor(this.ctx.cublasHandle, {
+    cublas.sgemmRowMajor(this.blas, {
       m: rows,
       n: cols,
       k: 1,
@@ -98,7 +142,11 @@ export class EagerNodeKernels {
 
   /** Frees what the node kernels allocated for themselves (the convolutions' buffers). */
   dispose(): void {
-    this.conv.dispose();
+    try {
+      this.convChooser?.dispose();
+    } finally {
+      this.conv.dispose();
+    }
   }
 
   /** y = [x₁; x₂; …] (or its gradient) in launches of up to four arguments. */

@@ -1,0 +1,106 @@
+/**
+ * The eager part of `vpps bench glp4nn`: Tree-LSTM training (forward, backward, SGD update; hidden and embedding 256,
+ * the fused cell) on the eager engine with one stream and with `streams: "auto"` (GLP4NN's analyser sizing the pool
+ * for the independent nodes of a level), at each batch size; the losses of both compared bit for bit, and what the
+ * analyser chose and why.
+ */
+import { EagerEngine } from "../../engines/eager/engine.js";
+import { ComputationGraph } from "../../graph/graph.js";
+import { makeTrainer } from "../../optim/trainers.js";
+import type { IntegerSolver } from "../../streams/index.js";
+import { median } from "../common.js";
+import { benchModel } from "../models/index.js";
+
+export interface TreeLstmPoolRow {
+  batch: number;
+  /** Sentences per second, median over repeats. */
+  oneStream: number;
+  auto: number;
+  /** Streams the analyser chose, the pool size before the fork/join check, the launch cost it measured. */
+  chosen: number;
+  analysed: number;
+  launchUs: number;
+  /** The last line of the explanation (the choice); the whole of it in `explain`. */
+  reason: string;
+  explain: string;
+  /** The losses of one stream and auto equal bit for bit over the timed batches. */
+  identicalLosses: boolean;
+}
+
+const SIZE = { hidden: 256, embed: 256 };
+
+export async function runTreeLstmPool(o: {
+  batches: readonly number[];
+  sentences: number;
+  dataFile?: string;
+  solver: IntegerSolver;
+  log: (line: string) => void;
+}): Promise<TreeLstmPoolRow[]> {
+  const task = benchModel("treelstm").load(o.dataFile, 4096);
+  const rows: TreeLstmPoolRow[] = [];
+  for (const batch of o.batches) {
+    const steps = Math.max(2, Math.round(o.sentences / batch));
+    const repeats = batch >= 128 ? 3 : 5;
+    const run = (streams: number | "auto") => {
+      let explain = "";
+      // the same seeded parameters for both engines: the losses must agree bit for bit
+      const net = task.net(SIZE, "fused");
+      const engine = new EagerEngine(net.params, {
+        streams,
+        solver: o.solver,
+        explain: (t) => {
+          explain = t;
+        },
+      });
+      try {
+        const trainer = makeTrainer("sgd", { learningRate: 0.05 });
+        const cg = new ComputationGraph();
+        const losses: number[] = [];
+        let index = 0;
+        const step = () => {
+          cg.renew();
+          const loss = net.batchLoss(cg, task.batch(batch, index++));
+          losses.push(engine.forwardScalar(loss));
+          engine.backward(loss);
+          engine.update(trainer);
+        };
+        for (let w = 0; w < 3; w++) step(); // warm-up; with auto, the profile and the analysis
+        engine.ctx.synchronize();
+        const times: number[] = [];
+        for (let r = 0; r < repeats; r++) {
+          const t0 = performance.now();
+          for (let s = 0; s < steps; s++) step();
+          engine.ctx.synchronize();
+          times.push((performance.now() - t0) / steps);
+        }
+        return { sps: (1000 * batch) / median(times), losses, explain, choice: engine.levelChoice };
+      } finally {
+        engine.dispose();
+      }
+    };
+    const one = run(1);
+    const auto = run("auto");
+    const same =
+      one.losses.length === auto.losses.length &&
+      one.losses.every((v, i) => Object.is(Math.fround(v), Math.fround(auto.losses[i]!)));
+    const explainLines = auto.explain.split("\n");
+    const row: TreeLstmPoolRow = {
+      batch,
+      oneStream: one.sps,
+      auto: auto.sps,
+      chosen: auto.choice?.streams ?? 1,
+      analysed: auto.choice?.analysed ?? 1,
+      launchUs: auto.choice?.launchUs ?? 0,
+      reason: explainLines.find((l) => l.startsWith("pool = ")) ?? explainLines[explainLines.length - 1] ?? "",
+      explain: auto.explain,
+      identicalLosses: same,
+    };
+    rows.push(row);
+    o.log(
+      `Tree-LSTM eager batch ${String(batch).padStart(3)}: 1 stream ${one.sps.toFixed(1)} sent/s, auto ` +
+        `${auto.sps.toFixed(1)} sent/s (${row.chosen} stream(s); analyser ${row.analysed}; launch ${row.launchUs.toFixed(2)} µs)` +
+        `${same ? "" : "; LOSSES DIFFER"}`,
+    );
+  }
+  return rows;
+}
