@@ -187,9 +187,11 @@ export async function runParallelBench(o: ParallelBenchOptions): Promise<number>
   );
   if (!o.quick || o.out !== undefined) {
     const dir = resultsDir(device.slug, o.out);
-    writeJson(dir, "parallel", { device: device.name, gpus: count, command: o.command, repeats, rows });
-    writeOutput(dir, "parallel.md", t.text);
-    t.print(`wrote ${join(dir, "parallel.json")} and parallel.md`);
+    // a run of some configurations (each fits one call of a time-limited machine) writes files of its own
+    const name = o.configs === undefined ? "parallel" : `parallel-${configs.map((c) => c.id).join("+")}`;
+    writeJson(dir, name, { device: device.name, gpus: count, command: o.command, repeats, rows });
+    writeOutput(dir, `${name}.md`, t.text);
+    t.print(`wrote ${join(dir, `${name}.json`)} and ${name}.md`);
   }
   return failed > 0 ? 1 : 0;
 }
