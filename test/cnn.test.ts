@@ -105,7 +105,7 @@ describe("MNIST's IDX files", () => {
     assert.throws(() => cnnTask.data.fromDirectory(dir, {}), /t10k-images-idx3-ubyte: byte 8: expected 28 × 28 images/);
   });
 
-  test("the mnist package's layout: digits by class, the first 800 of each class for training", () => {
+  test("the mnist package's layout: digits by class, the first 800 of each class for training, classes interleaved", () => {
     const dir = tmp();
     mkdirSync(join(dir, "src", "digits"), { recursive: true });
     for (let d = 0; d < 10; d++) {
@@ -116,9 +116,13 @@ describe("MNIST's IDX files", () => {
     const { train, dev } = readMnistPackage(dir);
     assert.equal(train.count, 8000);
     assert.equal(dev.count, 15, "1 or 2 of each class");
-    assert.equal(train.labels[799], 0);
-    assert.equal(train.labels[800], 1);
-    assert.equal(train.pixels[800 * 784], Math.round(255 * 0.1), "class 1's first pixel, scaled to 0 … 255");
+    assert.deepEqual([...train.labels.subarray(0, 12)], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1], "classes interleaved");
+    assert.equal(train.pixels[784], Math.round(255 * 0.1), "class 1's first pixel, scaled to 0 … 255");
+    assert.deepEqual(
+      [...dev.labels],
+      [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 3, 5, 7, 9],
+      "the odd classes' second dev digit last",
+    );
     writeFileSync(join(dir, "src", "digits", "3.json"), JSON.stringify({ data: [1, 2, 3] }));
     assert.throws(() => readMnistPackage(dir), /3.json: expected "data", an array of 28 × 28 pixel values per digit/);
   });

