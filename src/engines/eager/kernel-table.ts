@@ -4,7 +4,7 @@
 
 import { type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
-import { Op, type OpTable, opArray, unsupported } from "../../graph/opcodes.js";
+import { Op, type OpTable, opArray } from "../../graph/opcodes.js";
 import { imageGeometry } from "../../ops/image.js";
 import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "./kernels.js";
 import type { EagerNodeKernels } from "./node-kernels.js";
@@ -278,11 +278,15 @@ const table: OpTable<EagerKernel> = {
       l.launch(l.k.vp_axpy, n, [karg.ptr(grad(l, g, i, 0)), karg.ptr(l.gradPtr[i]!), karg.f32(1), karg.i32(n)]);
     },
   },
-  [Op.Rnn]: unsupported(
-    "eager",
-    Op.Rnn,
-    "the persistent RNN kernel is not wired into the GPU engines yet (docs/RNN.md); use --rnn steps, or the CPU engines",
-  ),
+  // one layer direction of the persistent RNN per direction (rnn-node.ts), on the engine's stream
+  [Op.Rnn]: {
+    forward(l, g, i) {
+      l.rnn().forward(g, i, l.valPtr);
+    },
+    backward(l, g, i) {
+      l.rnn().backward(g, i, l.valPtr, l.gradPtr);
+    },
+  },
 };
 
 /** The eager engine's kernels, indexed by op. */

@@ -9,6 +9,7 @@ import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
 import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
+import { EagerRnn } from "./rnn-node.js";
 
 /** Picks the runner (the lanes) for a convolution node's forward or backward. */
 export interface ConvChooser {
@@ -140,10 +141,18 @@ export class EagerNodeKernels {
     this.gemv(true, rows, cols, this.valPtr[w]!, dy, this.gradPtr[x]!, 1);
   }
 
-  /** Frees what the node kernels allocated for themselves (the convolutions' buffers). */
+  /** The `rnn` op's layers and workspaces (rnn-node.ts), made at the first rnn node. */
+  rnn(): EagerRnn {
+    this.rnnState ??= new EagerRnn(this.ctx);
+    return this.rnnState;
+  }
+  private rnnState: EagerRnn | undefined;
+
+  /** Frees what the node kernels allocated for themselves (the convolutions' buffers, the rnn op's). */
   dispose(): void {
     try {
       this.convChooser?.dispose();
+      this.rnnState?.dispose();
     } finally {
       this.conv.dispose();
     }

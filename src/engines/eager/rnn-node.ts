@@ -1,0 +1,237 @@
+/**
+ * The `rnn` graph op (src/ops/recurrent-op.ts) on the eager engine: each direction of the node runs as one layer
+ * direction of the persistent RNN (src/rnn/gpu/: the input projection GEMM, one persistent launch — or the stepwise
+ * path for a layer the registers cannot hold — and, backward, the second persistent launch and the weight-gradient
+ * GEMMs), on the node's value and gradient addresses: y's direction d is the column block d·H of [N, D·H], dx and
+ * the weight gradients are accumulated like every other node's. What the backward needs (the forward's saved
+ * activations) stays in a workspace per node and direction until the graph is renewed; workspaces are reused.
+ *
+ * Everything runs on the engine's own stream (with its cuBLAS handle), also when the node's level is spread over the
+ * stream pool: its arguments are complete there (the previous level joined back), and the next level forks after it.
+ */
+import type { CudaDevice, DevicePtr } from "../../cuda/index.js";
+import type { ComputationGraph } from "../../graph/graph.js";
+import { gatesOf } from "../../ops/recurrent.js";
+import { rnnNode } from "../../ops/recurrent-op.js";
+import {
+  PersistentRnnLayer,
+  RnnDoesNotFitError,
+  type RnnGpu,
+  type RnnLayerBase,
+  RnnWorkspace,
+} from "../../rnn/gpu/persistent.js";
+import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
+import type { GpuContext } from "../gpu/context.js";
+
+/** A device buffer that grows (never shrinks), zero-filled on every growth. */
+class Grown {
+  ptr: DevicePtr = 0;
+  floats = 0;
+  constructor(private readonly device: CudaDevice) {}
+  atLeast(floats: number): DevicePtr {
+    if (floats > this.floats) {
+      if (this.ptr) this.device.driver.memFree(this.ptr);
+      this.floats = Math.max(floats, 2 * this.floats);
+      this.ptr = this.device.driver.memAlloc(4 * this.floats);
+      this.device.driver.memcpyHtoD(this.ptr, new Float32Array(this.floats));
+    }
+    return this.ptr;
+  }
+  free(): void {
+    if (this.ptr) this.device.driver.memFree(this.ptr);
+    this.ptr = 0;
+    this.floats = 0;
+  }
+}
+
+interface NodeState {
+  readonly layer: RnnLayerBase;
+  readonly ws: RnnWorkspace[];
+  readonly steps: { dBatchSizes: DevicePtr; dOffsets: DevicePtr; batchSizes: Int32Array; offsets: Int32Array };
+}
+
+export class EagerRnn {
+  private readonly gpu: RnnGpu;
+  private readonly layers = new Map<string, RnnLayerBase>();
+  /** Workspaces not in use, by `cell/H`. */
+  private readonly free = new Map<string, RnnWorkspace[]>();
+  /** Node id → its workspaces and step table, for the current graph generation. */
+  private readonly live = new Map<number, NodeState>();
+  private liveGraph: ComputationGraph | undefined;
+  private liveGeneration = -1;
+  /** Stays all zeros: h0, c0, dhn, dcn and an absent b_hh. */
+  private readonly zeros: Grown;
+  /** Written and never read: hn, cn, dh0, dc0 and an absent b_hh's gradient. */
+  private readonly sink: Grown;
+  private readonly stepTables: DevicePtr[] = [];
+  /** The one-line notices of layers run on the stepwise path (`vpps train` prints them once each). */
+  readonly notices: string[] = [];
+
+  constructor(private readonly ctx: GpuContext) {
+    this.gpu = { device: ctx.device, stream: ctx.stream, cublas: ctx.cublas, cublasHandle: ctx.cublasHandle };
+    this.zeros = new Grown(ctx.device);
+    this.sink = new Grown(ctx.device);
+  }
+
+  private layer(cell: RnnLayerBase["cell"], hidden: number): RnnLayerBase {
+    const key = `${cell}/${hidden}`;
+    let l = this.layers.get(key);
+    if (!l) {
+      try {
+        l = PersistentRnnLayer.create(this.gpu, cell, hidden);
+      } catch (e) {
+        if (!(e instanceof RnnDoesNotFitError)) throw e;
+        const line = `vpps: rnn op: ${e.message}; running it on the non-persistent path (a GEMM per step)`;
+        this.notices.push(line);
+        process.stderr.write(`${line}\n`);
+        l = new StepwiseRnnLayer(this.gpu, cell, hidden);
+      }
+      this.layers.set(key, l);
+    }
+    return l;
+  }
+
+  /** Gives the previous graph's workspaces back when a new graph (or generation) starts. */
+  private renew(g: ComputationGraph): void {
+    if (this.liveGraph === g && this.liveGeneration === g.generation) return;
+    // the previous graph's launches are done by now (its loss was read): a failed one is reported here, once
+    for (const s of this.live.values()) for (const ws of s.ws) s.layer.checkStatus(ws);
+    for (const s of this.live.values()) {
+      for (const ws of s.ws) this.release(ws);
+    }
+    this.live.clear();
+    for (const p of this.stepTables.splice(0)) this.ctx.device.driver.memFree(p);
+    this.liveGraph = g;
+    this.liveGeneration = g.generation;
+  }
+
+  private take(cell: RnnLayerBase["cell"], hidden: number, rows: number, batch: number): RnnWorkspace {
+    const list = this.free.get(`${cell}/${hidden}`) ?? [];
+    const k = list.findIndex((w) => w.rows >= rows && w.batch >= batch);
+    if (k >= 0) return list.splice(k, 1)[0]!;
+    return new RnnWorkspace(this.gpu, cell, hidden, Math.ceil(rows * 1.25), Math.ceil(batch * 1.25));
+  }
+
+  private release(ws: RnnWorkspace): void {
+    const key = `${ws.cell}/${ws.hidden}`;
+    const list = this.free.get(key) ?? [];
+    list.push(ws);
+    this.free.set(key, list);
+  }
+
+  private upload(data: Int32Array): DevicePtr {
+    const p = this.ctx.device.driver.memAlloc(4 * Math.max(1, data.length));
+    this.ctx.device.driver.memcpyHtoDAsync(p, data, 4 * data.length, this.ctx.stream.handle);
+    this.stepTables.push(p);
+    return p;
+  }
+
+  forward(g: ComputationGraph, i: number, valPtr: Float64Array): void {
+    this.renew(g);
+    const r = rnnNode(g, i);
+    const { hidden: H, rows: N, inputSize, directions: D, batchSizes } = r;
+    const B = batchSizes[0]!;
+    const GH = gatesOf(r.cell) * H;
+    const layer = this.layer(r.cell, H);
+    const offsets = new Int32Array(batchSizes.length);
+    for (let t = 1; t < batchSizes.length; t++) offsets[t] = offsets[t - 1]! + batchSizes[t - 1]!;
+    // synchronous: the host arrays must not change before the copies are done (they are this call's)
+    const steps = { batchSizes, offsets, dBatchSizes: this.upload(batchSizes), dOffsets: this.upload(offsets) };
+    const zeros = this.zeros.atLeast(Math.max(B * H, GH));
+    const sink = this.sink.atLeast(Math.max(B * H, GH));
+    const ws: RnnWorkspace[] = [];
+    for (let d = 0; d < D; d++) {
+      const w = r.weights[d]!;
+      const space = this.take(r.cell, H, N, B);
+      ws.push(space);
+      layer.forward(
+        {
+          weights: {
+            wih: valPtr[w.W_ih]!,
+            whh: valPtr[w.W_hh]!,
+            bih: valPtr[w.b_ih]!,
+            bhh: w.b_hh >= 0 ? valPtr[w.b_hh]! : zeros,
+          },
+          x: valPtr[g.arg(i, 0)]!,
+          h0: zeros,
+          c0: zeros,
+          y: valPtr[i]! + 4 * d * H,
+          ldy: D * H,
+          hn: sink,
+          cn: sink,
+          steps: { ...steps, total: N },
+          reverse: d === 1,
+          train: true,
+          ws: space,
+        },
+        inputSize,
+      );
+    }
+    this.live.set(i, { layer, ws, steps });
+  }
+
+  backward(g: ComputationGraph, i: number, valPtr: Float64Array, gradPtr: Float64Array): void {
+    const state = this.live.get(i);
+    if (!state || this.liveGraph !== g || this.liveGeneration !== g.generation) {
+      throw new Error(`eager engine: rnn node ${i}: backward without its forward in this graph`);
+    }
+    const r = rnnNode(g, i);
+    const { hidden: H, rows: N, inputSize, directions: D } = r;
+    const B = r.batchSizes[0]!;
+    const GH = gatesOf(r.cell) * H;
+    const layer = this.layer(r.cell, H);
+    const zeros = this.zeros.atLeast(Math.max(B * H, GH));
+    const sink = this.sink.atLeast(Math.max(B * H, GH));
+    for (let d = 0; d < D; d++) {
+      const w = r.weights[d]!;
+      layer.backward(
+        {
+          weights: {
+            wih: valPtr[w.W_ih]!,
+            whh: valPtr[w.W_hh]!,
+            bih: valPtr[w.b_ih]!,
+            bhh: w.b_hh >= 0 ? valPtr[w.b_hh]! : zeros,
+          },
+          grads: {
+            wih: gradPtr[w.W_ih]!,
+            whh: gradPtr[w.W_hh]!,
+            bih: gradPtr[w.b_ih]!,
+            bhh: w.b_hh >= 0 ? gradPtr[w.b_hh]! : sink,
+          },
+          x: valPtr[g.arg(i, 0)]!,
+          h0: zeros,
+          c0: zeros,
+          y: valPtr[i]! + 4 * d * H,
+          ldy: D * H,
+          hn: sink,
+          cn: sink,
+          steps: { ...state.steps, total: N },
+          reverse: d === 1,
+          train: true,
+          ws: state.ws[d]!,
+          dy: gradPtr[i]! + 4 * d * H,
+          lddy: D * H,
+          dhn: zeros,
+          dcn: zeros,
+          dx: gradPtr[g.arg(i, 0)]!,
+          dxAccumulate: true,
+          dh0: sink,
+          dc0: sink,
+        },
+        inputSize,
+      );
+    }
+  }
+
+  dispose(): void {
+    for (const s of this.live.values()) for (const ws of s.ws) ws.dispose();
+    this.live.clear();
+    for (const list of this.free.values()) for (const ws of list) ws.dispose();
+    this.free.clear();
+    for (const p of this.stepTables.splice(0)) this.ctx.device.driver.memFree(p);
+    for (const l of this.layers.values()) l.dispose();
+    this.layers.clear();
+    this.zeros.free();
+    this.sink.free();
+  }
+}
