@@ -8,11 +8,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../src/cuda/index.js";
-import { planChunk } from "../src/engines/eager/chunk.js";
+import { groupRows, planChunk } from "../src/engines/eager/chunk.js";
 import { EAGER_KERNEL_NAMES, eagerKernelSource } from "../src/engines/eager/kernels.js";
 import { DEFAULT_POOL_CAP_BYTES, defaultPoolBytes, gpuIndexOf } from "../src/engines/gpu/context.js";
 import { OPTIMIZER_KERNEL_NAMES, optimizerKernelSource } from "../src/engines/gpu/optimizer-kernels.js";
-import { gridFor } from "../src/engines/gpu/parameters.js";
+import { gridFor, normPartialSlots } from "../src/engines/gpu/parameters.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
@@ -59,6 +59,12 @@ describe("eager kernel source", () => {
   test("compiles with nvcc for sm_90, without local memory", { skip: noNvcc }, () => {
     compileWithNvcc(source, EAGER_KERNEL_NAMES, "eager");
   });
+
+  test("no atomics: every sum is added in one order, so two runs give the same bits (issue 19)", () => {
+    // float atomics add in the order the threads reach them, which changes from run to run (and with the streams):
+    // the lookup-gradient scatter, the concat gradient and the cell's child gradients each add in a fixed order
+    assert.deepEqual(source.match(/\batomic\w*\s*\(/g) ?? [], [], "atomic calls in the eager kernels");
+  });
 });
 
 describe("trainer update kernel source (every DeviceParameters engine)", () => {
@@ -72,6 +78,25 @@ describe("trainer update kernel source (every DeviceParameters engine)", () => {
 
   test("compiles with nvcc for sm_90, without local memory", { skip: noNvcc }, () => {
     compileWithNvcc(source, OPTIMIZER_KERNEL_NAMES, "optimizer");
+  });
+
+  test("the gradient norm without atomics: blocks write slots, one block adds them in order (issue 19)", () => {
+    // the norm sets the clipping scale of every weight: summed with atomics, a clipped update differed in its last
+    // bits from run to run, and so did LeNet's and the Tree-LSTM's training on the eager engine
+    assert.deepEqual(source.match(/\batomic\w*\s*\(/g) ?? [], [], "atomic calls in the update kernels");
+    assert.match(source, /partials\[blockIdx\.x\] = red\[0\]/);
+    assert.match(source, /__global__ void opt_sum_partials\(float\* out, const float\* partials, int count\)/);
+  });
+
+  test("the norm's slots: one per block of every sum-of-squares launch, a lookup table's at its most", () => {
+    const pc = new ParameterCollection({ seed: 1 });
+    pc.addParameters([300, 1000], undefined, "W"); // 300 000 floats: 1172 blocks
+    pc.addParameters([7], undefined, "b"); // 1 block
+    pc.addLookupParameters(5000, 64, undefined, "E"); // 320 000 floats: 1250 blocks, any touched rows fewer
+    assert.equal(normPartialSlots(pc.all), gridFor(300_000) + 1 + gridFor(320_000));
+    assert.equal(normPartialSlots(pc.all), 1172 + 1 + 1250);
+    for (const touched of [1, 17, 4999, 5000]) assert.ok(gridFor(touched * 64) <= gridFor(320_000));
+    assert.equal(normPartialSlots([]), 1, "a slot even without parameters (the pool refuses empty allocations)");
   });
 });
 
@@ -89,8 +114,9 @@ describe("eager chunk layout (host side)", () => {
     const s = sum([a, b, c, a]); // 5
     tanh(x);
     const plan = planChunk(g, 0, g.size - 1);
-    // 3 + 4 input floats, 3 lookups × 2 ints (7 → padded to 14 floats), then 4 args × 2 tables × 2 words
-    assert.equal(plan.floats, 14 + 16);
+    // 3 + 4 input floats; per table rows and offsets (2 per lookup), distinct rows, their starts (one more) and the
+    // sources (1 per lookup): E 2·2 + 1 + 2 + 2, F 2 + 1 + 2 + 1 (22, even); then 4 args × 2 tables × 2 words
+    assert.equal(plan.floats, 7 + 9 + 6 + 16);
     const words = new ArrayBuffer(4 * plan.floats);
     const buf = { f32: new Float32Array(words), i32: new Int32Array(words), u32: new Uint32Array(words) };
     const valPtr = new Float64Array(g.size);
@@ -114,6 +140,12 @@ describe("eager chunk layout (host side)", () => {
     assert.deepEqual(ints(e!.rowsPtr, 2), [7, 7]);
     assert.deepEqual(ints(e!.offsetsPtr, 2), [g.valueOffset[a.id], g.valueOffset[c.id]]);
     assert.deepEqual(ints(f!.rowsPtr, 1), [2]);
+    // the backward's scatter: row 7 once, its two uses in node order
+    assert.deepEqual([e!.distinct, f!.distinct], [1, 1]);
+    assert.deepEqual(ints(e!.distinctRowsPtr, 1), [7]);
+    assert.deepEqual(ints(e!.startsPtr, 2), [0, 2]);
+    assert.deepEqual(ints(e!.sourcesPtr, 2), [g.valueOffset[a.id], g.valueOffset[c.id]]);
+    assert.deepEqual(ints(f!.sourcesPtr, 1), [g.valueOffset[b.id]]);
     assert.equal((tablePtr[s.id]! - chunkPtr) % 8, 0, "the pointer table is 8-byte aligned");
     const at = (tablePtr[s.id]! - chunkPtr) / 4;
     const u64 = (k: number) => buf.u32[at + 2 * k]! + buf.u32[at + 2 * k + 1]! * 2 ** 32;
@@ -125,6 +157,55 @@ describe("eager chunk layout (host side)", () => {
       [4, 5, 6, 7].map(u64),
       [a, b, c, a].map((n) => gradPtr[n.id]),
     );
+  });
+
+  test("lookups grouped by row: rows in order of first use, each row's uses in node order", () => {
+    assert.deepEqual(groupRows([4, 9, 4, 4, 2, 9]), {
+      distinct: [4, 9, 2],
+      starts: [0, 3, 5, 6],
+      order: [0, 2, 3, 1, 5, 4],
+    });
+    assert.deepEqual(groupRows([]), { distinct: [], starts: [0], order: [] });
+  });
+
+  test("the scatter the lists describe adds a repeated row's gradients in node order (no atomics)", () => {
+    const pc = new ParameterCollection({ seed: 3 });
+    const E = pc.addLookupParameters(10, 3, undefined, "E");
+    const g = new ComputationGraph();
+    const rows = [7, 2, 7, 7, 2, 0];
+    for (const r of rows) lookup(g, E, r);
+    const plan = planChunk(g, 0, g.size - 1);
+    const words = new ArrayBuffer(4 * plan.floats);
+    const buf = { f32: new Float32Array(words), i32: new Int32Array(words), u32: new Uint32Array(words) };
+    const n = g.size;
+    const chunk = plan.write(buf, 0, new Float64Array(n), new Float64Array(n), new Float64Array(n));
+    const l = chunk.lookups[0]!;
+    const ints = (ptr: number, k: number) => buf.i32.subarray(ptr / 4, ptr / 4 + k);
+    const distinct = ints(l.distinctRowsPtr, l.distinct);
+    const starts = ints(l.startsPtr, l.distinct + 1);
+    const sources = ints(l.sourcesPtr, l.count);
+    // node gradients of very different magnitudes: a float sum depends on its order
+    const grads = new Float32Array(g.valueSize);
+    for (let j = 0; j < rows.length; j++)
+      for (let d = 0; d < 3; d++) grads[g.valueOffset[j]! + d] = 10 ** (3 * (j % 3)) * (1 + d / 7);
+    // vp_scatter_add_rows, one thread per (distinct row, element), as the kernel does
+    const table = new Float32Array(10 * 3);
+    for (let u = 0; u < l.distinct; u++) {
+      for (let d = 0; d < 3; d++) {
+        let acc = table[distinct[u]! * 3 + d]!;
+        for (let s = starts[u]!; s < starts[u + 1]!; s++) acc = Math.fround(acc + grads[sources[s]! + d]!);
+        table[distinct[u]! * 3 + d] = acc;
+      }
+    }
+    // expected: each row's uses added in node order, starting from the table's gradient
+    const expected = new Float32Array(10 * 3);
+    rows.forEach((r, j) => {
+      for (let d = 0; d < 3; d++)
+        expected[r * 3 + d] = Math.fround(expected[r * 3 + d]! + grads[g.valueOffset[j]! + d]!);
+    });
+    assert.deepEqual([...distinct], [7, 2, 0]);
+    assert.deepEqual([...table], [...expected]);
+    assert.equal(l.distinct * l.dim, 9, "the launch covers the distinct rows' elements");
   });
 
   test("a chunk of nodes without inputs, lookups or sums is empty", () => {

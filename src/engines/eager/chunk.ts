@@ -1,7 +1,8 @@
 // What the host prepares for one forward call of the eager engine, sent to the device with one copy: the values of
-// the new input nodes, the row lists of the new lookups (one gather per table instead of one copy per lookup), and
-// the pointer tables of the new sum nodes (a loss summed over thousands of nodes is one kernel). Pure host code over
-// the graph and a writable buffer, so it is tested without a GPU.
+// the new input nodes, the row lists of the new lookups (one gather per table instead of one copy per lookup; the
+// same lookups grouped by row for the backward's scatter, which then adds a row's uses in node order without
+// atomics), and the pointer tables of the new sum nodes (a loss summed over thousands of nodes is one kernel). Pure
+// host code over the graph and a writable buffer, so it is tested without a GPU.
 
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
@@ -13,7 +14,11 @@ export interface ChunkBuffer {
   readonly u32: Uint32Array;
 }
 
-/** One table's lookups of a chunk: rows[j] of the table go to value offset offsets[j] (floats), j < count. */
+/**
+ * One table's lookups of a chunk: rows[j] of the table go to value offset offsets[j] (floats), j < count. For the
+ * gradient the same lookups grouped by row: distinct row u (of `distinct`, in order of first use) receives the value
+ * offsets sources[starts[u] … starts[u + 1]), in node order (`groupRows`).
+ */
 export interface ChunkLookups {
   param: number;
   dim: number;
@@ -21,6 +26,37 @@ export interface ChunkLookups {
   /** Device addresses of the int lists. */
   rowsPtr: number;
   offsetsPtr: number;
+  /** The number of distinct rows, and the device addresses of their lists (distinct rows, starts, sources). */
+  distinct: number;
+  distinctRowsPtr: number;
+  startsPtr: number;
+  sourcesPtr: number;
+}
+
+/** A table's lookups grouped by row: see ChunkLookups. `order` lists the lookups (indices j) row after row. */
+export interface RowGroups {
+  readonly distinct: readonly number[];
+  readonly starts: readonly number[];
+  readonly order: readonly number[];
+}
+
+/** Groups lookups of `rows` (row of lookup j) by row: rows in order of first use, each row's lookups in order j. */
+export function groupRows(rows: readonly number[]): RowGroups {
+  const byRow = new Map<number, number[]>();
+  rows.forEach((r, j) => {
+    const list = byRow.get(r);
+    if (list === undefined) byRow.set(r, [j]);
+    else list.push(j);
+  });
+  const distinct: number[] = [];
+  const starts: number[] = [0];
+  const order: number[] = [];
+  for (const [r, js] of byRow) {
+    distinct.push(r);
+    order.push(...js);
+    starts.push(order.length);
+  }
+  return { distinct, starts, order };
 }
 
 export interface ForwardChunk {
@@ -65,10 +101,16 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
         tables.set(t, list);
       }
       list.push(i);
-      floats += 2;
     } else if (op === Op.Sum) {
       sums.push(i);
     }
+  }
+  // per table: rows and offsets (2 per lookup), then distinct rows, starts and sources (grouped by row)
+  const groups = new Map<number, RowGroups>();
+  for (const [t, nodes] of tables) {
+    const grouped = groupRows(nodes.map((i) => g.aux2[i]!));
+    groups.set(t, grouped);
+    floats += 3 * nodes.length + 2 * grouped.distinct.length + 1;
   }
   if (floats & 1) floats++;
   const tableStart = floats;
@@ -90,12 +132,23 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
         for (const i of nodes) buf.i32[pos++] = g.aux2[i]!;
         const offsetsAt = pos;
         for (const i of nodes) buf.i32[pos++] = g.valueOffset[i]!;
+        const grouped = groups.get(param)!;
+        const distinctAt = pos;
+        for (const r of grouped.distinct) buf.i32[pos++] = r;
+        const startsAt = pos;
+        for (const s of grouped.starts) buf.i32[pos++] = s;
+        const sourcesAt = pos;
+        for (const j of grouped.order) buf.i32[pos++] = g.valueOffset[nodes[j]!]!;
         lookups.push({
           param,
           dim: g.rows[nodes[0]!]!,
           count: nodes.length,
           rowsPtr: chunkPtr + 4 * rowsAt,
           offsetsPtr: chunkPtr + 4 * offsetsAt,
+          distinct: grouped.distinct.length,
+          distinctRowsPtr: chunkPtr + 4 * distinctAt,
+          startsPtr: chunkPtr + 4 * startsAt,
+          sourcesPtr: chunkPtr + 4 * sourcesAt,
         });
       }
       pos = tableStart;

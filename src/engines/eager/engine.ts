@@ -297,16 +297,18 @@ export class EagerEngine implements DataParallelEngine {
       for (let a = 0; a < n; a++) reach[g.args[s + a]!] = 1;
       this.nodes.backward(g, i);
     }
-    // lookup gradients into the tables; unreached lookups add their zeroed gradient (and are not marked touched)
+    // lookup gradients into the tables, a row's uses added in node order (no atomics: the same sum on every run);
+    // unreached lookups add their zeroed gradient (and are not marked touched)
     const gradsPtr = this.ctx.pool.ptr(this.gradsOff);
     for (const c of this.chunks) {
       for (const l of c.lookups) {
-        this.nodes.launch(this.k.vp_scatter_add_rows, l.count * l.dim, [
+        this.nodes.launch(this.k.vp_scatter_add_rows, l.distinct * l.dim, [
           karg.ptr(this.device.gradPtr(l.param)),
           karg.ptr(gradsPtr),
-          karg.ptr(l.rowsPtr),
-          karg.ptr(l.offsetsPtr),
-          karg.i32(l.count),
+          karg.ptr(l.distinctRowsPtr),
+          karg.ptr(l.startsPtr),
+          karg.ptr(l.sourcesPtr),
+          karg.i32(l.distinct),
           karg.i32(l.dim),
         ]);
       }

@@ -94,15 +94,18 @@ __global__ void vp_concat4(float* y, const float* x0, const float* x1, const flo
   int e1 = n0, e2 = e1 + n1, e3 = e2 + n2, n = e3 + n3;
   GRID_STRIDE(i, n) y[i] = i < e1 ? x0[i] : i < e2 ? x1[i - e1] : i < e3 ? x2[i - e2] : x3[i - e3];
 }
-// dx_j += dy[slice j]; two arguments may be one node, so the accumulation is atomic
+// dx_j += dy[slice j] for j = 0 … 3 in that order, thread i adding element i of every slice: two arguments may be
+// one node (of one length), and then one thread adds both terms in a fixed order (atomics would add them in the order
+// the threads happen to reach them, a different float sum from run to run); launched over the longest slice
 __global__ void vp_concat4_backward(const float* dy, float* d0, float* d1, float* d2, float* d3, int n0, int n1,
                                     int n2, int n3) {
-  int e1 = n0, e2 = e1 + n1, e3 = e2 + n2, n = e3 + n3;
+  int e1 = n0, e2 = e1 + n1, e3 = e2 + n2;
+  int n = max(max(n0, n1), max(n2, n3));
   GRID_STRIDE(i, n) {
-    if (i < e1) atomicAdd(&d0[i], dy[i]);
-    else if (i < e2) atomicAdd(&d1[i - e1], dy[i]);
-    else if (i < e3) atomicAdd(&d2[i - e2], dy[i]);
-    else atomicAdd(&d3[i - e3], dy[i]);
+    if (i < n0) d0[i] += dy[i];
+    if (i < n1) d1[i] += dy[e1 + i];
+    if (i < n2) d2[i] += dy[e2 + i];
+    if (i < n3) d3[i] += dy[e3 + i];
   }
 }
 // y = Σ_k xs[k] in the order k = 0, 1, … (the CPU reference's order, so fp32 sums agree exactly); xs is a device
@@ -210,8 +213,9 @@ __global__ void vp_lstm_cell_backward(float* dgates, float* dc0, float* dc1, flo
     for (int j = 0; j < k; j++) {
       float dcj;
       dgates[(3 + j) * H + r] += lstm_child_backward(gates, H, r, j, vp_child(j, c0, c1, c2, c3)[r], d.dc, dcj);
-      // children may be the same node: atomics keep the accumulation exact in any order
-      atomicAdd(&vp_child(j, dc0, dc1, dc2, dc3)[r], dcj);
+      // children may be the same node: this thread adds every child's term to element r in the order j = 0 … k − 1
+      // (no atomics, whose order, and so the float sum, would change from run to run)
+      vp_child(j, dc0, dc1, dc2, dc3)[r] += dcj;
     }
   }
 }
@@ -223,11 +227,17 @@ __global__ void vp_gather_rows(float* base, const float* table, const int* rows,
     base[dst[b] + d] = table[(long long)rows[b] * dim + d];
   }
 }
-// gtable[rows[b]] += base[src[b]] (atomics: a batch may use a row many times)
-__global__ void vp_scatter_add_rows(float* gtable, const float* base, const int* rows, const int* src, int count, int dim) {
+// gtable[rows[u]] += base[src[s]] for s in starts[u] … starts[u + 1] − 1, in that order (a batch may use a row many
+// times; the host groups its uses by row, chunk.ts): one thread per element of a distinct row, no atomics, so the sum
+// is formed in one order on every run (float atomics add in the order the blocks happen to reach them)
+__global__ void vp_scatter_add_rows(float* gtable, const float* base, const int* rows, const int* starts,
+                                    const int* src, int count, int dim) {
   GRID_STRIDE(i, count * dim) {
-    int b = i / dim, d = i - b * dim;
-    atomicAdd(&gtable[(long long)rows[b] * dim + d], base[src[b] + d]);
+    int u = i / dim, d = i - u * dim;
+    long long at = (long long)rows[u] * dim + d;
+    float acc = gtable[at];
+    for (int s = starts[u]; s < starts[u + 1]; s++) acc += base[src[s] + d];
+    gtable[at] = acc;
   }
 }
 

@@ -168,15 +168,18 @@ export class EagerNodeKernels {
       const ptrs: KernelArg[] = [];
       const lens: KernelArg[] = [];
       let len = 0;
+      let longest = 0;
       for (let a = a0; a < a0 + 4; a++) {
         const node = a < count ? g.arg(i, a) : -1;
         ptrs.push(karg.ptr(node >= 0 ? table[node]! : 0));
         const n = node >= 0 ? g.rows[node]! : 0;
         lens.push(karg.i32(n));
         len += n;
+        longest = Math.max(longest, n);
       }
       const y = karg.ptr(base + 4 * at);
-      if (backward) this.launch(this.k.vp_concat4_backward, len, [y, ...ptrs, ...lens]);
+      // the gradient: thread e adds element e of every slice (repeated arguments in a fixed order, kernels.ts)
+      if (backward) this.launch(this.k.vp_concat4_backward, longest, [y, ...ptrs, ...lens]);
       else this.launch(this.k.vp_concat4, len, [y, ...ptrs, ...lens]);
       at += len;
     }

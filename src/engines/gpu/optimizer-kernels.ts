@@ -1,7 +1,10 @@
 /**
  * CUDA source of the trainers' update on the device, shared by every engine that keeps its parameters in
  * DeviceParameters (eager, autobatch): the squared global gradient norm (dense parameters and the touched rows of
- * lookup tables) into a device scalar, then SGD or Adam with the clipping scale read from it, over dense parameters
+ * lookup tables) into a device scalar — each block's partial sum into its own slot, then one block adding the slots
+ * in slot order, so that the norm is the same float on every run (float atomics would add the blocks' partials in the
+ * order the blocks happen to finish, and a clipped update's scale, threshold / norm, would change in its last bits
+ * from run to run) — then SGD or Adam with the clipping scale read from it, over dense parameters
  * and over touched rows. Adam's element update is `adam_element` of the device-math prelude (src/codegen/
  * device-math.ts), the same arithmetic as VPPS's: its approximate square root and division make the weights differ
  * from the host AdamTrainer's in the last bits, which the tests allow (fp32 noise).
@@ -22,6 +25,7 @@ export const OPTIMIZER_PROGRAM = "vpps_optimizer.cu";
 export const OPTIMIZER_KERNEL_NAMES = [
   "opt_sum_squares",
   "opt_sum_squares_rows",
+  "opt_sum_partials",
   "opt_sgd",
   "opt_adam",
   "opt_sgd_rows",
@@ -35,8 +39,8 @@ typedef unsigned int u32;
 #define N_THREADS ${GPU_BLOCK}
 #define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)
 ${DEVICE_ADAM}
-// a block's partial sum of squares, then one atomic add into out[0]
-__device__ __forceinline__ void opt_block_sum_into(float* out, float acc) {
+// a block's partial sum into its own slot, partials[blockIdx.x] (no atomics: opt_sum_partials adds the slots in order)
+__device__ __forceinline__ void opt_block_sum_into(float* partials, float acc) {
   __shared__ float red[N_THREADS];
   red[threadIdx.x] = acc;
   __syncthreads();
@@ -44,7 +48,7 @@ __device__ __forceinline__ void opt_block_sum_into(float* out, float acc) {
     if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) atomicAdd(out, red[0]);
+  if (threadIdx.x == 0) partials[blockIdx.x] = red[0];
 }
 
 // whether the update may be applied: a NaN or ∞ squared norm means a gradient that must not reach the weights
@@ -62,21 +66,35 @@ __device__ __forceinline__ float opt_clip_scale(const float* normSq, float thres
 
 extern "C" {
 
-// out[0] += Σ g²  (for gradient clipping)
-__global__ void opt_sum_squares(float* out, const float* g, int n) {
+// partials[block] = the block's share of Σ g²  (for gradient clipping; one slot per block of the launch)
+__global__ void opt_sum_squares(float* partials, const float* g, int n) {
   float acc = 0.f;
   GRID_STRIDE(i, n) acc += g[i] * g[i];
-  opt_block_sum_into(out, acc);
+  opt_block_sum_into(partials, acc);
 }
 
-// out[0] += Σ g² over rows[0 … count) of a [*, dim] table (the touched rows of a lookup table)
-__global__ void opt_sum_squares_rows(float* out, const float* g, const int* rows, int count, int dim) {
+// partials[block] = the block's share of Σ g² over rows[0 … count) of a [*, dim] table (its touched rows)
+__global__ void opt_sum_squares_rows(float* partials, const float* g, const int* rows, int count, int dim) {
   float acc = 0.f;
   GRID_STRIDE(i, count * dim) {
     float x = g[(long long)rows[i / dim] * dim + i % dim];
     acc += x * x;
   }
-  opt_block_sum_into(out, acc);
+  opt_block_sum_into(partials, acc);
+}
+
+// out[0] = Σ partials[0 … count), one block: thread t adds slots t, t + N_THREADS, … in order, then the fixed tree
+__global__ void opt_sum_partials(float* out, const float* partials, int count) {
+  float acc = 0.f;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  __shared__ float red[N_THREADS];
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = red[0];
 }
 
 // w ← w − η s g; g ← 0   (s: the clipping scale)

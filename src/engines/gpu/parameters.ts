@@ -12,8 +12,14 @@
 // bucketed calls. With a reducer set, update() first makes every rank's touched lookup rows the union of all ranks'
 // (allGatherHost), then sums the whole gradient region (lookup tables whole: rows no rank touched are zero and stay
 // zero), then runs the unchanged norm and update kernels, so every rank applies the same update to the same weights.
-// The clipping norm is summed with float atomics in an order that differs from rank to rank; rank 0's norm is
-// handed to every rank (the others zero theirs, then one all-reduce of one float), so the updates stay bitwise equal.
+// Rank 0's norm is handed to every rank (the others zero theirs, then one all-reduce of one float), so the updates
+// stay bitwise equal whatever each rank's norm is.
+//
+// The norm is the same float on every run: each block of the sum-of-squares launches writes its partial sum into its
+// own slot (`normPartialSlots` of them, one per block of every launch), and one block adds the slots in order. Float
+// atomics would add the partials in the order the blocks happen to finish, and the clipped update (threshold / norm)
+// would then differ in its last bits from run to run — seen as training that is not bit-identical between two runs
+// (issue 19's "the streams change nothing" tests).
 
 import {
   CudaEvent,
@@ -50,6 +56,16 @@ export function gridFor(n: number): number {
 }
 
 /**
+ * Slots for the blocks' partial sums of one update's gradient norm: the blocks of every sum-of-squares launch, a
+ * lookup table's as if every row were touched (the most its touched rows can take).
+ */
+export function normPartialSlots(params: readonly { readonly value: { readonly length: number } }[]): number {
+  let slots = 0;
+  for (const p of params) slots += gridFor(p.value.length);
+  return Math.max(1, slots);
+}
+
+/**
  * Floats per all-reduce call when a GradientReducer sums the gradient region (32 MiB): large enough that a call's
  * fixed cost is small against its transfer, small enough that a long region is several calls the reducer can
  * pipeline.
@@ -79,6 +95,8 @@ export class DeviceParameters {
   private readonly touchedOffset: number;
   /** One float: the squared global gradient norm of the update being applied. */
   private readonly normSqOffset: number;
+  /** The blocks' partial sums of the norm (normPartialSlots floats), added in order into the norm. */
+  private readonly partialsOffset: number;
   private readonly staging: StagingBuffer;
   /** Adam's first and second moments: one device allocation made at the first Adam update. */
   private moments: { base: DevicePtr; owner: Trainer; m: Float64Array; v: Float64Array } | null = null;
@@ -127,6 +145,7 @@ export class DeviceParameters {
     this.gradRegion = { offset: grads, floats: gradFloats };
     this.touchedOffset = pool.alloc(Math.max(1, lookupRows), "touched lookup rows");
     this.normSqOffset = pool.alloc(1, "gradient norm");
+    this.partialsOffset = pool.alloc(normPartialSlots(params.all), "partial sums of the gradient norm");
     pool.mark();
     this.staging = ctx.staging(Math.max(4096, 4 * lookupRows));
     this.normBack = PinnedBuffer.alloc(64);
@@ -261,29 +280,38 @@ export class DeviceParameters {
     const reducer = this.reducer;
     if (reducer) this.uniteTouchedRows(reducer);
     const rowsPtr = this.uploadTouched();
-    this.ctx.device.driver.memsetD32Async(normSq, floatBits(0), 1, stream.handle);
-    this.launches++;
     if (reducer) this.allReduceGradients(reducer);
+    // each launch's blocks fill their slots from `slot` on; then one block adds slots [0, slot) in order
+    const partials = this.ctx.pool.ptr(this.partialsOffset);
+    let slot = 0;
     for (const p of this.params.all) {
       const t = this.touched[p.index];
       if (t) {
         if (t.count > 0) {
           this.launch(k.opt_sum_squares_rows, t.count * p.cols, [
-            karg.ptr(normSq),
+            karg.ptr(partials + 4 * slot),
             karg.ptr(this.gradPtr(p.index)),
             karg.ptr(rowsPtr[p.index]!),
             karg.i32(t.count),
             karg.i32(p.cols),
           ]);
+          slot += gridFor(t.count * p.cols);
         }
       } else {
         this.launch(k.opt_sum_squares, p.value.length, [
-          karg.ptr(normSq),
+          karg.ptr(partials + 4 * slot),
           karg.ptr(this.gradPtr(p.index)),
           karg.i32(p.value.length),
         ]);
+        slot += gridFor(p.value.length);
       }
     }
+    k.opt_sum_partials.launch({ grid: 1, block: GPU_BLOCK, stream }, [
+      karg.ptr(normSq),
+      karg.ptr(partials),
+      karg.i32(slot),
+    ]);
+    this.launches++;
     if (reducer && reducer.worldSize > 1) {
       // rank 0's norm on every rank: the atomics summed the same gradients in a different order on each
       if (reducer.rank !== 0) {
