@@ -225,3 +225,56 @@ describe("a persistent launch whose CTAs are not all resident", { skip }, () => 
     }
   });
 });
+
+describe("the rnn graph op on the eager engine (persistent kernels) against the CPU engine", { skip }, () => {
+  for (const cell of ["lstm", "gru"] as const) {
+    test(`${cell}: a bidirectional layer of hidden 64 over a packed batch, loss and every gradient`, async () => {
+      const { ParameterCollection } = await import("../../src/model/parameters.js");
+      const { ComputationGraph } = await import("../../src/graph/graph.js");
+      const { CpuEngine } = await import("../../src/engines/cpu.js");
+      const { EagerEngine } = await import("../../src/engines/eager/engine.js");
+      const { parameter, input, rnn, matVec, tanh } = await import("../../src/ops/index.js");
+      const H = 64;
+      const In = 32;
+      const G = cell === "lstm" ? 4 : 3;
+      const batchSizes = [5, 5, 4, 2, 2, 1];
+      const N = batchSizes.reduce((a, b) => a + b, 0);
+      const pc = new ParameterCollection({ seed: 3 });
+      const dirs = [0, 1].map((d) => ({
+        W_ih: pc.addParameters([G * H, In], undefined, `W_ih${d}`),
+        W_hh: pc.addParameters([G * H, H], undefined, `W_hh${d}`),
+        b_ih: pc.addParameters(G * H, undefined, `b_ih${d}`),
+        b_hh: pc.addParameters(G * H, undefined, `b_hh${d}`),
+      }));
+      const R = pc.addParameters([1, N * 2 * H], undefined, "R");
+      const rng = new RandomStream(11);
+      const xs = randoms(rng, N * In);
+      const build = (cg: InstanceType<typeof ComputationGraph>) => {
+        const nodes = pc.all.map((p) => parameter(cg, p));
+        const ds = dirs.map((_, d) => ({
+          W_ih: nodes[4 * d]!,
+          W_hh: nodes[4 * d + 1]!,
+          b_ih: nodes[4 * d + 2]!,
+          b_hh: nodes[4 * d + 3]!,
+        }));
+        const x = tanh(input(cg, xs));
+        return { loss: matVec(nodes[8]!, rnn(x, batchSizes, cell, ds)), nodes };
+      };
+      const cpu = new CpuEngine(pc);
+      const A = build(new ComputationGraph());
+      const a = cpu.forwardScalar(A.loss);
+      cpu.backward(A.loss);
+      const gradsA = A.nodes.map((n) => cpu.gradient(n));
+      const eager = new EagerEngine(pc);
+      try {
+        const B = build(new ComputationGraph());
+        const b = eager.forwardScalar(B.loss);
+        eager.backward(B.loss);
+        close([b], [a], "loss", 1e-4);
+        B.nodes.forEach((n, k) => close(eager.gradient(n), gradsA[k]!, `gradient of ${pc.all[k]!.name}`, 1e-3));
+      } finally {
+        eager.dispose();
+      }
+    });
+  }
+});
