@@ -155,8 +155,9 @@ export class EagerRnn {
           x: valPtr[g.arg(i, 0)]!,
           h0: zeros,
           c0: zeros,
-          y: valPtr[i]! + 4 * d * H,
-          ldy: D * H,
+          // the node's value need not be 16-byte aligned: the direction's y goes to the workspace, then into place
+          y: space.y,
+          ldy: H,
           hn: sink,
           cn: sink,
           steps: { ...steps, total: N },
@@ -166,6 +167,7 @@ export class EagerRnn {
         },
         inputSize,
       );
+      layer.copyColumns(valPtr[i]! + 4 * d * H, D * H, space.y, H, N, H);
     }
     this.live.set(i, { layer, ws, steps });
   }
@@ -201,8 +203,8 @@ export class EagerRnn {
           x: valPtr[g.arg(i, 0)]!,
           h0: zeros,
           c0: zeros,
-          y: valPtr[i]! + 4 * d * H,
-          ldy: D * H,
+          y: state.ws[d]!.y,
+          ldy: H,
           hn: sink,
           cn: sink,
           steps: { ...state.steps, total: N },

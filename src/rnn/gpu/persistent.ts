@@ -62,6 +62,15 @@ extern "C" __global__ void rnn_add_bias(float* p, const float* b1, const float* 
     p[i] += b1[c] + (c < b2_cols ? b2[c] : 0.f);
   }
 }
+// dst[r·ldd + c] = src[r·lds + c] for r < rows, c < cols: a layer direction's y into its columns of a wider output
+extern "C" __global__ void rnn_copy_cols(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
+  long long n = (long long)rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long r = i / cols;
+    const int c = (int)(i - r * cols);
+    dst[r * ldd + c] = src[r * lds + c];
+  }
+}
 extern "C" __global__ void rnn_fill_value(float* p, float v, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
 }
@@ -133,6 +142,8 @@ export class RnnWorkspace {
   readonly stepHw: DevicePtr;
   readonly stepRec: DevicePtr;
   readonly stepCarry: DevicePtr;
+  /** A direction's hidden states [rows, hidden], 16-byte aligned (for callers whose output is not). */
+  readonly y: DevicePtr;
 
   constructor(
     private readonly gpu: RnnGpu,
@@ -158,6 +169,7 @@ export class RnnWorkspace {
       this.stepHw = alloc(batch * G * hidden);
       this.stepRec = alloc(batch * hidden);
       this.stepCarry = alloc(2 * batch * hidden);
+      this.y = alloc(rows * hidden);
     } catch (e) {
       this.dispose();
       throw e;
@@ -177,6 +189,7 @@ export abstract class RnnLayerBase {
   readonly G: number;
   protected readonly addBias: CudaKernel;
   protected readonly fillValue: CudaKernel;
+  protected readonly copyCols: CudaKernel;
   protected readonly modules: { unload(): void }[] = [];
 
   protected constructor(
@@ -190,6 +203,24 @@ export abstract class RnnLayerBase {
     this.modules.push(mh);
     this.addBias = mh.getFunction("rnn_add_bias");
     this.fillValue = mh.getFunction("rnn_fill_value");
+    this.copyCols = mh.getFunction("rnn_copy_cols");
+  }
+
+  /**
+   * dst[r·ldd + c] = src[r·lds + c] (rows × cols floats), on the stream: a direction's y, computed in an aligned
+   * workspace (the kernels load 16-byte vectors of it), into its columns of a graph node's value.
+   */
+  copyColumns(dst: DevicePtr, ldd: number, src: DevicePtr, lds: number, rows: number, cols: number): void {
+    const n = rows * cols;
+    if (n === 0) return;
+    this.copyCols.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(dst),
+      karg.i32(ldd),
+      karg.ptr(src),
+      karg.i32(lds),
+      karg.i32(rows),
+      karg.i32(cols),
+    ]);
   }
 
   /** Which path this is, for messages and benchmarks. */
