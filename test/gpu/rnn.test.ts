@@ -246,7 +246,7 @@ describe("the rnn graph op on the eager engine (persistent kernels) against the 
         b_ih: pc.addParameters(G * H, undefined, `b_ih${d}`),
         b_hh: pc.addParameters(G * H, undefined, `b_hh${d}`),
       }));
-      const R = pc.addParameters([1, N * 2 * H], undefined, "R");
+      pc.addParameters([1, N * 2 * H], undefined, "R"); // nodes[8]: the loss weights
       const rng = new RandomStream(11);
       const xs = randoms(rng, N * In);
       const build = (cg: InstanceType<typeof ComputationGraph>) => {
@@ -271,7 +271,9 @@ describe("the rnn graph op on the eager engine (persistent kernels) against the 
         const b = eager.forwardScalar(B.loss);
         eager.backward(B.loss);
         close([b], [a], "loss", 1e-4);
-        B.nodes.forEach((n, k) => close(eager.gradient(n), gradsA[k]!, `gradient of ${pc.all[k]!.name}`, 1e-3));
+        for (const [k, n] of B.nodes.entries()) {
+          close(eager.gradient(n), gradsA[k]!, `gradient of ${pc.all[k]!.name}`, 1e-3);
+        }
       } finally {
         eager.dispose();
       }
