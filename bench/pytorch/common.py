@@ -573,3 +573,21 @@ def batch_at(items, size, k):
     """Batch k of `size` consecutive items, wrapping around (src/bench/trees.ts: every engine sees these batches)."""
     start = (k * size) % max(1, len(items) - size)
     return items[start : start + size]
+
+
+def cuda_event_times(torch, fn, warmup, repeats):
+    """Milliseconds of `repeats` calls of fn, each between two CUDA events, after `warmup` untimed calls (the torch
+    module is passed in: this file stays importable without torch)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times

@@ -13,6 +13,8 @@ import statistics
 import sys
 import time
 
+import common as C
+
 # N, C, H/W, F, K, S, P — the same as TABLE5 in src/bench/glp4nn/layers.ts
 TABLE5 = [
     ("CIFAR10 conv1", 100, 3, 32, 32, 5, 1, 2),
@@ -54,18 +56,7 @@ def time_layer(torch, layer, repeats, warmup):
         y = conv(x)
         y.backward(dy)
 
-    for _ in range(warmup):
-        iteration()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        iteration()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    times = C.cuda_event_times(torch, iteration, warmup, repeats)
     return {"ms": statistics.median(times), "minMs": min(times), "output": list(y0.shape)}
 
 

@@ -26,6 +26,8 @@ import json
 import statistics
 import sys
 
+import common as C
+
 CELLS = {"rnn-tanh": 1, "rnn-relu": 1, "lstm": 4, "gru": 3}
 DEFAULT_CELLS = ["rnn-tanh", "lstm", "gru"]
 DEFAULT_HIDDEN = [512, 1152, 1792, 2304]
@@ -101,19 +103,7 @@ def module(torch, cell, input_size, hidden, layers=1, bidirectional=False, dtype
 
 
 def time_ms(torch, fn, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(C.cuda_event_times(torch, fn, warmup, repeats))
 
 
 def bench(torch, args, emit):

@@ -20,7 +20,7 @@ if [[ "${INSPECT:-0}" == 1 ]]; then
     nvcc -arch=sm_90 -cubin -std=c++17 -o "${f%.cu}.cubin" "$f" 2>/dev/null && cuobjdump -sass "${f%.cu}.cubin" > "${f%.cu}.sass"
   done
   timeout 120 ncu --section WarpStateStats --section SchedulerStats -k regex:"rnn_(forward|backward)" -c 2 \
-    node --import tsx bench/rnn/quick.ts --cells lstm --hidden 1152 --batch 4 --repeats 1 > "$R/ncu.txt" 2>&1
+    node bin/vpps.js bench rnn --cells lstm --hidden 1152 --batch 4 --repeats 1 > "$R/ncu.txt" 2>&1
 fi
 ARGS=(${BENCH_ARGS:---cells rnn-tanh,lstm,gru --hidden 512,1152,1792,2304 --batch 1,4,16,64})
 if [[ "${CUDNN:-1}" == 1 ]]; then
