@@ -15,6 +15,7 @@
  * row-major. `xw` is the input projection of every row, x·W_ihᵀ + b_ih + b_hh (GRU: without b_hn, which stays
  * inside r ⊙ (W_hn h + b_hn)).
  */
+import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { FIRST_KERNEL_ERROR, GRID_BARRIER_CUDA, GRID_ERRORS } from "../../codegen/grid-barrier.js";
 import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan.js";
 
@@ -39,7 +40,7 @@ constexpr u32 kBarrierSpinLimit = ${POLL_SPIN_LIMIT}u;
 constexpr int kErrBarrierTimeout = ${GRID_ERRORS.barrierTimeout};
 constexpr int kErrPollTimeout = ${RNN_ERRORS.pollTimeout};
 ${GRID_BARRIER_CUDA}
-__device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+${DEVICE_ACTIVATIONS}
 
 // A value other CTAs write: read at the coherence point (L2), never from this SM's L1.
 __device__ __forceinline__ float4 ld_poll4(const float* p) {

@@ -4,6 +4,7 @@
  * kernels do the cell math of the persistent kernels (src/rnn/gpu/kernel-source.ts) on the same buffers and layouts
  * (`saved`, gate order, packed rows), so the weight-gradient GEMMs after the backward are shared.
  */
+import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { gatesOf, type RnnCellName } from "../plan.js";
 
 export const STEPWISE_KERNEL_NAMES = { forward: "rnn_step_forward", backward: "rnn_step_backward" } as const;
@@ -75,7 +76,8 @@ export function stepwiseKernelSource(cell: RnnCellName, hidden: number): string 
   return `// non-persistent ${cell}, hidden ${hidden}: one GEMM and one element-wise kernel per step (src/rnn/gpu/stepwise-source.ts)
 constexpr int H = ${hidden};
 constexpr int G = ${G};
-__device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+typedef unsigned int u32;
+${DEVICE_ACTIVATIONS}
 
 // Step t of the forward over rows b < nb (one thread per (row, unit)). hw0 = h(t−1)·W_hhᵀ [nb, G·H]; the previous
 // state of row b is y's row of step tp (b < nprev) or h0/c0. Saved: as the persistent forward's (gates, state, h(t−1)).
