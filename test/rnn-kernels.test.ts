@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { H100_SXM } from "../src/cuda/hw/device-model.js";
+import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
 import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
 import {
@@ -19,7 +19,6 @@ import {
   planRnnKernel,
   planRnnLayer,
   RNN_CELLS,
-  registerLimit,
 } from "../src/rnn/plan.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
@@ -53,7 +52,7 @@ describe("the persistent RNN planner", () => {
           assert.ok(p.rowGroups * p.rowsPerThread >= p.rows);
           assert.ok(paddedCols(p) >= p.cols);
           assert.equal(p.threads % 32, 0);
-          assert.ok(p.registersEstimate <= registerLimit(H100_SXM, p.threads));
+          assert.ok(p.registersEstimate <= schedulerRegisterLimit(H100_SXM, p.threads));
           assert.ok(p.unitsPerCta * BATCH_TILE <= p.threads);
           assert.ok(sharedBytes(p, 64) <= H100_SXM.sharedPerBlock);
         }
@@ -68,9 +67,9 @@ describe("the persistent RNN planner", () => {
   });
 
   test("the per-scheduler register limit: 9 warps get 168 registers, 8 warps 255", () => {
-    assert.equal(registerLimit(H100_SXM, 288), 168);
-    assert.equal(registerLimit(H100_SXM, 256), 255);
-    assert.equal(registerLimit(H100_SXM, 512), 128);
+    assert.equal(schedulerRegisterLimit(H100_SXM, 288), 168);
+    assert.equal(schedulerRegisterLimit(H100_SXM, 256), 255);
+    assert.equal(schedulerRegisterLimit(H100_SXM, 512), 128);
   });
 });
 
@@ -100,7 +99,10 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
           assert.ok(report, `no ptxas report for rnn_${kind}:\n${r.stderr}`);
           assertNoSpills(report);
           const expected = kind === "forward" ? plan.forward : plan.backward;
-          assert.ok(report.registers <= registerLimit(H100_SXM, expected.threads), `${report.registers} registers`);
+          assert.ok(
+            report.registers <= schedulerRegisterLimit(H100_SXM, expected.threads),
+            `${report.registers} registers`,
+          );
         }
       } finally {
         rmSync(dir, { recursive: true, force: true });

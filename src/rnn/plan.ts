@@ -12,7 +12,7 @@
  * columns (chunk k of thread `cg` covers columns 4·(cg + CG·k) … +3, so a warp's shared-memory loads are
  * consecutive). Padding rows/columns hold zeros.
  */
-import { type DeviceModel, registersPerThread } from "../cuda/hw/device-model.js";
+import { type DeviceModel, schedulerRegisterLimit } from "../cuda/hw/device-model.js";
 
 /** The recurrent cells (PyTorch/cuDNN forms). */
 export type RnnCellName = "rnn-tanh" | "rnn-relu" | "lstm" | "gru";
@@ -68,18 +68,6 @@ export type RnnPlanResult =
   | { readonly fits: true; readonly plan: RnnKernelPlan }
   | { readonly fits: false; readonly reason: string };
 
-/**
- * Registers one thread of a `threads`-thread CTA may use, one CTA per SM. Besides the SM-wide budget
- * (registersPerThread), the register file is split evenly between the SM's four schedulers and a warp's registers
- * come from its scheduler's quarter, so the scheduler with the most warps (⌈warps / 4⌉) bounds them: 9 warps get 168
- * registers, not 224 (what ptxas enforces for __launch_bounds__(288, 1)).
- */
-export function registerLimit(device: DeviceModel, threads: number): number {
-  const warps = threads / device.warpSize;
-  const perScheduler = device.regsPerSm / 4 / (Math.ceil(warps / 4) * device.warpSize);
-  return Math.min(registersPerThread(device, threads, 1), Math.floor(perScheduler / 8) * 8);
-}
-
 /** Columns a thread's chunk index can reach: the padded K. */
 export function paddedCols(plan: RnnKernelPlan): number {
   return plan.chunksPerThread * 4 * plan.threadsPerRowGroup;
@@ -119,7 +107,7 @@ export function planRnnKernel(
       const weightRegisters = Math.ceil((rw * chunks * 4) / perReg);
       const acc = rw * BATCH_TILE;
       const estimate = weightRegisters + acc + REGISTER_OVERHEAD + (precision === "fp16" ? FP16_OVERHEAD : 0);
-      const limit = registerLimit(device, threads);
+      const limit = schedulerRegisterLimit(device, threads);
       tightest = Math.min(tightest, estimate - limit);
       if (estimate > limit) continue;
       // issue cycles of one SM sub-partition (4 per SM, one warp instruction per cycle each), shared-memory

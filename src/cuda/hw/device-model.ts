@@ -188,3 +188,16 @@ export function registersPerThread(device: DeviceModel, threadsPerCta: number, c
   const perWarp = Math.floor(device.regsPerSm / warps / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT;
   return Math.min(device.maxRegsPerThread, perWarp / device.warpSize);
 }
+
+/**
+ * Registers one thread of a `threads`-thread CTA may use, one CTA per SM, as ptxas enforces it. Besides the SM-wide budget
+ * (registersPerThread), the register file is split evenly between the SM's four schedulers and a warp's registers
+ * come from its scheduler's quarter, so the scheduler with the most warps (⌈warps / 4⌉) bounds them: 9 warps get 168
+ * registers, not 224 (__launch_bounds__(288, 1)). The persistent RNN planner uses it; VPPS's 256-thread CTAs are
+ * not affected (8 warps: the two limits agree).
+ */
+export function schedulerRegisterLimit(device: DeviceModel, threads: number): number {
+  const warps = threads / device.warpSize;
+  const perScheduler = device.regsPerSm / 4 / (Math.ceil(warps / 4) * device.warpSize);
+  return Math.min(registersPerThread(device, threads, 1), Math.floor(perScheduler / 8) * 8);
+}
