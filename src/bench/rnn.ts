@@ -8,12 +8,12 @@
  */
 
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
-import { CudaEvent, CudaStream, type DevicePtr, getCublas, openDevice } from "../cuda/index.js";
+import { CudaEvent, type DevicePtr } from "../cuda/index.js";
 import {
   type BackwardArgs,
+  openRnnGpu,
   PersistentRnnLayer,
   RnnDoesNotFitError,
-  type RnnGpu,
   type RnnLayerBase,
   RnnWorkspace,
 } from "../rnn/gpu/persistent.js";
@@ -63,12 +63,8 @@ export function runRnnBench(
   rows: RnnBenchRow[];
   largest: Record<string, number>;
 } {
-  const device = openDevice(o.device);
-  const stream = CudaStream.create({ nonBlocking: true });
-  const cublas = getCublas();
-  const handle = cublas.create();
-  cublas.setStream(handle, stream.handle);
-  const gpu: RnnGpu = { device, stream, cublas, cublasHandle: handle };
+  const gpu = openRnnGpu(o.device);
+  const { device, stream } = gpu;
   const d = device.driver;
   const model = deviceModelOfCuda(device.props);
   const rows: RnnBenchRow[] = [];
@@ -208,7 +204,6 @@ export function runRnnBench(
   }
   start.destroy();
   end.destroy();
-  cublas.destroy(handle);
-  stream.destroy();
+  gpu.close();
   return { device: device.props.name, rows, largest };
 }

@@ -162,15 +162,10 @@ describe("the non-persistent path (a GEMM per step) on a GPU against the CPU ref
 
 describe("a persistent launch whose CTAs are not all resident", { skip }, () => {
   test("ends with an error naming the step and the missing value, never a hang", async () => {
-    const { CudaStream, getCublas, openDevice } = await import("../../src/cuda/index.js");
     const { PersistentKernelError } = await import("../../src/codegen/grid-barrier.js");
-    const { PersistentRnnLayer, RnnWorkspace } = await import("../../src/rnn/gpu/persistent.js");
-    const device = openDevice(0);
-    const stream = CudaStream.create({ nonBlocking: true });
-    const cublas = getCublas();
-    const handle = cublas.create();
-    cublas.setStream(handle, stream.handle);
-    const gpu = { device, stream, cublas, cublasHandle: handle };
+    const { openRnnGpu, PersistentRnnLayer, RnnWorkspace } = await import("../../src/rnn/gpu/persistent.js");
+    const gpu = openRnnGpu(0);
+    const { device } = gpu;
     const H = 256;
     const B = 2;
     const T = 4;
@@ -220,8 +215,7 @@ describe("a persistent launch whose CTAs are not all resident", { skip }, () => 
       for (const p of ptrs) d.memFree(p);
       ws.dispose();
       layer.dispose();
-      cublas.destroy(handle);
-      stream.destroy();
+      gpu.close();
     }
   });
 });

@@ -5,14 +5,7 @@
  * the saved state between the two. A layer too large for the registers is refused by PersistentRnnLayer.create with
  * the largest size that fits.
  */
-import {
-  type CublasHandle,
-  type CudaDevice,
-  CudaStream,
-  type DevicePtr,
-  getCublas,
-  openDevice,
-} from "../../cuda/index.js";
+import type { CudaDevice, DevicePtr } from "../../cuda/index.js";
 import type {
   RnnLayerWeights as HostWeights,
   RnnBackend,
@@ -24,10 +17,11 @@ import type {
 } from "../backend.js";
 import type { WeightPrecision } from "../plan.js";
 import {
+  type OwnedRnnGpu,
+  openRnnGpu,
   type PackedSteps,
   PersistentRnnLayer,
   RnnDoesNotFitError,
-  type RnnGpu,
   type RnnLayerBase,
   type RnnLayerWeights,
   RnnWorkspace,
@@ -92,9 +86,8 @@ function stepsOf(b: Buffers, batchSizes: Int32Array): PackedSteps {
 
 export class GpuRnnBackend implements RnnBackend {
   readonly device: string;
-  private readonly gpu: RnnGpu;
+  private readonly gpu: OwnedRnnGpu;
   private readonly layers = new Map<string, RnnLayerBase>();
-  private readonly cublasHandle: CublasHandle;
   readonly precision: WeightPrecision;
   readonly path: RnnPath;
   private readonly notice: (line: string) => void;
@@ -104,12 +97,7 @@ export class GpuRnnBackend implements RnnBackend {
     this.path = options.path ?? "auto";
     this.notice = options.notice ?? ((line) => process.stderr.write(`${line}\n`));
     this.device = `cuda:${index}`;
-    const device = openDevice(index);
-    const stream = CudaStream.create({ nonBlocking: true });
-    const cublas = getCublas();
-    this.cublasHandle = cublas.create();
-    cublas.setStream(this.cublasHandle, stream.handle);
-    this.gpu = { device, stream, cublas, cublasHandle: this.cublasHandle };
+    this.gpu = openRnnGpu(index);
   }
 
   private layer(a: RnnForwardLayerArgs | RnnBackwardLayerArgs): RnnLayerBase {
@@ -254,8 +242,7 @@ export class GpuRnnBackend implements RnnBackend {
   dispose(): void {
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
-    this.gpu.cublas.destroy(this.cublasHandle);
-    this.gpu.stream.destroy();
+    this.gpu.close();
   }
 }
 

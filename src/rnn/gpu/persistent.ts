@@ -21,11 +21,13 @@ import {
   type CublasHandle,
   type CudaDevice,
   type CudaKernel,
-  type CudaStream,
+  CudaStream,
   compileCuda,
   type DevicePtr,
+  getCublas,
   karg,
   loadModule,
+  openDevice,
   PinnedBuffer,
 } from "../../cuda/index.js";
 import { checkNoSpills } from "../../cuda/ptxas-report.js";
@@ -83,6 +85,31 @@ export interface RnnGpu {
   readonly cublasHandle: CublasHandle;
   /** Kernel cache folder (undefined: the default; null: none). */
   readonly cacheDir?: string | null;
+}
+
+/** A device, a non-blocking stream and a cuBLAS handle on it, for the standalone layer (backend, benchmark, tests). */
+export interface OwnedRnnGpu extends RnnGpu {
+  /** Destroys the handle and the stream (the device's context stays, as openDevice's does). */
+  close(): void;
+}
+
+/** Opens GPU `index` with its own stream and cuBLAS handle. */
+export function openRnnGpu(index: number): OwnedRnnGpu {
+  const device = openDevice(index);
+  const stream = CudaStream.create({ nonBlocking: true });
+  const cublas = getCublas();
+  const cublasHandle = cublas.create();
+  cublas.setStream(cublasHandle, stream.handle);
+  return {
+    device,
+    stream,
+    cublas,
+    cublasHandle,
+    close() {
+      cublas.destroy(cublasHandle);
+      stream.destroy();
+    },
+  };
 }
 
 /** Device pointers of one layer direction's parameters (PyTorch layout) and their gradients. */
