@@ -18,6 +18,7 @@ import {
   RnnDoesNotFitError,
   type RnnGpu,
   type RnnLayerBase,
+  type RnnLayerWeights,
   RnnWorkspace,
 } from "../../rnn/gpu/persistent.js";
 import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
@@ -42,6 +43,15 @@ class Grown {
     this.ptr = 0;
     this.floats = 0;
   }
+}
+
+/** A direction's four tensors at the nodes' addresses (values or gradients); an absent b_hh reads `absent`. */
+function addresses(
+  w: { W_ih: number; W_hh: number; b_ih: number; b_hh: number },
+  at: Float64Array,
+  absent: DevicePtr,
+): RnnLayerWeights {
+  return { wih: at[w.W_ih]!, whh: at[w.W_hh]!, bih: at[w.b_ih]!, bhh: w.b_hh >= 0 ? at[w.b_hh]! : absent };
 }
 
 interface NodeState {
@@ -146,12 +156,7 @@ export class EagerRnn {
       ws.push(space);
       layer.forward(
         {
-          weights: {
-            wih: valPtr[w.W_ih]!,
-            whh: valPtr[w.W_hh]!,
-            bih: valPtr[w.b_ih]!,
-            bhh: w.b_hh >= 0 ? valPtr[w.b_hh]! : zeros,
-          },
+          weights: addresses(w, valPtr, zeros),
           x: valPtr[g.arg(i, 0)]!,
           h0: zeros,
           c0: zeros,
@@ -188,18 +193,8 @@ export class EagerRnn {
       const w = r.weights[d]!;
       layer.backward(
         {
-          weights: {
-            wih: valPtr[w.W_ih]!,
-            whh: valPtr[w.W_hh]!,
-            bih: valPtr[w.b_ih]!,
-            bhh: w.b_hh >= 0 ? valPtr[w.b_hh]! : zeros,
-          },
-          grads: {
-            wih: gradPtr[w.W_ih]!,
-            whh: gradPtr[w.W_hh]!,
-            bih: gradPtr[w.b_ih]!,
-            bhh: w.b_hh >= 0 ? gradPtr[w.b_hh]! : sink,
-          },
+          weights: addresses(w, valPtr, zeros),
+          grads: addresses(w, gradPtr, sink),
           x: valPtr[g.arg(i, 0)]!,
           h0: zeros,
           c0: zeros,
