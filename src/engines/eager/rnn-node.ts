@@ -73,7 +73,9 @@ export class EagerRnn {
   private readonly zeros: Grown;
   /** Written and never read: hn, cn, dh0, dc0 and an absent b_hh's gradient. */
   private readonly sink: Grown;
-  private readonly stepTables: DevicePtr[] = [];
+  /** Step tables (batch sizes, offsets) of the current graph's nodes, and those free for reuse (ints each holds). */
+  private readonly stepTables: { ptr: DevicePtr; ints: number }[] = [];
+  private readonly freeTables: { ptr: DevicePtr; ints: number }[] = [];
   /** The one-line notices of layers run on the stepwise path (`vpps train` prints them once each). */
   readonly notices: string[] = [];
 
@@ -110,7 +112,8 @@ export class EagerRnn {
       for (const ws of s.ws) this.release(ws);
     }
     this.live.clear();
-    for (const p of this.stepTables.splice(0)) this.ctx.device.driver.memFree(p);
+    // their launches are done (checkStatus waited): the tables can be written again
+    this.freeTables.push(...this.stepTables.splice(0));
     this.liveGraph = g;
     this.liveGeneration = g.generation;
   }
@@ -130,10 +133,14 @@ export class EagerRnn {
   }
 
   private upload(data: Int32Array): DevicePtr {
-    const p = this.ctx.device.driver.memAlloc(4 * Math.max(1, data.length));
-    this.ctx.device.driver.memcpyHtoDAsync(p, data, 4 * data.length, this.ctx.stream.handle);
-    this.stepTables.push(p);
-    return p;
+    const k = this.freeTables.findIndex((t) => t.ints >= data.length);
+    const table =
+      k >= 0
+        ? this.freeTables.splice(k, 1)[0]!
+        : { ptr: this.ctx.device.driver.memAlloc(4 * Math.max(64, data.length)), ints: Math.max(64, data.length) };
+    this.ctx.device.driver.memcpyHtoDAsync(table.ptr, data, 4 * data.length, this.ctx.stream.handle);
+    this.stepTables.push(table);
+    return table.ptr;
   }
 
   forward(g: ComputationGraph, i: number, valPtr: Float64Array): void {
@@ -225,7 +232,7 @@ export class EagerRnn {
     this.live.clear();
     for (const list of this.free.values()) for (const ws of list) ws.dispose();
     this.free.clear();
-    for (const p of this.stepTables.splice(0)) this.ctx.device.driver.memFree(p);
+    for (const t of [...this.stepTables.splice(0), ...this.freeTables.splice(0)]) this.ctx.device.driver.memFree(t.ptr);
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
     this.zeros.free();
