@@ -13,10 +13,11 @@
  * kernels saved, which is what small batches are made of (docs/journal/vpps-measurements.md).
  */
 import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
-import type { GradientReducer } from "../../data-parallel.js";
+import type { GradientReducer, PendingHostGather } from "../../data-parallel.js";
 import type { GpuContext } from "../../gpu/context.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
+import type { HostTrace } from "../instrument/host-trace.js";
 import type { ModelLayout } from "../plan/layout.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
@@ -91,6 +92,7 @@ export class VppsRuntime {
   private lastStopBatch = -1;
   /** Data-parallel mode: the gradients are summed over the reducer's ranks, then the update runs (dp-update.ts). */
   private dp: DataParallelUpdate | undefined;
+  private hostTrace: HostTrace | undefined;
 
   constructor(
     readonly ctx: GpuContext,
@@ -191,11 +193,32 @@ export class VppsRuntime {
     this.ctx.synchronize();
     this.dp?.dispose();
     this.dp = undefined;
-    if (reducer !== null) this.dp = new DataParallelUpdate(this.ctx, this.regions, this.hostUpdate, reducer, model);
+    if (reducer !== null) {
+      this.dp = new DataParallelUpdate(this.ctx, this.regions, this.hostUpdate, reducer, model);
+      this.dp.trace = this.hostTrace;
+    }
   }
 
   get dataParallel(): boolean {
     return this.dp !== undefined;
+  }
+
+  /** The host timeline that `submit` adds its phases to (host-trace.ts), or undefined: none. */
+  get trace(): HostTrace | undefined {
+    return this.hostTrace;
+  }
+  set trace(t: HostTrace | undefined) {
+    this.hostTrace = t;
+    if (this.dp) this.dp.trace = t;
+  }
+
+  /**
+   * Data-parallel mode, a batch that steps (learning rate > 0): starts the exchange of its touched rows with the other
+   * ranks without waiting, to be handed to `submit`. Every rank must start its batches' exchanges in the same order
+   * (the batches' order). Undefined when the batch needs none.
+   */
+  startExchange(s: ScheduledBatch, lr: number): PendingHostGather | undefined {
+    return this.dp !== undefined && lr > 0 ? this.dp.exchange(s) : undefined;
   }
 
   /** Zeroes Adam's moments of `model` (allocated the first time), behind every earlier batch. */
@@ -219,7 +242,8 @@ export class VppsRuntime {
    * Queues one scheduled batch on `variant` and returns the previous batch's loss (NaN for the first). `inputs` are
    * the graph's input values (`inputData[0, inputSize)`, copied to the pinned buffer here). `timed` records CUDA
    * events around the batch's device work. `adam`: the batch's Adam step (its script was scheduled for Adam, or
-   * its host update does Adam), after resetMoments; undefined for SGD.
+   * its host update does Adam), after resetMoments; undefined for SGD. `exchange`: data-parallel mode, the batch's
+   * exchange from `startExchange` (waited for here if not complete); none given, it is started here and waited for.
    */
   submit(
     variant: KernelVariant,
@@ -229,7 +253,11 @@ export class VppsRuntime {
     clip: number,
     timed: boolean,
     adam?: AdamStep,
+    exchange?: PendingHostGather,
   ): number {
+    const trace = this.hostTrace;
+    const t0 = trace ? performance.now() : 0;
+    const before = trace ? trace.counted() : 0;
     const L = s.layout;
     const R = this.regions;
     if (this.dp !== undefined && s.update !== "host") {
@@ -246,9 +274,17 @@ export class VppsRuntime {
       throw new Error(`VPPS: the batch uses ${s.barriers} barriers; at most ${MAX_BARRIERS}`);
     }
     if (L.poolFloats > this.peakPoolFloats) this.peakPoolFloats = L.poolFloats;
-    // the ranks' touched rows, before the slot is taken: this waits for every rank to reach this batch
-    const dpBatch: DpBatch | undefined = dp?.prepare(s, adam !== undefined);
+    // the ranks' touched rows, before the slot is taken: when not in yet, this waits for every rank to reach this batch
+    let dpBatch: DpBatch | undefined;
+    if (dp !== undefined) {
+      const x = exchange ?? dp.exchange(s);
+      const t = trace ? performance.now() : 0;
+      dpBatch = dp.prepare(s, adam !== undefined, x);
+      if (trace) trace.add("exchange", performance.now() - t);
+    }
+    const t1 = trace ? performance.now() : 0;
     const slot = this.pipeline.begin();
+    if (trace) trace.add("slot", performance.now() - t1);
     const S = this.slots[slot]!;
     const scriptWords = s.script.length;
     const listMax = host ? this.hostUpdate.listWords(variant.model, s, adam !== undefined) : (dpBatch?.words ?? 0);
@@ -329,7 +365,12 @@ export class VppsRuntime {
     S.variant = variant;
     this.lastVariant = variant.name;
     if (variant.traced) this.lastTraced = { script: s.script.slice(), ctas: variant.plan.ctas };
-    return this.pipeline.end(slot);
+    const loss = this.pipeline.end(slot);
+    if (trace) {
+      // what is left of the call: copies, memsets, the launch (the waits, all-reduces and update counted apart)
+      trace.add("launch", performance.now() - t0 - (trace.counted() - before));
+    }
+    return loss;
   }
 
   /**
