@@ -160,7 +160,7 @@ export class Vpps {
       this.batchLossHook?.(loss);
     };
     const stats = launcher.stats;
-    runtime.onKernelTime = (v, _batch, ms, gapMs) => {
+    runtime.onKernelTime = (v, _batch, ms, gapMs, afterMs) => {
       stats.kernelMs += ms;
       stats.timedBatches++;
       if (gapMs !== undefined) {
@@ -168,7 +168,8 @@ export class Vpps {
         stats.gapBatches++;
       }
       if (trace) {
-        trace.sample("gpuBusy", ms);
+        trace.sample("gpuBusy", ms + (afterMs ?? 0));
+        if (afterMs !== undefined) trace.sample("gpuAfter", afterMs);
         if (gapMs !== undefined) trace.sample("gpuIdle", gapMs);
       }
       this.profiler.sample(v as Variant, ms);

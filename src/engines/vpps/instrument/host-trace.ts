@@ -10,13 +10,14 @@
  * is `pipelineSlots` batches behind), `launch` copies, memsets and the kernel launch, `allreduce` enqueuing the NCCL
  * all-reduces, `update` enqueuing the gradient copy and update kernels, `other` the rest. Per batch: the worker's
  * `schedule` time, how long the batch was held from its exchange's start to its launch (the exchange's round trip
- * plus the wait for the main thread to come by), and (CUDA events) the GPU's busy time per batch (kernel, all-reduces and update) and its idle time between batches.
+ * plus the wait for the main thread to come by), and (CUDA events) the GPU's busy time per batch (the kernel, then
+ * the all-reduces and update, which include any wait for the slowest rank's GPU) and its idle time between batches.
  */
 
 export const HOST_PHASES = ["post", "workers", "exchange", "slot", "launch", "allreduce", "update"] as const;
 export type HostPhase = (typeof HOST_PHASES)[number];
 
-export const BATCH_SAMPLES = ["schedule", "held", "gpuBusy", "gpuIdle"] as const;
+export const BATCH_SAMPLES = ["schedule", "held", "gpuBusy", "gpuAfter", "gpuIdle"] as const;
 export type BatchSample = (typeof BATCH_SAMPLES)[number];
 
 const P = HOST_PHASES.length;
@@ -40,7 +41,7 @@ export class HostTrace {
   private readonly cur = new Float64Array(P);
   /** Per finished step: the phase times, then build, fb and the whole step (fb entry to fb entry). */
   private steps: Float64Array[] = [];
-  private samples: Record<BatchSample, number[]> = { schedule: [], held: [], gpuBusy: [], gpuIdle: [] };
+  private samples: Record<BatchSample, number[]> = { schedule: [], held: [], gpuBusy: [], gpuAfter: [], gpuIdle: [] };
   private lastExit: number | undefined;
   private lastEnter: number | undefined;
   private enter = 0;
@@ -108,9 +109,10 @@ export class HostTrace {
       `vpps host trace ${who}: ${steps.length} steps; median ms per step: step ${f(col(P + 2))} = build ` +
       `${f(col(P))} + fb ${f(col(P + 1))} (${phases.join(", ")}); per batch (median): schedule ${f(median(s.schedule))} ` +
       `on a worker, held ${f(median(s.held))} from its exchange's start to its launch; GPU ` +
-      `busy ${f(median(s.gpuBusy))}, idle ${f(median(s.gpuIdle))} before the batch (${s.gpuBusy.length} timed)`;
+      `busy ${f(median(s.gpuBusy))}${s.gpuAfter.length > 0 ? ` (all-reduces and update ${f(median(s.gpuAfter))})` : ""}, ` +
+      `idle ${f(median(s.gpuIdle))} before the batch (${s.gpuBusy.length} timed)`;
     this.steps = [];
-    this.samples = { schedule: [], held: [], gpuBusy: [], gpuIdle: [] };
+    this.samples = { schedule: [], held: [], gpuBusy: [], gpuAfter: [], gpuIdle: [] };
     return line;
   }
 }

@@ -44,16 +44,27 @@ interface Slot {
   readonly done: CudaEvent;
   readonly start: CudaEvent;
   readonly stop: CudaEvent;
+  /** Data-parallel mode: after the batch's all-reduces and update (the kernel's own time ends at `stop`). */
+  readonly dpStop: CudaEvent;
   timed: boolean;
+  /** `dpStop` was recorded for the batch. */
+  dpTimed: boolean;
   variant: KernelVariant | undefined;
 }
 
 /**
  * Where the kernel's time went, per completed timed batch: its kernel ms (CUDA events around the launch and its
  * host-update work) and, when the batch before was timed too, the ms the kernel stream spent between that batch's
- * end and this one's start (copies and memsets between kernels, and any wait for the host).
+ * end and this one's start (copies and memsets between kernels, and any wait for the host); in data-parallel mode,
+ * `afterMs`: the batch's all-reduces and update after its kernel (the batch ends after them).
  */
-export type KernelTimeSink = (variant: KernelVariant, batch: number, ms: number, gapMs: number | undefined) => void;
+export type KernelTimeSink = (
+  variant: KernelVariant,
+  batch: number,
+  ms: number,
+  gapMs: number | undefined,
+  afterMs?: number,
+) => void;
 
 export interface RuntimeOptions {
   readonly masterFloats: number;
@@ -118,7 +129,9 @@ export class VppsRuntime {
       done: CudaEvent.create({ timing: false }),
       start: CudaEvent.create(),
       stop: CudaEvent.create(),
+      dpStop: CudaEvent.create(),
       timed: false,
+      dpTimed: false,
       variant: undefined,
     }));
     const slots = this.slots;
@@ -142,9 +155,11 @@ export class VppsRuntime {
           const start = slot.start.elapsedMsSince(this.anchor);
           const idle =
             this.lastStop !== undefined && this.lastStopBatch === batch - 1 ? start - this.lastStop : undefined;
-          this.lastStop = slot.stop.elapsedMsSince(this.anchor);
+          const end = slot.dpTimed ? slot.dpStop : slot.stop;
+          this.lastStop = end.elapsedMsSince(this.anchor);
           this.lastStopBatch = batch;
-          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start), idle);
+          const after = slot.dpTimed ? slot.dpStop.elapsedMsSince(slot.stop) : undefined;
+          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start), idle, after);
         }
       },
     };
@@ -347,8 +362,15 @@ export class VppsRuntime {
     this.barrierRegion = 1 - region;
     this.staleBarriers = s.barriers;
     if (host) this.hostUpdate.launch(variant, s, script + scriptWords, entries, lr, clip, adam);
-    if (dp !== undefined && dpBatch !== undefined) dp.launch(variant, s, dpBatch, script, lr, clip, adam);
+    // the kernel's time ends here: in data-parallel mode the all-reduces (which wait for the slowest rank) and the
+    // update are timed apart, so that profiling compares the variants' kernels only
     if (timed) S.stop.record(ctx.stream);
+    S.dpTimed = false;
+    if (dp !== undefined && dpBatch !== undefined) {
+      dp.launch(variant, s, dpBatch, script, lr, clip, adam);
+      if (timed) S.dpStop.record(ctx.stream);
+      S.dpTimed = timed;
+    }
     S.finished.record(ctx.stream);
     this.readback.wait(S.finished);
     // the error words and the loss (the kernel stored it there), on the read-back stream: the next launch need
@@ -423,6 +445,7 @@ export class VppsRuntime {
         s.done.destroy();
         s.start.destroy();
         s.stop.destroy();
+        s.dpStop.destroy();
       }
       this.anchor.destroy();
       this.upload.destroy();
