@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything issue 18 needs from the GPU machine in one call: the GPU tests, cuDNN through PyTorch and `vpps bench rnn`
 # in the same call (same machine), packed into $OUT/rnn-results.tar.gz. With INSPECT=1 also the SASS summary of the
-# tightest kernels and a warp-state profile. Knobs: TESTS=0, CUDNN=0, BENCH_ARGS, REPEATS.
+# tightest kernels and a warp-state profile. Knobs: TESTS=0, CUDNN=0, BENCH_ARGS, REPEATS; OLD=<dir> also times the
+# code of another checkout (e.g. `git archive <commit> bin src package.json | tar -x -C <dir>`) in the same call,
+# into $R/old/ (OLD_ARGS: its bench arguments, default BENCH_ARGS).
 set -u
 OUT="${OUT:-out-rnn}"
 R="$OUT/rnn-results"
@@ -31,4 +33,11 @@ timeout 300 node bin/vpps.js bench rnn "${ARGS[@]}" --repeats "${REPEATS:-20}" \
   $( [[ -f "$R/cudnn.jsonl" ]] && echo --reference "$R/cudnn.jsonl" ) --out "$R" > "$R/bench.log" 2>&1
 echo "rc $?" >> "$R/bench.log"
 cat "$R/rnn.md" 2>/dev/null || tail -20 "$R/bench.log"
+if [[ -n "${OLD:-}" ]]; then
+  OARGS=(${OLD_ARGS:-${ARGS[*]}})
+  timeout 300 node "$OLD/bin/vpps.js" bench rnn "${OARGS[@]}" --repeats "${REPEATS:-20}" \
+    $( [[ -f "$R/cudnn.jsonl" ]] && echo --reference "$R/cudnn.jsonl" ) --out "$R/old" > "$R/old.log" 2>&1
+  echo "rc $?" >> "$R/old.log"
+  cat "$R/old/rnn.md" 2>/dev/null || tail -5 "$R/old.log"
+fi
 tar -czf "$OUT/rnn-results.tar.gz" -C "$OUT" rnn-results

@@ -41,13 +41,33 @@ export interface RnnKernelOptions {
    * module's global `rnn_phase[cta][phase]` (for `vpps bench rnn` with VPPS_RNN_PHASES=1; not for production).
    */
   readonly phases?: boolean;
-  /** Launch as clusters of two CTAs (needed for the multicast loads; default: where the grid is even). */
+  /**
+   * Launch as clusters of two CTAs, for the multicast loads (default: `multicastPays`; forced on or off here, as
+   * VPPS_RNN_CLUSTER=1/0 does). The grid must be even either way.
+   */
   readonly cluster?: boolean;
 }
 
+/**
+ * Weight registers per thread from which the pair multicast pays. Measured on an H100 in one call against the same
+ * kernels without clusters (bench/results/h100/issue18/multicast/ab2.jsonl): layouts near the register limit (8 warps
+ * per SM that cannot hide the load: RNN 2304, LSTM 1152 — 180 weight registers) gain 4–12% at batch 1–4 and up to 14%
+ * at 16; layouts with many threads and few weights (RNN 512/1152, GRU 512/1152: 16–100) lose 4–11% at batch 1–4
+ * (the barrier round adds latency to a poll that is not bandwidth-bound there) though they gain at 16.
+ */
+export const MULTICAST_MIN_WEIGHT_REGISTERS = 128;
+
+/** Whether the pair multicast is expected to pay for a kernel of this plan (see MULTICAST_MIN_WEIGHT_REGISTERS). */
+export function multicastPays(plan: { readonly weightRegisters: number }): boolean {
+  return plan.weightRegisters >= MULTICAST_MIN_WEIGHT_REGISTERS;
+}
+
 /** Whether a kernel of this plan is built as clusters of two CTAs. */
-export function clustered(plan: { readonly ctas: number }, opts: RnnKernelOptions = {}): boolean {
-  return opts.cluster !== false && plan.ctas % 2 === 0;
+export function clustered(
+  plan: { readonly ctas: number; readonly weightRegisters: number },
+  opts: RnnKernelOptions = {},
+): boolean {
+  return plan.ctas % 2 === 0 && (opts.cluster ?? multicastPays(plan));
 }
 
 /** The phases an instrumented kernel times, in the order of `rnn_phase`'s columns. */
@@ -134,7 +154,9 @@ __device__ __forceinline__ void bulk_multicast2(void* dst, const void* src, u32 
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
       ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)), "h"((unsigned short)3) : "memory");
 }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// No proxy fence between a step's reads of a buffer and the partner's multicast into it two steps later: the reads
+// have completed (their values are in what this CTA published, which the partner waited for), and a fence is only
+// needed to make generic-proxy writes visible to the async proxy.
 
 // Fills rows × cols floats of a matrix with row stride ld with the pending mark (−0.0) before a launch.
 extern "C" __global__ void ${RNN_KERNEL_NAMES.fill}(float* p, int rows, int cols, int ld) {
@@ -264,8 +286,7 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
 ${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
     #pragma unroll
     for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];
-    __syncthreads();
-    if (mc) fence_proxy_async(); // this step's reads of the buffer before the partner's copies two steps on`;
+    __syncthreads();`;
   return { weights, matvec };
 }
 
@@ -517,7 +538,6 @@ ${matvec}
       if (active) {
         const size_t row = (size_t)(off + bb);
         const float hprev = reinterpret_cast<const float*>(vcur)[(vrow + cb) * KP + unit];
-        if (mc) fence_proxy_async();
         float h;
 ${cell}
         st_publish(y + row * ldy + unit, h);

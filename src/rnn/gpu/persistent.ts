@@ -383,7 +383,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
-    const tag = (options.phases ? "_phases" : "") + (options.cluster === false ? "_nocluster" : "");
+    const tag =
+      (options.phases ? "_phases" : "") + (options.cluster === undefined ? "" : `_cluster${+options.cluster}`);
     const f = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_fwd`, forwardKernelSource(forwardPlan, options));
     const b = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_bwd`, backwardKernelSource(backwardPlan, options));
     this.compileLogs = { forward: f.log, backward: b.log };
@@ -442,8 +443,9 @@ export class PersistentRnnLayer extends RnnLayerBase {
           `that fits is hidden ${largest}`,
       );
     }
-    // VPPS_RNN_CLUSTER=0: the kernels without clusters (and so without multicast), for comparisons
-    const opts = process.env.VPPS_RNN_CLUSTER === "0" ? { ...options, cluster: false } : options;
+    // VPPS_RNN_CLUSTER=0/1: the kernels without / with clusters (and so multicast) whatever the plan, for comparisons
+    const env = process.env.VPPS_RNN_CLUSTER;
+    const opts = env === "0" || env === "1" ? { ...options, cluster: env === "1" } : options;
     return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward, opts);
   }
 
