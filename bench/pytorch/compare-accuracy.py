@@ -204,7 +204,7 @@ def fmt(x, digits=2):
 def markdown(result):
     o = result
     lines = [
-        "# Accuracy: vpps's autobatch engine against the PyTorch references",
+        "# Accuracy: vpps against the PyTorch references",
         "",
         "Adam, learning rate 0.001, batch 16, clip 5 on the global gradient norm, loss summed over the batch; the same "
         "seeds on each side (initialisation and shuffling; the two sides' initial weights differ, drawn from the same "
@@ -256,6 +256,7 @@ def main(argv=None):
                    help="tagged data: a directory (train.txt + dev.txt, or only dev.txt to split) or one file")
     p.add_argument("-j", "--jobs", type=int, default=8, help="runs at once (default 8)")
     p.add_argument("--engine", default="autobatch", help="vpps engine (default autobatch)")
+    p.add_argument("--vpps-args", default="", help="more arguments of vpps train, e.g. '--rnn persistent'")
     p.add_argument("--pick", choices=["best", "last"], default="best", help="the epoch compared (default best)")
     p.add_argument("--node", default="node")
     p.add_argument("--python", default=sys.executable or "python3")
@@ -282,7 +283,8 @@ def main(argv=None):
             common += ["--max-sentences", str(a.max_sentences)]
         for seed in seeds:
             s = ["--seed", str(seed)]
-            ours = [a.node, "bin/vpps.js", "train", model, "--engine", a.engine, *common, *s, "--json"]
+            ours = [a.node, "bin/vpps.js", "train", model, "--engine", a.engine, *shlex.split(a.vpps_args), *common, *s,
+                    "--json"]
             ref = [a.python, f"bench/pytorch/{model}.py", "train", *common, *s, "--threads", str(threads), "--json"]
             if a.device:
                 ours += ["--device", "cuda:0" if a.device == "cuda" else a.device]
@@ -340,6 +342,7 @@ def write_results(a, models, seeds, jobs, device, out, command, wall):
             "seeds": seeds,
             "pick": a.pick,
             "engine": a.engine,
+            "vppsArgs": a.vpps_args,
             "data": shown_path(a.tagged if model in TAGGERS else a.sst),
             "date": now,
             "device": device,

@@ -28,6 +28,8 @@ export interface RnnBenchOptions {
   readonly repeats: number;
   readonly precision: WeightPrecision;
   readonly device: number;
+  /** Build instrumented kernels too and report each phase's cycles per step (RnnBenchRow.phases). */
+  readonly phases?: boolean;
 }
 
 export interface RnnBenchRow {
@@ -48,6 +50,8 @@ export interface RnnBenchRow {
   /** Of the recurrent product in the forward recurrent part. */
   readonly recurrentTflops?: number;
   readonly perStepUs?: number;
+  /** VPPS_RNN_PHASES=1: clock cycles per step of each kernel phase (thread 0 of a CTA, averaged over CTAs). */
+  readonly phases?: { forward: Record<string, number>; backward: Record<string, number> };
 }
 
 const median = (xs: number[]): number => {
@@ -91,6 +95,11 @@ export function runRnnBench(
         log(`${cell} hidden ${hidden}: does not fit, timing the stepwise path: ${e.message}`);
         layer = new StepwiseRnnLayer(gpu, cell, hidden);
       }
+      // the instrumented build beside the timed one (its clock reads would skew the timings)
+      const inst =
+        o.phases && layer instanceof PersistentRnnLayer
+          ? PersistentRnnLayer.create(gpu, cell, hidden, o.precision, { phases: true })
+          : null;
       const G = gatesOf(cell);
       const H = hidden;
       for (const batch of o.batches) {
@@ -174,6 +183,18 @@ export function runRnnBench(
             );
           }
           layer.checkStatus(ws);
+          // an instrumented build: one more forward and backward launch, their per-step cycles by phase
+          let phases: RnnBenchRow["phases"];
+          if (inst) {
+            inst.phases("forward", true);
+            inst.phases("backward", true);
+            inst.forwardRecurrent(a);
+            inst.backwardRecurrent(a);
+            inst.checkStatus(ws);
+            const perStep = (p: Record<string, number> | null) =>
+              Object.fromEntries(Object.entries(p ?? {}).map(([k, v]) => [k, Math.round(v / o.steps)]));
+            phases = { forward: perStep(inst.phases("forward")), backward: perStep(inst.phases("backward")) };
+          }
           const recurrentMs = median(rec);
           const flops = 2 * G * H * H * batch * o.steps;
           const row: RnnBenchRow = {
@@ -191,6 +212,7 @@ export function runRnnBench(
             forwardBackwardMs: median(fb),
             recurrentTflops: flops / (recurrentMs * 1e-3) / 1e12,
             perStepUs: (recurrentMs * 1000) / o.steps,
+            ...(phases ? { phases } : {}),
           };
           rows.push(row);
           log(JSON.stringify(row));
@@ -200,6 +222,7 @@ export function runRnnBench(
         }
       }
       layer.dispose();
+      inst?.dispose();
     }
   }
   start.destroy();

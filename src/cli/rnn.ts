@@ -85,6 +85,7 @@ interface BenchFlags {
   steps: number;
   repeats: number;
   reference?: string;
+  phases: boolean;
   out?: string;
 }
 
@@ -134,6 +135,11 @@ export function addRnnCommands(plan: Command, bench: Command): void {
           .default(20),
       )
       .option("--reference <file>", "cuDNN's results: the JSON lines of python3 bench/pytorch/rnn.py bench --out FILE")
+      .option(
+        "--phases",
+        "also an instrumented build's clock cycles per step in each kernel phase (sync, poll, matvec, cell), for kernel work",
+        false,
+      )
       .addOption(new Option("--out <dir>", "write rnn.json and rnn.md there").argParser(folder("--out")))
       .action(
         run(async (f: BenchFlags) => {
@@ -149,6 +155,7 @@ export function addRnnCommands(plan: Command, bench: Command): void {
               repeats: f.repeats,
               precision: "fp32",
               device: 0,
+              phases: f.phases,
             },
             (line) => process.stderr.write(`${line}\n`),
           );

@@ -34,7 +34,31 @@ export const RNN_KERNEL_NAMES = { forward: "rnn_forward", backward: "rnn_backwar
 /** The −0.0 bit pattern that marks a value not yet written. */
 export const PENDING_BITS = 0x80000000;
 
-const COMMON = `
+/** Options of a generated kernel. */
+export interface RnnKernelOptions {
+  /**
+   * Instrumented build: thread 0 of every CTA adds the clock cycles of each phase of a tile (PHASE_NAMES) into the
+   * module's global `rnn_phase[cta][phase]` (for `vpps bench rnn` with VPPS_RNN_PHASES=1; not for production).
+   */
+  readonly phases?: boolean;
+}
+
+/** The phases an instrumented kernel times, in the order of `rnn_phase`'s columns. */
+export const PHASE_NAMES = ["sync", "poll", "matvec", "cell"] as const;
+/** The instrumented kernels' per-CTA counters (u64) and how many CTAs they hold. */
+export const PHASE_GLOBAL = "rnn_phase";
+export const PHASE_MAX_CTAS = 1024;
+
+export function phaseMacros(on: boolean): string {
+  if (!on) return "#define PHASE_START\n#define PHASE(i)\n";
+  return `__device__ unsigned long long ${PHASE_GLOBAL}[${PHASE_MAX_CTAS}][${PHASE_NAMES.length}];
+#define PHASE_START long long ph_t = clock64();
+#define PHASE(i) if (threadIdx.x == 0) { const long long ph_n = clock64(); ${PHASE_GLOBAL}[blockIdx.x][i] += ph_n - ph_t; ph_t = ph_n; }
+`;
+}
+
+/** What every generated RNN kernel module starts with: types, limits, the status block, activations, polled loads. */
+export const COMMON = `
 typedef unsigned int u32;
 constexpr u32 kBarrierSpinLimit = ${POLL_SPIN_LIMIT}u;
 constexpr int kErrBarrierTimeout = ${GRID_ERRORS.barrierTimeout};
@@ -180,17 +204,20 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
       float4 x[BT];
       #pragma unroll
       for (int b = 0; b < BT; b++) x[b] = vs4[(vrow + b) * (KP / 4) + cg + CG * k];
+      // component by component over all RW·BT accumulators: consecutive FMAs are independent, so a scheduler with
+      // two warps issues back to back instead of waiting out each FMA's latency (four FMAs chained per accumulator
+      // measured 4 cycles per issued instruction)
       #pragma unroll
-      for (int r = 0; r < RW; r++) {
-        ${rowWeights}
+      for (int j = 0; j < 4; j++) {
         #pragma unroll
-        for (int b = 0; b < BT; b++) {
-          // four FMAs into the accumulator (not a dot product added to it: a multiply, three FMAs and an add)
-          float& acc = a[r * BT + b];
-          acc = fmaf(lo.x, x[b].x, acc);
-          acc = fmaf(lo.y, x[b].y, acc);
-          acc = fmaf(hi.x, x[b].z, acc);
-          acc = fmaf(hi.y, x[b].w, acc);
+        for (int r = 0; r < RW; r++) {
+          ${rowWeights}
+          const float wj = j == 0 ? lo.x : j == 1 ? lo.y : j == 2 ? hi.x : hi.y;
+          #pragma unroll
+          for (int b = 0; b < BT; b++) {
+            const float xj = j == 0 ? x[b].x : j == 1 ? x[b].y : j == 2 ? x[b].z : x[b].w;
+            a[r * BT + b] = fmaf(wj, xj, a[r * BT + b]);
+          }
         }
       }
     }
@@ -212,14 +239,17 @@ __device__ __forceinline__ float row_sum(const float* part, int lr, int b) {
   return s;
 }`;
 
-/** Loads a tile's vector rows into shared memory (polling rows other CTAs publish); zero rows where `src` is null. */
-const LOAD_TILE = `
+/** 16-byte copies global → shared through L2 (cp.async.cg), and the wait for all of a thread's. */
+export const CP_ASYNC = `
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+`;
 
+/** Loads a tile's vector rows into shared memory (polling rows other CTAs publish); zero rows where `src` is null. */
+const LOAD_TILE = `${CP_ASYNC}
 // Rows b < nslots of the shared buffer are filled: row b < nrows from row_of(b, poll) (K floats, 16-byte aligned), polled when 'poll' is set, or is zero
 // (null). Polled values are copied global → shared by cp.async (L2, no registers), all of a thread's at once; the
 // thread then checks them in shared memory and re-issues only those still pending, so every round costs one L2
@@ -276,12 +306,13 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
 }`;
 
 /** The forward kernel of one layer direction. */
-export function forwardKernelSource(plan: RnnKernelPlan): string {
+export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
   const { weights, matvec } = matvecParts(plan);
   const cell = forwardCell(plan);
   return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
+${phaseMacros(opts.phases === true)}
 ${constants(plan)}
 // W_hh element of local row lr (gate g = lr / UC of unit blockIdx.x·UC + lr % UC), column k
 // A coherent load (__ldcg), never the read-only path: ptxas may re-load a read-only value inside the step loop
@@ -315,6 +346,7 @@ ${weights}
   float* sgates = saved;
   float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
   float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
+  PHASE_START
   for (int s = 0; s < steps; s++) {
     const int t = reverse ? steps - 1 - s : s;
     const int nb = batch_sizes[t], off = offsets[t];
@@ -324,6 +356,7 @@ ${weights}
     const bool last_step_all = reverse ? (t == 0) : (t == steps - 1);
     const int nnext = last_step_all ? 0 : batch_sizes[reverse ? t - 1 : t + 1];
     for (int b0 = 0; b0 < nb; b0 += BT) {
+      PHASE(3)
       const int nt = min(BT, nb - b0);
       // this tile's input projection, fetched before waiting for h(t−1)
       float xg[G];
@@ -333,6 +366,7 @@ ${weights}
       for (int g = 0; g < G; g++) xg[g] = active ? xw[(size_t)(off + bb) * (G * H) + g * H + unit] : 0.f;
 ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0[(size_t)bb * H + unit] : 0.f;" : ""}
       __syncthreads(); // the previous tile's readers are done with vs4 and part
+      PHASE(0)
       const int vrow = b0 % lb; // this tile's first row in the shared buffer, which holds a group of lb rows
       if (vrow == 0) {          // a group's first tile loads the whole group: one wait for all its rows
         const int nr = min(lb, nb - b0);
@@ -343,7 +377,9 @@ ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0
         }, status, t);
         if (__syncthreads_or(!ok)) return;
       }
+      PHASE(1)
 ${matvec}
+      PHASE(2)
       if (active) {
         const size_t row = (size_t)(off + bb);
         const float hprev = vs[(vrow + cb) * KP + unit];
@@ -435,11 +471,12 @@ export function groupRows(plan: RnnKernelPlan, batch: number, maxSharedBytes: nu
  * step's gate gradients for the next step (and the weight-gradient GEMMs after the launch). A sequence's dh0 comes
  * from the product one step after its first forward step was processed (or after the loop).
  */
-export function backwardKernelSource(plan: RnnKernelPlan): string {
+export function backwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "backward") throw new Error(`backwardKernelSource: plan is for the ${plan.kind} kernel`);
   const { weights, matvec } = matvecParts(plan);
   return `// persistent ${plan.cell} backward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
+${phaseMacros(opts.phases === true)}
 ${constants(plan)}
 // W_hhᵀ element of local row lr (unit blockIdx.x·UC + lr), column k (a gate row of W_hh)
 __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
@@ -474,6 +511,7 @@ ${weights}
   const float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
   float* carry_c = carry;             // LSTM: dc flowing to the previous step
   float* carry_h = carry + UC * bcap; // GRU: dh ⊙ z flowing to the previous step
+  PHASE_START
   for (int s = 0; s <= steps; s++) {
     const int t = s < steps ? (reverse ? s : steps - 1 - s) : -1;
     const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
@@ -481,6 +519,7 @@ ${weights}
     const int np = tp >= 0 ? batch_sizes[tp] : 0, offp = tp >= 0 ? offsets[tp] : 0;
     const int nrows = max(nb, np);
     for (int b0 = 0; b0 < nrows; b0 += BT) {
+      PHASE(3)
       const int nt = min(BT, nrows - b0);
       const int bb = b0 + cb;
       const bool mine = cell_thread && cb < nt;
@@ -495,6 +534,7 @@ ${weights}
       const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
 ${backwardPrefetch(plan)}
       __syncthreads();
+      PHASE(0)
       const int vrow = b0 % lb;
       if (vrow == 0) {
         const int nr = min(lb, nrows - b0);
@@ -506,7 +546,9 @@ ${backwardPrefetch(plan)}
         }, status, tp);
         if (__syncthreads_or(!ok)) return;
       }
+      PHASE(1)
 ${matvec}
+      PHASE(2)
       if (!mine) continue;
       const float rec = row_sum(part, cu, cb);
       if (!active) {
@@ -523,7 +565,7 @@ ${backwardCell(plan)}
 }
 
 /** The cell thread's loads of a backward step, issued before it waits for the other CTAs. */
-function backwardPrefetch(plan: RnnKernelPlan): string {
+export function backwardPrefetch(plan: Pick<RnnKernelPlan, "cell">): string {
   switch (plan.cell) {
     case "rnn-tanh":
     case "rnn-relu":

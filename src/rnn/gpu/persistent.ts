@@ -45,8 +45,12 @@ import {
   forwardKernelSource,
   groupRows,
   PENDING_BITS,
+  PHASE_GLOBAL,
+  PHASE_MAX_CTAS,
+  PHASE_NAMES,
   RNN_ERRORS,
   RNN_KERNEL_NAMES,
+  type RnnKernelOptions,
   sharedBytes,
 } from "./kernel-source.js";
 
@@ -359,6 +363,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
   private readonly statusBack: PinnedBuffer;
   /** NVRTC's logs (with ptxas's register report), for the tests and `vpps plan rnn --verbose`. */
   readonly compileLogs: { forward: string; backward: string };
+  private readonly phaseModules: Record<"forward" | "backward", ReturnType<typeof loadModule>>;
 
   private constructor(
     gpu: RnnGpu,
@@ -367,15 +372,18 @@ export class PersistentRnnLayer extends RnnLayerBase {
     readonly precision: WeightPrecision,
     readonly forwardPlan: RnnKernelPlan,
     readonly backwardPlan: RnnKernelPlan,
+    private readonly options: RnnKernelOptions,
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
-    const f = this.compile(`rnn_${cell}_${hidden}_${precision}_fwd`, forwardKernelSource(forwardPlan));
-    const b = this.compile(`rnn_${cell}_${hidden}_${precision}_bwd`, backwardKernelSource(backwardPlan));
+    const tag = options.phases ? "_phases" : "";
+    const f = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_fwd`, forwardKernelSource(forwardPlan, options));
+    const b = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_bwd`, backwardKernelSource(backwardPlan, options));
     this.compileLogs = { forward: f.log, backward: b.log };
     const mf = loadModule(f.cubin, "rnn forward");
     const mb = loadModule(b.cubin, "rnn backward");
     this.modules.push(mf, mb);
+    this.phaseModules = { forward: mf, backward: mb };
     this.fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
     this.bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
     this.fill = mf.getFunction(RNN_KERNEL_NAMES.fill);
@@ -409,6 +417,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     cell: RnnCellName,
     hidden: number,
     precision: WeightPrecision = "fp32",
+    options: RnnKernelOptions = {},
   ): PersistentRnnLayer {
     const model = deviceModelOfCuda(gpu.device.props);
     if (hidden % 4 !== 0) {
@@ -425,7 +434,32 @@ export class PersistentRnnLayer extends RnnLayerBase {
           `that fits is hidden ${largest}`,
       );
     }
-    return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward);
+    return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward, options);
+  }
+
+  /**
+   * Instrumented layers (options.phases): zeroes the phase counters of a kernel before the launches to profile, or
+   * (after them, stream synchronized) returns the cycles per CTA of each phase (PHASE_NAMES), averaged over CTAs.
+   */
+  phases(kind: "forward" | "backward", reset = false): Record<(typeof PHASE_NAMES)[number], number> | null {
+    if (!this.options.phases) throw new Error("phases: this layer was not built with options.phases");
+    const d = this.gpu.device.driver;
+    const g = this.phaseModules[kind].getGlobal(PHASE_GLOBAL);
+    if (reset) {
+      d.memsetD32Async(g.ptr, 0, g.bytes / 4, this.stream.handle);
+      return null;
+    }
+    this.stream.synchronize();
+    const host = new BigUint64Array(PHASE_MAX_CTAS * PHASE_NAMES.length);
+    d.memcpyDtoH(host, g.ptr);
+    const ctas = (kind === "forward" ? this.forwardPlan : this.backwardPlan).ctas;
+    const out = {} as Record<(typeof PHASE_NAMES)[number], number>;
+    PHASE_NAMES.forEach((name, i) => {
+      let sum = 0;
+      for (let c = 0; c < ctas; c++) sum += Number(host[c * PHASE_NAMES.length + i]);
+      out[name] = sum / ctas;
+    });
+    return out;
   }
 
   private fillPending(p: DevicePtr, rows: number, cols: number, ld: number): void {
