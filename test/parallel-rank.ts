@@ -16,6 +16,15 @@ if (mode === "collectives") {
   group.allReduceHost(f64);
   const gathered = group.allGatherHost(Int32Array.from({ length: r + 1 }, (_, k) => 10 * r + k));
   const id = group.broadcastBytes(Uint8Array.from([r + 7, 42]));
+  // gathers started without waiting, several at once and with a blocking collective between them, waited for out of
+  // order: each gets its own result
+  const p1 = group.startAllGatherHost(Int32Array.of(100 + r));
+  const p2 = group.startAllGatherHost(Int32Array.from({ length: r }, (_, k) => 200 + 10 * r + k));
+  const mid = Float64Array.of(r + 1);
+  group.allReduceHost(mid);
+  const p3 = group.startAllGatherHost(Int32Array.of(300 + r));
+  const started = [p3.wait(), p1.wait(), p2.wait()];
+  if (!(p1.ready() && p2.ready() && p3.ready())) throw new Error("a waited-for gather is not ready");
   group.barrier();
   group.close();
   process.stdout.write(
@@ -25,6 +34,8 @@ if (mode === "collectives") {
       f64: Array.from(f64),
       gathered: gathered.map((g) => Array.from(g)),
       id: Array.from(id),
+      started: started.map((g) => g.map((x) => Array.from(x))),
+      mid: mid[0],
     })}\n`,
   );
 } else if (mode === "hang") {

@@ -163,12 +163,19 @@ test("NCCL: the binding table parses, and a missing library is one line naming w
   if (real !== undefined) assert.ok(real instanceof NcclUnavailableError, String(real));
 });
 
-test("three ranks over TCP get bit-identical sums (added in rank order), gathers and broadcasts", async () => {
+test("three ranks over TCP get bit-identical sums (added in rank order), gathers (waited for or not) and broadcasts", async () => {
   const port = nextPort++;
   const runs = await Promise.all([0, 1, 2].map((r) => run(["--import", "tsx", RANK_SCRIPT], rankEnv(r, 3, port))));
   const out = runs.map((r) => {
     assert.equal(r.code, 0, r.stderr);
-    return JSON.parse(r.stdout) as { f32: number[]; f64: number[]; gathered: number[][]; id: number[] };
+    return JSON.parse(r.stdout) as {
+      f32: number[];
+      f64: number[];
+      gathered: number[][];
+      id: number[];
+      started: number[][][];
+      mid: number;
+    };
   });
   // rank 0 adds ((a0 + a1) + a2) in float32
   const f32 = (r: number) => Float32Array.from([0.1 * (r + 1), 1e8 * (r % 2 === 0 ? 1 : -1), 1 / (r + 3), r]);
@@ -179,6 +186,12 @@ test("three ranks over TCP get bit-identical sums (added in rank order), gathers
     assert.deepEqual(o.f64, [3, 0.1 + 0.2]);
     assert.deepEqual(o.gathered, [[0], [10, 11], [20, 21, 22]]);
     assert.deepEqual(o.id, [7, 42]);
+    assert.deepEqual(o.started, [
+      [[300], [301], [302]],
+      [[100], [101], [102]],
+      [[], [210], [220, 221]],
+    ]);
+    assert.equal(o.mid, 6);
   }
 });
 

@@ -6,6 +6,7 @@ import { describe, test } from "node:test";
 import { cudaAvailable } from "../src/cuda/index.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
+import { hostTraceFromEnv } from "../src/engines/vpps/instrument/host-trace.js";
 import {
   checkOptions,
   checkStepSettings,
@@ -232,7 +233,10 @@ describe("Vpps options", () => {
     assert.equal(r.variants.profileNodes, DEFAULT_PROFILE_NODES);
     assert.equal(r.host.pipelineSlots, PIPELINE_SLOTS);
     assert.equal(r.host.scheduleAhead, undefined); // twice the workers the pool has
-    assert.deepEqual(r.instrument, { timing: false, profileKernel: false, traceKernel: false });
+    // the host timeline follows VPPS_DP_TRACE unless the option says otherwise
+    const hostTrace = hostTraceFromEnv();
+    assert.deepEqual(r.instrument, { timing: false, profileKernel: false, traceKernel: false, hostTrace });
+    assert.equal(resolveOptions({ instrument: { hostTrace: !hostTrace } }).instrument.hostTrace, !hostTrace);
     // a fixed rpw fixes the variant: no transposed profile unless asked for
     assert.equal(resolveOptions({ variants: { rowsPerWarp: 2 } }).variants.transposed, false);
     assert.equal(

@@ -23,6 +23,33 @@ export interface GradientReducer {
   allReduceHost(data: Float32Array | Float64Array): void;
   /** Every rank's `data` (small host arrays, e.g. the touched rows of a lookup table), in rank order. */
   allGatherHost(data: Int32Array): Int32Array[];
+  /**
+   * `allGatherHost` started without waiting for the other ranks (optional: `startGather` falls back to the blocking
+   * call). Host collectives finish in the order they were started, blocking ones included, so every rank must start
+   * them in the same order.
+   */
+  startAllGatherHost?(data: Int32Array): PendingHostGather;
+  /**
+   * Makes the device communicator now (a collective; optional). An engine that starts host collectives without
+   * waiting calls it first, so that the communicator's own setup cannot fall between its gathers on one rank and
+   * not on another.
+   */
+  initDevice?(): void;
+}
+
+/** A host gather on its way (`GradientReducer.startAllGatherHost`). */
+export interface PendingHostGather {
+  /** Whether the result has arrived (never waits). */
+  ready(): boolean;
+  /** Every rank's array, in rank order; waits for the other ranks when not `ready()`. */
+  wait(): Int32Array[];
+}
+
+/** Starts a gather on `reducer` without waiting where it can; a reducer that cannot gathers at once. */
+export function startGather(reducer: GradientReducer, data: Int32Array): PendingHostGather {
+  if (reducer.startAllGatherHost) return reducer.startAllGatherHost(data);
+  const parts = reducer.allGatherHost(data);
+  return { ready: () => true, wait: () => parts };
 }
 
 /** An engine that can train data-parallel. */

@@ -3,7 +3,8 @@
 // in Atomics.wait for a host collective, or inside a synchronous CUDA/NCCL call that waits for a dead peer. It
 //  - makes the rendezvous (rank 0 listens on MASTER_ADDR:MASTER_PORT, the others connect with retries);
 //  - runs the host collectives the main thread asks for: every rank sends its array to rank 0, which sums in rank
-//    order (so every rank gets bit-identical sums) and sends the result back;
+//    order (so every rank gets bit-identical sums) and sends the result back; several may be outstanding (the main
+//    thread need not wait for one before asking for the next), and they finish in the order asked;
 //  - watches the connections: a peer that closes without saying goodbye ends this process within a moment, with one
 //    line naming the rank (rank 0 first tells the others why), because a main thread blocked in CUDA cannot.
 
@@ -43,11 +44,17 @@ const peers: (Peer | undefined)[] = new Array(worldSize).fill(undefined);
 let ready = false;
 let closing = false;
 let dying = false;
+/** The sequence number of the oldest collective not finished; `sent`: of the next one this rank sends to rank 0. */
 let seq = 0;
-/** The collective the main thread waits for. */
-let current: Exclude<CommRequest, { kind: "close" }> | undefined;
-/** The current collective is the closing one. */
-let closingOp = false;
+let sent = 0;
+type Op = Exclude<CommRequest, { kind: "close" }>;
+/**
+ * The collectives the main thread asked for and that have not finished, oldest first: it may start several without
+ * waiting (`ProcessGroup.startAllGatherHost`); they run, and are answered, in the order asked, which is the same on
+ * every rank. `closing`: the closing collective.
+ */
+const queue: { op: Op; closing: boolean }[] = [];
+let current: Op | undefined;
 
 function reply(message: CommReply, transfer: ArrayBuffer[] = []): void {
   port.postMessage(message, transfer);
@@ -100,7 +107,7 @@ function watch(peer: Peer, reader: FrameReader, onFrame: (f: Frame) => void): vo
 function onPeerFrame(peer: Peer, f: Frame): void {
   if (f.kind === FrameKind.bye) {
     peer.bye = true;
-    if (current !== undefined) die(`rank ${peer.rank} finished while this rank waited for it in a collective`);
+    if (queue.length > 0) die(`rank ${peer.rank} finished while this rank waited for it in a collective`);
     return;
   }
   if (f.kind === FrameKind.abort) {
@@ -189,9 +196,10 @@ function sum(kind: number, parts: readonly Uint8Array[]): Uint8Array {
 }
 
 function finish(result: Uint8Array): void {
-  current = undefined;
+  const done = queue.shift()!;
+  current = queue[0]?.op;
   seq++;
-  if (closingOp) {
+  if (done.closing) {
     closing = true;
     clearTimeout(timer);
     for (const p of peers) if (p && !p.socket.destroyed) p.socket.end();
@@ -201,20 +209,28 @@ function finish(result: Uint8Array): void {
   }
   const copy = result.buffer.slice(result.byteOffset, result.byteOffset + result.byteLength) as ArrayBuffer;
   reply({ kind: "result", data: copy }, [copy]);
+  // the next collective's frames may all be here already
+  if (current !== undefined) progress();
 }
 
 port.on("message", (req: CommRequest) => {
   // closing is a collective too (an all-gather of nothing): when it completes, every rank has finished its last
   // collective, and a connection that closes after it is no failure
-  current = req.kind === "close" ? { kind: "gather", data: new ArrayBuffer(0) } : req;
-  closingOp = req.kind === "close";
+  const op: Op = req.kind === "close" ? { kind: "gather", data: new ArrayBuffer(0) } : req;
+  queue.push({ op, closing: req.kind === "close" });
   if (worldSize === 1) {
-    const own = payloadOf(current);
-    finish(current.kind === "gather" ? encodeGathered([own]) : own);
+    // nothing can be outstanding: each finishes as it comes
+    current = op;
+    const own = payloadOf(op);
+    finish(op.kind === "gather" ? encodeGathered([own]) : own);
     return;
   }
-  if (rank !== 0) peers[0]!.socket.write(frame(kindOf(current), seq, payloadOf(current)));
-  progress();
+  // sent at once, whether or not the collectives before it have finished: rank 0 takes the frames in order
+  if (rank !== 0) peers[0]!.socket.write(frame(kindOf(op), sent++, payloadOf(op)));
+  if (queue.length === 1) {
+    current = op;
+    progress();
+  }
 });
 
 // --- rendezvous ---

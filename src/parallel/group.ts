@@ -2,12 +2,15 @@
 // Host arrays go over TCP through the rank's communication thread (comm-worker.ts; rank 0 sums in rank order, so
 // every rank gets bit-identical sums); device arrays go through NCCL, whose unique id travels over the same
 // connections. The main thread waits for a host collective in Atomics.wait: the engines' interface is synchronous.
+// A gather may also be started without waiting (`startAllGatherHost`): the communication thread runs the
+// collectives in the order the main thread asked for them and answers in that order, so the replies are matched to
+// the requests by position (`outstanding`).
 
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
 import type { DevicePtr, Handle } from "../cuda/ffi/driver.js";
 import { getNccl, type Nccl, type NcclComm, NcclDataType, NcclRedOp } from "../cuda/ffi/nccl.js";
 import { CudaEvent } from "../cuda/stream.js";
-import type { GradientReducer } from "../engines/data-parallel.js";
+import type { GradientReducer, PendingHostGather } from "../engines/data-parallel.js";
 import { UserError } from "../util/errors.js";
 import type { RankEnv } from "./env.js";
 import { type CommReply, type CommRequest, type CommWorkerConfig, decodeGathered } from "./wire.js";
@@ -75,6 +78,8 @@ export class ProcessGroup implements GradientReducer {
   private readonly worker: Worker;
   private readonly port: MessagePort;
   private readonly counter: Int32Array;
+  /** Collectives asked for and not yet answered, oldest first; `reply` is set when the answer has been read. */
+  private readonly outstanding: { reply: CommReply | undefined }[] = [];
   private nccl: Nccl | undefined;
   private comm: NcclComm | undefined;
   private closed = false;
@@ -132,13 +137,43 @@ export class ProcessGroup implements GradientReducer {
     }
   }
 
-  private request(req: CommRequest, transfer: ArrayBuffer[] = []): CommReply {
+  /** Asks the communication thread for a collective; the returned entry's `reply` is set when it is answered. */
+  private post(req: CommRequest, transfer: ArrayBuffer[] = []): { reply: CommReply | undefined } {
     if (this.closed) throw new Error(`process group of rank ${this.rank}: used after close()`);
-    const seen = Atomics.load(this.counter, 0);
+    const entry = { reply: undefined as CommReply | undefined };
+    this.outstanding.push(entry);
     this.port.postMessage(req, transfer);
-    const r = this.wait(seen);
-    if (r.kind === "error") throw new Error(`process group of rank ${this.rank}: ${r.message}`);
-    return r;
+    return entry;
+  }
+
+  /** Reads the answers that have arrived, without waiting; they go to the oldest requests in order. */
+  private pump(): void {
+    for (;;) {
+      const m = receiveMessageOnPort(this.port);
+      if (!m) return;
+      const entry = this.outstanding.shift();
+      if (entry === undefined) throw new Error(`process group of rank ${this.rank}: an answer nobody asked for`);
+      entry.reply = m.message as CommReply;
+    }
+  }
+
+  /** Waits until `entry` is answered (answers to earlier requests are read on the way). */
+  private settle(entry: { reply: CommReply | undefined }): CommReply {
+    for (;;) {
+      // the counter is read before the port is polled, so an answer between the two ends the wait at once
+      const seen = Atomics.load(this.counter, 0);
+      this.pump();
+      const r = entry.reply;
+      if (r !== undefined) {
+        if (r.kind === "error") throw new Error(`process group of rank ${this.rank}: ${r.message}`);
+        return r;
+      }
+      Atomics.wait(this.counter, 0, seen, 1000);
+    }
+  }
+
+  private request(req: CommRequest, transfer: ArrayBuffer[] = []): CommReply {
+    return this.settle(this.post(req, transfer));
   }
 
   allReduceHost(data: Float32Array | Float64Array): void {
@@ -159,6 +194,35 @@ export class ProcessGroup implements GradientReducer {
   allGatherHost(data: Int32Array): Int32Array[] {
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     return this.allGatherBytes(bytes).map((b) => new Int32Array(b.buffer, b.byteOffset, b.byteLength / 4));
+  }
+
+  /**
+   * `allGatherHost` without waiting: the gather goes to the other ranks at once, and the result is read when it has
+   * arrived. Collectives finish in the order they were asked for, blocking ones included, so every rank must ask for
+   * them in the same order.
+   */
+  startAllGatherHost(data: Int32Array): PendingHostGather {
+    const copy = data.slice().buffer as ArrayBuffer;
+    const entry = this.post({ kind: "gather", data: copy }, [copy]);
+    let parts: Int32Array[] | undefined;
+    const take = (r: CommReply): Int32Array[] => {
+      if (r.kind !== "result") throw new Error(`process group: all-gather got ${r.kind}`);
+      parts = decodeGathered(new Uint8Array(r.data)).map(
+        (b) => new Int32Array(b.buffer, b.byteOffset, b.byteLength / 4),
+      );
+      return parts;
+    };
+    return {
+      ready: () => {
+        if (parts !== undefined) return true;
+        if (entry.reply === undefined) this.pump();
+        if (entry.reply === undefined) return false;
+        if (entry.reply.kind === "error") return true; // wait() throws it
+        take(entry.reply);
+        return true;
+      },
+      wait: () => parts ?? take(this.settle(entry)),
+    };
   }
 
   /** Rank 0's `data` on every rank (the others' argument is ignored). */

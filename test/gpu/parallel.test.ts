@@ -88,6 +88,29 @@ describe("data-parallel on 2 GPUs", { skip }, () => {
     });
   }
 
+  test("VPPS_DP_TRACE=1: each rank of a 2-GPU VPPS run writes its host timeline every epoch; losses unchanged", async () => {
+    const plain = await run([VPPS, "train", "treelstm", ...SMALL, "--engine", "vpps", "--gpus", "2"]);
+    const traced = await run([VPPS, "train", "treelstm", ...SMALL, "--engine", "vpps", "--gpus", "2"], {
+      VPPS_DP_TRACE: "1",
+    });
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.equal(traced.code, 0, traced.stderr);
+    assert.doesNotMatch(plain.stderr, /vpps host trace/);
+    for (const r of [0, 1]) {
+      const lines = traced.stderr.split("\n").filter((l) => l.startsWith(`vpps host trace rank ${r}/2: `));
+      // 2 steps per epoch: the first epoch's first step has no step time, so every epoch reports (its last step's)
+      assert.ok(lines.length >= 4, `rank ${r}: ${lines.length} trace lines in\n${traced.stderr}`);
+      assert.match(lines[0]!, /exchange \d+\.\d+, slot .*GPU busy \d+\.\d+/);
+    }
+    const a = JSON.parse(plain.stdout) as { epochs: { trainLoss: number }[] };
+    const b = JSON.parse(traced.stdout) as { epochs: { trainLoss: number }[] };
+    a.epochs.forEach((e, i) => {
+      const x = e.trainLoss;
+      const y = b.epochs[i]!.trainLoss;
+      assert.ok(Math.abs(x - y) <= 1e-4 * Math.abs(x), `epoch ${i + 1}: untraced ${x}, traced ${y}`);
+    });
+  });
+
   test("killing one rank of a 2-GPU run ends the job within seconds with one line naming it", async () => {
     const t0 = Date.now();
     const child = spawn(

@@ -67,7 +67,11 @@ export class VppsEngine implements PipelinedEngine, DataParallelEngine {
   }
 
   takeLosses(wait: boolean): number[] {
-    if (wait) this.waitForQueued();
+    if (wait) {
+      this.waitForQueued();
+      // the end of an epoch in the training loop: the host timeline of its steps, when asked for (VPPS_DP_TRACE)
+      this.vpps.hostTraceReport();
+    }
     return this.losses.splice(0, this.losses.length);
   }
 

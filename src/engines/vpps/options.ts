@@ -4,6 +4,7 @@
  * compiled, naming the option by its path (`variants.transposed must be …`).
  */
 
+import { hostTraceFromEnv } from "./instrument/host-trace.js";
 import { ADAM_DEFAULTS } from "./plan/moments.js";
 import type { GradientStrategy } from "./plan/plan.js";
 import { defaultScheduleWorkers } from "./schedule/pool.js";
@@ -101,6 +102,12 @@ export interface VppsInstrumentOptions {
    * last batch's critical path across processors. Exclusive with `profileKernel`.
    */
   readonly traceKernel?: boolean;
+  /**
+   * Write a per-step timeline of the host to stderr (instrument/host-trace.ts: the median ms of each phase of `fb`, the
+   * GPU's busy and idle time per batch), one line at every `hostTraceReport()` (the Engine adapter: every epoch) and
+   * at `dispose`. Turns `timing` on. Default: on when VPPS_DP_TRACE is set (and not 0).
+   */
+  readonly hostTrace?: boolean;
 }
 
 export interface VppsOptions {
@@ -204,6 +211,7 @@ export function resolveOptions(o: VppsOptions = {}): ResolvedOptions {
       timing: i.timing ?? false,
       profileKernel: i.profileKernel ?? false,
       traceKernel: i.traceKernel ?? false,
+      hostTrace: i.hostTrace ?? hostTraceFromEnv(),
     },
   };
 }

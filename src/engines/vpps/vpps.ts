@@ -35,6 +35,7 @@ import {
   type VariantInfo,
 } from "./codegen/compile.js";
 import { TRACE_SLOTS } from "./codegen/template.js";
+import { HostTrace } from "./instrument/host-trace.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
 import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
 import {
@@ -110,6 +111,8 @@ export class Vpps {
   private readonly launcher: BatchLauncher<Variant>;
   private batchLossHook: ((loss: number) => void) | undefined;
   private reducer: GradientReducer | null = null;
+  /** The host timeline (`instrument.hostTrace`), or undefined. */
+  private readonly trace: HostTrace | undefined;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -135,29 +138,39 @@ export class Vpps {
       nodes: o.variants.profileNodes,
       log: o.log,
     });
+    const trace = o.instrument.hostTrace ? new HostTrace() : undefined;
     const launcher = new BatchLauncher<Variant>(
       runtime,
       pool,
       (index) => this.byPlan[index]!,
       {
         scheduleAhead: o.host.scheduleAhead ?? 2 * (pool?.size ?? 0),
-        timing: o.instrument.timing,
+        // the trace's GPU busy and idle times come from the timing events
+        timing: trace !== undefined && o.instrument.timing === false ? true : o.instrument.timing,
         profiling: () => this.profiler.chosen === undefined,
       },
       hooks,
     );
     this.launcher = launcher;
+    this.trace = trace;
+    launcher.trace = trace;
+    runtime.trace = trace;
     runtime.pipeline.onRetired = (batch, loss) => {
       if (launcher.retiredQuiet(batch)) return;
       this.batchLossHook?.(loss);
     };
     const stats = launcher.stats;
-    runtime.onKernelTime = (v, _batch, ms, gapMs) => {
+    runtime.onKernelTime = (v, _batch, ms, gapMs, afterMs) => {
       stats.kernelMs += ms;
       stats.timedBatches++;
       if (gapMs !== undefined) {
         stats.gapMs += gapMs;
         stats.gapBatches++;
+      }
+      if (trace) {
+        trace.sample("gpuBusy", ms + (afterMs ?? 0));
+        if (afterMs !== undefined) trace.sample("gpuAfter", afterMs);
+        if (gapMs !== undefined) trace.sample("gpuIdle", gapMs);
       }
       this.profiler.sample(v as Variant, ms);
       this.onKernelTime?.(v.name, ms, gapMs);
@@ -428,10 +441,33 @@ export class Vpps {
     if (!(graph instanceof ComputationGraph)) throw argumentError("Vpps.fb", "graph", "a ComputationGraph", graph);
     requireScalar(loss, "Vpps.fb", "loss");
     this.params.checkGraph(graph, "vpps");
+    const trace = this.trace;
+    if (trace) {
+      trace.enterStep(performance.now());
+      try {
+        return this.fbStep(graph, loss);
+      } finally {
+        trace.exitStep(performance.now());
+      }
+    }
+    return this.fbStep(graph, loss);
+  }
+
+  private fbStep(graph: ComputationGraph, loss: Expression): number {
     const chosen = this.profiler.chosen;
     if (chosen === undefined) return this.fbProfiled(graph, loss);
     this.launcher.run(chosen, graph, loss, this.tag());
     return this.launcher.latest;
+  }
+
+  /**
+   * Writes the host timeline of the steps since the last report to stderr, one line (per rank), and forgets them
+   * (option `instrument.hostTrace`; nothing without it).
+   */
+  hostTraceReport(): void {
+    const r = this.reducer;
+    const line = this.trace?.report(r ? `rank ${r.rank}/${r.worldSize}` : "one process");
+    if (line !== undefined) process.stderr.write(`${line}\n`);
   }
 
   /**
@@ -539,6 +575,7 @@ export class Vpps {
     this.disposed = true;
     try {
       this.flush();
+      this.hostTraceReport();
     } finally {
       try {
         this.launcher.pool?.dispose();

@@ -3,16 +3,19 @@
  * script ends after backward), its gradients are copied to the layout every rank shares (dp-lists.ts), summed over
  * the ranks by the GradientReducer in buckets, and the update kernels of host-update.ts step the weights from the
  * sums; everything queued on the kernel stream behind the launch, so `submit` stays asynchronous. The only host
- * exchange, the union of the ranks' touched lookup rows (`allGatherHost`), happens before the launch: the rows are
- * known once the batch is scheduled.
+ * exchange, the union of the ranks' touched lookup rows, must be complete before the launch (the lists depend on
+ * it); it is started without waiting as soon as the batch is scheduled (`exchange`: the launcher holds the batch
+ * until the other ranks' rows are in, while the host goes on with later batches), so that it neither blocks the
+ * main thread nor ties the ranks' hosts to each other batch by batch.
  *
  * The clipping norm is summed with float atomics, in an order that differs from rank to rank: rank 0's is handed to
  * every rank (the others zero theirs, then one all-reduce of one float), so the ranks' weights stay bitwise equal.
  */
 import { floatBits } from "../../../cuda/index.js";
-import type { GradientReducer } from "../../data-parallel.js";
+import { type GradientReducer, type PendingHostGather, startGather } from "../../data-parallel.js";
 import type { GpuContext } from "../../gpu/context.js";
 import type { KernelVariant } from "../codegen/variant.js";
+import type { HostTrace } from "../instrument/host-trace.js";
 import type { ModelLayout } from "../plan/layout.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
@@ -55,8 +58,17 @@ export interface DpBatch {
   updateAt: number;
 }
 
+/** Adds the time since `t` to `phase`; returns now. */
+function lap(trace: HostTrace, phase: "update" | "allreduce", t: number): number {
+  const now = performance.now();
+  trace.add(phase, now - t);
+  return now;
+}
+
 export class DataParallelUpdate {
   readonly layout: DpLayout;
+  /** The host timeline (runtime option), or undefined. */
+  trace: HostTrace | undefined;
 
   /** Reserves the `rest` region at the end of the pool (no batch may be in flight). */
   constructor(
@@ -68,6 +80,9 @@ export class DataParallelUpdate {
   ) {
     this.layout = dpLayout(model);
     regions.reserveRest(Math.max(64, this.layout.restCapacity), model.modelFloats);
+    // the NCCL communicator's id exchange is a host collective: now, not inside the first launch, where it would
+    // fall among gathers started earlier on one rank than on another
+    reducer.initDevice?.();
   }
 
   get bases(): DpBases {
@@ -75,9 +90,17 @@ export class DataParallelUpdate {
     return { master: R.master, grads: R.grads, pool: R.pool, rest: R.rest };
   }
 
-  /** The union of the ranks' touched rows (waits for every rank's: a collective call) and the lists' sizes. */
-  prepare(s: ScheduledBatch, adam: boolean): DpBatch {
-    const union = unitePairs(this.model, this.reducer.allGatherHost(touchedPairs(s.layout)));
+  /**
+   * Starts the exchange of the batch's touched rows with the other ranks (a collective: every rank starts the same
+   * batches' exchanges in the same order), without waiting.
+   */
+  exchange(s: ScheduledBatch): PendingHostGather {
+    return startGather(this.reducer, touchedPairs(s.layout));
+  }
+
+  /** The union of the ranks' touched rows (waits for the exchange to complete) and the lists' sizes. */
+  prepare(s: ScheduledBatch, adam: boolean, exchange: PendingHostGather): DpBatch {
+    const union = unitePairs(this.model, exchange.wait());
     const { slot, used } = unionSlots(this.model, this.layout, union);
     const words = copyListWords(this.model, s.layout) + updateListWords(this.model, union, adam);
     return { union, slots: slot, used, words, copyEntries: 0, updateEntries: 0, copyAt: 0, updateAt: 0 };
@@ -115,17 +138,28 @@ export class DataParallelUpdate {
         ctx.pool.fill(R.grads + m.masterOffset, m.rows * m.cols, 0, st);
       }
     }
+    const trace = this.trace;
+    let t = trace ? performance.now() : 0;
     this.hostUpdate.gemm(v, s);
     ctx.pool.fill(R.rest, b.used, 0, st);
     this.hostUpdate.copy(script + b.copyAt, b.copyEntries);
+    if (trace) t = lap(trace, "update", t);
     this.allReduce(R.grads, v.plan.masterFloats);
     this.allReduce(R.rest, b.used);
+    if (trace) t = lap(trace, "allreduce", t);
     const reducer = this.reducer;
+    let normMs = 0;
     this.hostUpdate.step(script + b.updateAt, b.updateEntries, lr, clip, adam, (norm) => {
       if (reducer.worldSize === 1) return;
+      const t0 = trace ? performance.now() : 0;
       if (reducer.rank !== 0) ctx.device.driver.memsetD32Async(norm, floatBits(0), 1, st);
       reducer.allReduceDevice(norm, 1, st);
+      if (trace) normMs = performance.now() - t0;
     });
+    if (trace) {
+      trace.add("allreduce", normMs);
+      trace.add("update", performance.now() - t - normMs);
+    }
   }
 
   private allReduce(offset: number, floats: number): void {

@@ -3,9 +3,18 @@
  * (schedule/pool.ts), and every batch whose script is ready is submitted (submit.ts), with what `fb` fixed for it
  * (learning rate, clip, Adam's step) and CUDA events where timing asks for them. Counts the host's and the
  * device's time in `stats`.
+ *
+ * Data-parallel mode with schedule workers: a scheduled batch's exchange of touched rows with the other ranks
+ * (dp-update.ts) is started when the batch is taken from the workers, and the batch is held (in order) until the
+ * exchange is in; later `fb` calls launch the held batches whose exchanges have completed, without waiting. The host
+ * then goes on building and posting graphs instead of waiting for the other ranks at every launch, and the ranks'
+ * hosts are tied to each other only `pipelineSlots` batches apart (more held batches than that: the oldest is
+ * waited for).
  */
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
+import type { PendingHostGather } from "../../data-parallel.js";
 import type { KernelVariant } from "../codegen/variant.js";
+import type { HostTrace } from "../instrument/host-trace.js";
 import type { VppsHooks } from "../options.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
@@ -64,6 +73,14 @@ export interface LauncherOptions {
   readonly profiling: () => boolean;
 }
 
+/** A scheduled batch waiting for its exchange of touched rows (data-parallel mode). */
+interface Held {
+  readonly b: PooledBatch<BatchTag>;
+  readonly exchange: PendingHostGather | undefined;
+  /** When it was taken from the workers (trace only). */
+  readonly at: number;
+}
+
 export class BatchLauncher<V extends LaunchVariant> {
   readonly stats: VppsStats = {
     batches: 0,
@@ -83,6 +100,10 @@ export class BatchLauncher<V extends LaunchVariant> {
   last: { variant: V; schedule: ScheduledBatch } | undefined;
   /** Pipeline batch numbers of quiet profiling runs not yet retired (their losses are not reported). */
   private readonly quietBatches = new Set<number>();
+  /** Data-parallel mode: batches taken from the workers, in order, not launched until their exchange is in. */
+  private readonly held: Held[] = [];
+  /** The host timeline (host-trace.ts), or undefined. */
+  trace: HostTrace | undefined;
 
   constructor(
     private readonly runtime: VppsRuntime,
@@ -103,14 +124,20 @@ export class BatchLauncher<V extends LaunchVariant> {
   run(v: V, graph: ComputationGraph, loss: Expression, tag: BatchTag): void {
     const pool = this.pool;
     if (pool === undefined) {
+      this.launchHeld(true); // batches of an earlier pool first, in order
       const t0 = performance.now();
       const s = v.scheduler.schedule(graph, loss);
       this.hooks.editScript?.(s.script, v.plan.ctas);
-      this.stats.scheduleMs += performance.now() - t0;
+      const ms = performance.now() - t0;
+      this.stats.scheduleMs += ms;
+      this.trace?.sample("schedule", ms);
       this.latest = this.submit(v, s, graph.inputData.subarray(0, graph.inputSize), tag);
       return;
     }
+    const trace = this.trace;
+    const t0 = trace ? performance.now() : 0;
     pool.post(graph, loss, v.index, tag);
+    if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
   }
 
@@ -122,32 +149,74 @@ export class BatchLauncher<V extends LaunchVariant> {
   /** Launches scheduled batches in order: those ready, or (`all`) every one posted, waiting for the workers. */
   private submitScheduled(all: boolean): void {
     const pool = this.pool;
-    if (pool === undefined) return;
+    if (pool === undefined) {
+      this.launchHeld(all);
+      return;
+    }
+    const trace = this.trace;
+    const waited = trace ? pool.stats.waitMs : 0;
     try {
       for (;;) {
         const b = pool.take(all || pool.pending > this.o.scheduleAhead);
-        if (b === undefined) return;
-        this.submitPooled(b);
+        if (b === undefined) break;
+        if (trace) trace.sample("schedule", b.scheduleMs);
+        if (!this.runtime.dataParallel && this.held.length === 0) {
+          this.submitPooled(b);
+          continue;
+        }
+        this.hold(b);
+        this.launchHeld(false);
       }
+      this.launchHeld(all);
     } finally {
       this.stats.snapshotMs = pool.stats.snapshotMs;
       this.stats.waitMs = pool.stats.waitMs;
+      if (trace) trace.add("workers", pool.stats.waitMs - waited);
     }
   }
 
-  private submitPooled(b: PooledBatch<BatchTag>): void {
-    const pool = this.pool!;
+  /** Starts a taken batch's exchange and holds the batch until it is in. */
+  private hold(b: PooledBatch<BatchTag>): void {
+    let exchange: PendingHostGather | undefined;
+    try {
+      exchange = this.runtime.startExchange(b.batch, b.tag.lr);
+    } catch (e) {
+      this.pool?.release(b);
+      throw e;
+    }
+    this.held.push({ b, exchange, at: this.trace ? performance.now() : 0 });
+  }
+
+  /**
+   * Launches the held batches, oldest first, while their exchanges are in; `all` waits for every one, and more than
+   * `pipelineSlots` held batches wait for the oldest.
+   */
+  private launchHeld(all: boolean): void {
+    const limit = this.runtime.pipeline.slots;
+    while (this.held.length > 0) {
+      const h = this.held[0]!;
+      const ready = h.exchange === undefined || h.exchange.ready();
+      if (!ready && !all && this.held.length <= limit) return;
+      this.held.shift();
+      const trace = this.trace;
+      if (trace && h.exchange !== undefined) trace.sample("held", performance.now() - h.at);
+      this.submitPooled(h.b, h.exchange);
+    }
+  }
+
+  private submitPooled(b: PooledBatch<BatchTag>, exchange?: PendingHostGather): void {
     try {
       const v = this.variantAt(b.variant);
       this.stats.scheduleMs += b.scheduleMs;
       this.hooks.editScript?.(b.batch.script, v.plan.ctas);
-      this.latest = this.submit(v, b.batch, b.inputs, b.tag);
+      this.latest = this.submit(v, b.batch, b.inputs, b.tag, exchange);
     } finally {
-      pool.release(b);
+      // held batches are launched before the pool is replaced (flush), so this is the pool the batch came from
+      this.pool?.release(b);
     }
   }
 
-  private submit(v: V, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag): number {
+  private submit(v: V, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag, exchange?: PendingHostGather): number {
     const t1 = performance.now();
     const t = this.o.timing;
     // a sampled batch and the one after it, so that the time between their kernels is measured too
@@ -156,7 +225,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     if (tag.quiet) this.quietBatches.add(index);
     let prev: number;
     try {
-      prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, timed, tag.adam);
+      prev = this.runtime.submit(v, s, inputs, tag.lr, tag.clip, timed, tag.adam, exchange);
     } catch (e) {
       this.quietBatches.delete(index); // not launched: the next batch gets this number
       throw e;

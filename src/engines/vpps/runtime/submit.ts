@@ -13,10 +13,11 @@
  * kernels saved, which is what small batches are made of (docs/journal/vpps-measurements.md).
  */
 import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
-import type { GradientReducer } from "../../data-parallel.js";
+import type { GradientReducer, PendingHostGather } from "../../data-parallel.js";
 import type { GpuContext } from "../../gpu/context.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
+import type { HostTrace } from "../instrument/host-trace.js";
 import type { ModelLayout } from "../plan/layout.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
@@ -43,16 +44,27 @@ interface Slot {
   readonly done: CudaEvent;
   readonly start: CudaEvent;
   readonly stop: CudaEvent;
+  /** Data-parallel mode: after the batch's all-reduces and update (the kernel's own time ends at `stop`). */
+  readonly dpStop: CudaEvent;
   timed: boolean;
+  /** `dpStop` was recorded for the batch. */
+  dpTimed: boolean;
   variant: KernelVariant | undefined;
 }
 
 /**
  * Where the kernel's time went, per completed timed batch: its kernel ms (CUDA events around the launch and its
  * host-update work) and, when the batch before was timed too, the ms the kernel stream spent between that batch's
- * end and this one's start (copies and memsets between kernels, and any wait for the host).
+ * end and this one's start (copies and memsets between kernels, and any wait for the host); in data-parallel mode,
+ * `afterMs`: the batch's all-reduces and update after its kernel (the batch ends after them).
  */
-export type KernelTimeSink = (variant: KernelVariant, batch: number, ms: number, gapMs: number | undefined) => void;
+export type KernelTimeSink = (
+  variant: KernelVariant,
+  batch: number,
+  ms: number,
+  gapMs: number | undefined,
+  afterMs?: number,
+) => void;
 
 export interface RuntimeOptions {
   readonly masterFloats: number;
@@ -91,6 +103,7 @@ export class VppsRuntime {
   private lastStopBatch = -1;
   /** Data-parallel mode: the gradients are summed over the reducer's ranks, then the update runs (dp-update.ts). */
   private dp: DataParallelUpdate | undefined;
+  private hostTrace: HostTrace | undefined;
 
   constructor(
     readonly ctx: GpuContext,
@@ -116,7 +129,9 @@ export class VppsRuntime {
       done: CudaEvent.create({ timing: false }),
       start: CudaEvent.create(),
       stop: CudaEvent.create(),
+      dpStop: CudaEvent.create(),
       timed: false,
+      dpTimed: false,
       variant: undefined,
     }));
     const slots = this.slots;
@@ -140,9 +155,11 @@ export class VppsRuntime {
           const start = slot.start.elapsedMsSince(this.anchor);
           const idle =
             this.lastStop !== undefined && this.lastStopBatch === batch - 1 ? start - this.lastStop : undefined;
-          this.lastStop = slot.stop.elapsedMsSince(this.anchor);
+          const end = slot.dpTimed ? slot.dpStop : slot.stop;
+          this.lastStop = end.elapsedMsSince(this.anchor);
           this.lastStopBatch = batch;
-          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start), idle);
+          const after = slot.dpTimed ? slot.dpStop.elapsedMsSince(slot.stop) : undefined;
+          this.onKernelTime(slot.variant, batch, slot.stop.elapsedMsSince(slot.start), idle, after);
         }
       },
     };
@@ -191,11 +208,32 @@ export class VppsRuntime {
     this.ctx.synchronize();
     this.dp?.dispose();
     this.dp = undefined;
-    if (reducer !== null) this.dp = new DataParallelUpdate(this.ctx, this.regions, this.hostUpdate, reducer, model);
+    if (reducer !== null) {
+      this.dp = new DataParallelUpdate(this.ctx, this.regions, this.hostUpdate, reducer, model);
+      this.dp.trace = this.hostTrace;
+    }
   }
 
   get dataParallel(): boolean {
     return this.dp !== undefined;
+  }
+
+  /** The host timeline that `submit` adds its phases to (host-trace.ts), or undefined: none. */
+  get trace(): HostTrace | undefined {
+    return this.hostTrace;
+  }
+  set trace(t: HostTrace | undefined) {
+    this.hostTrace = t;
+    if (this.dp) this.dp.trace = t;
+  }
+
+  /**
+   * Data-parallel mode, a batch that steps (learning rate > 0): starts the exchange of its touched rows with the other
+   * ranks without waiting, to be handed to `submit`. Every rank must start its batches' exchanges in the same order
+   * (the batches' order). Undefined when the batch needs none.
+   */
+  startExchange(s: ScheduledBatch, lr: number): PendingHostGather | undefined {
+    return this.dp !== undefined && lr > 0 ? this.dp.exchange(s) : undefined;
   }
 
   /** Zeroes Adam's moments of `model` (allocated the first time), behind every earlier batch. */
@@ -219,7 +257,8 @@ export class VppsRuntime {
    * Queues one scheduled batch on `variant` and returns the previous batch's loss (NaN for the first). `inputs` are
    * the graph's input values (`inputData[0, inputSize)`, copied to the pinned buffer here). `timed` records CUDA
    * events around the batch's device work. `adam`: the batch's Adam step (its script was scheduled for Adam, or
-   * its host update does Adam), after resetMoments; undefined for SGD.
+   * its host update does Adam), after resetMoments; undefined for SGD. `exchange`: data-parallel mode, the batch's
+   * exchange from `startExchange` (waited for here if not complete); none given, it is started here and waited for.
    */
   submit(
     variant: KernelVariant,
@@ -229,7 +268,11 @@ export class VppsRuntime {
     clip: number,
     timed: boolean,
     adam?: AdamStep,
+    exchange?: PendingHostGather,
   ): number {
+    const trace = this.hostTrace;
+    const t0 = trace ? performance.now() : 0;
+    const before = trace ? trace.counted() : 0;
     const L = s.layout;
     const R = this.regions;
     if (this.dp !== undefined && s.update !== "host") {
@@ -246,9 +289,17 @@ export class VppsRuntime {
       throw new Error(`VPPS: the batch uses ${s.barriers} barriers; at most ${MAX_BARRIERS}`);
     }
     if (L.poolFloats > this.peakPoolFloats) this.peakPoolFloats = L.poolFloats;
-    // the ranks' touched rows, before the slot is taken: this waits for every rank to reach this batch
-    const dpBatch: DpBatch | undefined = dp?.prepare(s, adam !== undefined);
+    // the ranks' touched rows, before the slot is taken: when not in yet, this waits for every rank to reach this batch
+    let dpBatch: DpBatch | undefined;
+    if (dp !== undefined) {
+      const x = exchange ?? dp.exchange(s);
+      const t = trace ? performance.now() : 0;
+      dpBatch = dp.prepare(s, adam !== undefined, x);
+      if (trace) trace.add("exchange", performance.now() - t);
+    }
+    const t1 = trace ? performance.now() : 0;
     const slot = this.pipeline.begin();
+    if (trace) trace.add("slot", performance.now() - t1);
     const S = this.slots[slot]!;
     const scriptWords = s.script.length;
     const listMax = host ? this.hostUpdate.listWords(variant.model, s, adam !== undefined) : (dpBatch?.words ?? 0);
@@ -311,8 +362,15 @@ export class VppsRuntime {
     this.barrierRegion = 1 - region;
     this.staleBarriers = s.barriers;
     if (host) this.hostUpdate.launch(variant, s, script + scriptWords, entries, lr, clip, adam);
-    if (dp !== undefined && dpBatch !== undefined) dp.launch(variant, s, dpBatch, script, lr, clip, adam);
+    // the kernel's time ends here: in data-parallel mode the all-reduces (which wait for the slowest rank) and the
+    // update are timed apart, so that profiling compares the variants' kernels only
     if (timed) S.stop.record(ctx.stream);
+    S.dpTimed = false;
+    if (dp !== undefined && dpBatch !== undefined) {
+      dp.launch(variant, s, dpBatch, script, lr, clip, adam);
+      if (timed) S.dpStop.record(ctx.stream);
+      S.dpTimed = timed;
+    }
     S.finished.record(ctx.stream);
     this.readback.wait(S.finished);
     // the error words and the loss (the kernel stored it there), on the read-back stream: the next launch need
@@ -329,7 +387,12 @@ export class VppsRuntime {
     S.variant = variant;
     this.lastVariant = variant.name;
     if (variant.traced) this.lastTraced = { script: s.script.slice(), ctas: variant.plan.ctas };
-    return this.pipeline.end(slot);
+    const loss = this.pipeline.end(slot);
+    if (trace) {
+      // what is left of the call: copies, memsets, the launch (the waits, all-reduces and update counted apart)
+      trace.add("launch", performance.now() - t0 - (trace.counted() - before));
+    }
+    return loss;
   }
 
   /**
@@ -382,6 +445,7 @@ export class VppsRuntime {
         s.done.destroy();
         s.start.destroy();
         s.stop.destroy();
+        s.dpStop.destroy();
       }
       this.anchor.destroy();
       this.upload.destroy();

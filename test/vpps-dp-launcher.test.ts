@@ -1,0 +1,204 @@
+// VPPS's launcher in data-parallel mode without a GPU (runtime/launcher.ts, issue 20): a scheduled batch's exchange
+// of touched rows is started when it is taken from the schedule workers, and the batch is held, in order, until the
+// exchange is in, so that the host never waits for the other ranks while it has graphs to build; more held batches
+// than pipeline slots, or a flush, wait. One process: the runtime and the pool are fakes that record what happens.
+// Also the host timeline's report (instrument/host-trace.ts).
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { PendingHostGather } from "../src/engines/data-parallel.js";
+import { HostTrace, hostTraceFromEnv } from "../src/engines/vpps/instrument/host-trace.js";
+import { BatchLauncher, type BatchTag, type LaunchVariant } from "../src/engines/vpps/runtime/launcher.js";
+import type { VppsRuntime } from "../src/engines/vpps/runtime/submit.js";
+import type { PooledBatch, SchedulePool } from "../src/engines/vpps/schedule/pool.js";
+import type { ComputationGraph, Expression } from "../src/graph/graph.js";
+
+interface FakeExchange extends PendingHostGather {
+  done: boolean;
+  waited: boolean;
+}
+
+/** What the fakes saw, in order. */
+interface Log {
+  events: string[];
+  exchanges: Map<number, FakeExchange>;
+}
+
+function fakeRuntime(log: Log, dataParallel: boolean, slots: number) {
+  const pipeline = { batches: 0, slots };
+  const exchange = (id: number): FakeExchange => {
+    log.events.push(`start ${id}`);
+    const x: FakeExchange = {
+      done: false,
+      waited: false,
+      ready: () => x.done,
+      wait: () => {
+        if (!x.done) {
+          x.waited = true;
+          log.events.push(`wait ${id}`);
+          x.done = true;
+        }
+        return [];
+      },
+    };
+    log.exchanges.set(id, x);
+    return x;
+  };
+  const idOf = (s: unknown) => (s as { id: number }).id;
+  return {
+    pipeline,
+    dataParallel,
+    startExchange: (s: unknown, lr: number) => (dataParallel && lr > 0 ? exchange(idOf(s)) : undefined),
+    submit(
+      _v: unknown,
+      s: unknown,
+      _inputs: Float32Array,
+      lr: number,
+      _clip: number,
+      _timed: boolean,
+      _adam: unknown,
+      x?: PendingHostGather,
+    ): number {
+      // as the real one: a batch that needs an exchange and comes without one starts it and waits
+      if (dataParallel && lr > 0) (x ?? exchange(idOf(s))).wait();
+      log.events.push(`launch ${idOf(s)}`);
+      pipeline.batches++;
+      return Number.NaN;
+    },
+  };
+}
+
+/** Batches become ready when `ready` says so; `take(true)` makes the head ready (a worker finishing). */
+function fakePool(log: Log) {
+  const queue: { id: number; tag: BatchTag }[] = [];
+  const ready = new Set<number>();
+  let next = 0;
+  const stats = { snapshotMs: 0, waitMs: 0, scheduleMs: 0 };
+  return {
+    size: 1,
+    stats,
+    ready,
+    get pending() {
+      return queue.length;
+    },
+    post(_g: unknown, _l: unknown, _v: number, tag: BatchTag) {
+      queue.push({ id: next++, tag });
+    },
+    take(block: boolean): PooledBatch<BatchTag> | undefined {
+      const head = queue[0];
+      if (head === undefined) return undefined;
+      if (!ready.has(head.id) && !block) return undefined;
+      queue.shift();
+      return {
+        id: head.id,
+        variant: 0,
+        tag: head.tag,
+        batch: { id: head.id, script: new Uint32Array(0), liveNodes: 1 },
+        inputs: new Float32Array(0),
+        scheduleMs: 1,
+      } as unknown as PooledBatch<BatchTag>;
+    },
+    release(b: PooledBatch<BatchTag>) {
+      log.events.push(`release ${b.id}`);
+    },
+  };
+}
+
+function setup(dataParallel: boolean, slots = 3, trace?: HostTrace) {
+  const log: Log = { events: [], exchanges: new Map() };
+  const runtime = fakeRuntime(log, dataParallel, slots);
+  const pool = fakePool(log);
+  const variant = { index: 0, plan: { ctas: 1 } } as unknown as LaunchVariant;
+  const launcher = new BatchLauncher(
+    runtime as unknown as VppsRuntime,
+    pool as unknown as SchedulePool<BatchTag>,
+    () => variant,
+    { scheduleAhead: 100, timing: false, profiling: () => false },
+    {},
+  );
+  launcher.trace = trace;
+  const tag: BatchTag = { lr: 0.1, clip: 5, adam: undefined, quiet: false };
+  const fb = () => launcher.run(variant, {} as ComputationGraph, {} as Expression, tag);
+  const launched = () => log.events.filter((e) => e.startsWith("launch")).map((e) => Number(e.split(" ")[1]));
+  return { log, pool, launcher, fb, launched };
+}
+
+test("VPPS data-parallel: batches wait for their exchange without blocking the host, and launch in order", () => {
+  const { log, pool, launcher, fb, launched } = setup(true);
+  fb();
+  fb();
+  fb();
+  assert.deepEqual(launched(), [], "nothing is scheduled yet");
+  for (const id of [0, 1, 2]) pool.ready.add(id);
+  fb(); // batch 3 posted; 0, 1, 2 taken: their exchanges start, none is in
+  assert.deepEqual(
+    log.events.filter((e) => e.startsWith("start")),
+    ["start 0", "start 1", "start 2"],
+  );
+  assert.deepEqual(launched(), [], "held, not waited for");
+  log.exchanges.get(0)!.done = true;
+  log.exchanges.get(2)!.done = true;
+  fb(); // 0 is in and launches; 2 is in but waits behind 1
+  assert.deepEqual(launched(), [0]);
+  log.exchanges.get(1)!.done = true;
+  fb();
+  assert.deepEqual(launched(), [0, 1, 2]);
+  assert.ok(![0, 1, 2].some((id) => log.exchanges.get(id)!.waited), "no launch waited for another rank");
+  // a flush waits for every posted batch, in order: the workers', then the exchanges
+  launcher.flush();
+  assert.deepEqual(launched(), [0, 1, 2, 3, 4, 5]);
+  assert.equal(log.events.filter((e) => e.startsWith("release")).length, 6, "every batch's buffers go back");
+});
+
+test("VPPS data-parallel: more held batches than pipeline slots wait for the oldest exchange", () => {
+  const { log, pool, fb, launched } = setup(true, 2);
+  for (let id = 0; id < 6; id++) pool.ready.add(id);
+  fb(); // 0 held
+  fb(); // 1 held
+  assert.deepEqual(launched(), []);
+  fb(); // 2 held: three batches, two slots: 0 is waited for
+  assert.deepEqual(launched(), [0]);
+  assert.ok(log.exchanges.get(0)!.waited);
+  assert.ok(!log.exchanges.get(1)!.waited);
+});
+
+test("VPPS on one process: a scheduled batch launches as soon as it is taken, with no exchange", () => {
+  const { log, pool, fb, launched } = setup(false);
+  pool.ready.add(0);
+  fb();
+  assert.deepEqual(launched(), [0]);
+  fb();
+  assert.deepEqual(launched(), [0]);
+  pool.ready.add(1);
+  fb();
+  assert.deepEqual(launched(), [0, 1]);
+  assert.equal(log.exchanges.size, 0);
+});
+
+test("VPPS host trace: medians per step and per batch, in one line; off unless VPPS_DP_TRACE is set", () => {
+  assert.equal(hostTraceFromEnv({}), false);
+  assert.equal(hostTraceFromEnv({ VPPS_DP_TRACE: "0" }), false);
+  assert.equal(hostTraceFromEnv({ VPPS_DP_TRACE: "1" }), true);
+  const trace = new HostTrace();
+  assert.equal(trace.report("rank 0/2"), undefined, "nothing recorded: no line");
+  const { pool, fb } = setup(true, 8, trace);
+  let now = 0;
+  for (let step = 0; step < 5; step++) {
+    pool.ready.add(step);
+    // the caller's graph takes 3 ms, fb 1 ms, of which 0.25 ms is an exchange wait
+    now += 3;
+    trace.enterStep(now);
+    fb();
+    trace.add("exchange", 0.25);
+    now += 1;
+    trace.exitStep(now);
+  }
+  trace.sample("gpuBusy", 2);
+  trace.sample("gpuIdle", 0.5);
+  const line = trace.report("rank 1/2")!;
+  assert.match(line, /^vpps host trace rank 1\/2: 4 steps; median ms per step: step 4\.00 = build 3\.00 \+ fb 1\.00 /);
+  assert.match(line, /exchange 0\.25/);
+  assert.match(line, /schedule 1\.00 on a worker/);
+  assert.match(line, /GPU busy 2\.00, idle 0\.50 before the batch \(1 timed\)/);
+  assert.equal(trace.report("rank 1/2"), undefined, "a report forgets what it reported");
+});
