@@ -41,6 +41,13 @@ export interface RnnKernelOptions {
    * module's global `rnn_phase[cta][phase]` (for `vpps bench rnn` with VPPS_RNN_PHASES=1; not for production).
    */
   readonly phases?: boolean;
+  /** Launch as clusters of two CTAs (needed for the multicast loads; default: where the grid is even). */
+  readonly cluster?: boolean;
+}
+
+/** Whether a kernel of this plan is built as clusters of two CTAs. */
+export function clustered(plan: { readonly ctas: number }, opts: RnnKernelOptions = {}): boolean {
+  return opts.cluster !== false && plan.ctas % 2 === 0;
 }
 
 /** The phases an instrumented kernel times, in the order of `rnn_phase`'s columns. */
@@ -96,6 +103,38 @@ __device__ __forceinline__ void st_publish(float* p, float x) {
   x = (x == 0.f) ? 0.f : x;
   asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(x) : "memory");
 }
+
+// Thread-block clusters of two CTAs (on the two SMs of a TPC): the vector every CTA polls each step is copied from L2
+// once per pair by TMA bulk copies multicast to both CTAs' shared memory, halving the L2 reads — the bound of the
+// poll (measured ~2.5 TB/s for 128 SMs reading the same lines; bench/results/h100/issue18/phases).
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* m) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(m)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect(unsigned long long* m, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(m)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(unsigned long long* m, u32 parity) {
+  u32 ok;
+  asm volatile("{\\n\\t.reg .pred p;\\n\\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n\\tselp.u32 %0, 1, 0, p;\\n\\t}"
+               : "=r"(ok) : "r"(smem_u32(m)), "r"(parity) : "memory");
+  return ok != 0;
+}
+// bytes (a multiple of 16) from global to the same offset of both CTAs' shared memory; each CTA's barrier counts them
+__device__ __forceinline__ void bulk_multicast2(void* dst, const void* src, u32 bytes, unsigned long long* m) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
+      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)), "h"((unsigned short)3) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // Fills rows × cols floats of a matrix with row stride ld with the pending mark (−0.0) before a launch.
 extern "C" __global__ void ${RNN_KERNEL_NAMES.fill}(float* p, int rows, int cols, int ld) {
@@ -203,7 +242,7 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
     for (int k = 0; k < KC; k++) {
       float4 x[BT];
       #pragma unroll
-      for (int b = 0; b < BT; b++) x[b] = vs4[(vrow + b) * (KP / 4) + cg + CG * k];
+      for (int b = 0; b < BT; b++) x[b] = vcur[(vrow + b) * (KP / 4) + cg + CG * k];
       // component by component over all RW·BT accumulators: consecutive FMAs are independent, so a scheduler with
       // two warps issues back to back instead of waiting out each FMA's latency (four FMAs chained per accumulator
       // measured 4 cycles per issued instruction)
@@ -225,7 +264,8 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
 ${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
     #pragma unroll
     for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];
-    __syncthreads();`;
+    __syncthreads();
+    if (mc) fence_proxy_async(); // this step's reads of the buffer before the partner's copies two steps on`;
   return { weights, matvec };
 }
 
@@ -305,6 +345,82 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
   return true;
 }`;
 
+/**
+ * The whole batch's rows in one buffer through the CTA pair's multicast: each CTA copies every other polled row
+ * (one bulk copy per row, to both CTAs), the plain rows are loaded directly, and after the barrier every thread
+ * checks its entries and re-fetches those still pending, as load_tile does.
+ */
+const LOAD_TILE_MC = `
+template <typename RowOf>
+__device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots, RowOf row_of,
+                                             unsigned long long* mbar, u32 parity, int* status, int step) {
+  constexpr int PER_ROW = K / 4;
+  // polled rows are a prefix of the rows (those of sequences that had a previous step)
+  int npolled = 0;
+  for (int b = 0; b < nrows; b++) {
+    bool poll = false;
+    (void)row_of(b, poll);
+    if (!poll) break;
+    npolled++;
+  }
+  if (threadIdx.x == 0) mbar_arrive_expect(mbar, (u32)npolled * (u32)(4 * K));
+  const u32 rank = cluster_rank();
+  for (int b = 2 * threadIdx.x + (int)rank; b < npolled; b += 2 * NT) {
+    bool poll = false;
+    bulk_multicast2(vs4 + b * (KP / 4), row_of(b, poll), 4 * K, mbar);
+  }
+  // the other rows: h0 (loaded) or zeros
+  const int TOTAL = nslots * PER_ROW;
+  for (int idx = threadIdx.x + npolled * PER_ROW; idx < TOTAL; idx += NT) {
+    const int b = idx / PER_ROW, q = idx - b * PER_ROW;
+    bool poll = false;
+    const float* r = b < nrows ? row_of(b, poll) : nullptr;
+    vs4[b * (KP / 4) + q] = r == nullptr ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(r + 4 * q);
+  }
+  u32 spins = 0;
+  while (!mbar_try_wait(mbar, parity)) {
+    if (++spins > kBarrierSpinLimit) {
+      report_error(status, kErrPollTimeout, step, -1, -1, -1);
+      return false;
+    }
+    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+  }
+  // values published after the copy read them are still −0.0: re-fetch those, 32 entries of a thread at a time
+  const int TP = npolled * PER_ROW;
+  const int E = (TP + NT - 1) / NT;
+  #pragma unroll 1
+  for (int e0 = 0; e0 < E; e0 += 32) {
+    const int e1 = min(E, e0 + 32);
+    u32 pending = 0;
+    for (int e = e0; e < e1; e++) {
+      const int idx = threadIdx.x + e * NT;
+      if (idx >= TP) break;
+      if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) pending |= 1u << (e - e0);
+    }
+    while (pending != 0) {
+      for (u32 m = pending; m != 0; m &= m - 1) {
+        const int idx = threadIdx.x + (e0 + __ffs(m) - 1) * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
+        bool poll = false;
+        cp_async16(vs4 + b * (KP / 4) + q, row_of(b, poll) + 4 * q);
+      }
+      cp_async_wait_all();
+      u32 still = 0;
+      for (u32 m = pending; m != 0; m &= m - 1) {
+        const int e = e0 + __ffs(m) - 1;
+        const int idx = threadIdx.x + e * NT;
+        if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) still |= 1u << (e - e0);
+      }
+      pending = still;
+      if (pending != 0 && ++spins > kBarrierSpinLimit) {
+        const int idx = threadIdx.x + (e0 + __ffs(pending) - 1) * NT;
+        report_error(status, kErrPollTimeout, step, idx / PER_ROW, 4 * (idx % PER_ROW), -1);
+        return false;
+      }
+    }
+  }
+  return true;
+}`;
+
 /** The forward kernel of one layer direction. */
 export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
@@ -323,21 +439,33 @@ __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
 }
 ${ROW_SUM}
 ${LOAD_TILE}
+${LOAD_TILE_MC}
 
 // y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
 // GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
-extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
+extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) " : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
     const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
     const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
     float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
-    int total, int reverse, int bcap, int lb, int* status) {
+    int total, int reverse, int bcap, int lb, int* status, int mc) {
   extern __shared__ float4 smem4[];
-  float4* vs4 = smem4;                                           // [lb][KP / 4]
-  float* part = reinterpret_cast<float*>(smem4 + lb * (KP / 4)); // [CW][RG][N32]
+  float4* vs4 = smem4;                                           // [mc ? 2 : 1][lb][KP / 4]
+  float* part = reinterpret_cast<float*>(smem4 + (mc ? 2 : 1) * lb * (KP / 4)); // [CW][RG][N32]
   float* cstate = part + CW * RG * N32;                          // LSTM: c of (unit, sequence) [UC][bcap]
-  const float* vs = reinterpret_cast<const float*>(vs4);
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
-  for (int i = tid; i < lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = tid; i < (mc ? 2 : 1) * lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // the pair's multicast barriers (one per buffer), initialised before the partner may signal them
+  __shared__ unsigned long long mbar[2];
+  u32 mbar_phase = 0;
+  if (mc) {
+    if (tid == 0) {
+      mbar_init(&mbar[0]);
+      mbar_init(&mbar[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    cluster_sync();
+  }
 ${weights}
   // the cell thread of (unit u, tile column b)
   const int cu = tid / BT, cb = tid - cu * BT;
@@ -368,13 +496,19 @@ ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0
       __syncthreads(); // the previous tile's readers are done with vs4 and part
       PHASE(0)
       const int vrow = b0 % lb; // this tile's first row in the shared buffer, which holds a group of lb rows
+      // multicast (mc): the whole batch is one group, in buffer s & 1
+      const float4* vcur = vs4 + (mc ? (s & 1) * lb * (KP / 4) : 0);
       if (vrow == 0) {          // a group's first tile loads the whole group: one wait for all its rows
         const int nr = min(lb, nb - b0);
-        const bool ok = load_tile(vs4, nr, min(lb, (nr + BT - 1) / BT * BT), [&](int b, bool& poll) -> const float* {
+        const auto row_of = [&](int b, bool& poll) -> const float* {
           const int r = b0 + b;
           poll = r < nprev;
           return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
-        }, status, t);
+        };
+        const int nslots = min(lb, (nr + BT - 1) / BT * BT);
+        const bool ok = mc ? load_tile_mc(const_cast<float4*>(vcur), nr, nslots, row_of, &mbar[s & 1], (mbar_phase >> (s & 1)) & 1u, status, t)
+                           : load_tile(vs4, nr, nslots, row_of, status, t);
+        mbar_phase ^= mc ? 1u << (s & 1) : 0u;
         if (__syncthreads_or(!ok)) return;
       }
       PHASE(1)
@@ -382,7 +516,8 @@ ${matvec}
       PHASE(2)
       if (active) {
         const size_t row = (size_t)(off + bb);
-        const float hprev = vs[(vrow + cb) * KP + unit];
+        const float hprev = reinterpret_cast<const float*>(vcur)[(vrow + cb) * KP + unit];
+        if (mc) fence_proxy_async();
         float h;
 ${cell}
         st_publish(y + row * ldy + unit, h);
@@ -485,23 +620,36 @@ __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
 }
 ${ROW_SUM}
 ${LOAD_TILE}
+${LOAD_TILE_MC}
 
 // dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 by rnn_fill; what W_hh's gradient
 // and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by r; else null).
 // Shared memory after the tile: per (unit, sequence) what one step hands the next in this thread [2][UC][bcap]
 // (LSTM: dc; GRU: dh ⊙ z). Everything a cell thread reads from global memory is fetched before the poll.
-extern "C" __global__ void __launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
+extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) " : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
     const float* w, const float* __restrict__ saved, const float* __restrict__ y, int ldy,
     const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
     const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,
     float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
-    int reverse, int bcap, int lb, int* status) {
+    int reverse, int bcap, int lb, int* status, int mc) {
   extern __shared__ float4 smem4[];
   float4* vs4 = smem4;
-  float* part = reinterpret_cast<float*>(smem4 + lb * (KP / 4));
+  float* part = reinterpret_cast<float*>(smem4 + (mc ? 2 : 1) * lb * (KP / 4));
   float* carry = part + CW * RG * N32;
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
-  for (int i = tid; i < lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = tid; i < (mc ? 2 : 1) * lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // the pair's multicast barriers (one per buffer), initialised before the partner may signal them
+  __shared__ unsigned long long mbar[2];
+  u32 mbar_phase = 0;
+  if (mc) {
+    if (tid == 0) {
+      mbar_init(&mbar[0]);
+      mbar_init(&mbar[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    cluster_sync();
+  }
 ${weights}
   const int cu = tid / BT, cb = tid - cu * BT;
   const int unit = blockIdx.x * UC + cu;
@@ -536,14 +684,19 @@ ${backwardPrefetch(plan)}
       __syncthreads();
       PHASE(0)
       const int vrow = b0 % lb;
+      const float4* vcur = vs4 + (mc ? (s & 1) * lb * (KP / 4) : 0);
       if (vrow == 0) {
         const int nr = min(lb, nrows - b0);
-        const bool ok = load_tile(vs4, min(nr, max(np - b0, 0)), min(lb, (nr + BT - 1) / BT * BT),
-                                  [&](int b, bool& poll) -> const float* {
+        const auto row_of = [&](int b, bool& poll) -> const float* {
           const int r = b0 + b;
           poll = r < np;
           return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
-        }, status, tp);
+        };
+        const int nslots = min(lb, (nr + BT - 1) / BT * BT);
+        const int npr = min(nr, max(np - b0, 0));
+        const bool ok = mc ? load_tile_mc(const_cast<float4*>(vcur), npr, nslots, row_of, &mbar[s & 1], (mbar_phase >> (s & 1)) & 1u, status, tp)
+                           : load_tile(vs4, npr, nslots, row_of, status, tp);
+        mbar_phase ^= mc ? 1u << (s & 1) : 0u;
         if (__syncthreads_or(!ok)) return;
       }
       PHASE(1)

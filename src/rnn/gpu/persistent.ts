@@ -33,6 +33,7 @@ import {
 import { checkNoSpills } from "../../cuda/ptxas-report.js";
 import { UserError } from "../../util/errors.js";
 import {
+  BATCH_TILE,
   gatesOf,
   largestPersistentHidden,
   planRnnLayer,
@@ -42,6 +43,7 @@ import {
 } from "../plan.js";
 import {
   backwardKernelSource,
+  clustered,
   forwardKernelSource,
   groupRows,
   PENDING_BITS,
@@ -361,6 +363,11 @@ export class PersistentRnnLayer extends RnnLayerBase {
   private readonly bwd: CudaKernel;
   private readonly fill: CudaKernel;
   private readonly statusBack: PinnedBuffer;
+  /**
+   * Whether launches use the CTA pairs' multicast copies (where the batch fits one group): on, unless
+   * VPPS_RNN_MULTICAST=0 (for comparisons; the kernels are clustered either way).
+   */
+  readonly multicast = process.env.VPPS_RNN_MULTICAST !== "0";
   /** NVRTC's logs (with ptxas's register report), for the tests and `vpps plan rnn --verbose`. */
   readonly compileLogs: { forward: string; backward: string };
   private readonly phaseModules: Record<"forward" | "backward", ReturnType<typeof loadModule>>;
@@ -376,7 +383,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
-    const tag = options.phases ? "_phases" : "";
+    const tag = (options.phases ? "_phases" : "") + (options.cluster === false ? "_nocluster" : "");
     const f = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_fwd`, forwardKernelSource(forwardPlan, options));
     const b = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_bwd`, backwardKernelSource(backwardPlan, options));
     this.compileLogs = { forward: f.log, backward: b.log };
@@ -397,7 +404,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
         "use a smaller hidden size or fp16 weights",
       );
       // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
-      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin);
+      // (less the kernel's static shared memory: the multicast barriers)
+      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - k.attributes().sharedBytes);
       const shared = sharedBytes(plan, 1);
       const perSm = k.maxActiveBlocksPerSm(plan.threads, shared);
       if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
@@ -434,7 +442,9 @@ export class PersistentRnnLayer extends RnnLayerBase {
           `that fits is hidden ${largest}`,
       );
     }
-    return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward, options);
+    // VPPS_RNN_CLUSTER=0: the kernels without clusters (and so without multicast), for comparisons
+    const opts = process.env.VPPS_RNN_CLUSTER === "0" ? { ...options, cluster: false } : options;
+    return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward, opts);
   }
 
   /**
@@ -504,6 +514,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.i32(B),
       karg.i32(sh.lb),
       karg.ptr(a.ws.status),
+      karg.i32(sh.mc),
     ]);
   }
 
@@ -511,8 +522,15 @@ export class PersistentRnnLayer extends RnnLayerBase {
    * Shared memory and rows per wait of a launch over `batch` sequences, refused in one line beyond what a CTA can
    * have.
    */
-  private sharedFor(plan: RnnKernelPlan, batch: number): { bytes: number; lb: number } {
-    const max = this.gpu.device.props.sharedPerBlockOptin;
+  private sharedFor(plan: RnnKernelPlan, batch: number): { bytes: number; lb: number; mc: number } {
+    // the kernels' static shared memory (the pair's two barriers) counts against the same limit
+    const max = this.gpu.device.props.sharedPerBlockOptin - 16;
+    if (this.multicast && clustered(plan, this.options)) {
+      // the pair's multicast: the whole batch in one group, two buffers (a step's copies land in the other)
+      const full = Math.max(1, Math.ceil(batch / BATCH_TILE)) * BATCH_TILE;
+      const bytes = sharedBytes(plan, batch, 2 * full);
+      if (bytes <= max) return { bytes, lb: full, mc: 1 };
+    }
     const lb = groupRows(plan, batch, max);
     if (lb === 0) {
       let most = 1;
@@ -524,7 +542,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
           `it into batches of at most ${most}`,
       );
     }
-    return { bytes: sharedBytes(plan, batch, lb), lb };
+    return { bytes: sharedBytes(plan, batch, lb), lb, mc: 0 };
   }
 
   /** The recurrent backward launch alone (gate gradients into the workspace, dh0/dc0). */
@@ -558,6 +576,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.i32(B),
       karg.i32(sh.lb),
       karg.ptr(a.ws.status),
+      karg.i32(sh.mc),
     ]);
   }
 
