@@ -86,6 +86,27 @@ describe("vpps bench: options", () => {
   });
 });
 
+describe("vpps bench bilstm --rnn (the taggers' formulation)", () => {
+  test("--rnn persistent times the batch-level path, says so and records it; a bad value is one line", () => {
+    const out = mkdtempSync(join(tmpdir(), "vpps-bench-rnn-"));
+    const r = vpps(
+      "bench",
+      "bilstm",
+      ...["--rnn", "persistent", "--engines", "cpu", "--batches", "4", "--sentences", "4", "--hidden", "16"],
+      ...["--out", out],
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /; --rnn persistent\n/);
+    // a batch of the persistent path is six work nodes (and parameters and inputs), not nodes per word
+    assert.match(r.stdout, /cpu +batch +4: .*, 18 nodes,/);
+    const json = JSON.parse(readFileSync(join(out, "bilstm.json"), "utf8"));
+    assert.deepEqual(json.options.modelOptions, { rnn: "persistent" });
+    const bad = vpps("bench", "bilstm", "--rnn", "fused");
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /^vpps: --rnn: expected one of steps, persistent; got 'fused'/);
+  });
+});
+
 describe("vpps bench treelstm on the CPU", () => {
   test("a tiny run prints the table and writes the JSON, the tables and the plot to --out", () => {
     const out = mkdtempSync(join(tmpdir(), "vpps-bench-out-"));

@@ -16,7 +16,7 @@ import { gridFor, normPartialSlots } from "../src/engines/gpu/parameters.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
-import { input, lookup, sum, tanh } from "../src/ops/index.js";
+import { input, lookup, lookupRows, sum, tanh } from "../src/ops/index.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
 const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
@@ -206,6 +206,29 @@ describe("eager chunk layout (host side)", () => {
     assert.deepEqual([...distinct], [7, 2, 0]);
     assert.deepEqual([...table], [...expected]);
     assert.equal(l.distinct * l.dim, 9, "the launch covers the distinct rows' elements");
+  });
+
+  test("a lookupRows node is its rows' lookups: gathered with the table's other lookups, grouped by row", () => {
+    const pc = new ParameterCollection({ seed: 3 });
+    const E = pc.addLookupParameters(10, 3, undefined, "E");
+    const g = new ComputationGraph();
+    const a = lookup(g, E, 4); // 0
+    const x = lookupRows(g, E, [2, 4, 2]); // 1: rows at its offset + 3n
+    const plan = planChunk(g, 0, g.size - 1);
+    const words = new ArrayBuffer(4 * plan.floats);
+    const buf = { f32: new Float32Array(words), i32: new Int32Array(words), u32: new Uint32Array(words) };
+    const n = g.size;
+    const chunk = plan.write(buf, 0, new Float64Array(n), new Float64Array(n), new Float64Array(n));
+    assert.equal(chunk.lookups.length, 1);
+    const l = chunk.lookups[0]!;
+    const ints = (ptr: number, k: number) => [...buf.i32.subarray(ptr / 4, ptr / 4 + k)];
+    const y = g.valueOffset[x.id]!;
+    assert.deepEqual([l.param, l.dim, l.count, l.distinct], [E.index, 3, 4, 2]);
+    assert.deepEqual(ints(l.rowsPtr, 4), [4, 2, 4, 2]);
+    assert.deepEqual(ints(l.offsetsPtr, 4), [g.valueOffset[a.id], y, y + 3, y + 6]);
+    assert.deepEqual(ints(l.distinctRowsPtr, 2), [4, 2]);
+    assert.deepEqual(ints(l.startsPtr, 3), [0, 2, 4]);
+    assert.deepEqual(ints(l.sourcesPtr, 4), [g.valueOffset[a.id], y + 3, y, y + 6]);
   });
 
   test("a chunk of nodes without inputs, lookups or sums is empty", () => {

@@ -37,6 +37,9 @@ const {
   tanh,
   treeLstmLeaf,
   treeLstmNode,
+  lookupRows,
+  affineRows,
+  pickNegLogSoftmaxRows,
 } = ops;
 
 /** Exports of src/ops/index.ts that build no node (math helpers and the registry). */
@@ -63,6 +66,8 @@ const g6 = input(cg, new Float32Array(6));
 const g12 = input(cg, new Float32Array(12));
 const g15 = input(cg, new Float32Array(15));
 const g18 = input(cg, new Float32Array(18));
+/** Rows: 2 of 3 classes. */
+const rows23 = input(cg, new Float32Array(6), [2, 3]);
 /** A tanh RNN of hidden size 3 over inputs of 4: W_ih = W [3, 4], W_hh = Wsq [3, 3], b_ih = b. */
 const Wsq = pc.addParameters([3, 3], undefined, "Wsq");
 const RNN3 = { W_ih: W, W_hh: Wsq, b_ih: b };
@@ -273,6 +278,69 @@ const CASES: [string, string, () => unknown, RegExp][] = [
     "b_hh in one direction only",
     () => rnn(x4, [1], "rnn-tanh", [RNN3, { ...RNN3, b_hh: b }]),
     /^rnn: argument 'directions\[1\].b_hh' must be given for every direction or for none$/,
+  ],
+  [
+    "lookupRows",
+    "g a number",
+    () => lookupRows(bad(3), E, [1]),
+    /^lookupRows: argument 'g' must be a ComputationGraph; got 3$/,
+  ],
+  ["lookupRows", "a dense table", () => lookupRows(cg, W, [1]), /^lookupRows: 'W' is not a lookup table/],
+  [
+    "lookupRows",
+    "ids undefined",
+    () => lookupRows(cg, E, bad(undefined)),
+    /^lookupRows: argument 'ids' must be an array of integers; got undefined$/,
+  ],
+  ["lookupRows", "ids empty", () => lookupRows(cg, E, []), /^lookupRows: argument 'ids' is empty; a batch needs/],
+  [
+    "lookupRows",
+    "a fractional id",
+    () => lookupRows(cg, E, [1, 1.5]),
+    /^lookupRows: ids\[1\] must be an integer; got 1.5$/,
+  ],
+  [
+    "lookupRows",
+    "an id past the table",
+    () => lookupRows(cg, E, [4, 5]),
+    /^lookupRows: ids\[1\] = 5 is out of range for 'E' with 5 rows \(0 to 4\)$/,
+  ],
+  [
+    "affineRows",
+    "X a lookup table",
+    () => affineRows(b, W, bad(E)),
+    /^affineRows: argument 'X' is lookup table 'E'; read its rows with lookup/,
+  ],
+  ["affineRows", "W undefined", () => affineRows(b, bad(undefined), x4), /^affineRows: argument 'W' must be an Expr/],
+  [
+    "affineRows",
+    "X a vector of the right length",
+    () => affineRows(b, W, x4),
+    /^affineRows: argument 'X' has shape \[4\]; W is \[3,4\], so X must be \[N,4\] .*X is a vector; its 1 rows must be a matrix \[1,4\]/,
+  ],
+  [
+    "affineRows",
+    "W of other rows than b",
+    () => affineRows(g6, W, x4),
+    /^affineRows: argument 'W' has shape \[3,4\]; b has length 6, so W needs 6 rows$/,
+  ],
+  [
+    "pickNegLogSoftmaxRows",
+    "X a parameter",
+    () => pickNegLogSoftmaxRows(bad(W), [0]),
+    /^pickNegLogSoftmaxRows: no argument is an expression/,
+  ],
+  [
+    "pickNegLogSoftmaxRows",
+    "a label per row missing",
+    () => pickNegLogSoftmaxRows(rows23, [0]),
+    /^pickNegLogSoftmaxRows: X has 2 rows \(shape \[2,3\]\); 1 labels given, one per row needed$/,
+  ],
+  [
+    "pickNegLogSoftmaxRows",
+    "a label past the classes",
+    () => pickNegLogSoftmaxRows(rows23, [0, 3]),
+    /^pickNegLogSoftmaxRows: labels\[1\] = 3 is out of range for rows of 3 classes \(0 to 2\)$/,
   ],
 ];
 

@@ -11,6 +11,7 @@ import type { Conv2dOptions, ImageShape, MaxPool2dOptions } from "../src/ops/ima
 import {
   add,
   affine,
+  affineRows,
   cmul,
   concat,
   conv2d,
@@ -20,12 +21,14 @@ import {
   input,
   logistic,
   lookup,
+  lookupRows,
   lstmCell,
   matVec,
   maxPool2d,
   maxPool2dShape,
   parameter,
   pickNegLogSoftmax,
+  pickNegLogSoftmaxRows,
   pickRange,
   relu,
   rnn,
@@ -269,7 +272,38 @@ function rnnCase(cell: RnnCell, batchSizes: number[], bidirectional: boolean, bi
     }),
     (cg, p) => {
       const x = concat(p.xs.map((v) => tanh(parameter(cg, v))));
-      return matVec(p.R, rnn(x, batchSizes, cell, p.dirs));
+      return matVec(p.R, flatten(rnn(x, batchSizes, cell, p.dirs)));
+    },
+  );
+}
+
+/**
+ * The taggers' batch-level head over an rnn's rows: word rows looked up (lookupRows), a BiLSTM (rnn, [N, 2H]), an
+ * affine over rows, tanh, an affine over rows to class scores and the summed softmax loss, one label per row.
+ */
+function rowHeadCase(): OpCase {
+  const E = 3;
+  const H = 2;
+  const batchSizes = [3, 2, 1];
+  const ids = [4, 1, 2, 4, 0, 3];
+  return withParams(
+    "a packed batch's rows: lookupRows → rnn → affineRows → tanh → affineRows → pickNegLogSoftmaxRows",
+    (pc) => ({
+      T: pc.addLookupParameters(6, E, unit, "T"),
+      dirs: [0, 1].map((d) => ({
+        W_ih: pc.addParameters([4 * H, E], unit, `W_ih${d}`),
+        W_hh: pc.addParameters([4 * H, H], unit, `W_hh${d}`),
+        b_ih: pc.addParameters(4 * H, unit, `b_ih${d}`),
+      })),
+      Wm: pc.addParameters([3, 2 * H], unit, "W_mlp"),
+      bm: pc.addParameters(3, unit, "b_mlp"),
+      Wo: pc.addParameters([4, 3], unit, "W_out"),
+      bo: pc.addParameters(4, unit, "b_out"),
+    }),
+    (cg, p) => {
+      const y = rnn(lookupRows(cg, p.T, ids), batchSizes, "lstm", p.dirs);
+      const scores = affineRows(p.bo, p.Wo, tanh(affineRows(p.bm, p.Wm, y)));
+      return pickNegLogSoftmaxRows(scores, [0, 3, 1, 2, 3, 0]);
     },
   );
 }
@@ -535,5 +569,78 @@ export const OP_CASES: OpTable<readonly OpCase[]> = {
     rnnCase("lstm", [2, 2], false, false),
     rnnCase("gru", [3, 3, 1], true, true),
     rnnCase("gru", [1], true, false),
+  ],
+  [Op.LookupRows]: [
+    {
+      name: "rows with repeats, beside a lookup of the same table, and an unreached lookupRows (not touched)",
+      make: () => {
+        const pc = new ParameterCollection({ seed: 12 });
+        const E = pc.addLookupParameters(7, 3, unit, "E");
+        const R = dot(pc, 12);
+        return {
+          params: pc,
+          build: (cg) => {
+            lookupRows(cg, E, [6, 5]); // not on the loss's path
+            const x = lookupRows(cg, E, [2, 5, 2, 0]);
+            const y = tanh(
+              add(flatten(x), concat([lookup(cg, E, 5), lookup(cg, E, 3), lookup(cg, E, 2), lookup(cg, E, 5)])),
+            );
+            return matVec(R, y);
+          },
+        };
+      },
+    },
+    withParams(
+      "one row, straight into an affine over rows and the row loss",
+      (pc) => ({
+        E: pc.addLookupParameters(4, 5, unit, "E"),
+        W: pc.addParameters([3, 5], unit),
+        b: pc.addParameters(3),
+      }),
+      (cg, p) => pickNegLogSoftmaxRows(affineRows(p.b, p.W, lookupRows(cg, p.E, [3])), [2]),
+    ),
+  ],
+  [Op.AffineRows]: [
+    withParams(
+      "a parameter matrix of 4 rows, every output element into the loss",
+      (pc) => ({
+        X: pc.addParameters([4, 3], unit, "X"),
+        W: pc.addParameters([5, 3], unit, "W"),
+        b: pc.addParameters(5, unit, "b"),
+        R: dot(pc, 20),
+      }),
+      (cg, p) => matVec(p.R, flatten(affineRows(p.b, p.W, parameter(cg, p.X)))),
+    ),
+    withParams(
+      "a computed bias and weight matrix, a chain of two, rows used twice",
+      (pc) => ({
+        X: pc.addParameters([3, 4], unit, "X"),
+        W: pc.addParameters([4, 4], unit, "W"),
+        V: pc.addParameters([4, 4], unit, "V"),
+        b: pc.addParameters(4, unit, "b"),
+        R: dot(pc, 12),
+      }),
+      (cg, p) => {
+        const b = tanh(parameter(cg, p.b));
+        const W = add(parameter(cg, p.W), parameter(cg, p.V)); // a [4, 4] node that is not a parameter
+        const h = tanh(affineRows(b, W, parameter(cg, p.X)));
+        return matVec(p.R, flatten(add(affineRows(p.b, p.V, h), h)));
+      },
+      { notOnVpps: "a computed matrix" },
+    ),
+    rowHeadCase(),
+  ],
+  [Op.PickNegLogSoftmaxRows]: [
+    withParams(
+      "a label per row of a parameter matrix [4, 5]",
+      (pc) => ({ X: pc.addParameters([4, 5], unit, "X") }),
+      (cg, p) => pickNegLogSoftmaxRows(parameter(cg, p.X), [0, 4, 2, 2]),
+    ),
+    withParams(
+      "rows after tanh, one of a single class's chance, summed with a per-vector loss",
+      (pc) => ({ X: pc.addParameters([3, 2], unit, "X"), v: pc.addParameters(2, unit, "v") }),
+      (cg, p) =>
+        sum([pickNegLogSoftmaxRows(tanh(parameter(cg, p.X)), [1, 0, 1]), pickNegLogSoftmax(parameter(cg, p.v), 1)]),
+    ),
   ],
 };

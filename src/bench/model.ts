@@ -31,8 +31,20 @@ export interface BenchTask<T> {
   readonly vocabulary: number | undefined;
   /** Batch k of `size` items. */
   batch(size: number, k: number): readonly T[];
-  /** A fresh network (seed 1: every call has the same weights) in `variant` (a name of the model's `variants`). */
-  net(size: BenchSize, variant: string): BenchNet<T>;
+  /**
+   * A fresh network (seed 1: every call has the same weights) in `variant` (a name of the model's `variants`), with
+   * `options` (values of the model's `choices`) over its defaults.
+   */
+  net(size: BenchSize, variant: string, options?: Readonly<Record<string, string>>): BenchNet<T>;
+}
+
+/** A model option the benchmark takes on its command line (`vpps bench bilstm --rnn persistent`). */
+export interface BenchChoice {
+  /** The model option and the flag: `rnn` is `--rnn`. */
+  readonly name: string;
+  readonly values: readonly string[];
+  readonly defaultValue: string;
+  readonly help: string;
 }
 
 export interface BenchModel<T> {
@@ -51,6 +63,8 @@ export interface BenchModel<T> {
    * train the first; VPPS runs each one, as `vpps-<variant>` (plain `vpps` when there is only one).
    */
   readonly variants: readonly { readonly name: string; readonly label: string }[];
+  /** Model options the command takes (`--rnn`); the engines' networks are built with the values given. */
+  readonly choices: readonly BenchChoice[];
   /** Sentences loaded at most. */
   readonly maxItems: number;
   /** Sentences are called this in tables (`sentences`), and a batch's items on the plot's axis (`trees`). */

@@ -28,15 +28,24 @@ interface ThroughputFlags {
   cache?: string;
   reference: boolean;
   out?: string;
+  /** The model's choices (`--rnn`), by name. */
+  [choice: string]: unknown;
 }
 
 function addThroughputCommands(bench: Command): void {
   for (const model of BENCH_MODELS) {
     const ids = engineSpecs(model).map((s) => s.id);
     const sizes = model.sizes.map((s) => s.hidden).join(",");
+    const command = bench.command(model.name);
+    for (const c of model.choices) {
+      command.addOption(
+        new Option(`--${c.name} <value>`, `${c.help} (default: ${c.defaultValue})`).argParser(
+          choice(`--${c.name}`, c.values),
+        ),
+      );
+    }
     leaf(
-      bench
-        .command(model.name)
+      command
         .description(
           `${model.title} training throughput (${model.unit}/s) of every engine in one process, its first loss ` +
             "checked against the CPU engine; a table, <model>.json, .md and .svg",
@@ -115,6 +124,9 @@ function addThroughputCommands(bench: Command): void {
               cacheDir: f.cache,
               reference: f.reference,
               out: f.out,
+              modelOptions: Object.fromEntries(
+                model.choices.map((c) => [c.name, (f[c.name] as string | undefined) ?? c.defaultValue]),
+              ),
               command: commandLine(),
             });
           }),

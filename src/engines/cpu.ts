@@ -3,6 +3,7 @@ import { Op } from "../graph/opcodes.js";
 import type { LookupParameter, ParameterCollection } from "../model/parameters.js";
 import type { Buf } from "../ops/common.js";
 import { OPS } from "../ops/registry.js";
+import { lookupRowsBackward, lookupRowsForward } from "../ops/rows.js";
 import type { Trainer } from "../optim/trainers.js";
 import { reduceHostGradients } from "./cpu-reducer.js";
 import type { DataParallelEngine, GradientReducer } from "./data-parallel.js";
@@ -67,6 +68,8 @@ export class CpuEngine implements DataParallelEngine {
         const d = p.cols;
         const row = g.aux2[i]!;
         v.set(p.value.subarray(row * d, (row + 1) * d), g.valueOffset[i]!);
+      } else if (op === Op.LookupRows) {
+        lookupRowsForward(g, i, v, this.params.all[g.aux[i]!]!.value);
       } else {
         OPS[op]!.forward(g, i, v);
       }
@@ -114,6 +117,9 @@ export class CpuEngine implements DataParallelEngine {
         const base = row * dim;
         for (let k = 0; k < dim; k++) p.grad[base + k] = p.grad[base + k]! + d[off + k]!;
         p.touch(row);
+      } else if (op === Op.LookupRows) {
+        const p = this.params.all[g.aux[i]!]! as LookupParameter;
+        lookupRowsBackward(g, i, d, p.grad, (row) => p.touch(row));
       } else {
         OPS[op]!.backward(g, i, v, d);
       }

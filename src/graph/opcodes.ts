@@ -46,6 +46,12 @@ export enum Op {
   Flatten = 19,
   /** y = [h_fwd | h_bwd] [N, D·H]: one recurrent layer (RNN, LSTM, GRU) over a packed batch x [N, in] (src/ops/recurrent-op.ts) */
   Rnn = 20,
+  /** Y = [E[r₀]; E[r₁]; …] [N, dim]: N rows of a lookup table, one per row of the result (src/ops/rows.ts) */
+  LookupRows = 21,
+  /** Y[n] = b + W·X[n] for every row n of X [N, K]: Y = X·Wᵀ + b [N, M] */
+  AffineRows = 22,
+  /** y = Σₙ −log softmax(X[n])[labelₙ] (a scalar) over the rows of X [N, C] */
+  PickNegLogSoftmaxRows = 23,
 }
 
 import { UserError } from "../util/errors.js";
@@ -105,6 +111,9 @@ export const OP_NAMES: readonly string[] = opArray(
     [Op.MaxPool2d]: "maxPool2d",
     [Op.Flatten]: "flatten",
     [Op.Rnn]: "rnn",
+    [Op.LookupRows]: "lookupRows",
+    [Op.AffineRows]: "affineRows",
+    [Op.PickNegLogSoftmaxRows]: "pickNegLogSoftmaxRows",
   },
   "op names",
 );

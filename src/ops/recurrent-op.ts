@@ -26,9 +26,10 @@ import {
 
 /*
  * The recurrent layer as one graph op over a packed batch (PyTorch's PackedSequence, enforce_sorted):
- *   y = [h_fwd | h_bwd] ([N, D·H] as a vector of N·D·H values, row n = packed row n),
- * one layer of `cell` in one or two directions from zero initial states, over x ([N, in] as a vector of N·in values,
- * the rows of step t contiguous, sequence b's row at step t = offset(t) + b). The math is src/ops/recurrent.ts (the
+ *   y = [h_fwd | h_bwd] (the matrix [N, D·H], row n = packed row n: the rows the row-batch ops of rows.ts take;
+ *   `flatten` makes it the vector of N·D·H values),
+ * one layer of `cell` in one or two directions from zero initial states, over x (the matrix [N, in], or the same
+ * values as a vector of N·in, the rows of step t contiguous, sequence b's row at step t = offset(t) + b). The math is src/ops/recurrent.ts (the
  * same code as the persistent layer's CPU reference, src/rnn/reference.ts).
  *
  * Node layout: args [x, batchSizes (an input node of T values), then per direction W_ih, W_hh, b_ih and optionally
@@ -48,7 +49,7 @@ const OP = "rnn";
 
 /**
  * y = the hidden states [N, D·H] of one recurrent layer (D = directions.length, 1 or 2: forward, then backward) over
- * the packed batch x ([N·in] values) with these batch sizes, from zero initial states.
+ * the packed batch x ([N, in], or its N·in values as a vector) with these batch sizes, from zero initial states.
  */
 export function rnn(
   x: Expression,
@@ -111,15 +112,22 @@ export function rnn(
     bias(w.b_ih, "b_ih", 2);
     if (w.b_hh !== undefined) bias(w.b_hh, "b_hh", 3);
   }
-  const len = requireVector(g, xi, OP, "x");
-  if (len !== n * inputSize) {
+  if (g.cols[xi] === 1) {
+    const len = g.rows[xi]!;
+    if (len !== n * inputSize) {
+      throw new ShapeError(
+        `${OP}: argument 'x' has length ${len}; batchSizes give N = ${n} rows of ${inputSize} inputs = ${n * inputSize}`,
+      );
+    }
+  } else if (g.rows[xi] !== n || g.cols[xi] !== inputSize) {
     throw new ShapeError(
-      `${OP}: argument 'x' has length ${len}; batchSizes give N = ${n} rows of ${inputSize} inputs = ${n * inputSize}`,
+      `${OP}: argument 'x' has shape ${g.shapeOf(xi)}; batchSizes give N = ${n} rows of ${inputSize} inputs: ` +
+        `[${n},${inputSize}] (or a vector of ${n * inputSize} values)`,
     );
   }
   const off = g.addInputData(Float32Array.from(batchSizes));
   args[1] = g.addNode0(Op.Input, batchSizes.length, 1, off);
-  const id = g.addNode(Op.Rnn, n * D * H, 1, args, RNN_CELLS.indexOf(cell), D, 0, 2 + D * P);
+  const id = g.addNode(Op.Rnn, n, D * H, args, RNN_CELLS.indexOf(cell), D, 0, 2 + D * P);
   return new Expression(g, id, g.generation);
 }
 
@@ -165,7 +173,7 @@ export function rnnNode(g: ComputationGraph, i: number): RnnNode {
     directions: D,
     hidden: g.cols[whh]!,
     inputSize: g.cols[weights[0]!.W_ih]!,
-    rows: g.rows[i]! / (D * g.cols[whh]!),
+    rows: g.rows[i]!,
     batchSizes,
     weights,
   };

@@ -7,6 +7,7 @@ import { IMAGE_OPS } from "./image.js";
 import { LINEAR_OPS } from "./linear.js";
 import { LOSS_OPS } from "./loss.js";
 import { RECURRENT_OPS } from "./recurrent-op.js";
+import { ROW_OPS } from "./rows.js";
 import { STRUCTURE_OPS } from "./structure.js";
 
 /**
@@ -22,6 +23,7 @@ export const OPS: readonly OpDefinition[] = opArray(
     ...CELL_OPS,
     ...IMAGE_OPS,
     ...RECURRENT_OPS,
+    ...ROW_OPS,
   } satisfies OpTable<OpDefinition>,
   "reference kernels (src/ops)",
 );

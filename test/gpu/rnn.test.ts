@@ -228,7 +228,7 @@ describe("the rnn graph op on the eager engine (persistent kernels) against the 
       const { ComputationGraph } = await import("../../src/graph/graph.js");
       const { CpuEngine } = await import("../../src/engines/cpu.js");
       const { EagerEngine } = await import("../../src/engines/eager/engine.js");
-      const { parameter, input, rnn, matVec, tanh } = await import("../../src/ops/index.js");
+      const { flatten, parameter, input, rnn, matVec, tanh } = await import("../../src/ops/index.js");
       const H = 64;
       const In = 32;
       const G = cell === "lstm" ? 4 : 3;
@@ -253,7 +253,7 @@ describe("the rnn graph op on the eager engine (persistent kernels) against the 
           b_hh: nodes[4 * d + 3]!,
         }));
         const x = tanh(input(cg, xs));
-        return { loss: matVec(nodes[8]!, rnn(x, batchSizes, cell, ds)), nodes };
+        return { loss: matVec(nodes[8]!, flatten(rnn(x, batchSizes, cell, ds))), nodes };
       };
       const cpu = new CpuEngine(pc);
       const A = build(new ComputationGraph());

@@ -5,7 +5,7 @@
  */
 import { statSync } from "node:fs";
 import type { AnyTask } from "../../models/task.js";
-import type { BenchModel, BenchSize, BenchTask } from "../model.js";
+import type { BenchChoice, BenchModel, BenchSize, BenchTask } from "../model.js";
 import { batchAt } from "../trees.js";
 
 export interface BenchExtras {
@@ -20,6 +20,8 @@ export interface BenchExtras {
   /** What the data is called in tables and the result file, from the path read (undefined: the synthetic task). */
   describeData?(path: string | undefined, isDefault: boolean): string;
   readonly targets?: Readonly<Record<string, number>>;
+  /** Model options the command takes (the taggers' --rnn). */
+  readonly choices?: readonly BenchChoice[];
   plotTitle?(device: string, source: string | undefined, hidden: number): string;
 }
 
@@ -48,6 +50,7 @@ export function benchModelOf(task: AnyTask, extras: BenchExtras = {}): BenchMode
     sizes,
     embedFor: (h) => extras.embedFor?.(h) ?? h,
     variants,
+    choices: extras.choices ?? [],
     maxItems: MAX_ITEMS,
     unit: "sentences",
     batchUnit: task.data.noun,
@@ -74,9 +77,10 @@ export function benchModelOf(task: AnyTask, extras: BenchExtras = {}): BenchMode
         items: items.length,
         vocabulary: typeof size === "number" ? size : undefined,
         batch: (n, k) => batchAt(items, n, k),
-        net(s, variant) {
+        net(s, variant, chosen = {}) {
           const options = {
             ...defaults,
+            ...chosen,
             ...(hidden === undefined ? {} : { hidden: s.hidden, embed: s.embed }),
             ...(variantOption === undefined ? {} : { [variantOption]: variant }),
           };

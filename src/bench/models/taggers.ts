@@ -4,11 +4,23 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { TAGGER_RNNS } from "../../models/bilstm/packed.js";
 import { WIKINER_DIR } from "../common.js";
 import type { BenchExtras } from "./from-task.js";
 
 export function taggerBench(title: string): BenchExtras {
   return {
+    choices: [
+      {
+        name: "rnn",
+        values: TAGGER_RNNS,
+        defaultValue: "steps",
+        help:
+          "the taggers' formulation the engines train: steps (an affine and a cell per word) or persistent (each " +
+          "batch as a handful of row-batch nodes around one rnn op; the eager and CPU engines run it, the " +
+          "autobatch GPU engine and VPPS refuse it); the PyTorch reference is the same function either way",
+      },
+    ],
     defaultData: () => (existsSync(join(WIKINER_DIR, "dev.txt")) ? WIKINER_DIR : undefined),
     describeData: (path, isDefault) =>
       path === undefined

@@ -43,6 +43,12 @@ export interface ThroughputOptions {
    * (reference.ts); otherwise one line says why it is skipped.
    */
   reference?: boolean;
+  /**
+   * Values of the model's choices (`{ rnn: "persistent" }`) the engines' networks are built with; the PyTorch
+   * reference's network (the weights it starts from, and the CPU loss it is checked against) is built without them:
+   * the script reads the default formulation's weights.
+   */
+  modelOptions?: Readonly<Record<string, string>>;
   /** The engines that can be run (a test adds a planted one); engineSpecs(model) when absent. */
   specs?: readonly EngineSpec[];
 }

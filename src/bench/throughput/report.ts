@@ -298,6 +298,7 @@ export function writeThroughputResults<T>(r: ThroughputResults<T>): string[] {
       batches: configs[0]!.batches,
       sentencesPerRepeat: o.sentences ?? null,
       reference: o.reference ?? false,
+      modelOptions: o.modelOptions ?? {},
       workers: o.workers ?? null,
       cacheDir: r.cacheDir,
     },

@@ -65,17 +65,18 @@ export class ThroughputSuite<T> {
 
   readonly batchOf = (size: number, k: number): readonly T[] => this.task.batch(size, k);
 
-  private net(c: Config, variant: string): BenchNet<T> {
+  /** The engines' network (with the model options given), or the PyTorch reference's (`forReference`: without). */
+  private net(c: Config, variant: string, forReference = false): BenchNet<T> {
     const size: BenchSize = { hidden: c.hidden, embed: c.embed };
-    return this.task.net(size, variant);
+    return this.task.net(size, variant, forReference ? {} : this.o.modelOptions);
   }
 
-  /** The CPU engine's loss on the first batch of 8, before any update. */
-  private cpuLoss(c: Config, variant: string): number {
-    const key = `${c.hidden}:${variant}`;
+  /** The CPU engine's loss on the first batch of 8, before any update (of the reference's network, or the engines'). */
+  private cpuLoss(c: Config, variant: string, forReference = false): number {
+    const key = `${c.hidden}:${variant}:${forReference}`;
     let loss = this.cpuLosses.get(key);
     if (loss === undefined) {
-      const ref = this.net(c, variant);
+      const ref = this.net(c, variant, forReference);
       loss = new CpuEngine(ref.params).forwardScalar(ref.batchLoss(new ComputationGraph(), this.batchOf(8, 0)));
       this.cpuLosses.set(key, loss);
     }
@@ -212,7 +213,7 @@ export class ThroughputSuite<T> {
     process.once("exit", cleanup);
     try {
       const init = join(dir, "initial.safetensors");
-      saveParameters(this.net(c, o.variant).params, init, { model: o.model });
+      saveParameters(this.net(c, o.variant, true).params, init, { model: o.model });
       const args = [
         script,
         "bench",
@@ -246,7 +247,7 @@ export class ThroughputSuite<T> {
         vocabulary: result.vocabulary,
       });
       if (result.firstBatchLoss === null) throw new Error("it printed no first-batch loss (it was given --init-from)");
-      if (!this.checkLoss(run, this.cpuLoss(c, o.variant), result.firstBatchLoss)) return;
+      if (!this.checkLoss(run, this.cpuLoss(c, o.variant, true), result.firstBatchLoss)) return;
       for (const r of result.rows) {
         this.rows.push({
           engine: REFERENCE_ENGINE,
@@ -401,7 +402,10 @@ export async function runThroughput<T>(model: BenchModel<T>, o: ThroughputOption
   const vocabulary = task.vocabulary === undefined ? "" : `, vocabulary ${task.vocabulary}`;
   console.log(
     `${what}: ${device.name}; ${task.source}, ${task.items} ${model.unit}${vocabulary}` +
-      (onGpu ? `; VPPS kernel cache ${cacheDir}` : ""),
+      (onGpu ? `; VPPS kernel cache ${cacheDir}` : "") +
+      Object.entries(o.modelOptions ?? {})
+        .map(([k, v]) => `; --${k} ${v}`)
+        .join(""),
   );
   const suite = new ThroughputSuite(o, task, probe, cacheDir);
   try {

@@ -3,6 +3,7 @@ import { Op } from "../../graph/opcodes.js";
 import type { LookupParameter, ParameterCollection } from "../../model/parameters.js";
 import type { Buf } from "../../ops/common.js";
 import { OPS } from "../../ops/registry.js";
+import { lookupRowsBackward, lookupRowsForward } from "../../ops/rows.js";
 import type { Trainer } from "../../optim/trainers.js";
 import { reduceHostGradients } from "../cpu-reducer.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
@@ -75,6 +76,12 @@ export class CpuBatchBackend implements BatchBackend {
   }
 
   opForward(g: ComputationGraph, op: Op, nodes: Int32Array, start: number, end: number): void {
+    if (op === Op.LookupRows) {
+      // a whole batch of rows in one node: read from its table, as lookups are
+      for (let p = start; p < end; p++)
+        lookupRowsForward(g, nodes[p]!, this.v, this.params.all[g.aux[nodes[p]!]!]!.value);
+      return;
+    }
     const kernel = OPS[op]!;
     for (let p = start; p < end; p++) kernel.forward(g, nodes[p]!, this.v);
   }
@@ -129,6 +136,13 @@ export class CpuBatchBackend implements BatchBackend {
   }
 
   opBackward(g: ComputationGraph, op: Op, nodes: Int32Array, start: number, end: number): void {
+    if (op === Op.LookupRows) {
+      for (let p = start; p < end; p++) {
+        const table = this.params.all[g.aux[nodes[p]!]!]! as LookupParameter;
+        lookupRowsBackward(g, nodes[p]!, this.d, table.grad, (row) => table.touch(row));
+      }
+      return;
+    }
     const kernel = OPS[op]!;
     for (let p = start; p < end; p++) kernel.backward(g, nodes[p]!, this.v, this.d);
   }

@@ -112,6 +112,10 @@ const view: BatchedKernel = {
 /** Why the image ops that are not views have no batched kernel (yet). */
 const RNN_OP =
   "the persistent RNN kernel is not wired into the GPU engines yet (docs/RNN.md); use --rnn steps, or the CPU engines";
+/** Why the row-batch ops have no batched kernel: each node is a whole batch already. */
+const ROW_OPS =
+  "a row-batch op is a whole batch in one node already (src/ops/rows.ts); it runs on the eager engine and the CPU " +
+  "engines; build the taggers with --rnn steps for this engine";
 const IMAGE_OPS = "image ops run on the eager engine (per-sample im2col + cuBLAS, docs/GLP4NN.md)";
 
 const table: OpTable<BatchedKernel> = {
@@ -232,6 +236,9 @@ const table: OpTable<BatchedKernel> = {
   [Op.MaxPool2d]: unsupported(ENGINE, Op.MaxPool2d, IMAGE_OPS),
   [Op.Flatten]: view,
   [Op.Rnn]: unsupported(ENGINE, Op.Rnn, RNN_OP),
+  [Op.LookupRows]: unsupported(ENGINE, Op.LookupRows, ROW_OPS),
+  [Op.AffineRows]: unsupported(ENGINE, Op.AffineRows, ROW_OPS),
+  [Op.PickNegLogSoftmaxRows]: unsupported(ENGINE, Op.PickNegLogSoftmaxRows, ROW_OPS),
 };
 
 /** Ops that other steps run (executor.ts: parameter loads, lookups, products): `unsupported` here on purpose. */

@@ -1,11 +1,12 @@
 // What the host prepares for one forward call of the eager engine, sent to the device with one copy: the values of
-// the new input nodes, the row lists of the new lookups (one gather per table instead of one copy per lookup; the
+// the new input nodes, the row lists of the new lookups and lookupRows nodes (one gather per table instead of one copy per lookup; the
 // same lookups grouped by row for the backward's scatter, which then adds a row's uses in node order without
 // atomics), and the pointer tables of the new sum nodes (a loss summed over thousands of nodes is one kernel). Pure
 // host code over the graph and a writable buffer, so it is tested without a GPU.
 
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
+import { lookupRowIds } from "../../ops/rows.js";
 
 /** The typed views of the buffer a chunk is written into (a PinnedBuffer, or plain arrays in tests). */
 export interface ChunkBuffer {
@@ -82,11 +83,27 @@ export interface ChunkPlan {
 
 const TWO_32 = 0x1_0000_0000;
 
+/** One table's rows read by a chunk, in node order (a lookupRows node's rows in its order). */
+interface TableReads {
+  readonly dim: number;
+  readonly rows: number[];
+  readonly offsets: number[];
+}
+
 /** Plans the chunk of nodes [from, to] of `g`. */
 export function planChunk(g: ComputationGraph, from: number, to: number): ChunkPlan {
   const inputs: number[] = [];
   const sums: number[] = [];
-  const tables = new Map<number, number[]>();
+  // per table: the rows read and the value offsets they go to (a lookup is one row, a lookupRows node N rows)
+  const tables = new Map<number, TableReads>();
+  const reads = (t: number, dim: number): TableReads => {
+    let r = tables.get(t);
+    if (!r) {
+      r = { dim, rows: [], offsets: [] };
+      tables.set(t, r);
+    }
+    return r;
+  };
   let floats = 0;
   for (let i = from; i <= to; i++) {
     const op = g.op[i]!;
@@ -94,23 +111,28 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
       inputs.push(i);
       floats += g.rows[i]! * g.cols[i]!;
     } else if (op === Op.Lookup) {
-      const t = g.aux[i]!;
-      let list = tables.get(t);
-      if (!list) {
-        list = [];
-        tables.set(t, list);
+      const r = reads(g.aux[i]!, g.rows[i]!);
+      r.rows.push(g.aux2[i]!);
+      r.offsets.push(g.valueOffset[i]!);
+    } else if (op === Op.LookupRows) {
+      const dim = g.cols[i]!;
+      const r = reads(g.aux[i]!, dim);
+      const ids = lookupRowIds(g, i);
+      const y = g.valueOffset[i]!;
+      for (let n = 0; n < ids.length; n++) {
+        r.rows.push(ids[n]!);
+        r.offsets.push(y + n * dim);
       }
-      list.push(i);
     } else if (op === Op.Sum) {
       sums.push(i);
     }
   }
-  // per table: rows and offsets (2 per lookup), then distinct rows, starts and sources (grouped by row)
+  // per table: rows and offsets (2 per row read), then distinct rows, starts and sources (grouped by row)
   const groups = new Map<number, RowGroups>();
-  for (const [t, nodes] of tables) {
-    const grouped = groupRows(nodes.map((i) => g.aux2[i]!));
+  for (const [t, r] of tables) {
+    const grouped = groupRows(r.rows);
     groups.set(t, grouped);
-    floats += 3 * nodes.length + 2 * grouped.distinct.length + 1;
+    floats += 3 * r.rows.length + 2 * grouped.distinct.length + 1;
   }
   if (floats & 1) floats++;
   const tableStart = floats;
@@ -127,22 +149,24 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
         pos += n;
       }
       const lookups: ChunkLookups[] = [];
-      for (const [param, nodes] of tables) {
+      for (const [param, r] of tables) {
         const rowsAt = pos;
-        for (const i of nodes) buf.i32[pos++] = g.aux2[i]!;
+        buf.i32.set(r.rows, pos);
+        pos += r.rows.length;
         const offsetsAt = pos;
-        for (const i of nodes) buf.i32[pos++] = g.valueOffset[i]!;
+        buf.i32.set(r.offsets, pos);
+        pos += r.offsets.length;
         const grouped = groups.get(param)!;
         const distinctAt = pos;
-        for (const r of grouped.distinct) buf.i32[pos++] = r;
+        for (const row of grouped.distinct) buf.i32[pos++] = row;
         const startsAt = pos;
         for (const s of grouped.starts) buf.i32[pos++] = s;
         const sourcesAt = pos;
-        for (const j of grouped.order) buf.i32[pos++] = g.valueOffset[nodes[j]!]!;
+        for (const j of grouped.order) buf.i32[pos++] = r.offsets[j]!;
         lookups.push({
           param,
-          dim: g.rows[nodes[0]!]!,
-          count: nodes.length,
+          dim: r.dim,
+          count: r.rows.length,
           rowsPtr: chunkPtr + 4 * rowsAt,
           offsetsPtr: chunkPtr + 4 * offsetsAt,
           distinct: grouped.distinct.length,

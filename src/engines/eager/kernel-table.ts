@@ -6,6 +6,7 @@ import { type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op, type OpTable, opArray } from "../../graph/opcodes.js";
 import { imageGeometry } from "../../ops/image.js";
+import { lookupRowIds } from "../../ops/rows.js";
 import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "./kernels.js";
 import type { EagerNodeKernels } from "./node-kernels.js";
 
@@ -133,6 +134,60 @@ function poolArgs(g: ComputationGraph, i: number): KernelArg[] {
   const G = imageGeometry(g, i);
   return [G.n * G.c, G.h, G.w, G.kernel, G.stride, G.ho, G.wo].map((v) => karg.i32(v));
 }
+
+/** lookupRows: its rows are gathered per chunk (chunk.ts), their gradients scattered per chunk; backward marks them. */
+const lookupRows: EagerKernel = {
+  forward: nothing,
+  backward(l, g, i) {
+    const table = g.aux[i]!;
+    for (const row of lookupRowIds(g, i)) l.device.touch(table, row);
+  },
+};
+
+/** Y [N, M] = X [N, K]·Wᵀ + b: the bias into every row, then one GEMM; backward two GEMMs and one GEMV. */
+const affineRows: EagerKernel = {
+  forward(l, g, i) {
+    const w = g.arg(i, 1);
+    const [n, m, k] = [g.rows[i]!, g.rows[w]!, g.cols[w]!];
+    const y = l.valPtr[i]!;
+    l.launch(l.k.vp_rows_bias, n * m, [karg.ptr(y), karg.ptr(val(l, g, i, 0)), karg.i32(n), karg.i32(m)]);
+    l.gemm({ transB: true, m: n, n: m, k, A: val(l, g, i, 2), B: l.valPtr[w]!, beta: 1, C: y });
+  },
+  // dX += dY·W, dW += dYᵀ·X, db += dYᵀ·1 (cuBLAS sums in a fixed order: the same bits on every run)
+  backward(l, g, i) {
+    const w = g.arg(i, 1);
+    const [n, m, k] = [g.rows[i]!, g.rows[w]!, g.cols[w]!];
+    const dy = l.gradPtr[i]!;
+    l.gemm({ m: n, n: k, k: m, A: dy, B: l.valPtr[w]!, beta: 1, C: grad(l, g, i, 2) });
+    l.gemm({ transA: true, m, n: k, k: n, A: dy, B: val(l, g, i, 2), beta: 1, C: l.gradPtr[w]! });
+    l.gemv(true, n, m, dy, l.ones(n), grad(l, g, i, 0), 1);
+  },
+};
+
+/** The summed row loss: one block reduces every row in a fixed order; backward one thread per row. */
+const pickNegLogSoftmaxRows: EagerKernel = {
+  forward(l, g, i) {
+    const x = g.arg(i, 0);
+    l.launchBlock(l.k.vp_nll_softmax_rows, [
+      karg.ptr(l.valPtr[i]!),
+      karg.ptr(l.valPtr[x]!),
+      karg.ptr(val(l, g, i, 1)),
+      karg.i32(g.rows[x]!),
+      karg.i32(g.cols[x]!),
+    ]);
+  },
+  backward(l, g, i) {
+    const x = g.arg(i, 0);
+    l.launch(l.k.vp_nll_softmax_rows_backward, g.rows[x]!, [
+      karg.ptr(l.gradPtr[x]!),
+      karg.ptr(l.valPtr[x]!),
+      karg.ptr(val(l, g, i, 1)),
+      karg.ptr(l.gradPtr[i]!),
+      karg.i32(g.rows[x]!),
+      karg.i32(g.cols[x]!),
+    ]);
+  },
+};
 
 const table: OpTable<EagerKernel> = {
   // uploaded with the chunk (eager/chunk.ts); nothing flows back
@@ -287,6 +342,9 @@ const table: OpTable<EagerKernel> = {
       l.rnn().backward(g, i, l.valPtr, l.gradPtr);
     },
   },
+  [Op.LookupRows]: lookupRows,
+  [Op.AffineRows]: affineRows,
+  [Op.PickNegLogSoftmaxRows]: pickNegLogSoftmaxRows,
 };
 
 /** The eager engine's kernels, indexed by op. */

@@ -52,6 +52,9 @@ export const EAGER_KERNEL_NAMES = [
   "vp_lstm_cell_backward",
   "vp_gather_rows",
   "vp_scatter_add_rows",
+  "vp_rows_bias",
+  "vp_nll_softmax_rows",
+  "vp_nll_softmax_rows_backward",
   ...IMAGE_KERNEL_NAMES,
 ] as const;
 export type EagerKernelName = (typeof EAGER_KERNEL_NAMES)[number];
@@ -238,6 +241,48 @@ __global__ void vp_scatter_add_rows(float* gtable, const float* base, const int*
     float acc = gtable[at];
     for (int s = starts[u]; s < starts[u + 1]; s++) acc += base[src[s] + d];
     gtable[at] = acc;
+  }
+}
+
+// Y[n, m] = b[m] for n < rows (affineRows: the bias before the GEMM adds X·Wᵀ)
+__global__ void vp_rows_bias(float* y, const float* b, int rows, int m) {
+  GRID_STRIDE(i, rows * m) y[i] = b[i % m];
+}
+// y = Σ_n (log Σ_j exp(X[n, j]) − X[n, label n]) over the rows of X [rows, c]; one block. Thread t sums rows t,
+// t + blockDim, … in that order, then a fixed tree adds the threads' sums: the same float sum on every run
+__global__ void vp_nll_softmax_rows(float* y, const float* x, const float* labels, int rows, int c) {
+  __shared__ float red[N_THREADS];
+  float acc = 0.f;
+  for (int n = threadIdx.x; n < rows; n += blockDim.x) {
+    const float* xr = x + (long long)n * c;
+    float m = __int_as_float(0xff800000);  // −∞
+    for (int j = 0; j < c; j++) m = fmaxf(m, xr[j]);
+    float s = 0.f;
+    for (int j = 0; j < c; j++) s += expf(xr[j] - m);
+    acc += m + logf(s) - xr[(int)labels[n]];
+  }
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[0] = red[0];
+}
+// dX[n] += dy (softmax(X[n]) − onehot(label n)); one thread per row
+__global__ void vp_nll_softmax_rows_backward(float* dx, const float* x, const float* labels, const float* dy,
+                                             int rows, int c) {
+  float g = dy[0];
+  GRID_STRIDE(n, rows) {
+    const float* xr = x + (long long)n * c;
+    float* dr = dx + (long long)n * c;
+    float m = __int_as_float(0xff800000);
+    for (int j = 0; j < c; j++) m = fmaxf(m, xr[j]);
+    float s = 0.f;
+    for (int j = 0; j < c; j++) s += expf(xr[j] - m);
+    float logZ = m + logf(s);
+    int label = (int)labels[n];
+    for (int j = 0; j < c; j++) dr[j] += g * (expf(xr[j] - logZ) - (j == label ? 1.f : 0.f));
   }
 }
 

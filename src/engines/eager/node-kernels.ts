@@ -2,7 +2,15 @@
 // every node's device addresses (value, gradient, and the pointer tables of sum nodes), and the launch counters.
 // `forward` and `backward` run one node through its op's entry.
 
-import { type CublasHandle, type CudaKernel, type CudaStream, type KernelArg, karg } from "../../cuda/index.js";
+import {
+  type CublasHandle,
+  type CudaKernel,
+  type CudaStream,
+  type DevicePtr,
+  type KernelArg,
+  karg,
+  type RowMajorGemm,
+} from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
@@ -141,6 +149,31 @@ export class EagerNodeKernels {
     this.gemv(true, rows, cols, this.valPtr[w]!, dy, this.gradPtr[x]!, 1);
   }
 
+  /** Row-major C = alpha·op(A)·op(B) + beta·C (the row-batch ops' products). */
+  gemm(g: RowMajorGemm<DevicePtr>): void {
+    const call = () => this.ctx.cublas.sgemmRowMajor(this.blas, g);
+    if (this.tracker === undefined) call();
+    else this.tracker.timeCall(`cublasSgemm ${g.m}×${g.n}×${g.k}`, this.stream, call);
+    this.counts.cublas++;
+  }
+
+  /**
+   * A device vector of at least n ones (a bias gradient as one GEMV: db += dYᵀ·1, a fixed-order sum where atomics
+   * would add in a different order on every run). Grows by doubling; filled on the engine's stream.
+   */
+  ones(n: number): DevicePtr {
+    if (n > this.onesFloats) {
+      const driver = this.ctx.device.driver;
+      if (this.onesPtr) driver.memFree(this.onesPtr);
+      this.onesFloats = Math.max(n, 2 * this.onesFloats, 4096);
+      this.onesPtr = driver.memAlloc(4 * this.onesFloats);
+      this.launch(this.k.vp_fill, this.onesFloats, [karg.ptr(this.onesPtr), karg.f32(1), karg.i32(this.onesFloats)]);
+    }
+    return this.onesPtr;
+  }
+  private onesPtr: DevicePtr = 0;
+  private onesFloats = 0;
+
   /** The `rnn` op's layers and workspaces (rnn-node.ts), made at the first rnn node. */
   rnn(): EagerRnn {
     this.rnnState ??= new EagerRnn(this.ctx);
@@ -153,6 +186,9 @@ export class EagerNodeKernels {
     try {
       this.convChooser?.dispose();
       this.rnnState?.dispose();
+      if (this.onesPtr) this.ctx.device.driver.memFree(this.onesPtr);
+      this.onesPtr = 0;
+      this.onesFloats = 0;
     } finally {
       this.conv.dispose();
     }

@@ -4,9 +4,11 @@
  * least `--min-count` times in training — gets its embedding from a character BiLSTM: the final states of a forward
  * and a backward LSTM over its characters' embeddings, concatenated ([f_last; b_last], embed/2 each).
  */
-import { type ComputationGraph, ShapeError } from "../../graph/graph.js";
+import { type ComputationGraph, type Expression, ShapeError } from "../../graph/graph.js";
 import type { LookupParameter, ParameterShape } from "../../model/parameters.js";
-import { concat2Node, lookupNode, pickRangeNode } from "../../ops/structure.js";
+import { flatten } from "../../ops/image.js";
+import { lookupRows } from "../../ops/rows.js";
+import { concat, concat2Node, lookupNode, pickRangeNode } from "../../ops/structure.js";
 import {
   addDense,
   BiLstmTagger,
@@ -17,7 +19,7 @@ import {
   type SpelledSentence,
   shapesOf,
 } from "../bilstm/model.js";
-import { packedBiLstm } from "../bilstm/packed.js";
+import { type Packing, packedBiLstm, packedNodes, packLengths, packValues } from "../bilstm/packed.js";
 
 export interface CharTaggerOptions extends BiLstmTaggerOptions {
   /** Rows of the character table: the characters and the unknown character (index 0). */
@@ -83,45 +85,47 @@ export class CharBiLstmTagger extends BiLstmTagger<SpelledSentence> {
 
   /**
    * `--rnn persistent`: the spelled words of the whole batch go through the character BiLSTM as one rnn op over
-   * their packed characters; the others are looked up.
+   * their packed characters (looked up as one lookupRows node); each spelled word's vector is two slices of its rows,
+   * the other words are looked up; the words' vectors are concatenated in packed order (the rnn reads them as rows).
    */
-  protected override batchWordVectors(cg: ComputationGraph, sentences: readonly SpelledSentence[]): number[][] {
-    if (this.rnn !== "persistent") return super.batchWordVectors(cg, sentences);
-    const out: number[][] = [];
-    const spelled: number[][] = [];
-    const at: [number, number][] = [];
-    for (let j = 0; j < sentences.length; j++) {
-      const s = sentences[j]!;
-      if (s.words.length === 0) throw new ShapeError("BiLstmTagger: a sentence needs at least one word");
-      const row = new Array<number>(s.words.length);
+  protected override packedInputs(
+    cg: ComputationGraph,
+    sentences: readonly SpelledSentence[],
+    packing: Packing,
+  ): Expression {
+    const spelled: Int32Array[] = [];
+    const index = sentences.map((s) => new Int32Array(s.words.length).fill(-1));
+    sentences.forEach((s, j) => {
       for (let k = 0; k < s.words.length; k++) {
         const chars = s.spelled[k];
-        if (chars === null || chars === undefined) row[k] = lookupNode(cg, this.E, s.words[k]!);
-        else {
-          if (chars.length === 0) throw new ShapeError(`CharBiLstmTagger: word ${k} is spelled with no characters`);
-          spelled.push(Array.from(chars, (c) => lookupNode(cg, this.C, c)));
-          at.push([j, k]);
-        }
+        if (chars === null || chars === undefined) continue;
+        if (chars.length === 0) throw new ShapeError(`CharBiLstmTagger: word ${k} is spelled with no characters`);
+        index[j]![k] = spelled.length;
+        spelled.push(chars);
       }
-      out.push(row);
-    }
-    if (spelled.length > 0) {
-      const run = packedBiLstm(cg, this.charForward, this.charBackward, spelled);
-      const H = run.hidden;
-      for (let w = 0; w < spelled.length; w++) {
-        const rows = run.rows[w]!;
-        // [f at the last character; b at the first], as the per-step formulation reads them
-        const last = rows[rows.length - 1]! * 2 * H;
-        const first = rows[0]! * 2 * H + H;
-        const [j, k] = at[w]!;
-        out[j]![k] = concat2Node(
-          cg,
-          pickRangeNode(cg, run.y, last, last + H),
-          pickRangeNode(cg, run.y, first, first + H),
-        );
-      }
-    }
-    return out;
+    });
+    if (spelled.length === 0) return super.packedInputs(cg, sentences, packing);
+    const chars = packLengths(spelled.map((c) => c.length));
+    const H = this.charForward.hidden;
+    const x = lookupRows(
+      cg,
+      this.C,
+      packValues(chars, (w, t) => spelled[w]![t]!),
+    );
+    const y = flatten(packedBiLstm(x, chars.batchSizes, this.charForward, this.charBackward)).id;
+    const vectors = spelled.map((_, w) => {
+      const rows = chars.rows[w]!;
+      // [f at the last character; b at the first], as the per-step formulation reads them
+      const last = rows[rows.length - 1]! * 2 * H;
+      const first = rows[0]! * 2 * H + H;
+      return concat2Node(cg, pickRangeNode(cg, y, last, last + H), pickRangeNode(cg, y, first, first + H));
+    });
+    return concat(
+      packedNodes(cg, packing, (j, k) => {
+        const w = index[j]![k]!;
+        return w >= 0 ? vectors[w]! : lookupNode(cg, this.E, sentences[j]!.words[k]!);
+      }),
+    );
   }
 
   /** A word of the table is looked up; a spelled one is [f_last; b_last] of the character LSTMs. */

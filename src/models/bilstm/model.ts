@@ -9,11 +9,13 @@ import { Op } from "../../graph/opcodes.js";
 import type { LookupParameter, Parameter, ParameterShape } from "../../model/parameters.js";
 import { ParameterCollection } from "../../model/parameters.js";
 import { cellNode1 } from "../../ops/cells.js";
-import { unaryNode } from "../../ops/elementwise.js";
+import { tanh, unaryNode } from "../../ops/elementwise.js";
+import { flatten } from "../../ops/image.js";
 import { affine5Node, affineNode } from "../../ops/linear.js";
 import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
-import { concat2Node, input, lookupNode, pickRangeNode, sumNode } from "../../ops/structure.js";
-import { packedBiLstm, TAGGER_RNNS, type TaggerRnn } from "./packed.js";
+import { affineRows, lookupRows, pickNegLogSoftmaxRows } from "../../ops/rows.js";
+import { concat2Node, input, lookupNode, pickRange, pickRangeNode, sumNode } from "../../ops/structure.js";
+import { type Packing, packedBiLstm, packLengths, packValues, TAGGER_RNNS, type TaggerRnn } from "./packed.js";
 
 /** A sentence as the network reads it: each word's row of the word table, and each word's tag (to train on it). */
 export interface EncodedSentence {
@@ -44,8 +46,9 @@ export interface BiLstmTaggerOptions {
   mlp: number;
   seed?: number;
   /**
-   * steps (default): an affine and a cell per word; persistent: each batch's BiLSTM as one `rnn` op over the packed
-   * batch, gate rows in PyTorch's order (./packed.ts).
+   * steps (default): an affine and a cell per word; persistent: each batch as a handful of row-batch nodes — the
+   * words' rows looked up at once, the BiLSTM as one `rnn` op over the packed batch (gate rows in PyTorch's order,
+   * ./packed.ts), the MLP and output layer as affines over all rows, one summed row loss (src/ops/rows.ts).
    */
   rnn?: TaggerRnn;
 }
@@ -206,13 +209,18 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
   /** The summed loss (one softmax loss per word) of a batch of sentences, in one graph renewed by the caller. */
   buildBatchLoss(cg: ComputationGraph, sentences: readonly S[]): Expression {
     if (sentences.length === 0) throw new ShapeError("sum: needs at least one argument");
+    if (this.rnn === "persistent") {
+      const { scores, packing } = this.packedScores(cg, sentences);
+      return pickNegLogSoftmaxRows(
+        scores,
+        packValues(packing, (s, t) => sentences[s]!.tags[t]!),
+      );
+    }
     const losses: number[] = [];
     const perSentence: number[] = [];
-    const contexts = this.rnn === "persistent" ? this.packedContexts(cg, sentences) : null;
     for (let j = 0; j < sentences.length; j++) {
       losses.length = 0;
-      if (contexts) this.addHeads(cg, sentences[j]!, contexts[j]!, losses);
-      else this.addSentence(cg, sentences[j]!, losses);
+      this.addSentence(cg, sentences[j]!, losses);
       perSentence.push(sumNode(cg, losses, losses.length));
     }
     const n = perSentence.length;
@@ -221,43 +229,39 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
 
   /** Forward only: each word's tag scores (before the softmax). */
   buildScores(cg: ComputationGraph, s: S): Expression[] {
-    const ids =
-      this.rnn === "persistent"
-        ? this.addHeads(cg, s, this.packedContexts(cg, [s])[0]!, null)
-        : this.addSentence(cg, s, null);
-    return ids.map((id) => new Expression(cg, id, cg.generation));
+    if (this.rnn === "persistent") {
+      const { scores, packing } = this.packedScores(cg, [s]);
+      const flat = flatten(scores);
+      const T = this.tags;
+      // views of the scores' rows (no copy on the GPU engines)
+      return Array.from(packing.rows[0]!, (r) => pickRange(flat, r * T, (r + 1) * T));
+    }
+    return this.addSentence(cg, s, null).map((id) => new Expression(cg, id, cg.generation));
   }
 
   /**
-   * `--rnn persistent`: every word's [f; b] (a node of 2H values) for a batch of sentences, from one rnn op over
-   * the packed batch.
+   * `--rnn persistent`: the class scores of every word of the batch as the rows [N, tags] of a handful of nodes —
+   * the words' inputs [N, embed] (`packedInputs`), one rnn op ([N, 2H], both directions), then the MLP and the output
+   * layer as affines over all rows — in packed order (`packing`: sorted by length, time-major, as PyTorch packs).
    */
-  protected packedContexts(cg: ComputationGraph, sentences: readonly S[]): number[][] {
-    const xs = this.batchWordVectors(cg, sentences);
-    const run = packedBiLstm(cg, this.forward, this.backward, xs);
-    const H2 = 2 * this.hidden;
-    return run.rows.map((rows) => Array.from(rows, (r) => pickRangeNode(cg, run.y, r * H2, (r + 1) * H2)));
-  }
-
-  /** Every word's input vector, per sentence (the character model spells its rare words in one batch). */
-  protected batchWordVectors(cg: ComputationGraph, sentences: readonly S[]): number[][] {
-    return sentences.map((s) => {
+  protected packedScores(cg: ComputationGraph, sentences: readonly S[]): { scores: Expression; packing: Packing } {
+    for (const s of sentences) {
       if (s.words.length === 0) throw new ShapeError("BiLstmTagger: a sentence needs at least one word");
-      return Array.from(s.words, (_, k) => this.wordVector(cg, s, k));
-    });
+    }
+    const packing = packLengths(sentences.map((s) => s.words.length));
+    const x = this.packedInputs(cg, sentences, packing);
+    const y = packedBiLstm(x, packing.batchSizes, this.forward, this.backward);
+    const hidden = tanh(affineRows(this.b_mlp, this.W_mlp, y));
+    return { scores: affineRows(this.b_out, this.W_out, hidden), packing };
   }
 
-  /** The MLP and output layer over each word's context [f; b]; appends each word's loss unless `losses` is null. */
-  protected addHeads(cg: ComputationGraph, s: S, contexts: readonly number[], losses: number[] | null): number[] {
-    const bm = cg.parameterNode(this.b_mlp);
-    const Wm = cg.parameterNode(this.W_mlp);
-    const bo = cg.parameterNode(this.b_out);
-    const Wo = cg.parameterNode(this.W_out);
-    return contexts.map((ctx, k) => {
-      const o = affineNode(cg, bo, Wo, unaryNode(cg, Op.Tanh, affineNode(cg, bm, Wm, ctx)));
-      if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, o, s.tags[k]!));
-      return o;
-    });
+  /** The packed words' input vectors: their rows of the word table, one lookupRows node [N, embed]. */
+  protected packedInputs(cg: ComputationGraph, sentences: readonly S[], packing: Packing): Expression {
+    return lookupRows(
+      cg,
+      this.E,
+      packValues(packing, (s, t) => sentences[s]!.words[t]!),
+    );
   }
 
   /**

@@ -1,16 +1,15 @@
 /**
  * The taggers' BiLSTMs as one `rnn` graph op over a packed batch (`--rnn persistent`): every sequence of the batch
  * (the sentences, or the spelled words' characters) sorted by decreasing length and packed as PyTorch's
- * PackedSequence, both directions in one node, y = [f | b] per packed row. The per-step formulation
+ * PackedSequence, both directions in one node, y = [f | b] per packed row ([N, 2H]). The per-step formulation
  * (`lstmSequence`, `--rnn steps`) builds an affine and a cell per word instead.
  *
  * Parameters: the same names and shapes as the per-step formulation, but the gate rows of Wx, Wh and b are in
  * PyTorch's order [i; f; g; o] (the op's), not ours [i; o; u; f], and b is the op's b_ih (no b_hh: cuDNN's single
  * bias). `swapGateOrder` converts a matrix or bias between the two; docs/MODELS.md says so.
  */
-import { type ComputationGraph, Expression } from "../../graph/graph.js";
+import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { rnn } from "../../ops/recurrent-op.js";
-import { concat } from "../../ops/structure.js";
 import { sortByLength, stepOffsets } from "../../rnn/packed.js";
 import type { LstmWeights } from "./model.js";
 
@@ -18,47 +17,63 @@ import type { LstmWeights } from "./model.js";
 export type TaggerRnn = "steps" | "persistent";
 export const TAGGER_RNNS: readonly TaggerRnn[] = ["steps", "persistent"];
 
-/** One BiLSTM over a batch of sequences: the op's node and, per sequence and position, its packed row. */
-export interface PackedBiLstm {
-  /** The rnn node: [N, 2H] as a vector, row n = [f; b] of packed row n. */
-  readonly y: number;
+/** Where each position of a batch of sequences goes in the packed batch (PyTorch's PackedSequence, sorted). */
+export interface Packing {
+  /** Sequences still running at each step (non-increasing). */
+  readonly batchSizes: Int32Array;
   /** rows[s][t]: the packed row of position t of sequence s (in the order the sequences were given). */
   readonly rows: readonly Int32Array[];
-  readonly hidden: number;
+  /** N: the number of packed rows (every position of every sequence). */
+  readonly total: number;
 }
 
-/** Runs a forward and a backward LSTM over `sequences` (node ids of their input vectors) as one rnn op. */
-export function packedBiLstm(
-  cg: ComputationGraph,
-  forward: LstmWeights,
-  backward: LstmWeights,
-  sequences: readonly (readonly number[])[],
-): PackedBiLstm {
-  const lengths = sequences.map((s) => s.length);
+/** The packing of sequences of these lengths (each ≥ 1): sorted by decreasing length, stable, then time-major. */
+export function packLengths(lengths: readonly number[]): Packing {
   const { sortedIndices } = sortByLength(lengths);
   const T = lengths[sortedIndices[0]!]!;
   const batchSizes = new Int32Array(T);
   for (let t = 0; t < T; t++) {
     let b = 0;
-    while (b < sequences.length && lengths[sortedIndices[b]!]! > t) b++;
+    while (b < lengths.length && lengths[sortedIndices[b]!]! > t) b++;
     batchSizes[t] = b;
   }
   const off = stepOffsets(batchSizes);
-  const rows = sequences.map((s) => new Int32Array(s.length));
-  const packed: Expression[] = new Array(off[T]!);
-  for (let b = 0; b < sequences.length; b++) {
+  const rows = lengths.map((n) => new Int32Array(n));
+  for (let b = 0; b < lengths.length; b++) {
     const s = sortedIndices[b]!;
-    for (let t = 0; t < lengths[s]!; t++) {
-      const row = off[t]! + b;
-      rows[s]![t] = row;
-      packed[row] = new Expression(cg, sequences[s]![t]!, cg.generation);
-    }
+    for (let t = 0; t < lengths[s]!; t++) rows[s]![t] = off[t]! + b;
   }
-  const y = rnn(concat(packed), batchSizes, "lstm", [
+  return { batchSizes, rows, total: off[T]! };
+}
+
+/** Lays out per-position values in packed order: out[rows[s][t]] = value(s, t). */
+export function packValues(p: Packing, value: (s: number, t: number) => number): number[] {
+  const out = new Array<number>(p.total);
+  p.rows.forEach((r, s) => {
+    for (let t = 0; t < r.length; t++) out[r[t]!] = value(s, t);
+  });
+  return out;
+}
+
+/**
+ * A forward and a backward LSTM over the packed batch x (its rows [N, in], or their N·in values as a vector) as one
+ * rnn op: y = [f | b] per packed row, [N, 2H].
+ */
+export function packedBiLstm(
+  x: Expression,
+  batchSizes: Int32Array,
+  forward: LstmWeights,
+  backward: LstmWeights,
+): Expression {
+  return rnn(x, batchSizes, "lstm", [
     { W_ih: forward.Wx, W_hh: forward.Wh, b_ih: forward.b },
     { W_ih: backward.Wx, W_hh: backward.Wh, b_ih: backward.b },
   ]);
-  return { y: y.id, rows, hidden: forward.hidden };
+}
+
+/** Node ids of `g` in packed order as rows [N, dim] (a concat of vectors, each a row, read as the rnn's x). */
+export function packedNodes(cg: ComputationGraph, p: Packing, node: (s: number, t: number) => number): Expression[] {
+  return packValues(p, node).map((id) => cg.expression(id));
 }
 
 /**

@@ -46,6 +46,10 @@ const storage: VppsKernel = { forward: nothing, backward: nothing, storage: true
 
 /** Why VPPS has no image ops: its script holds vector instructions on register-held matrices, not convolutions. */
 const IMAGE_OPS = "image batches have no VPPS instructions; train convolutional models with --engine eager";
+/** Why VPPS has no row-batch ops: its instructions work on one vector per node, and a row op is a whole batch. */
+const ROW_OPS =
+  "a row-batch op is a whole batch in one node (src/ops/rows.ts), VPPS runs one vector per node; build the " +
+  "taggers with --rnn steps for VPPS";
 
 const table: OpTable<VppsKernel> = {
   // the batch's uploaded inputs, the parameters' own storage, rows of a table, a slice of the argument
@@ -74,6 +78,9 @@ const table: OpTable<VppsKernel> = {
     Op.Rnn,
     "a packed recurrent layer is its own persistent kernel (docs/RNN.md); build the taggers with --rnn steps for VPPS",
   ),
+  [Op.LookupRows]: unsupported("vpps", Op.LookupRows, ROW_OPS),
+  [Op.AffineRows]: unsupported("vpps", Op.AffineRows, ROW_OPS),
+  [Op.PickNegLogSoftmaxRows]: unsupported("vpps", Op.PickNegLogSoftmaxRows, ROW_OPS),
 };
 
 /** VPPS's kernels, indexed by op. */
