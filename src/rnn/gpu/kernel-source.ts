@@ -442,6 +442,35 @@ __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots,
   return true;
 }`;
 
+/** A kernel's start: zero the vector buffers; a clustered build also sets up the pair's barriers. */
+function pairPrologue(on: boolean): string {
+  const zero = `  for (int i = tid; i < (mcx ? 2 : 1) * lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);`;
+  if (!on) return zero;
+  return `${zero}
+  // the pair's multicast barriers (one per buffer), initialised before the partner may signal them
+  __shared__ unsigned long long mbar[2];
+  u32 mbar_phase = 0;
+  if (mcx) {
+    if (tid == 0) {
+      mbar_init(&mbar[0]);
+      mbar_init(&mbar[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    cluster_sync();
+  }`;
+}
+
+/** The group load of a step: through the pair's multicast where the launch uses it (clustered builds), else alone. */
+function pairLoad(on: boolean, rows: string, step: string): string {
+  const alone = `load_tile(vs4, ${rows}, nslots, row_of, status, ${step})`;
+  if (!on) return `        const bool ok = ${alone};`;
+  return `        const bool ok = mcx ? load_tile_mc(const_cast<float4*>(vcur), ${rows}, nslots, row_of, &mbar[s & 1],
+                                           (mbar_phase >> (s & 1)) & 1u, status, ${step})
+                            : ${alone};
+        mbar_phase ^= mcx ? 1u << (s & 1) : 0u;`;
+}
+
 /** The forward kernel of one layer direction. */
 export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
@@ -470,23 +499,15 @@ extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) 
     float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
     int total, int reverse, int bcap, int lb, int* status, int mc) {
   extern __shared__ float4 smem4[];
+  // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
+  // found the batch fits one group
+  const bool mcx = ${clustered(plan, opts) ? "mc != 0" : "false"};
+  (void)mc;
   float4* vs4 = smem4;                                           // [mc ? 2 : 1][lb][KP / 4]
-  float* part = reinterpret_cast<float*>(smem4 + (mc ? 2 : 1) * lb * (KP / 4)); // [CW][RG][N32]
+  float* part = reinterpret_cast<float*>(smem4 + (mcx ? 2 : 1) * lb * (KP / 4)); // [CW][RG][N32]
   float* cstate = part + CW * RG * N32;                          // LSTM: c of (unit, sequence) [UC][bcap]
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
-  for (int i = tid; i < (mc ? 2 : 1) * lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  // the pair's multicast barriers (one per buffer), initialised before the partner may signal them
-  __shared__ unsigned long long mbar[2];
-  u32 mbar_phase = 0;
-  if (mc) {
-    if (tid == 0) {
-      mbar_init(&mbar[0]);
-      mbar_init(&mbar[1]);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    cluster_sync();
-  }
+${pairPrologue(clustered(plan, opts))}
 ${weights}
   // the cell thread of (unit u, tile column b)
   const int cu = tid / BT, cb = tid - cu * BT;
@@ -518,7 +539,7 @@ ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0
       PHASE(0)
       const int vrow = b0 % lb; // this tile's first row in the shared buffer, which holds a group of lb rows
       // multicast (mc): the whole batch is one group, in buffer s & 1
-      const float4* vcur = vs4 + (mc ? (s & 1) * lb * (KP / 4) : 0);
+      const float4* vcur = ${clustered(plan, opts) ? "vs4 + (mcx ? (s & 1) * lb * (KP / 4) : 0)" : "vs4"};
       if (vrow == 0) {          // a group's first tile loads the whole group: one wait for all its rows
         const int nr = min(lb, nb - b0);
         const auto row_of = [&](int b, bool& poll) -> const float* {
@@ -527,9 +548,7 @@ ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0
           return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
         };
         const int nslots = min(lb, (nr + BT - 1) / BT * BT);
-        const bool ok = mc ? load_tile_mc(const_cast<float4*>(vcur), nr, nslots, row_of, &mbar[s & 1], (mbar_phase >> (s & 1)) & 1u, status, t)
-                           : load_tile(vs4, nr, nslots, row_of, status, t);
-        mbar_phase ^= mc ? 1u << (s & 1) : 0u;
+${pairLoad(clustered(plan, opts), "nr", "t")}
         if (__syncthreads_or(!ok)) return;
       }
       PHASE(1)
@@ -653,23 +672,15 @@ extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) 
     float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
     int reverse, int bcap, int lb, int* status, int mc) {
   extern __shared__ float4 smem4[];
+  // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
+  // found the batch fits one group
+  const bool mcx = ${clustered(plan, opts) ? "mc != 0" : "false"};
+  (void)mc;
   float4* vs4 = smem4;
-  float* part = reinterpret_cast<float*>(smem4 + (mc ? 2 : 1) * lb * (KP / 4));
+  float* part = reinterpret_cast<float*>(smem4 + (mcx ? 2 : 1) * lb * (KP / 4));
   float* carry = part + CW * RG * N32;
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
-  for (int i = tid; i < (mc ? 2 : 1) * lb * (KP / 4); i += NT) vs4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  // the pair's multicast barriers (one per buffer), initialised before the partner may signal them
-  __shared__ unsigned long long mbar[2];
-  u32 mbar_phase = 0;
-  if (mc) {
-    if (tid == 0) {
-      mbar_init(&mbar[0]);
-      mbar_init(&mbar[1]);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    cluster_sync();
-  }
+${pairPrologue(clustered(plan, opts))}
 ${weights}
   const int cu = tid / BT, cb = tid - cu * BT;
   const int unit = blockIdx.x * UC + cu;
@@ -704,7 +715,7 @@ ${backwardPrefetch(plan)}
       __syncthreads();
       PHASE(0)
       const int vrow = b0 % lb;
-      const float4* vcur = vs4 + (mc ? (s & 1) * lb * (KP / 4) : 0);
+      const float4* vcur = ${clustered(plan, opts) ? "vs4 + (mcx ? (s & 1) * lb * (KP / 4) : 0)" : "vs4"};
       if (vrow == 0) {
         const int nr = min(lb, nrows - b0);
         const auto row_of = [&](int b, bool& poll) -> const float* {
@@ -714,9 +725,7 @@ ${backwardPrefetch(plan)}
         };
         const int nslots = min(lb, (nr + BT - 1) / BT * BT);
         const int npr = min(nr, max(np - b0, 0));
-        const bool ok = mc ? load_tile_mc(const_cast<float4*>(vcur), npr, nslots, row_of, &mbar[s & 1], (mbar_phase >> (s & 1)) & 1u, status, tp)
-                           : load_tile(vs4, npr, nslots, row_of, status, tp);
-        mbar_phase ^= mc ? 1u << (s & 1) : 0u;
+${pairLoad(clustered(plan, opts), "npr", "tp")}
         if (__syncthreads_or(!ok)) return;
       }
       PHASE(1)
