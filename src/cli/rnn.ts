@@ -9,6 +9,7 @@ import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/op
 import { openDevice } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
+import { clustered } from "../rnn/gpu/kernel-source.js";
 import { largestPersistentHidden, planRnnLayer, RNN_CELLS, type RnnCellName, type RnnKernelPlan } from "../rnn/plan.js";
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";
@@ -32,7 +33,8 @@ const describeKernel = (p: RnnKernelPlan): string =>
   `  ${p.kind.padEnd(8)} ${p.ctas} CTAs × ${p.threads} threads, ${p.unitsPerCta} units per CTA ` +
   `(${p.rows} rows × ${p.cols} columns of W_hh${p.kind === "backward" ? "ᵀ" : ""}), per thread ` +
   `${p.rowsPerThread} rows × ${4 * p.chunksPerThread} columns = ${p.weightRegisters} weight registers ` +
-  `(≈ ${p.registersEstimate} of ${p.registerLimit})`;
+  `(≈ ${p.registersEstimate} of ${p.registerLimit})` +
+  (clustered(p) ? "; clusters of 2 CTAs sharing each step's loads (multicast)" : "");
 
 interface PlanFlags {
   cell?: RnnCellName;
