@@ -583,7 +583,12 @@ describe("vpps info", () => {
     const info = getCudaInfo();
     const text = formatCudaInfo(info);
     console.log(text);
-    assert.equal(info.libraries.length, 4);
+    // the driver, NVRTC, cuBLAS, cuSPARSE and NCCL, each found or not
+    assert.deepEqual(
+      info.libraries.map((l) => l.library),
+      ["cuda", "nvrtc", "cublas", "cusparse", "nccl"],
+    );
+    assert.match(text, /NCCL {9}/);
     if (info.available) {
       assert.ok(info.devices.length > 0);
       assert.match(text, /GPU 0: /);
@@ -602,9 +607,11 @@ describe("vpps info", () => {
         { library: "nvrtc", path: "/usr/local/cuda/lib64/libnvrtc.so.13", version: "13.0" },
         { library: "cublas", error: "not found", tried: ["libcublas.so"] },
         { library: "cusparse", error: "not found", tried: [] },
+        { library: "nccl", error: "not found", tried: ["libnccl.so.2", "libnccl.so"] },
       ],
     };
     const text = formatCudaInfo(info);
+    assert.match(text, /NCCL {9}not found \(tried libnccl\.so\.2, libnccl\.so\)/);
     assert.match(text, /CUDA: not available: the CUDA driver library \(libcuda\.so\.1\) was not found/);
     assert.match(text, /CUDA driver {2}not found \(tried libcuda\.so\.1, libcuda\.so\)/);
     assert.match(text, /NVRTC {8}13\.0 \(\/usr\/local\/cuda\/lib64\/libnvrtc\.so\.13\)/);

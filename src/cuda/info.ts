@@ -5,6 +5,7 @@ import { type DeviceProperties, queryDeviceProperties } from "./device.js";
 import { getCublas } from "./ffi/cublas.js";
 import { CudaDriver } from "./ffi/driver.js";
 import { type CudaLibraryName, CudaLibraryNotFoundError, loadCudaLibrary } from "./ffi/find.js";
+import { getNccl, Nccl, NcclUnavailableError } from "./ffi/nccl.js";
 import { getNvrtc } from "./ffi/nvrtc.js";
 import { formatBytes } from "./units.js";
 
@@ -78,6 +79,13 @@ export function getCudaInfo(): CudaInfo {
     libraries.push({ library: "cusparse", path: cusparse.file ?? cusparse.path });
   } catch (e) {
     libraries.push(failure("cusparse", e));
+  }
+  // NCCL: only `vpps train --gpus N` needs it
+  try {
+    const nccl = getNccl();
+    libraries.push({ library: "nccl", path: nccl.path, version: Nccl.formatVersion(nccl.version()) });
+  } catch (e) {
+    libraries.push(failure("nccl", e instanceof NcclUnavailableError ? e.notFound : e));
   }
 
   if (!driver) return { available: false, reason: reason!, libraries };
