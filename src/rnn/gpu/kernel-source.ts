@@ -76,7 +76,7 @@ export const PHASE_NAMES = ["sync", "poll", "matvec", "cell"] as const;
 export const PHASE_GLOBAL = "rnn_phase";
 export const PHASE_MAX_CTAS = 1024;
 
-export function phaseMacros(on: boolean): string {
+function phaseMacros(on: boolean): string {
   if (!on) return "#define PHASE_START\n#define PHASE(i)\n";
   return `__device__ unsigned long long ${PHASE_GLOBAL}[${PHASE_MAX_CTAS}][${PHASE_NAMES.length}];
 #define PHASE_START long long ph_t = clock64();
@@ -85,7 +85,7 @@ export function phaseMacros(on: boolean): string {
 }
 
 /** What every generated RNN kernel module starts with: types, limits, the status block, activations, polled loads. */
-export const COMMON = `
+const COMMON = `
 typedef unsigned int u32;
 constexpr u32 kBarrierSpinLimit = ${POLL_SPIN_LIMIT}u;
 constexpr int kErrBarrierTimeout = ${GRID_ERRORS.barrierTimeout};
@@ -214,6 +214,38 @@ static_assert(UC * BT <= NT, "one thread per (unit, batch column) of a tile");
 }
 
 /**
+ * The FMAs of one chunk, component by component over all RW·BT accumulators: consecutive FMAs are independent, so a
+ * scheduler with two warps issues back to back instead of waiting out each FMA's latency.
+ */
+const FMA_BY_COMPONENT = `      #pragma unroll
+      for (int j = 0; j < 4; j++) {
+        #pragma unroll
+        for (int r = 0; r < RW; r++) {
+          const float2 lo = make_float2(wr[r][k].x, wr[r][k].y), hi = make_float2(wr[r][k].z, wr[r][k].w);
+          const float wj = j == 0 ? lo.x : j == 1 ? lo.y : j == 2 ? hi.x : hi.y;
+          #pragma unroll
+          for (int b = 0; b < BT; b++) {
+            const float xj = j == 0 ? x[b].x : j == 1 ? x[b].y : j == 2 ? x[b].z : x[b].w;
+            a[r * BT + b] = fmaf(wj, xj, a[r * BT + b]);
+          }
+        }
+      }`;
+
+/** fp16 weights: each row's pair unpacked once per chunk (the unpack is a volatile asm), then its four FMAs. */
+const FMA_BY_ROW = `      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        const float2 lo = unpack_half2(wlo[r][k]), hi = unpack_half2(whi[r][k]);
+        #pragma unroll
+        for (int b = 0; b < BT; b++) {
+          float& acc = a[r * BT + b];
+          acc = fmaf(lo.x, x[b].x, acc);
+          acc = fmaf(lo.y, x[b].y, acc);
+          acc = fmaf(hi.x, x[b].z, acc);
+          acc = fmaf(hi.y, x[b].w, acc);
+        }
+      }`;
+
+/**
  * The shared part of both kernels: weights into registers, the polled vector load of a tile into shared memory,
  * the register mat-vec and the two-level reduction. `weightAt(lr, k)` is the CUDA expression of the matrix element
  * at local row `lr`, column `k` (both in range).
@@ -252,9 +284,6 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
     }
   }`;
   // per chunk: the batch columns' x once, then each row's weights (fp16: unpacked once per chunk and row)
-  const rowWeights = fp16
-    ? "const float2 lo = unpack_half2(wlo[r][k]), hi = unpack_half2(whi[r][k]);"
-    : "const float2 lo = make_float2(wr[r][k].x, wr[r][k].y), hi = make_float2(wr[r][k].z, wr[r][k].w);";
   const matvec = `
     // the tile's mat-vec: thread (rg, cg) multiplies its rows by its columns of every batch column
     float a[N32];
@@ -265,22 +294,7 @@ function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
       float4 x[BT];
       #pragma unroll
       for (int b = 0; b < BT; b++) x[b] = vcur[(vrow + b) * (KP / 4) + cg + CG * k];
-      // component by component over all RW·BT accumulators: consecutive FMAs are independent, so a scheduler with
-      // two warps issues back to back instead of waiting out each FMA's latency (four FMAs chained per accumulator
-      // measured 4 cycles per issued instruction)
-      #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        #pragma unroll
-        for (int r = 0; r < RW; r++) {
-          ${rowWeights}
-          const float wj = j == 0 ? lo.x : j == 1 ? lo.y : j == 2 ? hi.x : hi.y;
-          #pragma unroll
-          for (int b = 0; b < BT; b++) {
-            const float xj = j == 0 ? x[b].x : j == 1 ? x[b].y : j == 2 ? x[b].z : x[b].w;
-            a[r * BT + b] = fmaf(wj, xj, a[r * BT + b]);
-          }
-        }
-      }
+${fp16 ? FMA_BY_ROW : FMA_BY_COMPONENT}
     }
     // reduce over the row group: within each warp (reduce-scatter), then across its CW warps in shared memory
 ${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
@@ -301,7 +315,7 @@ __device__ __forceinline__ float row_sum(const float* part, int lr, int b) {
 }`;
 
 /** 16-byte copies global → shared through L2 (cp.async.cg), and the wait for all of a thread's. */
-export const CP_ASYNC = `
+const CP_ASYNC = `
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem)
                : "memory");
@@ -747,7 +761,7 @@ ${backwardCell(plan)}
 }
 
 /** The cell thread's loads of a backward step, issued before it waits for the other CTAs. */
-export function backwardPrefetch(plan: Pick<RnnKernelPlan, "cell">): string {
+function backwardPrefetch(plan: Pick<RnnKernelPlan, "cell">): string {
   switch (plan.cell) {
     case "rnn-tanh":
     case "rnn-relu":

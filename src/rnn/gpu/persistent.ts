@@ -371,6 +371,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
   /** NVRTC's logs (with ptxas's register report), for the tests and `vpps plan rnn --verbose`. */
   readonly compileLogs: { forward: string; backward: string };
   private readonly phaseModules: Record<"forward" | "backward", ReturnType<typeof loadModule>>;
+  /** Each kernel's static shared memory, which counts against the per-CTA limit with the dynamic. */
+  private readonly staticShared: Record<"forward" | "backward", number>;
 
   private constructor(
     gpu: RnnGpu,
@@ -394,6 +396,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     this.phaseModules = { forward: mf, backward: mb };
     this.fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
     this.bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
+    this.staticShared = { forward: this.fwd.attributes().sharedBytes, backward: this.bwd.attributes().sharedBytes };
     this.fill = mf.getFunction(RNN_KERNEL_NAMES.fill);
     for (const [k, plan] of [
       [this.fwd, forwardPlan],
@@ -406,7 +409,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       );
       // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
       // (less the kernel's static shared memory: the multicast barriers)
-      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - k.attributes().sharedBytes);
+      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - this.staticShared[plan.kind]);
       const shared = sharedBytes(plan, 1);
       const perSm = k.maxActiveBlocksPerSm(plan.threads, shared);
       if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
@@ -525,8 +528,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
    * have.
    */
   private sharedFor(plan: RnnKernelPlan, batch: number): { bytes: number; lb: number; mc: number } {
-    // the kernels' static shared memory (the pair's two barriers) counts against the same limit
-    const max = this.gpu.device.props.sharedPerBlockOptin - 16;
+    // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
+    const max = this.gpu.device.props.sharedPerBlockOptin - this.staticShared[plan.kind];
     if (this.multicast && clustered(plan, this.options)) {
       // the pair's multicast: the whole batch in one group, two buffers (a step's copies land in the other)
       const full = Math.max(1, Math.ceil(batch / BATCH_TILE)) * BATCH_TILE;
