@@ -45,6 +45,28 @@ test("bad options of plan rnn and bench rnn: one line, status 2, no trace", asyn
   }
 });
 
+test("vpps plan rnn says which kernels run as CTA pairs with multicast loads", async () => {
+  const big = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "1152");
+  assert.match(big.stdout, /forward .*; clusters of 2 CTAs sharing each step's loads \(multicast\)/);
+  const small = await cli("plan", "rnn", "--cell", "rnn-tanh", "--hidden", "1152");
+  assert.doesNotMatch(small.stdout, /clusters of 2/);
+});
+
+test("vpps bench rnn (--phases too) without a GPU: one line saying why, status 1, no trace", async (t) => {
+  const { cudaAvailable } = await import("../src/cuda/index.js");
+  if (cudaAvailable().ok) {
+    t.skip("a GPU is present: test/gpu runs the benchmark");
+    return;
+  }
+  const help = await cli("bench", "rnn", "--help");
+  assert.match(help.stdout, /--phases/);
+  const r = await cli("bench", "rnn", "--cells", "lstm", "--hidden", "64", "--batch", "1", "--phases");
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /vpps bench rnn: this benchmark needs an NVIDIA GPU/);
+  assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  assert.ok(!hasTrace(r.stderr));
+});
+
 test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the file and line", () => {
   const dir = tempDir("vpps-rnn-ref-");
   const file = join(dir, "cudnn.jsonl");

@@ -147,7 +147,9 @@ export function addRnnCommands(plan: Command, bench: Command): void {
         run(async (f: BenchFlags) => {
           const { runRnnBench } = await import("../bench/rnn.js");
           const { readCudnnRows, rnnBenchMarkdown } = await import("../bench/rnn-report.js");
+          const { requireGpu } = await import("../bench/device.js");
           const cudnn = f.reference ? readCudnnRows(f.reference) : [];
+          requireGpu("vpps bench rnn");
           const res = runRnnBench(
             {
               cells: f.cells,
