@@ -91,13 +91,14 @@ test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the f
         recurrentMs: 1,
         perStepUs: 3.9,
         recurrentTflops: 10,
+        layout: { unitsPerCta: 9, ctas: 128, replicas: 1 },
       },
     ],
     rows,
   );
   assert.match(
     md,
-    /\| lstm \| 1152 \| 4 \| 1\.000 \| 3\.90 \| 10\.00 \| 1\.500 \| 5\.500 \| 4\.500 \| 16\.500 \| 3\.00 \| 3\.00 \| – \|/,
+    /\| lstm \| 1152 \| 4 \| 128 × 1 \| 1\.000 \| 3\.90 \| 10\.00 \| 1\.500 \| 5\.500 \| 4\.500 \| 16\.500 \| 3\.00 \| 3\.00 \| – \|/,
   );
   writeFileSync(file, "{not json}\n");
   assert.throws(

@@ -13,12 +13,15 @@ import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
 import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
 import {
   BATCH_TILE,
+  chooseRnnLaunch,
   gatesOf,
   largestPersistentHidden,
   paddedCols,
   planRnnKernel,
   planRnnLayer,
   RNN_CELLS,
+  rnnLayouts,
+  stepCycles,
 } from "../src/rnn/plan.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
@@ -66,6 +69,56 @@ describe("the persistent RNN planner", () => {
     if (!r.fits) assert.match(r.reason, /lstm layer of hidden 2304 needs 165,888 fp32 weight registers per CTA/);
   });
 
+  test("replicated layouts: more units per CTA, fewer CTAs, as many copies as the SMs hold, all fitting", () => {
+    for (const cell of RNN_CELLS) {
+      for (const hidden of [64, 256, 512]) {
+        const ls = rnnLayouts(cell, hidden, H100_SXM);
+        assert.ok(ls.length > 1, `${cell} ${hidden}: only ${ls.length} layout`);
+        const widest = planRnnLayer(cell, hidden, H100_SXM);
+        assert.ok(widest.fits);
+        if (widest.fits) assert.deepEqual(ls[0]!.forward, widest.forward);
+        for (let i = 0; i < ls.length; i++) {
+          const { forward: f, backward: b } = ls[i]!;
+          assert.equal(f.unitsPerCta, b.unitsPerCta);
+          assert.equal(f.ctas, b.ctas);
+          assert.ok(f.ctas * f.unitsPerCta >= hidden && (f.ctas - 1) * f.unitsPerCta < hidden);
+          assert.equal(f.replicas, Math.floor(H100_SXM.smCount / f.ctas));
+          assert.ok(f.replicas * f.ctas <= H100_SXM.smCount);
+          for (const p of [f, b])
+            assert.ok(p.registersEstimate <= p.registerLimit && p.unitsPerCta * BATCH_TILE <= p.threads);
+          if (i > 0)
+            assert.ok(f.unitsPerCta > ls[i - 1]!.forward.unitsPerCta && f.replicas >= ls[i - 1]!.forward.replicas);
+        }
+      }
+    }
+    // a layer that fills the register file has one layout: the widest
+    assert.equal(rnnLayouts("lstm", 1152, H100_SXM).length, 1);
+    assert.equal(rnnLayouts("rnn-tanh", 2304, H100_SXM).length, 1);
+    assert.equal(rnnLayouts("lstm", 2304, H100_SXM).length, 0);
+  });
+
+  test("the launch choice: one replica for one sequence, replicas for a large batch of a small layer", () => {
+    const ls = rnnLayouts("lstm", 256, H100_SXM);
+    assert.equal(chooseRnnLaunch(ls, 1).replicas, 1);
+    const big = chooseRnnLaunch(ls, 128);
+    assert.ok(big.replicas >= 8, `${big.replicas} replicas`);
+    assert.ok(Math.ceil(128 / big.replicas) <= 4 * BATCH_TILE);
+    // the model's step at batch 128 is several times shorter than the widest layout's single replica
+    const one = stepCycles(ls[0]!.forward, 128, 1);
+    assert.ok(stepCycles(big.layout.forward, 128, big.replicas) * 3 < one);
+    // forced: 1 is the widest layout alone; N takes the widest layout that holds N replicas, never more than the batch
+    assert.deepEqual(chooseRnnLaunch(ls, 128, 1), { layout: ls[0], replicas: 1 });
+    const f8 = chooseRnnLaunch(ls, 128, 8);
+    assert.equal(f8.replicas, 8);
+    assert.equal(
+      f8.layout,
+      ls.find((l) => l.forward.replicas >= 8),
+    );
+    assert.equal(chooseRnnLaunch(ls, 3, 8).replicas, 3);
+    // a layer with one layout runs it alone
+    assert.deepEqual(chooseRnnLaunch(rnnLayouts("lstm", 1152, H100_SXM), 64).replicas, 1);
+  });
+
   test("the per-scheduler register limit: 9 warps get 168 registers, 8 warps 255", () => {
     assert.equal(schedulerRegisterLimit(H100_SXM, 288), 168);
     assert.equal(schedulerRegisterLimit(H100_SXM, 256), 255);
@@ -74,12 +127,22 @@ describe("the persistent RNN planner", () => {
 });
 
 describe("the tightest persistent RNN kernels under nvcc", () => {
-  for (const cell of RNN_CELLS) {
-    test(`${cell}: forward and backward at the largest hidden compile for sm_90 with no spill`, {
+  const cases = RNN_CELLS.flatMap((cell) => {
+    const hidden = largestPersistentHidden(cell, H100_SXM);
+    const most = rnnLayouts(cell, 512, H100_SXM).at(-1)!;
+    return [
+      { cell, what: `at the largest hidden (${hidden})`, plan: planRnnLayer(cell, hidden, H100_SXM) },
+      {
+        cell,
+        what: `at hidden 512 with the most replicas (${most.forward.replicas} × ${most.forward.ctas} CTAs)`,
+        plan: { fits: true as const, ...most },
+      },
+    ];
+  });
+  for (const { cell, what, plan } of cases) {
+    test(`${cell}: forward and backward ${what} compile for sm_90 with no spill`, {
       skip: noNvcc,
     }, () => {
-      const hidden = largestPersistentHidden(cell, H100_SXM);
-      const plan = planRnnLayer(cell, hidden, H100_SXM);
       assert.ok(plan.fits);
       if (!plan.fits) return;
       const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));

@@ -3,7 +3,8 @@
 # in the same call (same machine), packed into $OUT/rnn-results.tar.gz. With INSPECT=1 also the SASS summary of the
 # tightest kernels and a warp-state profile. Knobs: TESTS=0, CUDNN=0, BENCH_ARGS, REPEATS; OLD=<dir> also times the
 # code of another checkout (e.g. `git archive <commit> bin src package.json | tar -x -C <dir>`) in the same call,
-# into $R/old/ (OLD_ARGS: its bench arguments, default BENCH_ARGS).
+# into $R/old/ (OLD_ARGS: its bench arguments, default BENCH_ARGS; OLD_ENV: environment settings for it, e.g.
+# OLD=. OLD_ENV=VPPS_RNN_REPLICAS=1 times this checkout without replicas).
 set -u
 OUT="${OUT:-out-rnn}"
 R="$OUT/rnn-results"
@@ -35,7 +36,7 @@ echo "rc $?" >> "$R/bench.log"
 cat "$R/rnn.md" 2>/dev/null || tail -20 "$R/bench.log"
 if [[ -n "${OLD:-}" ]]; then
   OARGS=(${OLD_ARGS:-${ARGS[*]}})
-  timeout 300 node "$OLD/bin/vpps.js" bench rnn "${OARGS[@]}" --repeats "${REPEATS:-20}" \
+  timeout 300 env ${OLD_ENV:-} node "$OLD/bin/vpps.js" bench rnn "${OARGS[@]}" --repeats "${REPEATS:-20}" \
     $( [[ -f "$R/cudnn.jsonl" ]] && echo --reference "$R/cudnn.jsonl" ) --out "$R/old" > "$R/old.log" 2>&1
   echo "rc $?" >> "$R/old.log"
   cat "$R/old/rnn.md" 2>/dev/null || tail -5 "$R/old.log"

@@ -50,6 +50,11 @@ export interface RnnBenchRow {
   /** Of the recurrent product in the forward recurrent part. */
   readonly recurrentTflops?: number;
   readonly perStepUs?: number;
+  /**
+   * The persistent path's layout at this batch: units per CTA, CTAs per replica, replicas side by side (each on its
+   * own share of the sequences; `PersistentRnnLayer.launchFor`).
+   */
+  readonly layout?: { unitsPerCta: number; ctas: number; replicas: number };
   /** VPPS_RNN_PHASES=1: clock cycles per step of each kernel phase (thread 0 of a CTA, averaged over CTAs). */
   readonly phases?: { forward: Record<string, number>; backward: Record<string, number> };
 }
@@ -212,6 +217,7 @@ export function runRnnBench(
             forwardBackwardMs: median(fb),
             recurrentTflops: flops / (recurrentMs * 1e-3) / 1e12,
             perStepUs: (recurrentMs * 1000) / o.steps,
+            ...(layer instanceof PersistentRnnLayer ? { layout: layer.launchFor(batch) } : {}),
             ...(phases ? { phases } : {}),
           };
           rows.push(row);

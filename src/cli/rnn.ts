@@ -10,7 +10,15 @@ import { openDevice } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
 import { clustered } from "../rnn/gpu/kernel-source.js";
-import { largestPersistentHidden, planRnnLayer, RNN_CELLS, type RnnCellName, type RnnKernelPlan } from "../rnn/plan.js";
+import {
+  chooseRnnLaunch,
+  largestPersistentHidden,
+  planRnnLayer,
+  RNN_CELLS,
+  type RnnCellName,
+  type RnnKernelPlan,
+  rnnLayouts,
+} from "../rnn/plan.js";
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";
 import { writeOut } from "./output.js";
@@ -60,16 +68,40 @@ export function runPlanRnn(f: PlanFlags): void {
     );
     return;
   }
-  const out = cells.map((cell) => ({ cell, plan: planRnnLayer(cell, f.hidden!, device) }));
+  const batches = [1, 4, 16, 64, 128];
+  const out = cells.map((cell) => {
+    const layouts = rnnLayouts(cell, f.hidden!, device);
+    const launches = layouts.length
+      ? batches.map((batch) => {
+          const c = chooseRnnLaunch(layouts, batch);
+          return {
+            batch,
+            ctas: c.layout.forward.ctas,
+            unitsPerCta: c.layout.forward.unitsPerCta,
+            replicas: c.replicas,
+          };
+        })
+      : [];
+    return { cell, plan: planRnnLayer(cell, f.hidden!, device), launches };
+  });
   if (f.json) {
     writeOut(`${JSON.stringify({ device: device.name, hidden: f.hidden, plans: out, largest })}\n`);
     return;
   }
-  for (const { cell, plan } of out) {
+  for (const { cell, plan, launches } of out) {
     if (plan.fits) {
       writeOut(
         `${cell}, hidden ${f.hidden}, fp32 weights on ${device.name}: fits (largest: ${largest[cell]})\n` +
-          `${describeKernel(plan.forward)}\n${describeKernel(plan.backward)}\n`,
+          `${describeKernel(plan.forward)}\n${describeKernel(plan.backward)}\n` +
+          "  per batch (replicas run side by side, each on its share of the sequences with its own copy of the " +
+          "weights):\n" +
+          launches
+            .map(
+              (l) =>
+                `    batch ${String(l.batch).padStart(3)}: ${l.replicas} × ${l.ctas} CTAs, ${l.unitsPerCta} units per CTA`,
+            )
+            .join("\n") +
+          "\n",
       );
     } else {
       writeOut(

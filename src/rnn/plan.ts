@@ -42,8 +42,14 @@ export interface RnnKernelPlan {
   readonly hidden: number;
   readonly kind: RnnKernelKind;
   readonly precision: WeightPrecision;
-  /** CTAs of the grid, one per SM at most; CTA c owns units [c·unitsPerCta, (c+1)·unitsPerCta) ∩ [0, hidden). */
+  /**
+   * CTAs of one replica, one per SM at most; CTA c of a replica owns units [c·unitsPerCta, (c+1)·unitsPerCta) ∩
+   * [0, hidden). A launch runs 1…`replicas` replicas side by side (grid = ctas × replicas), each on its own share of
+   * the batch's sequences with its own copy of the weights.
+   */
   readonly ctas: number;
+  /** The most replicas a launch can run at once: one CTA per SM, ⌊SMs / ctas⌋. */
+  readonly replicas: number;
   readonly unitsPerCta: number;
   /** Rows of the CTA's matrix block: unitsPerCta·G (forward) or unitsPerCta (backward). */
   readonly rows: number;
@@ -74,7 +80,9 @@ export function paddedCols(plan: RnnKernelPlan): number {
 }
 
 /**
- * The cheapest register layout of one kernel of a layer, or why none fits. The search covers rows per thread
+ * The cheapest register layout of one kernel of a layer, or why none fits. `replicas` spreads the layer over
+ * ⌊SMs / replicas⌋ CTAs instead of all SMs (more units and weights per CTA), so that that many copies of it can run
+ * at once on different sequences of a batch (see `rnnLayouts`). The search covers rows per thread
  * 1…rows and row-group widths of whole warps up to 1024 threads per CTA, keeps those whose weights, accumulators and
  * overhead fit the per-thread register limit of one CTA per SM, and picks the lowest cost: FMA issue and
  * shared-memory bandwidth per step (whichever bounds) plus the warp reduction.
@@ -85,12 +93,16 @@ export function planRnnKernel(
   kind: RnnKernelKind,
   device: DeviceModel,
   precision: WeightPrecision = "fp32",
+  replicas = 1,
 ): RnnPlanResult {
   if (!Number.isInteger(hidden) || hidden < 1) {
     throw new RangeError(`planRnnKernel: hidden must be a positive integer; got ${hidden}`);
   }
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > device.smCount) {
+    throw new RangeError(`planRnnKernel: replicas must be an integer in 1…${device.smCount}; got ${replicas}`);
+  }
   const G = gatesOf(cell);
-  const unitsPerCta = Math.ceil(hidden / device.smCount);
+  const unitsPerCta = Math.ceil(hidden / Math.floor(device.smCount / replicas));
   const ctas = Math.ceil(hidden / unitsPerCta);
   const rows = kind === "forward" ? unitsPerCta * G : unitsPerCta;
   const cols = kind === "forward" ? hidden : G * hidden;
@@ -102,6 +114,7 @@ export function planRnnKernel(
     if (rowGroups * rw - rows >= rw) continue; // a whole row group of padding
     for (let cg = 32; cg * rowGroups <= 1024; cg += 32) {
       const threads = cg * rowGroups;
+      if (unitsPerCta * BATCH_TILE > threads) continue; // the cell needs a thread per (unit, batch column) of a tile
       const chunks = Math.ceil(cols / (4 * cg));
       if ((chunks - 1) * 4 * cg >= cols) continue; // a whole chunk of padding
       const weightRegisters = Math.ceil((rw * chunks * 4) / perReg);
@@ -126,6 +139,7 @@ export function planRnnKernel(
           kind,
           precision,
           ctas,
+          replicas: Math.floor(device.smCount / ctas),
           unitsPerCta,
           rows,
           cols,
@@ -154,20 +168,101 @@ export function planRnnKernel(
   };
 }
 
-/** Both kernels of a layer, or the first reason one does not fit. */
+/** Both kernels of a layer (the same units per CTA), or the first reason one does not fit. */
 export function planRnnLayer(
   cell: RnnCellName,
   hidden: number,
   device: DeviceModel,
   precision: WeightPrecision = "fp32",
-):
-  | { readonly fits: true; readonly forward: RnnKernelPlan; readonly backward: RnnKernelPlan }
-  | { readonly fits: false; readonly reason: string } {
-  const f = planRnnKernel(cell, hidden, "forward", device, precision);
+  replicas = 1,
+): { readonly fits: true; readonly forward: RnnKernelPlan; readonly backward: RnnKernelPlan } | RnnPlanMiss {
+  const f = planRnnKernel(cell, hidden, "forward", device, precision, replicas);
   if (!f.fits) return f;
-  const b = planRnnKernel(cell, hidden, "backward", device, precision);
+  const b = planRnnKernel(cell, hidden, "backward", device, precision, replicas);
   if (!b.fits) return b;
   return { fits: true, forward: f.plan, backward: b.plan };
+}
+
+type RnnPlanMiss = { readonly fits: false; readonly reason: string };
+
+/** One way to lay a layer out: both kernels with the same units per CTA (and so the same replicas). */
+export interface RnnLayout {
+  readonly forward: RnnKernelPlan;
+  readonly backward: RnnKernelPlan;
+}
+
+/**
+ * Every layout of a fitting layer, from the widest spread (all SMs, the fastest per step on one batch tile) to the
+ * most replicas whose weights still fit the registers, one per distinct units-per-CTA. A small layer fills a few SMs'
+ * registers: its replicas run the batch's sequences side by side, so a step of a large batch polls fewer rows and
+ * loops over fewer tiles in each CTA (the same FMAs per SM). Empty if the layer does not fit at all.
+ */
+export function rnnLayouts(
+  cell: RnnCellName,
+  hidden: number,
+  device: DeviceModel,
+  precision: WeightPrecision = "fp32",
+): RnnLayout[] {
+  const out: RnnLayout[] = [];
+  let lastUnits = 0;
+  for (let r = 1; r <= device.smCount; r++) {
+    const units = Math.ceil(hidden / Math.floor(device.smCount / r));
+    if (units === lastUnits) continue;
+    lastUnits = units;
+    const p = planRnnLayer(cell, hidden, device, precision, r);
+    if (!p.fits) break; // more units per CTA never fit better
+    out.push({ forward: p.forward, backward: p.backward });
+    if (p.forward.ctas === 1) break;
+  }
+  return out;
+}
+
+/**
+ * Cost-model constants for choosing among layouts (cycles of an H100 SM, rough; the measured per-step phases are in
+ * bench/results/h100/issue18/phases/): the latency of a step's hand-over (publish, poll, the L2 round trips), the
+ * per-tile overhead besides the mat-vec (barriers, reduction, the cell), and the L2 bandwidth every CTA's poll
+ * shares (~2.5 TB/s measured for all SMs reading the same lines).
+ */
+const STEP_LATENCY_CYCLES = 2000;
+const TILE_OVERHEAD_CYCLES = 800;
+const L2_BYTES_PER_CYCLE = 1400;
+
+/** The model's cycles of one step of one kernel over `batch` sequences with `replicas` replicas. */
+export function stepCycles(plan: RnnKernelPlan, batch: number, replicas: number): number {
+  const cols = Math.ceil(batch / replicas);
+  const tiles = Math.max(1, Math.ceil(cols / BATCH_TILE));
+  const pollBytes = plan.ctas * replicas * cols * plan.cols * 4;
+  return STEP_LATENCY_CYCLES + pollBytes / L2_BYTES_PER_CYCLE + tiles * (plan.costCycles + TILE_OVERHEAD_CYCLES);
+}
+
+/** A layout and how many of its replicas a launch runs. */
+export interface RnnLaunchChoice {
+  readonly layout: RnnLayout;
+  readonly replicas: number;
+}
+
+/**
+ * The layout and replica count for a batch of `batch` sequences: the lowest modelled forward + backward step time;
+ * ties go to the fewer replicas. `forced` (VPPS_RNN_REPLICAS, for comparisons) instead takes the widest layout that
+ * can run that many replicas and runs min(forced, batch) of them; 1 is the layout before replicas existed.
+ */
+export function chooseRnnLaunch(layouts: readonly RnnLayout[], batch: number, forced?: number): RnnLaunchChoice {
+  if (layouts.length === 0) throw new Error("chooseRnnLaunch: no layouts");
+  if (forced !== undefined) {
+    const layout = layouts.find((l) => l.forward.replicas >= forced) ?? layouts[layouts.length - 1]!;
+    return { layout, replicas: Math.max(1, Math.min(forced, layout.forward.replicas, batch)) };
+  }
+  let best: RnnLaunchChoice = { layout: layouts[0]!, replicas: 1 };
+  let bestCost = Infinity;
+  for (const layout of layouts) {
+    const replicas = Math.max(1, Math.min(layout.forward.replicas, batch));
+    const cost = stepCycles(layout.forward, batch, replicas) + stepCycles(layout.backward, batch, replicas);
+    if (cost < bestCost) {
+      best = { layout, replicas };
+      bestCost = cost;
+    }
+  }
+  return best;
 }
 
 /**

@@ -49,6 +49,8 @@ interface Case {
   lengths: number[];
   tol: number;
   path?: RnnPath;
+  /** Replicas per launch (forced); unset: chosen per batch. */
+  replicas?: number;
 }
 
 function runCase(c: Case, notices: string[] = []): void {
@@ -61,7 +63,11 @@ function runCase(c: Case, notices: string[] = []): void {
     bidirectional: c.bidirectional,
   };
   const cpu = new PersistentRnn({ ...opts, seed: 5 });
-  const backend = new GpuRnnBackend(0, { path: c.path ?? "auto", notice: (l) => notices.push(l) });
+  const backend = new GpuRnnBackend(0, {
+    path: c.path ?? "auto",
+    notice: (l) => notices.push(l),
+    ...(c.replicas !== undefined ? { replicas: c.replicas } : {}),
+  });
   const gpu = new PersistentRnn({ ...opts, seed: 5, device: "cuda:0", backend });
   try {
     gpu.loadParameters(cpu.parameters());
@@ -100,6 +106,18 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
     test(`${cell}: one layer, hidden 256, batch 9 (three tiles), 40 steps`, () => {
       const lengths = Array.from({ length: 9 }, (_, i) => 40 - 3 * i);
       runCase({ cell, inputSize: 256, hidden: 256, layers: 1, bidirectional: false, lengths, tol: 5e-5 });
+    });
+  }
+  for (const cell of RNN_CELLS) {
+    // replica r runs sequences r, r + 3, …: uneven shares that end at different steps
+    test(`${cell}: replicas (3 forced), 2 bidirectional layers, 11 packed sequences, hidden 64`, () => {
+      const lengths = [9, 3, 12, 1, 7, 7, 2, 12, 5, 4, 10];
+      runCase({ cell, inputSize: 24, hidden: 64, layers: 2, bidirectional: true, lengths, tol: 2e-5, replicas: 3 });
+    });
+    // the model's choice at batch 37 (chooseRnnLaunch: several replicas of a 256-unit layer)
+    test(`${cell}: replicas chosen per batch, hidden 256, batch 37, 24 steps`, () => {
+      const lengths = Array.from({ length: 37 }, (_, i) => 24 - (i % 23));
+      runCase({ cell, inputSize: 64, hidden: 256, layers: 1, bidirectional: false, lengths, tol: 5e-5 });
     });
   }
   test("lstm hidden 1152 (the paper's size), batch 4, 32 steps", () => {

@@ -39,6 +39,8 @@ export interface GpuRnnBackendOptions {
   readonly path?: RnnPath;
   /** Where the one-line notice of a layer on the stepwise path goes (default: stderr). */
   readonly notice?: (line: string) => void;
+  /** Replicas per persistent launch (PersistentRnnOptions.replicas); unset: chosen per batch. */
+  readonly replicas?: number;
 }
 
 /** Device buffers of one call, freed together. */
@@ -91,9 +93,11 @@ export class GpuRnnBackend implements RnnBackend {
   readonly precision: WeightPrecision;
   readonly path: RnnPath;
   private readonly notice: (line: string) => void;
+  private readonly replicas: number | undefined;
 
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
     this.precision = options.precision ?? "fp32";
+    this.replicas = options.replicas;
     this.path = options.path ?? "auto";
     this.notice = options.notice ?? ((line) => process.stderr.write(`${line}\n`));
     this.device = `cuda:${index}`;
@@ -107,7 +111,13 @@ export class GpuRnnBackend implements RnnBackend {
       if (this.path === "stepwise") l = new StepwiseRnnLayer(this.gpu, a.cell, a.hidden);
       else {
         try {
-          l = PersistentRnnLayer.create(this.gpu, a.cell, a.hidden, this.precision);
+          l = PersistentRnnLayer.create(
+            this.gpu,
+            a.cell,
+            a.hidden,
+            this.precision,
+            this.replicas === undefined ? {} : { replicas: this.replicas },
+          );
         } catch (e) {
           if (!(e instanceof RnnDoesNotFitError) || this.path === "persistent") throw e;
           this.notice(`vpps: ${e.message}; running it on the non-persistent path (a GEMM per step), much slower`);

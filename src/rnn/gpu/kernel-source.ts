@@ -124,6 +124,10 @@ __device__ __forceinline__ void st_publish(float* p, float x) {
   asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(x) : "memory");
 }
 
+// Replicas: a launch runs 'nrep' copies of the layer side by side, replica r on the batch's sequences r, r + nrep,
+// r + 2·nrep, … (local column j is sequence r + j·nrep). How many of the first n sequences are replica r's:
+__device__ __forceinline__ int local_count(int n, int r, int nrep) { return n > r ? (n - r + nrep - 1) / nrep : 0; }
+
 // Thread-block clusters of two CTAs (on the two SMs of a TPC): the vector every CTA polls each step is copied from L2
 // once per pair by TMA bulk copies multicast to both CTAs' shared memory, halving the L2 reads — the bound of the
 // poll (measured ~2.5 TB/s for 128 SMs reading the same lines; bench/results/h100/issue18/phases).
@@ -195,6 +199,7 @@ function constants(plan: RnnKernelPlan): string {
 constexpr int H = ${plan.hidden};
 constexpr int G = ${gatesOf(plan.cell)};
 constexpr int UC = ${plan.unitsPerCta};
+constexpr int NC = ${plan.ctas}; // CTAs of a replica: CTA blockIdx.x is CTA blockIdx.x % NC of replica blockIdx.x / NC
 constexpr int R = ${plan.rows};
 constexpr int K = ${plan.cols};
 constexpr int RW = ${plan.rowsPerThread};
@@ -494,11 +499,11 @@ export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions 
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
 ${constants(plan)}
-// W_hh element of local row lr (gate g = lr / UC of unit blockIdx.x·UC + lr % UC), column k
+// W_hh element of local row lr (gate g = lr / UC of unit (blockIdx.x % NC)·UC + lr % UC), column k
 // A coherent load (__ldcg), never the read-only path: ptxas may re-load a read-only value inside the step loop
 // instead of keeping it in a register, which would defeat the point of the kernel.
 __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
-  const int g = lr / UC, unit = blockIdx.x * UC + lr % UC;
+  const int g = lr / UC, unit = (blockIdx.x % NC) * UC + lr % UC;
   return unit < H ? __ldcg(w + (size_t)(g * H + unit) * H + k) : 0.f;
 }
 ${ROW_SUM}
@@ -511,7 +516,7 @@ extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) 
     const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
     const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
     float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
-    int total, int reverse, int bcap, int lb, int* status, int mc) {
+    int total, int reverse, int bcap, int lb, int* status, int mc, int nrep) {
   extern __shared__ float4 smem4[];
   // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
   // found the batch fits one group
@@ -525,7 +530,8 @@ ${pairPrologue(clustered(plan, opts))}
 ${weights}
   // the cell thread of (unit u, tile column b)
   const int cu = tid / BT, cb = tid - cu * BT;
-  const int unit = blockIdx.x * UC + cu;
+  const int rep = blockIdx.x / NC; // this CTA's replica
+  const int unit = (blockIdx.x - rep * NC) * UC + cu;
   const bool cell_thread = cu < UC && unit < H;
   float* sgates = saved;
   float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
@@ -539,12 +545,13 @@ ${weights}
     const int offp = (s == 0) ? 0 : offsets[tp];
     const bool last_step_all = reverse ? (t == 0) : (t == steps - 1);
     const int nnext = last_step_all ? 0 : batch_sizes[reverse ? t - 1 : t + 1];
-    for (int b0 = 0; b0 < nb; b0 += BT) {
+    const int nbl = local_count(nb, rep, nrep); // this replica's sequences at step t
+    for (int b0 = 0; b0 < nbl; b0 += BT) {
       PHASE(3)
-      const int nt = min(BT, nb - b0);
+      const int nt = min(BT, nbl - b0);
       // this tile's input projection, fetched before waiting for h(t−1)
       float xg[G];
-      const int bb = b0 + cb;
+      const int jl = b0 + cb, bb = rep + jl * nrep; // the cell thread's local column and its sequence
       const bool active = cell_thread && cb < nt;
       #pragma unroll
       for (int g = 0; g < G; g++) xg[g] = active ? xw[(size_t)(off + bb) * (G * H) + g * H + unit] : 0.f;
@@ -555,9 +562,9 @@ ${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0
       // multicast (mc): the whole batch is one group, in buffer s & 1
       const float4* vcur = ${clustered(plan, opts) ? "vs4 + (mcx ? (s & 1) * lb * (KP / 4) : 0)" : "vs4"};
       if (vrow == 0) {          // a group's first tile loads the whole group: one wait for all its rows
-        const int nr = min(lb, nb - b0);
+        const int nr = min(lb, nbl - b0);
         const auto row_of = [&](int b, bool& poll) -> const float* {
-          const int r = b0 + b;
+          const int r = rep + (b0 + b) * nrep;
           poll = r < nprev;
           return r < nprev ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
         };
@@ -597,10 +604,10 @@ function forwardCell(plan: RnnKernelPlan): string {
         const float gf = sigm(row_sum(part, UC + cu, cb) + xg[1]);
         const float gg = tanhf(row_sum(part, 2 * UC + cu, cb) + xg[2]);
         const float go = sigm(row_sum(part, 3 * UC + cu, cb) + xg[3]);
-        const float cprev = bb < nprev ? cstate[cu * bcap + bb] : cinit;
+        const float cprev = bb < nprev ? cstate[cu * bcap + jl] : cinit;
         const float c = gf * cprev + gi * gg;
         h = go * tanhf(c);
-        cstate[cu * bcap + bb] = c;
+        cstate[cu * bcap + jl] = c;
         if (train) {
           sgates[row * (4 * H) + unit] = gi;
           sgates[row * (4 * H) + H + unit] = gf;
@@ -666,9 +673,9 @@ export function backwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
 ${constants(plan)}
-// W_hhᵀ element of local row lr (unit blockIdx.x·UC + lr), column k (a gate row of W_hh)
+// W_hhᵀ element of local row lr (unit (blockIdx.x % NC)·UC + lr), column k (a gate row of W_hh)
 __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
-  const int unit = blockIdx.x * UC + lr;
+  const int unit = (blockIdx.x % NC) * UC + lr;
   return unit < H ? __ldcg(w + (size_t)k * H + unit) : 0.f;
 }
 ${ROW_SUM}
@@ -684,7 +691,7 @@ extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) 
     const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
     const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,
     float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
-    int reverse, int bcap, int lb, int* status, int mc) {
+    int reverse, int bcap, int lb, int* status, int mc, int nrep) {
   extern __shared__ float4 smem4[];
   // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
   // found the batch fits one group
@@ -697,7 +704,8 @@ extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) 
 ${pairPrologue(clustered(plan, opts))}
 ${weights}
   const int cu = tid / BT, cb = tid - cu * BT;
-  const int unit = blockIdx.x * UC + cu;
+  const int rep = blockIdx.x / NC; // this CTA's replica
+  const int unit = (blockIdx.x - rep * NC) * UC + cu;
   const bool cell_thread = cu < UC && unit < H;
   const float* sgates = saved;
   const float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
@@ -710,11 +718,12 @@ ${weights}
     const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
     const int nb = t >= 0 ? batch_sizes[t] : 0, off = t >= 0 ? offsets[t] : 0;
     const int np = tp >= 0 ? batch_sizes[tp] : 0, offp = tp >= 0 ? offsets[tp] : 0;
-    const int nrows = max(nb, np);
+    const int nbl = local_count(nb, rep, nrep), npl = local_count(np, rep, nrep); // this replica's
+    const int nrows = max(nbl, npl);
     for (int b0 = 0; b0 < nrows; b0 += BT) {
       PHASE(3)
       const int nt = min(BT, nrows - b0);
-      const int bb = b0 + cb;
+      const int jl = b0 + cb, bb = rep + jl * nrep; // the cell thread's local column and its sequence
       const bool mine = cell_thread && cb < nt;
       const bool active = mine && bb < nb; // a step of bb to differentiate (else: bb's dh0, or nothing)
       const size_t ci = (size_t)bb * H + unit;
@@ -733,12 +742,12 @@ ${backwardPrefetch(plan)}
       if (vrow == 0) {
         const int nr = min(lb, nrows - b0);
         const auto row_of = [&](int b, bool& poll) -> const float* {
-          const int r = b0 + b;
+          const int r = rep + (b0 + b) * nrep;
           poll = r < np;
           return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
         };
         const int nslots = min(lb, (nr + BT - 1) / BT * BT);
-        const int npr = min(nr, max(np - b0, 0));
+        const int npr = min(nr, max(npl - b0, 0));
 ${pairLoad(clustered(plan, opts), "npr", "tp")}
         if (__syncthreads_or(!ok)) return;
       }
@@ -748,10 +757,10 @@ ${matvec}
       if (!mine) continue;
       const float rec = row_sum(part, cu, cb);
       if (!active) {
-        if (bb < np) dh0[ci] = rec${plan.cell === "gru" ? " + carry_h[cu * bcap + bb]" : ""}; // bb's first forward step was tp
+        if (bb < np) dh0[ci] = rec${plan.cell === "gru" ? " + carry_h[cu * bcap + jl]" : ""}; // bb's first forward step was tp
         continue;
       }
-      const float dh = dyv + (from_next ? rec${plan.cell === "gru" ? " + carry_h[cu * bcap + bb]" : ""} : dhnv);
+      const float dh = dyv + (from_next ? rec${plan.cell === "gru" ? " + carry_h[cu * bcap + jl]" : ""} : dhnv);
       float* dp = dpre_h + row * (G * H) + unit;
 ${backwardCell(plan)}
     }
@@ -789,12 +798,12 @@ function backwardCell(plan: RnnKernelPlan): string {
       return "      st_publish(dp, hv > 0.f ? dh : 0.f);";
     case "lstm":
       return `      const float tc = tanhf(cv);
-      const float dc = (from_next ? carry_c[cu * bcap + bb] : dcnv) + dh * go * (1.f - tc * tc);
+      const float dc = (from_next ? carry_c[cu * bcap + jl] : dcnv) + dh * go * (1.f - tc * tc);
       st_publish(dp, dc * gg * gi * (1.f - gi));
       st_publish(dp + H, dc * cprev * gf * (1.f - gf));
       st_publish(dp + 2 * H, dc * gi * (1.f - gg * gg));
       st_publish(dp + 3 * H, dh * tc * go * (1.f - go));
-      carry_c[cu * bcap + bb] = dc * gf;
+      carry_c[cu * bcap + jl] = dc * gf;
       if (!has_prev) dc0[ci] = dc * gf;`;
     case "gru":
       return `      const float dn = dh * (1.f - gz) * (1.f - gn * gn);
@@ -807,6 +816,6 @@ function backwardCell(plan: RnnKernelPlan): string {
       dx[0] = dr;
       dx[H] = dz;
       dx[2 * H] = dn;
-      carry_h[cu * bcap + bb] = dh * gz;`;
+      carry_h[cu * bcap + jl] = dh * gz;`;
   }
 }

@@ -34,11 +34,14 @@ import { checkNoSpills } from "../../cuda/ptxas-report.js";
 import { UserError } from "../../util/errors.js";
 import {
   BATCH_TILE,
+  chooseRnnLaunch,
   gatesOf,
   largestPersistentHidden,
   planRnnLayer,
   type RnnCellName,
   type RnnKernelPlan,
+  type RnnLayout,
+  rnnLayouts,
   type WeightPrecision,
 } from "../plan.js";
 import {
@@ -355,12 +358,48 @@ export abstract class RnnLayerBase {
   }
 }
 
-/** The compiled kernels of one (cell, hidden, precision) and the launches of a layer direction. */
+/** Options of a layer: its kernels' (RnnKernelOptions) and how many replicas its launches run. */
+export interface PersistentRnnOptions extends RnnKernelOptions {
+  /**
+   * Replicas per launch where the layer allows (`chooseRnnLaunch`'s `forced`; 1: the widest layout only); unset:
+   * VPPS_RNN_REPLICAS if set, else the cost model picks per batch.
+   */
+  readonly replicas?: number;
+}
+
+/** The compiled kernels of one layout (units per CTA) of a layer. */
+interface LayoutKernels {
+  readonly layout: RnnLayout;
+  readonly fwd: CudaKernel;
+  readonly bwd: CudaKernel;
+  readonly modules: Record<"forward" | "backward", ReturnType<typeof loadModule>>;
+  /** Each kernel's static shared memory, which counts against the per-CTA limit with the dynamic. */
+  readonly staticShared: Record<"forward" | "backward", number>;
+  readonly logs: { forward: string; backward: string };
+}
+
+/** What a launch over a batch runs: a layout's kernels, how many replicas, and the shared memory it needs. */
+interface LaunchSetup {
+  readonly k: LayoutKernels;
+  readonly replicas: number;
+  readonly plan: RnnKernelPlan;
+  /** Sequences of the largest replica (its per-(unit, sequence) state in shared memory). */
+  readonly bcap: number;
+  readonly bytes: number;
+  readonly lb: number;
+  readonly mc: number;
+}
+
+/**
+ * The compiled kernels of one (cell, hidden, precision) and the launches of a layer direction. A layer has one or
+ * more layouts (`rnnLayouts`): the widest spread over all SMs, and for a layer that fills only part of the register
+ * file, layouts with more units per CTA whose replicas run a batch's sequences side by side. Each launch picks the
+ * layout and replica count for its batch (`chooseRnnLaunch`; VPPS_RNN_REPLICAS=N forces N, 1 = no replicas); a
+ * layout's kernels are compiled the first time a batch needs them.
+ */
 export class PersistentRnnLayer extends RnnLayerBase {
   readonly path = "persistent" as const;
   readonly model: DeviceModel;
-  private readonly fwd: CudaKernel;
-  private readonly bwd: CudaKernel;
   private readonly fill: CudaKernel;
   private readonly statusBack: PinnedBuffer;
   /**
@@ -368,48 +407,81 @@ export class PersistentRnnLayer extends RnnLayerBase {
    * VPPS_RNN_MULTICAST=0 (for comparisons; the kernels are clustered either way).
    */
   readonly multicast = process.env.VPPS_RNN_MULTICAST !== "0";
-  /** NVRTC's logs (with ptxas's register report), for the tests and `vpps plan rnn --verbose`. */
-  readonly compileLogs: { forward: string; backward: string };
-  private readonly phaseModules: Record<"forward" | "backward", ReturnType<typeof loadModule>>;
-  /** Each kernel's static shared memory, which counts against the per-CTA limit with the dynamic. */
-  private readonly staticShared: Record<"forward" | "backward", number>;
+  /** VPPS_RNN_REPLICAS=N: every launch runs N replicas where the layer allows (comparisons); unset: the model picks. */
+  readonly forcedReplicas: number | undefined;
+  /** Compiled layouts by units per CTA; the widest spread (layouts[0]) is compiled at creation. */
+  private readonly compiled = new Map<number, LayoutKernels>();
+  /** The layout and replicas of the last launch of each kernel, for `phases` and the benchmark. */
+  private readonly last: Partial<Record<"forward" | "backward", LaunchSetup>> = {};
+  /** The widest layout's plans (one CTA per SM, no replicas). */
+  readonly forwardPlan: RnnKernelPlan;
+  readonly backwardPlan: RnnKernelPlan;
 
   private constructor(
     gpu: RnnGpu,
     cell: RnnCellName,
     hidden: number,
     readonly precision: WeightPrecision,
-    readonly forwardPlan: RnnKernelPlan,
-    readonly backwardPlan: RnnKernelPlan,
-    private readonly options: RnnKernelOptions,
+    /** Every layout that fits, widest first. */
+    readonly layouts: readonly RnnLayout[],
+    private readonly options: PersistentRnnOptions,
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
+    this.forwardPlan = layouts[0]!.forward;
+    this.backwardPlan = layouts[0]!.backward;
+    const env = process.env.VPPS_RNN_REPLICAS;
+    const forced = options.replicas ?? (env ? Number(env) : undefined);
+    if (forced !== undefined && !(Number.isInteger(forced) && forced >= 1)) {
+      const from = options.replicas !== undefined ? "option 'replicas'" : "VPPS_RNN_REPLICAS";
+      throw new UserError(
+        `persistent ${cell}: ${from} must be a positive integer (replicas per launch); got '${
+          options.replicas ?? env
+        }'`,
+      );
+    }
+    this.forcedReplicas = forced;
+    const base = this.kernelsOf(layouts[0]!);
+    this.fill = base.modules.forward.getFunction(RNN_KERNEL_NAMES.fill);
+    this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
+  }
+
+  /** NVRTC's logs of the widest layout's kernels (with ptxas's register report), for tests and `vpps plan rnn`. */
+  get compileLogs(): { forward: string; backward: string } {
+    return this.kernelsOf(this.layouts[0]!).logs;
+  }
+
+  /** The kernels of a layout, compiled and checked the first time. */
+  private kernelsOf(layout: RnnLayout): LayoutKernels {
+    const have = this.compiled.get(layout.forward.unitsPerCta);
+    if (have) return have;
+    const { cell, hidden, precision, options, gpu } = this;
     const tag =
-      (options.phases ? "_phases" : "") + (options.cluster === undefined ? "" : `_cluster${+options.cluster}`);
-    const f = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_fwd`, forwardKernelSource(forwardPlan, options));
-    const b = this.compile(`rnn_${cell}_${hidden}_${precision}${tag}_bwd`, backwardKernelSource(backwardPlan, options));
-    this.compileLogs = { forward: f.log, backward: b.log };
+      (options.phases ? "_phases" : "") +
+      (options.cluster === undefined ? "" : `_cluster${+options.cluster}`) +
+      (layout === this.layouts[0] ? "" : `_u${layout.forward.unitsPerCta}`);
+    const name = `rnn_${cell}_${hidden}_${precision}${tag}`;
+    const f = this.compile(`${name}_fwd`, forwardKernelSource(layout.forward, options));
+    const b = this.compile(`${name}_bwd`, backwardKernelSource(layout.backward, options));
     const mf = loadModule(f.cubin, "rnn forward");
+    this.modules.push(mf);
     const mb = loadModule(b.cubin, "rnn backward");
-    this.modules.push(mf, mb);
-    this.phaseModules = { forward: mf, backward: mb };
-    this.fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
-    this.bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
-    this.staticShared = { forward: this.fwd.attributes().sharedBytes, backward: this.bwd.attributes().sharedBytes };
-    this.fill = mf.getFunction(RNN_KERNEL_NAMES.fill);
+    this.modules.push(mb);
+    const fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
+    const bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
+    const staticShared = { forward: fwd.attributes().sharedBytes, backward: bwd.attributes().sharedBytes };
     for (const [k, plan] of [
-      [this.fwd, forwardPlan],
-      [this.bwd, backwardPlan],
+      [fwd, layout.forward],
+      [bwd, layout.backward],
     ] as const) {
       checkNoSpills(
-        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden})`,
+        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
         k.attributes(),
         "use a smaller hidden size or fp16 weights",
       );
       // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
       // (less the kernel's static shared memory: the multicast barriers)
-      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - this.staticShared[plan.kind]);
+      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - staticShared[plan.kind]);
       const shared = sharedBytes(plan, 1);
       const perSm = k.maxActiveBlocksPerSm(plan.threads, shared);
       if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
@@ -420,7 +492,16 @@ export class PersistentRnnLayer extends RnnLayerBase {
         );
       }
     }
-    this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
+    const out: LayoutKernels = {
+      layout,
+      fwd,
+      bwd,
+      modules: { forward: mf, backward: mb },
+      staticShared,
+      logs: { forward: f.log, backward: b.log },
+    };
+    this.compiled.set(layout.forward.unitsPerCta, out);
+    return out;
   }
 
   /** Plans, compiles and loads the kernels; a layer that does not fit is refused with the largest that does. */
@@ -429,7 +510,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     cell: RnnCellName,
     hidden: number,
     precision: WeightPrecision = "fp32",
-    options: RnnKernelOptions = {},
+    options: PersistentRnnOptions = {},
   ): PersistentRnnLayer {
     const model = deviceModelOfCuda(gpu.device.props);
     if (hidden % 4 !== 0) {
@@ -449,25 +530,37 @@ export class PersistentRnnLayer extends RnnLayerBase {
     // VPPS_RNN_CLUSTER=0/1: the kernels without / with clusters (and so multicast) whatever the plan, for comparisons
     const env = process.env.VPPS_RNN_CLUSTER;
     const opts = env === "0" || env === "1" ? { ...options, cluster: env === "1" } : options;
-    return new PersistentRnnLayer(gpu, cell, hidden, precision, plan.forward, plan.backward, opts);
+    return new PersistentRnnLayer(gpu, cell, hidden, precision, rnnLayouts(cell, hidden, model, precision), opts);
+  }
+
+  /** The layout and replicas a launch over `batch` sequences uses (the benchmark prints them). */
+  launchFor(batch: number): { readonly unitsPerCta: number; readonly ctas: number; readonly replicas: number } {
+    const c = chooseRnnLaunch(this.layouts, batch, this.forcedReplicas);
+    return { unitsPerCta: c.layout.forward.unitsPerCta, ctas: c.layout.forward.ctas, replicas: c.replicas };
   }
 
   /**
    * Instrumented layers (options.phases): zeroes the phase counters of a kernel before the launches to profile, or
-   * (after them, stream synchronized) returns the cycles per CTA of each phase (PHASE_NAMES), averaged over CTAs.
+   * (after them, stream synchronized) returns the cycles per CTA of each phase (PHASE_NAMES), averaged over the CTAs
+   * of the last launch (its layout's module).
    */
   phases(kind: "forward" | "backward", reset = false): Record<(typeof PHASE_NAMES)[number], number> | null {
     if (!this.options.phases) throw new Error("phases: this layer was not built with options.phases");
     const d = this.gpu.device.driver;
-    const g = this.phaseModules[kind].getGlobal(PHASE_GLOBAL);
+    const setup = this.last[kind];
+    const modules = setup ? [setup.k.modules[kind]] : [...this.compiled.values()].map((k) => k.modules[kind]);
     if (reset) {
-      d.memsetD32Async(g.ptr, 0, g.bytes / 4, this.stream.handle);
+      for (const m of [...this.compiled.values()].map((k) => k.modules[kind])) {
+        const g = m.getGlobal(PHASE_GLOBAL);
+        d.memsetD32Async(g.ptr, 0, g.bytes / 4, this.stream.handle);
+      }
       return null;
     }
     this.stream.synchronize();
+    const g = modules[0]!.getGlobal(PHASE_GLOBAL);
     const host = new BigUint64Array(PHASE_MAX_CTAS * PHASE_NAMES.length);
     d.memcpyDtoH(host, g.ptr);
-    const ctas = (kind === "forward" ? this.forwardPlan : this.backwardPlan).ctas;
+    const ctas = setup ? Math.min(PHASE_MAX_CTAS, setup.plan.ctas * setup.replicas) : this.forwardPlan.ctas;
     const out = {} as Record<(typeof PHASE_NAMES)[number], number>;
     PHASE_NAMES.forEach((name, i) => {
       let sum = 0;
@@ -489,17 +582,19 @@ export class PersistentRnnLayer extends RnnLayerBase {
   }
 
   /**
-   * The recurrent part alone (after inputProjection): one persistent launch. `ctas` (tests only) launches fewer CTAs
-   * than the plan, as if some never became resident: their units never arrive and the launch must end with an error.
+   * The recurrent part alone (after inputProjection): one persistent launch. `ctas` (tests only) launches the widest
+   * layout, one replica, with fewer CTAs than its plan, as if some never became resident: their units never arrive
+   * and the launch must end with an error.
    */
-  forwardRecurrent(a: ForwardArgs, ctas = this.forwardPlan.ctas): void {
+  forwardRecurrent(a: ForwardArgs, ctas?: number): void {
     const { total, batchSizes } = a.steps;
     this.fillPending(a.y, total, this.hidden, a.ldy);
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
-    const p = this.forwardPlan;
     const B = batchSizes[0] ?? 0;
-    const sh = this.sharedFor(p, B);
-    this.fwd.launch({ grid: ctas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
+    const sh = this.setup("forward", B, ctas !== undefined);
+    const p = sh.plan;
+    const grid = ctas ?? p.ctas * sh.replicas;
+    sh.k.fwd.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.xw),
       karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
@@ -516,20 +611,42 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.i32(batchSizes.length),
       karg.i32(total),
       karg.i32(a.reverse ? 1 : 0),
-      karg.i32(B),
+      karg.i32(sh.bcap),
       karg.i32(sh.lb),
       karg.ptr(a.ws.status),
       karg.i32(sh.mc),
+      karg.i32(sh.replicas),
     ]);
   }
 
   /**
-   * Shared memory and rows per wait of a launch over `batch` sequences, refused in one line beyond what a CTA can
-   * have.
+   * The layout, replicas, shared memory and rows per wait of a launch over `batch` sequences (`widest`: the widest
+   * layout, one replica), refused in one line beyond what a CTA can have.
    */
-  private sharedFor(plan: RnnKernelPlan, batch: number): { bytes: number; lb: number; mc: number } {
+  private setup(kind: "forward" | "backward", B: number, widest = false): LaunchSetup {
+    const choice = widest
+      ? { layout: this.layouts[0]!, replicas: 1 }
+      : chooseRnnLaunch(this.layouts, B, this.forcedReplicas);
+    const k = this.kernelsOf(choice.layout);
+    const plan = choice.layout[kind];
+    const bcap = Math.ceil(B / choice.replicas);
+    const sh = this.sharedFor(plan, bcap, k.staticShared[kind]);
+    const out = { k, replicas: choice.replicas, plan, bcap, ...sh };
+    this.last[kind] = out;
+    return out;
+  }
+
+  /**
+   * Shared memory and rows per wait of a launch whose replicas hold at most `batch` sequences each, refused in one
+   * line beyond what a CTA can have.
+   */
+  private sharedFor(
+    plan: RnnKernelPlan,
+    batch: number,
+    staticShared: number,
+  ): { bytes: number; lb: number; mc: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
-    const max = this.gpu.device.props.sharedPerBlockOptin - this.staticShared[plan.kind];
+    const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
     if (this.multicast && clustered(plan, this.options)) {
       // the pair's multicast: the whole batch in one group, two buffers (a step's copies land in the other)
       const full = Math.max(1, Math.ceil(batch / BATCH_TILE)) * BATCH_TILE;
@@ -556,10 +673,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const GH = this.G * this.hidden;
     this.fillPending(a.ws.dpreH, total, GH, GH);
     this.gpu.device.driver.memsetD32Async(a.ws.status, 0, STATUS_WORDS, this.stream.handle);
-    const p = this.backwardPlan;
     const B = batchSizes[0] ?? 0;
-    const sh = this.sharedFor(p, B);
-    this.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
+    const sh = this.setup("backward", B);
+    const p = sh.plan;
+    sh.k.bwd.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.saved),
       karg.ptr(a.y),
@@ -578,10 +695,11 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.i32(batchSizes.length),
       karg.i32(total),
       karg.i32(a.reverse ? 1 : 0),
-      karg.i32(B),
+      karg.i32(sh.bcap),
       karg.i32(sh.lb),
       karg.ptr(a.ws.status),
       karg.i32(sh.mc),
+      karg.i32(sh.replicas),
     ]);
   }
 
