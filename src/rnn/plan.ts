@@ -249,13 +249,16 @@ export interface RnnLaunchChoice {
 export function chooseRnnLaunch(layouts: readonly RnnLayout[], batch: number, forced?: number): RnnLaunchChoice {
   if (layouts.length === 0) throw new Error("chooseRnnLaunch: no layouts");
   if (forced !== undefined) {
-    const layout = layouts.find((l) => l.forward.replicas >= forced) ?? layouts[layouts.length - 1]!;
+    const layout = forced === 1 ? layouts[0]! : (layouts.find((l) => l.forward.replicas >= forced) ?? layouts.at(-1)!);
     return { layout, replicas: Math.max(1, Math.min(forced, layout.forward.replicas, batch)) };
   }
   let best: RnnLaunchChoice = { layout: layouts[0]!, replicas: 1 };
   let bestCost = Infinity;
   for (const layout of layouts) {
     const replicas = Math.max(1, Math.min(layout.forward.replicas, batch));
+    // one copy of a narrower layout: fewer CTAs poll less, but measured slower than the widest at batch 1
+    // (bench/results/h100/issue18/replicas/)
+    if (replicas === 1 && layout !== layouts[0]) continue;
     const cost = stepCycles(layout.forward, batch, replicas) + stepCycles(layout.backward, batch, replicas);
     if (cost < bestCost) {
       best = { layout, replicas };

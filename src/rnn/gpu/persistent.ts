@@ -30,7 +30,7 @@ import {
   openDevice,
   PinnedBuffer,
 } from "../../cuda/index.js";
-import { checkNoSpills } from "../../cuda/ptxas-report.js";
+import { checkNoSpills, KernelSpillError } from "../../cuda/ptxas-report.js";
 import { UserError } from "../../util/errors.js";
 import {
   BATCH_TILE,
@@ -411,6 +411,12 @@ export class PersistentRnnLayer extends RnnLayerBase {
   readonly forcedReplicas: number | undefined;
   /** Compiled layouts by units per CTA; the widest spread (layouts[0]) is compiled at creation. */
   private readonly compiled = new Map<number, LayoutKernels>();
+  /**
+   * The layouts launches choose from: `layouts` less those whose kernels spilled when compiled (the planner's
+   * register estimate is a model; NVRTC may need a few more registers than nvcc — such a layout is dropped and the
+   * next best used, never an error).
+   */
+  private usable: RnnLayout[];
   /** The layout and replicas of the last launch of each kernel, for `phases` and the benchmark. */
   private readonly last: Partial<Record<"forward" | "backward", LaunchSetup>> = {};
   /** The widest layout's plans (one CTA per SM, no replicas). */
@@ -422,7 +428,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     cell: RnnCellName,
     hidden: number,
     readonly precision: WeightPrecision,
-    /** Every layout that fits, widest first. */
+    /** Every layout the planner fits, widest first. */
     readonly layouts: readonly RnnLayout[],
     private readonly options: PersistentRnnOptions,
   ) {
@@ -430,6 +436,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     this.model = deviceModelOfCuda(gpu.device.props);
     this.forwardPlan = layouts[0]!.forward;
     this.backwardPlan = layouts[0]!.backward;
+    this.usable = [...layouts];
     const env = process.env.VPPS_RNN_REPLICAS;
     const forced = options.replicas ?? (env ? Number(env) : undefined);
     if (forced !== undefined && !(Number.isInteger(forced) && forced >= 1)) {
@@ -535,8 +542,21 @@ export class PersistentRnnLayer extends RnnLayerBase {
 
   /** The layout and replicas a launch over `batch` sequences uses (the benchmark prints them). */
   launchFor(batch: number): { readonly unitsPerCta: number; readonly ctas: number; readonly replicas: number } {
-    const c = chooseRnnLaunch(this.layouts, batch, this.forcedReplicas);
+    const c = this.choose(batch);
     return { unitsPerCta: c.layout.forward.unitsPerCta, ctas: c.layout.forward.ctas, replicas: c.replicas };
+  }
+
+  /** The layout (compiled) and replicas for a batch; a layout whose kernels spill is dropped and the choice redone. */
+  private choose(batch: number): { layout: RnnLayout; replicas: number; k: LayoutKernels } {
+    for (;;) {
+      const c = chooseRnnLaunch(this.usable, batch, this.forcedReplicas);
+      try {
+        return { ...c, k: this.kernelsOf(c.layout) };
+      } catch (e) {
+        if (!(e instanceof KernelSpillError) || c.layout === this.layouts[0]) throw e;
+        this.usable = this.usable.filter((l) => l !== c.layout);
+      }
+    }
   }
 
   /**
@@ -624,9 +644,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
    * layout, one replica), refused in one line beyond what a CTA can have.
    */
   private setup(kind: "forward" | "backward", B: number, widest = false): LaunchSetup {
-    const choice = widest
-      ? { layout: this.layouts[0]!, replicas: 1 }
-      : chooseRnnLaunch(this.layouts, B, this.forcedReplicas);
+    const choice = widest ? { layout: this.layouts[0]!, replicas: 1 } : this.choose(B);
     const k = this.kernelsOf(choice.layout);
     const plan = choice.layout[kind];
     const bcap = Math.ceil(B / choice.replicas);
