@@ -34,6 +34,13 @@ export const BATCH_TILE = 4;
 /** Registers a thread needs besides its weights and accumulators (addresses, loop state, the cell math). */
 const REGISTER_OVERHEAD = 40;
 
+/**
+ * The backward cell holds more (the saved gates, c, the outer gradients, fetched before the poll): with 512 threads
+ * (a 128-register limit) ptxas spills a layout the base overhead admits (LSTM 256/512 with 16–32 units per CTA).
+ */
+const BACKWARD_EXTRA_OVERHEAD = 8;
+const TIGHT_LIMIT_MARGIN = 8;
+
 /** fp16 storage needs a few more: the unpacked pair of each row while its batch columns use it. */
 const FP16_OVERHEAD = 16;
 
@@ -119,10 +126,17 @@ export function planRnnKernel(
       if ((chunks - 1) * 4 * cg >= cols) continue; // a whole chunk of padding
       const weightRegisters = Math.ceil((rw * chunks * 4) / perReg);
       const acc = rw * BATCH_TILE;
-      const estimate = weightRegisters + acc + REGISTER_OVERHEAD + (precision === "fp16" ? FP16_OVERHEAD : 0);
+      const estimate =
+        weightRegisters +
+        acc +
+        REGISTER_OVERHEAD +
+        (kind === "backward" ? BACKWARD_EXTRA_OVERHEAD : 0) +
+        (precision === "fp16" ? FP16_OVERHEAD : 0);
       const limit = schedulerRegisterLimit(device, threads);
-      tightest = Math.min(tightest, estimate - limit);
-      if (estimate > limit) continue;
+      // at 512 threads (128 registers) ptxas spilled layouts the estimate put exactly at the limit: keep a margin
+      const margin = limit <= 128 ? TIGHT_LIMIT_MARGIN : 0;
+      tightest = Math.min(tightest, estimate + margin - limit);
+      if (estimate + margin > limit) continue;
       // issue cycles of one SM sub-partition (4 per SM, one warp instruction per cycle each), shared-memory
       // bandwidth (128 B per cycle per SM) and the h loads from L2, partly overlapped
       const warps = threads / 32;
