@@ -14,6 +14,7 @@ import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/r
 import {
   BATCH_TILE,
   chooseRnnLaunch,
+  fitsWithin,
   gatesOf,
   largestPersistentHidden,
   paddedCols,
@@ -115,6 +116,15 @@ describe("the persistent RNN planner", () => {
       ls.find((l) => l.forward.replicas >= 8),
     );
     assert.equal(chooseRnnLaunch(ls, 3, 8).replicas, 3);
+    // capped at half the SMs (a concurrent launch beside it): every choice fits the cap
+    for (const batch of [1, 4, 32, 128]) {
+      const c = chooseRnnLaunch(ls, batch, undefined, 66);
+      assert.ok(c.layout.forward.ctas * c.replicas <= 66, `batch ${batch}: ${c.layout.forward.ctas} × ${c.replicas}`);
+    }
+    assert.ok(chooseRnnLaunch(ls, 128, undefined, 66).replicas >= 4);
+    assert.ok(fitsWithin(ls, 66));
+    assert.equal(fitsWithin(rnnLayouts("lstm", 1152, H100_SXM), 66), false);
+    assert.throws(() => chooseRnnLaunch(rnnLayouts("lstm", 1152, H100_SXM), 4, undefined, 66), /no layout within 66/);
     // a layer with one layout runs it alone
     assert.deepEqual(chooseRnnLaunch(rnnLayouts("lstm", 1152, H100_SXM), 64).replicas, 1);
   });

@@ -259,20 +259,31 @@ export interface RnnLaunchChoice {
  * The layout and replica count for a batch of `batch` sequences: the lowest modelled forward + backward step time;
  * ties go to the fewer replicas. `forced` (VPPS_RNN_REPLICAS, for comparisons) instead takes the widest layout that
  * can run that many replicas and runs min(forced, batch) of them; 1 is the layout before replicas existed.
+ * `maxCtas` caps the grid (a launch sharing the GPU with a concurrent one, e.g. the other direction of a
+ * bidirectional layer); undefined when no layout fits under it (`fitsWithin`).
  */
-export function chooseRnnLaunch(layouts: readonly RnnLayout[], batch: number, forced?: number): RnnLaunchChoice {
-  if (layouts.length === 0) throw new Error("chooseRnnLaunch: no layouts");
-  if (forced !== undefined) {
-    const layout = forced === 1 ? layouts[0]! : (layouts.find((l) => l.forward.replicas >= forced) ?? layouts.at(-1)!);
-    return { layout, replicas: Math.max(1, Math.min(forced, layout.forward.replicas, batch)) };
+export function chooseRnnLaunch(
+  layouts: readonly RnnLayout[],
+  batch: number,
+  forced?: number,
+  maxCtas = Number.POSITIVE_INFINITY,
+): RnnLaunchChoice {
+  const within = layouts.filter((l) => l.forward.ctas <= maxCtas);
+  if (within.length === 0) {
+    throw new Error(`chooseRnnLaunch: no layout within ${maxCtas} CTAs (of ${layouts.length}); check fitsWithin`);
   }
-  let best: RnnLaunchChoice = { layout: layouts[0]!, replicas: 1 };
-  let bestCost = Infinity;
-  for (const layout of layouts) {
-    const replicas = Math.max(1, Math.min(layout.forward.replicas, batch));
+  const most = (l: RnnLayout) => Math.min(l.forward.replicas, Math.floor(maxCtas / l.forward.ctas));
+  if (forced !== undefined) {
+    const layout = forced === 1 ? within[0]! : (within.find((l) => most(l) >= forced) ?? within.at(-1)!);
+    return { layout, replicas: Math.max(1, Math.min(forced, most(layout), batch)) };
+  }
+  let best: RnnLaunchChoice = { layout: within[0]!, replicas: 1 };
+  let bestCost = Number.POSITIVE_INFINITY;
+  for (const layout of within) {
+    const replicas = Math.max(1, Math.min(most(layout), batch));
     // one copy of a narrower layout: fewer CTAs poll less, but measured slower than the widest at batch 1
     // (bench/results/h100/issue18/replicas/)
-    if (replicas === 1 && layout !== layouts[0]) continue;
+    if (replicas === 1 && layout !== within[0]) continue;
     const cost = stepCycles(layout.forward, batch, replicas) + stepCycles(layout.backward, batch, replicas);
     if (cost < bestCost) {
       best = { layout, replicas };
@@ -280,6 +291,11 @@ export function chooseRnnLaunch(layouts: readonly RnnLayout[], batch: number, fo
     }
   }
   return best;
+}
+
+/** Whether some layout runs within `maxCtas` CTAs. */
+export function fitsWithin(layouts: readonly RnnLayout[], maxCtas: number): boolean {
+  return layouts.some((l) => l.forward.ctas <= maxCtas);
 }
 
 /**

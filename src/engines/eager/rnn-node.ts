@@ -8,12 +8,19 @@
  *
  * Everything runs on the engine's own stream (with its cuBLAS handle), also when the node's level is spread over the
  * stream pool: its arguments are complete there (the previous level joined back), and the next level forks after it.
+ * The exception: the two directions of a bidirectional node are independent, so where the layer has a layout within
+ * half the SMs, direction 1 runs on a second stream of this class (forked from and joined back to the engine's) at
+ * the same time as direction 0, each persistent launch capped at half the SMs so that both are co-resident
+ * (VPPS_RNN_CONCURRENT=0 turns this off). Its dx GEMM, which accumulates into the same buffer as direction 0's, runs
+ * after the join.
  */
-import type { CudaDevice, DevicePtr } from "../../cuda/index.js";
+import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import { type CudaDevice, CudaEvent, CudaStream, type DevicePtr } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { gatesOf } from "../../ops/recurrent.js";
 import { rnnNode } from "../../ops/recurrent-op.js";
 import {
+  type BackwardArgs,
   PersistentRnnLayer,
   RnnDoesNotFitError,
   type RnnGpu,
@@ -54,8 +61,23 @@ function addresses(
   return { wih: at[w.W_ih]!, whh: at[w.W_hh]!, bih: at[w.b_ih]!, bhh: w.b_hh >= 0 ? at[w.b_hh]! : absent };
 }
 
+/** A bidirectional node's two directions at once: each layer on its own stream, both launches within half the SMs. */
+interface DirectionPair {
+  readonly a: PersistentRnnLayer; // the engine's stream
+  readonly b: PersistentRnnLayer; // the second stream
+}
+
+/** The second stream (and a cuBLAS handle on it) and the events that fork to it and join back. */
+interface Lane {
+  readonly gpu: RnnGpu;
+  readonly fork: CudaEvent;
+  readonly join: CudaEvent;
+}
+
 interface NodeState {
-  readonly layer: RnnLayerBase;
+  /** The layer of each direction (a pair's two, or the same one twice). */
+  readonly layers: readonly RnnLayerBase[];
+  readonly pair: DirectionPair | null;
   readonly ws: RnnWorkspace[];
   readonly steps: { dBatchSizes: DevicePtr; dOffsets: DevicePtr; batchSizes: Int32Array; offsets: Int32Array };
 }
@@ -63,6 +85,9 @@ interface NodeState {
 export class EagerRnn {
   private readonly gpu: RnnGpu;
   private readonly layers = new Map<string, RnnLayerBase>();
+  /** Direction pairs by `cell/H` (null: the layer has no layout within half the SMs, or concurrency is off). */
+  private readonly pairs = new Map<string, DirectionPair | null>();
+  private lane: Lane | undefined;
   /** Workspaces not in use, by `cell/H`. */
   private readonly free = new Map<string, RnnWorkspace[]>();
   /** Node id → its workspaces and step table, for the current graph generation. */
@@ -103,11 +128,61 @@ export class EagerRnn {
     return l;
   }
 
+  /** The second stream, created the first time a pair needs it. */
+  private laneOf(): Lane {
+    if (!this.lane) {
+      const stream = CudaStream.create({ nonBlocking: true });
+      const cublasHandle = this.gpu.cublas.create();
+      this.gpu.cublas.setStream(cublasHandle, stream.handle);
+      this.lane = {
+        gpu: { ...this.gpu, stream, cublasHandle },
+        fork: CudaEvent.create({ timing: false }),
+        join: CudaEvent.create({ timing: false }),
+      };
+    }
+    return this.lane;
+  }
+
+  /** The concurrent pair of a bidirectional layer, or null where there is none (then directions run in turn). */
+  private pair(cell: RnnLayerBase["cell"], hidden: number): DirectionPair | null {
+    const key = `${cell}/${hidden}`;
+    const have = this.pairs.get(key);
+    if (have !== undefined) return have;
+    let pair: DirectionPair | null = null;
+    if (process.env.VPPS_RNN_CONCURRENT !== "0" && this.layer(cell, hidden) instanceof PersistentRnnLayer) {
+      const maxCtas = Math.floor(deviceModelOfCuda(this.gpu.device.props).smCount / 2);
+      let a: PersistentRnnLayer | undefined;
+      try {
+        a = PersistentRnnLayer.create(this.gpu, cell, hidden, "fp32", { maxCtas });
+        pair = { a, b: PersistentRnnLayer.create(this.laneOf().gpu, cell, hidden, "fp32", { maxCtas }) };
+      } catch (e) {
+        a?.dispose();
+        if (!(e instanceof RnnDoesNotFitError)) throw e;
+      }
+    }
+    this.pairs.set(key, pair);
+    return pair;
+  }
+
+  /** Direction 1's work on the lane starts after what the engine's stream has queued so far. */
+  private fork(): void {
+    const lane = this.laneOf();
+    lane.fork.record(this.ctx.stream);
+    lane.gpu.stream.wait(lane.fork);
+  }
+
+  /** The engine's stream continues after the lane's work. */
+  private joinBack(): void {
+    const lane = this.laneOf();
+    lane.join.record(lane.gpu.stream);
+    this.ctx.stream.wait(lane.join);
+  }
+
   /** Gives the previous graph's workspaces back when a new graph (or generation) starts. */
   private renew(g: ComputationGraph): void {
     if (this.liveGraph === g && this.liveGeneration === g.generation) return;
     // the previous graph's launches are done by now (its loss was read): a failed one is reported here, once
-    for (const s of this.live.values()) for (const ws of s.ws) s.layer.checkStatus(ws);
+    for (const s of this.live.values()) s.ws.forEach((ws, d) => s.layers[d]!.checkStatus(ws));
     for (const s of this.live.values()) {
       for (const ws of s.ws) this.release(ws);
     }
@@ -150,6 +225,15 @@ export class EagerRnn {
     const B = batchSizes[0]!;
     const GH = gatesOf(r.cell) * H;
     const layer = this.layer(r.cell, H);
+    // (directions that share a parameter would add into the same gradient from both streams: those run in turn)
+    const [w0, w1] = r.weights;
+    const shared =
+      w1 !== undefined &&
+      [w0!.W_ih, w0!.W_hh, w0!.b_ih, w0!.b_hh].some(
+        (id) => id >= 0 && [w1.W_ih, w1.W_hh, w1.b_ih, w1.b_hh].includes(id),
+      );
+    const pair = D === 2 && !shared ? this.pair(r.cell, H) : null;
+    const layers = pair ? [pair.a, pair.b] : [layer, layer];
     const offsets = new Int32Array(batchSizes.length);
     for (let t = 1; t < batchSizes.length; t++) offsets[t] = offsets[t - 1]! + batchSizes[t - 1]!;
     // synchronous: the host arrays must not change before the copies are done (they are this call's)
@@ -157,11 +241,13 @@ export class EagerRnn {
     const zeros = this.zeros.atLeast(Math.max(B * H, GH));
     const sink = this.sink.atLeast(Math.max(B * H, GH));
     const ws: RnnWorkspace[] = [];
+    if (pair) this.fork();
     for (let d = 0; d < D; d++) {
       const w = r.weights[d]!;
       const space = this.take(r.cell, H, N, B);
       ws.push(space);
-      layer.forward(
+      const l = layers[d]!;
+      l.forward(
         {
           weights: addresses(w, valPtr, zeros),
           x: valPtr[g.arg(i, 0)]!,
@@ -179,9 +265,10 @@ export class EagerRnn {
         },
         inputSize,
       );
-      layer.copyColumns(valPtr[i]! + 4 * d * H, D * H, space.y, H, N, H);
+      l.copyColumns(valPtr[i]! + 4 * d * H, D * H, space.y, H, N, H);
     }
-    this.live.set(i, { layer, ws, steps });
+    if (pair) this.joinBack();
+    this.live.set(i, { layers, pair, ws, steps });
   }
 
   backward(g: ComputationGraph, i: number, valPtr: Float64Array, gradPtr: Float64Array): void {
@@ -193,37 +280,46 @@ export class EagerRnn {
     const { hidden: H, rows: N, inputSize, directions: D } = r;
     const B = r.batchSizes[0]!;
     const GH = gatesOf(r.cell) * H;
-    const layer = this.layer(r.cell, H);
     const zeros = this.zeros.atLeast(Math.max(B * H, GH));
     const sink = this.sink.atLeast(Math.max(B * H, GH));
+    const { pair } = state;
+    if (pair) this.fork();
+    let deferred: BackwardArgs | undefined;
     for (let d = 0; d < D; d++) {
       const w = r.weights[d]!;
-      layer.backward(
-        {
-          weights: addresses(w, valPtr, zeros),
-          grads: addresses(w, gradPtr, sink),
-          x: valPtr[g.arg(i, 0)]!,
-          h0: zeros,
-          c0: zeros,
-          y: state.ws[d]!.y,
-          ldy: H,
-          hn: sink,
-          cn: sink,
-          steps: { ...state.steps, total: N },
-          reverse: d === 1,
-          train: true,
-          ws: state.ws[d]!,
-          dy: gradPtr[i]! + 4 * d * H,
-          lddy: D * H,
-          dhn: zeros,
-          dcn: zeros,
-          dx: gradPtr[g.arg(i, 0)]!,
-          dxAccumulate: true,
-          dh0: sink,
-          dc0: sink,
-        },
-        inputSize,
-      );
+      const l = state.layers[d]!;
+      const args: BackwardArgs = {
+        weights: addresses(w, valPtr, zeros),
+        grads: addresses(w, gradPtr, sink),
+        x: valPtr[g.arg(i, 0)]!,
+        h0: zeros,
+        c0: zeros,
+        y: state.ws[d]!.y,
+        ldy: H,
+        hn: sink,
+        cn: sink,
+        steps: { ...state.steps, total: N },
+        reverse: d === 1,
+        train: true,
+        ws: state.ws[d]!,
+        dy: gradPtr[i]! + 4 * d * H,
+        lddy: D * H,
+        dhn: zeros,
+        dcn: zeros,
+        dx: gradPtr[g.arg(i, 0)]!,
+        dxAccumulate: true,
+        dh0: sink,
+        dc0: sink,
+      };
+      l.backwardRecurrent(args);
+      // a pair's direction 1 leaves its dx GEMM (+= into the buffer direction 0 also adds to) until after the join
+      const later = pair !== null && d === 1;
+      l.backwardGemms(args, inputSize, !later);
+      if (later) deferred = args;
+    }
+    if (pair) {
+      this.joinBack();
+      if (deferred) pair.a.inputGradient(deferred, inputSize);
     }
   }
 
@@ -235,6 +331,18 @@ export class EagerRnn {
     for (const t of [...this.stepTables.splice(0), ...this.freeTables.splice(0)]) this.ctx.device.driver.memFree(t.ptr);
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
+    for (const p of this.pairs.values()) {
+      p?.a.dispose();
+      p?.b.dispose();
+    }
+    this.pairs.clear();
+    if (this.lane) {
+      this.gpu.cublas.destroy(this.lane.gpu.cublasHandle);
+      this.lane.gpu.stream.destroy();
+      this.lane.fork.destroy();
+      this.lane.join.destroy();
+      this.lane = undefined;
+    }
     this.zeros.free();
     this.sink.free();
   }

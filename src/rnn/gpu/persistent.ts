@@ -35,6 +35,7 @@ import { UserError } from "../../util/errors.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
+  fitsWithin,
   gatesOf,
   largestPersistentHidden,
   planRnnLayer,
@@ -311,8 +312,8 @@ export abstract class RnnLayerBase {
     this.forwardRecurrent(a);
   }
 
-  /** The weight gradients (accumulated) and dx, each one GEMM over all steps. */
-  backwardGemms(a: BackwardArgs, inputSize: number): void {
+  /** The weight gradients (accumulated) and (unless `withDx` is false) dx, each one GEMM over all steps. */
+  backwardGemms(a: BackwardArgs, inputSize: number, withDx = true): void {
     const { total } = a.steps;
     const H = this.hidden;
     const GH = this.G * H;
@@ -337,7 +338,17 @@ export abstract class RnnLayerBase {
     ]);
     cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreX, trans: true, x: a.ws.ones, y: a.grads.bih, beta: 1 });
     cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
-    cb.sgemmRowMajor(h, {
+    if (withDx) this.inputGradient(a, inputSize);
+  }
+
+  /**
+   * dx (= or += by `a.dxAccumulate`) from the gate gradients of a finished backward, one GEMM on this layer's stream
+   * (any layer object of the same cell and size can run it: it reads only `a`).
+   */
+  inputGradient(a: BackwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const GH = this.G * this.hidden;
+    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
       m: total,
       n: inputSize,
       k: GH,
@@ -365,6 +376,11 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
    * VPPS_RNN_REPLICAS if set, else the cost model picks per batch.
    */
   readonly replicas?: number;
+  /**
+   * The most CTAs a launch may use, so that a concurrent persistent launch (the other direction of a bidirectional
+   * layer, on another stream) is co-resident with it; create refuses a layer with no layout that small.
+   */
+  readonly maxCtas?: number;
 }
 
 /** The compiled kernels of one layout (units per CTA) of a layer. */
@@ -537,7 +553,14 @@ export class PersistentRnnLayer extends RnnLayerBase {
     // VPPS_RNN_CLUSTER=0/1: the kernels without / with clusters (and so multicast) whatever the plan, for comparisons
     const env = process.env.VPPS_RNN_CLUSTER;
     const opts = env === "0" || env === "1" ? { ...options, cluster: env === "1" } : options;
-    return new PersistentRnnLayer(gpu, cell, hidden, precision, rnnLayouts(cell, hidden, model, precision), opts);
+    const layouts = rnnLayouts(cell, hidden, model, precision);
+    if (opts.maxCtas !== undefined && !fitsWithin(layouts, opts.maxCtas)) {
+      throw new RnnDoesNotFitError(
+        `persistent ${cell}, hidden ${hidden}: no layout runs within ${opts.maxCtas} CTAs (the narrowest needs ` +
+          `${layouts.at(-1)!.forward.ctas})`,
+      );
+    }
+    return new PersistentRnnLayer(gpu, cell, hidden, precision, layouts, opts);
   }
 
   /** The layout and replicas a launch over `batch` sequences uses (the benchmark prints them). */
@@ -549,11 +572,11 @@ export class PersistentRnnLayer extends RnnLayerBase {
   /** The layout (compiled) and replicas for a batch; a layout whose kernels spill is dropped and the choice redone. */
   private choose(batch: number): { layout: RnnLayout; replicas: number; k: LayoutKernels } {
     for (;;) {
-      const c = chooseRnnLaunch(this.usable, batch, this.forcedReplicas);
+      const c = chooseRnnLaunch(this.usable, batch, this.forcedReplicas, this.options.maxCtas);
       try {
         return { ...c, k: this.kernelsOf(c.layout) };
       } catch (e) {
-        if (!(e instanceof KernelSpillError) || c.layout === this.layouts[0]) throw e;
+        if (!(e instanceof KernelSpillError) || c.layout === this.layouts[0] || this.usable.length === 1) throw e;
         this.usable = this.usable.filter((l) => l !== c.layout);
       }
     }
