@@ -15,7 +15,7 @@
  * after the join.
  */
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { type CudaDevice, CudaEvent, CudaStream, type DevicePtr } from "../../cuda/index.js";
+import { type CudaDevice, CudaEvent, CudaStream, type DevicePtr, PinnedBuffer } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { gatesOf } from "../../ops/recurrent.js";
 import { rnnNode } from "../../ops/recurrent-op.js";
@@ -74,6 +74,12 @@ interface Lane {
   readonly join: CudaEvent;
 }
 
+interface StepTable {
+  readonly ptr: DevicePtr;
+  readonly host: PinnedBuffer;
+  readonly ints: number;
+}
+
 interface NodeState {
   /** The layer of each direction (a pair's two, or the same one twice). */
   readonly layers: readonly RnnLayerBase[];
@@ -98,9 +104,13 @@ export class EagerRnn {
   private readonly zeros: Grown;
   /** Written and never read: hn, cn, dh0, dc0 and an absent b_hh's gradient. */
   private readonly sink: Grown;
-  /** Step tables (batch sizes, offsets) of the current graph's nodes, and those free for reuse (ints each holds). */
-  private readonly stepTables: { ptr: DevicePtr; ints: number }[] = [];
-  private readonly freeTables: { ptr: DevicePtr; ints: number }[] = [];
+  /**
+   * Step tables (batch sizes, offsets) of the current graph's nodes, and those free for reuse (ints each holds), each
+   * with a pinned host copy: an upload from pageable memory may wait for the stream's earlier work, which would keep
+   * the host from building the next batch while the GPU runs this one.
+   */
+  private readonly stepTables: StepTable[] = [];
+  private readonly freeTables: StepTable[] = [];
   /** The one-line notices of layers run on the stepwise path (`vpps train` prints them once each). */
   readonly notices: string[] = [];
 
@@ -209,11 +219,15 @@ export class EagerRnn {
 
   private upload(data: Int32Array): DevicePtr {
     const k = this.freeTables.findIndex((t) => t.ints >= data.length);
-    const table =
-      k >= 0
-        ? this.freeTables.splice(k, 1)[0]!
-        : { ptr: this.ctx.device.driver.memAlloc(4 * Math.max(64, data.length)), ints: Math.max(64, data.length) };
-    this.ctx.device.driver.memcpyHtoDAsync(table.ptr, data, 4 * data.length, this.ctx.stream.handle);
+    let table: StepTable;
+    if (k >= 0) table = this.freeTables.splice(k, 1)[0]!;
+    else {
+      const ints = Math.max(64, data.length);
+      table = { ptr: this.ctx.device.driver.memAlloc(4 * ints), host: PinnedBuffer.alloc(4 * ints), ints };
+    }
+    // the pinned copy is not written again before the copy is done: tables are reused only after renew() waited
+    table.host.i32.set(data);
+    this.ctx.device.driver.memcpyHtoDAsync(table.ptr, table.host.u8, 4 * data.length, this.ctx.stream.handle);
     this.stepTables.push(table);
     return table.ptr;
   }
@@ -328,7 +342,10 @@ export class EagerRnn {
     this.live.clear();
     for (const list of this.free.values()) for (const ws of list) ws.dispose();
     this.free.clear();
-    for (const t of [...this.stepTables.splice(0), ...this.freeTables.splice(0)]) this.ctx.device.driver.memFree(t.ptr);
+    for (const t of [...this.stepTables.splice(0), ...this.freeTables.splice(0)]) {
+      this.ctx.device.driver.memFree(t.ptr);
+      t.host.free();
+    }
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
     for (const p of this.pairs.values()) {
