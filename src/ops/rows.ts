@@ -180,6 +180,20 @@ const lookupRowsOp: OpDefinition = {
   backward() {},
 };
 
+/** Where affineRows node i's operands lie in the value (and gradient) buffer, and its sizes: Y [n, m], W [m, k]. */
+function affineRowsOperands(g: ComputationGraph, i: number) {
+  const wn = g.arg(i, 1);
+  return {
+    y: g.valueOffset[i]!,
+    b: g.valueOffset[g.arg(i, 0)]!,
+    w: g.valueOffset[wn]!,
+    x: g.valueOffset[g.arg(i, 2)]!,
+    m: g.rows[wn]!,
+    k: g.cols[wn]!,
+    n: g.rows[i]!,
+  };
+}
+
 const affineRowsOp: OpDefinition = {
   signature(_g, i, key) {
     key[1] = i;
@@ -187,14 +201,7 @@ const affineRowsOp: OpDefinition = {
   },
   // per row, affine's order: y = b, then y += (Σ_c W[r,c]·x[c])
   forward(g, i, v) {
-    const y = g.valueOffset[i]!;
-    const b = g.valueOffset[g.arg(i, 0)]!;
-    const wn = g.arg(i, 1);
-    const w = g.valueOffset[wn]!;
-    const x = g.valueOffset[g.arg(i, 2)]!;
-    const m = g.rows[wn]!;
-    const k = g.cols[wn]!;
-    const n = g.rows[i]!;
+    const { y, b, w, x, m, k, n } = affineRowsOperands(g, i);
     for (let row = 0; row < n; row++) {
       const yr = y + row * m;
       const xr = x + row * k;
@@ -208,14 +215,7 @@ const affineRowsOp: OpDefinition = {
   },
   // db += dy[n], dW += dy[n]·X[n]ᵀ, dX[n] += Wᵀ·dy[n], rows in order
   backward(g, i, v, d) {
-    const y = g.valueOffset[i]!;
-    const b = g.valueOffset[g.arg(i, 0)]!;
-    const wn = g.arg(i, 1);
-    const w = g.valueOffset[wn]!;
-    const x = g.valueOffset[g.arg(i, 2)]!;
-    const m = g.rows[wn]!;
-    const k = g.cols[wn]!;
-    const n = g.rows[i]!;
+    const { y, b, w, x, m, k, n } = affineRowsOperands(g, i);
     for (let row = 0; row < n; row++) {
       const yr = y + row * m;
       const xr = x + row * k;
@@ -242,6 +242,12 @@ function logSumExp(v: Buf, x: number, c: number): number {
   return m + Math.log(s);
 }
 
+/** Where pickNegLogSoftmaxRows node i's operands lie in the value (and gradient) buffer: X [n, c], n labels. */
+function pickRowsOperands(g: ComputationGraph, i: number) {
+  const xn = g.arg(i, 0);
+  return { x: g.valueOffset[xn]!, labels: g.valueOffset[g.arg(i, 1)]!, n: g.rows[xn]!, c: g.cols[xn]! };
+}
+
 const pickNegLogSoftmaxRowsOp: OpDefinition = {
   signature(_g, i, key) {
     key[1] = i;
@@ -249,11 +255,7 @@ const pickNegLogSoftmaxRowsOp: OpDefinition = {
   },
   // y = Σₙ (log Z(X[n]) − X[n, label n]), rows in order
   forward(g, i, v) {
-    const xn = g.arg(i, 0);
-    const x = g.valueOffset[xn]!;
-    const labels = g.valueOffset[g.arg(i, 1)]!;
-    const n = g.rows[xn]!;
-    const c = g.cols[xn]!;
+    const { x, labels, n, c } = pickRowsOperands(g, i);
     let total = 0;
     for (let row = 0; row < n; row++) {
       const xr = x + row * c;
@@ -263,11 +265,7 @@ const pickNegLogSoftmaxRowsOp: OpDefinition = {
   },
   // dX[n] += dy · (softmax(X[n]) − onehot(label n))
   backward(g, i, v, d) {
-    const xn = g.arg(i, 0);
-    const x = g.valueOffset[xn]!;
-    const labels = g.valueOffset[g.arg(i, 1)]!;
-    const n = g.rows[xn]!;
-    const c = g.cols[xn]!;
+    const { x, labels, n, c } = pickRowsOperands(g, i);
     const gy = d[g.valueOffset[i]!]!;
     for (let row = 0; row < n; row++) {
       const xr = x + row * c;
