@@ -328,12 +328,52 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 `;
 
+/**
+ * Settling polled entries: entry e of a thread is float4 idx = threadIdx.x + e·NT of the rows in shared memory (row
+ * idx / PER_ROW, chunk idx % PER_ROW). Both loads below end in settle_group: for a group of up to 32 entries, `pending`
+ * marks those still −0.0 (or, with `inflight`, whose cp.async copies were just issued); each round waits for the
+ * copies, re-checks in shared memory and re-issues only those still pending, so a round costs one L2 round trip
+ * whatever the number of values. Returns false if a value never arrived (status written) or another CTA failed.
+ */
+const SETTLE = `${CP_ASYNC}
+template <typename RowOf>
+__device__ __forceinline__ bool settle_group(float4* vs4, int e0, u32 pending, bool inflight, RowOf row_of,
+                                             int* status, int step) {
+  constexpr int PER_ROW = K / 4;
+  u32 spins = 0;
+  while (pending != 0) {
+    if (!inflight) {
+      for (u32 m = pending; m != 0; m &= m - 1) {
+        const int idx = threadIdx.x + (e0 + __ffs(m) - 1) * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
+        bool poll = false;
+        cp_async16(vs4 + b * (KP / 4) + q, row_of(b, poll) + 4 * q);
+      }
+    }
+    inflight = false;
+    cp_async_wait_all();
+    u32 still = 0;
+    for (u32 m = pending; m != 0; m &= m - 1) {
+      const int e = e0 + __ffs(m) - 1;
+      const int idx = threadIdx.x + e * NT;
+      if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) still |= 1u << (e - e0);
+    }
+    pending = still;
+    if (pending == 0) break;
+    if (++spins > kBarrierSpinLimit) {
+      const int idx = threadIdx.x + (e0 + __ffs(pending) - 1) * NT;
+      report_error(status, kErrPollTimeout, step, idx / PER_ROW, 4 * (idx % PER_ROW), -1);
+      return false;
+    }
+    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+  }
+  return true;
+}`;
+
 /** Loads a tile's vector rows into shared memory (polling rows other CTAs publish); zero rows where `src` is null. */
-const LOAD_TILE = `${CP_ASYNC}
-// Rows b < nslots of the shared buffer are filled: row b < nrows from row_of(b, poll) (K floats, 16-byte aligned), polled when 'poll' is set, or is zero
-// (null). Polled values are copied global → shared by cp.async (L2, no registers), all of a thread's at once; the
-// thread then checks them in shared memory and re-issues only those still pending, so every round costs one L2
-// round trip whatever the number of values. Returns false if a value never arrived (status written).
+const LOAD_TILE = `${SETTLE}
+// Rows b < nslots of the shared buffer are filled: row b < nrows from row_of(b, poll) (K floats, 16-byte aligned),
+// polled when 'poll' is set, or is zero (null). Polled values are copied global → shared by cp.async (L2, no
+// registers), 32 entries of a thread at a time, then settled.
 template <typename RowOf>
 __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, RowOf row_of, int* status, int step) {
   constexpr int PER_ROW = K / 4;
@@ -357,30 +397,7 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
         pending |= 1u << (e - e0);
       }
     }
-    u32 spins = 0;
-    while (pending != 0) {
-      cp_async_wait_all();
-      u32 still = 0;
-      for (u32 m = pending; m != 0; m &= m - 1) {
-        const int e = e0 + __ffs(m) - 1;
-        const int idx = threadIdx.x + e * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
-        if (pending4(vs4[b * (KP / 4) + q])) still |= 1u << (e - e0);
-      }
-      pending = still;
-      if (pending == 0) break;
-      if (++spins > kBarrierSpinLimit) {
-        const int idx = threadIdx.x + (e0 + __ffs(pending) - 1) * NT;
-        report_error(status, kErrPollTimeout, step, idx / PER_ROW, 4 * (idx % PER_ROW), -1);
-        return false;
-      }
-      if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
-      for (u32 m = pending; m != 0; m &= m - 1) {
-        const int e = e0 + __ffs(m) - 1;
-        const int idx = threadIdx.x + e * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
-        bool poll = false;
-        cp_async16(vs4 + b * (KP / 4) + q, row_of(b, poll) + 4 * q);
-      }
-    }
+    if (!settle_group(vs4, e0, pending, true, row_of, status, step)) return false;
   }
   return true;
 }`;
@@ -388,7 +405,7 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
 /**
  * The whole batch's rows in one buffer through the CTA pair's multicast: each CTA copies every other polled row
  * (one bulk copy per row, to both CTAs), the plain rows are loaded directly, and after the barrier every thread
- * checks its entries and re-fetches those still pending, as load_tile does.
+ * settles its entries that were still −0.0 when the copy read them, as load_tile does.
  */
 const LOAD_TILE_MC = `
 template <typename RowOf>
@@ -425,7 +442,7 @@ __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots,
     }
     if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
   }
-  // values published after the copy read them are still −0.0: re-fetch those, 32 entries of a thread at a time
+  // values published after the copy read them are still −0.0: settle those, 32 entries of a thread at a time
   const int TP = npolled * PER_ROW;
   const int E = (TP + NT - 1) / NT;
   #pragma unroll 1
@@ -437,26 +454,7 @@ __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots,
       if (idx >= TP) break;
       if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) pending |= 1u << (e - e0);
     }
-    while (pending != 0) {
-      for (u32 m = pending; m != 0; m &= m - 1) {
-        const int idx = threadIdx.x + (e0 + __ffs(m) - 1) * NT, b = idx / PER_ROW, q = idx - b * PER_ROW;
-        bool poll = false;
-        cp_async16(vs4 + b * (KP / 4) + q, row_of(b, poll) + 4 * q);
-      }
-      cp_async_wait_all();
-      u32 still = 0;
-      for (u32 m = pending; m != 0; m &= m - 1) {
-        const int e = e0 + __ffs(m) - 1;
-        const int idx = threadIdx.x + e * NT;
-        if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) still |= 1u << (e - e0);
-      }
-      pending = still;
-      if (pending != 0 && ++spins > kBarrierSpinLimit) {
-        const int idx = threadIdx.x + (e0 + __ffs(pending) - 1) * NT;
-        report_error(status, kErrPollTimeout, step, idx / PER_ROW, 4 * (idx % PER_ROW), -1);
-        return false;
-      }
-    }
+    if (!settle_group(vs4, e0, pending, false, row_of, status, step)) return false;
   }
   return true;
 }`;
