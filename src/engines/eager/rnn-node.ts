@@ -192,7 +192,9 @@ export class EagerRnn {
   private renew(g: ComputationGraph): void {
     if (this.liveGraph === g && this.liveGeneration === g.generation) return;
     // the previous graph's launches are done by now (its loss was read): a failed one is reported here, once
-    for (const s of this.live.values()) s.ws.forEach((ws, d) => s.layers[d]!.checkStatus(ws));
+    for (const s of this.live.values()) {
+      for (const [d, ws] of s.ws.entries()) s.layers[d]!.checkStatus(ws);
+    }
     for (const s of this.live.values()) {
       for (const ws of s.ws) this.release(ws);
     }
