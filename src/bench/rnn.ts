@@ -47,6 +47,9 @@ export interface RnnBenchRow {
   readonly forwardMs?: number;
   readonly forwardBackwardMs?: number;
   readonly backwardRecurrentMs?: number;
+  /** The input projection GEMM (+ bias) alone, and the backward's GEMMs (weight gradients, dx) alone. */
+  readonly projectionMs?: number;
+  readonly backwardGemmsMs?: number;
   /** Of the recurrent product in the forward recurrent part. */
   readonly recurrentTflops?: number;
   readonly perStepUs?: number;
@@ -176,10 +179,14 @@ export function runRnnBench(
           const fwd: number[] = [];
           const fb: number[] = [];
           const brec: number[] = [];
+          const proj: number[] = [];
+          const bg: number[] = [];
           for (let r = 0; r < o.repeats; r++) {
             rec.push(time(() => layer.forwardRecurrent(a)));
             fwd.push(time(() => layer.forward(a, H)));
             brec.push(time(() => layer.backwardRecurrent(a)));
+            proj.push(time(() => layer.inputProjection(a, H)));
+            bg.push(time(() => layer.backwardGemms(a, H)));
             fb.push(
               time(() => {
                 layer.forward(a, H);
@@ -214,6 +221,8 @@ export function runRnnBench(
             recurrentMs,
             forwardMs: median(fwd),
             backwardRecurrentMs: median(brec),
+            projectionMs: median(proj),
+            backwardGemmsMs: median(bg),
             forwardBackwardMs: median(fb),
             recurrentTflops: flops / (recurrentMs * 1e-3) / 1e12,
             perStepUs: (recurrentMs * 1000) / o.steps,
