@@ -197,7 +197,8 @@ export class EmulatedAutobatchDevice implements AutobatchDevice {
           const x = rec(1) + n * cl;
           const logZ = this.rowLoss(x, cl);
           const label = P[rec(2) + n]!;
-          for (let j = 0; j < cl; j++) P[rec(0) + n * cl + j]! += g * (Math.exp(P[x + j]! - logZ) - (j === label ? 1 : 0));
+          for (let j = 0; j < cl; j++)
+            P[rec(0) + n * cl + j]! += g * (Math.exp(P[x + j]! - logZ) - (j === label ? 1 : 0));
         }
         return;
       }
