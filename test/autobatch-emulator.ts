@@ -6,12 +6,13 @@
  */
 
 import { type RowMajorGemm, rowMajorGemm } from "../src/cuda/index.js";
-import type { DeviceCommand } from "../src/engines/autobatch/cuda-backend.js";
+import type { DeviceCommand, NodeCommand } from "../src/engines/autobatch/cuda-backend.js";
 import { AB_BIAS_CHUNK, AB_NONE, BinaryCode, UnaryCode } from "../src/engines/autobatch/cuda-kernels.js";
 import type { AutobatchDevice, AutobatchLaunchCounts } from "../src/engines/autobatch/gpu-engine.js";
 import type { ComputationGraph, Expression } from "../src/graph/graph.js";
 import { type LookupParameter, ParameterCollection } from "../src/model/parameters.js";
 import { affine, input, lstmCell, matVec, pickNegLogSoftmax, pickRange, sigmoid, sum, tanh } from "../src/ops/index.js";
+import { OPS } from "../src/ops/registry.js";
 import type { Trainer } from "../src/optim/trainers.js";
 import { randomUniform } from "../src/util/random.js";
 
@@ -152,6 +153,10 @@ export class EmulatedAutobatchDevice implements AutobatchDevice {
       this.counts.cublas++;
       return;
     }
+    if (c.kind === "node") {
+      this.node(c);
+      return;
+    }
     this.counts.kernels++;
     const a = c.args.map((x) => x.value);
     const W = this.words;
@@ -169,6 +174,31 @@ export class EmulatedAutobatchDevice implements AutobatchDevice {
         for (let j = 0; j < n; j++) {
           const b = rec(2 * j + 1);
           for (let r = 0; r < m; r++) P[rec(2 * j) + r] = (b === AB_NONE ? 0 : P[b + r]!) + P[Y + j * m + r]!;
+        }
+        return;
+      }
+      case "ab_nll_softmax_rows": {
+        // one block: the threads' row sums, then their tree (the order the kernel adds in)
+        const [rows, cl] = a as [number, number];
+        const red = new Float32Array(c.block);
+        for (let n = 0; n < rows; n++) {
+          const x = rec(1) + n * cl;
+          const label = P[rec(2) + n]!;
+          red[n % c.block] = Math.fround(red[n % c.block]! + this.rowLoss(x, cl) - P[x + label]!);
+        }
+        for (let h = c.block / 2; h > 0; h >>= 1) for (let t = 0; t < h; t++) red[t] = red[t]! + red[t + h]!;
+        P[rec(0)] = red[0]!;
+        return;
+      }
+      case "ab_nll_softmax_rows_backward": {
+        const [rows, cl] = a as [number, number];
+        const g = P[rec(3)]!;
+        for (let n = 0; n < rows; n++) {
+          const x = rec(1) + n * cl;
+          const logZ = this.rowLoss(x, cl);
+          const label = P[rec(2) + n]!;
+          for (let j = 0; j < cl; j++)
+            P[rec(0) + n * cl + j]! += g * (Math.exp(P[x + j]! - logZ) - (j === label ? 1 : 0));
         }
         return;
       }
@@ -193,6 +223,48 @@ export class EmulatedAutobatchDevice implements AutobatchDevice {
     for (let j = 0; j < n; j++) {
       for (let r = 0; r < len; r++) this.element(c.name, (k) => rec(j * stride(c.name, extra) + k), r, len, extra);
     }
+  }
+
+  /** log Σⱼ exp(x[j]) of the c values at pool offset x, the maximum subtracted first. */
+  private rowLoss(x: number, c: number): number {
+    const P = this.pool;
+    let m = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j < c; j++) m = Math.max(m, P[x + j]!);
+    let s = 0;
+    for (let j = 0; j < c; j++) s += Math.exp(P[x + j]! - m);
+    return m + Math.log(s);
+  }
+
+  /**
+   * A node command by the CPU reference (src/ops): the node's and its arguments' values (and gradients) copied from
+   * their pool offsets into buffers at the graph's value offsets, the op run there, and what it wrote copied back —
+   * so the offsets and the accumulation (+= into the arguments' gradients) are checked, the GPU math by the GPU tests.
+   */
+  private node(c: NodeCommand): void {
+    const { g, node } = c;
+    const P = this.pool;
+    const ids = [node, ...Array.from({ length: g.argCount[node]! }, (_, a) => g.arg(node, a))];
+    const v = new Float32Array(g.valueSize);
+    const d = new Float32Array(g.valueSize);
+    ids.forEach((id, k) => {
+      const n = g.rows[id]! * g.cols[id]!;
+      v.set(P.subarray(c.val[k]!, c.val[k]! + n), g.valueOffset[id]!);
+      if (c.backward) d.set(P.subarray(c.grad[k]!, c.grad[k]! + n), g.valueOffset[id]!);
+    });
+    if (!c.backward) {
+      OPS[c.op]!.forward(g, node, v);
+      const n = g.rows[node]! * g.cols[node]!;
+      P.set(v.subarray(g.valueOffset[node]!, g.valueOffset[node]! + n), c.val[0]!);
+      return;
+    }
+    OPS[c.op]!.backward(g, node, v, d);
+    const done = new Set<number>([node]);
+    ids.forEach((id, k) => {
+      if (done.has(id)) return;
+      done.add(id);
+      const n = g.rows[id]! * g.cols[id]!;
+      P.set(d.subarray(g.valueOffset[id]!, g.valueOffset[id]! + n), c.grad[k]!);
+    });
   }
 
   /** One thread's work of an element-wise kernel: element r of the node whose record `q` reads. */

@@ -1,6 +1,6 @@
 /**
  * The taggers' GPU test setup, shared by test/gpu/models-taggers.test.ts (every engine, both optimizers) and
- * test/gpu/taggers-rows.test.ts (--rnn persistent on eager): the two tasks at small sizes, the synthetic sentences
+ * test/gpu/taggers-rows.test.ts (--rnn persistent on eager and autobatch): the two tasks at small sizes, the synthetic sentences
  * and WikiNER, a batch's loss as a compareWithCpu case, and a few training steps checked against the CPU engine's
  * losses and weights. Not a test file: it runs only through those two.
  */

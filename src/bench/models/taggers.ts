@@ -17,8 +17,8 @@ export function taggerBench(title: string): BenchExtras {
         defaultValue: "steps",
         help:
           "the taggers' formulation the engines train: steps (an affine and a cell per word) or persistent (each " +
-          "batch as a handful of row-batch nodes around one rnn op; the eager and CPU engines run it, the " +
-          "autobatch GPU engine and VPPS refuse it); the PyTorch reference is the same function either way",
+          "batch as a handful of row-batch nodes around one rnn op; the eager, autobatch and CPU engines run it, " +
+          "VPPS refuses it); the PyTorch reference is the same function either way",
       },
     ],
     defaultData: () => (existsSync(join(WIKINER_DIR, "dev.txt")) ? WIKINER_DIR : undefined),

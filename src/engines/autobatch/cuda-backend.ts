@@ -14,6 +14,7 @@
 import { type KernelArg, karg, type RowMajorGemm } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
+import { lookupRowIds } from "../../ops/rows.js";
 import { gridFor } from "../gpu/parameters.js";
 import { AB_BLOCK, type AutobatchKernelName } from "./cuda-kernels.js";
 import { ProductEncoder } from "./cuda-products.js";
@@ -33,7 +34,25 @@ export type DeviceCommand =
       readonly args: readonly KernelArg[];
     }
   | { readonly kind: "gemm"; readonly gemm: RowMajorGemm<number> }
-  | { readonly kind: "fill"; readonly offset: number; readonly count: number; readonly value: number };
+  | { readonly kind: "fill"; readonly offset: number; readonly count: number; readonly value: number }
+  | NodeCommand;
+
+/**
+ * One node computed on its own by the device, with the eager engine's implementation (the rnn op: a node is a whole
+ * packed batch already, so there is nothing to batch across nodes; src/engines/gpu/rnn-node.ts). Forward writes the
+ * node's value; backward adds (+=) its gradient into its arguments' gradients, as every backward command does.
+ */
+export interface NodeCommand {
+  readonly kind: "node";
+  readonly op: Op;
+  readonly backward: boolean;
+  readonly g: ComputationGraph;
+  readonly node: number;
+  /** Pool offsets of the node's value, then of each argument's value, in argument order. */
+  readonly val: Uint32Array;
+  /** The same for the gradients. */
+  readonly grad: Uint32Array;
+}
 
 /** A pass ready to issue: upload `table` to pool offset `tableOffset`, then run `commands` in order. */
 export interface EncodedPass {
@@ -86,7 +105,13 @@ export class CudaBatchBackend implements BatchBackend {
   private commands: DeviceCommand[] = [];
 
   private readonly products = new ProductEncoder(this);
-  private reusable = { y: { off: 0, cap: 0 }, dy: { off: 0, cap: 0 }, dx: { off: 0, cap: 0 }, x: { off: 0, cap: 0 } };
+  private reusable = {
+    y: { off: 0, cap: 0 },
+    dy: { off: 0, cap: 0 },
+    dx: { off: 0, cap: 0 },
+    x: { off: 0, cap: 0 },
+    ones: { off: 0, cap: 0 },
+  };
 
   constructor(private readonly site: ParameterSite) {}
 
@@ -224,6 +249,41 @@ export class CudaBatchBackend implements BatchBackend {
     this.segments("ab_add_segments", pos, end - start, dim);
   }
 
+  /** lookupRows node i: row n of its value is row ids[n] of the table, one segment copy per row. */
+  lookupRowsForward(g: ComputationGraph, i: number): void {
+    const dim = g.cols[i]!;
+    const base = this.site.paramValueOffset(g.aux[i]!);
+    const ids = lookupRowIds(g, i);
+    const y = this.val[i]!;
+    const pos = this.reserve(3 * ids.length);
+    const w = this.words;
+    for (let n = 0, q = pos; n < ids.length; n++, q += 3) {
+      w[q] = base + ids[n]! * dim;
+      w[q + 1] = y + n * dim;
+      w[q + 2] = dim;
+    }
+    this.segments("ab_copy_segments", pos, ids.length, dim);
+  }
+
+  /** Adds each row's gradient into its table row (atomically: rows may repeat) and marks the rows touched, in order. */
+  lookupRowsBackward(g: ComputationGraph, i: number): void {
+    const table = g.aux[i]!;
+    const dim = g.cols[i]!;
+    const base = this.site.paramGradOffset(table);
+    const ids = lookupRowIds(g, i);
+    const dy = this.grad[i]!;
+    const pos = this.reserve(3 * ids.length);
+    const w = this.words;
+    for (let n = 0, q = pos; n < ids.length; n++, q += 3) {
+      const row = ids[n]!;
+      w[q] = dy + n * dim;
+      w[q + 1] = base + row * dim;
+      w[q + 2] = dim;
+      this.site.touch(table, row);
+    }
+    this.segments("ab_add_segments", pos, ids.length, dim);
+  }
+
   matrixForward(g: ComputationGraph, nodes: Int32Array, start: number, end: number): void {
     this.products.forward(g, nodes, start, end);
   }
@@ -284,6 +344,35 @@ export class CudaBatchBackend implements BatchBackend {
     if (r.cap < n) {
       r.cap = Math.max(n, 2 * r.cap);
       r.off = this.scratch(r.cap);
+    }
+    return r.off;
+  }
+
+  /** Appends node i as a command of its own (NodeCommand), with the offsets of its and its arguments' spaces. */
+  node(g: ComputationGraph, i: number, backward: boolean): void {
+    const count = g.argCount[i]!;
+    const val = new Uint32Array(count + 1);
+    const grad = new Uint32Array(count + 1);
+    val[0] = this.val[i]!;
+    grad[0] = this.grad[i]!;
+    for (let a = 0; a < count; a++) {
+      const x = g.arg(i, a);
+      val[a + 1] = this.val[x]!;
+      grad[a + 1] = this.grad[x]!;
+    }
+    this.commands.push({ kind: "node", op: g.op[i]! as Op, backward, g, node: i, val, grad });
+  }
+
+  /**
+   * Pool offset of at least n ones (affineRows' bias: Y = 1·bᵀ, db += dYᵀ·1 as GEMMs), filled where first placed in
+   * this graph (stream order makes later uses safe).
+   */
+  ones(n: number): number {
+    const r = this.reusable.ones;
+    if (r.cap < n) {
+      r.cap = Math.max(n, 2 * r.cap, 1024);
+      r.off = this.scratch(r.cap);
+      this.commands.push({ kind: "fill", offset: r.off, count: r.cap, value: 1 });
     }
     return r.off;
   }

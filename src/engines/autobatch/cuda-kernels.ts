@@ -12,6 +12,7 @@
 
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
+import { DEVICE_ROW_LOSS } from "../gpu/row-loss-source.js";
 
 /** Threads per block of the element-wise kernels. */
 export const AB_BLOCK = 256;
@@ -54,6 +55,8 @@ export const AUTOBATCH_KERNEL_NAMES = [
   "ab_sum_backward",
   "ab_nll_softmax",
   "ab_nll_softmax_backward",
+  "ab_nll_softmax_rows",
+  "ab_nll_softmax_rows_backward",
   "ab_lstm_cell",
   "ab_lstm_cell_backward",
   "ab_gemm_nt",
@@ -70,7 +73,7 @@ typedef unsigned int u32;
 #define AB_BIAS_CHUNK ${AB_BIAS_CHUNK}
 #define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)
 
-${DEVICE_ACTIVATIONS}${DEVICE_LSTM_CELL}
+${DEVICE_ACTIVATIONS}${DEVICE_LSTM_CELL}${DEVICE_ROW_LOSS}
 extern "C" {
 
 // ---- copies: lookups, concat, gathers of matrix columns, and their gradients ----
@@ -267,6 +270,17 @@ __global__ void ab_nll_softmax_backward(float* P, const u32* rec, int n, int len
     float logZ = P[q[3]] + P[q[2] + q[4]];
     atomicAdd(&P[q[1] + r], g * (expf(P[q[2] + r] - logZ) - (r == (int)q[4] ? 1.f : 0.f)));
   }
+}
+
+// the summed row loss of one pickNegLogSoftmaxRows node (X [rows, c]), the eager engine's sum (gpu/row-loss-source.ts);
+// one block of AB_BLOCK threads; rec [y, x, labels]
+__global__ void ab_nll_softmax_rows(float* P, const u32* rec, int rows, int c) {
+  vp_nll_softmax_rows_block<${AB_BLOCK}>(P + rec[0], P + rec[1], P + rec[2], rows, c);
+}
+// dX[n] += dy (softmax(X[n]) − onehot(label n)); a thread per row; rec [dx, x, labels, dy]
+__global__ void ab_nll_softmax_rows_backward(float* P, const u32* rec, int rows, int c) {
+  float g = P[rec[3]];
+  GRID_STRIDE(n, rows) vp_nll_softmax_row_backward(P + rec[0], P + rec[1], P + rec[2], g, n, c);
 }
 
 // ---- fused cells: [h; c] with k children; gates = [i; o; u; f_1 … f_k] ----

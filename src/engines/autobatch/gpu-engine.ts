@@ -7,17 +7,20 @@
 
 import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import { Op, opName } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
+import { GpuRnnNodes } from "../gpu/rnn-node.js";
 import {
   AuxOverflow,
   CudaBatchBackend,
   type DeviceCommand,
   type EncodedPass,
+  type NodeCommand,
   type ParameterSite,
 } from "./cuda-backend.js";
 import {
@@ -79,6 +82,10 @@ export class CudaAutobatchDevice implements AutobatchDevice {
   private next = 0;
   private readonly counts: AutobatchLaunchCounts = { kernels: 0, cublas: 0, copies: 0 };
   private readonly base: number;
+  /** Node commands: device addresses by node id (set for the node and its arguments), and the rnn op's state. */
+  private nodeVal = new Float64Array(1024);
+  private nodeGrad = new Float64Array(1024);
+  private rnn: GpuRnnNodes | undefined;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -154,10 +161,36 @@ export class CudaAutobatchDevice implements AutobatchDevice {
       const call: RowMajorGemm<number> = { ...g, A: at(g.A), B: at(g.B), C: at(g.C) };
       ctx.cublas.sgemmRowMajor(ctx.cublasHandle, call);
       this.counts.cublas++;
+    } else if (c.kind === "node") {
+      this.runNode(c);
     } else {
       ctx.device.driver.memsetD32Async(ctx.pool.ptr(c.offset), floatBits(c.value), c.count, ctx.stream.handle);
       this.counts.copies++;
     }
+  }
+
+  /**
+   * A node computed on its own (the rnn op) by the eager engine's implementation, on the engine's stream and cuBLAS
+   * handle: the node's and its arguments' addresses are set from the command's offsets (only those are read).
+   */
+  private runNode(c: NodeCommand): void {
+    if (c.op !== Op.Rnn) throw new Error(`autobatch (GPU): no node command for ${opName(c.op)} (only rnn has one)`);
+    const { g, node } = c;
+    if (this.nodeVal.length < g.size) {
+      this.nodeVal = new Float64Array(Math.max(g.size, 2 * this.nodeVal.length));
+      this.nodeGrad = new Float64Array(this.nodeVal.length);
+    }
+    const at = (offset: number) => this.base + 4 * offset;
+    this.nodeVal[node] = at(c.val[0]!);
+    this.nodeGrad[node] = at(c.grad[0]!);
+    for (let a = 0; a < g.argCount[node]!; a++) {
+      const x = g.arg(node, a);
+      this.nodeVal[x] = at(c.val[a + 1]!);
+      this.nodeGrad[x] = at(c.grad[a + 1]!);
+    }
+    this.rnn ??= new GpuRnnNodes(this.ctx, "autobatch (GPU)");
+    if (c.backward) this.rnn.backward(g, node, this.nodeVal, this.nodeGrad);
+    else this.rnn.forward(g, node, this.nodeVal);
   }
 
   /** Launches a packed row-major GEMM as one of our kernels; false if it is not one of their three shapes. */
@@ -214,7 +247,11 @@ export class CudaAutobatchDevice implements AutobatchDevice {
 
   dispose(): void {
     try {
-      this.parameters.dispose();
+      try {
+        this.rnn?.dispose();
+      } finally {
+        this.parameters.dispose();
+      }
     } finally {
       this.ctx.dispose();
     }

@@ -110,13 +110,89 @@ const view: BatchedKernel = {
 };
 
 /** Why the image ops that are not views have no batched kernel (yet). */
-const RNN_OP =
-  "the persistent RNN kernel is not wired into the GPU engines yet (docs/RNN.md); use --rnn steps, or the CPU engines";
-/** Why the row-batch ops have no batched kernel: each node is a whole batch already. */
-const ROW_OPS =
-  "a row-batch op is a whole batch in one node already (src/ops/rows.ts); it runs on the eager engine and the CPU " +
-  "engines; build the taggers with --rnn steps for this engine";
 const IMAGE_OPS = "image ops run on the eager engine (per-sample im2col + cuBLAS, docs/GLP4NN.md)";
+
+/**
+ * The rnn op, node by node: each node is a packed batch of sequences, run by the device with the eager engine's
+ * implementation (src/engines/gpu/rnn-node.ts) at the node's offsets (a NodeCommand).
+ */
+const rnn: BatchedKernel = {
+  forward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) w.node(g, nodes[p]!, false);
+  },
+  backward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) w.node(g, nodes[p]!, true);
+  },
+};
+
+/** lookupRows: a segment copy per row, as lookup batches are (CudaBatchBackend.lookupRowsForward). */
+const lookupRows: BatchedKernel = {
+  forward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) w.lookupRowsForward(g, nodes[p]!);
+  },
+  backward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) w.lookupRowsBackward(g, nodes[p]!);
+  },
+};
+
+/**
+ * affineRows, Y [N, M] = X [N, K]·Wᵀ + b, as GEMMs on the node's own operands (the eager engine's products):
+ * Y = 1·bᵀ (k = 1, exact), then Y += X·Wᵀ; backward dX += dY·W, dW += dYᵀ·X, db += 1ᵀ·dY (cuBLAS sums in a fixed
+ * order, no atomics).
+ */
+const affineRows: BatchedKernel = {
+  forward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) {
+      const i = nodes[p]!;
+      const [b, W, X] = [g.arg(i, 0), g.arg(i, 1), g.arg(i, 2)];
+      const [n, m, k] = [g.rows[i]!, g.rows[W]!, g.cols[W]!];
+      const y = w.val[i]!;
+      w.push({ kind: "gemm", gemm: { m: n, n: m, k: 1, A: w.ones(n), B: w.val[b]!, beta: 0, C: y } });
+      w.push({ kind: "gemm", gemm: { transB: true, m: n, n: m, k, A: w.val[X]!, B: w.val[W]!, beta: 1, C: y } });
+    }
+  },
+  backward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) {
+      const i = nodes[p]!;
+      const [b, W, X] = [g.arg(i, 0), g.arg(i, 1), g.arg(i, 2)];
+      const [n, m, k] = [g.rows[i]!, g.rows[W]!, g.cols[W]!];
+      const dy = w.grad[i]!;
+      w.push({ kind: "gemm", gemm: { m: n, n: k, k: m, A: dy, B: w.val[W]!, beta: 1, C: w.grad[X]! } });
+      w.push({ kind: "gemm", gemm: { transA: true, m, n: k, k: n, A: dy, B: w.val[X]!, beta: 1, C: w.grad[W]! } });
+      w.push({ kind: "gemm", gemm: { m: 1, n: m, k: n, A: w.ones(n), B: dy, beta: 1, C: w.grad[b]! } });
+    }
+  },
+};
+
+/** The summed row loss: one block per node, the eager engine's fixed-order sum; backward a thread per row. */
+const pickNegLogSoftmaxRows: BatchedKernel = {
+  forward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) {
+      const i = nodes[p]!;
+      const x = g.arg(i, 0);
+      const pos = w.records(nodes, p, p + 1, 3, (_, q, r) => {
+        r[q] = w.val[i]!;
+        r[q + 1] = w.val[x]!;
+        r[q + 2] = w.val[g.arg(i, 1)]!;
+      });
+      w.kernel("ab_nll_softmax_rows", 1, AB_BLOCK, pos, [karg.i32(g.rows[x]!), karg.i32(g.cols[x]!)]);
+    }
+  },
+  backward(w, g, nodes, start, end) {
+    for (let p = start; p < end; p++) {
+      const i = nodes[p]!;
+      const x = g.arg(i, 0);
+      const pos = w.records(nodes, p, p + 1, 4, (_, q, r) => {
+        r[q] = w.grad[x]!;
+        r[q + 1] = w.val[x]!;
+        r[q + 2] = w.val[g.arg(i, 1)]!;
+        r[q + 3] = w.grad[i]!;
+      });
+      const rows = g.rows[x]!;
+      w.kernel("ab_nll_softmax_rows_backward", gridFor(rows), AB_BLOCK, pos, [karg.i32(rows), karg.i32(g.cols[x]!)]);
+    }
+  },
+};
 
 const table: OpTable<BatchedKernel> = {
   // uploaded with the pass's table (CudaBatchBackend.assignAddresses); nothing flows back
@@ -235,10 +311,11 @@ const table: OpTable<BatchedKernel> = {
   [Op.Conv2d]: unsupported(ENGINE, Op.Conv2d, IMAGE_OPS),
   [Op.MaxPool2d]: unsupported(ENGINE, Op.MaxPool2d, IMAGE_OPS),
   [Op.Flatten]: view,
-  [Op.Rnn]: unsupported(ENGINE, Op.Rnn, RNN_OP),
-  [Op.LookupRows]: unsupported(ENGINE, Op.LookupRows, ROW_OPS),
-  [Op.AffineRows]: unsupported(ENGINE, Op.AffineRows, ROW_OPS),
-  [Op.PickNegLogSoftmaxRows]: unsupported(ENGINE, Op.PickNegLogSoftmaxRows, ROW_OPS),
+  // the rest are whole batches in one node (never batched with another: their signature holds the node's id)
+  [Op.Rnn]: rnn,
+  [Op.LookupRows]: lookupRows,
+  [Op.AffineRows]: affineRows,
+  [Op.PickNegLogSoftmaxRows]: pickNegLogSoftmaxRows,
 };
 
 /** Ops that other steps run (executor.ts: parameter loads, lookups, products): `unsupported` here on purpose. */

@@ -333,7 +333,7 @@ const table: OpTable<EagerKernel> = {
       l.launch(l.k.vp_axpy, n, [karg.ptr(grad(l, g, i, 0)), karg.ptr(l.gradPtr[i]!), karg.f32(1), karg.i32(n)]);
     },
   },
-  // one layer direction of the persistent RNN per direction (rnn-node.ts), on the engine's stream
+  // one layer direction of the persistent RNN per direction (gpu/rnn-node.ts), on the engine's stream
   [Op.Rnn]: {
     forward(l, g, i) {
       l.rnn().forward(g, i, l.valPtr);

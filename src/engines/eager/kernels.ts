@@ -11,6 +11,7 @@
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
 import { GPU_BLOCK } from "../gpu/optimizer-kernels.js";
+import { DEVICE_ROW_LOSS } from "../gpu/row-loss-source.js";
 import { IMAGE_KERNEL_NAMES, IMAGE_KERNELS_SOURCE } from "./conv-kernels.js";
 
 /** The program name the eager kernels are compiled under (one module per context). */
@@ -64,8 +65,7 @@ export function eagerKernelSource(): string {
 typedef unsigned int u32;
 #define N_THREADS ${EAGER_BLOCK}
 #define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)
-${DEVICE_ACTIVATIONS}${DEVICE_LSTM_CELL}
-
+${DEVICE_ACTIVATIONS}${DEVICE_LSTM_CELL}${DEVICE_ROW_LOSS}
 // Child j's pointer, by selects rather than an indexed array, which would live in local memory (a stack frame).
 template <typename T>
 __device__ __forceinline__ T* vp_child(int j, T* p0, T* p1, T* p2, T* p3) {
@@ -248,42 +248,15 @@ __global__ void vp_scatter_add_rows(float* gtable, const float* base, const int*
 __global__ void vp_rows_bias(float* y, const float* b, int rows, int m) {
   GRID_STRIDE(i, rows * m) y[i] = b[i % m];
 }
-// y = Σ_n (log Σ_j exp(X[n, j]) − X[n, label n]) over the rows of X [rows, c]; one block. Thread t sums rows t,
-// t + blockDim, … in that order, then a fixed tree adds the threads' sums: the same float sum on every run
+// y = Σ_n (log Σ_j exp(X[n, j]) − X[n, label n]) over the rows of X [rows, c]; one block (gpu/row-loss-source.ts)
 __global__ void vp_nll_softmax_rows(float* y, const float* x, const float* labels, int rows, int c) {
-  __shared__ float red[N_THREADS];
-  float acc = 0.f;
-  for (int n = threadIdx.x; n < rows; n += blockDim.x) {
-    const float* xr = x + (long long)n * c;
-    float m = __int_as_float(0xff800000);  // −∞
-    for (int j = 0; j < c; j++) m = fmaxf(m, xr[j]);
-    float s = 0.f;
-    for (int j = 0; j < c; j++) s += expf(xr[j] - m);
-    acc += m + logf(s) - xr[(int)labels[n]];
-  }
-  red[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) y[0] = red[0];
+  vp_nll_softmax_rows_block<N_THREADS>(y, x, labels, rows, c);
 }
 // dX[n] += dy (softmax(X[n]) − onehot(label n)); one thread per row
 __global__ void vp_nll_softmax_rows_backward(float* dx, const float* x, const float* labels, const float* dy,
                                              int rows, int c) {
   float g = dy[0];
-  GRID_STRIDE(n, rows) {
-    const float* xr = x + (long long)n * c;
-    float* dr = dx + (long long)n * c;
-    float m = __int_as_float(0xff800000);
-    for (int j = 0; j < c; j++) m = fmaxf(m, xr[j]);
-    float s = 0.f;
-    for (int j = 0; j < c; j++) s += expf(xr[j] - m);
-    float logZ = m + logf(s);
-    int label = (int)labels[n];
-    for (int j = 0; j < c; j++) dr[j] += g * (expf(xr[j] - logZ) - (j == label ? 1.f : 0.f));
-  }
+  GRID_STRIDE(n, rows) vp_nll_softmax_row_backward(dx, x, labels, g, n, c);
 }
 
 ${IMAGE_KERNELS_SOURCE}

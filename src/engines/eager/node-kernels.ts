@@ -14,10 +14,10 @@ import {
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
+import { GpuRnnNodes } from "../gpu/rnn-node.js";
 import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
 import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
-import { EagerRnn } from "./rnn-node.js";
 
 /** Picks the runner (the lanes) for a convolution node's forward or backward. */
 export interface ConvChooser {
@@ -174,12 +174,12 @@ export class EagerNodeKernels {
   private onesPtr: DevicePtr = 0;
   private onesFloats = 0;
 
-  /** The `rnn` op's layers and workspaces (rnn-node.ts), made at the first rnn node. */
-  rnn(): EagerRnn {
-    this.rnnState ??= new EagerRnn(this.ctx);
+  /** The `rnn` op's layers and workspaces (gpu/rnn-node.ts), made at the first rnn node. */
+  rnn(): GpuRnnNodes {
+    this.rnnState ??= new GpuRnnNodes(this.ctx, "eager engine");
     return this.rnnState;
   }
-  private rnnState: EagerRnn | undefined;
+  private rnnState: GpuRnnNodes | undefined;
 
   /** Frees what the node kernels allocated for themselves (the convolutions' buffers, the rnn op's). */
   dispose(): void {

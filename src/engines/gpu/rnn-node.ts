@@ -1,10 +1,12 @@
 /**
- * The `rnn` graph op (src/ops/recurrent-op.ts) on the eager engine: each direction of the node runs as one layer
+ * The `rnn` graph op (src/ops/recurrent-op.ts) on the GPU engines (eager, node by node; autobatch, whose batches of
+ * this op are one node each, through its node commands): each direction of the node runs as one layer
  * direction of the persistent RNN (src/rnn/gpu/: the input projection GEMM, one persistent launch — or the stepwise
  * path for a layer the registers cannot hold — and, backward, the second persistent launch and the weight-gradient
  * GEMMs), on the node's value and gradient addresses: y's direction d is the column block d·H of [N, D·H], dx and
  * the weight gradients are accumulated like every other node's. What the backward needs (the forward's saved
- * activations) stays in a workspace per node and direction until the graph is renewed; workspaces are reused.
+ * activations) stays in a workspace per node and direction until the graph is renewed (or the node is computed
+ * again, as after an engine lays out a larger region); workspaces are reused.
  *
  * Everything runs on the engine's own stream (with its cuBLAS handle), also when the node's level is spread over the
  * stream pool: its arguments are complete there (the previous level joined back), and the next level forks after it.
@@ -29,7 +31,7 @@ import {
   RnnWorkspace,
 } from "../../rnn/gpu/persistent.js";
 import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
-import type { GpuContext } from "../gpu/context.js";
+import type { GpuContext } from "./context.js";
 
 /** A device buffer that grows (never shrinks), zero-filled on every growth. */
 class Grown {
@@ -88,7 +90,8 @@ interface NodeState {
   readonly steps: { dBatchSizes: DevicePtr; dOffsets: DevicePtr; batchSizes: Int32Array; offsets: Int32Array };
 }
 
-export class EagerRnn {
+/** The rnn nodes of one engine: their layers, workspaces and second stream; see the top of this file. */
+export class GpuRnnNodes {
   private readonly gpu: RnnGpu;
   private readonly layers = new Map<string, RnnLayerBase>();
   /** Direction pairs by `cell/H` (null: the layer has no layout within half the SMs, or concurrency is off). */
@@ -114,7 +117,11 @@ export class EagerRnn {
   /** The one-line notices of layers run on the stepwise path (`vpps train` prints them once each). */
   readonly notices: string[] = [];
 
-  constructor(private readonly ctx: GpuContext) {
+  /** `engine` names the engine in messages ("eager engine", "autobatch (GPU)"). */
+  constructor(
+    private readonly ctx: GpuContext,
+    private readonly engine: string,
+  ) {
     this.gpu = { device: ctx.device, stream: ctx.stream, cublas: ctx.cublas, cublasHandle: ctx.cublasHandle };
     this.zeros = new Grown(ctx.device);
     this.sink = new Grown(ctx.device);
@@ -256,6 +263,9 @@ export class EagerRnn {
     const steps = { batchSizes, offsets, dBatchSizes: this.upload(batchSizes), dOffsets: this.upload(offsets) };
     const zeros = this.zeros.atLeast(Math.max(B * H, GH));
     const sink = this.sink.atLeast(Math.max(B * H, GH));
+    // computed again in this graph (the engine started it over): the earlier run's workspaces go back first
+    const earlier = this.live.get(i);
+    if (earlier) for (const w of earlier.ws) this.release(w);
     const ws: RnnWorkspace[] = [];
     if (pair) this.fork();
     for (let d = 0; d < D; d++) {
@@ -290,7 +300,7 @@ export class EagerRnn {
   backward(g: ComputationGraph, i: number, valPtr: Float64Array, gradPtr: Float64Array): void {
     const state = this.live.get(i);
     if (!state || this.liveGraph !== g || this.liveGeneration !== g.generation) {
-      throw new Error(`eager engine: rnn node ${i}: backward without its forward in this graph`);
+      throw new Error(`${this.engine}: rnn node ${i}: backward without its forward in this graph`);
     }
     const r = rnnNode(g, i);
     const { hidden: H, rows: N, inputSize, directions: D } = r;
