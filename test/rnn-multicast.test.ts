@@ -6,6 +6,7 @@ import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import {
   backwardKernelSource,
   clustered,
+  clusterSize,
   forwardKernelSource,
   MULTICAST_MIN_WEIGHT_REGISTERS,
   multicastPays,
@@ -48,6 +49,18 @@ describe("the pair multicast", () => {
       assert.match(src, /mcx \? load_tile_mc\(/);
       assert.match(src, /const bool mcx = mc != 0;/);
     }
+    // clusters of 4 where asked and the grid divides (128 CTAs); an odd pair count falls back to pairs
+    for (const src of [
+      forwardKernelSource(big.forward, { clusterSize: 4 }),
+      backwardKernelSource(big.backward, { clusterSize: 4 }),
+    ]) {
+      assert.match(src, /__cluster_dims__\(4, 1, 1\)/);
+      assert.match(src, /constexpr int CS = 4;/);
+    }
+    assert.equal(clusterSize({ ctas: 128, weightRegisters: 180 }, { clusterSize: 4 }), 4);
+    assert.equal(clusterSize({ ctas: 126, weightRegisters: 180 }, { clusterSize: 4 }), 2);
+    assert.equal(clusterSize({ ctas: 128, weightRegisters: 180 }), 2);
+    assert.equal(clusterSize({ ctas: 128, weightRegisters: 20 }, { clusterSize: 4 }), 0);
     const small = layer("rnn-tanh", 1152);
     for (const src of [forwardKernelSource(small.forward), backwardKernelSource(small.backward)]) {
       assert.doesNotMatch(src, /__cluster_dims__/);

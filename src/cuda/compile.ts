@@ -262,6 +262,14 @@ export class CudaKernel {
     return this.driver.occupancyMaxActiveBlocksPerSm(this.handle, blockSize, dynamicSharedBytes);
   }
 
+  /**
+   * Clusters (of a kernel compiled with `__cluster_dims__`) resident at once for a 1-D launch of `grid` blocks;
+   * undefined where the driver cannot say.
+   */
+  maxActiveClusters(grid: number, blockSize: number, dynamicSharedBytes = 0): number | undefined {
+    return this.driver.occupancyMaxActiveClusters(this.handle, grid, blockSize, dynamicSharedBytes);
+  }
+
   /** Queues the kernel. Errors inside the kernel surface at the next synchronisation. */
   launch(config: LaunchConfig, args: readonly KernelArg[]): void {
     launchParams ??= new KernelParams(256);

@@ -233,6 +233,7 @@ interface RawDriver {
 interface OptionalDriver {
   cuGraphKernelNodeGetParams?: (node: Handle, params: Uint8Array) => number;
   cuKernelGetFunction?: (fn: BigUint64Array, kernel: Handle) => number;
+  cuOccupancyMaxActiveClusters?: (out: Int32Array, fn: Handle, config: Uint8Array) => number;
 }
 
 const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
@@ -305,7 +306,13 @@ const OPTIONAL_PROTOTYPES: Record<keyof OptionalDriver, readonly string[]> = {
     "int cuGraphKernelNodeGetParams(void *node, void *params)",
   ],
   cuKernelGetFunction: ["int cuKernelGetFunction(void **fn, void *kernel)"],
+  cuOccupancyMaxActiveClusters: ["int cuOccupancyMaxActiveClusters(int *numClusters, void *fn, void *config)"],
 };
+/**
+ * CUlaunchConfig: gridDim x y z, blockDim x y z, sharedMemBytes (u32 each), then hStream at 32, attrs at 40, numAttrs
+ * at 48.
+ */
+const LAUNCH_CONFIG_BYTES = 64;
 const KERNEL_NODE_PARAMS_BYTES = 128;
 const KERNEL_NODE_KERN_OFFSET = 56;
 
@@ -760,6 +767,22 @@ export class CudaDriver {
       block: [u32(20), u32(24), u32(28)],
       sharedBytes: u32(32),
     };
+  }
+
+  /**
+   * How many thread-block clusters of a kernel compiled with `__cluster_dims__` can be resident at once for this
+   * launch shape (cuOccupancyMaxActiveClusters); undefined where the driver has no such call.
+   */
+  occupancyMaxActiveClusters(fn: Handle, grid: number, block: number, sharedBytes: number): number | undefined {
+    const get = this.optional.cuOccupancyMaxActiveClusters;
+    if (get === undefined) return undefined;
+    const buf = new Uint8Array(LAUNCH_CONFIG_BYTES);
+    const view = new DataView(buf.buffer);
+    [grid, 1, 1, block, 1, 1, sharedBytes].forEach((v, i) => {
+      view.setUint32(4 * i, v, true);
+    });
+    this.check(get(this.i32, fn, buf), "cuOccupancyMaxActiveClusters");
+    return this.i32[0]!;
   }
 
   /** An ArrayBuffer over host memory at `ptr` (no copy), e.g. pinned memory from memAllocHost. */

@@ -46,6 +46,11 @@ export interface RnnKernelOptions {
    * VPPS_RNN_CLUSTER=1/0 does). The grid must be even either way.
    */
   readonly cluster?: boolean;
+  /**
+   * CTAs per cluster of a clustered build: 2 (the two SMs of a TPC; the default) or 4 (a quarter of the L2 reads,
+   * where the grid divides and the GPCs hold every cluster at once — the host checks; VPPS_RNN_CLUSTER_SIZE=4).
+   */
+  readonly clusterSize?: 2 | 4;
 }
 
 /**
@@ -68,6 +73,15 @@ export function clustered(
   opts: RnnKernelOptions = {},
 ): boolean {
   return plan.ctas % 2 === 0 && (opts.cluster ?? multicastPays(plan));
+}
+
+/** CTAs per cluster of a kernel of this plan: 0 (not clustered), 2 or 4 (`opts.clusterSize` where the grid divides). */
+export function clusterSize(
+  plan: { readonly ctas: number; readonly weightRegisters: number },
+  opts: RnnKernelOptions = {},
+): 0 | 2 | 4 {
+  if (!clustered(plan, opts)) return 0;
+  return opts.clusterSize === 4 && plan.ctas % 4 === 0 ? 4 : 2;
 }
 
 /** The phases an instrumented kernel times, in the order of `rnn_phase`'s columns. */
@@ -152,11 +166,13 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned long long* m, u32 parity)
                : "=r"(ok) : "r"(smem_u32(m)), "r"(parity) : "memory");
   return ok != 0;
 }
-// bytes (a multiple of 16) from global to the same offset of both CTAs' shared memory; each CTA's barrier counts them
-__device__ __forceinline__ void bulk_multicast2(void* dst, const void* src, u32 bytes, unsigned long long* m) {
+// bytes (a multiple of 16) from global to the same offset of the shared memory of every CTA in 'mask' (the cluster);
+// each CTA's barrier counts them
+__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, u32 bytes, unsigned long long* m,
+                                               unsigned short mask) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
-      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)), "h"((unsigned short)3) : "memory");
+      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)), "h"(mask) : "memory");
 }
 // No proxy fence between a step's reads of a buffer and the partner's multicast into it two steps later: the reads
 // have completed (their values are in what this CTA published, which the partner waited for), and a fence is only
@@ -422,9 +438,9 @@ __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots,
   }
   if (threadIdx.x == 0) mbar_arrive_expect(mbar, (u32)npolled * (u32)(4 * K));
   const u32 rank = cluster_rank();
-  for (int b = 2 * threadIdx.x + (int)rank; b < npolled; b += 2 * NT) {
+  for (int b = CS * threadIdx.x + (int)rank; b < npolled; b += CS * NT) {
     bool poll = false;
-    bulk_multicast2(vs4 + b * (KP / 4), row_of(b, poll), 4 * K, mbar);
+    bulk_multicast(vs4 + b * (KP / 4), row_of(b, poll), 4 * K, mbar, (unsigned short)((1u << CS) - 1));
   }
   // the other rows: h0 (loaded) or zeros
   const int TOTAL = nslots * PER_ROW;
@@ -497,6 +513,7 @@ export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions 
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
 ${constants(plan)}
+constexpr int CS = ${Math.max(1, clusterSize(plan, opts))}; // CTAs per cluster (1: not clustered)
 // W_hh element of local row lr (gate g = lr / UC of unit (blockIdx.x % NC)·UC + lr % UC), column k
 // A coherent load (__ldcg), never the read-only path: ptxas may re-load a read-only value inside the step loop
 // instead of keeping it in a register, which would defeat the point of the kernel.
@@ -510,7 +527,7 @@ ${LOAD_TILE_MC}
 
 // y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
 // GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
-extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) " : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
+extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clusterSize(plan, opts)}, 1, 1) ` : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
     const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
     const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
     float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
@@ -671,6 +688,7 @@ export function backwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
 ${constants(plan)}
+constexpr int CS = ${Math.max(1, clusterSize(plan, opts))}; // CTAs per cluster (1: not clustered)
 // W_hhᵀ element of local row lr (unit (blockIdx.x % NC)·UC + lr), column k (a gate row of W_hh)
 __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
   const int unit = (blockIdx.x % NC) * UC + lr;
@@ -684,7 +702,7 @@ ${LOAD_TILE_MC}
 // and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by r; else null).
 // Shared memory after the tile: per (unit, sequence) what one step hands the next in this thread [2][UC][bcap]
 // (LSTM: dc; GRU: dh ⊙ z). Everything a cell thread reads from global memory is fetched before the poll.
-extern "C" __global__ void ${clustered(plan, opts) ? "__cluster_dims__(2, 1, 1) " : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
+extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clusterSize(plan, opts)}, 1, 1) ` : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
     const float* w, const float* __restrict__ saved, const float* __restrict__ y, int ldy,
     const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
     const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,

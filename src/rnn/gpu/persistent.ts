@@ -48,6 +48,7 @@ import {
 import {
   backwardKernelSource,
   clustered,
+  clusterSize,
   forwardKernelSource,
   groupRows,
   PENDING_BITS,
@@ -392,6 +393,8 @@ interface LayoutKernels {
   /** Each kernel's static shared memory, which counts against the per-CTA limit with the dynamic. */
   readonly staticShared: Record<"forward" | "backward", number>;
   readonly logs: { forward: string; backward: string };
+  /** The options it was built with (a layout may fall back from clusters of 4 to pairs). */
+  readonly options: PersistentRnnOptions;
 }
 
 /** What a launch over a batch runs: a layout's kernels, how many replicas, and the shared memory it needs. */
@@ -474,14 +477,40 @@ export class PersistentRnnLayer extends RnnLayerBase {
     return this.kernelsOf(this.layouts[0]!).logs;
   }
 
-  /** The kernels of a layout, compiled and checked the first time. */
+  /**
+   * The kernels of a layout, compiled and checked the first time. Clusters of 4 (VPPS_RNN_CLUSTER_SIZE=4) are kept
+   * only where the device holds all of a launch's clusters at once (cuOccupancyMaxActiveClusters; the GPCs differ in
+   * SM count), else the layout is built with pairs.
+   */
   private kernelsOf(layout: RnnLayout): LayoutKernels {
     const have = this.compiled.get(layout.forward.unitsPerCta);
     if (have) return have;
-    const { cell, hidden, precision, options, gpu } = this;
+    let k = this.build(layout, this.options);
+    if (clusterSize(layout.forward, this.options) === 4 || clusterSize(layout.backward, this.options) === 4) {
+      const all = (kind: "forward" | "backward", fn: CudaKernel) => {
+        const p = layout[kind];
+        const grid = p.ctas * p.replicas;
+        const n = fn.maxActiveClusters(grid, p.threads, sharedBytes(p, 1));
+        return clusterSize(p, this.options) !== 4 || (n !== undefined && n * 4 >= grid);
+      };
+      if (!all("forward", k.fwd) || !all("backward", k.bwd)) {
+        for (const m of Object.values(k.modules)) {
+          m.unload();
+          this.modules.splice(this.modules.indexOf(m), 1);
+        }
+        k = this.build(layout, { ...this.options, clusterSize: 2 });
+      }
+    }
+    this.compiled.set(layout.forward.unitsPerCta, k);
+    return k;
+  }
+
+  private build(layout: RnnLayout, options: PersistentRnnOptions): LayoutKernels {
+    const { cell, hidden, precision, gpu } = this;
     const tag =
       (options.phases ? "_phases" : "") +
       (options.cluster === undefined ? "" : `_cluster${+options.cluster}`) +
+      (options.clusterSize === 4 ? "_cs4" : "") +
       (layout === this.layouts[0] ? "" : `_u${layout.forward.unitsPerCta}`);
     const name = `rnn_${cell}_${hidden}_${precision}${tag}`;
     const f = this.compile(`${name}_fwd`, forwardKernelSource(layout.forward, options));
@@ -515,16 +544,15 @@ export class PersistentRnnLayer extends RnnLayerBase {
         );
       }
     }
-    const out: LayoutKernels = {
+    return {
       layout,
       fwd,
       bwd,
       modules: { forward: mf, backward: mb },
       staticShared,
       logs: { forward: f.log, backward: b.log },
+      options,
     };
-    this.compiled.set(layout.forward.unitsPerCta, out);
-    return out;
   }
 
   /** Plans, compiles and loads the kernels; a layer that does not fit is refused with the largest that does. */
@@ -550,9 +578,18 @@ export class PersistentRnnLayer extends RnnLayerBase {
           `that fits is hidden ${largest}`,
       );
     }
-    // VPPS_RNN_CLUSTER=0/1: the kernels without / with clusters (and so multicast) whatever the plan, for comparisons
+    // VPPS_RNN_CLUSTER=0/1: the kernels without / with clusters (and so multicast) whatever the plan, for comparisons;
+    // VPPS_RNN_CLUSTER_SIZE=2/4: CTAs per cluster
     const env = process.env.VPPS_RNN_CLUSTER;
-    const opts = env === "0" || env === "1" ? { ...options, cluster: env === "1" } : options;
+    const size = process.env.VPPS_RNN_CLUSTER_SIZE;
+    if (size !== undefined && size !== "" && size !== "2" && size !== "4") {
+      throw new UserError(`VPPS_RNN_CLUSTER_SIZE must be 2 or 4 (CTAs per cluster); got '${size}'`);
+    }
+    const opts = {
+      ...options,
+      ...(env === "0" || env === "1" ? { cluster: env === "1" } : {}),
+      ...(size === "2" || size === "4" ? { clusterSize: Number(size) as 2 | 4 } : {}),
+    };
     const layouts = rnnLayouts(cell, hidden, model, precision);
     if (opts.maxCtas !== undefined && !fitsWithin(layouts, opts.maxCtas)) {
       throw new RnnDoesNotFitError(
@@ -671,7 +708,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const k = this.kernelsOf(choice.layout);
     const plan = choice.layout[kind];
     const bcap = Math.ceil(B / choice.replicas);
-    const sh = this.sharedFor(plan, bcap, k.staticShared[kind]);
+    const sh = this.sharedFor(plan, bcap, k.staticShared[kind], k.options);
     const out = { k, replicas: choice.replicas, plan, bcap, ...sh };
     this.last[kind] = out;
     return out;
@@ -685,10 +722,11 @@ export class PersistentRnnLayer extends RnnLayerBase {
     plan: RnnKernelPlan,
     batch: number,
     staticShared: number,
+    options: RnnKernelOptions,
   ): { bytes: number; lb: number; mc: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
-    if (this.multicast && clustered(plan, this.options)) {
+    if (this.multicast && clustered(plan, options)) {
       // the pair's multicast: the whole batch in one group, two buffers (a step's copies land in the other)
       const full = Math.max(1, Math.ceil(batch / BATCH_TILE)) * BATCH_TILE;
       const bytes = sharedBytes(plan, batch, 2 * full);
