@@ -57,7 +57,7 @@ export interface RnnBenchRow {
    * The persistent path's layout at this batch: units per CTA, CTAs per replica, replicas side by side (each on its
    * own share of the sequences; `PersistentRnnLayer.launchFor`).
    */
-  readonly layout?: { unitsPerCta: number; ctas: number; replicas: number };
+  readonly layout?: { unitsPerCta: number; ctas: number; replicas: number; cluster?: readonly [number, number] };
   /** VPPS_RNN_PHASES=1: clock cycles per step of each kernel phase (thread 0 of a CTA, averaged over CTAs). */
   readonly phases?: { forward: Record<string, number>; backward: Record<string, number> };
 }

@@ -487,13 +487,20 @@ export class PersistentRnnLayer extends RnnLayerBase {
     if (have) return have;
     let k = this.build(layout, this.options);
     if (clusterSize(layout.forward, this.options) === 4 || clusterSize(layout.backward, this.options) === 4) {
+      const why: string[] = [];
       const all = (kind: "forward" | "backward", fn: CudaKernel) => {
         const p = layout[kind];
         const grid = p.ctas * p.replicas;
         const n = fn.maxActiveClusters(grid, p.threads, sharedBytes(p, 1));
-        return clusterSize(p, this.options) !== 4 || (n !== undefined && n * 4 >= grid);
+        const ok = clusterSize(p, this.options) !== 4 || (n !== undefined && n * 4 >= grid);
+        if (!ok) why.push(`${kind}: ${grid / 4} clusters of 4 needed, ${n ?? "unknown"} resident at once`);
+        return ok;
       };
       if (!all("forward", k.fwd) || !all("backward", k.bwd)) {
+        // opt-in (VPPS_RNN_CLUSTER_SIZE=4): say why it is not used
+        process.stderr.write(
+          `vpps: persistent ${this.cell} ${this.hidden}: pairs instead of clusters of 4 (${why.join("; ")})\n`,
+        );
         for (const m of Object.values(k.modules)) {
           m.unload();
           this.modules.splice(this.modules.indexOf(m), 1);
@@ -601,9 +608,20 @@ export class PersistentRnnLayer extends RnnLayerBase {
   }
 
   /** The layout and replicas a launch over `batch` sequences uses (the benchmark prints them). */
-  launchFor(batch: number): { readonly unitsPerCta: number; readonly ctas: number; readonly replicas: number } {
+  launchFor(batch: number): {
+    readonly unitsPerCta: number;
+    readonly ctas: number;
+    readonly replicas: number;
+    /** CTAs per cluster of the forward and backward kernels (0: none). */
+    readonly cluster: readonly [number, number];
+  } {
     const c = this.choose(batch);
-    return { unitsPerCta: c.layout.forward.unitsPerCta, ctas: c.layout.forward.ctas, replicas: c.replicas };
+    return {
+      unitsPerCta: c.layout.forward.unitsPerCta,
+      ctas: c.layout.forward.ctas,
+      replicas: c.replicas,
+      cluster: [clusterSize(c.layout.forward, c.k.options), clusterSize(c.layout.backward, c.k.options)],
+    };
   }
 
   /** The layout (compiled) and replicas for a batch; a layout whose kernels spill is dropped and the choice redone. */
