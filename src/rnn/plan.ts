@@ -101,6 +101,8 @@ export function planRnnKernel(
   device: DeviceModel,
   precision: WeightPrecision = "fp32",
   replicas = 1,
+  /** More units per CTA than the replicas imply (fewer CTAs), e.g. for a grid that divides into clusters of 4. */
+  unitsPerCtaAtLeast = 0,
 ): RnnPlanResult {
   if (!Number.isInteger(hidden) || hidden < 1) {
     throw new RangeError(`planRnnKernel: hidden must be a positive integer; got ${hidden}`);
@@ -109,7 +111,7 @@ export function planRnnKernel(
     throw new RangeError(`planRnnKernel: replicas must be an integer in 1…${device.smCount}; got ${replicas}`);
   }
   const G = gatesOf(cell);
-  const unitsPerCta = Math.ceil(hidden / Math.floor(device.smCount / replicas));
+  const unitsPerCta = Math.max(unitsPerCtaAtLeast, Math.ceil(hidden / Math.floor(device.smCount / replicas)));
   const ctas = Math.ceil(hidden / unitsPerCta);
   const rows = kind === "forward" ? unitsPerCta * G : unitsPerCta;
   const cols = kind === "forward" ? hidden : G * hidden;
@@ -189,10 +191,11 @@ export function planRnnLayer(
   device: DeviceModel,
   precision: WeightPrecision = "fp32",
   replicas = 1,
+  unitsPerCtaAtLeast = 0,
 ): { readonly fits: true; readonly forward: RnnKernelPlan; readonly backward: RnnKernelPlan } | RnnPlanMiss {
-  const f = planRnnKernel(cell, hidden, "forward", device, precision, replicas);
+  const f = planRnnKernel(cell, hidden, "forward", device, precision, replicas, unitsPerCtaAtLeast);
   if (!f.fits) return f;
-  const b = planRnnKernel(cell, hidden, "backward", device, precision, replicas);
+  const b = planRnnKernel(cell, hidden, "backward", device, precision, replicas, unitsPerCtaAtLeast);
   if (!b.fits) return b;
   return { fits: true, forward: f.plan, backward: b.plan };
 }

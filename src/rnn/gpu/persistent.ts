@@ -438,6 +438,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
   private usable: RnnLayout[];
   /** The layout and replicas of the last launch of each kernel, for `phases` and the benchmark. */
   private readonly last: Partial<Record<"forward" | "backward", LaunchSetup>> = {};
+  /** Every layout the planner fits, widest first (with clusters of 4: the widest whose grid they divide). */
+  readonly layouts: readonly RnnLayout[];
   /** The widest layout's plans (one CTA per SM, no replicas). */
   readonly forwardPlan: RnnKernelPlan;
   readonly backwardPlan: RnnKernelPlan;
@@ -447,12 +449,13 @@ export class PersistentRnnLayer extends RnnLayerBase {
     cell: RnnCellName,
     hidden: number,
     readonly precision: WeightPrecision,
-    /** Every layout the planner fits, widest first. */
-    readonly layouts: readonly RnnLayout[],
+    planned: readonly RnnLayout[],
     private readonly options: PersistentRnnOptions,
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
+    this.layouts = [this.widestForQuads(planned[0]!), ...planned.slice(1)];
+    const layouts = this.layouts;
     this.forwardPlan = layouts[0]!.forward;
     this.backwardPlan = layouts[0]!.backward;
     this.usable = [...layouts];
@@ -486,30 +489,73 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const have = this.compiled.get(layout.forward.unitsPerCta);
     if (have) return have;
     let k = this.build(layout, this.options);
-    if (clusterSize(layout.forward, this.options) === 4 || clusterSize(layout.backward, this.options) === 4) {
-      const why: string[] = [];
-      const all = (kind: "forward" | "backward", fn: CudaKernel) => {
-        const p = layout[kind];
-        const grid = p.ctas * p.replicas;
-        const n = fn.maxActiveClusters(grid, p.threads, sharedBytes(p, 1));
-        const ok = clusterSize(p, this.options) !== 4 || (n !== undefined && n * 4 >= grid);
-        if (!ok) why.push(`${kind}: ${grid / 4} clusters of 4 needed, ${n ?? "unknown"} resident at once`);
-        return ok;
-      };
-      if (!all("forward", k.fwd) || !all("backward", k.bwd)) {
-        // opt-in (VPPS_RNN_CLUSTER_SIZE=4): say why it is not used
-        process.stderr.write(
-          `vpps: persistent ${this.cell} ${this.hidden}: pairs instead of clusters of 4 (${why.join("; ")})\n`,
-        );
-        for (const m of Object.values(k.modules)) {
-          m.unload();
-          this.modules.splice(this.modules.indexOf(m), 1);
-        }
-        k = this.build(layout, { ...this.options, clusterSize: 2 });
-      }
+    const why = this.quadsMissing(layout, k);
+    if (why.length > 0) {
+      // opt-in (VPPS_RNN_CLUSTER_SIZE=4): say why it is not used
+      process.stderr.write(
+        `vpps: persistent ${this.cell} ${this.hidden}: pairs instead of clusters of 4 (${why.join("; ")})\n`,
+      );
+      this.unloadKernels(k);
+      k = this.build(layout, { ...this.options, clusterSize: 2 });
     }
     this.compiled.set(layout.forward.unitsPerCta, k);
     return k;
+  }
+
+  /** Why a build's clusters of 4 cannot all be resident at once (empty: they can, or it has none). */
+  private quadsMissing(layout: RnnLayout, k: LayoutKernels): string[] {
+    const why: string[] = [];
+    for (const kind of ["forward", "backward"] as const) {
+      const p = layout[kind];
+      if (clusterSize(p, k.options) !== 4) continue;
+      const grid = p.ctas * p.replicas;
+      const n = (kind === "forward" ? k.fwd : k.bwd).maxActiveClusters(grid, p.threads, sharedBytes(p, 1));
+      if (n === undefined || n * 4 < grid) {
+        why.push(`${kind}: ${grid / 4} clusters of 4 needed, ${n ?? "unknown"} resident at once`);
+      }
+    }
+    return why;
+  }
+
+  private unloadKernels(k: LayoutKernels): void {
+    for (const m of Object.values(k.modules)) {
+      m.unload();
+      this.modules.splice(this.modules.indexOf(m), 1);
+    }
+  }
+
+  /**
+   * With clusters of 4 asked for: the widest layout, or one with a few more units per CTA (the same registers per
+   * thread) whose grid divides into clusters of 4 that are all resident at once — e.g. LSTM 1152: 128 CTAs need 32
+   * clusters, an H100's GPCs hold 30; 10 units per CTA make 116 CTAs, 29 clusters.
+   */
+  private widestForQuads(widest: RnnLayout): RnnLayout {
+    const quads = { ...this.options, clusterSize: 4 as const };
+    if (this.options.clusterSize !== 4 || (!clustered(widest.forward, quads) && !clustered(widest.backward, quads))) {
+      return widest;
+    }
+    const u0 = widest.forward.unitsPerCta;
+    for (let u = u0; u <= u0 + 4; u++) {
+      const p =
+        u === u0
+          ? { fits: true as const, ...widest }
+          : planRnnLayer(this.cell, this.hidden, this.model, this.precision, 1, u);
+      if (!p.fits || p.forward.unitsPerCta !== u || p.forward.ctas % 4 !== 0) continue;
+      if (
+        p.forward.weightRegisters > widest.forward.weightRegisters ||
+        p.backward.weightRegisters > widest.backward.weightRegisters
+      ) {
+        continue;
+      }
+      const layout = { forward: p.forward, backward: p.backward };
+      const k = this.build(layout, this.options);
+      if (this.quadsMissing(layout, k).length === 0) {
+        this.compiled.set(u, k);
+        return layout;
+      }
+      this.unloadKernels(k);
+    }
+    return widest;
   }
 
   private build(layout: RnnLayout, options: PersistentRnnOptions): LayoutKernels {
