@@ -564,7 +564,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       (options.phases ? "_phases" : "") +
       (options.cluster === undefined ? "" : `_cluster${+options.cluster}`) +
       (options.clusterSize === 4 ? "_cs4" : "") +
-      (layout === this.layouts[0] ? "" : `_u${layout.forward.unitsPerCta}`);
+      `_u${layout.forward.unitsPerCta}`;
     const name = `rnn_${cell}_${hidden}_${precision}${tag}`;
     const f = this.compile(`${name}_fwd`, forwardKernelSource(layout.forward, options));
     const b = this.compile(`${name}_bwd`, backwardKernelSource(layout.backward, options));
