@@ -98,6 +98,21 @@ describe("the persistent RNN planner", () => {
     assert.equal(rnnLayouts("lstm", 2304, H100_SXM).length, 0);
   });
 
+  test("more units per CTA on request: LSTM 1152 in 116 CTAs (clusters of 4 divide it) with the same registers", () => {
+    const wide = planRnnLayer("lstm", 1152, H100_SXM);
+    const quad = planRnnLayer("lstm", 1152, H100_SXM, "fp32", 1, 10);
+    assert.ok(wide.fits && quad.fits);
+    if (!wide.fits || !quad.fits) return;
+    assert.equal(quad.forward.unitsPerCta, 10);
+    assert.equal(quad.forward.ctas, 116);
+    assert.equal(quad.backward.ctas, 116);
+    assert.equal(quad.forward.weightRegisters, wide.forward.weightRegisters);
+    assert.equal(quad.backward.weightRegisters, wide.backward.weightRegisters);
+    // never fewer units than the SM count implies
+    const p = planRnnLayer("lstm", 1152, H100_SXM, "fp32", 1, 2);
+    assert.ok(p.fits && p.forward.unitsPerCta === 9);
+  });
+
   test("the launch choice: one replica for one sequence, replicas for a large batch of a small layer", () => {
     const ls = rnnLayouts("lstm", 256, H100_SXM);
     assert.equal(chooseRnnLaunch(ls, 1).replicas, 1);
