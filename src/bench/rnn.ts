@@ -12,11 +12,11 @@ import { CudaEvent, type DevicePtr } from "../cuda/index.js";
 import {
   type BackwardArgs,
   openRnnGpu,
-  PersistentRnnLayer,
   RnnDoesNotFitError,
   type RnnLayerBase,
   RnnWorkspace,
-} from "../rnn/gpu/persistent.js";
+} from "../rnn/gpu/layer-base.js";
+import { PersistentRnnLayer } from "../rnn/gpu/persistent.js";
 import { StepwiseRnnLayer } from "../rnn/gpu/stepwise.js";
 import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan.js";
 

@@ -181,7 +181,8 @@ describe("the non-persistent path (a GEMM per step) on a GPU against the CPU ref
 describe("a persistent launch whose CTAs are not all resident", { skip }, () => {
   test("ends with an error naming the step and the missing value, never a hang", async () => {
     const { PersistentKernelError } = await import("../../src/codegen/grid-barrier.js");
-    const { openRnnGpu, PersistentRnnLayer, RnnWorkspace } = await import("../../src/rnn/gpu/persistent.js");
+    const { PersistentRnnLayer } = await import("../../src/rnn/gpu/persistent.js");
+    const { openRnnGpu, RnnWorkspace } = await import("../../src/rnn/gpu/layer-base.js");
     const gpu = openRnnGpu(0);
     const { device } = gpu;
     const H = 256;

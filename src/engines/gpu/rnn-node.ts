@@ -23,13 +23,13 @@ import { gatesOf } from "../../ops/recurrent.js";
 import { rnnNode } from "../../ops/recurrent-op.js";
 import {
   type BackwardArgs,
-  PersistentRnnLayer,
   RnnDoesNotFitError,
   type RnnGpu,
   type RnnLayerBase,
   type RnnLayerWeights,
   RnnWorkspace,
-} from "../../rnn/gpu/persistent.js";
+} from "../../rnn/gpu/layer-base.js";
+import { PersistentRnnLayer } from "../../rnn/gpu/persistent.js";
 import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
 import type { GpuContext } from "./context.js";
 

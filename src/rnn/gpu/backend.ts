@@ -20,12 +20,12 @@ import {
   type OwnedRnnGpu,
   openRnnGpu,
   type PackedSteps,
-  PersistentRnnLayer,
   RnnDoesNotFitError,
   type RnnLayerBase,
   type RnnLayerWeights,
   RnnWorkspace,
-} from "./persistent.js";
+} from "./layer-base.js";
+import { PersistentRnnLayer } from "./persistent.js";
 import { StepwiseRnnLayer } from "./stepwise.js";
 
 /**

@@ -7,7 +7,7 @@
  */
 import { type CudaKernel, karg, loadModule } from "../../cuda/index.js";
 import type { RnnCellName } from "../plan.js";
-import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./persistent.js";
+import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
 import { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "./stepwise-source.js";
 
 const BLOCK = 256;

@@ -1,0 +1,336 @@
+/**
+ * What both paths of one recurrent layer direction on a GPU share (src/rnn/gpu/persistent.ts, the persistent kernels;
+ * src/rnn/gpu/stepwise.ts, a GEMM per step): the device, stream and cuBLAS handle they run on, the argument and
+ * workspace types, the helper kernels, and `RnnLayerBase` — the input projection of all steps as one GEMM before the
+ * recurrent part, and the weight-gradient GEMMs over all steps after it (W_hh's gradient needs h(t−1) of every row,
+ * which the forward saves). Everything is queued on one stream; nothing here waits.
+ *
+ * Buffers are the caller's (device pointers); `RnnWorkspace` sizes and owns the scratch ones.
+ */
+
+import { STATUS_WORDS } from "../../codegen/grid-barrier.js";
+import {
+  type CompileResult,
+  type Cublas,
+  type CublasHandle,
+  type CudaDevice,
+  type CudaKernel,
+  CudaStream,
+  compileCuda,
+  type DevicePtr,
+  getCublas,
+  karg,
+  loadModule,
+  openDevice,
+} from "../../cuda/index.js";
+import { UserError } from "../../util/errors.js";
+import { gatesOf, type RnnCellName } from "../plan.js";
+
+/** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
+export class RnnDoesNotFitError extends UserError {
+  override readonly name = "RnnDoesNotFitError";
+}
+
+/** Helper kernels of the layer: the pending fill and the bias broadcast of the input projection. */
+const HELPER_SOURCE = `
+extern "C" __global__ void rnn_add_bias(float* p, const float* b1, const float* b2, int rows, int cols, int b2_cols) {
+  long long n = (long long)rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int c = (int)(i % cols);
+    p[i] += b1[c] + (c < b2_cols ? b2[c] : 0.f);
+  }
+}
+// dst[r·ldd + c] = src[r·lds + c] for r < rows, c < cols: a layer direction's y into its columns of a wider output
+extern "C" __global__ void rnn_copy_cols(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
+  long long n = (long long)rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long r = i / cols;
+    const int c = (int)(i - r * cols);
+    dst[r * ldd + c] = src[r * lds + c];
+  }
+}
+extern "C" __global__ void rnn_fill_value(float* p, float v, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
+}
+`;
+
+export interface RnnGpu {
+  readonly device: CudaDevice;
+  readonly stream: CudaStream;
+  readonly cublas: Cublas;
+  readonly cublasHandle: CublasHandle;
+  /** Kernel cache folder (undefined: the default; null: none). */
+  readonly cacheDir?: string | null;
+}
+
+/** A device, a non-blocking stream and a cuBLAS handle on it, for the standalone layer (backend, benchmark, tests). */
+export interface OwnedRnnGpu extends RnnGpu {
+  /** Destroys the handle and the stream (the device's context stays, as openDevice's does). */
+  close(): void;
+}
+
+/** Opens GPU `index` with its own stream and cuBLAS handle. */
+export function openRnnGpu(index: number): OwnedRnnGpu {
+  const device = openDevice(index);
+  const stream = CudaStream.create({ nonBlocking: true });
+  const cublas = getCublas();
+  const cublasHandle = cublas.create();
+  cublas.setStream(cublasHandle, stream.handle);
+  return {
+    device,
+    stream,
+    cublas,
+    cublasHandle,
+    close() {
+      cublas.destroy(cublasHandle);
+      stream.destroy();
+    },
+  };
+}
+
+/** Device pointers of one layer direction's parameters (PyTorch layout) and their gradients. */
+export interface RnnLayerWeights {
+  readonly wih: DevicePtr; // [G·H, in]
+  readonly whh: DevicePtr; // [G·H, H]
+  readonly bih: DevicePtr; // [G·H]
+  readonly bhh: DevicePtr; // [G·H]
+}
+
+/** The packed batch's step table on the device (ints) and on the host. */
+export interface PackedSteps {
+  readonly batchSizes: Int32Array;
+  readonly offsets: Int32Array;
+  readonly total: number;
+  readonly dBatchSizes: DevicePtr;
+  readonly dOffsets: DevicePtr;
+}
+
+export interface ForwardArgs {
+  readonly weights: RnnLayerWeights;
+  readonly x: DevicePtr; // [N, in]
+  readonly h0: DevicePtr; // [B, H]
+  readonly c0: DevicePtr; // [B, H] (LSTM)
+  readonly y: DevicePtr; // [N, ldy], this direction's first column
+  readonly ldy: number;
+  readonly hn: DevicePtr;
+  readonly cn: DevicePtr;
+  readonly steps: PackedSteps;
+  readonly reverse: boolean;
+  readonly train: boolean;
+  readonly ws: RnnWorkspace;
+}
+
+export interface BackwardArgs extends ForwardArgs {
+  readonly grads: RnnLayerWeights; // accumulated (β = 1)
+  readonly dy: DevicePtr; // [N, lddy]
+  readonly lddy: number;
+  readonly dhn: DevicePtr;
+  readonly dcn: DevicePtr;
+  readonly dx: DevicePtr; // [N, in]
+  readonly dxAccumulate: boolean;
+  readonly dh0: DevicePtr;
+  readonly dc0: DevicePtr;
+}
+
+/** Scratch of one layer direction for batches of up to `rows` packed rows and `batch` sequences. */
+export class RnnWorkspace {
+  private readonly ptrs: DevicePtr[] = [];
+  readonly xw: DevicePtr;
+  readonly saved: DevicePtr;
+  readonly dpreH: DevicePtr;
+  readonly dpreX: DevicePtr;
+  readonly ones: DevicePtr;
+  readonly status: DevicePtr;
+  /** The non-persistent path's per-step buffers: h(t−1)·W_hhᵀ [B, G·H], dpre·W_hh [B, H], carries [2, B, H]. */
+  readonly stepHw: DevicePtr;
+  readonly stepRec: DevicePtr;
+  readonly stepCarry: DevicePtr;
+  /** A direction's hidden states [rows, hidden], 16-byte aligned (for callers whose output is not). */
+  readonly y: DevicePtr;
+
+  constructor(
+    private readonly gpu: RnnGpu,
+    readonly cell: RnnCellName,
+    readonly hidden: number,
+    readonly rows: number,
+    readonly batch: number,
+  ) {
+    const d = gpu.device.driver;
+    const G = gatesOf(cell);
+    const alloc = (floats: number) => {
+      const p = d.memAlloc(Math.max(1, floats) * 4);
+      this.ptrs.push(p);
+      return p;
+    };
+    try {
+      this.xw = alloc(rows * G * hidden);
+      this.saved = alloc(rows * hidden * (G === 4 ? 6 : G === 3 ? 5 : 1));
+      this.dpreH = alloc(rows * G * hidden);
+      this.dpreX = G === 3 ? alloc(rows * G * hidden) : this.dpreH;
+      this.ones = alloc(rows);
+      this.status = alloc(STATUS_WORDS);
+      this.stepHw = alloc(batch * G * hidden);
+      this.stepRec = alloc(batch * hidden);
+      this.stepCarry = alloc(2 * batch * hidden);
+      this.y = alloc(rows * hidden);
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+  }
+
+  dispose(): void {
+    for (const p of this.ptrs.splice(0)) this.gpu.device.driver.memFree(p);
+  }
+}
+
+/**
+ * What both paths of a layer direction share: the helper kernels, the input projection before the recurrent part and
+ * the weight-gradient GEMMs after it (over the same `saved` layout), and forward/backward as their composition.
+ */
+export abstract class RnnLayerBase {
+  readonly G: number;
+  protected readonly addBias: CudaKernel;
+  protected readonly fillValue: CudaKernel;
+  protected readonly copyCols: CudaKernel;
+  protected readonly modules: { unload(): void }[] = [];
+
+  protected constructor(
+    readonly gpu: RnnGpu,
+    readonly cell: RnnCellName,
+    readonly hidden: number,
+  ) {
+    this.G = gatesOf(cell);
+    const h = this.compile("rnn_helpers", HELPER_SOURCE);
+    const mh = loadModule(h.cubin, "rnn helpers");
+    this.modules.push(mh);
+    this.addBias = mh.getFunction("rnn_add_bias");
+    this.fillValue = mh.getFunction("rnn_fill_value");
+    this.copyCols = mh.getFunction("rnn_copy_cols");
+  }
+
+  /**
+   * dst[r·ldd + c] = src[r·lds + c] (rows × cols floats), on the stream: a direction's y, computed in an aligned
+   * workspace (the kernels load 16-byte vectors of it), into its columns of a graph node's value.
+   */
+  copyColumns(dst: DevicePtr, ldd: number, src: DevicePtr, lds: number, rows: number, cols: number): void {
+    const n = rows * cols;
+    if (n === 0) return;
+    this.copyCols.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(dst),
+      karg.i32(ldd),
+      karg.ptr(src),
+      karg.i32(lds),
+      karg.i32(rows),
+      karg.i32(cols),
+    ]);
+  }
+
+  /** Which path this is, for messages and benchmarks. */
+  abstract readonly path: "persistent" | "stepwise";
+  /** The recurrent part of the forward (after inputProjection). */
+  abstract forwardRecurrent(a: ForwardArgs): void;
+  /** The recurrent part of the backward (gate gradients into the workspace, dh0/dc0). */
+  abstract backwardRecurrent(a: BackwardArgs): void;
+  /** Waits for the stream and throws if a launch reported a failure. */
+  abstract checkStatus(ws: RnnWorkspace): void;
+
+  protected compile(name: string, source: string): CompileResult {
+    return compileCuda({
+      name,
+      source,
+      arch: this.gpu.device.props.arch,
+      options: ["-std=c++17", "--ptxas-options=-v"],
+      ...(this.gpu.cacheDir !== undefined ? { cacheDir: this.gpu.cacheDir } : {}),
+    });
+  }
+
+  protected get stream() {
+    return this.gpu.stream;
+  }
+
+  /** xw = x·W_ihᵀ + b_ih + b_hh (GRU: b_hh's n part stays in the kernel). */
+  inputProjection(a: ForwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const GH = this.G * this.hidden;
+    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
+      m: total,
+      n: GH,
+      k: inputSize,
+      A: a.x,
+      B: a.weights.wih,
+      transB: true,
+      C: a.ws.xw,
+    });
+    this.addBias.launch({ grid: Math.min(1024, Math.ceil((total * GH) / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.xw),
+      karg.ptr(a.weights.bih),
+      karg.ptr(a.weights.bhh),
+      karg.i32(total),
+      karg.i32(GH),
+      karg.i32(this.G === 3 ? 2 * this.hidden : GH),
+    ]);
+  }
+
+  /** The whole forward of a layer direction: input projection, then the recurrent launch. */
+  forward(a: ForwardArgs, inputSize: number): void {
+    this.inputProjection(a, inputSize);
+    this.forwardRecurrent(a);
+  }
+
+  /** The weight gradients (accumulated) and (unless `withDx` is false) dx, each one GEMM over all steps. */
+  backwardGemms(a: BackwardArgs, inputSize: number, withDx = true): void {
+    const { total } = a.steps;
+    const H = this.hidden;
+    const GH = this.G * H;
+    const cb = this.gpu.cublas;
+    const h = this.gpu.cublasHandle;
+    const hprev = a.ws.saved + 4 * total * H * (this.G === 4 ? 5 : this.G === 3 ? 4 : 0);
+    cb.sgemmRowMajor(h, { m: GH, n: H, k: total, A: a.ws.dpreH, transA: true, B: hprev, C: a.grads.whh, beta: 1 });
+    cb.sgemmRowMajor(h, {
+      m: GH,
+      n: inputSize,
+      k: total,
+      A: a.ws.dpreX,
+      transA: true,
+      B: a.x,
+      C: a.grads.wih,
+      beta: 1,
+    });
+    this.fillValue.launch({ grid: Math.min(256, Math.ceil(total / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.ones),
+      karg.f32(1),
+      karg.i32(total),
+    ]);
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreX, trans: true, x: a.ws.ones, y: a.grads.bih, beta: 1 });
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
+    if (withDx) this.inputGradient(a, inputSize);
+  }
+
+  /**
+   * dx (= or += by `a.dxAccumulate`) from the gate gradients of a finished backward, one GEMM on this layer's stream
+   * (any layer object of the same cell and size can run it: it reads only `a`).
+   */
+  inputGradient(a: BackwardArgs, inputSize: number): void {
+    const { total } = a.steps;
+    const GH = this.G * this.hidden;
+    this.gpu.cublas.sgemmRowMajor(this.gpu.cublasHandle, {
+      m: total,
+      n: inputSize,
+      k: GH,
+      A: a.ws.dpreX,
+      B: a.weights.wih,
+      C: a.dx,
+      beta: a.dxAccumulate ? 1 : 0,
+    });
+  }
+
+  backward(a: BackwardArgs, inputSize: number): void {
+    this.backwardRecurrent(a);
+    this.backwardGemms(a, inputSize);
+  }
+
+  dispose(): void {
+    for (const m of this.modules.splice(0)) m.unload();
+  }
+}
