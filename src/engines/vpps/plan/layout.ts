@@ -138,6 +138,8 @@ export class LayoutWorkspace {
   private readonly rowBatch = new Map<number, Int32Array>();
   private readonly rowFirst = new Map<number, Int32Array>();
   batch = 0;
+  /** Where the last layout's relative gradient slots end (placeNodes' second result). */
+  gradNext = 0;
   readonly lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
   perModel: { paramGrad: Int32Array; paramNode: Int32Array; collect: Int32Array[]; gemm: Uint8Array } | undefined;
 
@@ -186,6 +188,11 @@ export class LayoutWorkspace {
  * Three passes over the nodes: backwards for liveness, uses and each node's last consumer; forwards for needGrad,
  * placement, values and gradients (gradients relative to a region whose start is known only after all values);
  * backwards again for storage borrowed from the consumer and for the final gradient offsets.
+ *
+ * Each pass is its own function: a function called once per batch whose long loop V8 optimizes by on-stack
+ * replacement keeps that OSR code, compiled on the first batch before the code after the loop had ever run, and
+ * deoptimizes on that code in every later batch ("insufficient type feedback"); small functions per loop are
+ * optimized whole instead.
  */
 export function layoutBatch(
   g: ComputationGraph,
@@ -194,7 +201,6 @@ export function layoutBatch(
   workspace = new LayoutWorkspace(),
 ): BatchLayout {
   const n = lossId + 1;
-  const { op, argStart, argCount, args, rows, cols, aux, aux2 } = g;
   const { i32, u8 } = workspace.take(n);
   const [value, grad, temp, valueRoot, gradRoot, parent, uses, offsetInParent] = i32 as [
     Int32Array,
@@ -207,25 +213,20 @@ export function layoutBatch(
     Int32Array,
   ];
   const [live, needGrad, placed] = u8 as [Uint8Array, Uint8Array, Uint8Array];
-  const matrixOf = model.matrixOf;
-  // parent[a]: the last live consumer seen (the only one when uses[a] is 1); offsetInParent[a]: a's offset in a
-  // concat consumer, or its argument position in a sub (only sub's first argument may share the gradient)
-  live[lossId] = 1;
-  for (let i = lossId; i >= 0; i--) {
-    if (live[i] === 0) continue;
-    const s = argStart[i]!;
-    const o = op[i]!;
-    let off = 0;
-    for (let k = 0, c = argCount[i]!; k < c; k++) {
-      const a = args[s + k]!;
-      live[a] = 1;
-      uses[a]!++;
-      parent[a] = i;
-      offsetInParent[a] = o === Op.Concat ? off : k;
-      if (o === Op.Concat) off += rows[a]! * cols[a]!;
-      if (op[a] === Op.Parameter && matrixOf[aux[a]!]! >= 0 && !isMatrixSlot(o, k)) refuseMatrixUse(g, model, i, k);
-    }
-  }
+  const a: PassArrays = {
+    value,
+    grad,
+    temp,
+    valueRoot,
+    gradRoot,
+    parent,
+    uses,
+    offsetInParent,
+    live,
+    needGrad,
+    placed,
+  };
+  markLive(g, lossId, model, a);
 
   const plan = model.plan;
   const matrices = plan.matrices.length;
@@ -245,19 +246,121 @@ export function layoutBatch(
   collectY.fill(-1);
   collectX.fill(-1);
   collectCount.fill(0);
-  const gemm = workspace.perModel.gemm;
   const lookupRows = workspace.lookupRows;
   lookupRows.table.length = 0;
   lookupRows.row.length = 0;
   lookupRows.offset.length = 0;
   lookupRows.node.length = 0;
-  const stamp = ++workspace.batch;
 
+  const inputStart = model.modelFloats;
+  let next = placeNodes(g, n, model, workspace, a, inputStart + Math.ceil(g.inputSize / 32) * 32);
+  const gradNext = workspace.gradNext;
+  for (const m of plan.matrices) {
+    const c = collectCount[m.index]!;
+    if (c === 0) continue;
+    collectY[m.index] = next;
+    next += c * m.rows;
+    collectX[m.index] = next;
+    next += c * m.cols;
+  }
+
+  // Gradients: everything from here on is zeroed before the launch; the norm comes first, then the slots above.
+  next = Math.ceil(next / 32) * 32;
+  const gradStart = next;
+  const normOffset = gradStart;
+  const gradBase = gradStart + 1;
+  resolveBorrowed(n, a, gradBase);
+  for (let p = 0; p < params; p++) if (paramGrad[p]! >= 0) paramGrad[p]! += gradBase;
+  for (let r = 0; r < lookupRows.offset.length; r++) lookupRows.offset[r]! += gradBase;
+  return {
+    value,
+    grad,
+    temp,
+    paramGrad,
+    paramNode,
+    lookupRows,
+    collectY,
+    collectX,
+    collectCount,
+    inputStart,
+    gradStart,
+    poolFloats: gradBase + gradNext,
+    normOffset,
+    live,
+    needGrad,
+    uses,
+    placed,
+    valueRoot,
+    gradRoot,
+  };
+}
+
+/** The per-node arrays of one layout (LayoutWorkspace.take's views), as the passes share them. */
+interface PassArrays {
+  readonly value: Int32Array;
+  readonly grad: Int32Array;
+  readonly temp: Int32Array;
+  readonly valueRoot: Int32Array;
+  readonly gradRoot: Int32Array;
+  readonly parent: Int32Array;
+  readonly uses: Int32Array;
+  readonly offsetInParent: Int32Array;
+  readonly live: Uint8Array;
+  readonly needGrad: Uint8Array;
+  readonly placed: Uint8Array;
+}
+
+/**
+ * First pass, backwards from the loss: liveness, uses, parent[a] (the last live consumer seen: the only one when
+ * uses[a] is 1) and offsetInParent[a] (a's offset in a concat consumer, or its argument position in a sub: only
+ * sub's first argument may share the gradient).
+ */
+function markLive(g: ComputationGraph, lossId: number, model: ModelLayout, a: PassArrays): void {
+  const { op, argStart, argCount, args, rows, cols, aux } = g;
+  const { live, uses, parent, offsetInParent } = a;
+  const matrixOf = model.matrixOf;
+  live[lossId] = 1;
+  for (let i = lossId; i >= 0; i--) {
+    if (live[i] === 0) continue;
+    const s = argStart[i]!;
+    const o = op[i]!;
+    let off = 0;
+    for (let k = 0, c = argCount[i]!; k < c; k++) {
+      const x = args[s + k]!;
+      live[x] = 1;
+      uses[x]!++;
+      parent[x] = i;
+      offsetInParent[x] = o === Op.Concat ? off : k;
+      if (o === Op.Concat) off += rows[x]! * cols[x]!;
+      if (op[x] === Op.Parameter && matrixOf[aux[x]!]! >= 0 && !isMatrixSlot(o, k)) refuseMatrixUse(g, model, i, k);
+    }
+  }
+}
+
+/**
+ * Second pass, forwards: needGrad, placement, values from `next` on (returns the end) and gradients relative to
+ * the gradient region (their end goes to workspace.gradNext); counts the GEMM rows to collect and lists the
+ * lookup rows with a gradient.
+ */
+function placeNodes(
+  g: ComputationGraph,
+  n: number,
+  model: ModelLayout,
+  workspace: LayoutWorkspace,
+  a: PassArrays,
+  next: number,
+): number {
+  const { op, argStart, argCount, args, rows, cols, aux, aux2 } = g;
+  const { value, grad, temp, valueRoot, gradRoot, parent, uses, offsetInParent, live, needGrad, placed } = a;
+  const matrixOf = model.matrixOf;
+  const { paramGrad, paramNode, gemm } = workspace.perModel!;
+  const collectCount = workspace.perModel!.collect[2]!;
+  const lookupRows = workspace.lookupRows;
+  const stamp = ++workspace.batch;
+  const inputStart = model.modelFloats;
   let lastTable = -1;
   let rowBatch: Int32Array = NO_ROWS;
   let rowFirst: Int32Array = NO_ROWS;
-  const inputStart = model.modelFloats;
-  let next = inputStart + Math.ceil(g.inputSize / 32) * 32;
   let gradNext = 0; // relative to the first gradient slot
   for (let i = 0; i < n; i++) {
     if (live[i] === 0) continue;
@@ -339,20 +442,13 @@ export function layoutBatch(
       gradRoot[i] = i;
     }
   }
-  for (const m of plan.matrices) {
-    const c = collectCount[m.index]!;
-    if (c === 0) continue;
-    collectY[m.index] = next;
-    next += c * m.rows;
-    collectX[m.index] = next;
-    next += c * m.cols;
-  }
+  workspace.gradNext = gradNext;
+  return next;
+}
 
-  // Gradients: everything from here on is zeroed before the launch; the norm comes first, then the slots above.
-  next = Math.ceil(next / 32) * 32;
-  const gradStart = next;
-  const normOffset = gradStart;
-  const gradBase = gradStart + 1;
+/** Third pass, backwards: storage borrowed from the consumer, and gradient offsets made absolute (+ gradBase). */
+function resolveBorrowed(n: number, a: PassArrays, gradBase: number): void {
+  const { value, grad, valueRoot, gradRoot, parent, offsetInParent, needGrad, placed } = a;
   for (let i = n - 1; i >= 0; i--) {
     const pl = placed[i]!;
     if (pl === PLACED_IN_CONCAT) {
@@ -370,27 +466,4 @@ export function layoutBatch(
       grad[i]! += gradBase;
     }
   }
-  for (let p = 0; p < params; p++) if (paramGrad[p]! >= 0) paramGrad[p]! += gradBase;
-  for (let r = 0; r < lookupRows.offset.length; r++) lookupRows.offset[r]! += gradBase;
-  return {
-    value,
-    grad,
-    temp,
-    paramGrad,
-    paramNode,
-    lookupRows,
-    collectY,
-    collectX,
-    collectCount,
-    inputStart,
-    gradStart,
-    poolFloats: gradBase + gradNext,
-    normOffset,
-    live,
-    needGrad,
-    uses,
-    placed,
-    valueRoot,
-    gradRoot,
-  };
 }
