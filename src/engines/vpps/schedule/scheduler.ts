@@ -129,15 +129,64 @@ export class VppsScheduler implements Emitter {
       throw refused === undefined ? e : refusal(refused);
     }
     const n = lossId + 1;
+    // The passes over the nodes are methods of their own: see layoutBatch (plan/layout.ts) on V8's on-stack
+    // replacement of a long loop in a function called once per batch.
+    const liveCount = this.countLevels(g, L, n);
+    const maxLevel = this.maxLevel;
+    this.sortByLevel(g, L, n, maxLevel, liveCount);
+
+    const t = this.t;
+    if (this.cellCta.length < n) {
+      const size = 2 * n;
+      this.cellCta = new Int32Array(size);
+      this.cellStep = new Int32Array(size);
+      this.cellWord = new Int32Array(size);
+      this.fusedConcat = new Int32Array(size);
+      this.fusedOffset = new Int32Array(size);
+    }
+    this.cellCta.fill(-1, 0, n);
+    this.fusedConcat.fill(-1, 0, n);
+    t.begin(L, n, 1 + 3 * maxLevel + 5);
+    this.trace = this.dumpTo === undefined ? undefined : [];
+    // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
+    t.startStep(0);
+    if (L.needGrad[lossId] === 1) {
+      const q = t.leastLoaded(1);
+      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, ONE_BITS);
+      t.wroteGrad(lossId, q);
+    }
+    t.endStep();
+    this.forwardPass(g, L, maxLevel);
+    let s = this.backwardPass(g, L, maxLevel);
+    s = this.deferred.emit(this, s);
+    s = emitUpdate(this, L, s);
+    const result: BatchSchedule = {
+      layout: L,
+      script: t.finish(s, into),
+      barriers: s * t.barriersPerStep,
+      update: this.update,
+      lossOffset: L.value[lossId]!,
+      liveNodes: liveCount,
+      zeroGradients: t.wbarTiles > 0,
+    };
+    if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
+    return result;
+  }
+
+  /** The deepest level of the last countLevels. */
+  private maxLevel = 0;
+
+  /**
+   * One pass over the nodes: the live nodes (returned), the listed nodes per level (levelStart[d + 1]), the deepest
+   * level (this.maxLevel) and the matrix products per level and matrix, forward and backward. Only nodes that emit
+   * instructions are listed (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace shows
+   * every node; the deepest live node of any kind still sets the number of levels (and so the barrier numbering).
+   */
+  private countLevels(g: ComputationGraph, L: BatchLayout, n: number): number {
     const depth = g.depth;
     const live = L.live;
     const op = g.op;
-    // Nodes of each depth level, in graph order (a counting sort). Only nodes that emit instructions are listed
-    // (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace shows every node; the
-    // deepest live node of any kind still sets the number of levels (and so the barrier numbering).
     const everyNode = this.dumpTo !== undefined;
-    // one pass counts the live nodes, the listed nodes per level (levelStart[d + 1]) and the deepest level
-    // and the matrix products per level and matrix, forward and backward
     let levelStart = this.levelStart;
     levelStart.fill(0);
     const matrices = this.registerGrad.length;
@@ -170,6 +219,17 @@ export class VppsScheduler implements Emitter {
         }
       }
     }
+    this.maxLevel = maxLevel;
+    return liveCount;
+  }
+
+  /** The listed nodes of each depth level, in graph order, into byLevel from levelStart[d] (a counting sort). */
+  private sortByLevel(g: ComputationGraph, L: BatchLayout, n: number, maxLevel: number, liveCount: number): void {
+    const depth = g.depth;
+    const live = L.live;
+    const op = g.op;
+    const everyNode = this.dumpTo !== undefined;
+    const levelStart = this.levelStart;
     if (this.byLevel.length < liveCount) {
       this.byLevel = new Int32Array(2 * liveCount);
       this.sums = new Int32Array(2 * liveCount);
@@ -182,29 +242,15 @@ export class VppsScheduler implements Emitter {
     }
     for (let l = maxLevel + 1; l > 0; l--) levelStart[l] = levelStart[l - 1]!;
     levelStart[0] = 0;
+  }
 
+  /** Forward: per level a main step, then a step for the sums of affine transforms with several products. */
+  private forwardPass(g: ComputationGraph, L: BatchLayout, maxLevel: number): void {
     const t = this.t;
-    if (this.cellCta.length < n) {
-      const size = 2 * n;
-      this.cellCta = new Int32Array(size);
-      this.cellStep = new Int32Array(size);
-      this.cellWord = new Int32Array(size);
-      this.fusedConcat = new Int32Array(size);
-      this.fusedOffset = new Int32Array(size);
-    }
-    this.cellCta.fill(-1, 0, n);
-    this.fusedConcat.fill(-1, 0, n);
-    t.begin(L, n, 1 + 3 * maxLevel + 5);
-    this.trace = this.dumpTo === undefined ? undefined : [];
-    // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
-    t.startStep(0);
-    if (L.needGrad[lossId] === 1) {
-      const q = t.leastLoaded(1);
-      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, ONE_BITS);
-      t.wroteGrad(lossId, q);
-    }
-    t.endStep();
+    const op = g.op;
     const argCount = g.argCount;
+    const { levelStart, byLevel, forwardProducts } = this;
+    const matrices = this.registerGrad.length;
     for (let l = 1; l <= maxLevel; l++) {
       const begin = levelStart[l]!;
       const end = levelStart[l + 1]!;
@@ -224,6 +270,15 @@ export class VppsScheduler implements Emitter {
       for (let k = 0; k < sums; k++) affineSum(this, g, L, this.sums[k]!);
       t.endStep();
     }
+  }
+
+  /** Backward: one step per level, deepest first; returns the next step. */
+  private backwardPass(g: ComputationGraph, L: BatchLayout, maxLevel: number): number {
+    const t = this.t;
+    const op = g.op;
+    const needGrad = L.needGrad;
+    const { levelStart, byLevel, backwardProducts } = this;
+    const matrices = this.registerGrad.length;
     const collected = this.collected.fill(0);
     let s = 2 * maxLevel + 1;
     for (let l = maxLevel; l >= 1; l--) {
@@ -242,19 +297,7 @@ export class VppsScheduler implements Emitter {
       }
       t.endStep();
     }
-    s = this.deferred.emit(this, s);
-    s = emitUpdate(this, L, s);
-    const result: BatchSchedule = {
-      layout: L,
-      script: t.finish(s, into),
-      barriers: s * t.barriersPerStep,
-      update: this.update,
-      lossOffset: L.value[lossId]!,
-      liveNodes: liveCount,
-      zeroGradients: t.wbarTiles > 0,
-    };
-    if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
-    return result;
+    return s;
   }
 
   /** Runs `emit` for one node, recording which processors got instructions (only when dumping). */
