@@ -9,7 +9,9 @@
  * Environment: SST (directory with train.txt, default ../shared/data/sst), BATCHES (timed batches per size, default
  * 40), WARMUP (default 10), SIZES (default "32,128"), UPDATE=host (the data-parallel script: gradients exported, no
  * in-kernel update), OPTIMIZER (sgd or adam, default sgd), CELL (fused or ops), HIDDEN and EMBED.
- * Prints one line per batch size: median, mean, minimum and quartiles of ms per batch, nodes per batch and µs per node.
+ * Prints one line per batch size: median, mean, minimum and quartiles of wall ms per batch, the median process
+ * CPU time per batch (user + system of all threads: less sensitive to other processes on a shared machine),
+ * nodes per batch and µs per node.
  */
 import { join } from "node:path";
 import { H100_SXM } from "../../src/cuda/hw/device-model.js";
@@ -49,6 +51,7 @@ const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length 
 for (const batch of sizes) {
   const scheduler = new VppsScheduler(layout, options);
   const ms: number[] = [];
+  const cpu: number[] = [];
   let nodes = 0;
   let words = 0;
   // consecutive batches of the training file in order (the same batches for every run of the benchmark)
@@ -56,11 +59,14 @@ for (const batch of sizes) {
     const start = (b * batch) % (trees.length - batch);
     const cg = new ComputationGraph();
     const loss = model.buildBatchLoss(cg, trees.slice(start, start + batch), vocab);
+    const c0 = process.cpuUsage();
     const t0 = performance.now();
     const s = scheduler.schedule(cg, loss);
     const t1 = performance.now();
+    const c = process.cpuUsage(c0);
     if (b >= warmup) {
       ms.push(t1 - t0);
+      cpu.push((c.user + c.system) / 1000);
       nodes += s.liveNodes;
       words += s.script.length;
     }
@@ -68,9 +74,13 @@ for (const batch of sizes) {
   const sorted = ms.slice().sort((a, b) => a - b);
   const median = quantile(sorted, 0.5);
   const mean = ms.reduce((a, b) => a + b, 0) / ms.length;
+  const cpuMedian = quantile(
+    cpu.slice().sort((a, b) => a - b),
+    0.5,
+  );
   console.log(
     `schedule-cpu batch ${batch}: median ${median.toFixed(2)} ms/batch (mean ${mean.toFixed(2)}, ` +
-      `min ${sorted[0]!.toFixed(2)}, q1 ${quantile(sorted, 0.25).toFixed(2)}, q3 ${quantile(sorted, 0.75).toFixed(2)}) over ${timed} batches ` +
+      `min ${sorted[0]!.toFixed(2)}, q1 ${quantile(sorted, 0.25).toFixed(2)}, q3 ${quantile(sorted, 0.75).toFixed(2)}; process CPU median ${cpuMedian.toFixed(2)} ms) over ${timed} batches ` +
       `after ${warmup} warm-up; ${Math.round(nodes / timed)} live nodes, ${Math.round(words / timed)} script words; ` +
       `${((1000 * median) / (nodes / timed)).toFixed(2)} µs/node [${cell} H${hidden} E${embed} ` +
       `cta${plan.ctasPerSm} rpw${plan.rowsPerWarp} ${options.optimizer} update ${scheduler.update}]`,
