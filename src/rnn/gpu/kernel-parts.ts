@@ -262,10 +262,15 @@ const FMA_BY_ROW = `      #pragma unroll
  */
 export function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
   const fp16 = plan.precision === "fp16";
-  const weights = fp16
-    ? `
-  // fp16 storage: two weights per register (low half: the even column)
-  u32 wlo[RW][KC], whi[RW][KC];
+  // each thread's rows × float4 column chunks, loaded once: fp16 packs two weights per register (low half: the even
+  // column), fp32 keeps the float4
+  const [declare, store] = fp16
+    ? [
+        "\n  // fp16 storage: two weights per register (low half: the even column)\n  u32 wlo[RW][KC], whi[RW][KC];",
+        "      wlo[r][k] = pack_half2(v[0], v[1]);\n      whi[r][k] = pack_half2(v[2], v[3]);",
+      ]
+    : ["\n  float4 wr[RW][KC];", "      wr[r][k] = make_float4(v[0], v[1], v[2], v[3]);"];
+  const weights = `${declare}
   #pragma unroll
   for (int r = 0; r < RW; r++) {
     const int lr = rg * RW + r;
@@ -275,22 +280,7 @@ export function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: str
       float v[4];
       #pragma unroll
       for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
-      wlo[r][k] = pack_half2(v[0], v[1]);
-      whi[r][k] = pack_half2(v[2], v[3]);
-    }
-  }`
-    : `
-  float4 wr[RW][KC];
-  #pragma unroll
-  for (int r = 0; r < RW; r++) {
-    const int lr = rg * RW + r;
-    #pragma unroll
-    for (int k = 0; k < KC; k++) {
-      const int col = 4 * (cg + CG * k);
-      float v[4];
-      #pragma unroll
-      for (int j = 0; j < 4; j++) v[j] = (lr < R && col + j < K) ? weight_at(w, lr, col + j) : 0.f;
-      wr[r][k] = make_float4(v[0], v[1], v[2], v[3]);
+${store}
     }
   }`;
   // per chunk: the batch columns' x once, then each row's weights (fp16: unpacked once per chunk and row)
