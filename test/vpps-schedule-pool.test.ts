@@ -19,7 +19,7 @@ import { Vocabulary } from "../src/data/vocab.js";
 import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import { type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan/plan.js";
 import { detachSchedule, type ScheduledBatch } from "../src/engines/vpps/schedule/batch.js";
-import { SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule/pool.js";
+import { defaultScheduleWorkers, SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression, snapshotInputs } from "../src/graph/graph.js";
 import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
@@ -334,5 +334,20 @@ ${dispose ? "pool.dispose();" : ""}
     const r = child(true, true);
     assert.equal(r.status, 0, r.err);
     assert.match(r.out, /script words \d+/);
+  });
+});
+
+describe("defaultScheduleWorkers", () => {
+  test("VPPS_SCHEDULE_WORKERS overrides the core-count default; anything but a whole number is one clear error", () => {
+    assert.equal(defaultScheduleWorkers({ VPPS_SCHEDULE_WORKERS: "11" }), 11);
+    assert.equal(defaultScheduleWorkers({ VPPS_SCHEDULE_WORKERS: "0" }), 0);
+    const d = defaultScheduleWorkers({});
+    assert.ok(Number.isInteger(d) && d >= 0 && d <= 6, `default ${d}`);
+    for (const bad of ["-1", "2.5", "many"]) {
+      assert.throws(
+        () => defaultScheduleWorkers({ VPPS_SCHEDULE_WORKERS: bad }),
+        /VPPS_SCHEDULE_WORKERS must be a whole number >= 0.*got "/,
+      );
+    }
   });
 });

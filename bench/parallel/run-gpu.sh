@@ -4,6 +4,7 @@
 #
 # ONLY=vpps-trace: just the Tree-LSTM on VPPS — the timeline runs below, then `vpps bench parallel --configs
 # treelstm-vpps` — without the tests and the golden cases (each of TESTS, GOLDEN, CONFIGS, TRACE still overrides).
+# TRACE_RUNS (default "plain group1 gpus2"; gpusN runs N GPUs) picks the traced runs.
 # TRACE=1: `vpps train treelstm --engine vpps` with VPPS_DP_TRACE=1 at each per-GPU batch of TRACE_BATCHES on one GPU
 # (plain, then as the only rank of a group: WORLD_SIZE=1) and on 2 GPUs; each rank prints, per epoch, the median
 # per-step host time of each phase (src/engines/vpps/instrument/host-trace.ts). Logs: $R/trace-vpps-b<B>-<run>.log.
@@ -13,6 +14,7 @@ R="$OUT/parallel-results"
 mkdir -p "$R"
 nvidia-smi --query-gpu=name --format=csv,noheader > "$R/device.txt"
 nvidia-smi topo -m > "$R/topo.txt" 2>&1
+{ nproc; lscpu; numactl -H 2>/dev/null; } > "$R/cpu.txt" 2>&1
 SST="${SST:-.gpu-data/sst}"
 WIKI="${WIKI:-.gpu-data/wikiner}"
 if [[ "${ONLY:-}" == vpps-trace ]]; then
@@ -25,12 +27,12 @@ if [[ "${TESTS:-1}" == 1 ]]; then
 fi
 if [[ "${TRACE:-0}" == 1 ]]; then
   for b in ${TRACE_BATCHES:-32 128}; do
-    for run in plain group1 gpus2; do
+    for run in ${TRACE_RUNS:-plain group1 gpus2}; do
       log="$R/trace-vpps-b$b-$run"
       env=(VPPS_DP_TRACE=1)
       gpus=1
       [[ $run == group1 ]] && env+=(RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29400 + b)))
-      [[ $run == gpus2 ]] && gpus=2
+      [[ $run == gpus* ]] && gpus=${run#gpus}
       env "${env[@]}" timeout "${TRACE_TIMEOUT:-150}" node bin/vpps.js train treelstm --engine vpps --gpus "$gpus" \
         --batch $((b * gpus)) --epochs "${TRACE_EPOCHS:-3}" --data "$SST" --seed 1 --json > "$log.json" 2> "$log.log"
       echo "rc $?" >> "$log.log"

@@ -22,6 +22,7 @@
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
 import { type ComputationGraph, type Expression, type GraphParameter, snapshotInputs } from "../../../graph/graph.js";
+import { UserError } from "../../../util/errors.js";
 import type { VppsPlan } from "../plan/plan.js";
 import type { ScheduledBatch } from "./batch.js";
 import type { ScheduleOptions } from "./scheduler.js";
@@ -86,11 +87,21 @@ export class ScheduleWorkerError extends Error {
 }
 
 /**
- * Default worker count: one per spare core, at most 6 (`os.availableParallelism() - 1`, 0 on one core). Where the
+ * Default worker count (VPPS_SCHEDULE_WORKERS overrides it): one per spare core, at most 6 (`os.availableParallelism() - 1`, 0 on one core). Where the
  * host limits large batches, 6 workers gained much over 4 and 8 little over 6, while 8 cost a few percent at batch
  * 1 (docs/journal/vpps-measurements.md, "Schedule workers").
  */
-export function defaultScheduleWorkers(): number {
+export function defaultScheduleWorkers(env: Readonly<Record<string, string | undefined>> = process.env): number {
+  const v = env.VPPS_SCHEDULE_WORKERS;
+  if (v !== undefined && v.trim() !== "") {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) {
+      throw new UserError(
+        `VPPS_SCHEDULE_WORKERS must be a whole number >= 0 (0: schedule on the main thread); got "${v}"`,
+      );
+    }
+    return n;
+  }
   return Math.max(0, Math.min(6, availableParallelism() - 1));
 }
 
