@@ -4,10 +4,10 @@
  * atomic accumulation into storage zeroed before the launch, so instructions of one step may add into the same
  * gradient from different processors in any order.
  */
-import type { ComputationGraph } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { type BatchLayout, type ModelLayout, PLACEMENT } from "../plan/layout.js";
 import { floatBits, NONE, Opcode } from "../script/format.js";
+import type { NodeTable } from "./levels.js";
 import type { ScheduleOptions } from "./scheduler.js";
 import type { StepTracker } from "./steps.js";
 
@@ -35,7 +35,7 @@ export interface Emitter {
   readonly fusedOffset: Int32Array;
   /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
   readonly registerGrad: Uint8Array;
-  matrixOf(g: ComputationGraph, i: number, w: number): number;
+  matrixOf(g: NodeTable, i: number, w: number): number;
 }
 
 const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] === 1 ? L.grad[node]! : NONE);
@@ -51,7 +51,7 @@ function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: num
  */
 export function countBackward(
   E: Emitter,
-  g: ComputationGraph,
+  g: NodeTable,
   L: BatchLayout,
   i: number,
   counts: Int32Array,
@@ -76,7 +76,7 @@ export function countBackward(
  */
 function productBackward(
   E: Emitter,
-  g: ComputationGraph,
+  g: NodeTable,
   L: BatchLayout,
   i: number,
   m: number,
@@ -176,13 +176,13 @@ function gemmRows(E: Emitter, L: BatchLayout, i: number, m: number, x: number, c
 }
 
 /** Whether pickRange node `a` is the h of a cell whose lstm instruction stores it into concatenation c at `off`. */
-function isFused(E: Emitter, g: ComputationGraph, a: number, c: number, off: number): boolean {
+function isFused(E: Emitter, g: NodeTable, a: number, c: number, off: number): boolean {
   const cell = g.args[g.argStart[a]!]!;
   return E.fusedConcat[cell] === c && E.fusedOffset[cell] === off && g.aux[a] === 0;
 }
 
 /** Accumulates ȳ (or −ȳ for sub's b) into the arguments of a sum-like node that do not share its gradient. */
-function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, count: number, shared: number): void {
+function accumulate(E: Emitter, g: NodeTable, L: BatchLayout, i: number, count: number, shared: number): void {
   const t = E.t;
   const op = g.op[i]!;
   const { args, rows, cols } = g;
@@ -208,13 +208,13 @@ function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, 
 }
 
 /** x̄ += Wᵀȳ (and W̄, a register-held one) of W·x. */
-export function matVecBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array) {
+export function matVecBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number, collected: Int32Array) {
   const s = g.argStart[i]!;
   productBackward(E, g, L, i, E.matrixOf(g, i, g.args[s]!), g.args[s + 1]!, -1, collected);
 }
 
 /** Each product's backward; the bias's gradient with the first. */
-export function affineBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array) {
+export function affineBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number, collected: Int32Array) {
   const args = g.args;
   const s = g.argStart[i]!;
   const count = g.argCount[i]!;
@@ -224,22 +224,22 @@ export function affineBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, 
 }
 
 /** Each part's slice of ȳ into the part's gradient, where the part does not live inside the concatenation. */
-export function concatBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function concatBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.inConcat);
 }
 
 /** ȳ into each argument's gradient (add, sum), where the argument does not share the node's gradient. */
-export function sumBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function sumBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
 }
 
 /** ȳ into a's gradient, −ȳ into b's: only the first argument may share the node's gradient (plan/layout.ts). */
-export function subBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function subBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
 }
 
 /** ā += ȳ⊙b, b̄ += ȳ⊙a on one processor. */
-export function cmulBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function cmulBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const s = g.argStart[i]!;
   const a0 = g.args[s]!;
@@ -260,7 +260,7 @@ export function cmulBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i:
  * reference does.
  */
 export function unaryBackward(code: Opcode, from: "output" | "input") {
-  return (E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void => {
+  return (E: Emitter, g: NodeTable, L: BatchLayout, i: number): void => {
     const t = E.t;
     const a0 = g.args[g.argStart[i]!]!;
     const len = g.rows[i]! * g.cols[i]!;
@@ -274,7 +274,7 @@ export function unaryBackward(code: Opcode, from: "output" | "input") {
 }
 
 /** x̄ += ȳ⊙m/(1 − p), the forward's mask. */
-export function dropoutBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function dropoutBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const a0 = g.args[g.argStart[i]!]!;
   const len = g.rows[i]! * g.cols[i]!;
@@ -286,7 +286,7 @@ export function dropoutBackward(E: Emitter, g: ComputationGraph, L: BatchLayout,
 }
 
 /** x̄ += ℓ̄·(softmax(x) − onehot(label)) on one processor. */
-export function pickNlsBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function pickNlsBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const a0 = g.args[g.argStart[i]!]!;
   const classes = g.rows[a0]!;
@@ -298,7 +298,7 @@ export function pickNlsBackward(E: Emitter, g: ComputationGraph, L: BatchLayout,
 }
 
 /** Gradients of a cell with k children into its gates and its children's memories, on one processor. */
-export function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function lstmBackward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const { value, needGrad } = L;
   const args = g.args;

@@ -3,14 +3,14 @@
  * levels, steps.ts keeps the steps, loads and dependencies). A product becomes an entry of its matrix's list on the
  * matrix's holders; any other instruction goes to the least-loaded processor of the step.
  */
-import type { ComputationGraph } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { type BatchLayout, PLACEMENT } from "../plan/layout.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "../script/format.js";
 import type { Emitter } from "./backward.js";
+import type { NodeTable } from "./levels.js";
 
 /** y = W·x: an entry of W's list in this step. */
-export function matVecForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function matVecForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const s = g.argStart[i]!;
   product(E, L, i, E.matrixOf(g, i, g.args[s]!), g.args[s + 1]!, L.value[i]!, -1, false);
 }
@@ -19,7 +19,7 @@ export function matVecForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i
  * y = b + Σ Wₖ·xₖ: with one product, an entry of W's list that adds b; with several, one entry per product into
  * the node's temporaries, summed with b in the next step (affineSum).
  */
-export function affineForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function affineForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const args = g.args;
   const s = g.argStart[i]!;
   const count = g.argCount[i]!;
@@ -48,7 +48,7 @@ function product(E: Emitter, L: BatchLayout, i: number, m: number, x: number, y:
 }
 
 /** y = b + Σ temporaries, for an affine transform with several products (the step after the products). */
-export function affineSum(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function affineSum(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const terms = (g.argCount[i]! - 1) / 2;
   const len = g.rows[i]!;
   const b = g.arg(i, 0);
@@ -66,7 +66,7 @@ export function affineSum(E: Emitter, g: ComputationGraph, L: BatchLayout, i: nu
 }
 
 /** y = [x₁; x₂; …]: a copy for each argument not computed in place, each on the least-loaded processor. */
-export function concatForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function concatForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const { args, rows, cols } = g;
   const value = L.value;
@@ -103,7 +103,7 @@ export function concatForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i
 
 /** y = a ∘ b elementwise, instruction `code` (add, sub, cmul), on one processor. */
 export function binaryForward(code: Opcode) {
-  return (E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void => {
+  return (E: Emitter, g: NodeTable, L: BatchLayout, i: number): void => {
     const t = E.t;
     const s = g.argStart[i]!;
     const a = g.args[s]!;
@@ -119,7 +119,7 @@ export function binaryForward(code: Opcode) {
 
 /** y = f(x) elementwise, instruction `code` (tanh, logistic, relu), on one processor. */
 export function unaryForward(code: Opcode) {
-  return (E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void => {
+  return (E: Emitter, g: NodeTable, L: BatchLayout, i: number): void => {
     const t = E.t;
     const x = g.args[g.argStart[i]!]!;
     const len = g.rows[i]! * g.cols[i]!;
@@ -131,7 +131,7 @@ export function unaryForward(code: Opcode) {
 }
 
 /** y = x ⊙ m / (1 − p), the mask from (key, base) and the counter-based generator. */
-export function dropoutForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function dropoutForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const x = g.args[g.argStart[i]!]!;
   const len = g.rows[i]! * g.cols[i]!;
@@ -143,7 +143,7 @@ export function dropoutForward(E: Emitter, g: ComputationGraph, L: BatchLayout, 
 }
 
 /** loss = −log softmax(x)[label] on one processor. */
-export function pickNlsForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function pickNlsForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const x = g.args[g.argStart[i]!]!;
   const classes = g.rows[x]!;
@@ -154,7 +154,7 @@ export function pickNlsForward(E: Emitter, g: ComputationGraph, L: BatchLayout, 
 }
 
 /** y = Σ xⱼ on one processor, chained in pieces that fit an instruction (y joins each later piece). */
-export function sumForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function sumForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const count = g.argCount[i]!;
   const len = g.rows[i]! * g.cols[i]!;
   const t = E.t;
@@ -184,7 +184,7 @@ export function sumForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: n
  * [h; c] of a cell with k children on one processor. Where the instruction is (processor, step, the word of its h2
  * operand) is kept, so that the parent's concatenation can have the cell store h into it too (concatForward).
  */
-export function lstmForward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+export function lstmForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {
   const t = E.t;
   const value = L.value;
   const args = g.args;

@@ -4,7 +4,6 @@
  * pickRanges are storage that holds their values already (plan/layout.ts) and emit nothing. An op VPPS cannot lower
  * is an `unsupported` entry: the scheduler refuses a graph that uses it, naming the op.
  */
-import type { ComputationGraph } from "../../../graph/graph.js";
 import { isUnsupported, Op, type OpTable, opArray, UnsupportedOpError, unsupported } from "../../../graph/opcodes.js";
 import type { BatchLayout } from "../plan/layout.js";
 import { Opcode } from "../script/format.js";
@@ -32,11 +31,12 @@ import {
   sumForward,
   unaryForward,
 } from "./forward.js";
+import type { NodeTable } from "./levels.js";
 
 /** One op on VPPS: node i's instructions. `collected`: the rows of GEMM-strategy gradients so far, per matrix. */
 export interface VppsKernel {
-  forward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void;
-  backward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array): void;
+  forward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void;
+  backward(E: Emitter, g: NodeTable, L: BatchLayout, i: number, collected: Int32Array): void;
   /** Storage whose value (and gradient) exists anyway: no instructions, and no place in the level lists. */
   readonly storage?: true;
 }
@@ -95,7 +95,7 @@ export function refusedOps(): Uint8Array {
 }
 
 /** The first live node's op that VPPS refuses, among nodes [0, n), or undefined. */
-export function firstRefusedOp(g: ComputationGraph, n: number, refused: Uint8Array): Op | undefined {
+export function firstRefusedOp(g: NodeTable, n: number, refused: Uint8Array): Op | undefined {
   for (let i = 0; i < n; i++) if (refused[g.op[i]!] === 1) return g.op[i] as Op;
   return undefined;
 }

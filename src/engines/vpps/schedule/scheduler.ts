@@ -20,6 +20,7 @@ import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
 import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
 import { affineSum } from "./forward.js";
 import { EMITS_INSTRUCTIONS, firstRefusedOp, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
+import { LevelOrder, type NodeTable } from "./levels.js";
 import { StepTracker } from "./steps.js";
 import { emitUpdate } from "./update.js";
 
@@ -84,10 +85,18 @@ export class VppsScheduler implements Emitter {
    */
   private forwardProducts: Int32Array;
   private backwardProducts: Int32Array;
-  /** Per-batch scratch kept across batches: nodes sorted by level, where each level starts, GEMM rows collected. */
-  private levelStart = new Int32Array(64);
-  private byLevel = new Int32Array(1024);
+  /**
+   * Per-batch scratch kept across batches: where each level's listed nodes start in the view (and, after them, the
+   * other live nodes: LevelOrder.build's buckets), the other live nodes per level while counting, the affine sums
+   * of a level, the GEMM rows collected.
+   */
+  private levelStart: Int32Array = new Int32Array(129);
+  private storageCount: Int32Array = new Int32Array(64);
   private sums = new Int32Array(1024);
+  /** The batch's live nodes in level order (levels.ts), reused across batches. */
+  private readonly levels = new LevelOrder();
+  /** Per op: 1 when its nodes are listed in the levels (emit instructions, or every node while dumping). */
+  private readonly listedOp: Uint8Array;
   private readonly collected: Int32Array;
   /** Per op: 1 when VPPS refuses it (kernel-table.ts): a graph using it is refused before anything is emitted. */
   private readonly refused = refusedOps();
@@ -101,6 +110,7 @@ export class VppsScheduler implements Emitter {
     this.forwardProducts = new Int32Array(64 * plan.matrices.length);
     this.backwardProducts = new Int32Array(64 * plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
+    this.listedOp = this.dumpTo === undefined ? EMITS_INSTRUCTIONS : EMITS_INSTRUCTIONS.map(() => 1);
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
     const inKernel = options.update !== "host" && plan.matrices.every((m) => m.gradients === "registers");
     this.update = inKernel ? "kernel" : "host";
@@ -133,33 +143,37 @@ export class VppsScheduler implements Emitter {
     // replacement of a long loop in a function called once per batch.
     const liveCount = this.countLevels(g, L, n);
     const maxLevel = this.maxLevel;
-    this.sortByLevel(g, L, n, maxLevel, liveCount);
+    // the live nodes renumbered level by level (levels.ts): from here on node ids are the view's
+    const V = this.levels;
+    const VL = V.build(g, L, n, liveCount, this.levelStart, maxLevel + 1, this.listedOp);
+    const root = V.pos[lossId]!;
 
     const t = this.t;
-    if (this.cellCta.length < n) {
-      const size = 2 * n;
+    if (this.cellCta.length < liveCount) {
+      const size = 2 * liveCount;
       this.cellCta = new Int32Array(size);
       this.cellStep = new Int32Array(size);
       this.cellWord = new Int32Array(size);
       this.fusedConcat = new Int32Array(size);
       this.fusedOffset = new Int32Array(size);
     }
-    this.cellCta.fill(-1, 0, n);
-    this.fusedConcat.fill(-1, 0, n);
-    t.begin(L, n, 1 + 3 * maxLevel + 5);
+    if (this.sums.length < liveCount) this.sums = new Int32Array(2 * liveCount);
+    this.cellCta.fill(-1, 0, liveCount);
+    this.fusedConcat.fill(-1, 0, liveCount);
+    t.begin(VL, liveCount, 1 + 3 * maxLevel + 5);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
-    if (L.needGrad[lossId] === 1) {
+    if (VL.needGrad[root] === 1) {
       const q = t.leastLoaded(1);
-      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, ONE_BITS);
-      t.wroteGrad(lossId, q);
+      t.writer.ins2(q, Opcode.Set, 1, VL.grad[root]!, ONE_BITS);
+      t.wroteGrad(root, q);
     }
     t.endStep();
-    this.forwardPass(g, L, maxLevel);
-    let s = this.backwardPass(g, L, maxLevel);
+    this.forwardPass(V, VL, maxLevel);
+    let s = this.backwardPass(V, VL, maxLevel);
     s = this.deferred.emit(this, s);
-    s = emitUpdate(this, L, s);
+    s = emitUpdate(this, VL, s);
     const result: BatchSchedule = {
       layout: L,
       script: t.finish(s, into),
@@ -177,18 +191,22 @@ export class VppsScheduler implements Emitter {
   private maxLevel = 0;
 
   /**
-   * One pass over the nodes: the live nodes (returned), the listed nodes per level (levelStart[d + 1]), the deepest
+   * One pass over the nodes: the live nodes (returned), per level the listed nodes (levelStart[d + 1]) and the other
+   * live ones (levelStart[levels + d + 1], levels = this.maxLevel + 1: the buckets of LevelOrder.build), the deepest
    * level (this.maxLevel) and the matrix products per level and matrix, forward and backward. Only nodes that emit
-   * instructions are listed (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace shows
-   * every node; the deepest live node of any kind still sets the number of levels (and so the barrier numbering).
+   * instructions are listed (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace
+   * shows every node; the deepest live node of any kind still sets the number of levels (and so the barrier
+   * numbering).
    */
   private countLevels(g: ComputationGraph, L: BatchLayout, n: number): number {
     const depth = g.depth;
     const live = L.live;
     const op = g.op;
-    const everyNode = this.dumpTo !== undefined;
-    let levelStart = this.levelStart;
+    const listedOp = this.listedOp;
+    let levelStart: Int32Array = this.levelStart;
+    let storage: Int32Array = this.storageCount;
     levelStart.fill(0);
+    storage.fill(0);
     const matrices = this.registerGrad.length;
     let forwardProducts: Int32Array = this.forwardProducts.fill(0);
     let backwardProducts: Int32Array = this.backwardProducts.fill(0);
@@ -201,55 +219,38 @@ export class VppsScheduler implements Emitter {
       const d = depth[i]!;
       if (d > maxLevel) {
         maxLevel = d;
-        if (levelStart.length < d + 2) {
-          const grown = new Int32Array(2 * (d + 2));
-          grown.set(levelStart);
-          this.levelStart = levelStart = grown;
-          this.forwardProducts = forwardProducts = growTo(forwardProducts, grown.length * matrices);
-          this.backwardProducts = backwardProducts = growTo(backwardProducts, grown.length * matrices);
+        if (storage.length < d + 2) {
+          // levelStart holds both halves of LevelOrder.build's buckets once counted
+          const length = 2 * (d + 2);
+          this.storageCount = storage = growTo(storage, length);
+          this.levelStart = levelStart = growTo(levelStart, 2 * length + 1);
+          this.forwardProducts = forwardProducts = growTo(forwardProducts, length * matrices);
+          this.backwardProducts = backwardProducts = growTo(backwardProducts, length * matrices);
         }
       }
       const o = op[i]!;
       if (this.refused[o] === 1) throw refusal(o);
-      if (everyNode || EMITS_INSTRUCTIONS[o] === 1) {
+      if (listedOp[o] === 1) {
         levelStart[d + 1]!++;
         if (o === Op.MatVec || o === Op.Affine) {
           this.countForward(g, i, forwardProducts, d * matrices);
           if (needGrad[i] === 1) countBackward(this, g, L, i, backwardProducts, d * matrices);
         }
-      }
+      } else storage[d]!++;
     }
+    // the other live nodes' counts after the listed ones' (bucket levels + d is counted at levelStart[levels + d + 1])
+    const levels = maxLevel + 1;
+    for (let d = 0; d < levels; d++) levelStart[levels + d + 1] = storage[d]!;
     this.maxLevel = maxLevel;
     return liveCount;
   }
 
-  /** The listed nodes of each depth level, in graph order, into byLevel from levelStart[d] (a counting sort). */
-  private sortByLevel(g: ComputationGraph, L: BatchLayout, n: number, maxLevel: number, liveCount: number): void {
-    const depth = g.depth;
-    const live = L.live;
-    const op = g.op;
-    const everyNode = this.dumpTo !== undefined;
-    const levelStart = this.levelStart;
-    if (this.byLevel.length < liveCount) {
-      this.byLevel = new Int32Array(2 * liveCount);
-      this.sums = new Int32Array(2 * liveCount);
-    }
-    const byLevel = this.byLevel;
-    for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
-    // levelStart[d] becomes the end of level d while filling; shift it back afterwards
-    for (let i = 0; i < n; i++) {
-      if (live[i] === 1 && (everyNode || EMITS_INSTRUCTIONS[op[i]!] === 1)) byLevel[levelStart[depth[i]!]!++] = i;
-    }
-    for (let l = maxLevel + 1; l > 0; l--) levelStart[l] = levelStart[l - 1]!;
-    levelStart[0] = 0;
-  }
-
   /** Forward: per level a main step, then a step for the sums of affine transforms with several products. */
-  private forwardPass(g: ComputationGraph, L: BatchLayout, maxLevel: number): void {
+  private forwardPass(g: NodeTable, L: BatchLayout, maxLevel: number): void {
     const t = this.t;
     const op = g.op;
     const argCount = g.argCount;
-    const { levelStart, byLevel, forwardProducts } = this;
+    const { levelStart, forwardProducts } = this;
     const matrices = this.registerGrad.length;
     for (let l = 1; l <= maxLevel; l++) {
       const begin = levelStart[l]!;
@@ -258,8 +259,7 @@ export class VppsScheduler implements Emitter {
       this.announce(forwardProducts, l * matrices);
       // affine transforms with several products, summed in the next step
       let sums = 0;
-      for (let k = begin; k < end; k++) {
-        const i = byLevel[k]!;
+      for (let i = begin; i < end; i++) {
         const kernel = VPPS_KERNELS[op[i]!]!;
         if (this.trace === undefined) kernel.forward(this, g, L, i);
         else this.traced("forward", i, () => kernel.forward(this, g, L, i));
@@ -273,11 +273,11 @@ export class VppsScheduler implements Emitter {
   }
 
   /** Backward: one step per level, deepest first; returns the next step. */
-  private backwardPass(g: ComputationGraph, L: BatchLayout, maxLevel: number): number {
+  private backwardPass(g: NodeTable, L: BatchLayout, maxLevel: number): number {
     const t = this.t;
     const op = g.op;
     const needGrad = L.needGrad;
-    const { levelStart, byLevel, backwardProducts } = this;
+    const { levelStart, backwardProducts } = this;
     const matrices = this.registerGrad.length;
     const collected = this.collected.fill(0);
     let s = 2 * maxLevel + 1;
@@ -288,8 +288,7 @@ export class VppsScheduler implements Emitter {
       // the transposed copies, loaded where each holder's backward work begins (script/format.ts LoadTransposed)
       if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
       this.announce(backwardProducts, l * matrices, true);
-      for (let k = begin; k < end; k++) {
-        const i = byLevel[k]!;
+      for (let i = begin; i < end; i++) {
         if (needGrad[i] === 0) continue;
         const kernel = VPPS_KERNELS[op[i]!]!;
         if (this.trace === undefined) kernel.backward(this, g, L, i, collected);
@@ -307,10 +306,10 @@ export class VppsScheduler implements Emitter {
     emit();
     const ctas: number[] = [];
     for (let c = 0; c < this.t.ctas; c++) if (w.length(c) !== before[c]) ctas.push(c);
-    this.trace!.push({ step: this.t.step, phase, node, ctas });
+    this.trace!.push({ step: this.t.step, phase, node: this.levels.order[node]!, ctas });
   }
 
-  matrixOf(g: ComputationGraph, i: number, w: number): number {
+  matrixOf(g: NodeTable, i: number, w: number): number {
     const m = g.op[w] === Op.Parameter ? this.model.matrixOf[g.aux[w]!]! : -1;
     if (m < 0) {
       const what = g.op[w] === Op.Parameter ? `parameter '${this.model.params[g.aux[w]!]!.name}'` : g.describe(w);
