@@ -13,6 +13,7 @@
  */
 import type { ComputationGraph, GraphParameter } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
+import { LevelOrder, OP_CLASS } from "./level-order.js";
 import type { VppsPlan } from "./plan.js";
 
 /** Parameters of a model as VPPS places them, fixed once per model. */
@@ -142,6 +143,8 @@ export class LayoutWorkspace {
   gradNext = 0;
   readonly lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
   perModel: { paramGrad: Int32Array; paramNode: Int32Array; collect: Int32Array[]; gemm: Uint8Array } | undefined;
+  /** The last layout's live nodes in the scheduler's level order (level-order.ts), filled by the passes below. */
+  readonly levels = new LevelOrder();
 
   /** The views of the last take(), reused while n stays the same. */
   private views: { i32: Int32Array[]; u8: Uint8Array[] } = { i32: [], u8: [] };
@@ -189,6 +192,10 @@ export class LayoutWorkspace {
  * placement, values and gradients (gradients relative to a region whose start is known only after all values);
  * backwards again for storage borrowed from the consumer and for the final gradient offsets.
  *
+ * The passes also fill workspace.levels, the live nodes in the scheduler's level order (level-order.ts): markLive
+ * counts the nodes per bucket (`opClass`, per op: OP_CLASS listed, storage or refused), placeNodes numbers them,
+ * copies the graph's facts and counts the matrix products per level, resolveBorrowed copies the offsets.
+ *
  * Each pass is its own function: a function called once per batch whose long loop V8 optimizes by on-stack
  * replacement keeps that OSR code, compiled on the first batch before the code after the loop had ever run, and
  * deoptimizes on that code in every later batch ("insufficient type feedback"); small functions per loop are
@@ -198,7 +205,8 @@ export function layoutBatch(
   g: ComputationGraph,
   lossId: number,
   model: ModelLayout,
-  workspace = new LayoutWorkspace(),
+  workspace: LayoutWorkspace,
+  opClass: Uint8Array,
 ): BatchLayout {
   const n = lossId + 1;
   const { i32, u8 } = workspace.take(n);
@@ -226,10 +234,12 @@ export function layoutBatch(
     needGrad,
     placed,
   };
-  markLive(g, lossId, model, a);
-
+  const levels = workspace.levels;
+  levels.begin(g, n, g.depth[lossId]!);
+  markLive(g, lossId, model, a, levels, opClass);
   const plan = model.plan;
   const matrices = plan.matrices.length;
+  levels.place(matrices);
   const params = model.params.length;
   if (workspace.perModel === undefined || workspace.perModel.paramGrad.length !== params) {
     workspace.perModel = {
@@ -269,7 +279,7 @@ export function layoutBatch(
   const gradStart = next;
   const normOffset = gradStart;
   const gradBase = gradStart + 1;
-  resolveBorrowed(n, a, gradBase);
+  resolveBorrowed(n, a, gradBase, levels);
   for (let p = 0; p < params; p++) if (paramGrad[p]! >= 0) paramGrad[p]! += gradBase;
   for (let r = 0; r < lookupRows.offset.length; r++) lookupRows.offset[r]! += gradBase;
   return {
@@ -315,17 +325,35 @@ interface PassArrays {
  * uses[a] is 1) and offsetInParent[a] (a's offset in a concat consumer, or its argument position in a sub: only
  * sub's first argument may share the gradient).
  */
-function markLive(g: ComputationGraph, lossId: number, model: ModelLayout, a: PassArrays): void {
-  const { op, argStart, argCount, args, rows, cols, aux } = g;
+function markLive(
+  g: ComputationGraph,
+  lossId: number,
+  model: ModelLayout,
+  a: PassArrays,
+  levels: LevelOrder,
+  opClass: Uint8Array,
+): void {
+  const { op, argStart, argCount, args, rows, cols, aux, depth } = g;
   const { live, uses, parent, offsetInParent } = a;
   const matrixOf = model.matrixOf;
+  // the level order's buckets (level-order.ts), counted at b + 1; placeNodes reads each node's bucket from pos
+  const { pos, start, argWords } = levels;
+  const storage = levels.levels;
+  let refused = false;
   live[lossId] = 1;
   for (let i = lossId; i >= 0; i--) {
     if (live[i] === 0) continue;
     const s = argStart[i]!;
     const o = op[i]!;
+    const c = argCount[i]!;
+    const cls = opClass[o]!;
+    if (cls === OP_CLASS.refused) refused = true;
+    const b = cls === OP_CLASS.listed ? depth[i]! : storage + depth[i]!;
+    pos[i] = b;
+    start[b + 1]!++;
+    argWords[b + 1]! += c;
     let off = 0;
-    for (let k = 0, c = argCount[i]!; k < c; k++) {
+    for (let k = 0; k < c; k++) {
       const x = args[s + k]!;
       live[x] = 1;
       uses[x]!++;
@@ -335,6 +363,7 @@ function markLive(g: ComputationGraph, lossId: number, model: ModelLayout, a: Pa
       if (op[x] === Op.Parameter && matrixOf[aux[x]!]! >= 0 && !isMatrixSlot(o, k)) refuseMatrixUse(g, model, i, k);
     }
   }
+  levels.refused = refused;
 }
 
 /**
@@ -350,10 +379,16 @@ function placeNodes(
   a: PassArrays,
   next: number,
 ): number {
-  const { op, argStart, argCount, args, rows, cols, aux, aux2 } = g;
+  const { op, argStart, argCount, args, rows, cols, aux, aux2, auxF, depth } = g;
   const { value, grad, temp, valueRoot, gradRoot, parent, uses, offsetInParent, live, needGrad, placed } = a;
   const matrixOf = model.matrixOf;
   const { paramGrad, paramNode, gemm } = workspace.perModel!;
+  const V = workspace.levels;
+  const { pos, order, nodeNext, argNext, forwardProducts, backwardProducts } = V;
+  const { args: vArgs, argStart: vArgStart, argCount: vArgCount, op: vOp, rows: vRows, cols: vCols } = V;
+  const { aux: vAux, aux2: vAux2, auxF: vAuxF } = V;
+  const matrices = gemm.length;
+  let badProduct = -1;
   const collectCount = workspace.perModel!.collect[2]!;
   const lookupRows = workspace.lookupRows;
   const stamp = ++workspace.batch;
@@ -363,13 +398,53 @@ function placeNodes(
   let rowFirst: Int32Array = NO_ROWS;
   let gradNext = 0; // relative to the first gradient slot
   for (let i = 0; i < n; i++) {
-    if (live[i] === 0) continue;
+    if (live[i] === 0) {
+      pos[i] = -1;
+      continue;
+    }
     const o = op[i]!;
     const s = argStart[i]!;
     const c = argCount[i]!;
+    // the node's place in the level order (markLive left its bucket in pos) and its graph facts there
+    const b = pos[i]!;
+    const p = nodeNext[b]!++;
+    pos[i] = p;
+    order[p] = i;
+    vOp[p] = o;
+    vRows[p] = rows[i]!;
+    vCols[p] = cols[i]!;
+    vAux[p] = aux[i]!;
+    vAux2[p] = aux2[i]!;
+    vAuxF[p] = auxF[i]!;
+    const at = argNext[b]!;
+    argNext[b] = at + c;
+    vArgStart[p] = at;
+    vArgCount[p] = c;
+    for (let k = 0; k < c; k++) vArgs[at + k] = pos[args[s + k]!]!;
     let d = o === Op.Parameter || o === Op.Lookup ? 1 : 0;
     for (let k = 0; d === 0 && k < c; k++) d = needGrad[args[s + k]!]!;
     needGrad[i] = d;
+    if (o === Op.MatVec || o === Op.Affine) {
+      // the products the scheduler announces per level: forward, and backward where the kernel has work (x̄, b̄
+      // or a register gradient: schedule/backward.ts productHasWork)
+      const base = depth[i]! * matrices;
+      for (let k = o === Op.Affine ? 1 : 0; k < c; k += 2) {
+        const w = args[s + k]!;
+        const m = op[w] === Op.Parameter ? matrixOf[aux[w]!]! : -1;
+        if (m < 0) {
+          if (badProduct < 0) badProduct = i;
+          continue;
+        }
+        forwardProducts[base + m]!++;
+        if (d === 1) {
+          const work =
+            gemm[m] === 0 ||
+            needGrad[args[s + k + 1]!] === 1 ||
+            (o === Op.Affine && k === 1 && needGrad[args[s]!] === 1);
+          if (work) backwardProducts[base + m]!++;
+        }
+      }
+    }
     // computed in place in its only consumer (concat), or sharing its gradient (sum, add, sub's first argument)
     if (uses[i] === 1 && !aliasesValue(o)) {
       const po = op[parent[i]!]!;
@@ -443,12 +518,18 @@ function placeNodes(
     }
   }
   workspace.gradNext = gradNext;
+  V.badProduct = badProduct;
   return next;
 }
 
-/** Third pass, backwards: storage borrowed from the consumer, and gradient offsets made absolute (+ gradBase). */
-function resolveBorrowed(n: number, a: PassArrays, gradBase: number): void {
-  const { value, grad, valueRoot, gradRoot, parent, offsetInParent, needGrad, placed } = a;
+/**
+ * Third pass, backwards: storage borrowed from the consumer, and gradient offsets made absolute (+ gradBase); each
+ * live node's final offsets, flags and storage roots into the level order.
+ */
+function resolveBorrowed(n: number, a: PassArrays, gradBase: number, V: LevelOrder): void {
+  const { value, grad, temp, valueRoot, gradRoot, parent, offsetInParent, needGrad, placed } = a;
+  const { pos, value: vValue, grad: vGrad, temp: vTemp, needGrad: vNeedGrad, placed: vPlaced } = V;
+  const { valueRoot: vValueRoot, gradRoot: vGradRoot } = V;
   for (let i = n - 1; i >= 0; i--) {
     const pl = placed[i]!;
     if (pl === PLACED_IN_CONCAT) {
@@ -465,5 +546,16 @@ function resolveBorrowed(n: number, a: PassArrays, gradBase: number): void {
     } else if (grad[i]! >= 0) {
       grad[i]! += gradBase;
     }
+    const p = pos[i]!;
+    if (p < 0) continue;
+    vValue[p] = value[i]!;
+    vGrad[p] = grad[i]!;
+    vTemp[p] = temp[i]!;
+    vNeedGrad[p] = needGrad[i]!;
+    vPlaced[p] = pl;
+    const vr = valueRoot[i]!;
+    vValueRoot[p] = vr < 0 ? -1 : pos[vr]!;
+    const gr = gradRoot[i]!;
+    vGradRoot[p] = gr < 0 ? -1 : pos[gr]!;
   }
 }

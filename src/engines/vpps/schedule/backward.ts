@@ -6,8 +6,8 @@
  */
 import { Op } from "../../../graph/opcodes.js";
 import { type BatchLayout, type ModelLayout, PLACEMENT } from "../plan/layout.js";
+import type { NodeTable } from "../plan/level-order.js";
 import { floatBits, NONE, Opcode } from "../script/format.js";
-import type { NodeTable } from "./levels.js";
 import type { ScheduleOptions } from "./scheduler.js";
 import type { StepTracker } from "./steps.js";
 

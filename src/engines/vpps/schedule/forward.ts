@@ -5,9 +5,9 @@
  */
 import { Op } from "../../../graph/opcodes.js";
 import { type BatchLayout, PLACEMENT } from "../plan/layout.js";
+import type { NodeTable } from "../plan/level-order.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, NONE, Opcode } from "../script/format.js";
 import type { Emitter } from "./backward.js";
-import type { NodeTable } from "./levels.js";
 
 /** y = W·x: an entry of W's list in this step. */
 export function matVecForward(E: Emitter, g: NodeTable, L: BatchLayout, i: number): void {

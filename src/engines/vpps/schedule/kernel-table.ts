@@ -6,6 +6,7 @@
  */
 import { isUnsupported, Op, type OpTable, opArray, UnsupportedOpError, unsupported } from "../../../graph/opcodes.js";
 import type { BatchLayout } from "../plan/layout.js";
+import type { NodeTable } from "../plan/level-order.js";
 import { Opcode } from "../script/format.js";
 import {
   affineBackward,
@@ -31,7 +32,6 @@ import {
   sumForward,
   unaryForward,
 } from "./forward.js";
-import type { NodeTable } from "./levels.js";
 
 /** One op on VPPS: node i's instructions. `collected`: the rows of GEMM-strategy gradients so far, per matrix. */
 export interface VppsKernel {
@@ -94,9 +94,10 @@ export function refusedOps(): Uint8Array {
   return Uint8Array.from(VPPS_KERNELS, (k) => (isUnsupported(k) ? 1 : 0));
 }
 
-/** The first live node's op that VPPS refuses, among nodes [0, n), or undefined. */
-export function firstRefusedOp(g: NodeTable, n: number, refused: Uint8Array): Op | undefined {
-  for (let i = 0; i < n; i++) if (refused[g.op[i]!] === 1) return g.op[i] as Op;
+/** The first node's op that VPPS refuses, among nodes [0, n) (only live ones when `live` is given), or undefined. */
+export function firstRefusedOp(g: NodeTable, n: number, refused: Uint8Array, live?: Uint8Array): Op | undefined {
+  for (let i = 0; i < n; i++)
+    if (refused[g.op[i]!] === 1 && (live === undefined || live[i] === 1)) return g.op[i] as Op;
   return undefined;
 }
 

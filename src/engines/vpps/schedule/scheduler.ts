@@ -15,12 +15,12 @@ import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
+import { type LevelOrder, type NodeTable, OP_CLASS } from "../plan/level-order.js";
 import type { BatchSchedule } from "../script/batch-schedule.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
-import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
+import { DeferredWbar, type Emitter } from "./backward.js";
 import { affineSum } from "./forward.js";
 import { EMITS_INSTRUCTIONS, firstRefusedOp, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
-import { LevelOrder, type NodeTable } from "./levels.js";
 import { StepTracker } from "./steps.js";
 import { emitUpdate } from "./update.js";
 
@@ -78,25 +78,13 @@ export class VppsScheduler implements Emitter {
   fusedConcat = new Int32Array(0);
   fusedOffset = new Int32Array(0);
   readonly registerGrad: Uint8Array;
-  /**
-   * Products per (level, matrix), forward and backward (index level · matrices + m), counted in the first pass over
-   * the nodes and announced per step (see announce). Counting them there, in graph order, rather than in an extra
-   * visit of each level's nodes saves a round of cache misses per product node at large batches.
-   */
-  private forwardProducts: Int32Array;
-  private backwardProducts: Int32Array;
-  /**
-   * Per-batch scratch kept across batches: where each level's listed nodes start in the view (and, after them, the
-   * other live nodes: LevelOrder.build's buckets), the other live nodes per level while counting, the affine sums
-   * of a level, the GEMM rows collected.
-   */
-  private levelStart: Int32Array = new Int32Array(129);
-  private storageCount: Int32Array = new Int32Array(64);
+  /** Per-batch scratch kept across batches: the affine sums of a level, the GEMM rows collected. */
   private sums = new Int32Array(1024);
-  /** The batch's live nodes in level order (levels.ts), reused across batches. */
-  private readonly levels = new LevelOrder();
-  /** Per op: 1 when its nodes are listed in the levels (emit instructions, or every node while dumping). */
-  private readonly listedOp: Uint8Array;
+  /**
+   * Per op, its class in the level order (plan/level-order.ts OP_CLASS): listed when its nodes emit instructions
+   * (every node while dumping, whose trace shows all), refused when VPPS has no kernel for it, else storage.
+   */
+  private readonly opClass: Uint8Array;
   private readonly collected: Int32Array;
   /** Per op: 1 when VPPS refuses it (kernel-table.ts): a graph using it is refused before anything is emitted. */
   private readonly refused = refusedOps();
@@ -107,10 +95,11 @@ export class VppsScheduler implements Emitter {
   ) {
     const plan = model.plan;
     this.t = new StepTracker(plan, options.tileEntries);
-    this.forwardProducts = new Int32Array(64 * plan.matrices.length);
-    this.backwardProducts = new Int32Array(64 * plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
-    this.listedOp = this.dumpTo === undefined ? EMITS_INSTRUCTIONS : EMITS_INSTRUCTIONS.map(() => 1);
+    const everyNode = this.dumpTo !== undefined;
+    this.opClass = EMITS_INSTRUCTIONS.map((emits, o) =>
+      this.refused[o] === 1 ? OP_CLASS.refused : emits === 1 || everyNode ? OP_CLASS.listed : OP_CLASS.storage,
+    );
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
     const inKernel = options.update !== "host" && plan.matrices.every((m) => m.gradients === "registers");
     this.update = inKernel ? "kernel" : "host";
@@ -130,22 +119,23 @@ export class VppsScheduler implements Emitter {
     const lossId = g.check(loss, "vpps", "loss");
     if (loss.size !== 1) throw new Error(`vpps: the loss has shape ${loss.shapeString()}; expected a scalar`);
     let L: BatchLayout;
+    const workspace = this.workspaces[this.scheduled++ % 2]!;
     try {
-      L = layoutBatch(g, lossId, this.model, this.workspaces[this.scheduled++ % 2]!);
+      L = layoutBatch(g, lossId, this.model, workspace, this.opClass);
     } catch (e) {
       // a graph with an op VPPS refuses fails on that op, not on what the layout made of it (a matrix as an image op's
       // argument, say); the scan costs nothing on graphs that lay out
       const refused = firstRefusedOp(g, lossId + 1, this.refused);
       throw refused === undefined ? e : refusal(refused);
     }
-    const n = lossId + 1;
-    // The passes over the nodes are methods of their own: see layoutBatch (plan/layout.ts) on V8's on-stack
-    // replacement of a long loop in a function called once per batch.
-    const liveCount = this.countLevels(g, L, n);
-    const maxLevel = this.maxLevel;
-    // the live nodes renumbered level by level (levels.ts): from here on node ids are the view's
-    const V = this.levels;
-    const VL = V.build(g, L, n, liveCount, this.levelStart, maxLevel + 1, this.listedOp);
+    // the live nodes in level order (plan/level-order.ts): from here on node ids are the view's
+    const V = workspace.levels;
+    this.view = V;
+    if (V.refused) throw refusal(firstRefusedOp(g, lossId + 1, this.refused, L.live)!);
+    if (V.badProduct >= 0) this.refuseProduct(g, V.badProduct);
+    const liveCount = V.live;
+    const maxLevel = V.levels - 1;
+    const VL = V.layout(L);
     const root = V.pos[lossId]!;
 
     const t = this.t;
@@ -187,62 +177,12 @@ export class VppsScheduler implements Emitter {
     return result;
   }
 
-  /** The deepest level of the last countLevels. */
-  private maxLevel = 0;
+  /** The level order of the batch being scheduled (the trace maps its ids back to graph nodes). */
+  private view: LevelOrder | undefined;
 
-  /**
-   * One pass over the nodes: the live nodes (returned), per level the listed nodes (levelStart[d + 1]) and the other
-   * live ones (levelStart[levels + d + 1], levels = this.maxLevel + 1: the buckets of LevelOrder.build), the deepest
-   * level (this.maxLevel) and the matrix products per level and matrix, forward and backward. Only nodes that emit
-   * instructions are listed (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace
-   * shows every node; the deepest live node of any kind still sets the number of levels (and so the barrier
-   * numbering).
-   */
-  private countLevels(g: ComputationGraph, L: BatchLayout, n: number): number {
-    const depth = g.depth;
-    const live = L.live;
-    const op = g.op;
-    const listedOp = this.listedOp;
-    let levelStart: Int32Array = this.levelStart;
-    let storage: Int32Array = this.storageCount;
-    levelStart.fill(0);
-    storage.fill(0);
-    const matrices = this.registerGrad.length;
-    let forwardProducts: Int32Array = this.forwardProducts.fill(0);
-    let backwardProducts: Int32Array = this.backwardProducts.fill(0);
-    const needGrad = L.needGrad;
-    let maxLevel = 0;
-    let liveCount = 0;
-    for (let i = 0; i < n; i++) {
-      if (live[i] === 0) continue;
-      liveCount++;
-      const d = depth[i]!;
-      if (d > maxLevel) {
-        maxLevel = d;
-        if (storage.length < d + 2) {
-          // levelStart holds both halves of LevelOrder.build's buckets once counted
-          const length = 2 * (d + 2);
-          this.storageCount = storage = growTo(storage, length);
-          this.levelStart = levelStart = growTo(levelStart, 2 * length + 1);
-          this.forwardProducts = forwardProducts = growTo(forwardProducts, length * matrices);
-          this.backwardProducts = backwardProducts = growTo(backwardProducts, length * matrices);
-        }
-      }
-      const o = op[i]!;
-      if (this.refused[o] === 1) throw refusal(o);
-      if (listedOp[o] === 1) {
-        levelStart[d + 1]!++;
-        if (o === Op.MatVec || o === Op.Affine) {
-          this.countForward(g, i, forwardProducts, d * matrices);
-          if (needGrad[i] === 1) countBackward(this, g, L, i, backwardProducts, d * matrices);
-        }
-      } else storage[d]!++;
-    }
-    // the other live nodes' counts after the listed ones' (bucket levels + d is counted at levelStart[levels + d + 1])
-    const levels = maxLevel + 1;
-    for (let d = 0; d < levels; d++) levelStart[levels + d + 1] = storage[d]!;
-    this.maxLevel = maxLevel;
-    return liveCount;
+  /** Throws matrixOf's error for the first product of node i whose W is not a matrix of the plan. */
+  private refuseProduct(g: ComputationGraph, i: number): void {
+    for (let k = g.op[i] === Op.Affine ? 1 : 0; k < g.argCount[i]!; k += 2) this.matrixOf(g, i, g.arg(i, k));
   }
 
   /** Forward: per level a main step, then a step for the sums of affine transforms with several products. */
@@ -250,7 +190,7 @@ export class VppsScheduler implements Emitter {
     const t = this.t;
     const op = g.op;
     const argCount = g.argCount;
-    const { levelStart, forwardProducts } = this;
+    const { start: levelStart, forwardProducts } = this.view!;
     const matrices = this.registerGrad.length;
     for (let l = 1; l <= maxLevel; l++) {
       const begin = levelStart[l]!;
@@ -277,7 +217,7 @@ export class VppsScheduler implements Emitter {
     const t = this.t;
     const op = g.op;
     const needGrad = L.needGrad;
-    const { levelStart, backwardProducts } = this;
+    const { start: levelStart, backwardProducts } = this.view!;
     const matrices = this.registerGrad.length;
     const collected = this.collected.fill(0);
     let s = 2 * maxLevel + 1;
@@ -306,7 +246,7 @@ export class VppsScheduler implements Emitter {
     emit();
     const ctas: number[] = [];
     for (let c = 0; c < this.t.ctas; c++) if (w.length(c) !== before[c]) ctas.push(c);
-    this.trace!.push({ step: this.t.step, phase, node: this.levels.order[node]!, ctas });
+    this.trace!.push({ step: this.t.step, phase, node: this.view!.order[node]!, ctas });
   }
 
   matrixOf(g: NodeTable, i: number, w: number): number {
@@ -321,18 +261,8 @@ export class VppsScheduler implements Emitter {
   }
 
   /**
-   * Counts the forward matrix products of node i (a matVec or affine) into counts[base + m], so that placing its
-   * level's other instructions sees them.
-   */
-  private countForward(g: ComputationGraph, i: number, counts: Int32Array, base: number): void {
-    if (g.op[i] === Op.MatVec) counts[base + this.matrixOf(g, i, g.arg(i, 0))]!++;
-    else {
-      for (let k = 1; k < g.argCount[i]!; k += 2) counts[base + this.matrixOf(g, i, g.arg(i, k))]!++;
-    }
-  }
-
-  /**
-   * Adds the products counted for this step (counts[base + m]) to their holders' loads (once per matrix);
+   * Adds the products of this step (counts[base + m], counted per level by the layout: plan/layout.ts placeNodes,
+   * in graph order rather than in an extra visit of each level's nodes) to their holders' loads (once per matrix);
    * `backward`: they are backward products (their x̄ may run on transposed copies).
    */
   private announce(counts: Int32Array, base: number, backward = false): void {
@@ -341,13 +271,6 @@ export class VppsScheduler implements Emitter {
       if (c !== 0) this.t.preloadMatrix(m, c, backward);
     }
   }
-}
-
-/** A copy of `a` with room for `length` entries (the new ones zero). */
-function growTo(a: Int32Array, length: number): Int32Array {
-  const b = new Int32Array(length);
-  b.set(a);
-  return b;
 }
 
 /** The bit pattern of 1.0f, the seed of the loss gradient. */
