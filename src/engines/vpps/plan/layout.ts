@@ -13,7 +13,25 @@
  */
 import type { ComputationGraph, GraphParameter } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
-import { LevelOrder, OP_CLASS } from "./level-order.js";
+import {
+  LevelOrder,
+  N_ARG_COUNT,
+  N_ARG_START,
+  N_AUX,
+  N_COLS,
+  N_FLAGS,
+  N_GRAD,
+  N_GRAD_BUFFER,
+  N_GRAD_WRITE,
+  N_OP,
+  N_ROWS,
+  N_TEMP,
+  N_VALUE,
+  N_VALUE_BUFFER,
+  N_VALUE_WRITE,
+  NODE_WORDS,
+  OP_CLASS,
+} from "./level-order.js";
 import type { VppsPlan } from "./plan.js";
 
 /** Parameters of a model as VPPS places them, fixed once per model. */
@@ -379,14 +397,13 @@ function placeNodes(
   a: PassArrays,
   next: number,
 ): number {
-  const { op, argStart, argCount, args, rows, cols, aux, aux2, auxF, depth } = g;
+  const { op, argStart, argCount, args, rows, cols, aux, aux2, depth } = g;
   const { value, grad, temp, valueRoot, gradRoot, parent, uses, offsetInParent, live, needGrad, placed } = a;
   const matrixOf = model.matrixOf;
   const { paramGrad, paramNode, gemm } = workspace.perModel!;
   const V = workspace.levels;
   const { pos, order, nodeNext, argNext, forwardProducts, backwardProducts } = V;
-  const { args: vArgs, argStart: vArgStart, argCount: vArgCount, op: vOp, rows: vRows, cols: vCols } = V;
-  const { aux: vAux, aux2: vAux2, auxF: vAuxF } = V;
+  const { R, args: vArgs } = V;
   const matrices = gemm.length;
   let badProduct = -1;
   const collectCount = workspace.perModel!.collect[2]!;
@@ -410,16 +427,15 @@ function placeNodes(
     const p = nodeNext[b]!++;
     pos[i] = p;
     order[p] = i;
-    vOp[p] = o;
-    vRows[p] = rows[i]!;
-    vCols[p] = cols[i]!;
-    vAux[p] = aux[i]!;
-    vAux2[p] = aux2[i]!;
-    vAuxF[p] = auxF[i]!;
+    const r = NODE_WORDS * p;
     const at = argNext[b]!;
     argNext[b] = at + c;
-    vArgStart[p] = at;
-    vArgCount[p] = c;
+    R[r + N_OP] = o;
+    R[r + N_ROWS] = rows[i]!;
+    R[r + N_COLS] = cols[i]!;
+    R[r + N_AUX] = aux[i]!;
+    R[r + N_ARG_START] = at;
+    R[r + N_ARG_COUNT] = c;
     for (let k = 0; k < c; k++) vArgs[at + k] = pos[args[s + k]!]!;
     let d = o === Op.Parameter || o === Op.Lookup ? 1 : 0;
     for (let k = 0; d === 0 && k < c; k++) d = needGrad[args[s + k]!]!;
@@ -528,8 +544,7 @@ function placeNodes(
  */
 function resolveBorrowed(n: number, a: PassArrays, gradBase: number, V: LevelOrder): void {
   const { value, grad, temp, valueRoot, gradRoot, parent, offsetInParent, needGrad, placed } = a;
-  const { pos, value: vValue, grad: vGrad, temp: vTemp, needGrad: vNeedGrad, placed: vPlaced } = V;
-  const { valueRoot: vValueRoot, gradRoot: vGradRoot } = V;
+  const { pos, R } = V;
   for (let i = n - 1; i >= 0; i--) {
     const pl = placed[i]!;
     if (pl === PLACED_IN_CONCAT) {
@@ -548,14 +563,16 @@ function resolveBorrowed(n: number, a: PassArrays, gradBase: number, V: LevelOrd
     }
     const p = pos[i]!;
     if (p < 0) continue;
-    vValue[p] = value[i]!;
-    vGrad[p] = grad[i]!;
-    vTemp[p] = temp[i]!;
-    vNeedGrad[p] = needGrad[i]!;
-    vPlaced[p] = pl;
+    const r = NODE_WORDS * p;
+    R[r + N_VALUE] = value[i]!;
+    R[r + N_GRAD] = grad[i]!;
+    R[r + N_TEMP] = temp[i]!;
+    R[r + N_FLAGS] = needGrad[i]! | (pl << 1);
     const vr = valueRoot[i]!;
-    vValueRoot[p] = vr < 0 ? -1 : pos[vr]!;
+    R[r + N_VALUE_BUFFER] = vr < 0 ? -1 : NODE_WORDS * pos[vr]! + N_VALUE_WRITE;
     const gr = gradRoot[i]!;
-    vGradRoot[p] = gr < 0 ? -1 : pos[gr]!;
+    R[r + N_GRAD_BUFFER] = gr < 0 ? -1 : NODE_WORDS * pos[gr]! + N_GRAD_WRITE;
+    R[r + N_VALUE_WRITE] = 0; // nothing written yet (schedule/writes.ts)
+    R[r + N_GRAD_WRITE] = 0;
   }
 }

@@ -1,60 +1,57 @@
 /**
  * A batch's live nodes renumbered in the order the scheduler visits them, filled by layoutBatch's passes: the nodes
  * that emit instructions ("listed") level by level, graph order within a level, then the other live nodes (inputs,
- * parameters, lookups, pickRanges) level by level. Every per-node fact the scheduler reads (the graph's op, shape,
- * arguments and attributes; the layout's offsets, flags and storage roots) is kept in arrays of that numbering,
- * arguments renumbered too, along with the matrix products per level that the scheduler announces per step.
+ * parameters, lookups, pickRanges) level by level. Each node is one record of NODE_WORDS words (one 64-byte cache
+ * line) holding every fact the scheduler reads of it (op, shape, attribute, arguments, offsets, flags) and the
+ * dependency records of its storage (schedule/writes.ts); arguments are renumbered too.
  *
- * Why: the scheduler's passes walk the graph level by level, and in graph order (tree by tree) the nodes of one
- * level lie hundreds of nodes apart, so that each fact of each visited node and of each of its arguments was a
- * cache miss in an array of its own. In this numbering a level is a run of consecutive nodes and the arguments of a
- * level's nodes are runs of the levels below, so the passes (and the per-node dependency records of
- * schedule/writes.ts) stream through memory. Filling it costs stores in the layout's passes, which read those facts
- * in graph order anyway (a copy pass of its own cost as much as it saved: its loads jump across the graph).
+ * Why: the scheduler walks the graph level by level, and in graph order (tree by tree) the nodes of one level lie
+ * hundreds of nodes apart, so that each fact of each visited node and of each of its arguments was a cache miss in
+ * an array of its own (session 12: the profile was flat and bound by misses). Here a level is a run of consecutive
+ * records and the arguments of a level's nodes are runs of the levels below, one line per node. One record per node
+ * rather than an array per fact also keeps the layout's stores cheap: filling a dozen arrays in this order cost about
+ * what it saved (each store a line of its own), filling records costs one line per node.
  *
- * View node ids are only the scheduler's: the BatchSchedule's layout stays in graph numbering, and `order` maps back
- * (errors and the VPPS_DUMP trace name graph nodes).
+ * View node ids are only the scheduler's: the BatchSchedule's layout stays in graph numbering; `order` and `pos` map
+ * between the two (errors and the VPPS_DUMP trace name graph nodes).
  */
 import type { ComputationGraph } from "../../../graph/graph.js";
-import type { BatchLayout } from "./layout.js";
 
-/** What the scheduler's emitters read of a graph: ComputationGraph itself, or a LevelOrder. */
-export interface NodeTable {
-  readonly op: Uint8Array;
-  readonly rows: Int32Array;
-  readonly cols: Int32Array;
-  readonly argStart: Int32Array;
-  readonly argCount: Int32Array;
-  readonly args: Int32Array;
-  readonly aux: Int32Array;
-  readonly aux2: Int32Array;
-  readonly auxF: Float32Array;
-  arg(id: number, k: number): number;
-  describe(id: number): string;
-}
+/** Words per node record, and the word of each fact (N_FLAGS: needGrad in bit 0, the layout's placement above). */
+export const NODE_WORDS = 16;
+export const N_OP = 0;
+export const N_ROWS = 1;
+export const N_COLS = 2;
+export const N_AUX = 3;
+export const N_ARG_START = 4;
+export const N_ARG_COUNT = 5;
+export const N_VALUE = 6;
+export const N_GRAD = 7;
+export const N_TEMP = 8;
+export const N_FLAGS = 9;
+/**
+ * The dependency records (schedule/writes.ts): the buffer ids (record offsets, -1: storage nobody writes in the
+ * batch) of the node's value and gradient storage, then the writes of its own value and gradient buffers (newest
+ * write and next older one, each a pair of words) when it is a storage root.
+ */
+export const N_VALUE_BUFFER = 10;
+export const N_GRAD_BUFFER = 11;
+export const N_VALUE_WRITE = 12;
+export const N_GRAD_WRITE = 14;
 
 /** Per op, how the level order treats its nodes (the scheduler's table; the layout cannot know VPPS's kernels). */
 export const OP_CLASS = { storage: 0, listed: 1, refused: 2 } as const;
 
-/** The level-ordered copy of one batch (kept by a LayoutWorkspace across batches: every array is grow-only). */
-export class LevelOrder implements NodeTable {
-  op = new Uint8Array(0);
-  rows = new Int32Array(0);
-  cols = new Int32Array(0);
-  argStart = new Int32Array(0);
-  argCount = new Int32Array(0);
+/** The level-ordered records of one batch (kept by a LayoutWorkspace across batches: every array is grow-only). */
+export class LevelOrder {
+  /**
+   * NODE_WORDS words per view node, then (from tempBase) two words per view node: the dependency record of an affine
+   * node's temporaries.
+   */
+  R = new Int32Array(0);
+  tempBase = 0;
+  /** Arguments of view nodes, as view ids (a record's N_ARG_START, N_ARG_COUNT). */
   args = new Int32Array(0);
-  aux = new Int32Array(0);
-  aux2 = new Int32Array(0);
-  auxF = new Float32Array(0);
-  /** Layout facts in this numbering (storage roots as view ids). */
-  value = new Int32Array(0);
-  grad = new Int32Array(0);
-  temp = new Int32Array(0);
-  valueRoot = new Int32Array(0);
-  gradRoot = new Int32Array(0);
-  needGrad = new Uint8Array(0);
-  placed = new Uint8Array(0);
   /** Per view node: its graph node. Per graph node: its view node (-1: not live; its bucket during markLive). */
   order = new Int32Array(0);
   pos = new Int32Array(0);
@@ -75,47 +72,17 @@ export class LevelOrder implements NodeTable {
   backwardProducts = new Int32Array(0);
   /** The first product (graph node) whose W is not a matrix of the plan, or -1: the scheduler names it. */
   badProduct = -1;
-  /** The graph of the last layout, for describe(). */
-  private g: ComputationGraph | undefined;
-  private paramNode = new Int32Array(0);
-  private readonly lookupNodes: number[] = [];
-
-  /** The layout L (of this order's batch) in this numbering: per-node arrays of this object, the rest L's. */
-  layout(L: BatchLayout): BatchLayout {
-    const params = L.paramNode.length;
-    if (this.paramNode.length < params) this.paramNode = new Int32Array(params);
-    const paramNode = this.paramNode.subarray(0, params);
-    const pos = this.pos;
-    for (let p = 0; p < params; p++) paramNode[p] = L.paramNode[p]! < 0 ? -1 : pos[L.paramNode[p]!]!;
-    const lookupNodes = this.lookupNodes;
-    lookupNodes.length = 0;
-    for (const i of L.lookupRows.node) lookupNodes.push(pos[i]!);
-    return {
-      ...L,
-      value: this.value,
-      grad: this.grad,
-      temp: this.temp,
-      valueRoot: this.valueRoot,
-      gradRoot: this.gradRoot,
-      needGrad: this.needGrad,
-      placed: this.placed,
-      paramNode,
-      lookupRows: { ...L.lookupRows, node: lookupNodes },
-    };
-  }
-
-  arg(id: number, k: number): number {
-    return this.args[this.argStart[id]! + k]!;
-  }
+  /** The graph of the last layout (describe, and the rare attributes records leave out: dropout's). */
+  graph: ComputationGraph | undefined;
 
   /** The graph node's description, under its graph id (what a user can find). */
   describe(id: number): string {
-    return this.g!.describe(this.order[id]!);
+    return this.graph!.describe(this.order[id]!);
   }
 
   /** Before markLive: a batch of n graph nodes whose loss has depth `lossDepth`; the counts at zero. */
   begin(g: ComputationGraph, n: number, lossDepth: number): void {
-    this.g = g;
+    this.graph = g;
     const levels = lossDepth + 1;
     this.levels = levels;
     this.live = 0;
@@ -135,7 +102,7 @@ export class LevelOrder implements NodeTable {
 
   /**
    * After markLive counted the buckets (start[b + 1] nodes, argWords[b + 1] argument words): the cursors, room for
-   * the view, and the product counts of `matrices` plan matrices at zero.
+   * the records, and the product counts of `matrices` plan matrices at zero.
    */
   place(matrices: number): void {
     const buckets = 2 * this.levels;
@@ -150,6 +117,7 @@ export class LevelOrder implements NodeTable {
     }
     const live = start[buckets]!;
     this.live = live;
+    this.tempBase = NODE_WORDS * live;
     if (this.args.length < argWords[buckets]!) this.args = new Int32Array(2 * argWords[buckets]!);
     const products = this.levels * matrices;
     if (this.forwardProducts.length < products) {
@@ -158,23 +126,9 @@ export class LevelOrder implements NodeTable {
     }
     this.forwardProducts.fill(0, 0, products);
     this.backwardProducts.fill(0, 0, products);
-    if (this.op.length >= live) return;
-    const size = 2 * live;
-    this.op = new Uint8Array(size);
-    this.rows = new Int32Array(size);
-    this.cols = new Int32Array(size);
-    this.argStart = new Int32Array(size);
-    this.argCount = new Int32Array(size);
-    this.aux = new Int32Array(size);
-    this.aux2 = new Int32Array(size);
-    this.auxF = new Float32Array(size);
-    this.value = new Int32Array(size);
-    this.grad = new Int32Array(size);
-    this.temp = new Int32Array(size);
-    this.valueRoot = new Int32Array(size);
-    this.gradRoot = new Int32Array(size);
-    this.needGrad = new Uint8Array(size);
-    this.placed = new Uint8Array(size);
-    this.order = new Int32Array(size);
+    if (this.R.length < (NODE_WORDS + 2) * live) {
+      this.R = new Int32Array(2 * (NODE_WORDS + 2) * live);
+      this.order = new Int32Array(2 * live);
+    }
   }
 }

@@ -15,7 +15,17 @@ import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
-import { type LevelOrder, type NodeTable, OP_CLASS } from "../plan/level-order.js";
+import {
+  LevelOrder,
+  N_ARG_COUNT,
+  N_ARG_START,
+  N_AUX,
+  N_FLAGS,
+  N_GRAD,
+  N_OP,
+  NODE_WORDS,
+  OP_CLASS,
+} from "../plan/level-order.js";
 import type { BatchSchedule } from "../script/batch-schedule.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
 import { DeferredWbar, type Emitter } from "./backward.js";
@@ -68,6 +78,9 @@ export class VppsScheduler implements Emitter {
   private readonly workspaces = [new LayoutWorkspace(), new LayoutWorkspace()];
   private scheduled = 0;
   readonly deferred = new DeferredWbar();
+  /** The batch being scheduled: its level order (node records, view ids) and its layout (graph numbering). */
+  V = new LevelOrder();
+  L!: BatchLayout;
   /**
    * Per node of the batch: for a cell, the CTA, step and script word of its lstm instruction's h2 operand (CTA -1:
    * not scheduled yet), and the concatenation (and offset) its h goes into when concatForward took it (-1: none).
@@ -130,12 +143,12 @@ export class VppsScheduler implements Emitter {
     }
     // the live nodes in level order (plan/level-order.ts): from here on node ids are the view's
     const V = workspace.levels;
-    this.view = V;
+    this.V = V;
+    this.L = L;
     if (V.refused) throw refusal(firstRefusedOp(g, lossId + 1, this.refused, L.live)!);
-    if (V.badProduct >= 0) this.refuseProduct(g, V.badProduct);
+    if (V.badProduct >= 0) this.refuseProduct(V.pos[V.badProduct]!);
     const liveCount = V.live;
     const maxLevel = V.levels - 1;
-    const VL = V.layout(L);
     const root = V.pos[lossId]!;
 
     const t = this.t;
@@ -150,20 +163,20 @@ export class VppsScheduler implements Emitter {
     if (this.sums.length < liveCount) this.sums = new Int32Array(2 * liveCount);
     this.cellCta.fill(-1, 0, liveCount);
     this.fusedConcat.fill(-1, 0, liveCount);
-    t.begin(VL, liveCount, 1 + 3 * maxLevel + 5);
+    t.begin(V, 1 + 3 * maxLevel + 5);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
-    if (VL.needGrad[root] === 1) {
+    if ((V.R[NODE_WORDS * root + N_FLAGS]! & 1) === 1) {
       const q = t.leastLoaded(1);
-      t.writer.ins2(q, Opcode.Set, 1, VL.grad[root]!, ONE_BITS);
+      t.writer.ins2(q, Opcode.Set, 1, V.R[NODE_WORDS * root + N_GRAD]!, ONE_BITS);
       t.wroteGrad(root, q);
     }
     t.endStep();
-    this.forwardPass(V, VL, maxLevel);
-    let s = this.backwardPass(V, VL, maxLevel);
+    this.forwardPass(maxLevel);
+    let s = this.backwardPass(maxLevel);
     s = this.deferred.emit(this, s);
-    s = emitUpdate(this, VL, s);
+    s = emitUpdate(this, L, s);
     const result: BatchSchedule = {
       layout: L,
       script: t.finish(s, into),
@@ -177,20 +190,18 @@ export class VppsScheduler implements Emitter {
     return result;
   }
 
-  /** The level order of the batch being scheduled (the trace maps its ids back to graph nodes). */
-  private view: LevelOrder | undefined;
-
-  /** Throws matrixOf's error for the first product of node i whose W is not a matrix of the plan. */
-  private refuseProduct(g: ComputationGraph, i: number): void {
-    for (let k = g.op[i] === Op.Affine ? 1 : 0; k < g.argCount[i]!; k += 2) this.matrixOf(g, i, g.arg(i, k));
+  /** Throws matrixOf's error for the first product of (view) node i whose W is not a matrix of the plan. */
+  private refuseProduct(i: number): void {
+    const { R, args } = this.V;
+    const r = NODE_WORDS * i;
+    const s = R[r + N_ARG_START]!;
+    for (let k = R[r + N_OP] === Op.Affine ? 1 : 0; k < R[r + N_ARG_COUNT]!; k += 2) this.matrixOf(i, args[s + k]!);
   }
 
   /** Forward: per level a main step, then a step for the sums of affine transforms with several products. */
-  private forwardPass(g: NodeTable, L: BatchLayout, maxLevel: number): void {
+  private forwardPass(maxLevel: number): void {
     const t = this.t;
-    const op = g.op;
-    const argCount = g.argCount;
-    const { start: levelStart, forwardProducts } = this.view!;
+    const { R, start: levelStart, forwardProducts } = this.V;
     const matrices = this.registerGrad.length;
     for (let l = 1; l <= maxLevel; l++) {
       const begin = levelStart[l]!;
@@ -200,24 +211,24 @@ export class VppsScheduler implements Emitter {
       // affine transforms with several products, summed in the next step
       let sums = 0;
       for (let i = begin; i < end; i++) {
-        const kernel = VPPS_KERNELS[op[i]!]!;
-        if (this.trace === undefined) kernel.forward(this, g, L, i);
-        else this.traced("forward", i, () => kernel.forward(this, g, L, i));
-        if (op[i] === Op.Affine && argCount[i]! > 3) this.sums[sums++] = i;
+        const r = NODE_WORDS * i;
+        const o = R[r + N_OP]!;
+        const kernel = VPPS_KERNELS[o]!;
+        if (this.trace === undefined) kernel.forward(this, i);
+        else this.traced("forward", i, () => kernel.forward(this, i));
+        if (o === Op.Affine && R[r + N_ARG_COUNT]! > 3) this.sums[sums++] = i;
       }
       t.endStep();
       t.startStep(2 * l);
-      for (let k = 0; k < sums; k++) affineSum(this, g, L, this.sums[k]!);
+      for (let k = 0; k < sums; k++) affineSum(this, this.sums[k]!);
       t.endStep();
     }
   }
 
   /** Backward: one step per level, deepest first; returns the next step. */
-  private backwardPass(g: NodeTable, L: BatchLayout, maxLevel: number): number {
+  private backwardPass(maxLevel: number): number {
     const t = this.t;
-    const op = g.op;
-    const needGrad = L.needGrad;
-    const { start: levelStart, backwardProducts } = this.view!;
+    const { R, start: levelStart, backwardProducts } = this.V;
     const matrices = this.registerGrad.length;
     const collected = this.collected.fill(0);
     let s = 2 * maxLevel + 1;
@@ -229,10 +240,11 @@ export class VppsScheduler implements Emitter {
       if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
       this.announce(backwardProducts, l * matrices, true);
       for (let i = begin; i < end; i++) {
-        if (needGrad[i] === 0) continue;
-        const kernel = VPPS_KERNELS[op[i]!]!;
-        if (this.trace === undefined) kernel.backward(this, g, L, i, collected);
-        else this.traced("backward", i, () => kernel.backward(this, g, L, i, collected));
+        const r = NODE_WORDS * i;
+        if ((R[r + N_FLAGS]! & 1) === 0) continue;
+        const kernel = VPPS_KERNELS[R[r + N_OP]!]!;
+        if (this.trace === undefined) kernel.backward(this, i, collected);
+        else this.traced("backward", i, () => kernel.backward(this, i, collected));
       }
       t.endStep();
     }
@@ -246,15 +258,18 @@ export class VppsScheduler implements Emitter {
     emit();
     const ctas: number[] = [];
     for (let c = 0; c < this.t.ctas; c++) if (w.length(c) !== before[c]) ctas.push(c);
-    this.trace!.push({ step: this.t.step, phase, node: this.view!.order[node]!, ctas });
+    this.trace!.push({ step: this.t.step, phase, node: this.V.order[node]!, ctas });
   }
 
-  matrixOf(g: NodeTable, i: number, w: number): number {
-    const m = g.op[w] === Op.Parameter ? this.model.matrixOf[g.aux[w]!]! : -1;
+  matrixOf(i: number, w: number): number {
+    const R = this.V.R;
+    const isParameter = R[NODE_WORDS * w + N_OP] === Op.Parameter;
+    const m = isParameter ? this.model.matrixOf[R[NODE_WORDS * w + N_AUX]!]! : -1;
     if (m < 0) {
-      const what = g.op[w] === Op.Parameter ? `parameter '${this.model.params[g.aux[w]!]!.name}'` : g.describe(w);
+      const V = this.V;
+      const what = isParameter ? `parameter '${this.model.params[R[NODE_WORDS * w + N_AUX]!]!.name}'` : V.describe(w);
       throw new Error(
-        `vpps: ${g.describe(i)} multiplies by ${what}, which is not a matrix held in registers by the plan`,
+        `vpps: ${V.describe(i)} multiplies by ${what}, which is not a matrix held in registers by the plan`,
       );
     }
     return m;
