@@ -357,7 +357,6 @@ function markLive(
   // the level order's buckets (level-order.ts), counted at b + 1; placeNodes reads each node's bucket from pos
   const { pos, start, argWords } = levels;
   const storage = levels.levels;
-  let refused = false;
   live[lossId] = 1;
   for (let i = lossId; i >= 0; i--) {
     if (live[i] === 0) continue;
@@ -365,7 +364,8 @@ function markLive(
     const o = op[i]!;
     const c = argCount[i]!;
     const cls = opClass[o]!;
-    if (cls === OP_CLASS.refused) refused = true;
+    // (stored here, not after the loop: see layoutBatch on code after a long loop)
+    if (cls === OP_CLASS.refused) levels.refused = true;
     const b = cls === OP_CLASS.listed ? depth[i]! : storage + depth[i]!;
     pos[i] = b;
     start[b + 1]!++;
@@ -381,7 +381,6 @@ function markLive(
       if (op[x] === Op.Parameter && matrixOf[aux[x]!]! >= 0 && !isMatrixSlot(o, k)) refuseMatrixUse(g, model, i, k);
     }
   }
-  levels.refused = refused;
 }
 
 /**
@@ -405,7 +404,6 @@ function placeNodes(
   const { pos, order, nodeNext, argNext, forwardProducts, backwardProducts } = V;
   const { R, args: vArgs } = V;
   const matrices = gemm.length;
-  let badProduct = -1;
   const collectCount = workspace.perModel!.collect[2]!;
   const lookupRows = workspace.lookupRows;
   const stamp = ++workspace.batch;
@@ -448,7 +446,7 @@ function placeNodes(
         const w = args[s + k]!;
         const m = op[w] === Op.Parameter ? matrixOf[aux[w]!]! : -1;
         if (m < 0) {
-          if (badProduct < 0) badProduct = i;
+          if (V.badProduct < 0) V.badProduct = i;
           continue;
         }
         forwardProducts[base + m]!++;
@@ -534,7 +532,6 @@ function placeNodes(
     }
   }
   workspace.gradNext = gradNext;
-  V.badProduct = badProduct;
   return next;
 }
 

@@ -197,11 +197,38 @@ export class ScriptWriter {
    * result is a view of its first `words`), else into a new array.
    */
   finish(barriers: number, into?: (words: number) => Uint32Array): Uint32Array {
+    // Each loop over the signals, waits or words is a method of its own: finish runs once per batch, and V8 would
+    // optimise a loop inside it by on-stack replacement, keep that code, and deoptimise it in every later batch on
+    // the code after the loop (the allocation below, which had not run when it was compiled).
+    const cuts = this.groupCuts(barriers);
+    this.patchWaits();
+    const header = this.ctas + 1;
+    let total = 0;
+    for (let c = 0; c < this.ctas; c++) total += this.lens[c]!;
+    const words = header + total - cuts + this.tableLength;
+    let out: Uint32Array;
+    if (into === undefined) out = uninitialisedWords(words);
+    else {
+      const given = into(words);
+      if (given.length < words) {
+        throw new RangeError(`VPPS script: the batch needs ${words} words; the buffer given holds ${given.length}`);
+      }
+      out = given.subarray(0, words);
+    }
+    this.copyOut(out);
+    return out;
+  }
+
+  /**
+   * Counts the kept signals per barrier (into `kept`) and groups the unkept ones' positions by processor with a
+   * counting sort (cutPos; slots are in script order within each processor, and cutStart[c] ends processor c's
+   * cuts, which start at cutStart[c - 1], 0 for c = 0); returns how many are cut.
+   */
+  private groupCuts(barriers: number): number {
     const ctas = this.ctas;
     if (this.kept.length < barriers) this.kept = new Uint32Array(Math.max(barriers, 2 * this.kept.length));
     const kept = this.kept;
     kept.fill(0, 0, barriers);
-    // Unkept signals grouped by processor with a counting sort; slots are in script order within each processor.
     const cutStart = this.cutStart;
     cutStart.fill(0);
     const { sigKeep, sigCta, sigPos, sigBarrier } = this;
@@ -218,22 +245,19 @@ export class ScriptWriter {
     if (this.cutPos.length < cuts) this.cutPos = new Int32Array(Math.max(cuts, 2 * this.cutPos.length));
     const cutPos = this.cutPos;
     for (let s = 0; s < signals; s++) if (sigKeep[s] === 0) cutPos[cutStart[sigCta[s]!]!++] = sigPos[s]!;
-    // cutStart[c] now ends processor c's cuts; its start is cutStart[c - 1] (0 for c = 0)
-    const { waitCta, waitPos, waitBarrier, bufs } = this;
+    return cuts;
+  }
+
+  /** Each wait's count: the kept signals of its barrier. */
+  private patchWaits(): void {
+    const { waitCta, waitPos, waitBarrier, bufs, kept } = this;
     for (let w = 0; w < this.waits; w++) bufs[waitCta[w]!]![waitPos[w]!] = kept[waitBarrier[w]!]!;
+  }
+
+  /** The header, every processor's script without its cut signals, then the table, into `out`. */
+  private copyOut(out: Uint32Array): void {
+    const { ctas, bufs, cutStart, cutPos } = this;
     const header = ctas + 1;
-    let total = 0;
-    for (let c = 0; c < ctas; c++) total += this.lens[c]!;
-    const words = header + total - cuts + this.tableLength;
-    let out: Uint32Array;
-    if (into === undefined) out = uninitialisedWords(words);
-    else {
-      const given = into(words);
-      if (given.length < words) {
-        throw new RangeError(`VPPS script: the batch needs ${words} words; the buffer given holds ${given.length}`);
-      }
-      out = given.subarray(0, words);
-    }
     let at = header;
     let k = 0;
     for (let c = 0; c < ctas; c++) {
@@ -249,7 +273,6 @@ export class ScriptWriter {
     }
     out[ctas] = at - header;
     copyWords(out, at, this.table, 0, this.tableLength);
-    return out;
   }
 }
 
