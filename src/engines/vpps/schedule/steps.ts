@@ -392,11 +392,13 @@ export class StepTracker {
         lists.clear(m);
         continue;
       }
+      // the list and its signal on every holder, after its waits (none when the list reads nothing written by
+      // another CTA, as often at small batches)
+      const waits = this.neededCount > 0;
       for (let k = 0; k < hs.length; k++) {
         const q = hs[k]!;
-        this.waitNeeded(q);
-        writer.ins2(q, op, m, at, count);
-        this.reserve(q, group, bit);
+        if (waits) this.waitNeeded(q);
+        this.setMask(writer.ins2Signal(q, op, m, at, count, group), bit);
       }
       lists.clear(m);
     }
@@ -471,7 +473,11 @@ export class StepTracker {
 
   /** Reserves a signal of CTA q on barrier `bar`; `mask`: the matrix whose holders it counts (0: elementwise). */
   private reserve(q: number, bar: number, mask: number): number {
-    const slot = this.writer.reserveSignal(q, bar);
+    return this.setMask(this.writer.reserveSignal(q, bar), mask);
+  }
+
+  /** Records which matrix signal `slot` counts for (0: elementwise); returns the slot. */
+  private setMask(slot: number, mask: number): number {
     if (slot >= this.slotMask.length) {
       const m = new Uint32Array(Math.max(2 * this.slotMask.length, slot + 1));
       m.set(this.slotMask);

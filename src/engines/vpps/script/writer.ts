@@ -152,14 +152,7 @@ export class ScriptWriter {
   /** Reserves a signal on `barrier` at this point of `cta`'s script; returns its slot for `keep()`. */
   reserveSignal(cta: number, barrier: number): number {
     const s = this.signals;
-    if (s === this.sigCta.length) {
-      this.sigCta = grow(this.sigCta);
-      this.sigPos = grow(this.sigPos);
-      this.sigBarrier = grow(this.sigBarrier);
-      const k = new Uint8Array(s * 2);
-      k.set(this.sigKeep);
-      this.sigKeep = k;
-    }
+    if (s === this.sigCta.length) this.growSignals();
     const b = this.room(cta, 1);
     const p = this.lens[cta]!;
     this.sigCta[s] = cta;
@@ -170,6 +163,38 @@ export class ScriptWriter {
     this.lens[cta] = p + 1;
     this.signals = s + 1;
     return s;
+  }
+
+  /**
+   * ins2(cta, op, n, a, c) followed by reserveSignal(cta, barrier), in one call: a list instruction and its signal on
+   * each holder of a matrix, what every step costs per holder (at small batches most of the scheduling).
+   */
+  ins2Signal(cta: number, op: Opcode, n: number, a: number, c: number, barrier: number): number {
+    const s = this.signals;
+    if (s === this.sigCta.length) this.growSignals();
+    const b = this.room(cta, 4);
+    const p = this.lens[cta]!;
+    b[p] = preambleFast(op, n);
+    b[p + 1] = a;
+    b[p + 2] = c;
+    b[p + 3] = preambleFast(Opcode.Signal, barrier);
+    this.lens[cta] = p + 4;
+    this.sigCta[s] = cta;
+    this.sigPos[s] = p + 3;
+    this.sigBarrier[s] = barrier;
+    this.sigKeep[s] = 0;
+    this.signals = s + 1;
+    return s;
+  }
+
+  private growSignals(): void {
+    const s = this.signals;
+    this.sigCta = grow(this.sigCta);
+    this.sigPos = grow(this.sigPos);
+    this.sigBarrier = grow(this.sigBarrier);
+    const k = new Uint8Array(s * 2);
+    k.set(this.sigKeep);
+    this.sigKeep = k;
   }
 
   keep(slot: number): void {
