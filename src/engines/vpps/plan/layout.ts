@@ -13,25 +13,6 @@
  */
 import type { ComputationGraph, GraphParameter } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
-import {
-  LevelOrder,
-  N_ARG_COUNT,
-  N_ARG_START,
-  N_AUX,
-  N_COLS,
-  N_FLAGS,
-  N_GRAD,
-  N_GRAD_BUFFER,
-  N_GRAD_WRITE,
-  N_OP,
-  N_ROWS,
-  N_TEMP,
-  N_VALUE,
-  N_VALUE_BUFFER,
-  N_VALUE_WRITE,
-  NODE_WORDS,
-  OP_CLASS,
-} from "./level-order.js";
 import type { VppsPlan } from "./plan.js";
 
 /** Parameters of a model as VPPS places them, fixed once per model. */
@@ -161,8 +142,6 @@ export class LayoutWorkspace {
   gradNext = 0;
   readonly lookupRows = { table: [] as number[], row: [] as number[], offset: [] as number[], node: [] as number[] };
   perModel: { paramGrad: Int32Array; paramNode: Int32Array; collect: Int32Array[]; gemm: Uint8Array } | undefined;
-  /** The last layout's live nodes in the scheduler's level order (level-order.ts), filled by the passes below. */
-  readonly levels = new LevelOrder();
 
   /** The views of the last take(), reused while n stays the same. */
   private views: { i32: Int32Array[]; u8: Uint8Array[] } = { i32: [], u8: [] };
@@ -210,10 +189,6 @@ export class LayoutWorkspace {
  * placement, values and gradients (gradients relative to a region whose start is known only after all values);
  * backwards again for storage borrowed from the consumer and for the final gradient offsets.
  *
- * The passes also fill workspace.levels, the live nodes in the scheduler's level order (level-order.ts): markLive
- * counts the nodes per bucket (`opClass`, per op: OP_CLASS listed, storage or refused), placeNodes numbers them,
- * copies the graph's facts and counts the matrix products per level, resolveBorrowed copies the offsets.
- *
  * Each pass is its own function: a function called once per batch whose long loop V8 optimizes by on-stack
  * replacement keeps that OSR code, compiled on the first batch before the code after the loop had ever run, and
  * deoptimizes on that code in every later batch ("insufficient type feedback"); small functions per loop are
@@ -223,8 +198,7 @@ export function layoutBatch(
   g: ComputationGraph,
   lossId: number,
   model: ModelLayout,
-  workspace: LayoutWorkspace,
-  opClass: Uint8Array,
+  workspace = new LayoutWorkspace(),
 ): BatchLayout {
   const n = lossId + 1;
   const { i32, u8 } = workspace.take(n);
@@ -252,12 +226,10 @@ export function layoutBatch(
     needGrad,
     placed,
   };
-  const levels = workspace.levels;
-  levels.begin(g, n, g.depth[lossId]!);
-  markLive(g, lossId, model, a, levels, opClass);
+  markLive(g, lossId, model, a);
+
   const plan = model.plan;
   const matrices = plan.matrices.length;
-  levels.place(matrices);
   const params = model.params.length;
   if (workspace.perModel === undefined || workspace.perModel.paramGrad.length !== params) {
     workspace.perModel = {
@@ -297,7 +269,7 @@ export function layoutBatch(
   const gradStart = next;
   const normOffset = gradStart;
   const gradBase = gradStart + 1;
-  resolveBorrowed(n, a, gradBase, levels);
+  resolveBorrowed(n, a, gradBase);
   for (let p = 0; p < params; p++) if (paramGrad[p]! >= 0) paramGrad[p]! += gradBase;
   for (let r = 0; r < lookupRows.offset.length; r++) lookupRows.offset[r]! += gradBase;
   return {
@@ -343,35 +315,17 @@ interface PassArrays {
  * uses[a] is 1) and offsetInParent[a] (a's offset in a concat consumer, or its argument position in a sub: only
  * sub's first argument may share the gradient).
  */
-function markLive(
-  g: ComputationGraph,
-  lossId: number,
-  model: ModelLayout,
-  a: PassArrays,
-  levels: LevelOrder,
-  opClass: Uint8Array,
-): void {
-  const { op, argStart, argCount, args, rows, cols, aux, depth } = g;
+function markLive(g: ComputationGraph, lossId: number, model: ModelLayout, a: PassArrays): void {
+  const { op, argStart, argCount, args, rows, cols, aux } = g;
   const { live, uses, parent, offsetInParent } = a;
   const matrixOf = model.matrixOf;
-  // the level order's buckets (level-order.ts), counted at b + 1; placeNodes reads each node's bucket from pos
-  const { pos, start, argWords } = levels;
-  const storage = levels.levels;
   live[lossId] = 1;
   for (let i = lossId; i >= 0; i--) {
     if (live[i] === 0) continue;
     const s = argStart[i]!;
     const o = op[i]!;
-    const c = argCount[i]!;
-    const cls = opClass[o]!;
-    // (stored here, not after the loop: see layoutBatch on code after a long loop)
-    if (cls === OP_CLASS.refused) levels.refused = true;
-    const b = cls === OP_CLASS.listed ? depth[i]! : storage + depth[i]!;
-    pos[i] = b;
-    start[b + 1]!++;
-    argWords[b + 1]! += c;
     let off = 0;
-    for (let k = 0; k < c; k++) {
+    for (let k = 0, c = argCount[i]!; k < c; k++) {
       const x = args[s + k]!;
       live[x] = 1;
       uses[x]!++;
@@ -396,14 +350,10 @@ function placeNodes(
   a: PassArrays,
   next: number,
 ): number {
-  const { op, argStart, argCount, args, rows, cols, aux, aux2, depth } = g;
+  const { op, argStart, argCount, args, rows, cols, aux, aux2 } = g;
   const { value, grad, temp, valueRoot, gradRoot, parent, uses, offsetInParent, live, needGrad, placed } = a;
   const matrixOf = model.matrixOf;
   const { paramGrad, paramNode, gemm } = workspace.perModel!;
-  const V = workspace.levels;
-  const { pos, order, nodeNext, argNext, forwardProducts, backwardProducts } = V;
-  const { R, args: vArgs } = V;
-  const matrices = gemm.length;
   const collectCount = workspace.perModel!.collect[2]!;
   const lookupRows = workspace.lookupRows;
   const stamp = ++workspace.batch;
@@ -413,52 +363,13 @@ function placeNodes(
   let rowFirst: Int32Array = NO_ROWS;
   let gradNext = 0; // relative to the first gradient slot
   for (let i = 0; i < n; i++) {
-    if (live[i] === 0) {
-      pos[i] = -1;
-      continue;
-    }
+    if (live[i] === 0) continue;
     const o = op[i]!;
     const s = argStart[i]!;
     const c = argCount[i]!;
-    // the node's place in the level order (markLive left its bucket in pos) and its graph facts there
-    const b = pos[i]!;
-    const p = nodeNext[b]!++;
-    pos[i] = p;
-    order[p] = i;
-    const r = NODE_WORDS * p;
-    const at = argNext[b]!;
-    argNext[b] = at + c;
-    R[r + N_OP] = o;
-    R[r + N_ROWS] = rows[i]!;
-    R[r + N_COLS] = cols[i]!;
-    R[r + N_AUX] = aux[i]!;
-    R[r + N_ARG_START] = at;
-    R[r + N_ARG_COUNT] = c;
-    for (let k = 0; k < c; k++) vArgs[at + k] = pos[args[s + k]!]!;
     let d = o === Op.Parameter || o === Op.Lookup ? 1 : 0;
     for (let k = 0; d === 0 && k < c; k++) d = needGrad[args[s + k]!]!;
     needGrad[i] = d;
-    if (o === Op.MatVec || o === Op.Affine) {
-      // the products the scheduler announces per level: forward, and backward where the kernel has work (x̄, b̄
-      // or a register gradient: schedule/backward.ts productHasWork)
-      const base = depth[i]! * matrices;
-      for (let k = o === Op.Affine ? 1 : 0; k < c; k += 2) {
-        const w = args[s + k]!;
-        const m = op[w] === Op.Parameter ? matrixOf[aux[w]!]! : -1;
-        if (m < 0) {
-          if (V.badProduct < 0) V.badProduct = i;
-          continue;
-        }
-        forwardProducts[base + m]!++;
-        if (d === 1) {
-          const work =
-            gemm[m] === 0 ||
-            needGrad[args[s + k + 1]!] === 1 ||
-            (o === Op.Affine && k === 1 && needGrad[args[s]!] === 1);
-          if (work) backwardProducts[base + m]!++;
-        }
-      }
-    }
     // computed in place in its only consumer (concat), or sharing its gradient (sum, add, sub's first argument)
     if (uses[i] === 1 && !aliasesValue(o)) {
       const po = op[parent[i]!]!;
@@ -535,13 +446,9 @@ function placeNodes(
   return next;
 }
 
-/**
- * Third pass, backwards: storage borrowed from the consumer, and gradient offsets made absolute (+ gradBase); each
- * live node's final offsets, flags and storage roots into the level order.
- */
-function resolveBorrowed(n: number, a: PassArrays, gradBase: number, V: LevelOrder): void {
-  const { value, grad, temp, valueRoot, gradRoot, parent, offsetInParent, needGrad, placed } = a;
-  const { pos, R } = V;
+/** Third pass, backwards: storage borrowed from the consumer, and gradient offsets made absolute (+ gradBase). */
+function resolveBorrowed(n: number, a: PassArrays, gradBase: number): void {
+  const { value, grad, valueRoot, gradRoot, parent, offsetInParent, needGrad, placed } = a;
   for (let i = n - 1; i >= 0; i--) {
     const pl = placed[i]!;
     if (pl === PLACED_IN_CONCAT) {
@@ -558,18 +465,5 @@ function resolveBorrowed(n: number, a: PassArrays, gradBase: number, V: LevelOrd
     } else if (grad[i]! >= 0) {
       grad[i]! += gradBase;
     }
-    const p = pos[i]!;
-    if (p < 0) continue;
-    const r = NODE_WORDS * p;
-    R[r + N_VALUE] = value[i]!;
-    R[r + N_GRAD] = grad[i]!;
-    R[r + N_TEMP] = temp[i]!;
-    R[r + N_FLAGS] = needGrad[i]! | (pl << 1);
-    const vr = valueRoot[i]!;
-    R[r + N_VALUE_BUFFER] = vr < 0 ? -1 : NODE_WORDS * pos[vr]! + N_VALUE_WRITE;
-    const gr = gradRoot[i]!;
-    R[r + N_GRAD_BUFFER] = gr < 0 ? -1 : NODE_WORDS * pos[gr]! + N_GRAD_WRITE;
-    R[r + N_VALUE_WRITE] = 0; // nothing written yet (schedule/writes.ts)
-    R[r + N_GRAD_WRITE] = 0;
   }
 }

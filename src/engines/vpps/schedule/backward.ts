@@ -3,25 +3,10 @@
  * them; scheduler.ts walks the levels; steps.ts keeps the steps, loads and dependencies). Every gradient write is an
  * atomic accumulation into storage zeroed before the launch, so instructions of one step may add into the same
  * gradient from different processors in any order.
- *
- * Nodes are view ids of the batch's level order, whose records (plan/level-order.ts: R at NODE_WORDS·node + N_…)
- * hold what the emitters read of a node.
  */
+import type { ComputationGraph } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { type BatchLayout, type ModelLayout, PLACEMENT } from "../plan/layout.js";
-import {
-  type LevelOrder,
-  N_ARG_COUNT,
-  N_ARG_START,
-  N_AUX,
-  N_COLS,
-  N_FLAGS,
-  N_GRAD,
-  N_OP,
-  N_ROWS,
-  N_VALUE,
-  NODE_WORDS,
-} from "../plan/level-order.js";
 import { floatBits, NONE, Opcode } from "../script/format.js";
 import type { ScheduleOptions } from "./scheduler.js";
 import type { StepTracker } from "./steps.js";
@@ -32,9 +17,6 @@ export interface Emitter {
   readonly model: ModelLayout;
   readonly options: ScheduleOptions;
   readonly update: "kernel" | "host";
-  /** The batch being scheduled: its level order (the node records) and its layout (graph numbering). */
-  readonly V: LevelOrder;
-  readonly L: BatchLayout;
   /** CTAs holding a partition whose gradient lives in registers. */
   readonly registerGradCtas: Int32Array;
   /** Scratch for variadic operands. */
@@ -53,19 +35,37 @@ export interface Emitter {
   readonly fusedOffset: Int32Array;
   /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
   readonly registerGrad: Uint8Array;
-  /** The plan matrix that node i multiplies by (its argument w); throws when w is not one. */
-  matrixOf(i: number, w: number): number;
+  matrixOf(g: ComputationGraph, i: number, w: number): number;
 }
 
-/** Whether view node x needs a gradient. */
-const needsGrad = (R: Int32Array, x: number): boolean => (R[NODE_WORDS * x + N_FLAGS]! & 1) === 1;
-
-const gradOrNone = (R: Int32Array, node: number): number =>
-  needsGrad(R, node) ? R[NODE_WORDS * node + N_GRAD]! : NONE;
+const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] === 1 ? L.grad[node]! : NONE);
 
 /** Whether the product W_m·x of node i has backward work in the kernel (x̄, b̄ or a register gradient). */
-function productHasWork(E: Emitter, R: Int32Array, m: number, x: number, b: number): boolean {
-  return E.registerGrad[m] === 1 || needsGrad(R, x) || (b >= 0 && needsGrad(R, b));
+function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: number): boolean {
+  return E.registerGrad[m] === 1 || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
+}
+
+/**
+ * Counts the backward matrix work of node i (a matVec or affine) into counts[base + m], so that placing its level's
+ * other instructions sees it.
+ */
+export function countBackward(
+  E: Emitter,
+  g: ComputationGraph,
+  L: BatchLayout,
+  i: number,
+  counts: Int32Array,
+  base: number,
+): void {
+  const op = g.op[i]!;
+  const args = g.args;
+  const s = g.argStart[i]!;
+  const count = g.argCount[i]!;
+  for (let k = op === Op.Affine ? 1 : 0; k < count; k += 2) {
+    const m = E.matrixOf(g, i, args[s + k]!);
+    const b = op === Op.Affine && k === 1 ? args[s]! : -1;
+    if (productHasWork(E, L, m, args[s + k + 1]!, b)) counts[base + m]!++;
+  }
 }
 
 /**
@@ -74,30 +74,38 @@ function productHasWork(E: Emitter, R: Int32Array, m: number, x: number, b: numb
  * instead (one warp sums each element and adds it once) and the holders' entry only accumulates W̄ and b̄, which
  * nothing reads before the update: the next level waits for the copy's holders only.
  */
-function productBackward(E: Emitter, R: Int32Array, i: number, m: number, x: number, b: number, collected: Int32Array) {
+function productBackward(
+  E: Emitter,
+  g: ComputationGraph,
+  L: BatchLayout,
+  i: number,
+  m: number,
+  x: number,
+  b: number,
+  collected: Int32Array,
+): void {
   const t = E.t;
-  const gy = R[NODE_WORDS * i + N_GRAD]!;
-  if (productHasWork(E, R, m, x, b)) {
-    let gx = gradOrNone(R, x);
-    const gb = b >= 0 ? gradOrNone(R, b) : NONE;
+  const gy = L.grad[i]!;
+  if (productHasWork(E, L, m, x, b)) {
+    let gx = gradOrNone(L, x);
+    const gb = b >= 0 ? gradOrNone(L, b) : NONE;
     const copy = gx === NONE ? -1 : t.transposedFor(m);
-    const xv = R[NODE_WORDS * x + N_VALUE]!;
     if (copy >= 0) {
       t.listEntry(Opcode.MatVecAcc, copy, 3, gx, gy, NONE, 0, t.gradBuffer(i), -1);
       t.wroteGrad(x, -(copy + 1));
       // W̄ and a parameter's b̄: nothing reads them before the update, so they wait for the end of the backward
       // pass (the b̄ of a computed bias is read by its producer's backward: that entry stays in this step)
-      if (gb === NONE || R[NODE_WORDS * b + N_OP] === Op.Parameter) {
-        E.deferred.push(m, gy, xv, b, gb, t.gradBuffer(i), t.valueBuffer(x));
+      if (gb === NONE || g.op[b] === Op.Parameter) {
+        E.deferred.push(m, gy, L.value[x]!, b, gb, t.gradBuffer(i), t.valueBuffer(x));
         return;
       }
       gx = NONE;
     }
-    t.listEntry(Opcode.MatVecBwd, m, 4, gy, xv, gx, gb, t.gradBuffer(i), t.valueBuffer(x));
+    t.listEntry(Opcode.MatVecBwd, m, 4, gy, L.value[x]!, gx, gb, t.gradBuffer(i), t.valueBuffer(x));
     if (gx !== NONE) t.wroteGrad(x, -(m + 1));
     if (gb !== NONE) t.wroteGrad(b, -(m + 1));
   }
-  if (E.registerGrad[m] === 0) gemmRows(E, R, i, m, x, collected);
+  if (E.registerGrad[m] === 0) gemmRows(E, L, i, m, x, collected);
 }
 
 /**
@@ -156,103 +164,95 @@ export class DeferredWbar {
 }
 
 /** For a GEMM-strategy matrix, the rows of Ȳ and X for W̄ = ȲᵀX, one GEMM after the kernel (nothing in the script reads them). */
-function gemmRows(E: Emitter, R: Int32Array, i: number, m: number, x: number, collected: Int32Array): void {
+function gemmRows(E: Emitter, L: BatchLayout, i: number, m: number, x: number, collected: Int32Array): void {
   const t = E.t;
-  const L = E.L;
   const mp = E.model.plan.matrices[m]!;
   const j = collected[m]!++;
   const q = t.leastLoaded(2 * (mp.rows + mp.cols));
   t.needGrad(q, i);
   t.needValue(q, x);
-  t.writer.ins2(q, Opcode.Copy, mp.rows, L.collectY[m]! + j * mp.rows, R[NODE_WORDS * i + N_GRAD]!);
-  t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, R[NODE_WORDS * x + N_VALUE]!);
+  t.writer.ins2(q, Opcode.Copy, mp.rows, L.collectY[m]! + j * mp.rows, L.grad[i]!);
+  t.writer.ins2(q, Opcode.Copy, mp.cols, L.collectX[m]! + j * mp.cols, L.value[x]!);
 }
 
 /** Whether pickRange node `a` is the h of a cell whose lstm instruction stores it into concatenation c at `off`. */
-function isFused(E: Emitter, R: Int32Array, a: number, c: number, off: number): boolean {
-  const cell = E.V.args[R[NODE_WORDS * a + N_ARG_START]!]!;
-  return E.fusedConcat[cell] === c && E.fusedOffset[cell] === off && R[NODE_WORDS * a + N_AUX] === 0;
+function isFused(E: Emitter, g: ComputationGraph, a: number, c: number, off: number): boolean {
+  const cell = g.args[g.argStart[a]!]!;
+  return E.fusedConcat[cell] === c && E.fusedOffset[cell] === off && g.aux[a] === 0;
 }
 
 /** Accumulates ȳ (or −ȳ for sub's b) into the arguments of a sum-like node that do not share its gradient. */
-function accumulate(E: Emitter, i: number, count: number, shared: number): void {
+function accumulate(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, count: number, shared: number): void {
   const t = E.t;
-  const { R, args } = E.V;
-  const r = NODE_WORDS * i;
-  const op = R[r + N_OP]!;
-  const gy = R[r + N_GRAD]!;
-  const s = R[r + N_ARG_START]!;
+  const op = g.op[i]!;
+  const { args, rows, cols } = g;
+  const { needGrad, placed, grad } = L;
+  const s = g.argStart[i]!;
+  // only a concat needs every argument's length (for the offsets): reading it for the others costs a cache miss
   const concat = op === Op.Concat;
   let off = 0;
   for (let k = 0; k < count; k++) {
     const a = args[s + k]!;
-    const ra = NODE_WORDS * a;
-    const len = R[ra + N_ROWS]! * R[ra + N_COLS]!;
-    const flags = R[ra + N_FLAGS]!;
     // h of a cell that stored it into this concatenation: the cell's lstm.bwd reads this gradient slice itself
-    const fused = concat && R[ra + N_OP] === Op.PickRange && isFused(E, R, a, i, off);
-    if ((flags & 1) === 1 && flags >> 1 !== shared && !fused) {
+    const fused = concat && g.op[a] === Op.PickRange && isFused(E, g, a, i, off);
+    if (needGrad[a] === 1 && placed[a] !== shared && !fused) {
+      const len = rows[a]! * cols[a]!;
       const q = t.leastLoaded(3 * len);
       t.needGrad(q, i);
       const code = op === Op.Sub && k === 1 ? Opcode.AccNeg : Opcode.Acc;
-      t.writer.ins2(q, code, len, R[ra + N_GRAD]!, gy + (concat ? off : 0));
+      t.writer.ins2(q, code, len, grad[a]!, grad[i]! + (concat ? off : 0));
       t.wroteGrad(a, q);
     }
-    if (concat) off += len;
+    if (concat) off += rows[a]! * cols[a]!;
   }
 }
 
 /** x̄ += Wᵀȳ (and W̄, a register-held one) of W·x. */
-export function matVecBackward(E: Emitter, i: number, collected: Int32Array) {
-  const { R, args } = E.V;
-  const s = R[NODE_WORDS * i + N_ARG_START]!;
-  productBackward(E, R, i, E.matrixOf(i, args[s]!), args[s + 1]!, -1, collected);
+export function matVecBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array) {
+  const s = g.argStart[i]!;
+  productBackward(E, g, L, i, E.matrixOf(g, i, g.args[s]!), g.args[s + 1]!, -1, collected);
 }
 
 /** Each product's backward; the bias's gradient with the first. */
-export function affineBackward(E: Emitter, i: number, collected: Int32Array) {
-  const { R, args } = E.V;
-  const r = NODE_WORDS * i;
-  const s = R[r + N_ARG_START]!;
-  const count = R[r + N_ARG_COUNT]!;
+export function affineBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array) {
+  const args = g.args;
+  const s = g.argStart[i]!;
+  const count = g.argCount[i]!;
   for (let k = 1; k < count; k += 2) {
-    productBackward(E, R, i, E.matrixOf(i, args[s + k]!), args[s + k + 1]!, k === 1 ? args[s]! : -1, collected);
+    productBackward(E, g, L, i, E.matrixOf(g, i, args[s + k]!), args[s + k + 1]!, k === 1 ? args[s]! : -1, collected);
   }
 }
 
 /** Each part's slice of ȳ into the part's gradient, where the part does not live inside the concatenation. */
-export function concatBackward(E: Emitter, i: number): void {
-  accumulate(E, i, E.V.R[NODE_WORDS * i + N_ARG_COUNT]!, PLACEMENT.inConcat);
+export function concatBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.inConcat);
 }
 
 /** ȳ into each argument's gradient (add, sum), where the argument does not share the node's gradient. */
-export function sumBackward(E: Emitter, i: number): void {
-  accumulate(E, i, E.V.R[NODE_WORDS * i + N_ARG_COUNT]!, PLACEMENT.gradOfSum);
+export function sumBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  accumulate(E, g, L, i, g.argCount[i]!, PLACEMENT.gradOfSum);
 }
 
 /** ȳ into a's gradient, −ȳ into b's: only the first argument may share the node's gradient (plan/layout.ts). */
-export function subBackward(E: Emitter, i: number): void {
-  accumulate(E, i, 2, PLACEMENT.gradOfSum);
+export function subBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
+  accumulate(E, g, L, i, 2, PLACEMENT.gradOfSum);
 }
 
 /** ā += ȳ⊙b, b̄ += ȳ⊙a on one processor. */
-export function cmulBackward(E: Emitter, i: number): void {
+export function cmulBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
   const t = E.t;
-  const { R, args } = E.V;
-  const r = NODE_WORDS * i;
-  const s = R[r + N_ARG_START]!;
-  const a0 = args[s]!;
-  const b = args[s + 1]!;
-  const len = R[r + N_ROWS]! * R[r + N_COLS]!;
+  const s = g.argStart[i]!;
+  const a0 = g.args[s]!;
+  const b = g.args[s + 1]!;
+  const len = g.rows[i]! * g.cols[i]!;
   const q = t.leastLoaded(5 * len);
   t.needGrad(q, i);
   t.needValue(q, a0);
   t.needValue(q, b);
-  const va = R[NODE_WORDS * a0 + N_VALUE]!;
-  const vb = R[NODE_WORDS * b + N_VALUE]!;
-  t.writer.ins5(q, Opcode.CMulBwd, len, gradOrNone(R, a0), gradOrNone(R, b), R[r + N_GRAD]!, va, vb);
-  if (needsGrad(R, a0)) t.wroteGrad(a0, q);
-  if (needsGrad(R, b)) t.wroteGrad(b, q);
+  const value = L.value;
+  t.writer.ins5(q, Opcode.CMulBwd, len, gradOrNone(L, a0), gradOrNone(L, b), L.grad[i]!, value[a0]!, value[b]!);
+  if (L.needGrad[a0] === 1) t.wroteGrad(a0, q);
+  if (L.needGrad[b] === 1) t.wroteGrad(b, q);
 }
 
 /**
@@ -260,86 +260,76 @@ export function cmulBackward(E: Emitter, i: number): void {
  * reference does.
  */
 export function unaryBackward(code: Opcode, from: "output" | "input") {
-  return (E: Emitter, i: number): void => {
+  return (E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void => {
     const t = E.t;
-    const { R, args } = E.V;
-    const r = NODE_WORDS * i;
-    const a0 = args[R[r + N_ARG_START]!]!;
-    const len = R[r + N_ROWS]! * R[r + N_COLS]!;
+    const a0 = g.args[g.argStart[i]!]!;
+    const len = g.rows[i]! * g.cols[i]!;
     const q = t.leastLoaded(3 * len);
     t.needGrad(q, i);
     const at = from === "input" ? a0 : i;
     t.needValue(q, at);
-    t.writer.ins3(q, code, len, R[NODE_WORDS * a0 + N_GRAD]!, R[r + N_GRAD]!, R[NODE_WORDS * at + N_VALUE]!);
+    t.writer.ins3(q, code, len, L.grad[a0]!, L.grad[i]!, L.value[at]!);
     t.wroteGrad(a0, q);
   };
 }
 
 /** x̄ += ȳ⊙m/(1 − p), the forward's mask. */
-export function dropoutBackward(E: Emitter, i: number): void {
+export function dropoutBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
   const t = E.t;
-  const { R, args, graph, order } = E.V;
-  const r = NODE_WORDS * i;
-  const a0 = args[R[r + N_ARG_START]!]!;
-  const len = R[r + N_ROWS]! * R[r + N_COLS]!;
+  const a0 = g.args[g.argStart[i]!]!;
+  const len = g.rows[i]! * g.cols[i]!;
   const q = t.leastLoaded(2 * len);
   t.needGrad(q, i);
-  // the probability and the counter base are not in the records (dropout alone has them): the graph's, by graph id
-  const gi = order[i]!;
-  const bits = floatBits(graph!.auxF[gi]!);
-  const ga = R[NODE_WORDS * a0 + N_GRAD]!;
-  t.writer.ins5(q, Opcode.DropoutBwd, len, ga, R[r + N_GRAD]!, R[r + N_AUX]! >>> 0, graph!.aux2[gi]! >>> 0, bits);
+  const bits = floatBits(g.auxF[i]!);
+  t.writer.ins5(q, Opcode.DropoutBwd, len, L.grad[a0]!, L.grad[i]!, g.aux[i]! >>> 0, g.aux2[i]! >>> 0, bits);
   t.wroteGrad(a0, q);
 }
 
 /** x̄ += ℓ̄·(softmax(x) − onehot(label)) on one processor. */
-export function pickNlsBackward(E: Emitter, i: number): void {
+export function pickNlsBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
   const t = E.t;
-  const { R, args } = E.V;
-  const r = NODE_WORDS * i;
-  const a0 = args[R[r + N_ARG_START]!]!;
-  const ra = NODE_WORDS * a0;
-  const classes = R[ra + N_ROWS]!;
+  const a0 = g.args[g.argStart[i]!]!;
+  const classes = g.rows[a0]!;
   const q = t.leastLoaded(2 * classes);
   t.needGrad(q, i);
   t.needValue(q, a0);
-  t.writer.ins4(q, Opcode.PickNlsBwd, classes, R[ra + N_GRAD]!, R[r + N_GRAD]!, R[ra + N_VALUE]!, R[r + N_AUX]!);
+  t.writer.ins4(q, Opcode.PickNlsBwd, classes, L.grad[a0]!, L.grad[i]!, L.value[a0]!, g.aux[i]!);
   t.wroteGrad(a0, q);
 }
 
 /** Gradients of a cell with k children into its gates and its children's memories, on one processor. */
-export function lstmBackward(E: Emitter, i: number): void {
+export function lstmBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void {
   const t = E.t;
-  const { R, args } = E.V;
-  const r = NODE_WORDS * i;
-  const s = R[r + N_ARG_START]!;
+  const { value, needGrad } = L;
+  const args = g.args;
+  const s = g.argStart[i]!;
   const a0 = args[s]!;
-  const k = R[r + N_AUX]!;
-  const H = (R[r + N_ROWS]! * R[r + N_COLS]!) / 2;
+  const k = g.aux[i]!;
+  const H = (g.rows[i]! * g.cols[i]!) / 2;
   const q = t.leastLoaded((8 + 3 * k) * H);
   t.needGrad(q, i);
   t.needValue(q, i);
   t.needValue(q, a0);
   const ops = E.operands;
-  ops[0] = R[r + N_GRAD]!;
-  ops[1] = R[r + N_VALUE]!;
-  ops[2] = R[NODE_WORDS * a0 + N_VALUE]!;
-  ops[3] = gradOrNone(R, a0);
+  ops[0] = L.grad[i]!;
+  ops[1] = value[i]!;
+  ops[2] = value[a0]!;
+  ops[3] = gradOrNone(L, a0);
   // h̄ also from the parent's concatenation, when the forward stored h there (forward.ts concatForward)
   const concat = E.fusedConcat[i]!;
-  ops[4] = concat >= 0 && needsGrad(R, concat) ? R[NODE_WORDS * concat + N_GRAD]! + E.fusedOffset[i]! : NONE;
+  ops[4] = concat >= 0 && L.needGrad[concat] === 1 ? L.grad[concat]! + E.fusedOffset[i]! : NONE;
   if (ops[4] !== NONE) t.needGrad(q, concat);
   ops[5] = k;
   for (let j = 0; j < k; j++) {
     const c = args[s + 1 + j]!;
     t.needValue(q, c);
-    ops[6 + 2 * j] = R[NODE_WORDS * c + N_VALUE]!;
-    ops[7 + 2 * j] = gradOrNone(R, c);
+    ops[6 + 2 * j] = value[c]!;
+    ops[7 + 2 * j] = gradOrNone(L, c);
   }
   t.writer.insN(q, Opcode.LstmCellBwd, H, ops, 6 + 2 * k);
-  if (needsGrad(R, a0)) t.wroteGrad(a0, q);
+  if (needGrad[a0] === 1) t.wroteGrad(a0, q);
   for (let j = 0; j < k; j++) {
     const c = args[s + 1 + j]!;
-    if (needsGrad(R, c)) t.wroteGrad(c, q);
+    if (needGrad[c] === 1) t.wroteGrad(c, q);
   }
 }

@@ -4,9 +4,9 @@
  * pickRanges are storage that holds their values already (plan/layout.ts) and emit nothing. An op VPPS cannot lower
  * is an `unsupported` entry: the scheduler refuses a graph that uses it, naming the op.
  */
-
 import type { ComputationGraph } from "../../../graph/graph.js";
 import { isUnsupported, Op, type OpTable, opArray, UnsupportedOpError, unsupported } from "../../../graph/opcodes.js";
+import type { BatchLayout } from "../plan/layout.js";
 import { Opcode } from "../script/format.js";
 import {
   affineBackward,
@@ -33,13 +33,10 @@ import {
   unaryForward,
 } from "./forward.js";
 
-/**
- * One op on VPPS: node i's instructions, i a view id of the batch's level order (plan/level-order.ts).
- * `collected`: the rows of GEMM-strategy gradients so far, per matrix.
- */
+/** One op on VPPS: node i's instructions. `collected`: the rows of GEMM-strategy gradients so far, per matrix. */
 export interface VppsKernel {
-  forward(E: Emitter, i: number): void;
-  backward(E: Emitter, i: number, collected: Int32Array): void;
+  forward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number): void;
+  backward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, collected: Int32Array): void;
   /** Storage whose value (and gradient) exists anyway: no instructions, and no place in the level lists. */
   readonly storage?: true;
 }
@@ -97,10 +94,9 @@ export function refusedOps(): Uint8Array {
   return Uint8Array.from(VPPS_KERNELS, (k) => (isUnsupported(k) ? 1 : 0));
 }
 
-/** The first node's op that VPPS refuses, among nodes [0, n) (only live ones when `live` is given), or undefined. */
-export function firstRefusedOp(g: ComputationGraph, n: number, refused: Uint8Array, live?: Uint8Array): Op | undefined {
-  for (let i = 0; i < n; i++)
-    if (refused[g.op[i]!] === 1 && (live === undefined || live[i] === 1)) return g.op[i] as Op;
+/** The first live node's op that VPPS refuses, among nodes [0, n), or undefined. */
+export function firstRefusedOp(g: ComputationGraph, n: number, refused: Uint8Array): Op | undefined {
+  for (let i = 0; i < n; i++) if (refused[g.op[i]!] === 1) return g.op[i] as Op;
   return undefined;
 }
 

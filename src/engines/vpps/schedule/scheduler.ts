@@ -15,20 +15,9 @@ import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { dumpBatch, dumpDirectory, type TraceEntry } from "../instrument/dump.js";
 import { type BatchLayout, LayoutWorkspace, layoutBatch, type ModelLayout } from "../plan/layout.js";
-import {
-  LevelOrder,
-  N_ARG_COUNT,
-  N_ARG_START,
-  N_AUX,
-  N_FLAGS,
-  N_GRAD,
-  N_OP,
-  NODE_WORDS,
-  OP_CLASS,
-} from "../plan/level-order.js";
 import type { BatchSchedule } from "../script/batch-schedule.js";
 import { floatBits, MAX_INSTRUCTION_WORDS, Opcode } from "../script/format.js";
-import { DeferredWbar, type Emitter } from "./backward.js";
+import { countBackward, DeferredWbar, type Emitter } from "./backward.js";
 import { affineSum } from "./forward.js";
 import { EMITS_INSTRUCTIONS, firstRefusedOp, refusal, refusedOps, VPPS_KERNELS } from "./kernel-table.js";
 import { StepTracker } from "./steps.js";
@@ -78,9 +67,6 @@ export class VppsScheduler implements Emitter {
   private readonly workspaces = [new LayoutWorkspace(), new LayoutWorkspace()];
   private scheduled = 0;
   readonly deferred = new DeferredWbar();
-  /** The batch being scheduled: its level order (node records, view ids) and its layout (graph numbering). */
-  V = new LevelOrder();
-  L!: BatchLayout;
   /**
    * Per node of the batch: for a cell, the CTA, step and script word of its lstm instruction's h2 operand (CTA -1:
    * not scheduled yet), and the concatenation (and offset) its h goes into when concatForward took it (-1: none).
@@ -91,13 +77,17 @@ export class VppsScheduler implements Emitter {
   fusedConcat = new Int32Array(0);
   fusedOffset = new Int32Array(0);
   readonly registerGrad: Uint8Array;
-  /** Per-batch scratch kept across batches: the affine sums of a level, the GEMM rows collected. */
-  private sums = new Int32Array(1024);
   /**
-   * Per op, its class in the level order (plan/level-order.ts OP_CLASS): listed when its nodes emit instructions
-   * (every node while dumping, whose trace shows all), refused when VPPS has no kernel for it, else storage.
+   * Products per (level, matrix), forward and backward (index level · matrices + m), counted in the first pass over
+   * the nodes and announced per step (see announce). Counting them there, in graph order, rather than in an extra
+   * visit of each level's nodes saves a round of cache misses per product node at large batches.
    */
-  private readonly opClass: Uint8Array;
+  private forwardProducts: Int32Array;
+  private backwardProducts: Int32Array;
+  /** Per-batch scratch kept across batches: nodes sorted by level, where each level starts, GEMM rows collected. */
+  private levelStart = new Int32Array(64);
+  private byLevel = new Int32Array(1024);
+  private sums = new Int32Array(1024);
   private readonly collected: Int32Array;
   /** Per op: 1 when VPPS refuses it (kernel-table.ts): a graph using it is refused before anything is emitted. */
   private readonly refused = refusedOps();
@@ -108,11 +98,9 @@ export class VppsScheduler implements Emitter {
   ) {
     const plan = model.plan;
     this.t = new StepTracker(plan, options.tileEntries);
+    this.forwardProducts = new Int32Array(64 * plan.matrices.length);
+    this.backwardProducts = new Int32Array(64 * plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
-    const everyNode = this.dumpTo !== undefined;
-    this.opClass = EMITS_INSTRUCTIONS.map((emits, o) =>
-      this.refused[o] === 1 ? OP_CLASS.refused : emits === 1 || everyNode ? OP_CLASS.listed : OP_CLASS.storage,
-    );
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
     const inKernel = options.update !== "host" && plan.matrices.every((m) => m.gradients === "registers");
     this.update = inKernel ? "kernel" : "host";
@@ -132,49 +120,44 @@ export class VppsScheduler implements Emitter {
     const lossId = g.check(loss, "vpps", "loss");
     if (loss.size !== 1) throw new Error(`vpps: the loss has shape ${loss.shapeString()}; expected a scalar`);
     let L: BatchLayout;
-    const workspace = this.workspaces[this.scheduled++ % 2]!;
     try {
-      L = layoutBatch(g, lossId, this.model, workspace, this.opClass);
+      L = layoutBatch(g, lossId, this.model, this.workspaces[this.scheduled++ % 2]!);
     } catch (e) {
       // a graph with an op VPPS refuses fails on that op, not on what the layout made of it (a matrix as an image op's
       // argument, say); the scan costs nothing on graphs that lay out
       const refused = firstRefusedOp(g, lossId + 1, this.refused);
       throw refused === undefined ? e : refusal(refused);
     }
-    // the live nodes in level order (plan/level-order.ts): from here on node ids are the view's
-    const V = workspace.levels;
-    this.V = V;
-    this.L = L;
-    if (V.refused) throw refusal(firstRefusedOp(g, lossId + 1, this.refused, L.live)!);
-    if (V.badProduct >= 0) this.refuseProduct(V.pos[V.badProduct]!);
-    const liveCount = V.live;
-    const maxLevel = V.levels - 1;
-    const root = V.pos[lossId]!;
+    const n = lossId + 1;
+    // The passes over the nodes are methods of their own: see layoutBatch (plan/layout.ts) on V8's on-stack
+    // replacement of a long loop in a function called once per batch.
+    const liveCount = this.countLevels(g, L, n);
+    const maxLevel = this.maxLevel;
+    this.sortByLevel(g, L, n, maxLevel, liveCount);
 
     const t = this.t;
-    if (this.cellCta.length < liveCount) {
-      const size = 2 * liveCount;
+    if (this.cellCta.length < n) {
+      const size = 2 * n;
       this.cellCta = new Int32Array(size);
       this.cellStep = new Int32Array(size);
       this.cellWord = new Int32Array(size);
       this.fusedConcat = new Int32Array(size);
       this.fusedOffset = new Int32Array(size);
     }
-    if (this.sums.length < liveCount) this.sums = new Int32Array(2 * liveCount);
-    this.cellCta.fill(-1, 0, liveCount);
-    this.fusedConcat.fill(-1, 0, liveCount);
-    t.begin(V, 1 + 3 * maxLevel + 5);
+    this.cellCta.fill(-1, 0, n);
+    this.fusedConcat.fill(-1, 0, n);
+    t.begin(L, n, 1 + 3 * maxLevel + 5);
     this.trace = this.dumpTo === undefined ? undefined : [];
     // step 0 seeds the loss gradient with 1, before the forward pass, so no backward instruction stalls on it
     t.startStep(0);
-    if ((V.R[NODE_WORDS * root + N_FLAGS]! & 1) === 1) {
+    if (L.needGrad[lossId] === 1) {
       const q = t.leastLoaded(1);
-      t.writer.ins2(q, Opcode.Set, 1, V.R[NODE_WORDS * root + N_GRAD]!, ONE_BITS);
-      t.wroteGrad(root, q);
+      t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, ONE_BITS);
+      t.wroteGrad(lossId, q);
     }
     t.endStep();
-    this.forwardPass(maxLevel);
-    let s = this.backwardPass(maxLevel);
+    this.forwardPass(g, L, maxLevel);
+    let s = this.backwardPass(g, L, maxLevel);
     s = this.deferred.emit(this, s);
     s = emitUpdate(this, L, s);
     const result: BatchSchedule = {
@@ -190,18 +173,83 @@ export class VppsScheduler implements Emitter {
     return result;
   }
 
-  /** Throws matrixOf's error for the first product of (view) node i whose W is not a matrix of the plan. */
-  private refuseProduct(i: number): void {
-    const { R, args } = this.V;
-    const r = NODE_WORDS * i;
-    const s = R[r + N_ARG_START]!;
-    for (let k = R[r + N_OP] === Op.Affine ? 1 : 0; k < R[r + N_ARG_COUNT]!; k += 2) this.matrixOf(i, args[s + k]!);
+  /** The deepest level of the last countLevels. */
+  private maxLevel = 0;
+
+  /**
+   * One pass over the nodes: the live nodes (returned), the listed nodes per level (levelStart[d + 1]), the deepest
+   * level (this.maxLevel) and the matrix products per level and matrix, forward and backward. Only nodes that emit
+   * instructions are listed (inputs, parameters, lookups and pickRanges have none), unless dumping, whose trace shows
+   * every node; the deepest live node of any kind still sets the number of levels (and so the barrier numbering).
+   */
+  private countLevels(g: ComputationGraph, L: BatchLayout, n: number): number {
+    const depth = g.depth;
+    const live = L.live;
+    const op = g.op;
+    const everyNode = this.dumpTo !== undefined;
+    let levelStart = this.levelStart;
+    levelStart.fill(0);
+    const matrices = this.registerGrad.length;
+    let forwardProducts: Int32Array = this.forwardProducts.fill(0);
+    let backwardProducts: Int32Array = this.backwardProducts.fill(0);
+    const needGrad = L.needGrad;
+    let maxLevel = 0;
+    let liveCount = 0;
+    for (let i = 0; i < n; i++) {
+      if (live[i] === 0) continue;
+      liveCount++;
+      const d = depth[i]!;
+      if (d > maxLevel) {
+        maxLevel = d;
+        if (levelStart.length < d + 2) {
+          const grown = new Int32Array(2 * (d + 2));
+          grown.set(levelStart);
+          this.levelStart = levelStart = grown;
+          this.forwardProducts = forwardProducts = growTo(forwardProducts, grown.length * matrices);
+          this.backwardProducts = backwardProducts = growTo(backwardProducts, grown.length * matrices);
+        }
+      }
+      const o = op[i]!;
+      if (this.refused[o] === 1) throw refusal(o);
+      if (everyNode || EMITS_INSTRUCTIONS[o] === 1) {
+        levelStart[d + 1]!++;
+        if (o === Op.MatVec || o === Op.Affine) {
+          this.countForward(g, i, forwardProducts, d * matrices);
+          if (needGrad[i] === 1) countBackward(this, g, L, i, backwardProducts, d * matrices);
+        }
+      }
+    }
+    this.maxLevel = maxLevel;
+    return liveCount;
+  }
+
+  /** The listed nodes of each depth level, in graph order, into byLevel from levelStart[d] (a counting sort). */
+  private sortByLevel(g: ComputationGraph, L: BatchLayout, n: number, maxLevel: number, liveCount: number): void {
+    const depth = g.depth;
+    const live = L.live;
+    const op = g.op;
+    const everyNode = this.dumpTo !== undefined;
+    const levelStart = this.levelStart;
+    if (this.byLevel.length < liveCount) {
+      this.byLevel = new Int32Array(2 * liveCount);
+      this.sums = new Int32Array(2 * liveCount);
+    }
+    const byLevel = this.byLevel;
+    for (let l = 1; l <= maxLevel + 1; l++) levelStart[l]! += levelStart[l - 1]!;
+    // levelStart[d] becomes the end of level d while filling; shift it back afterwards
+    for (let i = 0; i < n; i++) {
+      if (live[i] === 1 && (everyNode || EMITS_INSTRUCTIONS[op[i]!] === 1)) byLevel[levelStart[depth[i]!]!++] = i;
+    }
+    for (let l = maxLevel + 1; l > 0; l--) levelStart[l] = levelStart[l - 1]!;
+    levelStart[0] = 0;
   }
 
   /** Forward: per level a main step, then a step for the sums of affine transforms with several products. */
-  private forwardPass(maxLevel: number): void {
+  private forwardPass(g: ComputationGraph, L: BatchLayout, maxLevel: number): void {
     const t = this.t;
-    const { R, start: levelStart, forwardProducts } = this.V;
+    const op = g.op;
+    const argCount = g.argCount;
+    const { levelStart, byLevel, forwardProducts } = this;
     const matrices = this.registerGrad.length;
     for (let l = 1; l <= maxLevel; l++) {
       const begin = levelStart[l]!;
@@ -210,25 +258,26 @@ export class VppsScheduler implements Emitter {
       this.announce(forwardProducts, l * matrices);
       // affine transforms with several products, summed in the next step
       let sums = 0;
-      for (let i = begin; i < end; i++) {
-        const r = NODE_WORDS * i;
-        const o = R[r + N_OP]!;
-        const kernel = VPPS_KERNELS[o]!;
-        if (this.trace === undefined) kernel.forward(this, i);
-        else this.traced("forward", i, () => kernel.forward(this, i));
-        if (o === Op.Affine && R[r + N_ARG_COUNT]! > 3) this.sums[sums++] = i;
+      for (let k = begin; k < end; k++) {
+        const i = byLevel[k]!;
+        const kernel = VPPS_KERNELS[op[i]!]!;
+        if (this.trace === undefined) kernel.forward(this, g, L, i);
+        else this.traced("forward", i, () => kernel.forward(this, g, L, i));
+        if (op[i] === Op.Affine && argCount[i]! > 3) this.sums[sums++] = i;
       }
       t.endStep();
       t.startStep(2 * l);
-      for (let k = 0; k < sums; k++) affineSum(this, this.sums[k]!);
+      for (let k = 0; k < sums; k++) affineSum(this, g, L, this.sums[k]!);
       t.endStep();
     }
   }
 
   /** Backward: one step per level, deepest first; returns the next step. */
-  private backwardPass(maxLevel: number): number {
+  private backwardPass(g: ComputationGraph, L: BatchLayout, maxLevel: number): number {
     const t = this.t;
-    const { R, start: levelStart, backwardProducts } = this.V;
+    const op = g.op;
+    const needGrad = L.needGrad;
+    const { levelStart, byLevel, backwardProducts } = this;
     const matrices = this.registerGrad.length;
     const collected = this.collected.fill(0);
     let s = 2 * maxLevel + 1;
@@ -239,12 +288,12 @@ export class VppsScheduler implements Emitter {
       // the transposed copies, loaded where each holder's backward work begins (script/format.ts LoadTransposed)
       if (l === maxLevel) for (const q of this.transposedCtas) t.writer.insN(q, Opcode.LoadTransposed, 0, [], 0);
       this.announce(backwardProducts, l * matrices, true);
-      for (let i = begin; i < end; i++) {
-        const r = NODE_WORDS * i;
-        if ((R[r + N_FLAGS]! & 1) === 0) continue;
-        const kernel = VPPS_KERNELS[R[r + N_OP]!]!;
-        if (this.trace === undefined) kernel.backward(this, i, collected);
-        else this.traced("backward", i, () => kernel.backward(this, i, collected));
+      for (let k = begin; k < end; k++) {
+        const i = byLevel[k]!;
+        if (needGrad[i] === 0) continue;
+        const kernel = VPPS_KERNELS[op[i]!]!;
+        if (this.trace === undefined) kernel.backward(this, g, L, i, collected);
+        else this.traced("backward", i, () => kernel.backward(this, g, L, i, collected));
       }
       t.endStep();
     }
@@ -258,26 +307,33 @@ export class VppsScheduler implements Emitter {
     emit();
     const ctas: number[] = [];
     for (let c = 0; c < this.t.ctas; c++) if (w.length(c) !== before[c]) ctas.push(c);
-    this.trace!.push({ step: this.t.step, phase, node: this.V.order[node]!, ctas });
+    this.trace!.push({ step: this.t.step, phase, node, ctas });
   }
 
-  matrixOf(i: number, w: number): number {
-    const R = this.V.R;
-    const isParameter = R[NODE_WORDS * w + N_OP] === Op.Parameter;
-    const m = isParameter ? this.model.matrixOf[R[NODE_WORDS * w + N_AUX]!]! : -1;
+  matrixOf(g: ComputationGraph, i: number, w: number): number {
+    const m = g.op[w] === Op.Parameter ? this.model.matrixOf[g.aux[w]!]! : -1;
     if (m < 0) {
-      const V = this.V;
-      const what = isParameter ? `parameter '${this.model.params[R[NODE_WORDS * w + N_AUX]!]!.name}'` : V.describe(w);
+      const what = g.op[w] === Op.Parameter ? `parameter '${this.model.params[g.aux[w]!]!.name}'` : g.describe(w);
       throw new Error(
-        `vpps: ${V.describe(i)} multiplies by ${what}, which is not a matrix held in registers by the plan`,
+        `vpps: ${g.describe(i)} multiplies by ${what}, which is not a matrix held in registers by the plan`,
       );
     }
     return m;
   }
 
   /**
-   * Adds the products of this step (counts[base + m], counted per level by the layout: plan/layout.ts placeNodes,
-   * in graph order rather than in an extra visit of each level's nodes) to their holders' loads (once per matrix);
+   * Counts the forward matrix products of node i (a matVec or affine) into counts[base + m], so that placing its
+   * level's other instructions sees them.
+   */
+  private countForward(g: ComputationGraph, i: number, counts: Int32Array, base: number): void {
+    if (g.op[i] === Op.MatVec) counts[base + this.matrixOf(g, i, g.arg(i, 0))]!++;
+    else {
+      for (let k = 1; k < g.argCount[i]!; k += 2) counts[base + this.matrixOf(g, i, g.arg(i, k))]!++;
+    }
+  }
+
+  /**
+   * Adds the products counted for this step (counts[base + m]) to their holders' loads (once per matrix);
    * `backward`: they are backward products (their x̄ may run on transposed copies).
    */
   private announce(counts: Int32Array, base: number, backward = false): void {
@@ -286,6 +342,13 @@ export class VppsScheduler implements Emitter {
       if (c !== 0) this.t.preloadMatrix(m, c, backward);
     }
   }
+}
+
+/** A copy of `a` with room for `length` entries (the new ones zero). */
+function growTo(a: Int32Array, length: number): Int32Array {
+  const b = new Int32Array(length);
+  b.set(a);
+  return b;
 }
 
 /** The bit pattern of 1.0f, the seed of the loss gradient. */

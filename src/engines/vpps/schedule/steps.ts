@@ -14,7 +14,7 @@
  * - Matrix products of one step are collected per matrix and flushed at the end of the step as one list
  *   instruction per holder, whose entries live once in the script's shared table.
  */
-import type { LevelOrder } from "../plan/level-order.js";
+import type { BatchLayout } from "../plan/layout.js";
 import type { VppsPlan } from "../plan/plan.js";
 import { Opcode } from "../script/format.js";
 import { ScriptWriter } from "../script/writer.js";
@@ -136,10 +136,10 @@ export class StepTracker {
     this.lists = new StepLists(matrices);
   }
 
-  /** Prepares for the batch of level order V (plan/level-order.ts), with at most `steps` steps. */
-  begin(V: LevelOrder, steps: number): void {
+  /** Prepares for a batch of `nodes` nodes laid out as `L`, with at most `steps` steps. */
+  begin(L: BatchLayout, nodes: number, steps: number): void {
     this.writer.reset();
-    this.writes.begin(V);
+    this.writes.begin(L, nodes);
     if (steps > MAX_STEPS) throw new Error(`vpps scheduler: a batch of ${steps} steps; at most ${MAX_STEPS}`);
     this.steps = steps;
     const cells = steps * this.ctas;

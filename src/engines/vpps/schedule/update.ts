@@ -44,13 +44,13 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
       if (L.paramGrad[p]! < 0) continue;
       const size = params[p]!.rows * params[p]!.cols;
       const q = t.leastLoaded(size);
-      t.needGrad(q, E.V.pos[L.paramNode[p]!]!);
+      t.needGrad(q, L.paramNode[p]!);
       w.ins2(q, Opcode.Norm2, size, acc, L.paramGrad[p]!);
     }
     for (let r = 0; r < rows.offset.length; r++) {
       const size = params[rows.table[r]!]!.cols;
       const q = t.leastLoaded(size);
-      t.needGrad(q, E.V.pos[rows.node[r]!]!);
+      t.needGrad(q, rows.node[r]!);
       w.ins2(q, Opcode.Norm2, size, acc, rows.offset[r]!);
     }
     for (const q of E.registerGradCtas) {

@@ -5,7 +5,17 @@
  * temporaries. A write is (step, who), who a CTA or, as `-(m + 1)`, the holders of matrix m; a buffer keeps its
  * writes newest first.
  */
-import { type LevelOrder, N_GRAD_BUFFER, N_VALUE_BUFFER, NODE_WORDS } from "../plan/level-order.js";
+import type { BatchLayout } from "../plan/layout.js";
+
+/**
+ * The node records of WriteLog.rec: NODE_WORDS words per node at these offsets, the buffer ids of its value and
+ * gradient storage, then the (newest write, next older) pairs of its own value and gradient buffers.
+ */
+const NODE_WORDS = 6;
+const R_VALUE_BUFFER = 0;
+const R_GRAD_BUFFER = 1;
+const R_VALUE_WRITE = 2;
+const R_GRAD_WRITE = 4;
 
 /**
  * A write (step, who) as one positive word: who + WHO_BIAS in the low WHO_BITS bits (who is a CTA, or -(m + 1) for
@@ -30,18 +40,20 @@ export function writeWho(w: number): number {
 }
 
 /**
- * The writes of every buffer of the batch, kept in the level order's node records (plan/level-order.ts): a buffer id
- * is the offset in `rec` of the buffer's newest write, `NODE_WORDS·root + N_VALUE_WRITE` (or N_GRAD_WRITE) for a
- * node's value (gradient) storage, and `tempBase + 2·node` for an affine node's temporaries. A node's record also
- * holds the buffer ids of its storage (N_VALUE_BUFFER, N_GRAD_BUFFER; -1 for storage nobody writes in the batch).
+ * Per node of the batch, NODE_WORDS words of `rec` at NODE_WORDS·node: the buffer ids of its value and gradient
+ * storage (-1: storage nobody writes in the batch), then the writes of its own value and gradient buffers when it
+ * is a storage root. A buffer id is the offset in `rec` of the buffer's newest write: `NODE_WORDS·root +
+ * R_VALUE_WRITE` (or R_GRAD_WRITE), and `NODE_WORDS·n + 2·node` for an affine node's temporaries.
  *
  * A write record is 2 words: the write packed as by `packWrite` (0 when nobody wrote the buffer in this batch),
  * and the offset in `wr` of the next older write or -1. Older writes are 2 words each in `wr` (packed write, next
  * older or -1).
  *
- * Why in the node records: the scheduler visits nodes level by level, and "who wrote what this node reads" is a
- * lookup per argument; in the record it is on the line the scheduler reads for the argument's other facts, and the
- * layout initialises it while writing the record (no pass of its own).
+ * Why per node: the scheduler visits nodes level by level, which at batch 64-128 jumps across megabytes, so
+ * that "who wrote what this node reads" cost two dependent cache misses (the node's storage root, then a table of
+ * writes indexed by root, then 16 bytes per buffer with an epoch). Here most nodes are their own root and one line
+ * answers it; the table is rebuilt by one sequential pass per batch. (Copying more of the node's facts into the
+ * record, op, arguments, offsets, cost as much in that pass as it saved in misses.)
  */
 export class WriteLog {
   private records = new Int32Array(0);
@@ -59,21 +71,32 @@ export class WriteLog {
     return this.older;
   }
 
-  /** Prepares for the batch of level order V (whose layout set every node's writes to none): no temporary written. */
-  begin(V: LevelOrder): void {
-    this.records = V.R;
-    this.tempBase = V.tempBase;
-    V.R.fill(0, V.tempBase, V.tempBase + 2 * V.live);
+  /** Prepares for a batch of `nodes` nodes laid out as `L`: no buffer written yet. */
+  begin(L: BatchLayout, nodes: number): void {
+    const words = NODE_WORDS * nodes + 2 * nodes;
+    if (this.records.length < words) this.records = new Int32Array(2 * words);
+    const rec = this.records;
+    const { valueRoot, gradRoot } = L;
+    for (let i = 0, at = 0; i < nodes; i++, at += NODE_WORDS) {
+      const v = valueRoot[i]!;
+      const gr = gradRoot[i]!;
+      rec[at + R_VALUE_BUFFER] = v < 0 ? -1 : NODE_WORDS * v + R_VALUE_WRITE;
+      rec[at + R_GRAD_BUFFER] = gr < 0 ? -1 : NODE_WORDS * gr + R_GRAD_WRITE;
+      rec[at + R_VALUE_WRITE] = 0; // nothing written yet
+      rec[at + R_GRAD_WRITE] = 0;
+    }
+    this.tempBase = NODE_WORDS * nodes;
+    rec.fill(0, this.tempBase, words);
     this.olderLength = 0;
   }
 
   /** Buffer ids (offsets in `rec`) of a node's value and gradient storage (-1: storage nobody writes in the batch). */
   valueBuffer(node: number): number {
-    return this.records[NODE_WORDS * node + N_VALUE_BUFFER]!;
+    return this.records[NODE_WORDS * node + R_VALUE_BUFFER]!;
   }
 
   gradBuffer(node: number): number {
-    return this.records[NODE_WORDS * node + N_GRAD_BUFFER]!;
+    return this.records[NODE_WORDS * node + R_GRAD_BUFFER]!;
   }
 
   /** The buffer id of an affine node's temporaries. */
