@@ -12,8 +12,9 @@
  * in-kernel update), OPTIMIZER (sgd or adam, default sgd), CELL (fused or ops), HIDDEN and EMBED.
  * BASE: the root of another checkout of vpps (its node_modules present); each batch is then scheduled by its
  * scheduler and by this one in turn, the scripts must be equal word for word, and each line adds the base's median
- * and the median of the per-batch ratios. On a shared machine whose speed drifts within seconds, alternating
- * batches compares the two under the same conditions, which runs one after the other do not.
+ * and the medians of the per-batch ratios of wall time and of process CPU time. On a shared machine whose speed
+ * drifts within seconds, alternating batches compares the two under the same conditions, which runs one after the
+ * other do not; even so, two runs of the same pair differ by up to ±5% (session 13: use 80+ batches and two runs).
  * Prints one line per batch size (and scheduler): median, mean, minimum and quartiles of wall ms per batch, the
  * median process CPU time per batch (user + system of all threads), nodes per batch and µs per node.
  */
@@ -136,7 +137,8 @@ for (const batch of sizes) {
     const ratio =
       r === runs[0] || runs.length < 2
         ? ""
-        : `; median per-batch ratio this/base ${median(runs[0]!.ms.map((x, k) => x / r.ms[k]!)).toFixed(3)}`;
+        : `; median per-batch ratio this/base ${median(runs[0]!.ms.map((x, k) => x / r.ms[k]!)).toFixed(3)}, ` +
+          `CPU time ${median(runs[0]!.cpu.map((x, k) => x / r.cpu[k]!)).toFixed(3)}`;
     console.log(
       `schedule-cpu ${r.c.name} batch ${batch}: median ${med.toFixed(2)} ms/batch (mean ${mean.toFixed(2)}, ` +
         `min ${sorted[0]!.toFixed(2)}, q1 ${quantile(sorted, 0.25).toFixed(2)}, q3 ${quantile(sorted, 0.75).toFixed(2)}; ` +
