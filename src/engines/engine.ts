@@ -95,7 +95,7 @@ export interface WorkerBuildEngine extends PipelinedEngine {
    * workers after all (it has none, or the user turned it off), and the loop builds every graph itself.
    */
   setGraphBuilder(spec: GraphBuilderSpec): boolean;
-  /** Whether the next batch may be a `trainStepBuilt` one. */
+  /** Whether the next batch should be a `trainStepBuilt` one (else the loop builds it and calls `trainStep`). */
   readonly buildsInWorkers: boolean;
   /** `trainStep` for a batch the workers build: its examples (indices into the builder's) and dropout settings. */
   trainStepBuilt(request: BuildRequest, trainer: Trainer): void;

@@ -487,6 +487,16 @@ export class Vpps {
   }
 
   /**
+   * Whether a schedule worker has room for another batch: fewer batches are posted and not yet back than there are
+   * workers. A caller that builds graphs itself too (the training loop) builds the next one on the main thread when
+   * they have none, so that the main thread and the workers share the builds instead of the main thread idling.
+   */
+  get workersHaveRoom(): boolean {
+    const pool = this.launcher.pool;
+    return pool !== undefined && pool.pending < pool.size;
+  }
+
+  /**
    * `fb` for a batch the workers' graph builder builds (`setGraphBuilder`): `request` names its examples and the
    * graph's dropout settings. Otherwise as `fb`: queued, the newest finished loss returned.
    */
