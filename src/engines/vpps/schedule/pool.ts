@@ -45,7 +45,7 @@ export interface ScheduleWorkerData {
 /**
  * Main → worker: schedule the graph in `snapshot` (ComputationGraph.snapshot) whose loss is node `loss`; or, with
  * `build`, build the batch's graph with the graph builder first (`loss` unused; `snapshot`, possibly empty, is a
- * buffer to reuse for the snapshot that goes back with the inputs).
+ * buffer to reuse for the snapshot of no nodes that goes back with the batch's input values).
  */
 export interface ScheduleJob {
   readonly id: number;

@@ -125,8 +125,9 @@ function graphOf(job: ScheduleJob): { g: ComputationGraph; loss: number; snapsho
       throw new Error(`graph builder ${builder.module}: input value ${k} of the batch is ${v}; check the data`);
     }
   }
+  // the main thread reads only the input values of a built batch: a snapshot of no nodes carries them (and is small)
   const into = job.snapshot.byteLength > 0 ? job.snapshot : undefined;
-  return { g, loss, snapshot: g.snapshot(loss + 1, into) };
+  return { g, loss, snapshot: g.snapshot(0, into) };
 }
 
 function run(job: ScheduleJob): void {
