@@ -21,6 +21,7 @@
  */
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
+import type { BuildRequest, GraphBuilderSpec } from "../../../graph/builder.js";
 import { type ComputationGraph, type Expression, type GraphParameter, snapshotInputs } from "../../../graph/graph.js";
 import { UserError } from "../../../util/errors.js";
 import type { VppsPlan } from "../plan/plan.js";
@@ -41,7 +42,11 @@ export interface ScheduleWorkerData {
   readonly tsx: string | undefined;
 }
 
-/** Main → worker: schedule the graph in `snapshot` (ComputationGraph.snapshot) whose loss is node `loss`. */
+/**
+ * Main → worker: schedule the graph in `snapshot` (ComputationGraph.snapshot) whose loss is node `loss`; or, with
+ * `build`, build the batch's graph with the graph builder first (`loss` unused; `snapshot`, possibly empty, is a
+ * buffer to reuse for the snapshot of no nodes that goes back with the batch's input values).
+ */
 export interface ScheduleJob {
   readonly id: number;
   readonly variant: number;
@@ -49,6 +54,13 @@ export interface ScheduleJob {
   readonly snapshot: ArrayBuffer;
   /** A script buffer this worker sent earlier, back for reuse (transferred), or undefined. */
   readonly spare: ArrayBuffer | undefined;
+  readonly build?: BuildRequest;
+}
+
+/** Main → worker: import this graph builder (answered with "builder-ready" or "builder-failed"). */
+export interface BuilderMessage {
+  readonly kind: "builder";
+  readonly spec: GraphBuilderSpec;
 }
 
 /** Worker → main. */
@@ -70,7 +82,9 @@ export type ScheduleReply =
       readonly stack: string;
       readonly snapshot: ArrayBuffer;
     }
-  | { readonly kind: "fatal"; readonly message: string; readonly stack: string };
+  | { readonly kind: "fatal"; readonly message: string; readonly stack: string }
+  | { readonly kind: "builder-ready" }
+  | { readonly kind: "builder-failed"; readonly message: string; readonly stack: string };
 
 /** An error thrown by the scheduler in a worker (its message ends with "(in schedule worker)"), or a dead worker. */
 export class ScheduleWorkerError extends Error {
@@ -149,6 +163,8 @@ interface Slot {
   fatal: ScheduleWorkerError | undefined;
   /** Script buffers of this worker's released batches, to go back with its next jobs. */
   readonly spares: ArrayBuffer[];
+  /** Its answer to the last graph builder posted: undefined while none has come. */
+  builder: { ok: true } | { ok: false; message: string; stack: string } | undefined;
 }
 
 interface Job<T> {
@@ -251,7 +267,7 @@ export class SchedulePool<T = undefined> {
           tsx,
         };
         const worker = new Worker(BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
-        const slot: Slot = { worker, port: port1, fatal: undefined, spares: [] };
+        const slot: Slot = { worker, port: port1, fatal: undefined, spares: [], builder: undefined };
         worker.on("error", (e: Error) => {
           slot.fatal ??= new ScheduleWorkerError(
             `VPPS: schedule worker ${k} failed: ${e.message}`,
@@ -301,6 +317,75 @@ export class SchedulePool<T = undefined> {
     const spare = this.slots[slot]!.spares.pop();
     const message: ScheduleJob = { id, variant, loss: lossId, snapshot, spare };
     this.slots[slot]!.port.postMessage(message, spare === undefined ? [snapshot] : [snapshot, spare]);
+    this.stats.snapshotMs += performance.now() - t0;
+  }
+
+  /**
+   * Has every worker import `spec` and make its graph builder, and waits for all of them (up to `stallMs`); a worker
+   * that cannot is one error naming the module and the reason. Later `postBuilt` batches are built by it.
+   */
+  setGraphBuilder(spec: GraphBuilderSpec): void {
+    if (this.disposed) throw new Error("SchedulePool.setGraphBuilder: the pool was disposed");
+    const message: BuilderMessage = { kind: "builder", spec };
+    for (const slot of this.slots) {
+      slot.builder = undefined;
+      slot.port.postMessage(message);
+    }
+    const t0 = performance.now();
+    for (;;) {
+      const seen = Atomics.load(this.counter, 0);
+      this.poll();
+      const dead = this.slots.find((s) => s.fatal !== undefined);
+      if (dead) throw dead.fatal;
+      const failed = this.slots.find((s) => s.builder?.ok === false);
+      if (failed?.builder?.ok === false) {
+        throw new ScheduleWorkerError(
+          `VPPS: a schedule worker could not load the graph builder ${spec.module}: ${failed.builder.message}`,
+          "Error",
+          failed.builder.stack,
+        );
+      }
+      if (this.slots.every((s) => s.builder?.ok === true)) return;
+      if (Atomics.wait(this.counter, 0, seen, 1000) === "timed-out" && performance.now() - t0 > this.stallMs) {
+        throw new ScheduleWorkerError(
+          `VPPS: the schedule workers have not loaded the graph builder ${spec.module} in ` +
+            `${(this.stallMs / 1000).toFixed(0)} s`,
+          "Error",
+          "",
+        );
+      }
+    }
+  }
+
+  /**
+   * Posts a batch for the graph builder (`setGraphBuilder`) to build on a worker, then schedule on plan variant
+   * `variant`: the main thread neither builds nor snapshots it.
+   */
+  postBuilt(request: BuildRequest, variant: number, tag: T): void {
+    if (this.disposed) throw new Error("SchedulePool.postBuilt: the pool was disposed");
+    const t0 = performance.now();
+    const id = this.nextId++;
+    const slot = this.leastBusy();
+    this.inHand[slot]!++;
+    const dead = this.slots[slot]!.fatal;
+    if (dead) throw dead;
+    const snapshot = this.free.pop() ?? new ArrayBuffer(0);
+    const job: Job<T> = { id, variant, tag, slot, reply: undefined };
+    this.queue.push(job);
+    this.byId.set(id, job);
+    const spare = this.slots[slot]!.spares.pop();
+    const examples = request.examples.slice();
+    const message: ScheduleJob = {
+      id,
+      variant,
+      loss: -1,
+      snapshot,
+      spare,
+      build: { examples, training: request.training, dropoutKey: request.dropoutKey },
+    };
+    const transfer = [snapshot, examples.buffer as ArrayBuffer];
+    if (spare !== undefined) transfer.push(spare);
+    this.slots[slot]!.port.postMessage(message, transfer);
     this.stats.snapshotMs += performance.now() - t0;
   }
 
@@ -382,6 +467,14 @@ export class SchedulePool<T = undefined> {
 
   private handle(k: number, r: ScheduleReply): void {
     if (r.kind === "ready") return;
+    if (r.kind === "builder-ready") {
+      this.slots[k]!.builder = { ok: true };
+      return;
+    }
+    if (r.kind === "builder-failed") {
+      this.slots[k]!.builder = { ok: false, message: r.message, stack: r.stack };
+      return;
+    }
     if (r.kind === "fatal") {
       const slot = this.slots[k]!;
       slot.fatal ??= new ScheduleWorkerError(`VPPS: schedule worker ${k} failed: ${r.message}`, "Error", r.stack);
