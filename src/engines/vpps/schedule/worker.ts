@@ -1,8 +1,9 @@
 /**
  * A schedule worker's thread (started by pool.ts, which documents the protocol). It rebuilds the model
  * layout and a VppsScheduler per plan variant from the plain data it was started with, then for each job rebuilds
- * the graph from its snapshot, schedules it and sends back the detached schedule (script and layout arrays
- * transferred) with the snapshot buffer (which carries the batch's input values for the main thread's upload).
+ * the graph over its lent node arrays (shared memory, no copy), schedules it and sends back the detached schedule
+ * (script and layout arrays transferred) with the input buffer (the batch's input values, for the main thread's
+ * upload).
  * Scripts are written into buffers the main thread sends back once it has uploaded them (a few kept here), so that
  * a warm worker allocates no script memory.
  * After every message it bumps the shared counter and notifies, so that a main thread blocked in `Atomics.wait`
@@ -73,11 +74,12 @@ function run(job: ScheduleJob): void {
   const t0 = performance.now();
   if (job.spare !== undefined && spares.length < SPARES) spares.push(job.spare);
   try {
-    const g = ComputationGraph.fromSnapshot(job.snapshot, data.params);
+    const inputs = new Float32Array(job.inputs, 0, job.graph.inputSize);
+    const g = ComputationGraph.fromLent(job.graph, inputs, data.params);
     const s = schedulerOf(job.variant).schedule(g, g.expression(job.loss), scriptArray);
     const batch = detachSchedule(s);
     const ms = performance.now() - t0;
-    reply({ kind: "done", id: job.id, batch, ms, snapshot: job.snapshot }, [...scheduledBuffers(batch), job.snapshot]);
+    reply({ kind: "done", id: job.id, batch, ms, inputs: job.inputs }, [...scheduledBuffers(batch), job.inputs]);
   } catch (e) {
     const err = e instanceof Error ? e : new Error(String(e));
     reply(
@@ -87,9 +89,9 @@ function run(job: ScheduleJob): void {
         name: err.name,
         message: err.message,
         stack: err.stack ?? "",
-        snapshot: job.snapshot,
+        inputs: job.inputs,
       },
-      [job.snapshot],
+      [job.inputs],
     );
   }
 }

@@ -1,0 +1,196 @@
+/**
+ * CPU-only micro-benchmark of the main thread's share of a VPPS training step (issue 20: each rank's main thread,
+ * not its GPU, bounds data-parallel training): renew the graph, build the Tree-LSTM loss of an SST batch
+ * (`TreeLstmModel.buildBatchLoss`, as `trainEpoch` does), count its loss units (`treeSize`, as the Tree-LSTM task's
+ * `lossUnits`), and hand the nodes up to the loss over as `SchedulePool.post` does: a loan of the graph's shared node
+ * arrays and a copy of its input values where the checkout has `ComputationGraph.lend` (two loans stay out, as
+ * batches in flight do), else a snapshot into a reused buffer. Also times the worker's side of the hand-over,
+ * `fromLent` or `fromSnapshot`. No GPU, no worker threads.
+ *
+ *   node --import tsx bench/vpps/build-cpu.ts
+ *   BASE=/work/main node --import tsx bench/vpps/build-cpu.ts     # this checkout against another, interleaved
+ *
+ * Environment: SST (directory with train.txt, default ../shared/data/sst), SIZES (default "1,8,128"), SAMPLES (timed
+ * samples per size, default 60), WARMUP (samples, default 15, and at least one pass over the trees: the first epoch
+ * fills the models' per-tree caches), CELL (fused or ops), HIDDEN and EMBED (default 256).
+ * A sample is as many consecutive batches as make up 128 trees (one batch at 128, 128 batches at 1), so that the
+ * timer's resolution does not matter at batch 1. BASE: the root of another checkout (its node_modules present): each
+ * sample is then run by both checkouts in turn (who goes first alternates), each with its own graph, model and
+ * snapshot buffer; the rebuilt graphs of the two must be equal field by field (the snapshot's format may differ), and
+ * each line adds the median of the per-sample ratios this/base, which on a shared machine whose speed drifts within
+ * seconds is what to quote (runs one after the other differ by ±30%).
+ */
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { readTrees } from "../../src/data/sst.js";
+import { type TreeNode, treeSize } from "../../src/data/tree.js";
+import { Vocabulary } from "../../src/data/vocab.js";
+import type { ComputationGraph } from "../../src/graph/graph.js";
+import type { CellFormulation } from "../../src/models/treelstm/model.js";
+
+const env = process.env;
+const dir = env["SST"] ?? join(import.meta.dirname, "../../../shared/data/sst");
+const samples = Number(env["SAMPLES"] ?? 60);
+const warmupSamples = Number(env["WARMUP"] ?? 15);
+const sizes = (env["SIZES"] ?? "1,8,128").split(",").map(Number);
+const cell = (env["CELL"] ?? "fused") as CellFormulation;
+const hidden = Number(env["HIDDEN"] ?? 256);
+const embed = Number(env["EMBED"] ?? 256);
+const base = env["BASE"];
+
+const trees: TreeNode[] = readTrees(join(dir, "train.txt"));
+const vocab = Vocabulary.fromTrees(trees);
+
+type GraphModule = typeof import("../../src/graph/graph.js");
+type ModelModule = typeof import("../../src/models/treelstm/model.js");
+
+/** One checkout's graph and model: a step (renew, build, loss units, snapshot) and the worker's rebuild. */
+interface Contender {
+  readonly name: string;
+  readonly G: GraphModule;
+  readonly cg: ComputationGraph;
+  readonly build: (batch: readonly TreeNode[]) => number;
+  buffer: ArrayBuffer | undefined;
+  readonly loans: { release: () => void }[];
+  readonly ms: number[];
+  readonly buildMs: number[];
+  readonly unitsMs: number[];
+  readonly snapshotMs: number[];
+  readonly rebuildMs: number[];
+}
+
+async function contender(name: string, root: string | undefined): Promise<Contender> {
+  const url = (path: string) => pathToFileURL(join(resolve(root ?? join(import.meta.dirname, "../..")), path)).href;
+  // .js when this file was compiled (line-level `node --cpu-prof` profiles need JavaScript: tsx maps to line 1)
+  const ext = import.meta.url.endsWith(".ts") ? "ts" : "js";
+  const G: GraphModule = await import(url(`src/graph/graph.${ext}`));
+  const M: ModelModule = await import(url(`src/models/treelstm/model.${ext}`));
+  const model = new M.TreeLstmModel({ vocabSize: vocab.size, embed, hidden, seed: 1, cell });
+  const cg = new G.ComputationGraph();
+  return {
+    name,
+    G,
+    cg,
+    build: (batch) => {
+      cg.renew();
+      cg.training = true;
+      cg.dropoutKey = 12345;
+      const loss = model.buildBatchLoss(cg, batch, vocab);
+      return loss.id;
+    },
+    buffer: undefined,
+    loans: [],
+    ms: [],
+    buildMs: [],
+    unitsMs: [],
+    snapshotMs: [],
+    rebuildMs: [],
+  };
+}
+
+const contenders = [await contender("this", undefined)];
+if (base !== undefined) contenders.push(await contender(`base ${base}`, base));
+
+const median = (xs: number[]) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** The graph fields a worker reads, compared between the two checkouts' rebuilt graphs. */
+function sameGraph(a: ComputationGraph, b: ComputationGraph, where: string): void {
+  for (const k of ["size", "valueSize", "argsSize", "inputSize", "training", "dropoutKey", "collection"] as const) {
+    if (a[k] !== b[k]) throw new Error(`${where}: ${k} ${a[k]} ≠ ${b[k]}`);
+  }
+  const n = a.size;
+  const arrays = ["op", "rows", "cols", "argStart", "argCount", "aux", "aux2", "auxF", "depth", "valueOffset"] as const;
+  for (const k of arrays) {
+    const x = a[k].subarray(0, n);
+    const y = b[k].subarray(0, n);
+    for (let i = 0; i < n; i++) if (x[i] !== y[i]) throw new Error(`${where}: ${k}[${i}] ${x[i]} ≠ ${y[i]}`);
+  }
+  for (let i = 0; i < a.argsSize; i++) if (a.args[i] !== b.args[i]) throw new Error(`${where}: args[${i}] differ`);
+  for (let i = 0; i < a.inputSize; i++) {
+    if (a.inputData[i] !== b.inputData[i]) throw new Error(`${where}: inputData[${i}] differ`);
+  }
+  const pa = Object.keys(a.parameters).join(",");
+  const pb = Object.keys(b.parameters).join(",");
+  if (pa !== pb) throw new Error(`${where}: parameters in use ${pa} ≠ ${pb}`);
+}
+
+for (const batch of sizes) {
+  const per = Math.max(1, Math.round(128 / batch));
+  for (const c of contenders) {
+    for (const a of [c.ms, c.buildMs, c.unitsMs, c.snapshotMs, c.rebuildMs]) a.length = 0;
+  }
+  let nodes = 0;
+  let start = 0;
+  // the first pass over the data is the first epoch (every tree new to the model's caches): warm up past it
+  const warmup = Math.max(warmupSamples, Math.ceil(trees.length / (per * batch)) + 2);
+  for (let s = 0; s < warmup + samples; s++) {
+    const batches: TreeNode[][] = [];
+    for (let j = 0; j < per; j++, start += batch) {
+      if (start + batch > trees.length) start = 0;
+      batches.push(trees.slice(start, start + batch));
+    }
+    const rebuilt: ComputationGraph[] = [];
+    for (let k = 0; k < contenders.length; k++) {
+      // alternate who goes first, so that neither always finds the other's data in the caches
+      const c = contenders[(k + s) % contenders.length]!;
+      let build = 0;
+      let snap = 0;
+      let rebuild = 0;
+      let units = 0;
+      let last: ComputationGraph | undefined;
+      const t0 = performance.now();
+      for (const b of batches) {
+        const b0 = performance.now();
+        const loss = c.build(b);
+        const b1 = performance.now();
+        let count = 0;
+        for (const t of b) count += treeSize(t); // trainEpoch counts the batch's loss units (once on one process)
+        if (count < 0) throw new Error("unreachable");
+        const u1 = performance.now();
+        const cg = c.cg as ComputationGraph & { lend?: ComputationGraph["lend"] };
+        let rebuilt: () => ComputationGraph;
+        if (cg.lend !== undefined) {
+          const loan = cg.lend(loss + 1);
+          const inputs = new Float32Array(cg.inputSize);
+          inputs.set(cg.inputData.subarray(0, cg.inputSize));
+          c.loans.push(loan);
+          rebuilt = () => c.G.ComputationGraph.fromLent(loan.graph, inputs);
+        } else {
+          c.buffer = cg.snapshot(loss + 1, c.buffer);
+          rebuilt = () => c.G.ComputationGraph.fromSnapshot(c.buffer!);
+        }
+        const b2 = performance.now();
+        units += u1 - b1;
+        last = rebuilt();
+        rebuild += performance.now() - b2;
+        if (c.loans.length > 2) c.loans.shift()!.release();
+        build += b1 - b0;
+        snap += b2 - u1;
+      }
+      const ms = performance.now() - t0 - rebuild;
+      if (s === warmup + samples - 1 && c === contenders[0]) nodes = c.cg.size;
+      rebuilt[(k + s) % contenders.length] = last!;
+      if (s < warmup) continue;
+      c.ms.push(ms);
+      c.buildMs.push(build);
+      c.unitsMs.push(units);
+      c.snapshotMs.push(snap);
+      c.rebuildMs.push(rebuild);
+    }
+    if (rebuilt.length === 2) sameGraph(rebuilt[0]!, rebuilt[1]!, `batch ${batch}, sample ${s}`);
+  }
+  for (const c of contenders) {
+    const ratio = (f: (c: Contender) => number[]) => median(f(contenders[0]!).map((x, k) => x / f(c)[k]!)).toFixed(3);
+    const vs =
+      c === contenders[0] || contenders.length < 2
+        ? ""
+        : `; median per-sample ratio this/base: step ${ratio((c) => c.ms)}, build ${ratio((c) => c.buildMs)}, units ${ratio((c) => c.unitsMs)}, ` +
+          `snapshot ${ratio((c) => c.snapshotMs)}, rebuild ${ratio((c) => c.rebuildMs)}`;
+    const perBatch = (xs: number[]) => (median(xs) / per).toFixed(4);
+    console.log(
+      `build-cpu ${c.name} batch ${batch}: per batch (median) step ${perBatch(c.ms)} ms = build ` +
+        `${perBatch(c.buildMs)} + loss units ${perBatch(c.unitsMs)} + snapshot ${perBatch(c.snapshotMs)}; worker rebuild ${perBatch(c.rebuildMs)} ms` +
+        `${vs} [${samples} samples of ${per} batch(es), ~${nodes} nodes/batch, ${cell} H${hidden} E${embed}]`,
+    );
+  }
+}
