@@ -1,8 +1,8 @@
 /**
  * CPU-only micro-benchmark of the main thread's share of a VPPS training step (issue 20: each rank's main thread,
  * not its GPU, bounds data-parallel training): renew the graph, build the Tree-LSTM loss of an SST batch
- * (`TreeLstmModel.buildBatchLoss`, as `trainEpoch` does), count its loss units (`treeSize`, as the Tree-LSTM task's
- * `lossUnits`), and hand the nodes up to the loss over as `SchedulePool.post` does: a loan of the graph's shared node
+ * (`TreeLstmModel.buildBatchLoss`) after counting its loss units (`treeSize`, the Tree-LSTM task's `lossUnits`), in
+ * `trainEpoch`'s order (which counts them once more after the build on one process), and hand the nodes up to the loss over as `SchedulePool.post` does: a loan of the graph's shared node
  * arrays and a copy of its input values where the checkout has `ComputationGraph.lend` (two loans stay out, as
  * batches in flight do), else a snapshot into a reused buffer. Also times the worker's side of the hand-over,
  * `fromLent` or `fromSnapshot`. No GPU, no worker threads.
@@ -140,12 +140,13 @@ for (const batch of sizes) {
       let last: ComputationGraph | undefined;
       const t0 = performance.now();
       for (const b of batches) {
+        // in trainEpoch's order: the batch's loss units (counted before the build), then the build
         const b0 = performance.now();
-        const loss = c.build(b);
-        const b1 = performance.now();
         let count = 0;
-        for (const t of b) count += treeSize(t); // trainEpoch counts the batch's loss units (once on one process)
+        for (const t of b) count += treeSize(t);
         if (count < 0) throw new Error("unreachable");
+        const b1 = performance.now();
+        const loss = c.build(b);
         const u1 = performance.now();
         const cg = c.cg as ComputationGraph & { lend?: ComputationGraph["lend"] };
         let rebuilt: () => ComputationGraph;
@@ -160,11 +161,11 @@ for (const batch of sizes) {
           rebuilt = () => c.G.ComputationGraph.fromSnapshot(c.buffer!);
         }
         const b2 = performance.now();
-        units += u1 - b1;
+        units += b1 - b0;
         last = rebuilt();
         rebuild += performance.now() - b2;
         if (c.loans.length > 2) c.loans.shift()!.release();
-        build += b1 - b0;
+        build += u1 - b1;
         snap += b2 - u1;
       }
       const ms = performance.now() - t0 - rebuild;
@@ -181,15 +182,17 @@ for (const batch of sizes) {
   }
   for (const c of contenders) {
     const ratio = (f: (c: Contender) => number[]) => median(f(contenders[0]!).map((x, k) => x / f(c)[k]!)).toFixed(3);
+    const buildPost = (c: Contender) => c.buildMs.map((x, k) => x + c.snapshotMs[k]!);
     const vs =
       c === contenders[0] || contenders.length < 2
         ? ""
-        : `; median per-sample ratio this/base: step ${ratio((c) => c.ms)}, build ${ratio((c) => c.buildMs)}, units ${ratio((c) => c.unitsMs)}, ` +
-          `snapshot ${ratio((c) => c.snapshotMs)}, rebuild ${ratio((c) => c.rebuildMs)}`;
+        : `; median per-sample ratio this/base: step ${ratio((c) => c.ms)}, build + hand-over ${ratio(buildPost)}, ` +
+          `build ${ratio((c) => c.buildMs)}, units ${ratio((c) => c.unitsMs)}, ` +
+          `hand-over ${ratio((c) => c.snapshotMs)}, rebuild ${ratio((c) => c.rebuildMs)}`;
     const perBatch = (xs: number[]) => (median(xs) / per).toFixed(4);
     console.log(
       `build-cpu ${c.name} batch ${batch}: per batch (median) step ${perBatch(c.ms)} ms = build ` +
-        `${perBatch(c.buildMs)} + loss units ${perBatch(c.unitsMs)} + snapshot ${perBatch(c.snapshotMs)}; worker rebuild ${perBatch(c.rebuildMs)} ms` +
+        `${perBatch(c.buildMs)} + loss units ${perBatch(c.unitsMs)} + hand-over ${perBatch(c.snapshotMs)}; worker rebuild ${perBatch(c.rebuildMs)} ms` +
         `${vs} [${samples} samples of ${per} batch(es), ~${nodes} nodes/batch, ${cell} H${hidden} E${embed}]`,
     );
   }

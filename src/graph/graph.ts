@@ -85,6 +85,21 @@ export class Expression {
 }
 
 const INITIAL_NODES = 1024;
+/**
+ * The node capacity a new graph starts with: 0 while `fromSnapshot` and `fromLent` construct one, since they replace
+ * every array at once (a schedule worker rebuilds a graph per batch; 50 kB of arrays each time is garbage).
+ */
+let initialNodes = INITIAL_NODES;
+
+/** A graph with zero-length arrays, to be pointed at a snapshot's or a loan's. */
+function bareGraph(): ComputationGraph {
+  initialNodes = 0;
+  try {
+    return new ComputationGraph();
+  } finally {
+    initialNodes = INITIAL_NODES;
+  }
+}
 
 function readOnlyError(what: string): Error {
   return new Error(`ComputationGraph: cannot ${what} a graph rebuilt from a snapshot (it is read-only)`);
@@ -104,26 +119,26 @@ export class ComputationGraph {
   /** Incremented by `renew()`; expressions of older generations are rejected. */
   generation = 0;
 
-  op: Uint8Array = new Uint8Array(INITIAL_NODES);
-  rows: Int32Array = new Int32Array(INITIAL_NODES);
-  cols: Int32Array = new Int32Array(INITIAL_NODES);
-  argStart: Int32Array = new Int32Array(INITIAL_NODES);
-  argCount: Int32Array = new Int32Array(INITIAL_NODES);
+  op: Uint8Array = new Uint8Array(initialNodes);
+  rows: Int32Array = new Int32Array(initialNodes);
+  cols: Int32Array = new Int32Array(initialNodes);
+  argStart: Int32Array = new Int32Array(initialNodes);
+  argCount: Int32Array = new Int32Array(initialNodes);
   /** Op-specific integers: parameter index, input offset, label, range start, child count, dropout key. */
-  aux: Int32Array = new Int32Array(INITIAL_NODES);
+  aux: Int32Array = new Int32Array(initialNodes);
   /** Op-specific second integer: lookup row, range end, dropout counter base. */
-  aux2: Int32Array = new Int32Array(INITIAL_NODES);
+  aux2: Int32Array = new Int32Array(initialNodes);
   /** Op-specific float: the dropout probability. */
-  auxF: Float32Array = new Float32Array(INITIAL_NODES);
+  auxF: Float32Array = new Float32Array(initialNodes);
   /** Longest path from a leaf (inputs, parameters and lookups have depth 0). */
-  depth: Int32Array = new Int32Array(INITIAL_NODES);
-  valueOffset: Int32Array = new Int32Array(INITIAL_NODES);
+  depth: Int32Array = new Int32Array(initialNodes);
+  valueOffset: Int32Array = new Int32Array(initialNodes);
 
-  args: Int32Array = new Int32Array(INITIAL_NODES * 2);
+  args: Int32Array = new Int32Array(initialNodes * 2);
   argsSize = 0;
 
   /** Values of input nodes, concatenated (`aux` of an input node is its offset here). */
-  inputData: Float32Array = new Float32Array(256);
+  inputData: Float32Array = new Float32Array(initialNodes / 4);
   inputSize = 0;
 
   /** Parameters used in this graph, by parameter index (the node that reads each dense parameter). */
@@ -159,7 +174,7 @@ export class ComputationGraph {
    * `params` (by index) when given, else left empty. Adding nodes or renewing it throws.
    */
   static fromSnapshot(buffer: ArrayBuffer, params?: readonly GraphParameter[]): ComputationGraph {
-    const g = new ComputationGraph();
+    const g = bareGraph();
     readSnapshot(g, buffer, params);
     (g as { readOnly: boolean }).readOnly = true;
     return g;
@@ -197,7 +212,7 @@ export class ComputationGraph {
    * `params` (by index) when given. Valid while the loan is out.
    */
   static fromLent(lent: LentGraph, inputs: Float32Array, params?: readonly GraphParameter[]): ComputationGraph {
-    const g = new ComputationGraph();
+    const g = bareGraph();
     readLent(g, lent, inputs, params);
     (g as { readOnly: boolean }).readOnly = true;
     return g;
@@ -475,7 +490,7 @@ export class ComputationGraph {
 
   private growNodes(): void {
     if (this.readOnly) throw readOnlyError("add a node to");
-    const cap = this.op.length * 2;
+    const cap = Math.max(this.op.length * 2, 64);
     if (this.store !== undefined) {
       this.growShared(cap, this.args.length);
       return;

@@ -20,20 +20,29 @@ export class TreeOrder {
   index = new Int32Array(0);
   /** The position of each internal node's left child (its right child is the node just before it); -1 at leaves. */
   left = new Int32Array(0);
+  /** Each node's `label`, read at the last check (a build reads them from here, not from the objects again). */
+  labels = new Float64Array(0);
+  /** Whether every label read was a number (`labels` holds the others converted: NaN, 0, 3 for "3"). */
+  numericLabels = true;
   /** Number of nodes. */
   size = 0;
 
   constructor(readonly vocab: Vocabulary) {}
 
-  /** Whether walking `tree` would visit exactly the recorded nodes, with the recorded words. */
+  /** Whether walking `tree` would visit exactly the recorded nodes, with the recorded words; reads the labels. */
   matches(tree: TreeNode): boolean {
     const n = this.size;
     const nodes = this.nodes;
     const words = this.words;
     const left = this.left;
+    const labels = this.labels;
     if (n === 0 || nodes[n - 1] !== tree) return false;
+    let numeric = true;
     for (let k = 0; k < n; k++) {
       const node = nodes[k]!;
+      const label = node.label;
+      labels[k] = label;
+      if (typeof label !== "number") numeric = false;
       const w = node.word;
       if (w !== words[k]) return false;
       if (w === null) {
@@ -41,6 +50,7 @@ export class TreeOrder {
         if (ch[0] !== nodes[left[k]!] || ch[1] !== nodes[k - 1]) return false;
       }
     }
+    this.numericLabels = numeric;
     return true;
   }
 
@@ -83,11 +93,16 @@ export class TreeOrder {
     if (this.index.length < n) {
       this.index = new Int32Array(n);
       this.left = new Int32Array(n);
+      this.labels = new Float64Array(n);
     }
+    this.numericLabels = true;
     for (let k = 0; k < n; k++) {
       const w = words[k]!;
       this.index[k] = w === null ? -1 : this.vocab.index(w);
       this.left[k] = lefts[k]!;
+      const label = nodes[k]!.label;
+      this.labels[k] = label;
+      if (typeof label !== "number") this.numericLabels = false;
     }
     this.size = n;
   }

@@ -45,7 +45,8 @@ export function leafBlock(
   cg.ensureRoom(7, 10);
   const { op, rows, cols, argStart, argCount, aux, aux2, auxF, depth, valueOffset, args } = cg;
   const H = p.H;
-  let id = cg.size;
+  const start = cg.size;
+  let id = start;
   let a = cg.argsSize;
   let v = cg.valueSize;
   // the arrays are written node by node in the builders' order (node ids are consecutive from `id`)
@@ -111,21 +112,46 @@ export function leafBlock(
   v += H;
   a += 1;
   cs[sp] = id;
-  for (let k = cg.size; k <= id; k++) {
+  // s = affine(b_out, W_out, h), loss = pickNegLogSoftmax(s, label)
+  args[a] = p.bOut;
+  args[a + 1] = p.WOut;
+  args[a + 2] = id - 1;
+  op[++id] = Op.Affine;
+  rows[id] = p.labels;
+  argStart[id] = a;
+  argCount[id] = 3;
+  aux[id] = 0;
+  aux2[id] = 0;
+  depth[id] = 4;
+  valueOffset[id] = v;
+  v += p.labels;
+  a += 3;
+  args[a] = id;
+  op[++id] = Op.PickNegLogSoftmax;
+  rows[id] = 1;
+  argStart[id] = a;
+  argCount[id] = 1;
+  aux[id] = label;
+  aux2[id] = 0;
+  depth[id] = 5;
+  valueOffset[id] = v;
+  v += 1;
+  a += 1;
+  for (let k = start; k <= id; k++) {
     cols[k] = 1;
     auxF[k] = 0;
   }
   cg.size = id + 1;
   cg.argsSize = a;
   cg.valueSize = v;
-  return lossOf(cg, p, hs[sp]!, 3, label);
+  return id;
 }
 
 /**
  * An internal node whose children's (h, c) are at hs/cs[sp] (left) and [sp + 1] (right): h12 = [h₁; h₂];
  * iou = affine(b_iou, U_iou, h12); f₁ = affine(b_f, U_f1, h₁); f₂ = affine(b_f, U_f2, h₂);
  * hc = lstmCell([iou; f₁; f₂], c₁, c₂); h = hc[0:H]; c = hc[H:2H]; then its loss as a leaf's. Leaves h and c at
- * hs[sp] and cs[sp]; returns the loss node.
+ * hs[sp] and cs[sp]; returns the loss node (its scores are the node before it).
  */
 export function nodeBlock(
   cg: ComputationGraph,
@@ -135,7 +161,7 @@ export function nodeBlock(
   cs: Int32Array,
   sp: number,
 ): number {
-  cg.ensureRoom(10, 20);
+  cg.ensureRoom(10, 23);
   const { op, rows, cols, argStart, argCount, aux, aux2, auxF, depth, valueOffset, args } = cg;
   const H = p.H;
   const h1 = hs[sp]!;
@@ -144,7 +170,7 @@ export function nodeBlock(
   const c2 = cs[sp + 1]!;
   const d1 = depth[h1]!;
   const d2 = depth[h2]!;
-  const dm = d1 > d2 ? d1 : d2;
+  const dm = Math.max(d1, d2);
   const start = cg.size;
   let id = start;
   let a = cg.argsSize;
@@ -247,6 +273,27 @@ export function nodeBlock(
   v += H;
   a += 1;
   cs[sp] = id;
+  // s = affine(b_out, W_out, h), loss = pickNegLogSoftmax(s, label)
+  args[a] = p.bOut;
+  args[a + 1] = p.WOut;
+  args[a + 2] = id - 1;
+  op[++id] = Op.Affine;
+  rows[id] = p.labels;
+  argStart[id] = a;
+  argCount[id] = 3;
+  depth[id] = dc + 2;
+  valueOffset[id] = v;
+  v += p.labels;
+  a += 3;
+  args[a] = id;
+  op[++id] = Op.PickNegLogSoftmax;
+  rows[id] = 1;
+  argStart[id] = a;
+  argCount[id] = 1;
+  depth[id] = dc + 3;
+  valueOffset[id] = v;
+  v += 1;
+  a += 1;
   for (let k = start; k <= id; k++) {
     cols[k] = 1;
     aux[k] = 0;
@@ -257,45 +304,9 @@ export function nodeBlock(
   aux2[hc + 1] = H;
   aux[hc + 2] = H;
   aux2[hc + 2] = 2 * H;
+  aux[id] = label;
   cg.size = id + 1;
   cg.argsSize = a;
   cg.valueSize = v;
-  return lossOf(cg, p, hs[sp]!, dc + 1, label);
-}
-
-/** s = affine(b_out, W_out, h); loss = pickNegLogSoftmax(s, label), for h at depth dh; returns the loss node. */
-function lossOf(cg: ComputationGraph, p: BlockParams, h: number, dh: number, label: number): number {
-  cg.ensureRoom(2, 4);
-  const { op, rows, cols, argStart, argCount, aux, aux2, auxF, depth, valueOffset, args } = cg;
-  let id = cg.size;
-  const a = cg.argsSize;
-  const v = cg.valueSize;
-  args[a] = p.bOut;
-  args[a + 1] = p.WOut;
-  args[a + 2] = h;
-  op[id] = Op.Affine;
-  rows[id] = p.labels;
-  cols[id] = 1;
-  argStart[id] = a;
-  argCount[id] = 3;
-  aux[id] = 0;
-  aux2[id] = 0;
-  auxF[id] = 0;
-  depth[id] = dh + 1;
-  valueOffset[id] = v;
-  args[a + 3] = id;
-  op[++id] = Op.PickNegLogSoftmax;
-  rows[id] = 1;
-  cols[id] = 1;
-  argStart[id] = a + 3;
-  argCount[id] = 1;
-  aux[id] = label;
-  aux2[id] = 0;
-  auxF[id] = 0;
-  depth[id] = dh + 2;
-  valueOffset[id] = v + p.labels;
-  cg.size = id + 1;
-  cg.argsSize = a + 4;
-  cg.valueSize = v + p.labels + 1;
   return id;
 }

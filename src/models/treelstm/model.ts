@@ -123,19 +123,19 @@ export class TreeLstmModel {
       this.cs = new Int32Array(2 * n);
     }
     const { hs, cs } = this;
-    const { nodes, index, left } = order;
+    const { index, left, labels } = order;
     const fits = losses !== null && this.blocksFit(cg, order);
     let p = fits ? this.blockParams(cg) : null;
     let sp = 0;
     for (let k = 0; k < n; k++) {
       const leaf = left[k]! < 0;
       // the blocks need the parameter nodes the builders add where each is first read
-      if (p !== null && (leaf ? p.bOut < 0 : p.UF2 < 0)) p = null;
+      if (p !== null && !leaf && p.UF2 < 0) p = null;
       if (p !== null) {
         // an internal node's children are the top two subtrees (the left one below)
         const loss = leaf
-          ? leafBlock(cg, p, index[k]!, nodes[k]!.label, hs, cs, sp++)
-          : nodeBlock(cg, p, nodes[k]!.label, hs, cs, --sp - 1);
+          ? leafBlock(cg, p, index[k]!, labels[k]!, hs, cs, sp++)
+          : nodeBlock(cg, p, labels[k]!, hs, cs, --sp - 1);
         losses!.push(loss);
         if (k === n - 1) this.lastRootScores = loss - 1;
         continue;
@@ -152,17 +152,19 @@ export class TreeLstmModel {
    * their message, at the same node).
    */
   private blocksFit(cg: ComputationGraph, order: TreeOrder): boolean {
-    if (this.cell !== "fused" || (this.dropout > 0 && cg.training)) return false;
-    const { nodes, index } = order;
+    if (this.cell !== "fused" || (this.dropout > 0 && cg.training) || !order.numericLabels) return false;
+    const { index, labels } = order;
     const rowsOf = this.E.rows;
     const L = this.labels;
     for (let k = 0; k < order.size; k++) {
-      const label = nodes[k]!.label;
-      if (!(Number.isInteger(label) && label >= 0 && label < L)) return false;
-      if (index[k]! >= rowsOf) return false;
+      const label = labels[k]!;
+      if (!(Number.isInteger(label) && label >= 0 && label < L) || index[k]! >= rowsOf) return false;
     }
     return true;
   }
+
+  /** The last complete `blockParams` result and the graph generation it is for (parameter nodes stay put in one). */
+  private blocks: { cg: ComputationGraph; generation: number; p: BlockParams } | undefined;
 
   /**
    * The sizes and parameter nodes for blocks.ts, or null before the graph has the lookup table and the leaves'
@@ -170,6 +172,8 @@ export class TreeLstmModel {
    * internal node's, all eight).
    */
   private blockParams(cg: ComputationGraph): BlockParams | null {
+    const b = this.blocks;
+    if (b !== undefined && b.cg === cg && b.generation === cg.generation) return b.p;
     const E = this.E;
     if (cg.parameters[E.index] !== E) return null;
     const node = (q: Parameter) => cg.presentParameterNode(q);
@@ -188,8 +192,9 @@ export class TreeLstmModel {
       WOut: node(this.W_out),
     };
     if ((p.bIou | p.WIou | p.bOut | p.WOut) < 0) return null;
-    // bOut and UF2 stand for the leaves' and the internal nodes' sets in addTree's test
+    // UF2 stands for the internal nodes' set in addTree's test
     if ((p.UIou | p.bF | p.UF1 | p.UF2) < 0) return { ...p, UF2: -1 };
+    this.blocks = { cg, generation: cg.generation, p };
     return p;
   }
 
