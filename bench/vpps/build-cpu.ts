@@ -1,7 +1,7 @@
 /**
  * CPU-only micro-benchmark of the main thread's share of a VPPS training step (issue 20: each rank's main thread,
  * not its GPU, bounds data-parallel training): renew the graph, build the Tree-LSTM loss of an SST batch
- * (`TreeLstmModel.buildBatchLoss`) after counting its loss units (`treeSize`, the Tree-LSTM task's `lossUnits`), in
+ * (`TreeLstmModel.buildBatchLoss`) after counting its loss units (the Tree-LSTM task's `lossUnits`), in
  * `trainEpoch`'s order (which counts them once more after the build on one process), and hand the nodes up to the loss over as `SchedulePool.post` does: a loan of the graph's shared node
  * arrays and a copy of its input values where the checkout has `ComputationGraph.lend` (two loans stay out, as
  * batches in flight do), else a snapshot into a reused buffer. Also times the worker's side of the hand-over,
@@ -23,7 +23,7 @@
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { readTrees } from "../../src/data/sst.js";
-import { type TreeNode, treeSize } from "../../src/data/tree.js";
+import type { TreeNode } from "../../src/data/tree.js";
 import { Vocabulary } from "../../src/data/vocab.js";
 import type { ComputationGraph } from "../../src/graph/graph.js";
 import type { CellFormulation } from "../../src/models/treelstm/model.js";
@@ -43,6 +43,7 @@ const vocab = Vocabulary.fromTrees(trees);
 
 type GraphModule = typeof import("../../src/graph/graph.js");
 type ModelModule = typeof import("../../src/models/treelstm/model.js");
+type TaskModule = typeof import("../../src/models/treelstm/task.js");
 
 /** One checkout's graph and model: a step (renew, build, loss units, snapshot) and the worker's rebuild. */
 interface Contender {
@@ -50,6 +51,8 @@ interface Contender {
   readonly G: GraphModule;
   readonly cg: ComputationGraph;
   readonly build: (batch: readonly TreeNode[]) => number;
+  /** The task's loss units of a tree (what trainEpoch counts). */
+  readonly units: (tree: TreeNode) => number;
   buffer: ArrayBuffer | undefined;
   readonly loans: { release: () => void }[];
   readonly ms: number[];
@@ -65,7 +68,9 @@ async function contender(name: string, root: string | undefined): Promise<Conten
   const ext = import.meta.url.endsWith(".ts") ? "ts" : "js";
   const G: GraphModule = await import(url(`src/graph/graph.${ext}`));
   const M: ModelModule = await import(url(`src/models/treelstm/model.${ext}`));
+  const T: TaskModule = await import(url(`src/models/treelstm/task.${ext}`));
   const model = new M.TreeLstmModel({ vocabSize: vocab.size, embed, hidden, seed: 1, cell });
+  const task = new T.TreeLstmTaskModel(model, vocab);
   const cg = new G.ComputationGraph();
   return {
     name,
@@ -78,6 +83,7 @@ async function contender(name: string, root: string | undefined): Promise<Conten
       const loss = model.buildBatchLoss(cg, batch, vocab);
       return loss.id;
     },
+    units: (t) => task.lossUnits(t),
     buffer: undefined,
     loans: [],
     ms: [],
@@ -143,7 +149,7 @@ for (const batch of sizes) {
         // in trainEpoch's order: the batch's loss units (counted before the build), then the build
         const b0 = performance.now();
         let count = 0;
-        for (const t of b) count += treeSize(t);
+        for (const t of b) count += c.units(t);
         if (count < 0) throw new Error("unreachable");
         const b1 = performance.now();
         const loss = c.build(b);

@@ -5,52 +5,52 @@
  * from a flat list, so the loads of many nodes overlap, and the build then runs over flat arrays without a stack of
  * objects. Trees are plain mutable objects, so every use checks the record against the tree first (each node's
  * word, each internal node's two children, by identity) and records the tree again when anything changed: a
- * build sees exactly what walking the tree would.
+ * build sees exactly what walking the tree would. A record is two arrays (few cache lines per tree: the check
+ * reads it for every tree of every batch).
  */
 import type { TreeNode } from "../../data/tree.js";
 import type { Vocabulary } from "../../data/vocab.js";
 
 /** One tree's nodes in post-order (left subtree, right subtree, node; the root last) and its leaves' indices. */
 export class TreeOrder {
-  /** The nodes, post-order. */
-  readonly nodes: TreeNode[] = [];
-  /** Each node's `word` when recorded (null at internal nodes). */
-  private readonly words: (string | null)[] = [];
-  /** The vocabulary index of each leaf's word (`vocab.index`); -1 at internal nodes. */
-  index = new Int32Array(0);
-  /** The position of each internal node's left child (its right child is the node just before it); -1 at leaves. */
-  left = new Int32Array(0);
-  /** Each node's `label`, read at the last check (a build reads them from here, not from the objects again). */
-  labels = new Float64Array(0);
-  /** Whether every label read was a number (`labels` holds the others converted: NaN, 0, 3 for "3"). */
-  numericLabels = true;
+  /** Node k at [2k] and its `word` when recorded at [2k + 1] (null at internal nodes). */
+  readonly refs: (TreeNode | string | null)[] = [];
+  /**
+   * At [2k], the vocabulary index of node k's word (`vocab.index`; -1 at internal nodes); at [2k + 1], the
+   * position of its left child (its right child is the node just before it; -1 at leaves).
+   */
+  ints = new Int32Array(0);
   /** Number of nodes. */
   size = 0;
 
   constructor(readonly vocab: Vocabulary) {}
 
-  /** Whether walking `tree` would visit exactly the recorded nodes, with the recorded words; reads the labels. */
-  matches(tree: TreeNode): boolean {
+  /** Node k. */
+  node(k: number): TreeNode {
+    return this.refs[2 * k] as TreeNode;
+  }
+
+  /**
+   * Whether walking `tree` would visit exactly the recorded nodes, with the recorded words; reads each node's label
+   * into `labels` (false: some label is not a number, or the tree differs).
+   */
+  matches(tree: TreeNode, labels: Float64Array): boolean {
     const n = this.size;
-    const nodes = this.nodes;
-    const words = this.words;
-    const left = this.left;
-    const labels = this.labels;
-    if (n === 0 || nodes[n - 1] !== tree) return false;
-    let numeric = true;
+    const refs = this.refs;
+    const ints = this.ints;
+    if (n === 0 || refs[2 * n - 2] !== tree) return false;
     for (let k = 0; k < n; k++) {
-      const node = nodes[k]!;
-      const label = node.label;
-      labels[k] = label;
-      if (typeof label !== "number") numeric = false;
+      const node = refs[2 * k] as TreeNode;
       const w = node.word;
-      if (w !== words[k]) return false;
+      if (w !== refs[2 * k + 1]) return false;
       if (w === null) {
         const ch = node.children;
-        if (ch[0] !== nodes[left[k]!] || ch[1] !== nodes[k - 1]) return false;
+        if (ch[0] !== refs[2 * ints[2 * k + 1]!] || ch[1] !== refs[2 * k - 2]) return false;
       }
+      const label = node.label;
+      if (typeof label !== "number") return false;
+      labels[k] = label;
     }
-    this.numericLabels = numeric;
     return true;
   }
 
@@ -59,10 +59,8 @@ export class TreeOrder {
    * is built from its children[0] and children[1]).
    */
   record(tree: TreeNode): void {
-    const nodes = this.nodes;
-    const words = this.words;
-    nodes.length = 0;
-    words.length = 0;
+    const refs = this.refs;
+    refs.length = 0;
     const lefts: number[] = [];
     const work: TreeNode[] = [tree];
     const expanded: boolean[] = [false];
@@ -85,24 +83,15 @@ export class TreeOrder {
       } else {
         lefts.push(-1);
       }
-      done.push(nodes.length);
-      nodes.push(node);
-      words.push(w);
+      done.push(lefts.length - 1);
+      refs.push(node, w);
     }
-    const n = nodes.length;
-    if (this.index.length < n) {
-      this.index = new Int32Array(n);
-      this.left = new Int32Array(n);
-      this.labels = new Float64Array(n);
-    }
-    this.numericLabels = true;
+    const n = lefts.length;
+    if (this.ints.length < 2 * n) this.ints = new Int32Array(2 * n);
     for (let k = 0; k < n; k++) {
-      const w = words[k]!;
-      this.index[k] = w === null ? -1 : this.vocab.index(w);
-      this.left[k] = lefts[k]!;
-      const label = nodes[k]!.label;
-      this.labels[k] = label;
-      if (typeof label !== "number") this.numericLabels = false;
+      const w = refs[2 * k + 1] as string | null;
+      this.ints[2 * k] = w === null ? -1 : this.vocab.index(w);
+      this.ints[2 * k + 1] = lefts[k]!;
     }
     this.size = n;
   }
@@ -111,17 +100,28 @@ export class TreeOrder {
 /** The `TreeOrder` of every tree a model has built, kept as long as the tree lives. */
 export class TreeOrderCache {
   private readonly byTree = new WeakMap<TreeNode, TreeOrder>();
+  /**
+   * The labels of the tree `of` returned last, by position, when `numericLabels` (else some label is not a
+   * number, and the caller reads them from the nodes).
+   */
+  labels = new Float64Array(64);
+  numericLabels = false;
 
-  /** `tree`'s order for `vocab`, checked against the tree and recorded again if it changed. */
+  /** `tree`'s order for `vocab`, checked against the tree and recorded again if it changed; reads its labels. */
   of(tree: TreeNode, vocab: Vocabulary): TreeOrder {
     let o = this.byTree.get(tree);
     if (o === undefined || o.vocab !== vocab) {
       o = new TreeOrder(vocab);
       this.byTree.set(tree, o);
       o.record(tree);
-    } else if (!o.matches(tree)) {
+    } else if (o.size > this.labels.length || !o.matches(tree, this.labels)) {
       o.record(tree);
+    } else {
+      this.numericLabels = true;
+      return o;
     }
+    if (this.labels.length < o.size) this.labels = new Float64Array(2 * o.size);
+    this.numericLabels = o.matches(tree, this.labels);
     return o;
   }
 }

@@ -103,6 +103,15 @@ export class TreeLstmModel {
     return new Expression(cg, n === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, n), cg.generation);
   }
 
+  /**
+   * The number of tree nodes `buildBatchLoss` builds for `tree` (a loss at each): the nodes of its remembered order,
+   * checked against the tree, so that counting a batch's loss units before its build also brings its trees into the
+   * cache for the build's own check (a walk of the tree objects would chase pointers for the same answer).
+   */
+  nodeCount(tree: TreeNode, vocab: Vocabulary): number {
+    return this.orders.of(tree, vocab).size;
+  }
+
   /** Node id of the root's class scores of the last tree `addTree` added. */
   private lastRootScores = -1;
 
@@ -123,18 +132,19 @@ export class TreeLstmModel {
       this.cs = new Int32Array(2 * n);
     }
     const { hs, cs } = this;
-    const { index, left, labels } = order;
+    const ints = order.ints;
+    const labels = this.orders.labels;
     const fits = losses !== null && this.blocksFit(cg, order);
     let p = fits ? this.blockParams(cg) : null;
     let sp = 0;
     for (let k = 0; k < n; k++) {
-      const leaf = left[k]! < 0;
+      const leaf = ints[2 * k + 1]! < 0;
       // the blocks need the parameter nodes the builders add where each is first read
       if (p !== null && !leaf && p.UF2 < 0) p = null;
       if (p !== null) {
         // an internal node's children are the top two subtrees (the left one below)
         const loss = leaf
-          ? leafBlock(cg, p, index[k]!, labels[k]!, hs, cs, sp++)
+          ? leafBlock(cg, p, ints[2 * k]!, labels[k]!, hs, cs, sp++)
           : nodeBlock(cg, p, labels[k]!, hs, cs, --sp - 1);
         losses!.push(loss);
         if (k === n - 1) this.lastRootScores = loss - 1;
@@ -152,13 +162,14 @@ export class TreeLstmModel {
    * their message, at the same node).
    */
   private blocksFit(cg: ComputationGraph, order: TreeOrder): boolean {
-    if (this.cell !== "fused" || (this.dropout > 0 && cg.training) || !order.numericLabels) return false;
-    const { index, labels } = order;
+    if (this.cell !== "fused" || (this.dropout > 0 && cg.training) || !this.orders.numericLabels) return false;
+    const { ints } = order;
+    const labels = this.orders.labels;
     const rowsOf = this.E.rows;
     const L = this.labels;
     for (let k = 0; k < order.size; k++) {
       const label = labels[k]!;
-      if (!(Number.isInteger(label) && label >= 0 && label < L) || index[k]! >= rowsOf) return false;
+      if (!(Number.isInteger(label) && label >= 0 && label < L) || ints[2 * k]! >= rowsOf) return false;
     }
     return true;
   }
@@ -206,7 +217,7 @@ export class TreeLstmModel {
     const H = this.hidden;
     const fused = this.cell === "fused";
     const { hs, cs } = this;
-    const row = order.index[k]!;
+    const row = order.ints[2 * k]!;
     if (row >= 0) {
       let x = lookupNode(cg, this.E, row);
       if (this.dropout > 0) x = dropoutNode(cg, x, this.dropout);
@@ -243,7 +254,7 @@ export class TreeLstmModel {
     const root = k === order.size - 1;
     if (losses !== null || root) {
       const scores = affineNode(cg, cg.parameterNode(this.b_out), cg.parameterNode(this.W_out), hs[sp - 1]!);
-      if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, scores, order.nodes[k]!.label));
+      if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, scores, order.node(k).label));
       if (root) this.lastRootScores = scores;
     }
     return sp;
