@@ -333,7 +333,9 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   for (let start = 0; start < order.length; start += cfg.batch) {
     const batch = start / cfg.batch;
     const globalIndices = order.slice(start, start + cfg.batch);
-    for (const i of globalIndices) globalUnits += model.lossUnits(cfg.train[i]!);
+    let batchUnits = 0;
+    for (const i of globalIndices) batchUnits += model.lossUnits(cfg.train[i]!);
+    globalUnits += batchUnits;
     // this rank's contiguous slice of the global batch (all of it without a group)
     const slice = group ? rankSlice(globalIndices.length, group.rank, group.worldSize) : undefined;
     const indices = slice ? globalIndices.slice(slice.start, slice.end) : globalIndices;
@@ -349,8 +351,9 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
     const loss = model.buildBatchLoss(cg, examples);
     checkInputs(cg, indices, place(batch));
-    let units = 0;
-    for (const e of examples) units += model.lossUnits(e);
+    // without a group this rank's examples are the whole batch, whose units were just counted
+    let units = slice ? 0 : batchUnits;
+    if (slice) for (const e of examples) units += model.lossUnits(e);
     if (isPipelined(engine)) {
       engine.trainStep(loss, trainer);
       queuedUnits.push(units);
