@@ -1,5 +1,6 @@
 import { UserError } from "../util/errors.js";
 import { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
+import { Expression } from "./expression.js";
 import { Op, opName } from "./opcodes.js";
 import {
   describeLoan,
@@ -13,6 +14,7 @@ import {
 } from "./snapshot.js";
 
 export { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
+export { Expression } from "./expression.js";
 export { type LentGraph, snapshotInputs } from "./snapshot.js";
 
 /** A graph's node arrays in shared memory, and how many loans of them are out (see `lend`). */
@@ -52,35 +54,6 @@ export class ShapeError extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "ShapeError";
-  }
-}
-
-/**
- * A handle to one node of a graph. It holds no data of its own: the node lives in the graph's typed arrays.
- * A handle is only valid for the graph generation it was made in (`renew()` invalidates it).
- */
-export class Expression {
-  constructor(
-    readonly graph: ComputationGraph,
-    readonly id: number,
-    readonly generation: number,
-  ) {}
-  get rows(): number {
-    return this.graph.rows[this.id]!;
-  }
-  get cols(): number {
-    return this.graph.cols[this.id]!;
-  }
-  /** Number of elements of the node's value. */
-  get size(): number {
-    return this.graph.rows[this.id]! * this.graph.cols[this.id]!;
-  }
-  get op(): Op {
-    return this.graph.op[this.id] as Op;
-  }
-  shapeString(): string {
-    const c = this.cols;
-    return c === 1 ? `[${this.rows}]` : `[${this.rows},${c}]`;
   }
 }
 
