@@ -12,7 +12,8 @@
  *
  * Environment: SST (directory with train.txt, default ../shared/data/sst), SIZES (default "1,8,128"), SAMPLES (timed
  * samples per size, default 60), WARMUP (samples, default 15, and at least one pass over the trees: the first epoch
- * fills the models' per-tree caches), CELL (fused or ops), HIDDEN and EMBED (default 256).
+ * fills the models' per-tree caches), FIRST=1 (the first epoch instead: 5 warm-up samples, then samples of trees
+ * neither model has seen, at most one pass), CELL (fused or ops), HIDDEN and EMBED (default 256).
  * A sample is as many consecutive batches as make up 128 trees (one batch at 128, 128 batches at 1), so that the
  * timer's resolution does not matter at batch 1. BASE: the root of another checkout (its node_modules present): each
  * sample is then run by both checkouts in turn (who goes first alternates), each with its own graph, model and
@@ -30,8 +31,9 @@ import type { CellFormulation } from "../../src/models/treelstm/model.js";
 
 const env = process.env;
 const dir = env["SST"] ?? join(import.meta.dirname, "../../../shared/data/sst");
-const samples = Number(env["SAMPLES"] ?? 60);
-const warmupSamples = Number(env["WARMUP"] ?? 15);
+const first = env["FIRST"] === "1";
+const samplesAsked = Number(env["SAMPLES"] ?? 60);
+const warmupSamples = Number(env["WARMUP"] ?? (first ? 5 : 15));
 const sizes = (env["SIZES"] ?? "1,8,128").split(",").map(Number);
 const cell = (env["CELL"] ?? "fused") as CellFormulation;
 const hidden = Number(env["HIDDEN"] ?? 256);
@@ -128,7 +130,9 @@ for (const batch of sizes) {
   let nodes = 0;
   let start = 0;
   // the first pass over the data is the first epoch (every tree new to the model's caches): warm up past it
-  const warmup = Math.max(warmupSamples, Math.ceil(trees.length / (per * batch)) + 2);
+  const pass = Math.floor(trees.length / (per * batch));
+  const warmup = first ? warmupSamples : Math.max(warmupSamples, pass + 2);
+  const samples = first ? Math.min(samplesAsked, pass - warmup) : samplesAsked;
   for (let s = 0; s < warmup + samples; s++) {
     const batches: TreeNode[][] = [];
     for (let j = 0; j < per; j++, start += batch) {

@@ -5,21 +5,21 @@
  * from a flat list, so the loads of many nodes overlap, and the build then runs over flat arrays without a stack of
  * objects. Trees are plain mutable objects, so every use checks the record against the tree first (each node's
  * word, each internal node's two children, by identity) and records the tree again when anything changed: a
- * build sees exactly what walking the tree would. A record is two arrays (few cache lines per tree: the check
- * reads it for every tree of every batch).
+ * build sees exactly what walking the tree would. A record is one array (few cache lines per tree, and no typed
+ * array to allocate off the heap: the check reads it for every tree of every batch, and the first epoch makes one
+ * per tree).
  */
 import type { TreeNode } from "../../data/tree.js";
 import type { Vocabulary } from "../../data/vocab.js";
 
 /** One tree's nodes in post-order (left subtree, right subtree, node; the root last) and its leaves' indices. */
 export class TreeOrder {
-  /** Node k at [2k] and its `word` when recorded at [2k + 1] (null at internal nodes). */
-  readonly refs: (TreeNode | string | null)[] = [];
   /**
-   * At [2k], the vocabulary index of node k's word (`vocab.index`; -1 at internal nodes); at [2k + 1], the
-   * position of its left child (its right child is the node just before it; -1 at leaves).
+   * Four entries per node k, from 4k: the node, its `word` when recorded (null at internal nodes), the vocabulary
+   * index of that word (`vocab.index`; -1 at internal nodes), and the position of its left child (its right child
+   * is the node just before it; -1 at leaves).
    */
-  ints = new Int32Array(0);
+  readonly rec: (TreeNode | string | null | number)[] = [];
   /** Number of nodes. */
   size = 0;
 
@@ -27,7 +27,17 @@ export class TreeOrder {
 
   /** Node k. */
   node(k: number): TreeNode {
-    return this.refs[2 * k] as TreeNode;
+    return this.rec[4 * k] as TreeNode;
+  }
+
+  /** The vocabulary index of node k's word; -1 at an internal node. */
+  row(k: number): number {
+    return this.rec[4 * k + 2] as number;
+  }
+
+  /** The position of node k's left child; -1 at a leaf. */
+  left(k: number): number {
+    return this.rec[4 * k + 3] as number;
   }
 
   /**
@@ -36,16 +46,15 @@ export class TreeOrder {
    */
   matches(tree: TreeNode, labels: Float64Array): boolean {
     const n = this.size;
-    const refs = this.refs;
-    const ints = this.ints;
-    if (n === 0 || refs[2 * n - 2] !== tree) return false;
+    const rec = this.rec;
+    if (n === 0 || rec[4 * n - 4] !== tree) return false;
     for (let k = 0; k < n; k++) {
-      const node = refs[2 * k] as TreeNode;
+      const node = rec[4 * k] as TreeNode;
       const w = node.word;
-      if (w !== refs[2 * k + 1]) return false;
+      if (w !== rec[4 * k + 1]) return false;
       if (w === null) {
         const ch = node.children;
-        if (ch[0] !== refs[2 * ints[2 * k + 1]!] || ch[1] !== refs[2 * k - 2]) return false;
+        if (ch[0] !== rec[4 * (rec[4 * k + 3] as number)] || ch[1] !== rec[4 * k - 4]) return false;
       }
       const label = node.label;
       if (typeof label !== "number") return false;
@@ -55,17 +64,21 @@ export class TreeOrder {
   }
 
   /**
-   * Records `tree`: the walk the models did before (an explicit stack, as trees can be deep; a node without a word
-   * is built from its children[0] and children[1]).
+   * Records `tree` — the walk the models did before (an explicit stack, as trees can be deep; a node without a word
+   * is built from its children[0] and children[1]) — and reads its labels into `labels` (see `matches`; false: a
+   * label is not a number); `labels` gives an array with room for them.
    */
-  record(tree: TreeNode): void {
-    const refs = this.refs;
-    refs.length = 0;
-    const lefts: number[] = [];
-    const work: TreeNode[] = [tree];
-    const expanded: boolean[] = [false];
-    // positions of built subtrees' roots, waiting for their parent (as the models' value stacks)
-    const done: number[] = [];
+  record(tree: TreeNode, labels: () => Float64Array): boolean {
+    const rec = this.rec;
+    rec.length = 0;
+    const { work, expanded, done, lefts } = scratch;
+    work.length = 0;
+    expanded.length = 0;
+    done.length = 0;
+    lefts.length = 0;
+    work.push(tree);
+    expanded.push(false);
+    // done: positions of built subtrees' roots, waiting for their parent (as the models' value stacks)
     while (work.length > 0) {
       const node = work[work.length - 1]!;
       const w = node.word;
@@ -83,19 +96,25 @@ export class TreeOrder {
       } else {
         lefts.push(-1);
       }
+      rec.push(node, w, w === null ? -1 : this.vocab.index(w), lefts[lefts.length - 1]!);
       done.push(lefts.length - 1);
-      refs.push(node, w);
     }
     const n = lefts.length;
-    if (this.ints.length < 2 * n) this.ints = new Int32Array(2 * n);
-    for (let k = 0; k < n; k++) {
-      const w = refs[2 * k + 1] as string | null;
-      this.ints[2 * k] = w === null ? -1 : this.vocab.index(w);
-      this.ints[2 * k + 1] = lefts[k]!;
-    }
     this.size = n;
+    const out = labels();
+    let numeric = true;
+    for (let k = 0; k < n; k++) {
+      const label = (rec[4 * k] as TreeNode).label;
+      if (typeof label !== "number") numeric = false;
+      out[k] = label;
+    }
+    work.length = 0; // no tree kept alive from here
+    return numeric;
   }
 }
+
+/** The walk's stacks, shared by every record (they are emptied before and after each). */
+const scratch = { work: [] as TreeNode[], expanded: [] as boolean[], done: [] as number[], lefts: [] as number[] };
 
 /** The `TreeOrder` of every tree a model has built, kept as long as the tree lives. */
 export class TreeOrderCache {
@@ -110,18 +129,21 @@ export class TreeOrderCache {
   /** `tree`'s order for `vocab`, checked against the tree and recorded again if it changed; reads its labels. */
   of(tree: TreeNode, vocab: Vocabulary): TreeOrder {
     let o = this.byTree.get(tree);
-    if (o === undefined || o.vocab !== vocab) {
-      o = new TreeOrder(vocab);
-      this.byTree.set(tree, o);
-      o.record(tree);
-    } else if (o.size > this.labels.length || !o.matches(tree, this.labels)) {
-      o.record(tree);
-    } else {
+    if (o !== undefined && o.vocab === vocab && o.size <= this.labels.length && o.matches(tree, this.labels)) {
       this.numericLabels = true;
       return o;
     }
-    if (this.labels.length < o.size) this.labels = new Float64Array(2 * o.size);
-    this.numericLabels = o.matches(tree, this.labels);
+    if (o === undefined || o.vocab !== vocab) {
+      o = new TreeOrder(vocab);
+      this.byTree.set(tree, o);
+    }
+    this.numericLabels = o.record(tree, () => this.room(o.size));
     return o;
+  }
+
+  /** `labels`, with room for `n` labels. */
+  private room(n: number): Float64Array {
+    if (this.labels.length < n) this.labels = new Float64Array(2 * n);
+    return this.labels;
   }
 }

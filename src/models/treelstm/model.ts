@@ -132,19 +132,18 @@ export class TreeLstmModel {
       this.cs = new Int32Array(2 * n);
     }
     const { hs, cs } = this;
-    const ints = order.ints;
     const labels = this.orders.labels;
     const fits = losses !== null && this.blocksFit(cg, order);
     let p = fits ? this.blockParams(cg) : null;
     let sp = 0;
     for (let k = 0; k < n; k++) {
-      const leaf = ints[2 * k + 1]! < 0;
+      const leaf = order.left(k) < 0;
       // the blocks need the parameter nodes the builders add where each is first read
       if (p !== null && !leaf && p.UF2 < 0) p = null;
       if (p !== null) {
         // an internal node's children are the top two subtrees (the left one below)
         const loss = leaf
-          ? leafBlock(cg, p, ints[2 * k]!, labels[k]!, hs, cs, sp++)
+          ? leafBlock(cg, p, order.row(k), labels[k]!, hs, cs, sp++)
           : nodeBlock(cg, p, labels[k]!, hs, cs, --sp - 1);
         losses!.push(loss);
         if (k === n - 1) this.lastRootScores = loss - 1;
@@ -163,13 +162,12 @@ export class TreeLstmModel {
    */
   private blocksFit(cg: ComputationGraph, order: TreeOrder): boolean {
     if (this.cell !== "fused" || (this.dropout > 0 && cg.training) || !this.orders.numericLabels) return false;
-    const { ints } = order;
     const labels = this.orders.labels;
     const rowsOf = this.E.rows;
     const L = this.labels;
     for (let k = 0; k < order.size; k++) {
       const label = labels[k]!;
-      if (!(Number.isInteger(label) && label >= 0 && label < L) || ints[2 * k]! >= rowsOf) return false;
+      if (!(Number.isInteger(label) && label >= 0 && label < L) || order.row(k) >= rowsOf) return false;
     }
     return true;
   }
@@ -217,7 +215,7 @@ export class TreeLstmModel {
     const H = this.hidden;
     const fused = this.cell === "fused";
     const { hs, cs } = this;
-    const row = order.ints[2 * k]!;
+    const row = order.row(k);
     if (row >= 0) {
       let x = lookupNode(cg, this.E, row);
       if (this.dropout > 0) x = dropoutNode(cg, x, this.dropout);
