@@ -13,7 +13,9 @@
  * Environment: SST (directory with train.txt, default ../shared/data/sst), SIZES (default "1,8,128"), SAMPLES (timed
  * samples per size, default 60), WARMUP (samples, default 15, and at least one pass over the trees: the first epoch
  * fills the models' per-tree caches), FIRST=1 (the first epoch instead: 5 warm-up samples, then samples of trees
- * neither model has seen, at most one pass), CELL (fused or ops), HIDDEN and EMBED (default 256).
+ * neither model has seen, at most one pass), POOL=1 (the hand-over is `SchedulePool.post` itself, to a pool of one
+ * worker per checkout: lending or snapshotting and the message; each batch is then taken back, untimed, before the
+ * next build), CELL (fused or ops), HIDDEN and EMBED (default 256).
  * A sample is as many consecutive batches as make up 128 trees (one batch at 128, 128 batches at 1), so that the
  * timer's resolution does not matter at batch 1. BASE: the root of another checkout (its node_modules present): each
  * sample is then run by both checkouts in turn (who goes first alternates), each with its own graph, model and
@@ -23,10 +25,12 @@
  */
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { H100_SXM } from "../../src/cuda/hw/device-model.js";
 import { readTrees } from "../../src/data/sst.js";
 import type { TreeNode } from "../../src/data/tree.js";
 import { Vocabulary } from "../../src/data/vocab.js";
-import type { ComputationGraph } from "../../src/graph/graph.js";
+import type { SchedulePool } from "../../src/engines/vpps/schedule/pool.js";
+import type { ComputationGraph, Expression } from "../../src/graph/graph.js";
 import type { CellFormulation } from "../../src/models/treelstm/model.js";
 
 const env = process.env;
@@ -39,6 +43,7 @@ const cell = (env["CELL"] ?? "fused") as CellFormulation;
 const hidden = Number(env["HIDDEN"] ?? 256);
 const embed = Number(env["EMBED"] ?? 256);
 const base = env["BASE"];
+const usePool = env["POOL"] === "1";
 
 const trees: TreeNode[] = readTrees(join(dir, "train.txt"));
 const vocab = Vocabulary.fromTrees(trees);
@@ -46,13 +51,18 @@ const vocab = Vocabulary.fromTrees(trees);
 type GraphModule = typeof import("../../src/graph/graph.js");
 type ModelModule = typeof import("../../src/models/treelstm/model.js");
 type TaskModule = typeof import("../../src/models/treelstm/task.js");
+type PoolModule = typeof import("../../src/engines/vpps/schedule/pool.js");
+type PlanModule = typeof import("../../src/engines/vpps/plan/plan.js");
+type ParamsModule = typeof import("../../src/model/parameters.js");
 
 /** One checkout's graph and model: a step (renew, build, loss units, snapshot) and the worker's rebuild. */
 interface Contender {
   readonly name: string;
   readonly G: GraphModule;
   readonly cg: ComputationGraph;
-  readonly build: (batch: readonly TreeNode[]) => number;
+  readonly build: (batch: readonly TreeNode[]) => Expression;
+  /** POOL=1: a schedule pool of one worker, to time `post` itself. */
+  readonly pool: SchedulePool<number> | undefined;
   /** The task's loss units of a tree (what trainEpoch counts). */
   readonly units: (tree: TreeNode) => number;
   buffer: ArrayBuffer | undefined;
@@ -74,6 +84,14 @@ async function contender(name: string, root: string | undefined): Promise<Conten
   const model = new M.TreeLstmModel({ vocabSize: vocab.size, embed, hidden, seed: 1, cell });
   const task = new T.TreeLstmTaskModel(model, vocab);
   const cg = new G.ComputationGraph();
+  let pool: SchedulePool<number> | undefined;
+  if (usePool) {
+    const P: PoolModule = await import(url(`src/engines/vpps/schedule/pool.${ext}`));
+    const L: PlanModule = await import(url(`src/engines/vpps/plan/plan.${ext}`));
+    const A: ParamsModule = await import(url(`src/model/parameters.${ext}`));
+    const plan = L.planVpps(A.onChipMatrices(model.params), H100_SXM);
+    pool = new P.SchedulePool<number>({ workers: 1, params: model.params.all, plans: [plan] });
+  }
   return {
     name,
     G,
@@ -82,9 +100,9 @@ async function contender(name: string, root: string | undefined): Promise<Conten
       cg.renew();
       cg.training = true;
       cg.dropoutKey = 12345;
-      const loss = model.buildBatchLoss(cg, batch, vocab);
-      return loss.id;
+      return model.buildBatchLoss(cg, batch, vocab);
     },
+    pool,
     units: (t) => task.lossUnits(t),
     buffer: undefined,
     loans: [],
@@ -156,10 +174,23 @@ for (const batch of sizes) {
         for (const t of b) count += c.units(t);
         if (count < 0) throw new Error("unreachable");
         const b1 = performance.now();
-        const loss = c.build(b);
+        const lossExpr = c.build(b);
+        const loss = lossExpr.id;
         const u1 = performance.now();
         const cg = c.cg as ComputationGraph & { lend?: ComputationGraph["lend"] };
         let rebuilt: () => ComputationGraph;
+        if (c.pool !== undefined) {
+          c.pool.post(cg, lossExpr, 0, 0);
+          const b2 = performance.now();
+          build += u1 - b1;
+          snap += b2 - u1;
+          units += b1 - b0;
+          // the worker schedules it now: wait for it outside the timed part (the next build then has the cores)
+          rebuild -= performance.now();
+          c.pool.release(c.pool.take(true)!);
+          rebuild += performance.now();
+          continue;
+        }
         if (cg.lend !== undefined) {
           const loan = cg.lend(loss + 1);
           const inputs = new Float32Array(cg.inputSize);
@@ -188,7 +219,7 @@ for (const batch of sizes) {
       c.snapshotMs.push(snap);
       c.rebuildMs.push(rebuild);
     }
-    if (rebuilt.length === 2) sameGraph(rebuilt[0]!, rebuilt[1]!, `batch ${batch}, sample ${s}`);
+    if (rebuilt.length === 2 && !usePool) sameGraph(rebuilt[0]!, rebuilt[1]!, `batch ${batch}, sample ${s}`);
   }
   for (const c of contenders) {
     const ratio = (f: (c: Contender) => number[]) => median(f(contenders[0]!).map((x, k) => x / f(c)[k]!)).toFixed(3);
@@ -198,12 +229,15 @@ for (const batch of sizes) {
         ? ""
         : `; median per-sample ratio this/base: step ${ratio((c) => c.ms)}, build + hand-over ${ratio(buildPost)}, ` +
           `build ${ratio((c) => c.buildMs)}, units ${ratio((c) => c.unitsMs)}, ` +
-          `hand-over ${ratio((c) => c.snapshotMs)}, rebuild ${ratio((c) => c.rebuildMs)}`;
+          `hand-over ${ratio((c) => c.snapshotMs)}` +
+          (usePool ? "" : `, rebuild ${ratio((c) => c.rebuildMs)}`);
     const perBatch = (xs: number[]) => (median(xs) / per).toFixed(4);
     console.log(
       `build-cpu ${c.name} batch ${batch}: per batch (median) step ${perBatch(c.ms)} ms = build ` +
-        `${perBatch(c.buildMs)} + loss units ${perBatch(c.unitsMs)} + hand-over ${perBatch(c.snapshotMs)}; worker rebuild ${perBatch(c.rebuildMs)} ms` +
+        `${perBatch(c.buildMs)} + loss units ${perBatch(c.unitsMs)} + hand-over ${perBatch(c.snapshotMs)}` +
+        (usePool ? " (SchedulePool.post to one worker)" : `; worker rebuild ${perBatch(c.rebuildMs)} ms`) +
         `${vs} [${samples} samples of ${per} batch(es), ~${nodes} nodes/batch, ${cell} H${hidden} E${embed}]`,
     );
   }
 }
+for (const c of contenders) c.pool?.dispose();
