@@ -103,15 +103,6 @@ export class TreeLstmModel {
     return new Expression(cg, n === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, n), cg.generation);
   }
 
-  /**
-   * The number of tree nodes `buildBatchLoss` builds for `tree` (a loss at each): the nodes of its remembered order,
-   * checked against the tree, so that counting a batch's loss units before its build also brings its trees into the
-   * cache for the build's own check (a walk of the tree objects would chase pointers for the same answer).
-   */
-  nodeCount(tree: TreeNode, vocab: Vocabulary): number {
-    return this.orders.of(tree, vocab).size;
-  }
-
   /** Node id of the root's class scores of the last tree `addTree` added. */
   private lastRootScores = -1;
 

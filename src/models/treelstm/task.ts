@@ -2,7 +2,7 @@
  * The Tree-LSTM's registry entry: SST trees (or the synthetic tree task), a word vocabulary, root accuracy, and the
  * options `vpps train treelstm` takes beyond the training loop's.
  */
-import type { TreeNode } from "../../data/tree.js";
+import { type TreeNode, treeSize } from "../../data/tree.js";
 import type { Vocabulary } from "../../data/vocab.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
@@ -35,7 +35,7 @@ export class TreeLstmTaskModel implements TaskModel<TreeNode> {
 
   /** A loss at every tree node. */
   lossUnits(tree: TreeNode): number {
-    return this.net.nodeCount(tree, this.vocab);
+    return treeSize(tree);
   }
 
   buildScores(cg: ComputationGraph, tree: TreeNode): Expression[] {
