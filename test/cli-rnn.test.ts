@@ -89,6 +89,7 @@ test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the f
         forwardMs: 1.5,
         forwardBackwardMs: 5.5,
         recurrentMs: 1,
+        recurrentForwardBackwardMs: 2.75,
         perStepUs: 3.9,
         recurrentTflops: 10,
         layout: { unitsPerCta: 9, ctas: 128, replicas: 1 },
@@ -98,7 +99,7 @@ test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the f
   );
   assert.match(
     md,
-    /\| lstm \| 1152 \| 4 \| 128 × 1 \| 1\.000 \| 3\.90 \| 10\.00 \| 1\.500 \| 5\.500 \| 4\.500 \| 16\.500 \| 3\.00 \| 3\.00 \| – \|/,
+    /\| lstm \| 1152 \| 4 \| 128 × 1 \| 1\.000 \| 3\.90 \| 10\.00 \| 2\.750 \| 1\.500 \| 5\.500 \| 4\.500 \| 16\.500 \| 3\.00 \| 3\.00 \| – \|/,
   );
   writeFileSync(file, "{not json}\n");
   assert.throws(

@@ -8,11 +8,20 @@ import { describe, test } from "node:test";
 import { splitSynthetic } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { type Engine, type EngineCapabilities, isPipelined, type PipelinedEngine } from "../src/engines/engine.js";
+import {
+  canBuildInWorkers,
+  type Engine,
+  type EngineCapabilities,
+  isPipelined,
+  type PipelinedEngine,
+  type WorkerBuildEngine,
+} from "../src/engines/engine.js";
 import { KERNEL_ERRORS } from "../src/engines/vpps/codegen/interpreter.js";
 import { BatchPipeline, type SlotDevice } from "../src/engines/vpps/runtime/pipeline.js";
-import type { Expression } from "../src/graph/graph.js";
+import type { BuildBatch, BuildRequest, GraphBuilderSpec } from "../src/graph/builder.js";
+import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
+import { createGraphBuilder } from "../src/models/treelstm/graph-builder.js";
 import type { Trainer } from "../src/optim/trainers.js";
 import type { TrainProgress } from "../src/train/loop.js";
 import { trainTreeLstm } from "../src/train/treelstm.js";
@@ -267,5 +276,81 @@ describe("VPPS batch pipeline: the per-batch loss hook", () => {
     f.status[1]![0] = KERNEL_ERRORS.badOpcode; // batch 1's kernel reports an error
     assert.throws(() => p.drain(), /batch 1/);
     assert.deepEqual(seen, [0]);
+  });
+});
+
+/**
+ * A `WorkerBuildEngine` made of the lagging CPU engine: `setGraphBuilder` makes the builder a worker would (from the
+ * spec's data, the model's own module), `buildsInWorkers` turns true after `profiled` batches (as VPPS's does once
+ * its variants are profiled), and `trainStepBuilt` builds the batch's graph with the builder, on its own model,
+ * then trains the engine's parameters on it — the graph's parameter references rebound to the engine's collection
+ * through a snapshot, as a VPPS worker's scheduler reads parameters by index.
+ */
+class BuildingEngine extends LaggingEngine implements WorkerBuildEngine {
+  private build: BuildBatch | undefined;
+  private readonly cg = new ComputationGraph();
+  builtSteps = 0;
+
+  constructor(
+    private readonly params: ParameterCollection,
+    lag: number,
+    private readonly profiled: number,
+  ) {
+    super(params, lag);
+  }
+
+  setGraphBuilder(spec: GraphBuilderSpec): boolean {
+    assert.match(spec.module, /\/src\/models\/treelstm\/graph-builder\.ts$/);
+    // a structured clone, as a worker gets it
+    this.build = createGraphBuilder(structuredClone(spec.data), this.params.all);
+    return true;
+  }
+
+  get buildsInWorkers(): boolean {
+    return this.build !== undefined && this.steps >= this.profiled;
+  }
+
+  trainStepBuilt(request: BuildRequest, trainer: Trainer): void {
+    const cg = this.cg;
+    cg.renew();
+    cg.training = request.training;
+    cg.dropoutKey = request.dropoutKey;
+    const id = this.build!(cg, request);
+    const snapshot = cg.snapshot(id + 1);
+    new Float64Array(snapshot, 0, 12)[11] = this.params.all[0]!.collection; // header word 11: the collection
+    const g = ComputationGraph.fromSnapshot(snapshot, this.params.all);
+    this.builtSteps++;
+    this.trainStep(g.expression(id), trainer);
+  }
+}
+
+describe("training through an engine whose workers build the graphs", () => {
+  test("canBuildInWorkers tells the capability apart", () => {
+    const pc = new ParameterCollection({ seed: 1 });
+    assert.equal(canBuildInWorkers(new LaggingEngine(pc, 1)), false);
+    assert.equal(canBuildInWorkers(new BuildingEngine(pc, 1, 0)), true);
+  });
+
+  test("batches built from their indices by the Tree-LSTM's graph builder train exactly as graphs built in the loop", () => {
+    const sync = run((p) => new CpuEngine(p));
+    let building: BuildingEngine | undefined;
+    const built = run((p) => {
+      building = new BuildingEngine(p, LAG, 3);
+      return building;
+    });
+    const e = building!;
+    assert.equal(e.steps, 2 * BATCHES);
+    assert.equal(
+      e.builtSteps,
+      2 * BATCHES - 3,
+      "every batch after the first 3 (the 'profiled' ones) was built from indices",
+    );
+    for (let k = 0; k < 2; k++) {
+      assert.equal(built.summary.epochs[k]!.trainLoss, sync.summary.epochs[k]!.trainLoss, `epoch ${k + 1}: mean loss`);
+      assert.equal(built.summary.epochs[k]!.devAccuracy, sync.summary.epochs[k]!.devAccuracy);
+    }
+    sync.model.params.all.forEach((p, i) => {
+      assert.deepEqual(built.model.params.all[i]!.value, p.value, `parameter ${p.name}`);
+    });
   });
 });

@@ -23,6 +23,7 @@ import { defaultScheduleWorkers, SchedulePool, ScheduleWorkerError } from "../sr
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression, snapshotInputs } from "../src/graph/graph.js";
 import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
+import { treeLstmBuilderSpec } from "../src/models/treelstm/graph-builder.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax, tanh } from "../src/ops/index.js";
 import { buildRandomVppsGraph, type RandomVppsModel, randomVppsModel } from "./random-graph.js";
@@ -233,6 +234,64 @@ describe("schedule workers", () => {
       2,
     );
     assert.ok(source.length > 0);
+  });
+
+  test("worker-built batches (a graph builder): the workers build the very graph the main thread would", () => {
+    const { trees } = sstSetup();
+    const vocab = Vocabulary.fromTrees(trees);
+    const net = new TreeLstmModel({ vocabSize: vocab.size, embed: 8, hidden: 8, seed: 2, dropout: 0.2 });
+    const plans = twoPlans(net.params);
+    const local = plans.map((p) => new VppsScheduler(createModelLayout(net.params.all, p), { exportGradients: true }));
+    const pool = newPool(net.params, plans, 2);
+    pool.setGraphBuilder(treeLstmBuilderSpec(net, vocab, trees));
+    const sizes = [1, 4, 2, 8, 3, 1, 6, 2, 5, 8];
+    const cg = new ComputationGraph();
+    const expected: ReturnType<typeof plain>[] = [];
+    let at = 0;
+    for (let k = 0; k < sizes.length; k++) {
+      const examples = Int32Array.from({ length: sizes[k]! }, (_, i) => (at + 7 * i) % trees.length);
+      at += 13;
+      cg.renew();
+      cg.training = true;
+      cg.dropoutKey = 100 + k;
+      const loss = net.buildBatchLoss(
+        cg,
+        Array.from(examples, (i) => trees[i]!),
+        vocab,
+      );
+      expected.push(plain(detachSchedule(local[k % 2]!.schedule(cg, loss))));
+      pool.postBuilt({ examples, training: true, dropoutKey: 100 + k }, k % 2, k);
+    }
+    for (let k = 0; k < sizes.length; k++) {
+      const b = pool.take(true)!;
+      assert.equal(b.tag, k);
+      assert.deepEqual(plain(b.batch), expected[k], `batch ${k} (variant ${k % 2})`);
+      pool.release(b);
+    }
+    // an example index outside the trees: that batch's error, with the builder's message; the next batch goes on
+    pool.postBuilt({ examples: Int32Array.of(trees.length + 5), training: true, dropoutKey: 0 }, 0, 50);
+    pool.postBuilt({ examples: Int32Array.of(0, 1), training: true, dropoutKey: 0 }, 0, 51);
+    assert.throws(() => pool.take(true), /example \d+ is outside the \d+ trees given \(in schedule worker\)/);
+    assert.equal(pool.take(true)!.tag, 51);
+  });
+
+  test("a graph builder for another model, or a module that is none, is refused in one line", () => {
+    const { trees } = sstSetup();
+    const vocab = Vocabulary.fromTrees(trees);
+    const net = new TreeLstmModel({ vocabSize: vocab.size, embed: 8, hidden: 8, seed: 2 });
+    const pool = newPool(net.params, twoPlans(net.params), 1);
+    const other = new TreeLstmModel({ vocabSize: vocab.size, embed: 8, hidden: 12, seed: 2 });
+    assert.throws(
+      () => pool.setGraphBuilder(treeLstmBuilderSpec(other, vocab, trees)),
+      /could not load the graph builder .*graph-builder\.ts: graph builder treelstm: its model's parameter 1 is W_iou dense 36×8, the engine's is W_iou dense 24×8/,
+    );
+    assert.throws(
+      () => pool.setGraphBuilder({ module: new URL("../src/graph/builder.ts", import.meta.url).href, data: {} }),
+      /could not load the graph builder .*builder\.ts: graph builder .* does not export createGraphBuilder/,
+    );
+    // neither was set, so a batch to build has no builder
+    pool.postBuilt({ examples: Int32Array.of(0), training: true, dropoutKey: 0 }, 0, 1);
+    assert.throws(() => pool.take(true), /no graph builder was set \(SchedulePool.setGraphBuilder\)/);
   });
 
   test("random graphs over every op: equal to the in-thread scheduler's (1 worker: batches queue up)", () => {

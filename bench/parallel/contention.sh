@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Issue 20: is a rank's host slowed by the other ranks (the data-parallel coupling) or by the host itself (cores,
-# caches, memory shared by busy processes)? On a 4-GPU machine, in one call: VPPS Tree-LSTM training at per-GPU batch
-# B with VPPS_DP_TRACE=1 (the per-step host timeline) as
-#   solo        one process on GPU 0, nothing else running;
-#   indep4      four independent one-GPU processes at once (GPUs 0-3, no process group);
-#   gpus4-wW    one 4-GPU data-parallel job with W schedule workers per rank, for each W of WORKERS.
-# Logs: $OUT/contention/<run>[-<gpu>].{log,json}; each run prints its sentences/s per epoch.
+# Issue 20: what bounds a data-parallel VPPS job's hosts. On a multi-GPU machine, in one call: VPPS Tree-LSTM training
+# at per-GPU batch B with VPPS_DP_TRACE=1 (the per-step host timeline), for each run named in RUNS:
+#   solo          one process on GPU 0, nothing else running;
+#   indep4        four independent one-GPU processes at once (GPUs 0-3, no process group);
+#   gpusN         one N-GPU data-parallel job;
+# each optionally followed by -wW (W schedule workers per process: VPPS_SCHEDULE_WORKERS) and/or -main (graphs built
+# on the main thread: VPPS_WORKER_BUILD=0), e.g. RUNS="solo solo-main gpus4-w6 gpus4-w6-main".
+# Logs: $OUT/contention/<run>[-<gpu>].{log,json}; each run prints its sentences/s per epoch and its trace lines.
 set -u
 OUT="${OUT:-out-contention}"
 R="$OUT/contention"
@@ -21,15 +22,21 @@ train() { # <log> <gpus> [env...]
   echo "rc $?" >> "$log.log"
 }
 rate() { node -e 'const r=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));console.log((r.epochs??[]).map((e)=>Math.round(e.sentencesPerSecond)).join(" ")+" sent/s per epoch")' "$1" 2>/dev/null; }
-show() { echo "== $1: $(rate "$R/$1.json")"; grep -E "host trace" "$R/$1.log" | tail -${2:-1} | cut -c1-260; }
+show() { echo "== $1: $(rate "$R/$1.json")"; grep -E "host trace" "$R/$1.log" | tail -"${2:-1}" | cut -c1-300; grep -E "^rc [^0]|rror" "$R/$1.log" | head -3; }
 for run in ${RUNS:-solo indep4 gpus4}; do
+  env=()
+  [[ $run =~ -w([0-9]+) ]] && env+=(VPPS_SCHEDULE_WORKERS="${BASH_REMATCH[1]}")
+  [[ $run == *-main* ]] && env+=(VPPS_WORKER_BUILD=0)
   case $run in
-    solo) train "$R/solo" 1 CUDA_VISIBLE_DEVICES=0; show solo ;;
-    indep4)
-      for g in 0 1 2 3; do train "$R/indep4-$g" 1 CUDA_VISIBLE_DEVICES=$g & done
+    solo*) train "$R/$run" 1 CUDA_VISIBLE_DEVICES=0 "${env[@]}"; show "$run" ;;
+    indep4*)
+      for g in 0 1 2 3; do train "$R/$run-$g" 1 CUDA_VISIBLE_DEVICES=$g "${env[@]}" & done
       wait
-      for g in 0 1 2 3; do show "indep4-$g"; done ;;
-    gpus4)
-      for w in ${WORKERS:-6}; do train "$R/gpus4-w$w" 4 VPPS_SCHEDULE_WORKERS=$w; show "gpus4-w$w" 4; done ;;
+      for g in 0 1 2 3; do show "$run-$g"; done ;;
+    gpus*)
+      n=${run#gpus}
+      n=${n%%-*}
+      train "$R/$run" "$n" "${env[@]}"
+      show "$run" "$n" ;;
   esac
 done

@@ -50,18 +50,20 @@ export function rnnBenchMarkdown(device: string, rows: readonly RnnBenchRow[], c
   const out = [
     `Persistent recurrent layers vs cuDNN on ${device}: T = ${rows[0]?.steps ?? "?"}, input size = hidden, fp32; ` +
       "medians of CUDA-event timings after warm-up. *rec*: the recurrent part alone (the input projection is one " +
-      "GEMM done beforehand, as in the paper); *fwd*, *fwd+bwd*: whole layer calls (projection and weight-gradient " +
+      "GEMM done beforehand, as in the paper); *rec fwd+bwd*: the recurrent part of forward+backward (the forward and " +
+      "backward recurrent kernels and the recurrent weights' gradient GEMM; the input projection and its backward " +
+      "GEMMs, W_ih and dx, left out likewise); *fwd*, *fwd+bwd*: whole layer calls (projection and weight-gradient " +
       "GEMMs included), as cuDNN's are; ×: cuDNN fp32 time / ours; *layout*: CTAs per replica × replicas (each " +
       "replica runs its share of the sequences on its own copy of the weights), *cl*: CTAs per cluster forward/backward.",
     "",
-    "| cell | hidden | batch | layout | rec ms | µs/step | rec TFLOP/s | fwd ms | fwd+bwd ms | cuDNN fwd | cuDNN fwd+bwd | × fwd | × fwd+bwd | cuDNN TF32 fwd / fwd+bwd |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| cell | hidden | batch | layout | rec ms | µs/step | rec TFLOP/s | rec fwd+bwd ms | fwd ms | fwd+bwd ms | cuDNN fwd | cuDNN fwd+bwd | × fwd | × fwd+bwd | cuDNN TF32 fwd / fwd+bwd |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
   ];
   for (const r of rows) {
     const c = find(r, "fp32");
     const t = find(r, "tf32");
     out.push(
-      `| ${r.cell}${r.path === "stepwise" ? " (stepwise: does not fit)" : ""} | ${r.hidden} | ${r.batch} | ${r.layout ? `${r.layout.ctas} × ${r.layout.replicas}${r.layout.cluster?.some((c) => c > 0) ? ` (cl ${r.layout.cluster.join("/")})` : ""}` : "–"} | ${f(r.recurrentMs)} | ${f(r.perStepUs, 2)} | ${f(r.recurrentTflops, 2)} | ` +
+      `| ${r.cell}${r.path === "stepwise" ? " (stepwise: does not fit)" : ""} | ${r.hidden} | ${r.batch} | ${r.layout ? `${r.layout.ctas} × ${r.layout.replicas}${r.layout.cluster?.some((c) => c > 0) ? ` (cl ${r.layout.cluster.join("/")})` : ""}` : "–"} | ${f(r.recurrentMs)} | ${f(r.perStepUs, 2)} | ${f(r.recurrentTflops, 2)} | ${f(r.recurrentForwardBackwardMs)} | ` +
         `${f(r.forwardMs)} | ${f(r.forwardBackwardMs)} | ${f(c?.forwardMs)} | ${f(c?.forwardBackwardMs)} | ` +
         `${c && r.forwardMs ? f(c.forwardMs / r.forwardMs, 2) : "–"} | ` +
         `${c && r.forwardBackwardMs ? f(c.forwardBackwardMs / r.forwardBackwardMs, 2) : "–"} | ` +

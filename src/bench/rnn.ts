@@ -47,6 +47,12 @@ export interface RnnBenchRow {
   readonly forwardMs?: number;
   readonly forwardBackwardMs?: number;
   readonly backwardRecurrentMs?: number;
+  /**
+   * The recurrent part of forward+backward, timed as one sequence: the forward recurrent launch, the backward
+   * recurrent launch and the recurrent weights' gradient GEMM (U_hh, b_hh) — everything but the input projection and
+   * its backward counterparts (W_ih, b_ih and dx GEMMs), as the recurrent part of the forward leaves the projection out.
+   */
+  readonly recurrentForwardBackwardMs?: number;
   /** The input projection GEMM (+ bias) alone, and the backward's GEMMs (weight gradients, dx) alone. */
   readonly projectionMs?: number;
   readonly backwardGemmsMs?: number;
@@ -181,12 +187,20 @@ export function runRnnBench(
           const brec: number[] = [];
           const proj: number[] = [];
           const bg: number[] = [];
+          const recfb: number[] = [];
           for (let r = 0; r < o.repeats; r++) {
             rec.push(time(() => layer.forwardRecurrent(a)));
             fwd.push(time(() => layer.forward(a, H)));
             brec.push(time(() => layer.backwardRecurrent(a)));
             proj.push(time(() => layer.inputProjection(a, H)));
             bg.push(time(() => layer.backwardGemms(a, H)));
+            recfb.push(
+              time(() => {
+                layer.forwardRecurrent(a);
+                layer.backwardRecurrent(a);
+                layer.recurrentWeightGradients(a);
+              }),
+            );
             fb.push(
               time(() => {
                 layer.forward(a, H);
@@ -221,6 +235,7 @@ export function runRnnBench(
             recurrentMs,
             forwardMs: median(fwd),
             backwardRecurrentMs: median(brec),
+            recurrentForwardBackwardMs: median(recfb),
             projectionMs: median(proj),
             backwardGemmsMs: median(bg),
             forwardBackwardMs: median(fb),

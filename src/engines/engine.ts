@@ -1,3 +1,4 @@
+import type { BuildRequest, GraphBuilderSpec } from "../graph/builder.js";
 import { Expression, ShapeError } from "../graph/graph.js";
 import { ParameterCollection } from "../model/parameters.js";
 import { argumentError, describeValue } from "../ops/common.js";
@@ -81,6 +82,29 @@ export interface PipelinedEngine extends Engine {
 export function isPipelined(e: Engine): e is PipelinedEngine {
   const p = e as Partial<PipelinedEngine>;
   return typeof p.trainStep === "function" && typeof p.takeLosses === "function";
+}
+
+/**
+ * A pipelined engine whose worker threads can build training graphs themselves from a model's graph builder
+ * (src/graph/builder.ts): the training loop then names each batch by its examples (`trainStepBuilt`) whenever
+ * `buildsInWorkers` says so, and builds the graph itself (`trainStep`) otherwise.
+ */
+export interface WorkerBuildEngine extends PipelinedEngine {
+  /**
+   * Loads the builder in every worker (throws, in one line, if it cannot); false where this engine will not build in
+   * workers after all (it has none, or the user turned it off), and the loop builds every graph itself.
+   */
+  setGraphBuilder(spec: GraphBuilderSpec): boolean;
+  /** Whether the next batch should be a `trainStepBuilt` one (else the loop builds it and calls `trainStep`). */
+  readonly buildsInWorkers: boolean;
+  /** `trainStep` for a batch the workers build: its examples (indices into the builder's) and dropout settings. */
+  trainStepBuilt(request: BuildRequest, trainer: Trainer): void;
+}
+
+/** Whether `e` can have its workers build graphs (`WorkerBuildEngine`). */
+export function canBuildInWorkers(e: Engine): e is WorkerBuildEngine {
+  const p = e as Partial<WorkerBuildEngine>;
+  return isPipelined(e) && typeof p.setGraphBuilder === "function" && typeof p.trainStepBuilt === "function";
 }
 
 /**

@@ -10,6 +10,7 @@
  * The members that take an `E` are declared as methods, so a `Task<TreeNode, …>` is also an `AnyTask`, what the
  * registry holds: each command works through the interface alone.
  */
+import type { GraphBuilderSpec } from "../graph/builder.js";
 import type { ComputationGraph, Expression } from "../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../model/parameters.js";
 
@@ -111,6 +112,12 @@ export interface TaskModel<E> {
    * sentence model, one per word for a tagger. Built with `cg.training` false (no dropout).
    */
   buildScores(cg: ComputationGraph, example: E): Expression[];
+  /**
+   * Optional: how worker threads build this model's training graphs themselves (src/graph/builder.ts), the batches'
+   * examples given as indices into `train`. Engines whose workers can (VPPS) then take only the indices from the
+   * training loop, and the main thread builds no graph. The graphs must equal `buildBatchLoss`'s node for node.
+   */
+  workerBuilder?(train: readonly E[]): GraphBuilderSpec;
 }
 
 export interface Task<E, V, O extends ModelOptions, M extends TaskModel<E>> {

@@ -8,7 +8,7 @@
  */
 import { dirname, join } from "node:path";
 import { supportsDataParallel } from "../engines/data-parallel.js";
-import { type Engine, isPipelined } from "../engines/engine.js";
+import { canBuildInWorkers, type Engine, isPipelined } from "../engines/engine.js";
 import { ForwardPasses } from "../engines/registry.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
@@ -127,8 +127,13 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   try {
     engine = cfg.makeEngine(model.params);
     if (cfg.group) joinGroup(engine, cfg.group, cfg.train.length, cfg.batch);
+    // the engine's workers build the training graphs where both sides can: the main thread then only names batches
+    const workerBuild =
+      canBuildInWorkers(engine) &&
+      model.workerBuilder !== undefined &&
+      engine.setGraphBuilder(model.workerBuilder(cfg.train));
     forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
-    runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs });
+    runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs, workerBuild });
     finished = true;
   } finally {
     try {
@@ -183,16 +188,28 @@ interface RunParts<M> {
   forwardPasses: ForwardPasses;
   outDir: string | undefined;
   epochs: EpochResult[];
+  /** Whether the engine's workers build the training graphs (WorkerBuildEngine, `model.workerBuilder`). */
+  workerBuild: boolean;
 }
 
 /** The epochs after those already done: train, evaluate, check, checkpoint. */
 function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   cfg: TrainConfig<E, V, O, M>,
-  { model, trainer, engine, forwardPasses, outDir, epochs }: RunParts<M>,
+  { model, trainer, engine, forwardPasses, outDir, epochs, workerBuild }: RunParts<M>,
 ): void {
   const { task } = cfg;
   const cg = new ComputationGraph();
   const order = cfg.train.map((_, i) => i);
+  // each example's loss units, counted once (a tree walk per example per batch cost the main thread ~0.1 ms a step)
+  const units = new Float64Array(cfg.train.length).fill(-1);
+  const unitsOf = (i: number): number => {
+    let u = units[i]!;
+    if (u < 0) {
+      u = model.lossUnits(cfg.train[i]!);
+      units[i] = u;
+    }
+    return u;
+  };
   const batches = Math.max(1, Math.ceil(order.length / cfg.batch));
   const firstEpoch = (cfg.resume?.epochsDone ?? 0) + 1;
   /** Where the run's batch `k` (counted from its start or resume) is: each batch is one update. */
@@ -222,7 +239,9 @@ function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     for (let i = 0; i < order.length; i++) order[i] = i;
     new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
     const place = (batch: number): DivergencePlace => placeOf(batchesBefore + batch);
-    const { trainLoss, seconds } = guarded(() => trainEpoch(cfg, model, engine, trainer, cg, order, epoch, place));
+    const { trainLoss, seconds } = guarded(() =>
+      trainEpoch(cfg, { model, engine, trainer, cg, unitsOf, workerBuild }, order, epoch, place),
+    );
     batchesBefore += batches;
     // only rank 0 evaluates: the parameters are equal on every rank
     const devMetrics =
@@ -287,14 +306,20 @@ function openOutDir<E, V, O extends ModelOptions, M extends TaskModel<E>>(
 /** One epoch's batches: the mean loss per loss unit and the seconds they took. */
 function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   cfg: TrainConfig<E, V, O, M>,
-  model: M,
-  engine: Engine,
-  trainer: Trainer,
-  cg: ComputationGraph,
+  parts: {
+    model: M;
+    engine: Engine;
+    trainer: Trainer;
+    cg: ComputationGraph;
+    unitsOf: (example: number) => number;
+    workerBuild: boolean;
+  },
   order: readonly number[],
   epoch: number,
   place: (batch: number) => DivergencePlace,
 ): { trainLoss: number; seconds: number } {
+  const { model, engine, trainer, cg, unitsOf } = parts;
+  const builder = parts.workerBuild && canBuildInWorkers(engine) ? engine : undefined;
   const t0 = performance.now();
   const group = cfg.group;
   let lossSum = 0;
@@ -333,12 +358,22 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   for (let start = 0; start < order.length; start += cfg.batch) {
     const batch = start / cfg.batch;
     const globalIndices = order.slice(start, start + cfg.batch);
-    let batchUnits = 0;
-    for (const i of globalIndices) batchUnits += model.lossUnits(cfg.train[i]!);
-    globalUnits += batchUnits;
+    for (const i of globalIndices) globalUnits += unitsOf(i);
     // this rank's contiguous slice of the global batch (all of it without a group)
     const slice = group ? rankSlice(globalIndices.length, group.rank, group.worldSize) : undefined;
     const indices = slice ? globalIndices.slice(slice.start, slice.end) : globalIndices;
+    let units = 0;
+    for (const i of indices) units += unitsOf(i);
+    const dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
+    if (builder?.buildsInWorkers && indices.length > 0) {
+      // a worker builds this batch's graph from the indices (it checks the inputs for NaN and ±∞ there)
+      builder.trainStepBuilt({ examples: Int32Array.from(indices), training: true, dropoutKey }, trainer);
+      queuedUnits.push(units);
+      addLosses(builder.takeLosses(false));
+      done += globalIndices.length;
+      progress();
+      continue;
+    }
     const examples = indices.map((i) => cfg.train[i]!);
     cg.renew();
     if (examples.length === 0) {
@@ -348,12 +383,9 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       continue;
     }
     cg.training = true;
-    cg.dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
+    cg.dropoutKey = dropoutKey;
     const loss = model.buildBatchLoss(cg, examples);
     checkInputs(cg, indices, place(batch));
-    // without a group this rank's examples are the whole batch, whose units were just counted
-    let units = slice ? 0 : batchUnits;
-    if (slice) for (const e of examples) units += model.lossUnits(e);
     if (isPipelined(engine)) {
       engine.trainStep(loss, trainer);
       queuedUnits.push(units);

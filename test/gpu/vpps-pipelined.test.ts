@@ -16,6 +16,7 @@ import { ForwardPasses } from "../../src/engines/registry.js";
 import { VppsEngine } from "../../src/engines/vpps/engine.js";
 import type { VppsOptions } from "../../src/engines/vpps/vpps.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
+import { treeLstmBuilderSpec } from "../../src/models/treelstm/graph-builder.js";
 import { TreeLstmModel } from "../../src/models/treelstm/model.js";
 import { AdamTrainer, SimpleSGDTrainer, type Trainer } from "../../src/optim/trainers.js";
 
@@ -158,6 +159,26 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
       const w = weights(piped.engine, piped.model);
       assert.equal(compareWeights(piped.model, weights(sync.engine, sync.model), w), "");
       assert.notDeepEqual(w, initial, "training changed the weights");
+    });
+  });
+
+  test("trainStepBuilt: batches the schedule workers build from indices train as graphs built here", () => {
+    withTwoEngines((sync, piped) => {
+      if (piped.engine.vpps.scheduleWorkers === 0) return; // one core: no workers to build on
+      assert.equal(piped.engine.setGraphBuilder(treeLstmBuilderSpec(piped.model, vocab, trees)), true);
+      assert.ok(piped.engine.buildsInWorkers, "one variant: nothing to profile, the workers build at once");
+      const expected = runSync(sync.engine, sync.model, sync.trainer, 0, BATCHES);
+      const got: number[] = [];
+      for (let k = 0; k < BATCHES; k++) {
+        const examples = Int32Array.from({ length: BATCH }, (_, i) => BATCH * k + i);
+        piped.engine.trainStepBuilt({ examples, training: true, dropoutKey: 1000 + k }, piped.trainer);
+        got.push(...piped.engine.takeLosses(false));
+      }
+      got.push(...piped.engine.takeLosses(true));
+      assert.equal(lossDifference("loss", expected, got), "");
+      assert.equal(piped.trainer.updates, BATCHES);
+      const w = weights(piped.engine, piped.model);
+      assert.equal(compareWeights(piped.model, weights(sync.engine, sync.model), w), "");
     });
   });
 

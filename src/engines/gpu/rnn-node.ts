@@ -166,7 +166,9 @@ export class GpuRnnNodes {
     const have = this.pairs.get(key);
     if (have !== undefined) return have;
     let pair: DirectionPair | null = null;
-    if (process.env.VPPS_RNN_CONCURRENT !== "0" && this.layer(cell, hidden) instanceof PersistentRnnLayer) {
+    // tried directly (not after building the full-SM layer, which a node with a pair never uses): a layer with no
+    // layout within half the SMs has no pair, and the node then runs its directions in turn on the full layer
+    if (process.env.VPPS_RNN_CONCURRENT !== "0") {
       const maxCtas = Math.floor(deviceModelOfCuda(this.gpu.device.props).smCount / 2);
       let a: PersistentRnnLayer | undefined;
       try {
@@ -247,7 +249,6 @@ export class GpuRnnNodes {
     const { hidden: H, rows: N, inputSize, directions: D, batchSizes } = r;
     const B = batchSizes[0]!;
     const GH = gatesOf(r.cell) * H;
-    const layer = this.layer(r.cell, H);
     // (directions that share a parameter would add into the same gradient from both streams: those run in turn)
     const [w0, w1] = r.weights;
     const shared =
@@ -256,7 +257,8 @@ export class GpuRnnNodes {
         (id) => id >= 0 && [w1.W_ih, w1.W_hh, w1.b_ih, w1.b_hh].includes(id),
       );
     const pair = D === 2 && !shared ? this.pair(r.cell, H) : null;
-    const layers = pair ? [pair.a, pair.b] : [layer, layer];
+    const layer = pair ? null : this.layer(r.cell, H);
+    const layers = pair ? [pair.a, pair.b] : [layer!, layer!];
     const offsets = new Int32Array(batchSizes.length);
     for (let t = 1; t < batchSizes.length; t++) offsets[t] = offsets[t - 1]! + batchSizes[t - 1]!;
     // synchronous: the host arrays must not change before the copies are done (they are this call's)

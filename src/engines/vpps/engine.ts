@@ -20,14 +20,15 @@
  * (`capabilities.forwardOnly` is false). The engine registry names the engine that runs them over the same
  * parameters after `syncToHost` (`createEvaluationEngine`, `ForwardPasses` in src/engines/registry.ts).
  */
+import type { BuildRequest, GraphBuilderSpec } from "../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../optim/trainers.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
-import { type EngineCapabilities, type PipelinedEngine, requireScalar } from "../engine.js";
+import { type EngineCapabilities, requireScalar, type WorkerBuildEngine } from "../engine.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 
-export class VppsEngine implements PipelinedEngine, DataParallelEngine {
+export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
   readonly name = "vpps";
   readonly capabilities: EngineCapabilities = { forwardOnly: false, nodeGradients: false };
   readonly vpps: Vpps;
@@ -63,6 +64,34 @@ export class VppsEngine implements PipelinedEngine, DataParallelEngine {
     this.queued = true;
     this.vpps.fb(loss.graph, loss);
     // the batch just queued was step updates + 1 (configure), as the trainer's own update() counts it
+    trainer.updates++;
+  }
+
+  /** False without schedule workers, or with VPPS_WORKER_BUILD=0 (the main thread builds every graph, as before). */
+  setGraphBuilder(spec: GraphBuilderSpec): boolean {
+    if (this.vpps.scheduleWorkers === 0 || process.env.VPPS_WORKER_BUILD === "0") return false;
+    this.vpps.setGraphBuilder(spec);
+    return true;
+  }
+
+  /**
+   * Whether the next batch should be built on the workers: they can (Vpps.buildsInWorkers) and one has room
+   * (Vpps.workersHaveRoom); when every worker is busy the loop builds the batch on the main thread meanwhile. Measured
+   * on SST at batch 128: workers building every batch made a 6-worker run slower than main-thread builds (the workers
+   * became the bound: bench/results/h200x4/issue20/session13/worker-build/).
+   */
+  get buildsInWorkers(): boolean {
+    return this.vpps.buildsInWorkers && this.vpps.workersHaveRoom;
+  }
+
+  /** `trainStep` for a batch the schedule workers build (Vpps.fbBuilt). */
+  trainStepBuilt(request: BuildRequest, trainer: Trainer): void {
+    this.useTrainer(trainer);
+    this.pending = undefined;
+    this.lastLoss = undefined;
+    this.configure(trainer);
+    this.queued = true;
+    this.vpps.fbBuilt(request);
     trainer.updates++;
   }
 

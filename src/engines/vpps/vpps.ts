@@ -21,9 +21,11 @@
 
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import type { PoolStats } from "../../cuda/index.js";
+import type { BuildRequest, GraphBuilderSpec } from "../../graph/builder.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { argumentError } from "../../ops/common.js";
+import { UserError } from "../../util/errors.js";
 import type { GradientReducer } from "../data-parallel.js";
 import { requireCollection, requireScalar } from "../engine.js";
 import { GpuContext } from "../gpu/context.js";
@@ -105,6 +107,8 @@ export class Vpps {
   updates = 0;
   private optimizerName: "sgd" | "adam";
   private readonly profiler: VariantProfiler<Variant>;
+  /** The workers' graph builder (setGraphBuilder), given again to new workers. */
+  private graphBuilder: GraphBuilderSpec | undefined;
   /** The variants by their plan's position in the schedule workers' plan list (a dropped variant leaves a hole). */
   private readonly byPlan: (Variant | undefined)[] = [];
   private disposed = false;
@@ -344,6 +348,7 @@ export class Vpps {
         plans: [...this.plans],
         schedule,
       });
+      if (this.graphBuilder !== undefined) this.launcher.pool.setGraphBuilder(this.graphBuilder);
     }
   }
 
@@ -451,6 +456,67 @@ export class Vpps {
       }
     }
     return this.fbStep(graph, loss);
+  }
+
+  /**
+   * Hands the schedule workers a model's graph builder (src/graph/builder.ts; a task's `workerBuilder`): from then on
+   * `fbBuilt` names a batch by its examples and a worker builds its graph, so the main thread builds none. Waits
+   * until every worker has loaded it; a builder that does not load, or whose model's parameters are not this
+   * engine's, is refused in one line. undefined: forget it. Needs schedule workers (`host.scheduleWorkers` ≥ 1).
+   */
+  setGraphBuilder(spec: GraphBuilderSpec | undefined): void {
+    if (this.disposed) throw new Error("Vpps.setGraphBuilder: this instance was disposed");
+    const pool = this.launcher.pool;
+    if (spec !== undefined) {
+      if (pool === undefined) {
+        throw new UserError(
+          "Vpps.setGraphBuilder: workers build graphs only with schedule workers (host.scheduleWorkers >= 1)",
+        );
+      }
+      pool.setGraphBuilder(spec);
+    }
+    this.graphBuilder = spec;
+  }
+
+  /**
+   * Whether `fbBuilt` may be called now: a graph builder is set and the variants have been profiled (a profiled
+   * batch runs on every variant from one graph: those the caller builds and passes to `fb`).
+   */
+  get buildsInWorkers(): boolean {
+    return this.graphBuilder !== undefined && this.launcher.pool !== undefined && this.profiler.chosen !== undefined;
+  }
+
+  /**
+   * Whether a schedule worker has room for another batch: fewer batches are posted and not yet back than there are
+   * workers. A caller that builds graphs itself too (the training loop) builds the next one on the main thread when
+   * they have none, so that the main thread and the workers share the builds instead of the main thread idling.
+   */
+  get workersHaveRoom(): boolean {
+    const pool = this.launcher.pool;
+    return pool !== undefined && pool.pending < pool.size;
+  }
+
+  /**
+   * `fb` for a batch the workers' graph builder builds (`setGraphBuilder`): `request` names its examples and the
+   * graph's dropout settings. Otherwise as `fb`: queued, the newest finished loss returned.
+   */
+  fbBuilt(request: BuildRequest): number {
+    if (this.disposed) throw new Error("Vpps.fbBuilt: this instance was disposed");
+    const chosen = this.profiler.chosen;
+    if (!this.buildsInWorkers || chosen === undefined) {
+      throw new Error(
+        "Vpps.fbBuilt: no graph builder is set (setGraphBuilder), or the variants are still being profiled " +
+          "(check buildsInWorkers; build those batches' graphs and call fb)",
+      );
+    }
+    const trace = this.trace;
+    if (trace) trace.enterStep(performance.now());
+    try {
+      this.launcher.runBuilt(chosen, request, this.tag());
+    } finally {
+      if (trace) trace.exitStep(performance.now());
+    }
+    return this.launcher.latest;
   }
 
   private fbStep(graph: ComputationGraph, loss: Expression): number {

@@ -4,11 +4,13 @@
  */
 import { type TreeNode, treeSize } from "../../data/tree.js";
 import type { Vocabulary } from "../../data/vocab.js";
+import type { GraphBuilderSpec } from "../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import { restoreSavedOptions, SIZE_OPTIONS } from "../shared/options.js";
 import { rootAccuracy, SST_TREES, TREE_WORDS } from "../shared/sst-data.js";
 import type { ModelOption, Task, TaskModel } from "../task.js";
+import { treeLstmBuilderSpec } from "./graph-builder.js";
 import { type CellFormulation, TreeLstmModel, treeLstmParameterShapes } from "./model.js";
 
 export type TreeLstmTaskOptions = {
@@ -40,6 +42,10 @@ export class TreeLstmTaskModel implements TaskModel<TreeNode> {
 
   buildScores(cg: ComputationGraph, tree: TreeNode): Expression[] {
     return [this.net.buildTree(cg, tree, this.vocab, false).rootScores];
+  }
+
+  workerBuilder(train: readonly TreeNode[]): GraphBuilderSpec {
+    return treeLstmBuilderSpec(this.net, this.vocab, train);
   }
 }
 

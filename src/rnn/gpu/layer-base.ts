@@ -280,6 +280,16 @@ export abstract class RnnLayerBase {
 
   /** The weight gradients (accumulated) and (unless `withDx` is false) dx, each one GEMM over all steps. */
   backwardGemms(a: BackwardArgs, inputSize: number, withDx = true): void {
+    this.recurrentWeightGradients(a);
+    this.inputSideGradients(a, inputSize, withDx);
+  }
+
+  /**
+   * The recurrent weights' gradients over all steps, U_hh (one GEMM) and b_hh: the recurrent part's own share of the
+   * backward GEMMs (`vpps bench rnn` times it with the recurrent kernels). Also fills `ws.ones`, which
+   * `inputSideGradients` reads: call this one first.
+   */
+  recurrentWeightGradients(a: BackwardArgs): void {
     const { total } = a.steps;
     const H = this.hidden;
     const GH = this.G * H;
@@ -287,6 +297,24 @@ export abstract class RnnLayerBase {
     const h = this.gpu.cublasHandle;
     const hprev = a.ws.saved + 4 * total * H * (this.G === 4 ? 5 : this.G === 3 ? 4 : 0);
     cb.sgemmRowMajor(h, { m: GH, n: H, k: total, A: a.ws.dpreH, transA: true, B: hprev, C: a.grads.whh, beta: 1 });
+    this.fillValue.launch({ grid: Math.min(256, Math.ceil(total / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(a.ws.ones),
+      karg.f32(1),
+      karg.i32(total),
+    ]);
+    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
+  }
+
+  /**
+   * The input side's gradients, W_ih and b_ih, and dx unless `withDx` is false: the backward counterparts of the
+   * input projection, which the paper does as GEMMs outside the recurrent part. Reads `ws.ones` as
+   * `recurrentWeightGradients` left it.
+   */
+  inputSideGradients(a: BackwardArgs, inputSize: number, withDx = true): void {
+    const { total } = a.steps;
+    const GH = this.G * this.hidden;
+    const cb = this.gpu.cublas;
+    const h = this.gpu.cublasHandle;
     cb.sgemmRowMajor(h, {
       m: GH,
       n: inputSize,
@@ -297,13 +325,7 @@ export abstract class RnnLayerBase {
       C: a.grads.wih,
       beta: 1,
     });
-    this.fillValue.launch({ grid: Math.min(256, Math.ceil(total / 256)), block: 256, stream: this.stream }, [
-      karg.ptr(a.ws.ones),
-      karg.f32(1),
-      karg.i32(total),
-    ]);
     cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreX, trans: true, x: a.ws.ones, y: a.grads.bih, beta: 1 });
-    cb.sgemvRowMajor(h, { rows: total, cols: GH, A: a.ws.dpreH, trans: true, x: a.ws.ones, y: a.grads.bhh, beta: 1 });
     if (withDx) this.inputGradient(a, inputSize);
   }
 

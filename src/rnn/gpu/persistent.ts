@@ -451,8 +451,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
    * layout, one replica), refused in one line beyond what a CTA can have.
    */
   private setup(kind: "forward" | "backward", B: number, widest = false): LaunchSetup {
-    const choice = widest ? { layout: this.layouts[0]!, replicas: 1 } : this.choose(B);
-    const k = this.kernelsOf(choice.layout);
+    const choice = widest
+      ? { layout: this.layouts[0]!, replicas: 1, k: this.kernelsOf(this.layouts[0]!) }
+      : this.choose(B);
+    const k = choice.k;
     const plan = choice.layout[kind];
     const bcap = Math.ceil(B / choice.replicas);
     const sh = this.sharedFor(plan, bcap, k.staticShared[kind], k.options);

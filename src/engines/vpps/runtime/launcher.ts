@@ -11,6 +11,7 @@
  * hosts are tied to each other only `pipelineSlots` batches apart (more held batches than that: the oldest is
  * waited for).
  */
+import type { BuildRequest } from "../../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
 import type { PendingHostGather } from "../../data-parallel.js";
 import type { KernelVariant } from "../codegen/variant.js";
@@ -137,6 +138,17 @@ export class BatchLauncher<V extends LaunchVariant> {
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
     pool.post(graph, loss, v.index, tag);
+    if (trace) trace.add("post", performance.now() - t0);
+    this.submitScheduled(false);
+  }
+
+  /** Posts a batch for the workers' graph builder to build and schedule on variant v, and launches what is ready. */
+  runBuilt(v: V, request: BuildRequest, tag: BatchTag): void {
+    const pool = this.pool;
+    if (pool === undefined) throw new Error("VPPS: batches built on the workers need schedule workers");
+    const trace = this.trace;
+    const t0 = trace ? performance.now() : 0;
+    pool.postBuilt(request, v.index, tag);
     if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
   }

@@ -24,6 +24,7 @@
  */
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
+import type { BuildRequest, GraphBuilderSpec } from "../../../graph/builder.js";
 import type { ComputationGraph, Expression, GraphParameter, LentGraph } from "../../../graph/graph.js";
 import { UserError } from "../../../util/errors.js";
 import type { VppsPlan } from "../plan/plan.js";
@@ -44,16 +45,27 @@ export interface ScheduleWorkerData {
   readonly tsx: string | undefined;
 }
 
-/** Main → worker: schedule the lent graph (ComputationGraph.lend) whose loss is node `loss`. */
+/**
+ * Main → worker: schedule the lent graph (ComputationGraph.lend) whose loss is node `loss`; or, with `build`, build
+ * the batch's graph with the graph builder first (`graph` and `loss` unused; `inputs`, possibly empty, is a buffer to
+ * reuse for the batch's input values, which go back with the reply).
+ */
 export interface ScheduleJob {
   readonly id: number;
   readonly variant: number;
   readonly loss: number;
-  readonly graph: LentGraph;
+  readonly graph: LentGraph | undefined;
   /** The graph's input values at [0, graph.inputSize) (transferred, returned with the reply). */
   readonly inputs: ArrayBuffer;
   /** A script buffer this worker sent earlier, back for reuse (transferred), or undefined. */
   readonly spare: ArrayBuffer | undefined;
+  readonly build?: BuildRequest;
+}
+
+/** Main → worker: import this graph builder (answered with "builder-ready" or "builder-failed"). */
+export interface BuilderMessage {
+  readonly kind: "builder";
+  readonly spec: GraphBuilderSpec;
 }
 
 /** Worker → main. */
@@ -65,7 +77,9 @@ export type ScheduleReply =
       readonly batch: ScheduledBatch;
       /** The worker's time for this job: rebuild, schedule and encode, detach. */
       readonly ms: number;
+      /** The graph's input values at [0, inputSize). */
       readonly inputs: ArrayBuffer;
+      readonly inputSize: number;
     }
   | {
       readonly kind: "failed";
@@ -75,7 +89,9 @@ export type ScheduleReply =
       readonly stack: string;
       readonly inputs: ArrayBuffer;
     }
-  | { readonly kind: "fatal"; readonly message: string; readonly stack: string };
+  | { readonly kind: "fatal"; readonly message: string; readonly stack: string }
+  | { readonly kind: "builder-ready" }
+  | { readonly kind: "builder-failed"; readonly message: string; readonly stack: string };
 
 /** An error thrown by the scheduler in a worker (its message ends with "(in schedule worker)"), or a dead worker. */
 export class ScheduleWorkerError extends Error {
@@ -155,6 +171,8 @@ interface Slot {
   fatal: ScheduleWorkerError | undefined;
   /** Script buffers of this worker's released batches, to go back with its next jobs. */
   readonly spares: ArrayBuffer[];
+  /** Its answer to the last graph builder posted: undefined while none has come. */
+  builder: { ok: true } | { ok: false; message: string; stack: string } | undefined;
 }
 
 interface Job<T> {
@@ -162,11 +180,13 @@ interface Job<T> {
   readonly variant: number;
   readonly tag: T;
   readonly slot: number;
-  /** Ends the graph's loan. */
+  /** Ends the graph's loan (nothing for a batch the worker builds). */
   readonly release: () => void;
-  readonly inputSize: number;
   reply: ScheduleReply | undefined;
 }
+
+/** The loan of a batch the worker builds: none. */
+const noLoan = (): void => {};
 
 /** The CommonJS bootstrap each worker evaluates (see the module comment). */
 const BOOTSTRAP = `
@@ -210,8 +230,8 @@ function workerEntry(): { entry: string; tsx: string | undefined } {
 }
 
 /**
- * Worker threads scheduling batches: `post` snapshots a graph and sends it to the next worker, `take` returns
- * scheduled batches in posting order (waiting for the next one when asked to), `release` hands a batch's snapshot
+ * Worker threads scheduling batches: `post` lends a graph to the next worker, `take` returns
+ * scheduled batches in posting order (waiting for the next one when asked to), `release` hands a batch's input
  * buffer back for reuse. Workers are unref'd (they never keep the process alive) and terminated by `dispose`.
  */
 export class SchedulePool<T = undefined> {
@@ -260,7 +280,7 @@ export class SchedulePool<T = undefined> {
           tsx,
         };
         const worker = new Worker(BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
-        const slot: Slot = { worker, port: port1, fatal: undefined, spares: [] };
+        const slot: Slot = { worker, port: port1, fatal: undefined, spares: [], builder: undefined };
         worker.on("error", (e: Error) => {
           slot.fatal ??= new ScheduleWorkerError(
             `VPPS: schedule worker ${k} failed: ${e.message}`,
@@ -305,12 +325,82 @@ export class SchedulePool<T = undefined> {
     const loan = graph.lend(lossId + 1);
     const inputs = this.inputBuffer(graph.inputSize);
     new Float32Array(inputs, 0, graph.inputSize).set(graph.inputData.subarray(0, graph.inputSize));
-    const job: Job<T> = { id, variant, tag, slot, release: loan.release, inputSize: graph.inputSize, reply: undefined };
+    const job: Job<T> = { id, variant, tag, slot, release: loan.release, reply: undefined };
     this.queue.push(job);
     this.byId.set(id, job);
     const spare = this.slots[slot]!.spares.pop();
     const message: ScheduleJob = { id, variant, loss: lossId, graph: loan.graph, inputs, spare };
     this.slots[slot]!.port.postMessage(message, spare === undefined ? [inputs] : [inputs, spare]);
+    this.stats.snapshotMs += performance.now() - t0;
+  }
+
+  /**
+   * Has every worker import `spec` and make its graph builder, and waits for all of them (up to `stallMs`); a worker
+   * that cannot is one error naming the module and the reason. Later `postBuilt` batches are built by it.
+   */
+  setGraphBuilder(spec: GraphBuilderSpec): void {
+    if (this.disposed) throw new Error("SchedulePool.setGraphBuilder: the pool was disposed");
+    const message: BuilderMessage = { kind: "builder", spec };
+    for (const slot of this.slots) {
+      slot.builder = undefined;
+      slot.port.postMessage(message);
+    }
+    const t0 = performance.now();
+    for (;;) {
+      const seen = Atomics.load(this.counter, 0);
+      this.poll();
+      const dead = this.slots.find((s) => s.fatal !== undefined);
+      if (dead) throw dead.fatal;
+      const failed = this.slots.find((s) => s.builder?.ok === false);
+      if (failed?.builder?.ok === false) {
+        throw new ScheduleWorkerError(
+          `VPPS: a schedule worker could not load the graph builder ${spec.module}: ${failed.builder.message}`,
+          "Error",
+          failed.builder.stack,
+        );
+      }
+      if (this.slots.every((s) => s.builder?.ok === true)) return;
+      if (Atomics.wait(this.counter, 0, seen, 1000) === "timed-out" && performance.now() - t0 > this.stallMs) {
+        throw new ScheduleWorkerError(
+          `VPPS: the schedule workers have not loaded the graph builder ${spec.module} in ` +
+            `${(this.stallMs / 1000).toFixed(0)} s`,
+          "Error",
+          "",
+        );
+      }
+    }
+  }
+
+  /**
+   * Posts a batch for the graph builder (`setGraphBuilder`) to build on a worker, then schedule on plan variant
+   * `variant`: the main thread neither builds nor lends it.
+   */
+  postBuilt(request: BuildRequest, variant: number, tag: T): void {
+    if (this.disposed) throw new Error("SchedulePool.postBuilt: the pool was disposed");
+    const t0 = performance.now();
+    const id = this.nextId++;
+    const slot = this.leastBusy();
+    this.inHand[slot]!++;
+    const dead = this.slots[slot]!.fatal;
+    if (dead) throw dead;
+    const inputs = this.free.pop() ?? new ArrayBuffer(0);
+    const job: Job<T> = { id, variant, tag, slot, release: noLoan, reply: undefined };
+    this.queue.push(job);
+    this.byId.set(id, job);
+    const spare = this.slots[slot]!.spares.pop();
+    const examples = request.examples.slice();
+    const message: ScheduleJob = {
+      id,
+      variant,
+      loss: -1,
+      graph: undefined,
+      inputs,
+      spare,
+      build: { examples, training: request.training, dropoutKey: request.dropoutKey },
+    };
+    const transfer = [inputs, examples.buffer as ArrayBuffer];
+    if (spare !== undefined) transfer.push(spare);
+    this.slots[slot]!.port.postMessage(message, transfer);
     this.stats.snapshotMs += performance.now() - t0;
   }
 
@@ -336,7 +426,7 @@ export class SchedulePool<T = undefined> {
         variant: job.variant,
         tag: job.tag,
         batch: r.batch,
-        inputs: new Float32Array(r.inputs, 0, job.inputSize),
+        inputs: new Float32Array(r.inputs, 0, r.inputSize),
         scheduleMs: r.ms,
         inputBuffer: r.inputs,
         release: job.release,
@@ -402,6 +492,14 @@ export class SchedulePool<T = undefined> {
 
   private handle(k: number, r: ScheduleReply): void {
     if (r.kind === "ready") return;
+    if (r.kind === "builder-ready") {
+      this.slots[k]!.builder = { ok: true };
+      return;
+    }
+    if (r.kind === "builder-failed") {
+      this.slots[k]!.builder = { ok: false, message: r.message, stack: r.stack };
+      return;
+    }
     if (r.kind === "fatal") {
       const slot = this.slots[k]!;
       slot.fatal ??= new ScheduleWorkerError(`VPPS: schedule worker ${k} failed: ${r.message}`, "Error", r.stack);
