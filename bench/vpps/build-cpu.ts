@@ -1,11 +1,10 @@
 /**
  * CPU-only micro-benchmark of the main thread's share of a VPPS training step (issue 20: each rank's main thread,
- * not its GPU, bounds data-parallel training): renew the graph, build the Tree-LSTM loss of an SST batch
- * (`TreeLstmModel.buildBatchLoss`) after counting its loss units (the Tree-LSTM task's `lossUnits`), in
- * `trainEpoch`'s order (which counts them once more after the build on one process), and hand the nodes up to the loss over as `SchedulePool.post` does: a loan of the graph's shared node
- * arrays and a copy of its input values where the checkout has `ComputationGraph.lend` (two loans stay out, as
- * batches in flight do), else a snapshot into a reused buffer. Also times the worker's side of the hand-over,
- * `fromLent` or `fromSnapshot`. No GPU, no worker threads.
+ * not its GPU, bounds data-parallel training). The step timed: renew the graph, build the Tree-LSTM loss of an SST
+ * batch (`TreeLstmModel.buildBatchLoss`, as `trainEpoch` does), and hand the nodes up to the loss over as
+ * `SchedulePool.post` does: a loan of the graph's shared node arrays and a copy of its input values where the
+ * checkout has `ComputationGraph.lend` (two loans stay out, as batches in flight do), else a snapshot into a reused
+ * buffer. Also times the worker's side of the hand-over, `fromLent` or `fromSnapshot`. No GPU, no worker threads.
  *
  *   node --import tsx bench/vpps/build-cpu.ts
  *   BASE=/work/main node --import tsx bench/vpps/build-cpu.ts     # this checkout against another, interleaved
@@ -13,7 +12,8 @@
  * Environment: SST (directory with train.txt, default ../shared/data/sst), SIZES (default "1,8,128"), SAMPLES (timed
  * samples per size, default 60), WARMUP (samples, default 15, and at least one pass over the trees: the first epoch
  * fills the models' per-tree caches), FIRST=1 (the first epoch instead: 5 warm-up samples, then samples of trees
- * neither model has seen, at most one pass), POOL=1 (the hand-over is `SchedulePool.post` itself, to a pool of one
+ * neither model has seen, at most one pass, each tree's loss units counted before its build as trainEpoch does
+ * once per run, timed apart), POOL=1 (the hand-over is `SchedulePool.post` itself, to a pool of one
  * worker per checkout: lending or snapshotting and the message; each batch is then taken back, untimed, before the
  * next build), CELL (fused or ops), HIDDEN and EMBED (default 256).
  * A sample is as many consecutive batches as make up 128 trees (one batch at 128, 128 batches at 1), so that the
@@ -55,7 +55,7 @@ type PoolModule = typeof import("../../src/engines/vpps/schedule/pool.js");
 type PlanModule = typeof import("../../src/engines/vpps/plan/plan.js");
 type ParamsModule = typeof import("../../src/model/parameters.js");
 
-/** One checkout's graph and model: a step (renew, build, loss units, snapshot) and the worker's rebuild. */
+/** One checkout's graph and model: a step (renew, build, hand-over), the worker's rebuild, loss units. */
 interface Contender {
   readonly name: string;
   readonly G: GraphModule;
@@ -166,54 +166,48 @@ for (const batch of sizes) {
       let rebuild = 0;
       let units = 0;
       let last: ComputationGraph | undefined;
-      const t0 = performance.now();
       for (const b of batches) {
-        // in trainEpoch's order: the batch's loss units (counted before the build), then the build
+        // the first epoch counts each tree's loss units before its first build (trainEpoch keeps them after)
         const b0 = performance.now();
-        let count = 0;
-        for (const t of b) count += c.units(t);
-        if (count < 0) throw new Error("unreachable");
+        if (first) {
+          let count = 0;
+          for (const t of b) count += c.units(t);
+          if (count < 0) throw new Error("unreachable");
+        }
         const b1 = performance.now();
         const lossExpr = c.build(b);
-        const loss = lossExpr.id;
         const u1 = performance.now();
+        units += b1 - b0;
+        build += u1 - b1;
         const cg = c.cg as ComputationGraph & { lend?: ComputationGraph["lend"] };
-        let rebuilt: () => ComputationGraph;
         if (c.pool !== undefined) {
           c.pool.post(cg, lossExpr, 0, 0);
-          const b2 = performance.now();
-          build += u1 - b1;
-          snap += b2 - u1;
-          units += b1 - b0;
+          snap += performance.now() - u1;
           // the worker schedules it now: wait for it outside the timed part (the next build then has the cores)
-          rebuild -= performance.now();
           c.pool.release(c.pool.take(true)!);
-          rebuild += performance.now();
           continue;
         }
+        let rebuilt: () => ComputationGraph;
         if (cg.lend !== undefined) {
-          const loan = cg.lend(loss + 1);
+          const loan = cg.lend(lossExpr.id + 1);
           const inputs = new Float32Array(cg.inputSize);
           inputs.set(cg.inputData.subarray(0, cg.inputSize));
           c.loans.push(loan);
           rebuilt = () => c.G.ComputationGraph.fromLent(loan.graph, inputs);
         } else {
-          c.buffer = cg.snapshot(loss + 1, c.buffer);
+          c.buffer = cg.snapshot(lossExpr.id + 1, c.buffer);
           rebuilt = () => c.G.ComputationGraph.fromSnapshot(c.buffer!);
         }
         const b2 = performance.now();
-        units += b1 - b0;
+        snap += b2 - u1;
         last = rebuilt();
         rebuild += performance.now() - b2;
         if (c.loans.length > 2) c.loans.shift()!.release();
-        build += u1 - b1;
-        snap += b2 - u1;
       }
-      const ms = performance.now() - t0 - rebuild;
       if (s === warmup + samples - 1 && c === contenders[0]) nodes = c.cg.size;
       rebuilt[(k + s) % contenders.length] = last!;
       if (s < warmup) continue;
-      c.ms.push(ms);
+      c.ms.push(build + snap);
       c.buildMs.push(build);
       c.unitsMs.push(units);
       c.snapshotMs.push(snap);
@@ -223,20 +217,21 @@ for (const batch of sizes) {
   }
   for (const c of contenders) {
     const ratio = (f: (c: Contender) => number[]) => median(f(contenders[0]!).map((x, k) => x / f(c)[k]!)).toFixed(3);
-    const buildPost = (c: Contender) => c.buildMs.map((x, k) => x + c.snapshotMs[k]!);
     const vs =
       c === contenders[0] || contenders.length < 2
         ? ""
-        : `; median per-sample ratio this/base: step ${ratio((c) => c.ms)}, build + hand-over ${ratio(buildPost)}, ` +
-          `build ${ratio((c) => c.buildMs)}, units ${ratio((c) => c.unitsMs)}, ` +
-          `hand-over ${ratio((c) => c.snapshotMs)}` +
-          (usePool ? "" : `, rebuild ${ratio((c) => c.rebuildMs)}`);
+        : `; median per-sample ratio this/base: step ${ratio((c) => c.ms)} (build ${ratio((c) => c.buildMs)}, ` +
+          `hand-over ${ratio((c) => c.snapshotMs)})` +
+          (first ? `, loss units ${ratio((c) => c.unitsMs)}` : "") +
+          (usePool ? "" : `, worker rebuild ${ratio((c) => c.rebuildMs)}`);
     const perBatch = (xs: number[]) => (median(xs) / per).toFixed(4);
     console.log(
       `build-cpu ${c.name} batch ${batch}: per batch (median) step ${perBatch(c.ms)} ms = build ` +
-        `${perBatch(c.buildMs)} + loss units ${perBatch(c.unitsMs)} + hand-over ${perBatch(c.snapshotMs)}` +
+        `${perBatch(c.buildMs)} + hand-over ${perBatch(c.snapshotMs)}` +
         (usePool ? " (SchedulePool.post to one worker)" : `; worker rebuild ${perBatch(c.rebuildMs)} ms`) +
-        `${vs} [${samples} samples of ${per} batch(es), ~${nodes} nodes/batch, ${cell} H${hidden} E${embed}]`,
+        (first ? `; loss units before the build ${perBatch(c.unitsMs)} ms` : "") +
+        `${vs} [${first ? "first epoch, " : ""}${samples} samples of ${per} batch(es), ~${nodes} nodes/batch, ` +
+        `${cell} H${hidden} E${embed}]`,
     );
   }
 }
