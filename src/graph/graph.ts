@@ -122,8 +122,8 @@ export class ComputationGraph {
    */
   collection = NO_COLLECTION;
   /** Node of each dense parameter in this generation, by parameter index (valid where paramGen matches). */
-  private paramNode = new Int32Array(64);
-  private paramGen = new Int32Array(64).fill(-1);
+  private paramNode = new Int32Array(initialNodes === 0 ? 0 : 64);
+  private paramGen = new Int32Array(initialNodes === 0 ? 0 : 64).fill(-1);
 
   /** True while training: dropout is active. */
   training = true;
