@@ -22,6 +22,10 @@ export class TreeOrder {
   readonly rec: (TreeNode | string | null | number)[] = [];
   /** Number of nodes. */
   size = 0;
+  /** The largest vocabulary row of its leaves (-1 without leaves). */
+  maxRow = -1;
+  /** Whether every label read at the last check was an integer in [0, limit) (see `TreeOrderCache.of`). */
+  labelsBelow = false;
 
   constructor(readonly vocab: Vocabulary) {}
 
@@ -42,12 +46,14 @@ export class TreeOrder {
 
   /**
    * Whether walking `tree` would visit exactly the recorded nodes, with the recorded words; reads each node's label
-   * into `labels` (false: some label is not a number, or the tree differs).
+   * into `labels` (false: some label is not a number, or the tree differs), and `labelsBelow` tells whether every
+   * label is an integer in [0, limit).
    */
-  matches(tree: TreeNode, labels: Float64Array): boolean {
+  matches(tree: TreeNode, labels: Float64Array, limit: number): boolean {
     const n = this.size;
     const rec = this.rec;
     if (n === 0 || rec[4 * n - 4] !== tree) return false;
+    let below = true;
     for (let k = 0; k < n; k++) {
       const node = rec[4 * k] as TreeNode;
       const w = node.word;
@@ -59,7 +65,9 @@ export class TreeOrder {
       const label = node.label;
       if (typeof label !== "number") return false;
       labels[k] = label;
+      if (!(label >= 0 && label < limit && Number.isInteger(label))) below = false;
     }
+    this.labelsBelow = below;
     return true;
   }
 
@@ -68,9 +76,10 @@ export class TreeOrder {
    * is built from its children[0] and children[1]) — and reads its labels into `labels` (see `matches`; false: a
    * label is not a number); `labels` gives an array with room for them.
    */
-  record(tree: TreeNode, labels: () => Float64Array): boolean {
+  record(tree: TreeNode, labels: () => Float64Array, limit: number): boolean {
     const rec = this.rec;
     rec.length = 0;
+    this.maxRow = -1;
     const { work, expanded, done, lefts } = scratch;
     work.length = 0;
     expanded.length = 0;
@@ -96,18 +105,23 @@ export class TreeOrder {
       } else {
         lefts.push(-1);
       }
-      rec.push(node, w, w === null ? -1 : this.vocab.index(w), lefts[lefts.length - 1]!);
+      const row = w === null ? -1 : this.vocab.index(w);
+      if (row > this.maxRow) this.maxRow = row;
+      rec.push(node, w, row, lefts[lefts.length - 1]!);
       done.push(lefts.length - 1);
     }
     const n = lefts.length;
     this.size = n;
     const out = labels();
     let numeric = true;
+    let below = true;
     for (let k = 0; k < n; k++) {
       const label = (rec[4 * k] as TreeNode).label;
       if (typeof label !== "number") numeric = false;
       out[k] = label;
+      if (!(label >= 0 && label < limit && Number.isInteger(label))) below = false;
     }
+    this.labelsBelow = below;
     work.length = 0; // no tree kept alive from here
     return numeric;
   }
@@ -126,10 +140,18 @@ export class TreeOrderCache {
   labels = new Float64Array(64);
   numericLabels = false;
 
-  /** `tree`'s order for `vocab`, checked against the tree and recorded again if it changed; reads its labels. */
-  of(tree: TreeNode, vocab: Vocabulary): TreeOrder {
+  /**
+   * `tree`'s order for `vocab`, checked against the tree and recorded again if it changed; reads its labels (and
+   * whether each is an integer below `labelLimit`: `TreeOrder.labelsBelow`).
+   */
+  of(tree: TreeNode, vocab: Vocabulary, labelLimit = 0): TreeOrder {
     let o = this.byTree.get(tree);
-    if (o !== undefined && o.vocab === vocab && o.size <= this.labels.length && o.matches(tree, this.labels)) {
+    if (
+      o !== undefined &&
+      o.vocab === vocab &&
+      o.size <= this.labels.length &&
+      o.matches(tree, this.labels, labelLimit)
+    ) {
       this.numericLabels = true;
       return o;
     }
@@ -137,7 +159,7 @@ export class TreeOrderCache {
       o = new TreeOrder(vocab);
       this.byTree.set(tree, o);
     }
-    this.numericLabels = o.record(tree, () => this.room(o.size));
+    this.numericLabels = o.record(tree, () => this.room(o.size), labelLimit);
     return o;
   }
 

@@ -116,7 +116,7 @@ export class TreeLstmModel {
    * parameter node, so only shapes need checking). Both give the same nodes in the same order.
    */
   private addTree(cg: ComputationGraph, tree: TreeNode, vocab: Vocabulary, losses: number[] | null): number {
-    const order = this.orders.of(tree, vocab);
+    const order = this.orders.of(tree, vocab, this.labels);
     const n = order.size;
     if (this.hs.length < n) {
       this.hs = new Int32Array(2 * n);
@@ -152,15 +152,8 @@ export class TreeLstmModel {
    * their message, at the same node).
    */
   private blocksFit(cg: ComputationGraph, order: TreeOrder): boolean {
-    if (this.cell !== "fused" || (this.dropout > 0 && cg.training) || !this.orders.numericLabels) return false;
-    const labels = this.orders.labels;
-    const rowsOf = this.E.rows;
-    const L = this.labels;
-    for (let k = 0; k < order.size; k++) {
-      const label = labels[k]!;
-      if (!(Number.isInteger(label) && label >= 0 && label < L) || order.row(k) >= rowsOf) return false;
-    }
-    return true;
+    if (this.cell !== "fused" || (this.dropout > 0 && cg.training)) return false;
+    return this.orders.numericLabels && order.labelsBelow && order.maxRow < this.E.rows;
   }
 
   /** The last complete `blockParams` result and the graph generation it is for (parameter nodes stay put in one). */
