@@ -1,8 +1,37 @@
 import { UserError } from "../util/errors.js";
 import { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
+import { Expression } from "./expression.js";
 import { Op, opName } from "./opcodes.js";
+import {
+  describeLoan,
+  type LentGraph,
+  newSharedNodes,
+  readLent,
+  readSnapshot,
+  type SharedNodes,
+  sharedViews,
+  writeSnapshot,
+} from "./snapshot.js";
 
 export { CollectionMismatchError, collectionLabel, NO_COLLECTION } from "./collection.js";
+export { Expression } from "./expression.js";
+export { type LentGraph, snapshotInputs } from "./snapshot.js";
+
+/** A graph's node arrays in shared memory, and how many loans of them are out (see `lend`). */
+interface NodeStore {
+  readonly nodes: SharedNodes;
+  lent: number;
+}
+
+/** What `lend` returns: the loan's description for the other thread, and the call that ends the loan. */
+export interface GraphLoan {
+  readonly graph: LentGraph;
+  /** Ends the loan (once the other thread is done with the arrays); further calls do nothing. */
+  readonly release: () => void;
+}
+
+/** Shared node stores a graph keeps for its next loans (in flight at once: the schedule-ahead depth, about 2W). */
+const SPARE_STORES = 16;
 
 /**
  * What the graph needs to know of a parameter (the model layer implements it; the graph does not import it).
@@ -28,66 +57,21 @@ export class ShapeError extends UserError {
   }
 }
 
-/**
- * A handle to one node of a graph. It holds no data of its own: the node lives in the graph's typed arrays.
- * A handle is only valid for the graph generation it was made in (`renew()` invalidates it).
- */
-export class Expression {
-  constructor(
-    readonly graph: ComputationGraph,
-    readonly id: number,
-    readonly generation: number,
-  ) {}
-  get rows(): number {
-    return this.graph.rows[this.id]!;
-  }
-  get cols(): number {
-    return this.graph.cols[this.id]!;
-  }
-  /** Number of elements of the node's value. */
-  get size(): number {
-    return this.graph.rows[this.id]! * this.graph.cols[this.id]!;
-  }
-  get op(): Op {
-    return this.graph.op[this.id] as Op;
-  }
-  shapeString(): string {
-    const c = this.cols;
-    return c === 1 ? `[${this.rows}]` : `[${this.rows},${c}]`;
-  }
-}
-
 const INITIAL_NODES = 1024;
-
 /**
- * The layout of `ComputationGraph.snapshot`: a header of HEADER_WORDS float64s (magic, version, nodes, argument
- * entries, parameters in use, input floats, value size, training, dropout key, generation, total bytes, collection),
- * then int32 rows, cols, argStart, argCount, aux, aux2, depth, valueOffset (one per node), float32 auxF, int32 args,
- * int32 indices of the parameters in use, float32 input values, and uint8 ops last (nothing after them needs
- * alignment).
+ * The node capacity a new graph starts with: 0 while `fromSnapshot` and `fromLent` construct one, since they replace
+ * every array at once (a schedule worker rebuilds a graph per batch; 50 kB of arrays each time is garbage).
  */
-const SNAPSHOT_MAGIC = 0x56505347; // "VPSG"
-const SNAPSHOT_VERSION = 2;
-const HEADER_WORDS = 12;
+let initialNodes = INITIAL_NODES;
 
-function snapshotOffsets(n: number, argsSize: number, params: number, inputs: number) {
-  let at = 8 * HEADER_WORDS;
-  const i32: number[] = [];
-  for (let k = 0; k < 8; k++, at += 4 * n) i32.push(at);
-  const auxF = at;
-  const args = (at += 4 * n);
-  const paramsAt = (at += 4 * argsSize);
-  const inputsAt = (at += 4 * params);
-  const op = (at += 4 * inputs);
-  return { i32, auxF, args, params: paramsAt, inputs: inputsAt, op, bytes: op + n };
-}
-
-/** The input values stored in a `ComputationGraph.snapshot` (a view of the buffer, no copy). */
-export function snapshotInputs(buffer: ArrayBuffer): Float32Array {
-  const h = new Float64Array(buffer, 0, HEADER_WORDS);
-  if (h[0] !== SNAPSHOT_MAGIC) throw new Error("snapshotInputs: the buffer is not a graph snapshot");
-  const at = snapshotOffsets(h[2]!, h[3]!, h[4]!, h[5]!);
-  return new Float32Array(buffer, at.inputs, h[5]!);
+/** A graph with zero-length arrays, to be pointed at a snapshot's or a loan's. */
+function bareGraph(): ComputationGraph {
+  initialNodes = 0;
+  try {
+    return new ComputationGraph();
+  } finally {
+    initialNodes = INITIAL_NODES;
+  }
 }
 
 function readOnlyError(what: string): Error {
@@ -108,26 +92,26 @@ export class ComputationGraph {
   /** Incremented by `renew()`; expressions of older generations are rejected. */
   generation = 0;
 
-  op = new Uint8Array(INITIAL_NODES);
-  rows = new Int32Array(INITIAL_NODES);
-  cols = new Int32Array(INITIAL_NODES);
-  argStart = new Int32Array(INITIAL_NODES);
-  argCount = new Int32Array(INITIAL_NODES);
+  op: Uint8Array = new Uint8Array(initialNodes);
+  rows: Int32Array = new Int32Array(initialNodes);
+  cols: Int32Array = new Int32Array(initialNodes);
+  argStart: Int32Array = new Int32Array(initialNodes);
+  argCount: Int32Array = new Int32Array(initialNodes);
   /** Op-specific integers: parameter index, input offset, label, range start, child count, dropout key. */
-  aux = new Int32Array(INITIAL_NODES);
+  aux: Int32Array = new Int32Array(initialNodes);
   /** Op-specific second integer: lookup row, range end, dropout counter base. */
-  aux2 = new Int32Array(INITIAL_NODES);
+  aux2: Int32Array = new Int32Array(initialNodes);
   /** Op-specific float: the dropout probability. */
-  auxF = new Float32Array(INITIAL_NODES);
+  auxF: Float32Array = new Float32Array(initialNodes);
   /** Longest path from a leaf (inputs, parameters and lookups have depth 0). */
-  depth = new Int32Array(INITIAL_NODES);
-  valueOffset = new Int32Array(INITIAL_NODES);
+  depth: Int32Array = new Int32Array(initialNodes);
+  valueOffset: Int32Array = new Int32Array(initialNodes);
 
-  args = new Int32Array(INITIAL_NODES * 2);
+  args: Int32Array = new Int32Array(initialNodes * 2);
   argsSize = 0;
 
   /** Values of input nodes, concatenated (`aux` of an input node is its offset here). */
-  inputData = new Float32Array(256);
+  inputData: Float32Array = new Float32Array(initialNodes / 4);
   inputSize = 0;
 
   /** Parameters used in this graph, by parameter index (the node that reads each dense parameter). */
@@ -138,8 +122,8 @@ export class ComputationGraph {
    */
   collection = NO_COLLECTION;
   /** Node of each dense parameter in this generation, by parameter index (valid where paramGen matches). */
-  private paramNode = new Int32Array(64);
-  private paramGen = new Int32Array(64).fill(-1);
+  private paramNode = new Int32Array(initialNodes === 0 ? 0 : 64);
+  private paramGen = new Int32Array(initialNodes === 0 ? 0 : 64).fill(-1);
 
   /** True while training: dropout is active. */
   training = true;
@@ -155,43 +139,7 @@ export class ComputationGraph {
    * (the result is then `into` itself). See SNAPSHOT_LAYOUT for the format.
    */
   snapshot(n: number = this.size, into?: ArrayBuffer): ArrayBuffer {
-    if (!Number.isInteger(n) || n < 0 || n > this.size) {
-      throw new RangeError(`snapshot: node count ${n} is outside 0..${this.size}`);
-    }
-    const argsSize = n === this.size ? this.argsSize : n === 0 ? 0 : this.argStart[n - 1]! + this.argCount[n - 1]!;
-    const valueSize = n === this.size ? this.valueSize : this.valueOffset[n]!;
-    const params: number[] = [];
-    for (let k = 0; k < this.parameters.length; k++) if (this.parameters[k] !== undefined) params.push(k);
-    const at = snapshotOffsets(n, argsSize, params.length, this.inputSize);
-    const buffer = into !== undefined && into.byteLength >= at.bytes ? into : new ArrayBuffer(at.bytes);
-    const h = new Float64Array(buffer, 0, HEADER_WORDS);
-    h[0] = SNAPSHOT_MAGIC;
-    h[1] = SNAPSHOT_VERSION;
-    h[2] = n;
-    h[3] = argsSize;
-    h[4] = params.length;
-    h[5] = this.inputSize;
-    h[6] = valueSize;
-    h[7] = this.training ? 1 : 0;
-    h[8] = this.dropoutKey;
-    h[9] = this.generation;
-    h[10] = at.bytes;
-    h[11] = this.collection;
-    const i32 = (k: number, a: Int32Array) => new Int32Array(buffer, at.i32[k]!, n).set(a.subarray(0, n));
-    i32(0, this.rows);
-    i32(1, this.cols);
-    i32(2, this.argStart);
-    i32(3, this.argCount);
-    i32(4, this.aux);
-    i32(5, this.aux2);
-    i32(6, this.depth);
-    i32(7, this.valueOffset);
-    new Float32Array(buffer, at.auxF, n).set(this.auxF.subarray(0, n));
-    new Int32Array(buffer, at.args, argsSize).set(this.args.subarray(0, argsSize));
-    new Int32Array(buffer, at.params, params.length).set(params);
-    new Float32Array(buffer, at.inputs, this.inputSize).set(this.inputData.subarray(0, this.inputSize));
-    new Uint8Array(buffer, at.op, n).set(this.op.subarray(0, n));
-    return buffer;
+    return writeSnapshot(this, n, into);
   }
 
   /**
@@ -199,59 +147,87 @@ export class ComputationGraph {
    * `params` (by index) when given, else left empty. Adding nodes or renewing it throws.
    */
   static fromSnapshot(buffer: ArrayBuffer, params?: readonly GraphParameter[]): ComputationGraph {
-    const bytes = buffer.byteLength;
-    const h = bytes >= 8 * HEADER_WORDS ? new Float64Array(buffer, 0, HEADER_WORDS) : undefined;
-    if (h === undefined || h[0] !== SNAPSHOT_MAGIC) throw new Error("fromSnapshot: the buffer is not a graph snapshot");
-    if (h[1] !== SNAPSHOT_VERSION) {
-      throw new Error(`fromSnapshot: snapshot format version ${h[1]}; this build reads version ${SNAPSHOT_VERSION}`);
-    }
-    const [n, argsSize, paramCount, inputSize] = [h[2]!, h[3]!, h[4]!, h[5]!];
-    const at = snapshotOffsets(n, argsSize, paramCount, inputSize);
-    if (at.bytes !== h[10] || at.bytes > bytes) {
-      throw new Error(`fromSnapshot: the snapshot needs ${at.bytes} bytes; the buffer has ${bytes}`);
-    }
-    const g = new ComputationGraph();
-    const i32 = (k: number) => new Int32Array(buffer, at.i32[k]!, n);
-    g.rows = i32(0);
-    g.cols = i32(1);
-    g.argStart = i32(2);
-    g.argCount = i32(3);
-    g.aux = i32(4);
-    g.aux2 = i32(5);
-    g.depth = i32(6);
-    g.valueOffset = i32(7);
-    g.auxF = new Float32Array(buffer, at.auxF, n);
-    g.args = new Int32Array(buffer, at.args, argsSize);
-    g.argsSize = argsSize;
-    g.inputData = new Float32Array(buffer, at.inputs, inputSize);
-    g.inputSize = inputSize;
-    g.op = new Uint8Array(buffer, at.op, n);
-    g.size = n;
-    g.valueSize = h[6]!;
-    g.training = h[7] === 1;
-    g.dropoutKey = h[8]!;
-    g.generation = h[9]!;
-    g.collection = h[11]!;
-    if (params !== undefined) {
-      for (const k of new Int32Array(buffer, at.params, paramCount)) {
-        const p = params[k];
-        if (p === undefined) throw new Error(`fromSnapshot: the graph uses parameter ${k}; none given with that index`);
-        if (p.collection !== g.collection) {
-          throw new CollectionMismatchError(
-            `fromSnapshot: the graph reads ${collectionLabel(g.collection)}; parameter ${k} given, '${p.name}', is ` +
-              `of ${collectionLabel(p.collection)}`,
-          );
-        }
-        g.parameters[k] = p;
-      }
-    }
+    const g = bareGraph();
+    readSnapshot(g, buffer, params);
     (g as { readOnly: boolean }).readOnly = true;
     return g;
+  }
+
+  /**
+   * Lends nodes [0, n) to another thread without a copy (the schedule workers): the first loan moves the node
+   * arrays into shared memory, where they stay. `graph` is what to post (the shared buffer and the graph-wide
+   * fields; input values are not in it); the other thread rebuilds the graph with `fromLent`. Until `release`,
+   * `renew` moves this graph to other arrays instead of overwriting the lent ones (nodes added without a renew go
+   * after node n, which the loan does not cover); released arrays are reused by later renewals.
+   */
+  lend(n: number = this.size): GraphLoan {
+    if (this.readOnly) throw readOnlyError("lend");
+    let store = this.store;
+    if (store === undefined) {
+      store = { nodes: newSharedNodes(this.op.length, this.args.length), lent: 0 };
+      const views = sharedViews(store.nodes);
+      for (const k of Object.keys(views) as (keyof typeof views)[]) views[k].set(this[k]);
+      this.useStore(store);
+    }
+    const graph = describeLoan(this, store.nodes, n);
+    store.lent++;
+    let out = true;
+    const release = () => {
+      if (!out) return;
+      out = false;
+      this.returned(store);
+    };
+    return { graph, release };
+  }
+
+  /**
+   * A read-only graph over a loan's arrays (no copy), with `inputs` as its input values; `parameters` is filled from
+   * `params` (by index) when given. Valid while the loan is out.
+   */
+  static fromLent(lent: LentGraph, inputs: Float32Array, params?: readonly GraphParameter[]): ComputationGraph {
+    const g = bareGraph();
+    readLent(g, lent, inputs, params);
+    (g as { readOnly: boolean }).readOnly = true;
+    return g;
+  }
+
+  /** The shared node arrays in use (after a first `lend`), and released ones kept for reuse. */
+  private store: NodeStore | undefined = undefined;
+  private readonly spareStores: NodeStore[] = [];
+
+  /** Points the node arrays at `store` (the first `size` nodes must already be there). */
+  private useStore(store: NodeStore): void {
+    this.store = store;
+    const v = sharedViews(store.nodes);
+    this.op = v.op;
+    this.rows = v.rows;
+    this.cols = v.cols;
+    this.argStart = v.argStart;
+    this.argCount = v.argCount;
+    this.aux = v.aux;
+    this.aux2 = v.aux2;
+    this.auxF = v.auxF;
+    this.depth = v.depth;
+    this.valueOffset = v.valueOffset;
+    this.args = v.args;
+  }
+
+  /** A loan of `store` ended: keep it for reuse once no loan of it is out and the graph has moved on from it. */
+  private returned(store: NodeStore): void {
+    store.lent--;
+    if (store.lent > 0 || store === this.store || this.spareStores.length >= SPARE_STORES) return;
+    const cur = this.store!.nodes;
+    if (store.nodes.nodes === cur.nodes && store.nodes.args === cur.args) this.spareStores.push(store);
   }
 
   /** Forgets all nodes; the arrays keep their capacity. */
   renew(): void {
     if (this.readOnly) throw readOnlyError("renew");
+    if (this.store !== undefined && this.store.lent > 0) {
+      // a worker still reads these arrays: build the next graph in others
+      const cur = this.store.nodes;
+      this.useStore(this.spareStores.pop() ?? { nodes: newSharedNodes(cur.nodes, cur.args), lent: 0 });
+    }
     this.size = 0;
     this.valueSize = 0;
     this.argsSize = 0;
@@ -351,6 +327,16 @@ export class ComputationGraph {
     return this.finish(id, op, rows, cols, 3, d + 1, aux, aux2, auxF);
   }
 
+  /**
+   * Makes room for `nodes` more nodes with `args` more arguments, for a builder that writes whole blocks of nodes
+   * into the arrays itself (src/models/treelstm/blocks.ts): it must write every field `addNode` writes, and
+   * advance `size`, `argsSize` and `valueSize`.
+   */
+  ensureRoom(nodes: number, args: number): void {
+    while (this.size + nodes > this.op.length) this.growNodes();
+    if (this.argsSize + args > this.args.length) this.growArgs(this.argsSize + args);
+  }
+
   /** Makes room for one more node with `n` arguments (at `argsSize`) and returns the new node's id. */
   private reserve(n: number): number {
     const id = this.size;
@@ -418,6 +404,14 @@ export class ComputationGraph {
     return id;
   }
 
+  /** The node reading dense parameter `p` in this generation, or -1 while there is none (adds nothing). */
+  presentParameterNode(p: GraphParameter): number {
+    const k = p.index;
+    if (p.collection !== this.collection || k >= this.paramGen.length || this.paramGen[k] !== this.generation)
+      return -1;
+    return this.paramNode[k]!;
+  }
+
   /** Registers a lookup table as used by this graph (lookup nodes refer to it by index). */
   useLookup(p: GraphParameter): void {
     if (p.collection !== this.collection) this.useCollection(p);
@@ -469,7 +463,11 @@ export class ComputationGraph {
 
   private growNodes(): void {
     if (this.readOnly) throw readOnlyError("add a node to");
-    const cap = this.op.length * 2;
+    const cap = Math.max(this.op.length * 2, 64);
+    if (this.store !== undefined) {
+      this.growShared(cap, this.args.length);
+      return;
+    }
     const grow = <T extends Uint8Array | Int32Array | Float32Array>(a: T, make: (n: number) => T): T => {
       const b = make(cap);
       b.set(a);
@@ -489,8 +487,21 @@ export class ComputationGraph {
 
   private growArgs(need: number): void {
     if (this.readOnly) throw readOnlyError("add a node to");
-    const b = new Int32Array(Math.max(this.args.length * 2, need));
+    const cap = Math.max(this.args.length * 2, need);
+    if (this.store !== undefined) {
+      this.growShared(this.op.length, cap);
+      return;
+    }
+    const b = new Int32Array(cap);
     b.set(this.args.subarray(0, this.argsSize));
     this.args = b;
+  }
+
+  /** Growing shared node arrays: new ones of the new capacity (a loan out keeps the old ones); spares are dropped. */
+  private growShared(nodes: number, args: number): void {
+    const old = sharedViews(this.store!.nodes, this.size, this.argsSize);
+    this.spareStores.length = 0;
+    this.useStore({ nodes: newSharedNodes(nodes, args), lent: 0 });
+    for (const k of Object.keys(old) as (keyof typeof old)[]) this[k].set(old[k]);
   }
 }

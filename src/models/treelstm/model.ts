@@ -11,7 +11,8 @@ import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
 import { concat2Node, concat3Node, lookupNode, pickRangeNode, sumNode } from "../../ops/structure.js";
 import { shapesOf } from "../shared/parameter-sizes.js";
 import { SST_LABELS } from "../shared/root-head.js";
-import { WordIndexCache } from "../shared/word-indices.js";
+import { type TreeOrder, TreeOrderCache } from "../shared/tree-order.js";
+import { type BlockParams, leafBlock, nodeBlock } from "./blocks.js";
 
 export type CellFormulation = "fused" | "ops";
 
@@ -107,76 +108,145 @@ export class TreeLstmModel {
 
   /**
    * Adds the nodes of one tree (appending the id of the loss at each of its nodes to `losses` unless null) and
-   * returns the number of tree nodes; the root's class scores are left in `lastRootScores`. The nodes are built with
-   * the node builders (NODE BUILDERS in src/ops/common.ts): every argument is a node this walk has just made in
-   * `cg`, or a parameter node, so only shapes need checking, and expressions are made only for what is returned.
+   * returns the number of tree nodes; the root's class scores are left in `lastRootScores`. Runs over the tree's
+   * remembered order (TreeOrder: checked against the tree, recorded again if it changed). With the fused cell and
+   * losses, and once the graph has every parameter node the blocks read, each tree node's nodes are written as one
+   * block (blocks.ts); otherwise, and for a tree with a row or label the builders would refuse, with the node
+   * builders (NODE BUILDERS in src/ops/common.ts: every argument is a node this walk has just made in `cg`, or a
+   * parameter node, so only shapes need checking). Both give the same nodes in the same order.
    */
   private addTree(cg: ComputationGraph, tree: TreeNode, vocab: Vocabulary, losses: number[] | null): number {
-    const H = this.hidden;
-    const fused = this.cell === "fused";
-    const words = this.words.of(tree, vocab);
-    // Post-order walk with an explicit stack (trees can be deep): a node is pushed once to expand its children
-    // and once more (marked) to be built after them; built (h, c) pairs wait on a value stack.
-    const work: TreeNode[] = [tree];
-    const expanded: boolean[] = [false];
-    const hs: number[] = [];
-    const cs: number[] = [];
-    let nodes = 0;
-    let leaf = 0;
-    while (work.length > 0) {
-      const n = work[work.length - 1]!;
-      const word = n.word;
-      if (word === null && !expanded[expanded.length - 1]) {
-        expanded[expanded.length - 1] = true;
-        work.push(n.children[1]!, n.children[0]!);
-        expanded.push(false, false);
+    const order = this.orders.of(tree, vocab, this.labels);
+    const n = order.size;
+    if (this.hs.length < n) {
+      this.hs = new Int32Array(2 * n);
+      this.cs = new Int32Array(2 * n);
+    }
+    const { hs, cs } = this;
+    const labels = this.orders.labels;
+    const fits = losses !== null && this.blocksFit(cg, order);
+    let p = fits ? this.blockParams(cg) : null;
+    let sp = 0;
+    for (let k = 0; k < n; k++) {
+      const leaf = order.left(k) < 0;
+      // the blocks need the parameter nodes the builders add where each is first read
+      if (p !== null && !leaf && p.UF2 < 0) p = null;
+      if (p !== null) {
+        // an internal node's children are the top two subtrees (the left one below)
+        const loss = leaf
+          ? leafBlock(cg, p, order.row(k), labels[k]!, hs, cs, sp++)
+          : nodeBlock(cg, p, labels[k]!, hs, cs, --sp - 1);
+        losses!.push(loss);
+        if (k === n - 1) this.lastRootScores = loss - 1;
         continue;
       }
-      work.pop();
-      expanded.pop();
-      nodes++;
-      if (word !== null) {
-        let x = lookupNode(cg, this.E, words.index(leaf++, word));
-        if (this.dropout > 0) x = dropoutNode(cg, x, this.dropout);
-        const g = affineNode(cg, cg.parameterNode(this.b_iou), cg.parameterNode(this.W_iou), x);
-        if (fused) {
-          const hc = cellNode0(cg, g);
-          hs.push(pickRangeNode(cg, hc, 0, H));
-          cs.push(pickRangeNode(cg, hc, H, 2 * H));
-        } else {
-          leafFromOps(cg, g, H, hs, cs);
-        }
-      } else {
-        // the left child was built first, so its pair is below the right child's
-        const h2 = hs.pop()!;
-        const h1 = hs.pop()!;
-        const c2 = cs.pop()!;
-        const c1 = cs.pop()!;
-        // node order as with the expression builders: an argument's nodes before the parameter nodes it reads
-        const h12 = concat2Node(cg, h1, h2);
-        const iou = affineNode(cg, cg.parameterNode(this.b_iou), cg.parameterNode(this.U_iou), h12);
-        const f1 = affineNode(cg, cg.parameterNode(this.b_f), cg.parameterNode(this.U_f1), h1);
-        const f2 = affineNode(cg, cg.parameterNode(this.b_f), cg.parameterNode(this.U_f2), h2);
-        if (fused) {
-          const hc = cellNode2(cg, concat3Node(cg, iou, f1, f2), c1, c2);
-          hs.push(pickRangeNode(cg, hc, 0, H));
-          cs.push(pickRangeNode(cg, hc, H, 2 * H));
-        } else {
-          nodeFromOps(cg, iou, f1, f2, c1, c2, H, hs, cs);
-        }
-      }
-      if (losses !== null || n === tree) {
-        const h = hs[hs.length - 1]!;
-        const scores = affineNode(cg, cg.parameterNode(this.b_out), cg.parameterNode(this.W_out), h);
-        if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, scores, n.label));
-        if (n === tree) this.lastRootScores = scores;
-      }
+      sp = this.builderNode(cg, order, k, sp, losses);
+      if (fits) p = this.blockParams(cg);
     }
-    return nodes;
+    return n;
   }
 
-  /** The vocabulary indices of each tree's words, from the tree's last build (see LeafWords). */
-  private readonly words = new WordIndexCache<TreeNode>();
+  /**
+   * Whether the nodes of this tree may be written as blocks (blocks.ts) rather than by the builders: fused cell, no
+   * active dropout, and each row and label one the builders accept (so that a tree the builders refuse fails with
+   * their message, at the same node).
+   */
+  private blocksFit(cg: ComputationGraph, order: TreeOrder): boolean {
+    if (this.cell !== "fused" || (this.dropout > 0 && cg.training)) return false;
+    return this.orders.numericLabels && order.labelsBelow && order.maxRow < this.E.rows;
+  }
+
+  /** The last complete `blockParams` result and the graph generation it is for (parameter nodes stay put in one). */
+  private blocks: { cg: ComputationGraph; generation: number; p: BlockParams } | undefined;
+
+  /**
+   * The sizes and parameter nodes for blocks.ts, or null before the graph has the lookup table and the leaves'
+   * parameter nodes; the internal nodes' are -1 until present (a leaf block reads b_iou, W_iou, b_out and W_out; an
+   * internal node's, all eight).
+   */
+  private blockParams(cg: ComputationGraph): BlockParams | null {
+    const b = this.blocks;
+    if (b !== undefined && b.cg === cg && b.generation === cg.generation) return b.p;
+    const E = this.E;
+    if (cg.parameters[E.index] !== E) return null;
+    const node = (q: Parameter) => cg.presentParameterNode(q);
+    const p: BlockParams = {
+      H: this.hidden,
+      D: this.embed,
+      labels: this.labels,
+      table: E.index,
+      bIou: node(this.b_iou),
+      WIou: node(this.W_iou),
+      UIou: node(this.U_iou),
+      bF: node(this.b_f),
+      UF1: node(this.U_f1),
+      UF2: node(this.U_f2),
+      bOut: node(this.b_out),
+      WOut: node(this.W_out),
+    };
+    if ((p.bIou | p.WIou | p.bOut | p.WOut) < 0) return null;
+    // UF2 stands for the internal nodes' set in addTree's test
+    if ((p.UIou | p.bF | p.UF1 | p.UF2) < 0) return { ...p, UF2: -1 };
+    this.blocks = { cg, generation: cg.generation, p };
+    return p;
+  }
+
+  /**
+   * Tree node k of `order` through the node builders (any cell, dropout, losses or not), with the value stacks at
+   * depth `sp`; returns the new depth.
+   */
+  private builderNode(cg: ComputationGraph, order: TreeOrder, k: number, sp: number, losses: number[] | null): number {
+    const H = this.hidden;
+    const fused = this.cell === "fused";
+    const { hs, cs } = this;
+    const row = order.row(k);
+    if (row >= 0) {
+      let x = lookupNode(cg, this.E, row);
+      if (this.dropout > 0) x = dropoutNode(cg, x, this.dropout);
+      const g = affineNode(cg, cg.parameterNode(this.b_iou), cg.parameterNode(this.W_iou), x);
+      if (fused) {
+        const hc = cellNode0(cg, g);
+        hs[sp] = pickRangeNode(cg, hc, 0, H);
+        cs[sp] = pickRangeNode(cg, hc, H, 2 * H);
+      } else {
+        leafFromOps(cg, g, H, hs, cs, sp);
+      }
+      sp++;
+    } else {
+      // the left child was built first, so its pair is below the right child's
+      sp -= 2;
+      const h1 = hs[sp]!;
+      const h2 = hs[sp + 1]!;
+      const c1 = cs[sp]!;
+      const c2 = cs[sp + 1]!;
+      // node order as with the expression builders: an argument's nodes before the parameter nodes it reads
+      const h12 = concat2Node(cg, h1, h2);
+      const iou = affineNode(cg, cg.parameterNode(this.b_iou), cg.parameterNode(this.U_iou), h12);
+      const f1 = affineNode(cg, cg.parameterNode(this.b_f), cg.parameterNode(this.U_f1), h1);
+      const f2 = affineNode(cg, cg.parameterNode(this.b_f), cg.parameterNode(this.U_f2), h2);
+      if (fused) {
+        const hc = cellNode2(cg, concat3Node(cg, iou, f1, f2), c1, c2);
+        hs[sp] = pickRangeNode(cg, hc, 0, H);
+        cs[sp] = pickRangeNode(cg, hc, H, 2 * H);
+      } else {
+        nodeFromOps(cg, iou, f1, f2, c1, c2, H, hs, cs, sp);
+      }
+      sp++;
+    }
+    const root = k === order.size - 1;
+    if (losses !== null || root) {
+      const scores = affineNode(cg, cg.parameterNode(this.b_out), cg.parameterNode(this.W_out), hs[sp - 1]!);
+      if (losses !== null) losses.push(pickNegLogSoftmaxNode(cg, scores, order.node(k).label));
+      if (root) this.lastRootScores = scores;
+    }
+    return sp;
+  }
+
+  /** Each tree's nodes in build order with its words' vocabulary indices, from its last build (see TreeOrder). */
+  private readonly orders = new TreeOrderCache();
+  /** The blocks' (h, c) stacks, reused from tree to tree. */
+  private hs = new Int32Array(64);
+  private cs = new Int32Array(64);
 }
 
 /** The shape of every parameter, by name, in the order the constructor creates them (E is the lookup table). */
@@ -239,19 +309,19 @@ export interface TreeOutput {
   nodes: number;
 }
 
-/** Leaf from plain ops: c = σ(i) ⊙ tanh(u), h = σ(o) ⊙ tanh(c); pushes h onto hs and c onto cs. */
-function leafFromOps(g: ComputationGraph, gates: number, H: number, hs: number[], cs: number[]): void {
+/** Leaf from plain ops: c = σ(i) ⊙ tanh(u), h = σ(o) ⊙ tanh(c); leaves h at hs[sp] and c at cs[sp]. */
+function leafFromOps(g: ComputationGraph, gates: number, H: number, hs: Int32Array, cs: Int32Array, sp: number): void {
   const i = unaryNode(g, Op.Logistic, pickRangeNode(g, gates, 0, H));
   const o = unaryNode(g, Op.Logistic, pickRangeNode(g, gates, H, 2 * H));
   const u = unaryNode(g, Op.Tanh, pickRangeNode(g, gates, 2 * H, 3 * H));
   const c = binaryNode(g, Op.CMul, "cmul", i, u);
-  hs.push(binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c)));
-  cs.push(c);
+  hs[sp] = binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c));
+  cs[sp] = c;
 }
 
 /**
- * Internal node from plain ops: c = σ(i) ⊙ tanh(u) + σ(f₁) ⊙ c₁ + σ(f₂) ⊙ c₂, h = σ(o) ⊙ tanh(c); pushes h onto hs
- * and c onto cs.
+ * Internal node from plain ops: c = σ(i) ⊙ tanh(u) + σ(f₁) ⊙ c₁ + σ(f₂) ⊙ c₂, h = σ(o) ⊙ tanh(c); leaves h at
+ * hs[sp] and c at cs[sp].
  */
 function nodeFromOps(
   g: ComputationGraph,
@@ -261,8 +331,9 @@ function nodeFromOps(
   c1: number,
   c2: number,
   H: number,
-  hs: number[],
-  cs: number[],
+  hs: Int32Array,
+  cs: Int32Array,
+  sp: number,
 ): void {
   const i = unaryNode(g, Op.Logistic, pickRangeNode(g, iou, 0, H));
   const o = unaryNode(g, Op.Logistic, pickRangeNode(g, iou, H, 2 * H));
@@ -272,6 +343,6 @@ function nodeFromOps(
   const sum1 = binaryNode(g, Op.Add, "add", iu, fc1);
   const fc2 = binaryNode(g, Op.CMul, "cmul", unaryNode(g, Op.Logistic, f2), c2);
   const c = binaryNode(g, Op.Add, "add", sum1, fc2);
-  hs.push(binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c)));
-  cs.push(c);
+  hs[sp] = binaryNode(g, Op.CMul, "cmul", o, unaryNode(g, Op.Tanh, c));
+  cs[sp] = c;
 }

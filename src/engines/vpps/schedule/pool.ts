@@ -3,11 +3,14 @@
  * worker's is worker.ts). A batch's schedule depends only on its graph and the fixed plan, so batches go to
  * whichever worker has the fewest in hand and are taken back in the order they were posted.
  *
- * Protocol, per worker: one MessageChannel. The main thread posts `ScheduleJob`s (the graph snapshot's buffer is
- * transferred, with a script buffer of an earlier batch of that worker, returned for reuse); the worker answers each
- * with a `ScheduleReply` (script and layout arrays transferred, the snapshot buffer returned for reuse), then bumps a
- * shared Int32 counter and notifies it. Both big buffers go round in circles: once warm, no batch allocates (and
- * zeroes and page-faults) megabytes of fresh memory on either side, nor leaves them to the garbage collector. The main thread's `fb` is
+ * Protocol, per worker: one MessageChannel. The main thread posts `ScheduleJob`s: the graph's nodes lent, not copied
+ * (`ComputationGraph.lend`: its node arrays live in shared memory, and the graph builds the next batch in other
+ * arrays while the loan is out), its input values copied into a buffer that is transferred, and a script buffer of an
+ * earlier batch of that worker, returned for reuse. The worker answers each with a `ScheduleReply` (script and
+ * layout arrays transferred, the input buffer returned), then bumps a shared Int32 counter and notifies it. The loan
+ * ends when the batch is released. Buffers go round in circles: once warm, no batch allocates (and zeroes and
+ * page-faults) megabytes of fresh memory on either side, nor leaves them to the garbage collector, and posting a
+ * batch of 128 trees copies no node array (a snapshot copied 2 MB). The main thread's `fb` is
  * synchronous, so it never waits on the event loop: it reads replies with `receiveMessageOnPort` and, when it must
  * block, sleeps in `Atomics.wait` on the counter (reading the counter before polling the ports, so that no reply
  * slips between the poll and the wait).
@@ -22,7 +25,7 @@
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
 import type { BuildRequest, GraphBuilderSpec } from "../../../graph/builder.js";
-import { type ComputationGraph, type Expression, type GraphParameter, snapshotInputs } from "../../../graph/graph.js";
+import type { ComputationGraph, Expression, GraphParameter, LentGraph } from "../../../graph/graph.js";
 import { UserError } from "../../../util/errors.js";
 import type { VppsPlan } from "../plan/plan.js";
 import type { ScheduledBatch } from "./batch.js";
@@ -43,15 +46,17 @@ export interface ScheduleWorkerData {
 }
 
 /**
- * Main → worker: schedule the graph in `snapshot` (ComputationGraph.snapshot) whose loss is node `loss`; or, with
- * `build`, build the batch's graph with the graph builder first (`loss` unused; `snapshot`, possibly empty, is a
- * buffer to reuse for the snapshot of no nodes that goes back with the batch's input values).
+ * Main → worker: schedule the lent graph (ComputationGraph.lend) whose loss is node `loss`; or, with `build`, build
+ * the batch's graph with the graph builder first (`graph` and `loss` unused; `inputs`, possibly empty, is a buffer to
+ * reuse for the batch's input values, which go back with the reply).
  */
 export interface ScheduleJob {
   readonly id: number;
   readonly variant: number;
   readonly loss: number;
-  readonly snapshot: ArrayBuffer;
+  readonly graph: LentGraph | undefined;
+  /** The graph's input values at [0, graph.inputSize) (transferred, returned with the reply). */
+  readonly inputs: ArrayBuffer;
   /** A script buffer this worker sent earlier, back for reuse (transferred), or undefined. */
   readonly spare: ArrayBuffer | undefined;
   readonly build?: BuildRequest;
@@ -72,7 +77,9 @@ export type ScheduleReply =
       readonly batch: ScheduledBatch;
       /** The worker's time for this job: rebuild, schedule and encode, detach. */
       readonly ms: number;
-      readonly snapshot: ArrayBuffer;
+      /** The graph's input values at [0, inputSize). */
+      readonly inputs: ArrayBuffer;
+      readonly inputSize: number;
     }
   | {
       readonly kind: "failed";
@@ -80,7 +87,7 @@ export type ScheduleReply =
       readonly name: string;
       readonly message: string;
       readonly stack: string;
-      readonly snapshot: ArrayBuffer;
+      readonly inputs: ArrayBuffer;
     }
   | { readonly kind: "fatal"; readonly message: string; readonly stack: string }
   | { readonly kind: "builder-ready" }
@@ -142,14 +149,15 @@ export interface PooledBatch<T> {
   readonly inputs: Float32Array;
   /** The worker's milliseconds for this batch. */
   readonly scheduleMs: number;
-  /** @internal the snapshot buffer `inputs` lives in, and the worker that scheduled the batch. */
-  readonly snapshot: ArrayBuffer;
+  /** @internal the buffer `inputs` lives in, the end of the graph's loan, and the worker that scheduled the batch. */
+  readonly inputBuffer: ArrayBuffer;
+  readonly release: () => void;
   readonly slot: number;
 }
 
 /** Main-thread time of the pool (ms, summed). */
 export interface SchedulePoolStats {
-  /** Snapshotting graphs and posting them. */
+  /** Lending graphs (and copying their input values) and posting them. */
   snapshotMs: number;
   /** Blocked in `take`, waiting for a worker. */
   waitMs: number;
@@ -172,8 +180,13 @@ interface Job<T> {
   readonly variant: number;
   readonly tag: T;
   readonly slot: number;
+  /** Ends the graph's loan (nothing for a batch the worker builds). */
+  readonly release: () => void;
   reply: ScheduleReply | undefined;
 }
+
+/** The loan of a batch the worker builds: none. */
+const noLoan = (): void => {};
 
 /** The CommonJS bootstrap each worker evaluates (see the module comment). */
 const BOOTSTRAP = `
@@ -217,8 +230,8 @@ function workerEntry(): { entry: string; tsx: string | undefined } {
 }
 
 /**
- * Worker threads scheduling batches: `post` snapshots a graph and sends it to the next worker, `take` returns
- * scheduled batches in posting order (waiting for the next one when asked to), `release` hands a batch's snapshot
+ * Worker threads scheduling batches: `post` lends a graph to the next worker, `take` returns
+ * scheduled batches in posting order (waiting for the next one when asked to), `release` hands a batch's input
  * buffer back for reuse. Workers are unref'd (they never keep the process alive) and terminated by `dispose`.
  */
 export class SchedulePool<T = undefined> {
@@ -296,9 +309,9 @@ export class SchedulePool<T = undefined> {
   }
 
   /**
-   * Snapshots `graph` (nodes up to the loss, the input values) and posts it to the worker with the fewest batches in
-   * hand (the first such), to be scheduled on plan variant `variant`. The graph may be renewed as soon as this
-   * returns.
+   * Lends `graph` (nodes up to the loss), copies its input values, and posts them to the worker with the fewest
+   * batches in hand (the first such), to be scheduled on plan variant `variant`. The graph may be renewed as soon as
+   * this returns (it then builds in other arrays until the loan ends, at `release` of the batch).
    */
   post(graph: ComputationGraph, loss: Expression, variant: number, tag: T): void {
     if (this.disposed) throw new Error("SchedulePool.post: the pool was disposed");
@@ -309,14 +322,15 @@ export class SchedulePool<T = undefined> {
     this.inHand[slot]!++;
     const dead = this.slots[slot]!.fatal;
     if (dead) throw dead;
-    const into = this.free.pop();
-    const snapshot = graph.snapshot(lossId + 1, into);
-    const job: Job<T> = { id, variant, tag, slot, reply: undefined };
+    const loan = graph.lend(lossId + 1);
+    const inputs = this.inputBuffer(graph.inputSize);
+    new Float32Array(inputs, 0, graph.inputSize).set(graph.inputData.subarray(0, graph.inputSize));
+    const job: Job<T> = { id, variant, tag, slot, release: loan.release, reply: undefined };
     this.queue.push(job);
     this.byId.set(id, job);
     const spare = this.slots[slot]!.spares.pop();
-    const message: ScheduleJob = { id, variant, loss: lossId, snapshot, spare };
-    this.slots[slot]!.port.postMessage(message, spare === undefined ? [snapshot] : [snapshot, spare]);
+    const message: ScheduleJob = { id, variant, loss: lossId, graph: loan.graph, inputs, spare };
+    this.slots[slot]!.port.postMessage(message, spare === undefined ? [inputs] : [inputs, spare]);
     this.stats.snapshotMs += performance.now() - t0;
   }
 
@@ -359,7 +373,7 @@ export class SchedulePool<T = undefined> {
 
   /**
    * Posts a batch for the graph builder (`setGraphBuilder`) to build on a worker, then schedule on plan variant
-   * `variant`: the main thread neither builds nor snapshots it.
+   * `variant`: the main thread neither builds nor lends it.
    */
   postBuilt(request: BuildRequest, variant: number, tag: T): void {
     if (this.disposed) throw new Error("SchedulePool.postBuilt: the pool was disposed");
@@ -369,8 +383,8 @@ export class SchedulePool<T = undefined> {
     this.inHand[slot]!++;
     const dead = this.slots[slot]!.fatal;
     if (dead) throw dead;
-    const snapshot = this.free.pop() ?? new ArrayBuffer(0);
-    const job: Job<T> = { id, variant, tag, slot, reply: undefined };
+    const inputs = this.free.pop() ?? new ArrayBuffer(0);
+    const job: Job<T> = { id, variant, tag, slot, release: noLoan, reply: undefined };
     this.queue.push(job);
     this.byId.set(id, job);
     const spare = this.slots[slot]!.spares.pop();
@@ -379,11 +393,12 @@ export class SchedulePool<T = undefined> {
       id,
       variant,
       loss: -1,
-      snapshot,
+      graph: undefined,
+      inputs,
       spare,
       build: { examples, training: request.training, dropoutKey: request.dropoutKey },
     };
-    const transfer = [snapshot, examples.buffer as ArrayBuffer];
+    const transfer = [inputs, examples.buffer as ArrayBuffer];
     if (spare !== undefined) transfer.push(spare);
     this.slots[slot]!.port.postMessage(message, transfer);
     this.stats.snapshotMs += performance.now() - t0;
@@ -411,25 +426,29 @@ export class SchedulePool<T = undefined> {
         variant: job.variant,
         tag: job.tag,
         batch: r.batch,
-        inputs: snapshotInputs(r.snapshot),
+        inputs: new Float32Array(r.inputs, 0, r.inputSize),
         scheduleMs: r.ms,
-        snapshot: r.snapshot,
+        inputBuffer: r.inputs,
+        release: job.release,
         slot: job.slot,
       };
     }
     if (r.kind === "failed") {
-      this.recycle(r.snapshot);
+      job.release();
+      this.recycle(r.inputs);
       throw new ScheduleWorkerError(`${r.message} (in schedule worker)`, r.name, r.stack);
     }
     throw new Error(`VPPS: unexpected reply '${r.kind}' for batch ${job.id}`);
   }
 
   /**
-   * Hands a taken batch's buffers back for reuse: its snapshot (`inputs`) and its script (to the worker that wrote
-   * it, with that worker's next job). Both are invalid afterwards; the layout arrays stay valid.
+   * Hands a taken batch's buffers back for reuse: its graph's node arrays (the loan ends), its input buffer
+   * (`inputs`) and its script (to the worker that wrote it, with that worker's next job). `inputs` and the script
+   * are invalid afterwards; the layout arrays stay valid.
    */
   release(b: PooledBatch<T>): void {
-    this.recycle(b.snapshot);
+    b.release();
+    this.recycle(b.inputBuffer);
     const script = b.batch.script.buffer;
     const spares = this.slots[b.slot]!.spares;
     if (script instanceof ArrayBuffer && script.byteLength > 0 && spares.length < 2) spares.push(script);
@@ -451,6 +470,12 @@ export class SchedulePool<T = undefined> {
 
   private recycle(buffer: ArrayBuffer): void {
     if (this.free.length < this.size + 2 && buffer.byteLength > 0) this.free.push(buffer);
+  }
+
+  /** A buffer for `floats` input values: a recycled one when large enough. */
+  private inputBuffer(floats: number): ArrayBuffer {
+    const b = this.free.pop();
+    return b !== undefined && b.byteLength >= 4 * floats ? b : new ArrayBuffer(Math.max(4 * floats, 1024));
   }
 
   /** Reads every reply that has arrived, without blocking. */

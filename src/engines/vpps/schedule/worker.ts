@@ -1,10 +1,10 @@
 /**
  * A schedule worker's thread (started by pool.ts, which documents the protocol). It rebuilds the model
  * layout and a VppsScheduler per plan variant from the plain data it was started with, then for each job rebuilds
- * the graph from its snapshot, schedules it and sends back the detached schedule (script and layout arrays
- * transferred) with the snapshot buffer (which carries the batch's input values for the main thread's upload).
- * With a graph builder (`SchedulePool.setGraphBuilder`: a model's module, imported here) a job may instead name a
- * batch (`build`): the worker builds its graph itself, schedules it, and sends back its snapshot for the inputs.
+ * the graph over its lent node arrays (shared memory, no copy), schedules it and sends back the detached schedule
+ * (script and layout arrays transferred) with the input buffer (the batch's input values, for the main thread's
+ * upload). With a graph builder (`SchedulePool.setGraphBuilder`: a model's module, imported here) a job may instead
+ * name a batch (`build`): the worker builds its graph itself, schedules it, and sends back its input values.
  * Scripts are written into buffers the main thread sends back once it has uploaded them (a few kept here), so that
  * a warm worker allocates no script memory.
  * After every message it bumps the shared counter and notifies, so that a main thread blocked in `Atomics.wait`
@@ -108,10 +108,15 @@ port.on("message", (first: Message) => {
   }
 });
 
-/** The job's graph and loss node: rebuilt from its snapshot, or built by the builder (and snapshotted for its inputs). */
-function graphOf(job: ScheduleJob): { g: ComputationGraph; loss: number; snapshot: ArrayBuffer } {
+/**
+ * The job's graph and loss node, and the buffer and count of its input values: rebuilt over the lent arrays, or built
+ * by the builder (its input values copied into the job's buffer, or a larger one).
+ */
+function graphOf(job: ScheduleJob): { g: ComputationGraph; loss: number; inputs: ArrayBuffer; inputSize: number } {
   if (job.build === undefined) {
-    return { g: ComputationGraph.fromSnapshot(job.snapshot, data.params), loss: job.loss, snapshot: job.snapshot };
+    const lent = job.graph!;
+    const g = ComputationGraph.fromLent(lent, new Float32Array(job.inputs, 0, lent.inputSize), data.params);
+    return { g, loss: job.loss, inputs: job.inputs, inputSize: lent.inputSize };
   }
   if (builder === undefined) throw new Error("no graph builder was set (SchedulePool.setGraphBuilder)");
   const g = builder.graph;
@@ -125,26 +130,31 @@ function graphOf(job: ScheduleJob): { g: ComputationGraph; loss: number; snapsho
       throw new Error(`graph builder ${builder.module}: input value ${k} of the batch is ${v}; check the data`);
     }
   }
-  // the main thread reads only the input values of a built batch: a snapshot of no nodes carries them (and is small)
-  const into = job.snapshot.byteLength > 0 ? job.snapshot : undefined;
-  return { g, loss, snapshot: g.snapshot(0, into) };
+  // the main thread reads only the input values of a built batch
+  const n = g.inputSize;
+  const inputs = job.inputs.byteLength >= 4 * n ? job.inputs : new ArrayBuffer(Math.max(4 * n, 1024));
+  new Float32Array(inputs, 0, n).set(g.inputData.subarray(0, n));
+  return { g, loss, inputs, inputSize: n };
 }
 
 function run(job: ScheduleJob): void {
   const t0 = performance.now();
   if (job.spare !== undefined && spares.length < SPARES) spares.push(job.spare);
-  let snapshot = job.snapshot;
+  let inputs = job.inputs;
   try {
     const built = graphOf(job);
-    snapshot = built.snapshot;
+    inputs = built.inputs;
     const s = schedulerOf(job.variant).schedule(built.g, built.g.expression(built.loss), scriptArray);
     const batch = detachSchedule(s);
     const ms = performance.now() - t0;
-    reply({ kind: "done", id: job.id, batch, ms, snapshot }, [...scheduledBuffers(batch), snapshot]);
+    reply({ kind: "done", id: job.id, batch, ms, inputs, inputSize: built.inputSize }, [
+      ...scheduledBuffers(batch),
+      inputs,
+    ]);
   } catch (e) {
     const err = e instanceof Error ? e : new Error(String(e));
-    reply({ kind: "failed", id: job.id, name: err.name, message: err.message, stack: err.stack ?? "", snapshot }, [
-      snapshot,
+    reply({ kind: "failed", id: job.id, name: err.name, message: err.message, stack: err.stack ?? "", inputs }, [
+      inputs,
     ]);
   }
 }
