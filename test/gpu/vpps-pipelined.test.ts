@@ -166,7 +166,12 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
     withTwoEngines((sync, piped) => {
       if (piped.engine.vpps.scheduleWorkers === 0) return; // one core: no workers to build on
       assert.equal(piped.engine.setGraphBuilder(treeLstmBuilderSpec(piped.model, vocab, trees)), true);
-      assert.ok(piped.engine.buildsInWorkers, "one variant: nothing to profile, the workers build at once");
+      // the workers load the builder in the background; one variant: nothing to profile, so then they build
+      const t0 = Date.now();
+      while (!piped.engine.buildsInWorkers) {
+        assert.ok(Date.now() - t0 < 60_000, "the schedule workers loaded the graph builder within a minute");
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+      }
       const expected = runSync(sync.engine, sync.model, sync.trainer, 0, BATCHES);
       const got: number[] = [];
       for (let k = 0; k < BATCHES; k++) {

@@ -348,7 +348,7 @@ export class Vpps {
         plans: [...this.plans],
         schedule,
       });
-      if (this.graphBuilder !== undefined) this.launcher.pool.setGraphBuilder(this.graphBuilder);
+      if (this.graphBuilder !== undefined) this.launcher.pool.startGraphBuilder(this.graphBuilder);
     }
   }
 
@@ -459,10 +459,12 @@ export class Vpps {
   }
 
   /**
-   * Hands the schedule workers a model's graph builder (src/graph/builder.ts; a task's `workerBuilder`): from then on
-   * `fbBuilt` names a batch by its examples and a worker builds its graph, so the main thread builds none. Waits
-   * until every worker has loaded it; a builder that does not load, or whose model's parameters are not this
-   * engine's, is refused in one line. undefined: forget it. Needs schedule workers (`host.scheduleWorkers` ≥ 1).
+   * Hands the schedule workers a model's graph builder (src/graph/builder.ts; a task's `workerBuilder`): once they
+   * have loaded it, `fbBuilt` names a batch by its examples and a worker builds its graph, so the main thread builds
+   * none. Returns at once; the workers load it in the background (importing the module and making the model takes
+   * them a moment, and the main thread goes on building), and `buildsInWorkers` turns true when all have — or throws,
+   * in one line, if one could not (a module that does not load, a model whose parameters are not this engine's).
+   * undefined: forget it. Needs schedule workers (`host.scheduleWorkers` ≥ 1).
    */
   setGraphBuilder(spec: GraphBuilderSpec | undefined): void {
     if (this.disposed) throw new Error("Vpps.setGraphBuilder: this instance was disposed");
@@ -473,17 +475,23 @@ export class Vpps {
           "Vpps.setGraphBuilder: workers build graphs only with schedule workers (host.scheduleWorkers >= 1)",
         );
       }
-      pool.setGraphBuilder(spec);
+      pool.startGraphBuilder(spec);
     }
     this.graphBuilder = spec;
   }
 
   /**
-   * Whether `fbBuilt` may be called now: a graph builder is set and the variants have been profiled (a profiled
-   * batch runs on every variant from one graph: those the caller builds and passes to `fb`).
+   * Whether `fbBuilt` may be called now: a graph builder is set, every worker has loaded it, and the variants have
+   * been profiled (a profiled batch runs one graph on every variant: those the caller builds and passes to `fb`).
    */
   get buildsInWorkers(): boolean {
-    return this.graphBuilder !== undefined && this.launcher.pool !== undefined && this.profiler.chosen !== undefined;
+    const pool = this.launcher.pool;
+    return (
+      this.graphBuilder !== undefined &&
+      pool !== undefined &&
+      this.profiler.chosen !== undefined &&
+      pool.graphBuilderReady()
+    );
   }
 
   /**

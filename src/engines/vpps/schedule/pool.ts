@@ -246,6 +246,8 @@ export class SchedulePool<T = undefined> {
   private readonly inHand: Int32Array;
   private readonly stallMs: number;
   private nextId = 0;
+  /** The graph builder's module, once one was started. */
+  private builderModule: string | undefined;
   private disposed = false;
 
   constructor(o: SchedulePoolOptions) {
@@ -335,31 +337,46 @@ export class SchedulePool<T = undefined> {
   }
 
   /**
-   * Has every worker import `spec` and make its graph builder, and waits for all of them (up to `stallMs`); a worker
-   * that cannot is one error naming the module and the reason. Later `postBuilt` batches are built by it.
+   * Has every worker import `spec` and make its graph builder, in the background: `graphBuilderReady` says when all
+   * have. Later `postBuilt` batches are built by it.
    */
-  setGraphBuilder(spec: GraphBuilderSpec): void {
-    if (this.disposed) throw new Error("SchedulePool.setGraphBuilder: the pool was disposed");
+  startGraphBuilder(spec: GraphBuilderSpec): void {
+    if (this.disposed) throw new Error("SchedulePool.startGraphBuilder: the pool was disposed");
     const message: BuilderMessage = { kind: "builder", spec };
+    this.builderModule = spec.module;
     for (const slot of this.slots) {
       slot.builder = undefined;
       slot.port.postMessage(message);
     }
+  }
+
+  /**
+   * Whether every worker has loaded the graph builder (`startGraphBuilder`), without waiting; a worker that could
+   * not load it, or died, is thrown here as one error naming the module and the reason.
+   */
+  graphBuilderReady(): boolean {
+    if (this.builderModule === undefined) return false;
+    this.poll();
+    const dead = this.slots.find((s) => s.fatal !== undefined);
+    if (dead) throw dead.fatal;
+    const failed = this.slots.find((s) => s.builder?.ok === false);
+    if (failed?.builder?.ok === false) {
+      throw new ScheduleWorkerError(
+        `VPPS: a schedule worker could not load the graph builder ${this.builderModule}: ${failed.builder.message}`,
+        "Error",
+        failed.builder.stack,
+      );
+    }
+    return this.slots.every((s) => s.builder?.ok === true);
+  }
+
+  /** `startGraphBuilder`, then waits (up to `stallMs`) until every worker has loaded it. */
+  setGraphBuilder(spec: GraphBuilderSpec): void {
+    this.startGraphBuilder(spec);
     const t0 = performance.now();
     for (;;) {
       const seen = Atomics.load(this.counter, 0);
-      this.poll();
-      const dead = this.slots.find((s) => s.fatal !== undefined);
-      if (dead) throw dead.fatal;
-      const failed = this.slots.find((s) => s.builder?.ok === false);
-      if (failed?.builder?.ok === false) {
-        throw new ScheduleWorkerError(
-          `VPPS: a schedule worker could not load the graph builder ${spec.module}: ${failed.builder.message}`,
-          "Error",
-          failed.builder.stack,
-        );
-      }
-      if (this.slots.every((s) => s.builder?.ok === true)) return;
+      if (this.graphBuilderReady()) return;
       if (Atomics.wait(this.counter, 0, seen, 1000) === "timed-out" && performance.now() - t0 > this.stallMs) {
         throw new ScheduleWorkerError(
           `VPPS: the schedule workers have not loaded the graph builder ${spec.module} in ` +
