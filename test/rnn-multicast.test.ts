@@ -24,6 +24,7 @@ describe("the pair multicast", () => {
     for (const [cell, hidden, on] of [
       ["lstm", 1152, true],
       ["rnn-tanh", 2304, true],
+      ["rnn-tanh", 1792, true],
       ["rnn-tanh", 1152, false],
       ["gru", 1152, false],
       ["rnn-tanh", 512, false],
