@@ -56,13 +56,18 @@ export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
 
   trainStep(loss: Expression, trainer: Trainer): void {
     requireScalar(loss, "trainStep", "loss");
+    this.queueStep(trainer, () => this.vpps.fb(loss.graph, loss));
+  }
+
+  /** Queues one training step, `launch` handing the batch to Vpps, with `trainer`'s settings and step count. */
+  private queueStep(trainer: Trainer, launch: () => void): void {
     this.useTrainer(trainer);
     // a forwardScalar without update() before this is dropped (its graph may have been renewed since)
     this.pending = undefined;
     this.lastLoss = undefined;
     this.configure(trainer);
     this.queued = true;
-    this.vpps.fb(loss.graph, loss);
+    launch();
     // the batch just queued was step updates + 1 (configure), as the trainer's own update() counts it
     trainer.updates++;
   }
@@ -86,13 +91,7 @@ export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
 
   /** `trainStep` for a batch the schedule workers build (Vpps.fbBuilt). */
   trainStepBuilt(request: BuildRequest, trainer: Trainer): void {
-    this.useTrainer(trainer);
-    this.pending = undefined;
-    this.lastLoss = undefined;
-    this.configure(trainer);
-    this.queued = true;
-    this.vpps.fbBuilt(request);
-    trainer.updates++;
+    this.queueStep(trainer, () => this.vpps.fbBuilt(request));
   }
 
   takeLosses(wait: boolean): number[] {

@@ -319,20 +319,15 @@ export class SchedulePool<T = undefined> {
     if (this.disposed) throw new Error("SchedulePool.post: the pool was disposed");
     const t0 = performance.now();
     const lossId = graph.check(loss, "vpps", "loss");
-    const id = this.nextId++;
-    const slot = this.leastBusy();
-    this.inHand[slot]!++;
-    const dead = this.slots[slot]!.fatal;
-    if (dead) throw dead;
+    const { id, slot } = this.claim();
     const loan = graph.lend(lossId + 1);
     const inputs = this.inputBuffer(graph.inputSize);
     new Float32Array(inputs, 0, graph.inputSize).set(graph.inputData.subarray(0, graph.inputSize));
-    const job: Job<T> = { id, variant, tag, slot, release: loan.release, reply: undefined };
-    this.queue.push(job);
-    this.byId.set(id, job);
-    const spare = this.slots[slot]!.spares.pop();
-    const message: ScheduleJob = { id, variant, loss: lossId, graph: loan.graph, inputs, spare };
-    this.slots[slot]!.port.postMessage(message, spare === undefined ? [inputs] : [inputs, spare]);
+    this.dispatch(
+      { id, variant, tag, slot, release: loan.release, reply: undefined },
+      { loss: lossId, graph: loan.graph, inputs },
+      [inputs],
+    );
     this.stats.snapshotMs += performance.now() - t0;
   }
 
@@ -395,30 +390,41 @@ export class SchedulePool<T = undefined> {
   postBuilt(request: BuildRequest, variant: number, tag: T): void {
     if (this.disposed) throw new Error("SchedulePool.postBuilt: the pool was disposed");
     const t0 = performance.now();
+    const { id, slot } = this.claim();
+    const inputs = this.free.pop() ?? new ArrayBuffer(0);
+    // a copy: the caller's array stays usable (the copy is transferred)
+    const examples = request.examples.slice();
+    const build = { examples, training: request.training, dropoutKey: request.dropoutKey };
+    this.dispatch(
+      { id, variant, tag, slot, release: noLoan, reply: undefined },
+      { loss: -1, graph: undefined, inputs, build },
+      [inputs, examples.buffer as ArrayBuffer],
+    );
+    this.stats.snapshotMs += performance.now() - t0;
+  }
+
+  /** The next job's id and the worker to take it (the least busy, now counted as holding it); a dead worker throws. */
+  private claim(): { id: number; slot: number } {
     const id = this.nextId++;
     const slot = this.leastBusy();
     this.inHand[slot]!++;
     const dead = this.slots[slot]!.fatal;
     if (dead) throw dead;
-    const inputs = this.free.pop() ?? new ArrayBuffer(0);
-    const job: Job<T> = { id, variant, tag, slot, release: noLoan, reply: undefined };
+    return { id, slot };
+  }
+
+  /** Queues `job` and posts its message to its worker, with a spare script buffer of that worker's when there is one. */
+  private dispatch(
+    job: Job<T>,
+    fields: Pick<ScheduleJob, "loss" | "graph" | "inputs" | "build">,
+    transfer: ArrayBuffer[],
+  ): void {
     this.queue.push(job);
-    this.byId.set(id, job);
-    const spare = this.slots[slot]!.spares.pop();
-    const examples = request.examples.slice();
-    const message: ScheduleJob = {
-      id,
-      variant,
-      loss: -1,
-      graph: undefined,
-      inputs,
-      spare,
-      build: { examples, training: request.training, dropoutKey: request.dropoutKey },
-    };
-    const transfer = [inputs, examples.buffer as ArrayBuffer];
+    this.byId.set(job.id, job);
+    const spare = this.slots[job.slot]!.spares.pop();
     if (spare !== undefined) transfer.push(spare);
-    this.slots[slot]!.port.postMessage(message, transfer);
-    this.stats.snapshotMs += performance.now() - t0;
+    const message: ScheduleJob = { id: job.id, variant: job.variant, spare, ...fields };
+    this.slots[job.slot]!.port.postMessage(message, transfer);
   }
 
   /**
