@@ -13,6 +13,7 @@
 import { receiveMessageOnPort, workerData } from "node:worker_threads";
 import type { BuildBatch, GraphBuilderModule, GraphBuilderSpec } from "../../../graph/builder.js";
 import { ComputationGraph } from "../../../graph/graph.js";
+import { firstNonFinite } from "../../../model/safetensors.js";
 import { createModelLayout } from "../plan/layout.js";
 import { detachSchedule, scheduledBuffers } from "./batch.js";
 import type { BuilderMessage, ScheduleJob, ScheduleReply, ScheduleWorkerData } from "./pool.js";
@@ -124,11 +125,11 @@ function graphOf(job: ScheduleJob): { g: ComputationGraph; loss: number; inputs:
   g.training = job.build.training;
   g.dropoutKey = job.build.dropoutKey;
   const loss = builder.build(g, job.build);
-  for (let k = 0; k < g.inputSize; k++) {
-    const v = g.inputData[k]!;
-    if (!Number.isFinite(v)) {
-      throw new Error(`graph builder ${builder.module}: input value ${k} of the batch is ${v}; check the data`);
-    }
+  const bad = firstNonFinite(g.inputData.subarray(0, g.inputSize));
+  if (bad !== null) {
+    throw new Error(
+      `graph builder ${builder.module}: input value ${bad.index} of the batch is ${bad.value}; check the data`,
+    );
   }
   // the main thread reads only the input values of a built batch
   const n = g.inputSize;
