@@ -16,6 +16,7 @@ import { readTrees } from "../src/data/sst.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import type { TreeNode } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
+import { workerBuildFromEnv } from "../src/engines/vpps/options.js";
 import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import { type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan/plan.js";
 import { detachSchedule, type ScheduledBatch } from "../src/engines/vpps/schedule/batch.js";
@@ -408,5 +409,17 @@ describe("defaultScheduleWorkers", () => {
         /VPPS_SCHEDULE_WORKERS must be a whole number >= 0.*got "/,
       );
     }
+  });
+});
+
+describe("workerBuildFromEnv", () => {
+  test("VPPS_WORKER_BUILD: unset or 1 builds on the workers, 0 does not, anything else is one clear error", () => {
+    assert.equal(workerBuildFromEnv({}), true);
+    assert.equal(workerBuildFromEnv({ VPPS_WORKER_BUILD: "1" }), true);
+    assert.equal(workerBuildFromEnv({ VPPS_WORKER_BUILD: "0" }), false);
+    assert.throws(
+      () => workerBuildFromEnv({ VPPS_WORKER_BUILD: "off" }),
+      /VPPS_WORKER_BUILD must be 1 .* or 0 .*; got "off"/,
+    );
   });
 });

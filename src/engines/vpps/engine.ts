@@ -26,6 +26,7 @@ import type { ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, type Trainer } from "../../optim/trainers.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireScalar, type WorkerBuildEngine } from "../engine.js";
+import { workerBuildFromEnv } from "./options.js";
 import { Vpps, type VppsOptions } from "./vpps.js";
 
 export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
@@ -74,7 +75,7 @@ export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
 
   /** False without schedule workers, or with VPPS_WORKER_BUILD=0 (the main thread builds every graph, as before). */
   setGraphBuilder(spec: GraphBuilderSpec): boolean {
-    if (this.vpps.scheduleWorkers === 0 || process.env.VPPS_WORKER_BUILD === "0") return false;
+    if (this.vpps.scheduleWorkers === 0 || !workerBuildFromEnv()) return false;
     this.vpps.setGraphBuilder(spec);
     return true;
   }

@@ -4,6 +4,7 @@
  * compiled, naming the option by its path (`variants.transposed must be …`).
  */
 
+import { UserError } from "../../util/errors.js";
 import { hostTraceFromEnv } from "./instrument/host-trace.js";
 import { ADAM_DEFAULTS } from "./plan/moments.js";
 import type { GradientStrategy } from "./plan/plan.js";
@@ -287,4 +288,17 @@ export function checkOptions(o: VppsOptions): void {
       `Vpps: instrument.timing must be true, false or a whole number >= 2 (one batch pair in N); got ${timing}`,
     );
   }
+}
+
+/**
+ * Whether the training loop may have the schedule workers build graphs (VPPS_WORKER_BUILD): unset, "" or "1" yes,
+ * "0" no; anything else is one clear error.
+ */
+export function workerBuildFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): boolean {
+  const v = env.VPPS_WORKER_BUILD?.trim();
+  if (v === undefined || v === "" || v === "1") return true;
+  if (v === "0") return false;
+  throw new UserError(
+    `VPPS_WORKER_BUILD must be 1 (schedule workers build graphs when one is free) or 0 (the main thread builds every graph); got "${env.VPPS_WORKER_BUILD}"`,
+  );
 }
