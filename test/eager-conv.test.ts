@@ -336,9 +336,11 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
     const origin = new DagStream();
     const layer = layerOn(mem, c);
     const gemms: { op: number; C: number }[] = [];
+    const gemvs: number[] = [];
     const cublas = fakeCublas(mem, (h, call, C) => {
       const op = dag.op(streamOf.get(h)!, call);
       if (call === "gemm") gemms.push({ op, C });
+      else gemvs.push(op);
     });
     const col2im: number[] = [];
     const im2col: number[] = [];
@@ -369,6 +371,13 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
       assert.ok(dag.before(dW[n - 1]!, dW[n]!), `dW GEMM ${n} after ${n - 1}`);
       assert.ok(!dag.before(col2im[n - 1]!, dW[n]!), `dW GEMM ${n} does not wait for sample ${n - 1}'s col2im`);
     }
+    // the bias gradient's GEMVs, one per sample, in sample order on the side lane: beside the weight gradient's
+    // chain and the samples' work, not ahead of them
+    assert.equal(gemvs.length, c.n);
+    for (let n = 1; n < c.n; n++) assert.ok(dag.before(gemvs[n - 1]!, gemvs[n]!), `db GEMV ${n} after ${n - 1}`);
+    assert.ok(!dag.before(gemvs[c.n - 1]!, dW[0]!), "the first dW GEMM does not wait for the bias chain");
+    assert.ok(!dag.before(gemvs[0]!, im2col[c.n]!), "the backward's first im2col does not wait for the bias chain");
+    assert.equal(pool.size, 5, "the side lane is the pool's lane 4");
     // the engine's stream joins every lane
     for (let op = 0; op < after; op++) {
       if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);

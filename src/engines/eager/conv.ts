@@ -8,7 +8,7 @@
 // default there is one lane, the engine's stream; with GLP4NN's stream pool (src/streams/pool.ts) sample n goes to
 // lane n mod L, the lanes forked from the engine's stream and joined back to it after the layer. The weight and bias
 // gradients are accumulated in place, sample after sample in the order n = 0, 1, … (GEMM and GEMV with β = 1, as
-// Caffe does; never atomics): the bias on the first lane, the weight GEMM of sample n waiting for the event marked
+// Caffe does; never atomics): the bias on a side lane of its own, the weight GEMM of sample n waiting for the event marked
 // right after sample n − 1's. Every sum is then computed in the same order on any number of lanes, so the results
 // are one lane's bit for bit.
 //
@@ -89,9 +89,15 @@ export interface ConvLane {
 export interface ConvLanes {
   readonly count: number;
   lane(k: number): ConvLane;
-  /** The lanes' later work waits for the engine's stream. */
+  /**
+   * Where the bias gradient's chain (one GEMV per sample, in sample order) is queued: on one lane the lane itself
+   * (Caffe's order); with a pool a stream of its own, so that the chain runs beside the samples' work and the weight
+   * gradient's chain instead of ahead of them on the first lane.
+   */
+  side(): ConvLane;
+  /** The lanes' later work (the side lane's too) waits for the engine's stream. */
   fork(): void;
-  /** The engine's stream waits for the lanes. */
+  /** The engine's stream waits for the lanes and the side lane. */
   join(): void;
   mark(lane: ConvLane): void;
   waitFor(lane: ConvLane, from: ConvLane): void;
@@ -101,10 +107,21 @@ export interface ConvLanes {
 export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
   const lane: ConvLane = { index: 0, stream, blas };
   const nothing = () => {};
-  return { count: 1, lane: () => lane, fork: nothing, join: nothing, mark: nothing, waitFor: nothing };
+  return {
+    count: 1,
+    lane: () => lane,
+    side: () => lane,
+    fork: nothing,
+    join: nothing,
+    mark: nothing,
+    waitFor: nothing,
+  };
 }
 
-/** The first `count` lanes of a stream pool, forked from and joined to `origin`. */
+/**
+ * The first `count` lanes of a stream pool, forked from and joined to `origin`; the pool's lane `count` (grown where
+ * the pool is smaller) is the side lane.
+ */
 export function poolLanes<E>(
   pool: StreamPool<CudaStream, E, CublasHandle>,
   origin: CudaStream,
@@ -113,11 +130,14 @@ export function poolLanes<E>(
   if (!Number.isInteger(count) || count < 1 || count > pool.size) {
     throw new RangeError(`poolLanes: count must be an integer in 1 … ${pool.size} (the pool's size); got ${count}`);
   }
+  pool.grow(count + 1);
+  const side = pool.lanes[count]!;
   return {
     count,
     lane: (k) => pool.lane(k, count),
-    fork: () => pool.fork(origin, count),
-    join: () => pool.join(origin, count),
+    side: () => side,
+    fork: () => pool.fork(origin, count + 1),
+    join: () => pool.join(origin, count + 1),
     mark: (lane) => pool.mark(pool.lanes[lane.index]!),
     waitFor: (lane, from) => pool.waitFor(pool.lanes[lane.index]!, pool.lanes[from.index]!),
   };
@@ -192,15 +212,15 @@ export class ConvRunner {
     const lanes = this.lanes;
     const direct = isOneByOne(G);
     lanes.fork();
-    // Caffe's order: the bias over every sample first (in order, on the first lane), then weights and input per sample
-    const first = lanes.lane(0);
+    // Caffe's order: the bias over every sample first (in order, on the side lane), then weights and input per sample
+    const side = lanes.side();
     for (let n = 0; n < G.n; n++) {
       const dyn = p.dy + 4 * n * G.f * plane;
-      this.blas(l, first, "gemv db+=dy·1", () =>
-        this.cublas.sgemvRowMajor(first.blas, { rows: G.f, cols: plane, A: dyn, x: ones, beta: 1, y: p.db }),
+      this.blas(l, side, "gemv db+=dy·1", () =>
+        this.cublas.sgemvRowMajor(side.blas, { rows: G.f, cols: plane, A: dyn, x: ones, beta: 1, y: p.db }),
       );
     }
-    let previous = first;
+    let previous = lanes.lane(0);
     for (let n = 0; n < G.n; n++) {
       const lane = lanes.lane(n);
       const col = this.cols[lane.index]!.ptr;
