@@ -377,7 +377,15 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
     for (let n = 1; n < c.n; n++) assert.ok(dag.before(gemvs[n - 1]!, gemvs[n]!), `db GEMV ${n} after ${n - 1}`);
     assert.ok(!dag.before(gemvs[c.n - 1]!, dW[0]!), "the first dW GEMM does not wait for the bias chain");
     assert.ok(!dag.before(gemvs[0]!, im2col[c.n]!), "the backward's first im2col does not wait for the bias chain");
-    assert.equal(pool.size, 5, "the side lane is the pool's lane 4");
+    assert.equal(pool.size, 6, "the side lane is the pool's lane 4, the chain lane its lane 5");
+    // the weight chain reads sample n's columns after its im2col; the lane's im2col into that buffer L = 4 samples
+    // later waits for that read; the lanes' input gradients never wait for the chain
+    const L = 4;
+    for (let n = 0; n < c.n; n++) {
+      assert.ok(dag.before(im2col[c.n + n]!, dW[n]!), `dW GEMM ${n} after sample ${n}'s im2col`);
+      if (n + L < c.n) assert.ok(dag.before(dW[n]!, im2col[c.n + n + L]!), `im2col ${n + L} after dW GEMM ${n}`);
+      assert.ok(!dag.before(dW[n]!, col2im[n]!), `sample ${n}'s col2im does not wait for its dW GEMM`);
+    }
     // the engine's stream joins every lane
     for (let op = 0; op < after; op++) {
       if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);

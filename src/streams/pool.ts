@@ -40,6 +40,7 @@ export class StreamPool<S, E, H> {
   private readonly marks: E[] = [];
   private readonly done: E[] = [];
   private readonly start: E;
+  private readonly sets = new Map<string, E[]>();
   private disposed = false;
 
   constructor(
@@ -96,6 +97,30 @@ export class StreamPool<S, E, H> {
     if (lane.index !== from.index) this.backend.wait(lane.stream, this.marks[from.index]!);
   }
 
+  /**
+   * The events of a named set, one per lane (created on first use, destroyed with the pool): for orders a user of the
+   * pool keeps beyond mark/waitFor, e.g. a convolution's "columns ready on lane k" and "weight gradient done".
+   */
+  eventSet(name: string): readonly E[] {
+    let set = this.sets.get(name);
+    if (set === undefined) {
+      set = [];
+      this.sets.set(name, set);
+    }
+    while (set.length < this.all.length) set.push(this.backend.event());
+    return set;
+  }
+
+  /** Records `event` on `lane`'s stream. */
+  recordOn(event: E, lane: Lane<S, H>): void {
+    this.backend.record(event, lane.stream);
+  }
+
+  /** `lane`'s later work waits for `event`'s last record. */
+  waitOn(lane: Lane<S, H>, event: E): void {
+    this.backend.wait(lane.stream, event);
+  }
+
   /** `origin`'s later work waits for everything queued on the first `count` lanes. */
   join(origin: S, count = this.all.length): void {
     for (let i = 0; i < count; i++) {
@@ -109,7 +134,9 @@ export class StreamPool<S, E, H> {
     if (this.disposed) return;
     this.disposed = true;
     for (const l of this.all) this.backend.destroyLane(l.stream, l.blas);
-    for (const e of [this.start, ...this.marks, ...this.done]) this.backend.destroyEvent(e);
+    for (const e of [this.start, ...this.marks, ...this.done, ...[...this.sets.values()].flat()]) {
+      this.backend.destroyEvent(e);
+    }
   }
 }
 

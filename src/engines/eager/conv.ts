@@ -4,13 +4,17 @@
 // dW += dy[n]·colᵀ, col = Wᵀ·dy[n], and col2im adds col into dx[n].
 //
 // Lanes. A sample's kernels run on one lane: a stream, a cuBLAS handle bound to it (its own cuBLAS workspace), and
-// the lane's own column buffer (one buffer shared by samples in flight on different streams would be a race). By
+// the lane's own column buffers (one buffer shared by samples in flight on different streams would be a race). By
 // default there is one lane, the engine's stream; with GLP4NN's stream pool (src/streams/pool.ts) sample n goes to
 // lane n mod L, the lanes forked from the engine's stream and joined back to it after the layer. The weight and bias
 // gradients are accumulated in place, sample after sample in the order n = 0, 1, … (GEMM and GEMV with β = 1, as
-// Caffe does; never atomics): the bias on a side lane of its own, the weight GEMM of sample n waiting for the event marked
-// right after sample n − 1's. Every sum is then computed in the same order on any number of lanes, so the results
-// are one lane's bit for bit.
+// Caffe does; never atomics), each chain on a stream of its own: the bias's GEMVs on the side lane, the weight's
+// GEMMs on the chain lane, where each follows the previous one in stream order. A sample's weight GEMM waits for the
+// event its lane records after writing the sample's columns (im2col), and the lane's next im2col into that buffer
+// waits for the event the chain records after reading it; the input gradient goes through a second buffer per lane,
+// so a lane never waits for the chain otherwise. Every sum is then computed in the same order on any number of
+// lanes, so the results are one lane's bit for bit. The pool's work is issued from this thread (THIS_THREAD: each
+// sample's lane part, then its chain part) or from several (conv-threads.ts).
 //
 // One stream is Caffe's own schedule: the same kernels in the same order (forward_gpu_gemm and forward_gpu_bias per
 // sample; backward_gpu_bias per sample, then weight_gpu_gemm and backward_gpu_gemm per sample), a 1×1 convolution
@@ -85,22 +89,33 @@ export interface ConvLane {
   readonly blas: CublasHandle;
 }
 
-/** The lanes of a layer and their ordering (see the top of this file; StreamPool's operations). */
+/**
+ * The lanes of a layer and their ordering. One lane runs Caffe's own sequence on one stream. A pool adds two streams:
+ * the side lane (the bias gradient's chain of GEMVs, in sample order) and the chain lane (the weight gradient's chain
+ * of GEMMs, in sample order); the samples' own work (im2col, the input-gradient GEMM, col2im) runs on the lanes,
+ * ordered against the chain by a pair of events per lane (below). The chain's GEMMs then follow one another on one
+ * stream, and a lane goes on to its next sample without waiting for the chain, except where it would overwrite a
+ * column buffer the chain has yet to read.
+ */
 export interface ConvLanes {
   readonly count: number;
   lane(k: number): ConvLane;
-  /**
-   * Where the bias gradient's chain (one GEMV per sample, in sample order) is queued: on one lane the lane itself
-   * (Caffe's order); with a pool a stream of its own, so that the chain runs beside the samples' work and the weight
-   * gradient's chain instead of ahead of them on the first lane.
-   */
+  /** The bias gradient's chain: the lane itself on one lane, a stream of its own with a pool. */
   side(): ConvLane;
-  /** The lanes' later work (the side lane's too) waits for the engine's stream. */
+  /** The weight gradient's chain: the lane itself on one lane, a stream of its own with a pool. */
+  chain(): ConvLane;
+  /** The lanes' later work (the side and chain lanes' too) waits for the engine's stream. */
   fork(): void;
-  /** The engine's stream waits for the lanes and the side lane. */
+  /** The engine's stream waits for every lane. */
   join(): void;
-  mark(lane: ConvLane): void;
-  waitFor(lane: ConvLane, from: ConvLane): void;
+  /** Pools only: `lane` has written sample n's column buffer (recorded on the lane). */
+  columnsReady(lane: ConvLane): void;
+  /** Pools only: the chain's later work waits for `lane`'s last columnsReady. */
+  chainAwaitColumns(lane: ConvLane): void;
+  /** Pools only: the chain has read `lane`'s column buffer (recorded on the chain after the GEMM). */
+  weightsDone(lane: ConvLane): void;
+  /** Pools only: `lane`'s later work waits for the chain's last weightsDone for it. */
+  awaitWeights(lane: ConvLane): void;
 }
 
 /** One lane, the engine's own stream: no events at all. */
@@ -111,37 +126,75 @@ export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
     count: 1,
     lane: () => lane,
     side: () => lane,
+    chain: () => lane,
     fork: nothing,
     join: nothing,
-    mark: nothing,
-    waitFor: nothing,
+    columnsReady: nothing,
+    chainAwaitColumns: nothing,
+    weightsDone: nothing,
+    awaitWeights: nothing,
   };
 }
 
+/** The pool's lanes beyond the samples' `count`: the side lane is lane `count`, the chain lane `count + 1`. */
+export const EXTRA_LANES = 2;
+
 /**
- * The first `count` lanes of a stream pool, forked from and joined to `origin`; the pool's lane `count` (grown where
- * the pool is smaller) is the side lane.
+ * The first `count` lanes of a stream pool, forked from and joined to `origin`, with its lanes `count` (side) and
+ * `count + 1` (chain), grown where the pool is smaller.
  */
 export function poolLanes<E>(
   pool: StreamPool<CudaStream, E, CublasHandle>,
   origin: CudaStream,
   count: number,
 ): ConvLanes {
-  if (!Number.isInteger(count) || count < 1 || count > pool.size) {
-    throw new RangeError(`poolLanes: count must be an integer in 1 … ${pool.size} (the pool's size); got ${count}`);
+  if (!Number.isInteger(count) || count < 2 || count > pool.size) {
+    throw new RangeError(`poolLanes: count must be an integer in 2 … ${pool.size} (the pool's size); got ${count}`);
   }
-  pool.grow(count + 1);
+  pool.grow(count + EXTRA_LANES);
   const side = pool.lanes[count]!;
+  const chain = pool.lanes[count + 1]!;
+  const columns = pool.eventSet("conv.columns");
+  const weights = pool.eventSet("conv.weights");
+  const all = count + EXTRA_LANES;
   return {
     count,
     lane: (k) => pool.lane(k, count),
     side: () => side,
-    fork: () => pool.fork(origin, count + 1),
-    join: () => pool.join(origin, count + 1),
-    mark: (lane) => pool.mark(pool.lanes[lane.index]!),
-    waitFor: (lane, from) => pool.waitFor(pool.lanes[lane.index]!, pool.lanes[from.index]!),
+    chain: () => chain,
+    fork: () => pool.fork(origin, all),
+    join: () => pool.join(origin, all),
+    columnsReady: (lane) => pool.recordOn(columns[lane.index]!, pool.lanes[lane.index]!),
+    chainAwaitColumns: (lane) => pool.waitOn(chain, columns[lane.index]!),
+    weightsDone: (lane) => pool.recordOn(weights[lane.index]!, chain),
+    awaitWeights: (lane) => pool.waitOn(pool.lanes[lane.index]!, weights[lane.index]!),
   };
 }
+
+/**
+ * Issues a pooled layer's work from the calling thread or from several (conv-threads.ts). `forward` and `backward`
+ * are called after the runner has prepared its buffers and forked the lanes; the lanes are joined after they return.
+ */
+export interface ConvIssuer {
+  forward(runner: ConvRunner, l: ConvHost, G: ImageGeometry, p: ForwardPointers): void;
+  backward(runner: ConvRunner, l: ConvHost, G: ImageGeometry, p: ConvPointers): void;
+}
+
+type ForwardPointers = Pick<ConvPointers, "x" | "W" | "b" | "y">;
+
+/** Every sample's work issued from this thread, in sample order (each sample's lane part, then its chain part). */
+export const THIS_THREAD: ConvIssuer = {
+  forward(runner, l, G, p) {
+    for (let n = 0; n < G.n; n++) runner.forwardSample(l, G, p, n);
+  },
+  backward(runner, l, G, p) {
+    runner.backwardBias(l, G, p);
+    for (let n = 0; n < G.n; n++) {
+      runner.backwardLanePart(l, G, p, n);
+      runner.backwardChainPart(l, G, p, n);
+    }
+  },
+};
 
 /** The largest buffer the kernels index with `int`. */
 const MAX_ELEMENTS = 2 ** 31 - 1;
@@ -154,17 +207,35 @@ interface Scratch {
 
 /** Runs conv2d nodes on lanes, with each lane's column buffer and one shared row of ones. */
 export class ConvRunner {
+  /** Each lane's column buffer (im2col's output; on one lane also the input gradient's columns). */
   private readonly cols: Scratch[];
+  /** With a pool, each lane's second buffer: the input gradient's columns, so that the chain can still read cols. */
+  private readonly colsB: Scratch[];
   private readonly ones: Scratch = { ptr: 0, floats: 0 };
   /** Set: every launch and call goes through it (profiling); unset: launched directly. */
   trace: ConvTrace | undefined;
+  /** Who issues a pool's work: this thread (default) or dispatch threads (conv-threads.ts). */
+  issuer: ConvIssuer = THIS_THREAD;
 
   constructor(
     private readonly driver: CudaDriver,
     private readonly cublas: Cublas,
     readonly lanes: ConvLanes,
+    /** Buffers owned elsewhere (a dispatch thread's runner uses its parent's): no allocation here. */
+    shared?: { cols: readonly DevicePtr[]; colsB: readonly DevicePtr[]; ones: DevicePtr },
   ) {
-    this.cols = Array.from({ length: lanes.count }, () => ({ ptr: 0, floats: 0 }));
+    const scratch = (ptr: DevicePtr): Scratch => ({ ptr, floats: shared ? Number.POSITIVE_INFINITY : 0 });
+    this.cols = Array.from({ length: lanes.count }, (_, k) => scratch(shared?.cols[k] ?? 0));
+    this.colsB = Array.from({ length: lanes.count > 1 ? lanes.count : 0 }, (_, k) => scratch(shared?.colsB[k] ?? 0));
+    if (shared) this.ones = scratch(shared.ones);
+    this.external = shared !== undefined;
+  }
+
+  private readonly external: boolean;
+
+  /** The device buffers, for dispatch threads' runners (valid until the next `prepare` that grows them). */
+  buffers(): { cols: DevicePtr[]; colsB: DevicePtr[]; ones: DevicePtr } {
+    return { cols: this.cols.map((s) => s.ptr), colsB: this.colsB.map((s) => s.ptr), ones: this.ones.ptr };
   }
 
   /** Node i's forward: y[n] = W·im2col(x[n]) + b·1ᵀ for n = 0 … N − 1. */
@@ -186,73 +257,128 @@ export class ConvRunner {
    * The forward of a convolution of geometry G at the given addresses. `G` must have been passed to `prepare` (the
    * buffers sized for it) — `forward` does both.
    */
-  forwardAt(l: ConvHost, G: ImageGeometry, p: Pick<ConvPointers, "x" | "W" | "b" | "y">): void {
-    const rows = G.c * G.kernel * G.kernel;
-    const plane = G.ho * G.wo;
-    const lanes = this.lanes;
-    const direct = isOneByOne(G);
-    lanes.fork();
-    for (let n = 0; n < G.n; n++) {
-      const lane = lanes.lane(n);
-      const xn = p.x + 4 * n * G.c * G.h * G.w;
-      const col = direct ? xn : this.cols[lane.index]!.ptr;
-      const yn = p.y + 4 * n * G.f * plane;
-      if (!direct) this.im2col(l, lane, G, col, xn);
-      this.gemm(l, lane, "gemm y=W·col", { m: G.f, n: plane, k: rows, A: p.W, B: col, beta: 0, C: yn });
-      this.gemm(l, lane, "gemm y+=b·1ᵀ", { m: G.f, n: plane, k: 1, A: p.b, B: this.ones.ptr, beta: 1, C: yn });
+  forwardAt(l: ConvHost, G: ImageGeometry, p: ForwardPointers): void {
+    if (this.lanes.count === 1) {
+      for (let n = 0; n < G.n; n++) this.forwardSample(l, G, p, n);
+      return;
     }
-    lanes.join();
+    this.lanes.fork();
+    this.issuer.forward(this, l, G, p);
+    this.lanes.join();
+  }
+
+  /** Sample n's forward on its lane: [im2col], y[n] = W·col, y[n] += b·1ᵀ. */
+  forwardSample(l: ConvHost, G: ImageGeometry, p: ForwardPointers, n: number): void {
+    const plane = G.ho * G.wo;
+    const lane = this.lanes.lane(n);
+    const direct = isOneByOne(G);
+    const xn = p.x + 4 * n * G.c * G.h * G.w;
+    const col = direct ? xn : this.cols[lane.index]!.ptr;
+    const yn = p.y + 4 * n * G.f * plane;
+    if (!direct) this.im2col(l, lane, G, col, xn);
+    const rows = G.c * G.kernel * G.kernel;
+    this.gemm(l, lane, "gemm y=W·col", { m: G.f, n: plane, k: rows, A: p.W, B: col, beta: 0, C: yn });
+    this.gemm(l, lane, "gemm y+=b·1ᵀ", { m: G.f, n: plane, k: 1, A: p.b, B: this.ones.ptr, beta: 1, C: yn });
   }
 
   /** The backward of a convolution of geometry G (prepared) at the given addresses: db, dW, dx accumulated. */
   backwardAt(l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
-    const rows = G.c * G.kernel * G.kernel;
+    if (this.lanes.count === 1) {
+      this.caffeBackward(l, G, p);
+      return;
+    }
+    this.lanes.fork();
+    this.issuer.backward(this, l, G, p);
+    this.lanes.join();
+  }
+
+  /** One lane, Caffe's sequence: the bias over every sample, then per sample [im2col], dW, the columns, col2im. */
+  private caffeBackward(l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
+    const lane = this.lanes.lane(0);
+    const col = this.cols[0]!.ptr;
+    this.backwardBias(l, G, p);
+    for (let n = 0; n < G.n; n++) {
+      const xn = p.x + 4 * n * G.c * G.h * G.w;
+      const direct = isOneByOne(G);
+      if (!direct) this.im2col(l, lane, G, col, xn);
+      this.weightGemm(l, lane, G, p, n, direct ? xn : col);
+      this.inputGradient(l, lane, G, p, n, col);
+    }
+  }
+
+  /** db += dy[n]·1 for n = 0 … N − 1, in order, on the side lane. */
+  backwardBias(l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
     const plane = G.ho * G.wo;
-    const ones = this.ones.ptr;
-    const lanes = this.lanes;
-    const direct = isOneByOne(G);
-    lanes.fork();
-    // Caffe's order: the bias over every sample first (in order, on the side lane), then weights and input per sample
-    const side = lanes.side();
+    const side = this.lanes.side();
     for (let n = 0; n < G.n; n++) {
       const dyn = p.dy + 4 * n * G.f * plane;
       this.blas(l, side, "gemv db+=dy·1", () =>
-        this.cublas.sgemvRowMajor(side.blas, { rows: G.f, cols: plane, A: dyn, x: ones, beta: 1, y: p.db }),
+        this.cublas.sgemvRowMajor(side.blas, { rows: G.f, cols: plane, A: dyn, x: this.ones.ptr, beta: 1, y: p.db }),
       );
     }
-    let previous = lanes.lane(0);
-    for (let n = 0; n < G.n; n++) {
-      const lane = lanes.lane(n);
-      const col = this.cols[lane.index]!.ptr;
-      const dyn = p.dy + 4 * n * G.f * plane;
-      const xn = p.x + 4 * n * G.c * G.h * G.w;
-      if (!direct) this.im2col(l, lane, G, col, xn);
-      // dW += dy[n]·colᵀ strictly after sample n − 1's (the fixed order), and after nothing else of it
-      if (n > 0) lanes.waitFor(lane, previous);
-      const B = direct ? xn : col;
-      this.gemm(l, lane, "gemm dW+=dy·colᵀ", { m: G.f, n: rows, k: plane, A: dyn, B, transB: true, beta: 1, C: p.dW });
-      lanes.mark(lane);
-      previous = lane;
-      this.gemm(l, lane, "gemm col=Wᵀ·dy", {
-        transA: true,
-        m: rows,
-        n: plane,
-        k: G.f,
-        A: p.W,
-        B: dyn,
-        beta: 0,
-        C: col,
-      });
-      const dxn = karg.ptr(p.dx + 4 * n * G.c * G.h * G.w);
-      this.kernel(l, lane, "col2im", l.k.vp_col2im_add, G.c * G.h * G.w, [dxn, karg.ptr(col), ...dims(G)]);
+  }
+
+  /**
+   * A pool, sample n on its lane: im2col into the lane's column buffer once the chain has read the buffer's previous
+   * sample (n − L), then the input gradient through the lane's second buffer. Its chain part must be issued after it.
+   */
+  backwardLanePart(l: ConvHost, G: ImageGeometry, p: ConvPointers, n: number): void {
+    const lanes = this.lanes;
+    const lane = lanes.lane(n);
+    if (!isOneByOne(G)) {
+      if (n >= lanes.count) lanes.awaitWeights(lane);
+      this.im2col(l, lane, G, this.cols[lane.index]!.ptr, p.x + 4 * n * G.c * G.h * G.w);
+      lanes.columnsReady(lane);
     }
-    lanes.join();
+    this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
+  }
+
+  /** A pool, sample n on the chain lane: dW += dy[n]·colᵀ after sample n − 1's (stream order) and n's columns. */
+  backwardChainPart(l: ConvHost, G: ImageGeometry, p: ConvPointers, n: number): void {
+    const lanes = this.lanes;
+    const lane = lanes.lane(n);
+    const chain = lanes.chain();
+    if (isOneByOne(G)) {
+      this.weightGemm(l, chain, G, p, n, p.x + 4 * n * G.c * G.h * G.w);
+      return;
+    }
+    lanes.chainAwaitColumns(lane);
+    this.weightGemm(l, chain, G, p, n, this.cols[lane.index]!.ptr);
+    lanes.weightsDone(lane);
+  }
+
+  /** dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane`. */
+  private weightGemm(l: ConvHost, lane: ConvLane, G: ImageGeometry, p: ConvPointers, n: number, col: DevicePtr): void {
+    const rows = G.c * G.kernel * G.kernel;
+    const plane = G.ho * G.wo;
+    const dyn = p.dy + 4 * n * G.f * plane;
+    this.gemm(l, lane, "gemm dW+=dy·colᵀ", {
+      m: G.f,
+      n: rows,
+      k: plane,
+      A: dyn,
+      B: col,
+      transB: true,
+      beta: 1,
+      C: p.dW,
+    });
+  }
+
+  /** col = Wᵀ·dy[n], then col2im adds col into dx[n], on `lane`. */
+  private inputGradient(l: ConvHost, lane: ConvLane, G: ImageGeometry, p: ConvPointers, n: number, col: DevicePtr) {
+    const rows = G.c * G.kernel * G.kernel;
+    const plane = G.ho * G.wo;
+    const dyn = p.dy + 4 * n * G.f * plane;
+    this.gemm(l, lane, "gemm col=Wᵀ·dy", { transA: true, m: rows, n: plane, k: G.f, A: p.W, B: dyn, beta: 0, C: col });
+    const dxn = karg.ptr(p.dx + 4 * n * G.c * G.h * G.w);
+    this.kernel(l, lane, "col2im", l.k.vp_col2im_add, G.c * G.h * G.w, [dxn, karg.ptr(col), ...dims(G)]);
   }
 
   /** Frees the buffers (after the lanes' work is done). */
   dispose(): void {
     this.synchronize();
-    for (const s of [...this.cols, this.ones]) {
+    if (this.external) return;
+    for (const s of [...this.cols, ...this.colsB, this.ones]) {
       if (s.ptr !== 0) this.driver.memFree(s.ptr);
       s.ptr = 0;
       s.floats = 0;
@@ -268,12 +394,13 @@ export class ConvRunner {
           `${colFloats} floats; the kernels index at most ${MAX_ELEMENTS} (use fewer channels or a smaller image)`,
       );
     }
-    const growCols = this.cols.some((s) => s.floats < colFloats);
+    const buffers = [...this.cols, ...this.colsB];
+    const growCols = buffers.some((s) => s.floats < colFloats);
     const growOnes = this.ones.floats < G.ho * G.wo;
     if (!growCols && !growOnes) return G;
     // a buffer in use by queued work must not be freed under it: growing waits for the lanes (once per larger layer)
     this.synchronize();
-    if (growCols) for (const s of this.cols) this.grow(s, colFloats);
+    if (growCols) for (const s of buffers) this.grow(s, colFloats);
     if (growOnes) {
       this.grow(this.ones, G.ho * G.wo);
       const stream = this.lanes.lane(0).stream;
@@ -284,9 +411,13 @@ export class ConvRunner {
     return G;
   }
 
-  /** Waits for every lane's work. */
+  /** Waits for every lane's work (the side and chain lanes' too). */
   private synchronize(): void {
     for (let k = 0; k < this.lanes.count; k++) this.lanes.lane(k).stream.synchronize();
+    if (this.lanes.count > 1) {
+      this.lanes.side().stream.synchronize();
+      this.lanes.chain().stream.synchronize();
+    }
   }
 
   private grow(s: Scratch, floats: number): void {
