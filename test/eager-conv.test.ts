@@ -19,6 +19,7 @@ import {
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
+import { convThreadsFor } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
@@ -377,7 +378,7 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
     for (let n = 1; n < c.n; n++) assert.ok(dag.before(gemvs[n - 1]!, gemvs[n]!), `db GEMV ${n} after ${n - 1}`);
     assert.ok(!dag.before(gemvs[c.n - 1]!, dW[0]!), "the first dW GEMM does not wait for the bias chain");
     assert.ok(!dag.before(gemvs[0]!, im2col[c.n]!), "the backward's first im2col does not wait for the bias chain");
-    assert.equal(pool.size, 6, "the side lane is the pool's lane 4, the chain lane its lane 5");
+    assert.equal(pool.size, 4, "the side and chain lanes are extra lanes, not the samples'");
     // the weight chain reads sample n's columns after its im2col; the lane's im2col into that buffer L = 4 samples
     // later waits for that read; the lanes' input gradients never wait for the chain
     const L = 4;
@@ -391,5 +392,22 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
       if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);
     }
     runner.dispose();
+  });
+});
+
+describe("dispatch threads for a pooled convolution (conv-threads.ts)", () => {
+  test("convThreadsFor: VPPS_CONV_THREADS (0 … 8, at most the lanes), else min(lanes, 8, cores − 3)", () => {
+    assert.equal(convThreadsFor(4, { VPPS_CONV_THREADS: "2" }), 2);
+    assert.equal(convThreadsFor(3, { VPPS_CONV_THREADS: "8" }), 3);
+    assert.equal(convThreadsFor(16, { VPPS_CONV_THREADS: "0" }), 0);
+    const auto = convThreadsFor(32, {});
+    assert.ok(auto >= 1 && auto <= 8, `default ${auto}`);
+    assert.ok(convThreadsFor(2, {}) <= 2);
+    for (const bad of ["9", "-1", "2.5", "many"]) {
+      assert.throws(
+        () => convThreadsFor(4, { VPPS_CONV_THREADS: bad }),
+        /VPPS_CONV_THREADS is '.*'; expected an integer 0 … 8/,
+      );
+    }
   });
 });

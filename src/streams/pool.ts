@@ -16,7 +16,8 @@ import { type Cublas, type CublasHandle, CudaEvent, CudaStream, getCublas } from
 
 /** What the pool creates and orders with. */
 export interface PoolBackend<S, E, H> {
-  stream(): S;
+  /** A new stream; `highPriority`: the device's greatest stream priority. */
+  stream(opts?: { highPriority?: boolean }): S;
   event(): E;
   /** A cuBLAS handle whose calls go to `stream`. */
   blas(stream: S): H;
@@ -41,6 +42,7 @@ export class StreamPool<S, E, H> {
   private readonly done: E[] = [];
   private readonly start: E;
   private readonly sets = new Map<string, E[]>();
+  private readonly extras = new Map<string, { lane: Lane<S, H>; done: E }>();
   private disposed = false;
 
   constructor(
@@ -81,10 +83,29 @@ export class StreamPool<S, E, H> {
     return this.all[k % count]!;
   }
 
-  /** The first `count` lanes' later work waits for what `origin` has queued so far. */
-  fork(origin: S, count = this.all.length): void {
+  /**
+   * A named lane outside the round-robin ones (created on first use, with its own cuBLAS handle; index −1, −2, …): for
+   * work that runs beside the lanes', e.g. a chain of accumulations in a fixed order. `highPriority` applies when it
+   * is created.
+   */
+  extraLane(name: string, opts: { highPriority?: boolean } = {}): Lane<S, H> {
+    let x = this.extras.get(name);
+    if (x === undefined) {
+      const stream = this.backend.stream(opts);
+      x = {
+        lane: { index: -1 - this.extras.size, stream, blas: this.backend.blas(stream) },
+        done: this.backend.event(),
+      };
+      this.extras.set(name, x);
+    }
+    return x.lane;
+  }
+
+  /** The first `count` lanes' (and `extras`') later work waits for what `origin` has queued so far. */
+  fork(origin: S, count = this.all.length, extras: readonly Lane<S, H>[] = []): void {
     this.backend.record(this.start, origin);
     for (let i = 0; i < count; i++) this.backend.wait(this.all[i]!.stream, this.start);
+    for (const x of extras) this.backend.wait(x.stream, this.start);
   }
 
   /** Remembers the point `lane` has reached, for `waitFor`. */
@@ -122,10 +143,16 @@ export class StreamPool<S, E, H> {
   }
 
   /** `origin`'s later work waits for everything queued on the first `count` lanes. */
-  join(origin: S, count = this.all.length): void {
+  join(origin: S, count = this.all.length, extras: readonly Lane<S, H>[] = []): void {
     for (let i = 0; i < count; i++) {
       this.backend.record(this.done[i]!, this.all[i]!.stream);
       this.backend.wait(origin, this.done[i]!);
+    }
+    for (const x of extras) {
+      const done = [...this.extras.values()].find((e) => e.lane === x)?.done;
+      if (done === undefined) throw new RangeError("StreamPool.join: an extra lane of another pool");
+      this.backend.record(done, x.stream);
+      this.backend.wait(origin, done);
     }
   }
 
@@ -133,7 +160,10 @@ export class StreamPool<S, E, H> {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    for (const l of this.all) this.backend.destroyLane(l.stream, l.blas);
+    for (const l of [...this.all, ...[...this.extras.values()].map((x) => x.lane)]) {
+      this.backend.destroyLane(l.stream, l.blas);
+    }
+    for (const x of this.extras.values()) this.backend.destroyEvent(x.done);
     for (const e of [this.start, ...this.marks, ...this.done, ...[...this.sets.values()].flat()]) {
       this.backend.destroyEvent(e);
     }
@@ -143,7 +173,7 @@ export class StreamPool<S, E, H> {
 /** CUDA's streams and events, and cuBLAS handles bound to the streams. */
 function cudaBackend(cublas: Cublas): PoolBackend<CudaStream, CudaEvent, CublasHandle> {
   return {
-    stream: () => CudaStream.create({ nonBlocking: true }),
+    stream: (opts) => CudaStream.create({ nonBlocking: true, highPriority: opts?.highPriority ?? false }),
     event: () => CudaEvent.create({ timing: false }),
     blas(stream) {
       const h = cublas.create();

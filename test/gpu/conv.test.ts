@@ -8,7 +8,9 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
+import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
+import { GpuContext } from "../../src/engines/gpu/context.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import {
@@ -202,4 +204,44 @@ describe("a small CNN on the eager engine", { skip }, () => {
         assertClose(g[key], c[key], `${key} on ${streams} stream(s)`);
     }
   });
+});
+
+describe("a pool's work issued from several host threads (conv-threads.ts): one thread's results bit for bit", {
+  skip,
+}, () => {
+  const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const shapes: ConvLayerShape[] = [
+    { name: "CIFAR10 conv2, 19 samples", n: 19, c: 32, hw: 16, f: 32, k: 5, s: 1, p: 2 },
+    { name: "GoogLeNet conv_3 (1×1), 13 samples", n: 13, c: 96, hw: 7, f: 48, k: 1, s: 1, p: 0 },
+  ];
+  for (const shape of shapes) {
+    test(`${shape.name}: 4 lanes from 1 and 2 threads, 8 lanes from 4, twice each, equal one stream`, () => {
+      const ctx = GpuContext.open({ poolBytes: 64 * MiB });
+      const layer = ConvLayer.open(shape, ctx);
+      try {
+        const one = layer.runner(1);
+        layer.iteration(one);
+        const reference = layer.results();
+        one.dispose();
+        for (const [lanes, threads] of [
+          [4, 1],
+          [4, 2],
+          [8, 4],
+        ] as const) {
+          const r = layer.runner(lanes, { threads });
+          for (let round = 0; round < 2; round++) {
+            layer.iteration(r);
+            const got = layer.results();
+            for (const key of ["y", "dW", "db", "dx"]) {
+              assert.deepEqual(bits(got[key]!), bits(reference[key]!), `${key}: ${lanes} lanes, ${threads} thread(s)`);
+            }
+          }
+          r.dispose();
+        }
+      } finally {
+        layer.dispose();
+        ctx.dispose();
+      }
+    });
+  }
 });

@@ -7,7 +7,8 @@
 import { CudaEvent, CudaGraph } from "../../cuda/index.js";
 import type { ConvRunner } from "../../engines/eager/conv.js";
 import { analyseConvLayer, type ConvAnalysis, callFootprints, type LaunchMode } from "../../engines/eager/conv-glp.js";
-import { ConvLayer } from "../../engines/eager/conv-layer.js";
+import { ConvLayer, MAX_LAYER_LANES } from "../../engines/eager/conv-layer.js";
+import { convThreadsFor } from "../../engines/eager/conv-threads.js";
 import type { GpuContext } from "../../engines/gpu/context.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
 import { median } from "../common.js";
@@ -101,7 +102,8 @@ function timeIterations(
             graph = g;
             return () => g.launch();
           })();
-    once(); // warm-up
+    // warm-up: in direct mode three iterations, as dispatch threads' code is compiled on their first jobs
+    for (let w = 0; w < (mode === "direct" ? 3 : 1); w++) once();
     events[0]!.record(ctx.stream);
     for (let r = 1; r <= repeats; r++) {
       once();
@@ -164,13 +166,22 @@ function runMode(
 ): ConvModeResult {
   const shape = layer.shape;
   const connections = hardwareQueues();
-  const analysis: ConvAnalysis = analyseConvLayer(layer, one, { mode, solver, connections, footprints });
+  // direct launches: a pool's work issued from several host threads (conv-threads.ts); a graph is captured from one
+  const threadsFor = (k: number) => (mode === "direct" ? convThreadsFor(k) : 1);
+  const hostThreads = threadsFor(MAX_LAYER_LANES);
+  const analysis: ConvAnalysis = analyseConvLayer(layer, one, {
+    mode,
+    solver,
+    connections,
+    footprints,
+    hostThreads,
+  });
   const pools: Record<string, ConvTiming> = {};
   const oneStream = timeIterations(layer, mode, one, one, o.repeats, reference);
   pools["1"] = oneStream;
   for (const k of o.pools) {
     if (k === 1) continue;
-    const r = layer.runner(k);
+    const r = layer.runner(k, { threads: threadsFor(k) });
     try {
       pools[String(k)] = timeIterations(layer, mode, r, r, o.repeats, reference);
     } finally {
@@ -181,8 +192,8 @@ function runMode(
   let glpTiming: ConvTiming;
   if (kf === kb && pools[String(kf)] !== undefined) glpTiming = pools[String(kf)]!;
   else {
-    const rf = kf === 1 ? one : layer.runner(kf);
-    const rb = kb === 1 ? one : kb === kf ? rf : layer.runner(kb);
+    const rf = kf === 1 ? one : layer.runner(kf, { threads: threadsFor(kf) });
+    const rb = kb === 1 ? one : kb === kf ? rf : layer.runner(kb, { threads: threadsFor(kb) });
     try {
       glpTiming = timeIterations(layer, mode, rf, rb, o.repeats, reference);
     } finally {

@@ -10,9 +10,10 @@ import type { ComputationGraph } from "../../graph/graph.js";
 import { imageGeometry } from "../../ops/image.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
 import type { GpuContext } from "../gpu/context.js";
-import { ConvRunner, poolLanes } from "./conv.js";
+import { type ConvHost, ConvRunner, poolLanes } from "./conv.js";
 import { analyseConvLayer, callFootprints } from "./conv-glp.js";
-import { ConvLayer } from "./conv-layer.js";
+import { ConvLayer, MAX_LAYER_LANES } from "./conv-layer.js";
+import { convThreads, convThreadsFor, MAX_POOL_LANES } from "./conv-threads.js";
 import type { ConvChooser } from "./node-kernels.js";
 
 interface Entry {
@@ -31,6 +32,8 @@ export class ConvAuto implements ConvChooser {
     private readonly one: ConvRunner,
     private readonly solver: () => IntegerSolver | undefined,
     private readonly explain: ((text: string) => void) | undefined,
+    /** The engine's im2col and col2im, for dispatch threads (conv-threads.ts). */
+    private readonly kernels: ConvHost["k"],
   ) {}
 
   runner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner | undefined {
@@ -59,7 +62,13 @@ export class ConvAuto implements ConvChooser {
         try {
           layer.iteration(r); // warm: buffers, cuBLAS's kernels loaded
           const footprints = callFootprints(layer, r);
-          const a = analyseConvLayer(layer, r, { mode: "direct", solver, connections: hardwareQueues(), footprints });
+          const a = analyseConvLayer(layer, r, {
+            mode: "direct",
+            solver,
+            connections: hardwareQueues(),
+            footprints,
+            hostThreads: convThreadsFor(MAX_LAYER_LANES),
+          });
           sizes = [a.forwardPool, a.backwardPool];
           text = [
             ...[a.forward, a.backward].map((c) => (c === undefined ? "" : explainChoice(c))),
@@ -90,6 +99,8 @@ export class ConvAuto implements ConvChooser {
           this.ctx.cublas,
           poolLanes(this.ctx.streamPool(k), this.ctx.stream, k),
         );
+        const threads = convThreadsFor(k);
+        if (threads > 1 && k <= MAX_POOL_LANES) r.issuer = convThreads(this.ctx, threads, this.kernels);
         runners.set(k, r);
         this.owned.add(r);
       }

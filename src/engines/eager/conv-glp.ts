@@ -9,8 +9,9 @@
 //
 // The instances of each kernel are the samples that may run at once: N for im2col, the GEMMs of the forward, the
 // input-gradient GEMM and col2im; 1 for the bias and weight gradients, accumulated sample after sample (conv.ts).
-// The launch cost is the tracker's median host time per launch with direct launches, and 0 for a layer replayed as a
-// CUDA graph (one host call launches every kernel of it).
+// The launch cost is the tracker's median host time per launch with direct launches — shared by the host threads
+// that issue a pool's work (conv-threads.ts), which launch that many kernels in the time one thread launches one —
+// and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).
 
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import { CudaEvent, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
@@ -92,7 +93,14 @@ export function callFootprints(layer: ConvLayer, runner: ConvRunner): Map<ConvCa
 export function analyseConvLayer(
   layer: ConvLayer,
   runner: ConvRunner,
-  opts: { mode: LaunchMode; solver: IntegerSolver; connections: number; footprints?: Map<ConvCallName, CallFootprint> },
+  opts: {
+    mode: LaunchMode;
+    solver: IntegerSolver;
+    connections: number;
+    footprints?: Map<ConvCallName, CallFootprint>;
+    /** Host threads issuing a pool's direct launches (conv-threads.ts; default 1): T_launch is shared by them. */
+    hostThreads?: number;
+  },
 ): ConvAnalysis {
   if (runner.lanes.count !== 1) throw new RangeError("analyseConvLayer: profile on a runner of one lane");
   const ctx = layer.ctx;
@@ -150,14 +158,19 @@ export function analyseConvLayer(
     ...profile("col2im", G.n),
   ];
   const device = deviceModelOfCuda(ctx.device.props);
-  const launchUs = opts.mode === "direct" ? measuredLaunchUs : 0;
+  const hostThreads = opts.mode === "direct" ? (opts.hostThreads ?? 1) : 1;
+  const launchUs = opts.mode === "direct" ? measuredLaunchUs / hostThreads : 0;
   const errors: string[] = [];
   const analyse = (what: string, kernels: KernelProfile[]) => {
     if (kernels.length === 0) return undefined;
     try {
       return analyseConcurrency(
         {
-          label: `${layer.shape.name} ${what} (${opts.mode} launches)`,
+          label:
+            `${layer.shape.name} ${what} (${opts.mode} launches` +
+            (hostThreads > 1
+              ? `, from ${hostThreads} host threads: T_launch ${measuredLaunchUs.toFixed(2)} µs / ${hostThreads})`
+              : ")"),
           kernels,
           device,
           launchUs,

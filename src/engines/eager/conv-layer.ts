@@ -9,6 +9,7 @@ import { convOutputSide, type ImageGeometry } from "../../ops/image.js";
 import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../gpu/context.js";
 import { gridFor } from "../gpu/parameters.js";
 import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes } from "./conv.js";
+import { convThreads, convThreadsFor } from "./conv-threads.js";
 import { EAGER_BLOCK, EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "./kernels.js";
 
 /** A layer as the paper's Table 5 gives it: batch, input channels, side, filters, filter side, stride, padding. */
@@ -124,8 +125,12 @@ export class ConvLayer {
     return this.pool_;
   }
 
-  /** A runner on `lanes` lanes (1: the context's stream, no events), its buffers sized for this layer. */
-  runner(lanes: number): ConvRunner {
+  /**
+   * A runner on `lanes` lanes (1: the context's stream, no events), its buffers sized for this layer; a pool's work
+   * issued from `threads` sample threads (conv-threads.ts; default convThreadsFor(lanes), 1: from this thread — what
+   * a CUDA graph capture needs).
+   */
+  runner(lanes: number, opts: { threads?: number } = {}): ConvRunner {
     if (!Number.isInteger(lanes) || lanes < 1 || lanes > MAX_LAYER_LANES) {
       throw new RangeError(`ConvLayer.runner: lanes must be an integer 1 … ${MAX_LAYER_LANES}; got ${lanes}`);
     }
@@ -133,6 +138,8 @@ export class ConvLayer {
     const l = lanes === 1 ? oneLane(ctx.stream, ctx.cublasHandle) : poolLanes(this.pool, ctx.stream, lanes);
     const r = new ConvRunner(ctx.device.driver, ctx.cublas, l);
     r.prepare(this.G, () => this.shape.name);
+    const threads = lanes === 1 ? 1 : (opts.threads ?? convThreadsFor(lanes));
+    if (threads > 1) r.issuer = convThreads(ctx, threads, this.host.k);
     return r;
   }
 

@@ -35,7 +35,7 @@ import {
 } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { type ImageGeometry, imageGeometry } from "../../ops/image.js";
-import type { StreamPool } from "../../streams/pool.js";
+import type { Lane, StreamPool } from "../../streams/pool.js";
 
 /** What the runner launches with: the two convolution kernels and a counted grid-stride launch (EagerNodeKernels). */
 export interface ConvHost {
@@ -136,13 +136,16 @@ export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
   };
 }
 
-/** The pool's lanes beyond the samples' `count`: the side lane is lane `count`, the chain lane `count + 1`. */
-export const EXTRA_LANES = 2;
-
 /**
- * The first `count` lanes of a stream pool, forked from and joined to `origin`, with its lanes `count` (side) and
- * `count + 1` (chain), grown where the pool is smaller.
+ * A pool's side lane (the bias chain) and chain lane (the weight chain), extra lanes of the pool shared by every
+ * layer on it. The chain lane has the device's highest stream priority: its GEMMs are the layer's critical path, so
+ * its blocks go first as SMs free up, and the lanes' work fills the rest.
  */
+export function convExtraLanes<S, E, H>(pool: StreamPool<S, E, H>): { side: Lane<S, H>; chain: Lane<S, H> } {
+  return { side: pool.extraLane("conv.side"), chain: pool.extraLane("conv.chain", { highPriority: true }) };
+}
+
+/** The first `count` lanes of a stream pool, forked from and joined to `origin`, with its side and chain lanes. */
 export function poolLanes<E>(
   pool: StreamPool<CudaStream, E, CublasHandle>,
   origin: CudaStream,
@@ -151,19 +154,17 @@ export function poolLanes<E>(
   if (!Number.isInteger(count) || count < 2 || count > pool.size) {
     throw new RangeError(`poolLanes: count must be an integer in 2 … ${pool.size} (the pool's size); got ${count}`);
   }
-  pool.grow(count + EXTRA_LANES);
-  const side = pool.lanes[count]!;
-  const chain = pool.lanes[count + 1]!;
+  const { side, chain } = convExtraLanes(pool);
+  const extras = [side, chain];
   const columns = pool.eventSet("conv.columns");
   const weights = pool.eventSet("conv.weights");
-  const all = count + EXTRA_LANES;
   return {
     count,
     lane: (k) => pool.lane(k, count),
     side: () => side,
     chain: () => chain,
-    fork: () => pool.fork(origin, all),
-    join: () => pool.join(origin, all),
+    fork: () => pool.fork(origin, count, extras),
+    join: () => pool.join(origin, count, extras),
     columnsReady: (lane) => pool.recordOn(columns[lane.index]!, pool.lanes[lane.index]!),
     chainAwaitColumns: (lane) => pool.waitOn(chain, columns[lane.index]!),
     weightsDone: (lane) => pool.recordOn(weights[lane.index]!, chain),

@@ -120,6 +120,7 @@ export class GpuContext {
   private readonly stagings: StagingBuffer[] = [];
   private readonly readback: PinnedBuffer;
   private pool_: CudaStreamPool | undefined;
+  private readonly attachments = new Map<string, { dispose(): void }>();
   private disposed = false;
 
   private constructor(
@@ -254,12 +255,27 @@ export class GpuContext {
     this.stream.synchronize();
   }
 
+  /**
+   * The object attached under `key`, made by `make` the first time: something that lives as long as the context and
+   * is disposed with it, before the stream pool (e.g. a convolution's dispatch threads, which use the pool's streams).
+   */
+  attached<T extends { dispose(): void }>(key: string, make: () => T): T {
+    let a = this.attachments.get(key);
+    if (a === undefined) {
+      a = make();
+      this.attachments.set(key, a);
+    }
+    return a as T;
+  }
+
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
     try {
       this.stream.synchronize();
     } finally {
+      for (const a of [...this.attachments.values()].reverse()) a.dispose();
+      this.attachments.clear();
       this.pool_?.dispose();
       for (const s of this.stagings) s.dispose();
       this.readback.free();

@@ -1,0 +1,304 @@
+// A pooled convolution's work issued from several host threads (the main side; the threads' is
+// conv-thread-worker.ts). With direct launches one host thread bounds a Caffe-style layer: a sample costs 5 cuBLAS
+// calls and up to 3 kernel launches, ~57 µs of host time even from C on an H100's host, more than the GPU time per
+// sample of most Table 5 layers, so no pool can overlap anything (bench/results/h100/issue19/session14/). cuBLAS calls
+// from several threads, each on its own streams and handles, scale almost linearly (464 against 71 calls per ms with 8
+// threads, same results folder). This goes beyond GLP4NN, whose model has one host thread.
+//
+// Threads: P sample threads (thread t issues the samples of the lanes k ≡ t mod P, in sample order), one for the
+// weight gradient's chain lane and one for the bias gradient's side lane (conv.ts). Each makes the device's primary
+// context current, wraps the pool's streams and creates its own cuBLAS handles, and runs ConvRunner's parts on the
+// runner's buffers. The main thread forks the lanes, posts the job in shared memory, waits (Atomics.wait) until every
+// thread has issued its share, and joins the lanes: so `forwardAt`/`backwardAt` stay synchronous and queue exactly
+// the work one thread would, with the same events between the same lanes. The GPU orders the work by those events;
+// the host must only issue each wait after the record it waits for, which two shared counters ensure: the chain thread
+// issues sample n's part once n's lane part has been issued (ring slot n mod L holds n + 1), and a lane issues sample
+// n's im2col into a buffer once the chain has issued sample n − L's part (counter CHAIN > n − L). The results are one
+// thread's bit for bit: the same calls on the same streams, ordered by the same events.
+//
+// A thread that fails reports on its port and bumps the error counter; every wait is bounded and gives up when
+// another thread has failed, so the main thread throws the first error instead of hanging.
+
+import { availableParallelism } from "node:os";
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
+import type { CudaKernel } from "../../cuda/index.js";
+import type { ImageGeometry } from "../../ops/image.js";
+import { UserError } from "../../util/errors.js";
+import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
+import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
+import { type ConvHost, type ConvIssuer, type ConvPointers, type ConvRunner, convExtraLanes } from "./conv.js";
+
+/** Control words (Int32Array over a SharedArrayBuffer). */
+export const CTRL = {
+  /** Job generation, bumped by the main thread per job; −1 stops the threads. */
+  GEN: 0,
+  /** Threads done with the current job (and, before the first, threads started). */
+  DONE: 1,
+  /** Threads that failed. */
+  ERROR: 2,
+  /** Chain parts issued in the current job. */
+  CHAIN: 3,
+  /** Ring of L slots: slot n mod L holds n + 1 once sample n's lane part has been issued. */
+  RING: 4,
+} as const;
+
+/** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, then the column buffers (max lanes) and
+ * the second buffers (max lanes). */
+export const JOB = {
+  KIND: 0,
+  GEOMETRY: 1, // n, c, h, w, f, ho, wo, kernel, stride, padding
+  POINTERS: 11, // x, W, b, y, dx, dW, db, dy
+  ONES: 19,
+  LANES: 20,
+  COLS: 21,
+} as const;
+const GEOMETRY_KEYS = ["n", "c", "h", "w", "f", "ho", "wo", "kernel", "stride", "padding"] as const;
+const POINTER_KEYS = ["x", "W", "b", "y", "dx", "dW", "db", "dy"] as const;
+
+export function writeGeometry(job: Float64Array, G: ImageGeometry): void {
+  GEOMETRY_KEYS.forEach((k, i) => {
+    job[JOB.GEOMETRY + i] = G[k];
+  });
+}
+
+export function readGeometry(job: Float64Array): ImageGeometry {
+  const g: Record<string, number> = {};
+  GEOMETRY_KEYS.forEach((k, i) => {
+    g[k] = job[JOB.GEOMETRY + i]!;
+  });
+  return g as unknown as ImageGeometry;
+}
+
+export function readPointers(job: Float64Array): ConvPointers {
+  const p: Record<string, number> = {};
+  POINTER_KEYS.forEach((k, i) => {
+    p[k] = job[JOB.POINTERS + i]!;
+  });
+  return p as unknown as ConvPointers;
+}
+
+/** What a thread issues: its sample lanes (t of P), the chain lane or the side lane. */
+export type ConvThreadRole =
+  | { readonly kind: "samples"; readonly t: number; readonly P: number }
+  | { readonly kind: "chain" }
+  | { readonly kind: "side" };
+
+/** A thread's start data (structured-cloned). */
+export interface ConvThreadData {
+  readonly entry: string;
+  readonly tsx: string | undefined;
+  readonly fatal: { port: MessagePort; counter: SharedArrayBuffer; index: number };
+  readonly port: MessagePort;
+  readonly device: number;
+  readonly role: ConvThreadRole;
+  /** The most sample lanes M of a job; `streams` holds the pool's lanes 0 … M − 1, then the side and chain lanes. */
+  readonly maxLanes: number;
+  readonly streams: readonly bigint[];
+  readonly columns: readonly bigint[];
+  readonly weights: readonly bigint[];
+  readonly kernels: { readonly im2col: bigint; readonly col2im: bigint };
+  readonly ctrl: SharedArrayBuffer;
+  readonly job: SharedArrayBuffer;
+  /** ms a thread waits for another before it gives up. */
+  readonly timeoutMs: number;
+}
+
+/** The most sample threads VPPS_CONV_THREADS takes (beyond 8 the driver's launch path stops scaling). */
+export const MAX_CONV_THREADS = 8;
+/**
+ * The default's cap: with 8 sample threads, besides the chain's, the side's and the main thread, the small Table 5
+ * layers ran slower than with 4 on the H100's 16-core host (bench/results/h100/issue19/session14/).
+ */
+export const DEFAULT_CONV_THREADS = 4;
+const TIMEOUT_MS = 60_000;
+
+/**
+ * Sample threads for a pool of `count` lanes: `VPPS_CONV_THREADS` when set (0 or 1: issue from the calling thread),
+ * else min(count, 8, cores − 3) — the chain and side threads and the main thread take the rest.
+ */
+export function convThreadsFor(count: number, env: Readonly<Record<string, string | undefined>> = process.env): number {
+  const raw = env["VPPS_CONV_THREADS"];
+  if (raw !== undefined && raw.trim() !== "") {
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < 0 || n > MAX_CONV_THREADS) {
+      throw new UserError(
+        `VPPS_CONV_THREADS is '${raw}'; expected an integer 0 … ${MAX_CONV_THREADS} (0 or 1: issue a convolution's ` +
+          "pooled work from the calling thread)",
+      );
+    }
+    return Math.min(n, count);
+  }
+  return Math.max(1, Math.min(count, DEFAULT_CONV_THREADS, availableParallelism() - 3));
+}
+
+/**
+ * The issuer for pools of up to MAX_POOL_LANES lanes of a context's stream pool with `threads` sample threads,
+ * started once per context and thread count (so that every pool size shares threads already warm).
+ */
+export function convThreads(ctx: GpuContext, threads: number, kernels: ConvHost["k"]): ConvThreads {
+  const pool = ctx.streamPool(MAX_POOL_LANES);
+  return ctx.attached(`conv-threads:${threads}`, () =>
+    ConvThreads.start({ device: ctx.device.props.index, pool, maxLanes: MAX_POOL_LANES, threads, kernels }),
+  );
+}
+
+/** The most lanes of a pooled convolution dispatch threads take (the benchmark's largest pool). */
+export const MAX_POOL_LANES = 32;
+
+/** See the top of this file. */
+export class ConvThreads implements ConvIssuer {
+  private readonly ctrl: Int32Array;
+  private readonly job: Float64Array;
+  private disposed = false;
+
+  private constructor(
+    private readonly workers: readonly Worker[],
+    private readonly ports: readonly MessagePort[],
+    ctrl: SharedArrayBuffer,
+    job: SharedArrayBuffer,
+    readonly maxLanes: number,
+    readonly threads: number,
+  ) {
+    this.ctrl = new Int32Array(ctrl);
+    this.job = new Float64Array(job);
+  }
+
+  /** Starts the threads and waits until each has its streams and handles. */
+  static start(o: {
+    device: number;
+    pool: CudaStreamPool;
+    maxLanes: number;
+    threads: number;
+    kernels: { readonly vp_im2col: CudaKernel; readonly vp_col2im_add: CudaKernel };
+  }): ConvThreads {
+    const { pool, maxLanes } = o;
+    if (!Number.isInteger(o.threads) || o.threads < 1 || o.threads > MAX_CONV_THREADS) {
+      throw new RangeError(`ConvThreads: threads must be an integer 1 … ${MAX_CONV_THREADS}; got ${o.threads}`);
+    }
+    pool.grow(maxLanes);
+    const { side, chain } = convExtraLanes(pool);
+    const ctrl = new SharedArrayBuffer(4 * (CTRL.RING + maxLanes));
+    const job = new SharedArrayBuffer(8 * (JOB.COLS + 2 * maxLanes));
+    const streams = [...pool.lanes.slice(0, maxLanes), side, chain].map((l) => l.stream.handle);
+    const columns = pool.eventSet("conv.columns").map((e) => e.handle);
+    const weights = pool.eventSet("conv.weights").map((e) => e.handle);
+    const { entry, tsx } = siblingModule(import.meta.url, "conv-thread-worker");
+    const roles: ConvThreadRole[] = [
+      ...Array.from({ length: o.threads }, (_, t) => ({ kind: "samples" as const, t, P: o.threads })),
+      { kind: "chain" },
+      { kind: "side" },
+    ];
+    const workers: Worker[] = [];
+    const ports: MessagePort[] = [];
+    for (const role of roles) {
+      const { port1, port2 } = new MessageChannel();
+      const data: ConvThreadData = {
+        entry,
+        tsx,
+        fatal: { port: port2, counter: ctrl, index: CTRL.ERROR },
+        port: port2,
+        device: o.device,
+        role,
+        maxLanes,
+        streams,
+        columns,
+        weights,
+        kernels: { im2col: o.kernels.vp_im2col.handle, col2im: o.kernels.vp_col2im_add.handle },
+        ctrl,
+        job,
+        timeoutMs: TIMEOUT_MS,
+      };
+      const w = new Worker(MODULE_BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
+      w.unref();
+      port1.unref();
+      workers.push(w);
+      ports.push(port1);
+    }
+    const threads = new ConvThreads(workers, ports, ctrl, job, maxLanes, o.threads);
+    try {
+      threads.await("start");
+    } catch (e) {
+      threads.dispose();
+      throw e;
+    }
+    return threads;
+  }
+
+  forward(runner: ConvRunner, _l: ConvHost, G: ImageGeometry, p: Pick<ConvPointers, "x" | "W" | "b" | "y">): void {
+    this.run(0, runner, G, { ...p, dx: 0, dW: 0, db: 0, dy: 0 });
+  }
+
+  backward(runner: ConvRunner, _l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
+    this.run(1, runner, G, p);
+  }
+
+  private run(kind: 0 | 1, runner: ConvRunner, G: ImageGeometry, p: ConvPointers): void {
+    if (this.disposed) throw new Error("ConvThreads: used after dispose()");
+    const L = runner.lanes.count;
+    if (L > this.maxLanes) {
+      throw new RangeError(`ConvThreads: a runner of ${L} lanes; these threads take at most ${this.maxLanes}`);
+    }
+    const job = this.job;
+    const b = runner.buffers();
+    job[JOB.KIND] = kind;
+    writeGeometry(job, G);
+    POINTER_KEYS.forEach((k, i) => {
+      job[JOB.POINTERS + i] = p[k];
+    });
+    job[JOB.ONES] = b.ones;
+    job[JOB.LANES] = L;
+    for (let k = 0; k < L; k++) {
+      job[JOB.COLS + k] = b.cols[k]!;
+      job[JOB.COLS + this.maxLanes + k] = b.colsB[k] ?? 0;
+    }
+    const c = this.ctrl;
+    Atomics.store(c, CTRL.DONE, 0);
+    Atomics.store(c, CTRL.CHAIN, 0);
+    for (let k = 0; k < L; k++) Atomics.store(c, CTRL.RING + k, 0);
+    Atomics.add(c, CTRL.GEN, 1);
+    Atomics.notify(c, CTRL.GEN);
+    this.await(kind === 0 ? "forward" : "backward");
+  }
+
+  /** Waits until every thread is done (or started), throwing the first failure. */
+  private await(what: string): void {
+    const c = this.ctrl;
+    const n = this.workers.length;
+    const deadline = performance.now() + TIMEOUT_MS;
+    let spins = 0;
+    for (;;) {
+      const done = Atomics.load(c, CTRL.DONE);
+      if (Atomics.load(c, CTRL.ERROR) > 0) throw this.failure(what);
+      if (done >= n) return;
+      if (++spins < 2000) continue;
+      if (performance.now() > deadline) {
+        throw new Error(`convolution dispatch threads: ${n - done} of ${n} did not finish the ${what} in 60 s`);
+      }
+      Atomics.wait(c, CTRL.DONE, done, 5);
+    }
+  }
+
+  private failure(what: string): Error {
+    const messages: string[] = [];
+    for (const port of this.ports) {
+      for (let m = receiveMessageOnPort(port); m !== undefined; m = receiveMessageOnPort(port)) {
+        const msg = m.message as { kind: string; message: string };
+        if (msg.kind === "fatal" || msg.kind === "error") messages.push(msg.message);
+      }
+    }
+    this.dispose();
+    return new Error(
+      `convolution dispatch threads failed during the ${what}: ${messages[0] ?? "(no message)"}` +
+        (messages.length > 1 ? ` (and ${messages.length - 1} more)` : ""),
+    );
+  }
+
+  /** Stops the threads (each destroys its cuBLAS handles); the pool's streams stay the pool's. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    Atomics.store(this.ctrl, CTRL.GEN, -1);
+    Atomics.notify(this.ctrl, CTRL.GEN);
+    for (const p of this.ports) p.close();
+  }
+}
