@@ -79,6 +79,11 @@ function sameBits(a: Float32Array, b: Float32Array): boolean {
   return true;
 }
 
+/** Each configuration of a layer is timed over at least this much of one stream's time (ms)… */
+const MIN_TIMED_MS = 40;
+/** …in at most this many iterations. */
+const MAX_REPEATS = 25;
+
 /** Times `repeats` iterations of the layer on the given runners, one launch mode. */
 function timeIterations(
   layer: ConvLayer,
@@ -177,13 +182,17 @@ function runMode(
     hostThreads,
   });
   const pools: Record<string, ConvTiming> = {};
-  const oneStream = timeIterations(layer, mode, one, one, o.repeats, reference);
+  // short layers are timed over more iterations (at least ~40 ms of one stream, at most 25), so that the pool
+  // sizes' medians are compared above the run-to-run noise of a few host threads
+  const probe = timeIterations(layer, mode, one, one, o.repeats, reference);
+  const repeats = Math.min(MAX_REPEATS, Math.max(o.repeats, Math.ceil(MIN_TIMED_MS / probe.ms)));
+  const oneStream = repeats > o.repeats ? timeIterations(layer, mode, one, one, repeats, reference) : probe;
   pools["1"] = oneStream;
   for (const k of o.pools) {
     if (k === 1) continue;
     const r = layer.runner(k, { threads: threadsFor(k) });
     try {
-      pools[String(k)] = timeIterations(layer, mode, r, r, o.repeats, reference);
+      pools[String(k)] = timeIterations(layer, mode, r, r, repeats, reference);
     } finally {
       r.dispose();
     }
@@ -195,7 +204,7 @@ function runMode(
     const rf = kf === 1 ? one : layer.runner(kf, { threads: threadsFor(kf) });
     const rb = kb === 1 ? one : kb === kf ? rf : layer.runner(kb, { threads: threadsFor(kb) });
     try {
-      glpTiming = timeIterations(layer, mode, rf, rb, o.repeats, reference);
+      glpTiming = timeIterations(layer, mode, rf, rb, repeats, reference);
     } finally {
       for (const r of new Set([rf, rb])) if (r !== one) r.dispose();
     }
@@ -211,7 +220,13 @@ function runMode(
         : explainChoice(c),
     )
     .join("\n\n");
-  const refused = analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
+  const threadsNote =
+    analysis.hostThreads > 1
+      ? `\n(direct launches issued from ${analysis.hostThreads} host threads: the program's T_launch is shared by ` +
+        `them, and a pool has a lane for each: forward ${analysis.forward?.poolSize ?? 1} → ` +
+        `${analysis.forwardPool}, backward ${analysis.backward?.poolSize ?? 1} → ${analysis.backwardPool} streams)`
+      : "";
+  const refused = threadsNote + analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
   const unknown =
     refused +
     (analysis.unknown.length === 0

@@ -47,6 +47,8 @@ export interface ConvAnalysis {
   /** The pool sizes chosen (1 without a choice). */
   readonly forwardPool: number;
   readonly backwardPool: number;
+  /** Host threads issuing a pool's direct launches (1 with CUDA graphs); a pool is at least that large. */
+  readonly hostThreads: number;
   /** The tracker's median host time per launch, µs (the program's T_launch with direct launches). */
   readonly measuredLaunchUs: number;
   /** Median duration of each cuBLAS call, µs. */
@@ -158,7 +160,7 @@ export function analyseConvLayer(
     ...profile("col2im", G.n),
   ];
   const device = deviceModelOfCuda(ctx.device.props);
-  const hostThreads = opts.mode === "direct" ? (opts.hostThreads ?? 1) : 1;
+  const hostThreads = opts.mode === "direct" ? Math.max(1, opts.hostThreads ?? 1) : 1;
   const launchUs = opts.mode === "direct" ? measuredLaunchUs / hostThreads : 0;
   const errors: string[] = [];
   const analyse = (what: string, kernels: KernelProfile[]) => {
@@ -184,14 +186,18 @@ export function analyseConvLayer(
       return undefined;
     }
   };
+  // The program's T_launch is shared by the host threads only when the pool has a lane for each of them (thread t
+  // issues the lanes k ≡ t mod P): in direct mode a pool of more than one lane has at least as many as the threads.
+  const atLeastThreads = (pool: number) => (pool > 1 || hostThreads > 1 ? Math.max(pool, hostThreads) : pool);
   const forward = analyse("forward", forwardKernels);
   const backward = analyse("backward", backwardKernels);
   return {
     mode: opts.mode,
     forward,
     backward,
-    forwardPool: forward?.poolSize ?? 1,
-    backwardPool: backward?.poolSize ?? 1,
+    forwardPool: atLeastThreads(forward?.poolSize ?? 1),
+    backwardPool: atLeastThreads(backward?.poolSize ?? 1),
+    hostThreads,
     measuredLaunchUs,
     calls,
     unknown: [...new Set(unknown)],
