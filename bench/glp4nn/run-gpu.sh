@@ -61,5 +61,8 @@ if has train; then
   done
 fi
 
+# training checkpoints are too large to come back (and not results): list them, then leave them out
+find "$R" -type f -size +2M -printf '%P %s bytes (left out)\n' > "$R/left-out.txt"
+find "$R" -type f -size +2M -delete
 tar -czf "$OUT/glp4nn-results-${PARTS// /-}.tar.gz" -C "$(dirname "$R")" glp4nn-results
 ls -la "$OUT"
