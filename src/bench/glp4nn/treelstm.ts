@@ -40,46 +40,62 @@ export async function runTreeLstmPool(o: {
   const rows: TreeLstmPoolRow[] = [];
   for (const batch of o.batches) {
     const steps = Math.max(2, Math.round(o.sentences / batch));
-    const repeats = batch >= 128 ? 3 : 5;
-    const run = (streams: number | "auto") => {
-      let explain = "";
+    const repeats = batch >= 128 ? 4 : 6;
+    // Both engines live side by side and their timed repeats alternate (who goes first too): on a shared host whose
+    // speed drifts within seconds, runs one after the other differed by up to 30% (session 14).
+    const open = (streams: number | "auto") => {
+      const state = { explain: "" };
       // the same seeded parameters for both engines: the losses must agree bit for bit
       const net = task.net(SIZE, "fused");
       const engine = new EagerEngine(net.params, {
         streams,
         solver: o.solver,
         explain: (t) => {
-          explain = t;
+          state.explain = t;
         },
       });
-      try {
-        const trainer = makeTrainer("sgd", { learningRate: 0.05 });
-        const cg = new ComputationGraph();
-        const losses: number[] = [];
-        let index = 0;
-        const step = () => {
-          cg.renew();
-          const loss = net.batchLoss(cg, task.batch(batch, index++));
-          losses.push(engine.forwardScalar(loss));
-          engine.backward(loss);
-          engine.update(trainer);
-        };
-        for (let w = 0; w < 3; w++) step(); // warm-up; with auto, the profile and the analysis
+      const trainer = makeTrainer("sgd", { learningRate: 0.05 });
+      const cg = new ComputationGraph();
+      const losses: number[] = [];
+      const times: number[] = [];
+      let index = 0;
+      const step = () => {
+        cg.renew();
+        const loss = net.batchLoss(cg, task.batch(batch, index++));
+        losses.push(engine.forwardScalar(loss));
+        engine.backward(loss);
+        engine.update(trainer);
+      };
+      const timed = () => {
+        const t0 = performance.now();
+        for (let s = 0; s < steps; s++) step();
         engine.ctx.synchronize();
-        const times: number[] = [];
-        for (let r = 0; r < repeats; r++) {
-          const t0 = performance.now();
-          for (let s = 0; s < steps; s++) step();
-          engine.ctx.synchronize();
-          times.push((performance.now() - t0) / steps);
-        }
-        return { sps: (1000 * batch) / median(times), losses, explain, choice: engine.levelChoice };
-      } finally {
-        engine.dispose();
-      }
+        times.push((performance.now() - t0) / steps);
+      };
+      return { engine, state, losses, times, step, timed };
     };
-    const one = run(1);
-    const auto = run("auto");
+    const engines = [open(1), open("auto")] as const;
+    let one: { sps: number; losses: number[]; explain: string; choice: EagerEngine["levelChoice"] };
+    let auto: typeof one;
+    try {
+      for (const e of engines) {
+        for (let w = 0; w < 3; w++) e.step(); // warm-up; with auto, the profile and the analysis
+        e.engine.ctx.synchronize();
+      }
+      for (let r = 0; r < repeats; r++) {
+        for (const e of r % 2 === 0 ? engines : [engines[1], engines[0]]) e.timed();
+      }
+      const result = (e: (typeof engines)[number]) => ({
+        sps: (1000 * batch) / median(e.times),
+        losses: e.losses,
+        explain: e.state.explain,
+        choice: e.engine.levelChoice,
+      });
+      one = result(engines[0]);
+      auto = result(engines[1]);
+    } finally {
+      for (const e of engines) e.engine.dispose();
+    }
     const same =
       one.losses.length === auto.losses.length &&
       one.losses.every((v, i) => Object.is(Math.fround(v), Math.fround(auto.losses[i]!)));

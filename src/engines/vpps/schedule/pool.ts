@@ -16,7 +16,7 @@
  * slips between the poll and the wait).
  *
  * The worker runs from `worker.ts` under tsx (tests, the CLI in a checkout) or `worker.js` in a
- * built package, whichever matches this module's own file. A small CommonJS bootstrap (eval'd) imports it and, when
+ * built package, whichever matches this module's own file. A small CommonJS bootstrap (util/worker-module.ts) imports it and, when
  * the .ts file cannot be loaded because no TypeScript loader is active in the worker (tsx's `--import` hook is
  * registered in the main thread only on Node 20; `bin/vpps.js` registers tsx through its API), registers tsx's ESM
  * loader in the worker and imports it again. A worker that fails to start, or throws outside a job, reports a
@@ -27,6 +27,7 @@ import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "
 import type { BuildRequest, GraphBuilderSpec } from "../../../graph/builder.js";
 import type { ComputationGraph, Expression, GraphParameter, LentGraph } from "../../../graph/graph.js";
 import { UserError } from "../../../util/errors.js";
+import { MODULE_BOOTSTRAP, siblingModule, type WorkerFatal } from "../../../util/worker-module.js";
 import type { VppsPlan } from "../plan/plan.js";
 import type { ScheduledBatch } from "./batch.js";
 import type { ScheduleOptions } from "./scheduler.js";
@@ -43,6 +44,8 @@ export interface ScheduleWorkerData {
   /** URL of the worker module, and of tsx's ESM API when that module is TypeScript. */
   readonly entry: string;
   readonly tsx: string | undefined;
+  /** Where the bootstrap reports a failure to start (util/worker-module.ts): this port and the counter. */
+  readonly fatal: WorkerFatal;
 }
 
 /**
@@ -188,47 +191,6 @@ interface Job<T> {
 /** The loan of a batch the worker builds: none. */
 const noLoan = (): void => {};
 
-/** The CommonJS bootstrap each worker evaluates (see the module comment). */
-const BOOTSTRAP = `
-const { workerData } = require("node:worker_threads");
-const fatal = (e) => {
-  try {
-    const m = e instanceof Error ? e.message : String(e);
-    workerData.port.postMessage({ kind: "fatal", message: m, stack: (e && e.stack) || "" });
-  } finally {
-    const c = new Int32Array(workerData.counter);
-    Atomics.add(c, 0, 1);
-    Atomics.notify(c, 0);
-  }
-};
-process.on("uncaughtException", fatal);
-(async () => {
-  try {
-    await import(workerData.entry);
-  } catch (e) {
-    if (workerData.tsx === undefined || !e || e.code !== "ERR_UNKNOWN_FILE_EXTENSION") throw e;
-    (await import(workerData.tsx)).register();
-    await import(workerData.entry + "?tsx");
-  }
-})().catch(fatal);
-`;
-
-/** The worker module beside this one: .ts when this module runs as TypeScript (tsx), else the built .js. */
-function workerEntry(): { entry: string; tsx: string | undefined } {
-  const here = new URL(import.meta.url);
-  const ts = here.pathname.endsWith(".ts");
-  const entry = new URL(`./worker.${ts ? "ts" : "js"}`, here).href;
-  let tsx: string | undefined;
-  if (ts) {
-    try {
-      tsx = import.meta.resolve("tsx/esm/api");
-    } catch {
-      tsx = undefined; // the worker then fails to load the .ts entry and reports why
-    }
-  }
-  return { entry, tsx };
-}
-
 /**
  * Worker threads scheduling batches: `post` lends a graph to the next worker, `take` returns
  * scheduled batches in posting order (waiting for the next one when asked to), `release` hands a batch's input
@@ -268,7 +230,7 @@ export class SchedulePool<T = undefined> {
       kind: p.kind,
       collection: p.collection,
     }));
-    const { entry, tsx } = workerEntry();
+    const { entry, tsx } = siblingModule(import.meta.url, "worker");
     try {
       for (let k = 0; k < o.workers; k++) {
         const { port1, port2 } = new MessageChannel();
@@ -280,8 +242,9 @@ export class SchedulePool<T = undefined> {
           options: o.schedule ?? {},
           entry,
           tsx,
+          fatal: { port: port2, counter: shared, index: 0 },
         };
-        const worker = new Worker(BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
+        const worker = new Worker(MODULE_BOOTSTRAP, { eval: true, workerData: data, transferList: [port2] });
         const slot: Slot = { worker, port: port1, fatal: undefined, spares: [], builder: undefined };
         worker.on("error", (e: Error) => {
           slot.fatal ??= new ScheduleWorkerError(
