@@ -152,18 +152,22 @@ describe("the persistent RNN planner", () => {
 });
 
 describe("the tightest persistent RNN kernels under nvcc", () => {
-  const cases = RNN_CELLS.flatMap((cell) => {
-    const hidden = largestPersistentHidden(cell, H100_SXM);
-    const most = rnnLayouts(cell, 512, H100_SXM).at(-1)!;
-    return [
-      { cell, what: `at the largest hidden (${hidden})`, plan: planRnnLayer(cell, hidden, H100_SXM) },
-      {
-        cell,
-        what: `at hidden 512 with the most replicas (${most.forward.replicas} × ${most.forward.ctas} CTAs)`,
-        plan: { fits: true as const, ...most },
-      },
-    ];
-  });
+  const cases = [
+    ...RNN_CELLS.flatMap((cell) => {
+      const hidden = largestPersistentHidden(cell, H100_SXM);
+      const most = rnnLayouts(cell, 512, H100_SXM).at(-1)!;
+      return [
+        { cell, what: `at the largest hidden (${hidden})`, plan: planRnnLayer(cell, hidden, H100_SXM) },
+        {
+          cell,
+          what: `at hidden 512 with the most replicas (${most.forward.replicas} × ${most.forward.ctas} CTAs)`,
+          plan: { fits: true as const, ...most },
+        },
+      ];
+    }),
+    // clustered (pairs of CTAs sharing the poll by multicast) from 112 weight registers on, as RNN 1792 is
+    { cell: "rnn-tanh" as const, what: "at hidden 1792 (clustered)", plan: planRnnLayer("rnn-tanh", 1792, H100_SXM) },
+  ];
   for (const { cell, what, plan } of cases) {
     test(`${cell}: forward and backward ${what} compile for sm_90 with no spill`, {
       skip: noNvcc,
@@ -172,10 +176,14 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
       if (!plan.fits) return;
       const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));
       try {
-        for (const [kind, src] of [
+        const sources = [
           ["forward", forwardKernelSource(plan.forward)],
           ["backward", backwardKernelSource(plan.backward)],
-        ] as const) {
+        ] as const;
+        if (what.includes("clustered")) {
+          for (const [kind, src] of sources) assert.match(src, /__cluster_dims__\(2, 1, 1\)/, `${kind} clustered`);
+        }
+        for (const [kind, src] of sources) {
           writeFileSync(join(dir, `${kind}.cu`), src);
           const r = spawnSync(
             "nvcc",
