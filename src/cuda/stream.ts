@@ -14,19 +14,8 @@ export class CudaStream {
   ) {}
 
   /** A new stream; `nonBlocking` ones do not synchronise with the default stream. */
-  static create(
-    options: { nonBlocking?: boolean; highPriority?: boolean } = {},
-    driver: CudaDriver = getDriver(),
-  ): CudaStream {
+  static create(options: { nonBlocking?: boolean } = {}, driver: CudaDriver = getDriver()): CudaStream {
     const flags = options.nonBlocking ? StreamFlags.NonBlocking : StreamFlags.Default;
-    if (options.highPriority) {
-      // the device's greatest priority: its blocks are dispatched before those of default streams as SMs free up
-      return new CudaStream(
-        driver,
-        driver.streamCreateWithPriority(flags, driver.streamPriorityRange().greatest),
-        true,
-      );
-    }
     return new CudaStream(driver, driver.streamCreate(flags), true);
   }
 

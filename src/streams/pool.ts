@@ -16,8 +16,7 @@ import { type Cublas, type CublasHandle, CudaEvent, CudaStream, getCublas } from
 
 /** What the pool creates and orders with. */
 export interface PoolBackend<S, E, H> {
-  /** A new stream; `highPriority`: the device's greatest stream priority. */
-  stream(opts?: { highPriority?: boolean }): S;
+  stream(): S;
   event(): E;
   /** A cuBLAS handle whose calls go to `stream`. */
   blas(stream: S): H;
@@ -85,13 +84,12 @@ export class StreamPool<S, E, H> {
 
   /**
    * A named lane outside the round-robin ones (created on first use, with its own cuBLAS handle; index −1, −2, …): for
-   * work that runs beside the lanes', e.g. a chain of accumulations in a fixed order. `highPriority` applies when it
-   * is created.
+   * work that runs beside the lanes', e.g. a chain of accumulations in a fixed order.
    */
-  extraLane(name: string, opts: { highPriority?: boolean } = {}): Lane<S, H> {
+  extraLane(name: string): Lane<S, H> {
     let x = this.extras.get(name);
     if (x === undefined) {
-      const stream = this.backend.stream(opts);
+      const stream = this.backend.stream();
       x = {
         lane: { index: -1 - this.extras.size, stream, blas: this.backend.blas(stream) },
         done: this.backend.event(),
@@ -173,7 +171,7 @@ export class StreamPool<S, E, H> {
 /** CUDA's streams and events, and cuBLAS handles bound to the streams. */
 function cudaBackend(cublas: Cublas): PoolBackend<CudaStream, CudaEvent, CublasHandle> {
   return {
-    stream: (opts) => CudaStream.create({ nonBlocking: true, highPriority: opts?.highPriority ?? false }),
+    stream: () => CudaStream.create({ nonBlocking: true }),
     event: () => CudaEvent.create({ timing: false }),
     blas(stream) {
       const h = cublas.create();

@@ -197,8 +197,6 @@ interface RawDriver {
   cuMemsetD32_v2(dst: DevicePtr, value: number, count: number): number;
   cuMemsetD32Async(dst: DevicePtr, value: number, count: number, stream: Handle): number;
   cuStreamCreate(out: BigUint64Array, flags: number): number;
-  cuStreamCreateWithPriority(out: BigUint64Array, flags: number, priority: number): number;
-  cuCtxGetStreamPriorityRange(least: Int32Array, greatest: Int32Array): number;
   cuStreamSynchronize(stream: Handle): number;
   cuStreamWaitEvent(stream: Handle, event: Handle, flags: number): number;
   cuStreamDestroy_v2(stream: Handle): number;
@@ -273,8 +271,6 @@ const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
   cuMemsetD32_v2: "int cuMemsetD32_v2(uint64_t dst, unsigned int value, size_t count)",
   cuMemsetD32Async: "int cuMemsetD32Async(uint64_t dst, unsigned int value, size_t count, void *stream)",
   cuStreamCreate: "int cuStreamCreate(void **stream, unsigned int flags)",
-  cuStreamCreateWithPriority: "int cuStreamCreateWithPriority(void **stream, unsigned int flags, int priority)",
-  cuCtxGetStreamPriorityRange: "int cuCtxGetStreamPriorityRange(int *least, int *greatest)",
   cuStreamSynchronize: "int cuStreamSynchronize(void *stream)",
   cuStreamWaitEvent: "int cuStreamWaitEvent(void *stream, void *event, unsigned int flags)",
   cuStreamDestroy_v2: "int cuStreamDestroy_v2(void *stream)",
@@ -579,24 +575,6 @@ export class CudaDriver {
   streamCreate(flags: number = StreamFlags.Default): Handle {
     this.check(this.raw.cuStreamCreate(this.u64, flags), "cuStreamCreate");
     return this.u64[0]!;
-  }
-
-  /** A stream of the given priority (lower numbers are higher priorities: streamPriorityRange). */
-  streamCreateWithPriority(flags: number, priority: number): Handle {
-    this.check(
-      this.raw.cuStreamCreateWithPriority(this.u64, flags, priority),
-      "cuStreamCreateWithPriority",
-      () => `priority ${priority}`,
-    );
-    return this.u64[0]!;
-  }
-
-  /** The current context's stream priorities: `least` (the default, 0) and `greatest` (e.g. −5). */
-  streamPriorityRange(): { least: number; greatest: number } {
-    const least = new Int32Array(1);
-    const greatest = new Int32Array(1);
-    this.check(this.raw.cuCtxGetStreamPriorityRange(least, greatest), "cuCtxGetStreamPriorityRange");
-    return { least: least[0]!, greatest: greatest[0]! };
   }
 
   streamSynchronize(stream: Handle): void {
