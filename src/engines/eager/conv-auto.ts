@@ -13,7 +13,7 @@ import type { GpuContext } from "../gpu/context.js";
 import { type ConvHost, ConvRunner, poolLanes } from "./conv.js";
 import { analyseConvLayer, callFootprints } from "./conv-glp.js";
 import { ConvLayer, MAX_LAYER_LANES } from "./conv-layer.js";
-import { convThreads, convThreadsFor, MAX_POOL_LANES } from "./conv-threads.js";
+import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
 import type { ConvChooser } from "./node-kernels.js";
 
 interface Entry {
@@ -103,7 +103,7 @@ export class ConvAuto implements ConvChooser {
           poolLanes(this.ctx.streamPool(k), this.ctx.stream, k),
         );
         const threads = convThreadsFor(k);
-        if (threads > 1 && k <= MAX_POOL_LANES) r.issuer = convThreads(this.ctx, threads, this.kernels);
+        if (threads > 1 && k <= MAX_POOL_LANES) r.issuer = lazyConvThreads(this.ctx, threads, this.kernels);
         runners.set(k, r);
         this.owned.add(r);
       }

@@ -132,6 +132,22 @@ export function convThreadsFor(count: number, env: Readonly<Record<string, strin
 }
 
 /**
+ * An issuer that starts the context's dispatch threads the first time a convolution runs on the pool (an engine whose
+ * graphs have no convolution never starts them).
+ */
+export function lazyConvThreads(ctx: GpuContext, threads: number, kernels: ConvHost["k"]): ConvIssuer {
+  let issuer: ConvThreads | undefined;
+  const get = () => {
+    issuer ??= convThreads(ctx, threads, kernels);
+    return issuer;
+  };
+  return {
+    forward: (runner, l, G, p) => get().forward(runner, l, G, p),
+    backward: (runner, l, G, p) => get().backward(runner, l, G, p),
+  };
+}
+
+/**
  * The issuer for pools of up to MAX_POOL_LANES lanes of a context's stream pool with `threads` sample threads,
  * started once per context and thread count (so that every pool size shares threads already warm).
  */

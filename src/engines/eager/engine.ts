@@ -21,7 +21,7 @@ import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
 import { oneLane, poolLanes } from "./conv.js";
 import { ConvAuto } from "./conv-auto.js";
-import { convThreads, convThreadsFor, MAX_POOL_LANES } from "./conv-threads.js";
+import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
 import { forwardWorks } from "./kernel-table.js";
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
 import { type LevelChoice, LevelProfiler } from "./level-glp.js";
@@ -125,7 +125,7 @@ export class EagerEngine implements DataParallelEngine {
       this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts, lanes);
       // a convolution's pooled work issued from several host threads (conv-threads.ts)
       const threads = streams === 1 || streams > MAX_POOL_LANES ? 1 : convThreadsFor(streams);
-      if (threads > 1) this.nodes.conv.issuer = convThreads(this.ctx, threads, this.k);
+      if (threads > 1) this.nodes.conv.issuer = lazyConvThreads(this.ctx, threads, this.k);
       if (auto) {
         this.profiler = new LevelProfiler(this.ctx);
         this.nodes.convChooser = new ConvAuto(this.ctx, this.nodes.conv, () => this.solver, opts.explain, this.k);
