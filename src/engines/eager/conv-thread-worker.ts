@@ -142,4 +142,6 @@ for (;;) {
 }
 for (const h of handles.values()) cublas.destroy(h);
 device.close();
+Atomics.add(ctrl, CTRL.STOPPED, 1);
+Atomics.notify(ctrl, CTRL.STOPPED);
 d.port.close();

@@ -38,8 +38,10 @@ export const CTRL = {
   ERROR: 2,
   /** Chain parts issued in the current job. */
   CHAIN: 3,
+  /** Threads that have stopped (their cuBLAS handles destroyed) after GEN became −1. */
+  STOPPED: 4,
   /** Ring of L slots: slot n mod L holds n + 1 once sample n's lane part has been issued. */
-  RING: 4,
+  RING: 5,
 } as const;
 
 /** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, then the column buffers (max lanes) and
@@ -309,12 +311,22 @@ export class ConvThreads implements ConvIssuer {
     );
   }
 
-  /** Stops the threads (each destroys its cuBLAS handles); the pool's streams stay the pool's. */
+  /**
+   * Stops the threads and waits (at most 5 s) until each has destroyed its cuBLAS handles, so that the pool's streams,
+   * which stay the pool's, can be destroyed after this returns.
+   */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    Atomics.store(this.ctrl, CTRL.GEN, -1);
-    Atomics.notify(this.ctrl, CTRL.GEN);
+    const c = this.ctrl;
+    Atomics.store(c, CTRL.GEN, -1);
+    Atomics.notify(c, CTRL.GEN);
+    const deadline = performance.now() + 5000;
+    for (let stopped = Atomics.load(c, CTRL.STOPPED); stopped < this.workers.length; ) {
+      if (performance.now() > deadline) break; // a thread that died never reports: its handles went with it
+      Atomics.wait(c, CTRL.STOPPED, stopped, 50);
+      stopped = Atomics.load(c, CTRL.STOPPED);
+    }
     for (const p of this.ports) p.close();
   }
 }
