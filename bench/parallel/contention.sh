@@ -5,7 +5,8 @@
 #   indep4        four independent one-GPU processes at once (GPUs 0-3, no process group);
 #   gpusN         one N-GPU data-parallel job;
 # each optionally followed by -wW (W schedule workers per process: VPPS_SCHEDULE_WORKERS) and/or -main (graphs built
-# on the main thread: VPPS_WORKER_BUILD=0), e.g. RUNS="solo solo-main gpus4-w6 gpus4-w6-main".
+# on the main thread: VPPS_WORKER_BUILD=0) and/or -pin (solo and indep4 only: each process pinned with taskset to its
+# quarter of the CPUs, process g to CPUs [g·C/4, (g+1)·C/4)), e.g. RUNS="solo solo-main gpus4-w6 indep4-pin".
 # Logs: $OUT/contention/<run>[-<gpu>].{log,json}; each run prints its sentences/s per epoch and its trace lines.
 set -u
 OUT="${OUT:-out-contention}"
@@ -14,10 +15,13 @@ mkdir -p "$R"
 SST="${SST:-.gpu-data/sst}"
 B="${B:-128}"
 EPOCHS="${EPOCHS:-3}"
+PIN=() # the taskset prefix of the next train (set per process by the -pin runs)
+QUARTER=$(($(nproc) / 4))
+pin() { [[ $1 == *-pin* ]] && PIN=(taskset -c "$(($2 * QUARTER))-$((($2 + 1) * QUARTER - 1))") || PIN=(); }
 train() { # <log> <gpus> [env...]
   local log=$1 gpus=$2
   shift 2
-  env VPPS_DP_TRACE=1 "$@" timeout 150 node bin/vpps.js train treelstm --engine vpps --gpus "$gpus" \
+  env VPPS_DP_TRACE=1 "$@" "${PIN[@]}" timeout 150 node bin/vpps.js train treelstm --engine vpps --gpus "$gpus" \
     --batch $((B * gpus)) --epochs "$EPOCHS" --data "$SST" --seed 1 --json > "$log.json" 2> "$log.log"
   echo "rc $?" >> "$log.log"
 }
@@ -28,9 +32,9 @@ for run in ${RUNS:-solo indep4 gpus4}; do
   [[ $run =~ -w([0-9]+) ]] && env+=(VPPS_SCHEDULE_WORKERS="${BASH_REMATCH[1]}")
   [[ $run == *-main* ]] && env+=(VPPS_WORKER_BUILD=0)
   case $run in
-    solo*) train "$R/$run" 1 CUDA_VISIBLE_DEVICES=0 "${env[@]}"; show "$run" ;;
+    solo*) pin "$run" 0; train "$R/$run" 1 CUDA_VISIBLE_DEVICES=0 "${env[@]}"; show "$run" ;;
     indep4*)
-      for g in 0 1 2 3; do train "$R/$run-$g" 1 CUDA_VISIBLE_DEVICES=$g "${env[@]}" & done
+      for g in 0 1 2 3; do pin "$run" "$g"; train "$R/$run-$g" 1 CUDA_VISIBLE_DEVICES=$g "${env[@]}" & done
       wait
       for g in 0 1 2 3; do show "$run-$g"; done ;;
     gpus*)
