@@ -19,7 +19,7 @@ import {
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
-import { convThreadsFor } from "../src/engines/eager/conv-threads.js";
+import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
@@ -409,5 +409,20 @@ describe("dispatch threads for a pooled convolution (conv-threads.ts)", () => {
         /VPPS_CONV_THREADS is '.*'; expected an integer 0 … 8/,
       );
     }
+  });
+});
+
+describe("a dispatch job's words (conv-threads.ts)", () => {
+  test("geometry and pointers written by the main thread read back the same on a thread", () => {
+    const job = new Float64Array(JOB.COLS + 8);
+    const G = { n: 7, c: 3, h: 227, w: 225, f: 96, ho: 55, wo: 54, kernel: 11, stride: 4, padding: 1 };
+    writeGeometry(job, G);
+    assert.deepEqual(readGeometry(job), G);
+    // device pointers above 2^32 survive (Float64 holds integers below 2^53 exactly)
+    const p = { x: 2 ** 40 + 16, W: 2 ** 33, b: 4096, y: 2 ** 47 - 256, dx: 1, dW: 2, db: 3, dy: 2 ** 52 };
+    ["x", "W", "b", "y", "dx", "dW", "db", "dy"].forEach((k, i) => {
+      job[JOB.POINTERS + i] = p[k as keyof typeof p];
+    });
+    assert.deepEqual(readPointers(job), p);
   });
 });
