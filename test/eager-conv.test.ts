@@ -19,6 +19,7 @@ import {
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
+import { balancedPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
@@ -424,5 +425,21 @@ describe("a dispatch job's words (conv-threads.ts)", () => {
       job[JOB.POINTERS + i] = p[k as keyof typeof p];
     });
     assert.deepEqual(readPointers(job), p);
+  });
+});
+
+describe("balancedPool: the smallest pool that deals the samples in as many rounds", () => {
+  test("hand-worked: 32 samples on 22 or 23 lanes take 2 rounds, as on 16; 100 on 32 take 4, as on 25", () => {
+    assert.equal(balancedPool(22, 32), 16);
+    assert.equal(balancedPool(23, 32), 16);
+    assert.equal(balancedPool(16, 32), 16);
+    assert.equal(balancedPool(32, 32), 32);
+    assert.equal(balancedPool(9, 32), 8);
+    assert.equal(balancedPool(32, 100), 25);
+    assert.equal(balancedPool(29, 256), 29);
+    assert.equal(balancedPool(4, 100), 4);
+    assert.equal(balancedPool(1, 100), 1);
+    assert.equal(balancedPool(40, 32), 32, "no more lanes than samples");
+    assert.throws(() => balancedPool(0, 8), /lanes must be an integer ≥ 1; got 0/);
   });
 });

@@ -220,11 +220,16 @@ function runMode(
         : explainChoice(c),
     )
     .join("\n\n");
+  const [pf, pb] = [analysis.forward?.poolSize ?? 1, analysis.backward?.poolSize ?? 1];
   const threadsNote =
-    analysis.hostThreads > 1
-      ? `\n(direct launches issued from ${analysis.hostThreads} host threads: the program's T_launch is shared by ` +
-        `them, and a pool has a lane for each: forward ${analysis.forward?.poolSize ?? 1} → ` +
-        `${analysis.forwardPool}, backward ${analysis.backward?.poolSize ?? 1} → ${analysis.backwardPool} streams)`
+    pf !== analysis.forwardPool || pb !== analysis.backwardPool
+      ? `\n(pools: forward ${pf} → ${analysis.forwardPool}, backward ${pb} → ${analysis.backwardPool} streams: the ` +
+        `smallest pool that deals the ${layer.G.n} samples in as many rounds` +
+        (analysis.hostThreads > 1
+          ? `, and a lane for each of the ${analysis.hostThreads} host threads issuing direct launches (the program's ` +
+            "T_launch is shared by them)"
+          : "") +
+        ")"
       : "";
   const refused = threadsNote + analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
   const unknown =

@@ -189,18 +189,32 @@ export function analyseConvLayer(
   // The program's T_launch is shared by the host threads only when the pool has a lane for each of them (thread t
   // issues the lanes k ≡ t mod P): in direct mode a pool of more than one lane has at least as many as the threads.
   const atLeastThreads = (pool: number) => (pool > 1 || hostThreads > 1 ? Math.max(pool, hostThreads) : pool);
+  // Beyond the program: the samples are dealt round-robin, so a pool of L lanes runs ⌈N / L⌉ samples on its busiest
+  // lane; the smallest pool with as many samples a lane finishes in as many rounds, with fewer streams.
+  const pool = (k: number) => atLeastThreads(balancedPool(k, G.n));
   const forward = analyse("forward", forwardKernels);
   const backward = analyse("backward", backwardKernels);
   return {
     mode: opts.mode,
     forward,
     backward,
-    forwardPool: atLeastThreads(forward?.poolSize ?? 1),
-    backwardPool: atLeastThreads(backward?.poolSize ?? 1),
+    forwardPool: pool(forward?.poolSize ?? 1),
+    backwardPool: pool(backward?.poolSize ?? 1),
     hostThreads,
     measuredLaunchUs,
     calls,
     unknown: [...new Set(unknown)],
     errors,
   };
+}
+
+/**
+ * The smallest number of lanes that deals `samples` samples round-robin in as many rounds as `lanes` lanes do
+ * (⌈samples / lanes⌉ on the busiest lane): 32 samples on 22 lanes take 2 rounds, as on 16.
+ */
+export function balancedPool(lanes: number, samples: number): number {
+  if (!Number.isInteger(lanes) || lanes < 1)
+    throw new RangeError(`balancedPool: lanes must be an integer ≥ 1; got ${lanes}`);
+  if (samples < 1 || lanes >= samples) return Math.max(1, Math.min(lanes, samples));
+  return Math.ceil(samples / Math.ceil(samples / lanes));
 }
