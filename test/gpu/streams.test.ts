@@ -121,17 +121,25 @@ describe("the stream pool on a GPU", { skip }, () => {
       const pool = ctx.streamPool(4);
       const cycles = karg.u64(2_000_000); // about 1 ms
       const [t0, t1, t2] = [0, 1, 2].map(() => CudaEvent.create());
-      t0!.record(ctx.stream);
-      for (let k = 0; k < 4; k++) spin.launch({ grid: 1, block: 32, stream: ctx.stream }, [cycles]);
-      t1!.record(ctx.stream);
-      pool.fork(ctx.stream);
-      for (let k = 0; k < 4; k++) spin.launch({ grid: 1, block: 32, stream: pool.lane(k).stream }, [cycles]);
-      pool.join(ctx.stream);
-      t2!.record(ctx.stream);
-      const serial = CudaEvent.elapsedMs(t0!, t1!);
-      const pooled = CudaEvent.elapsedMs(t1!, t2!);
-      console.log(`4 spins: ${serial.toFixed(2)} ms on one stream, ${pooled.toFixed(2)} ms on 4 pool streams`);
-      assert.ok(pooled < 0.5 * serial, `the pool's 4 spins took ${pooled} ms; one stream's ${serial} ms`);
+      // other test files run at once in other processes (node --test) and can hold the SMs for a while: the best of
+      // three attempts is the pool's own behaviour
+      const attempts: string[] = [];
+      let overlapped = false;
+      for (let attempt = 0; attempt < 3 && !overlapped; attempt++) {
+        t0!.record(ctx.stream);
+        for (let k = 0; k < 4; k++) spin.launch({ grid: 1, block: 32, stream: ctx.stream }, [cycles]);
+        t1!.record(ctx.stream);
+        pool.fork(ctx.stream);
+        for (let k = 0; k < 4; k++) spin.launch({ grid: 1, block: 32, stream: pool.lane(k).stream }, [cycles]);
+        pool.join(ctx.stream);
+        t2!.record(ctx.stream);
+        const serial = CudaEvent.elapsedMs(t0!, t1!);
+        const pooled = CudaEvent.elapsedMs(t1!, t2!);
+        console.log(`4 spins: ${serial.toFixed(2)} ms on one stream, ${pooled.toFixed(2)} ms on 4 pool streams`);
+        attempts.push(`${pooled.toFixed(2)} against ${serial.toFixed(2)} ms`);
+        overlapped = pooled < 0.5 * serial;
+      }
+      assert.ok(overlapped, `the pool's 4 spins never took under half of one stream's: ${attempts.join("; ")}`);
       for (const e of [t0, t1, t2]) e!.destroy();
     } finally {
       ctx.dispose();
