@@ -1,5 +1,5 @@
 // GLP4NN's stream pool (src/streams/pool.ts) on a fake backend that logs what it is asked: streams and handles
-// created once, round-robin lanes, the events of fork, mark/waitFor and join, growth, and disposal. The order these
+// created once, round-robin lanes, extra lanes, event sets, the events of fork and join, growth, and disposal. The order these
 // events impose on a convolution's work is checked in test/eager-conv.test.ts; test/gpu/streams.test.ts runs the
 // pool on a GPU.
 
@@ -24,7 +24,7 @@ function logging() {
 }
 
 describe("the stream pool", () => {
-  test("lanes round-robin, each stream with its own cuBLAS handle; fork, mark, waitFor and join by events", () => {
+  test("lanes round-robin, each stream with its own cuBLAS handle; extra lanes, event sets, fork and join", () => {
     const { log, backend } = logging();
     const pool = new StreamPool(backend, 3);
     assert.deepEqual(
@@ -44,23 +44,33 @@ describe("the stream pool", () => {
       [0, 1, 0, 1],
       "the first 2 lanes",
     );
-    pool.fork("origin", 2);
-    pool.mark(pool.lane(0));
-    pool.waitFor(pool.lane(1), pool.lane(0));
-    pool.waitFor(pool.lane(1), pool.lane(1));
-    pool.join("origin", 2);
-    // e0 is the fork's event; lane i has mark e(1 + 2i) and done e(2 + 2i)
+    // e0 is the fork's event, e1 … e3 the lanes' done events
+    const side = pool.extraLane("side");
+    assert.equal(pool.extraLane("side"), side, "an extra lane is made once");
+    assert.deepEqual([side.index, side.stream, side.blas], [-1, "s3", "blas(s3)"]);
+    assert.equal(pool.size, 3, "extra lanes are not round-robin lanes");
+    const set = pool.eventSet("columns"); // e5 … e7, after the side lane's done event e4
+    assert.equal(pool.eventSet("columns"), set);
+    assert.equal(set.length, 3);
+    pool.fork("origin", 2, [side]);
+    pool.recordOn(set[0]!, pool.lane(0));
+    pool.waitOn(side, set[0]!);
+    pool.join("origin", 2, [side]);
     assert.deepEqual(log, [
       "record e0 on origin",
       "s0 waits e0",
       "s1 waits e0",
+      "s3 waits e0",
+      "record e5 on s0",
+      "s3 waits e5",
       "record e1 on s0",
-      "s1 waits e1",
-      "record e2 on s0",
+      "origin waits e1",
+      "record e2 on s1",
       "origin waits e2",
-      "record e4 on s1",
+      "record e4 on s3",
       "origin waits e4",
     ]);
+    assert.throws(() => pool.join("origin", 2, [new StreamPool(backend, 1).extraLane("x")]), /another pool/);
   });
 
   test("grows, never shrinks; disposes every stream, handle and event once", () => {
@@ -75,6 +85,6 @@ describe("the stream pool", () => {
     pool.dispose();
     pool.dispose();
     assert.equal(log.filter((l) => l.startsWith("destroy s")).length, 4);
-    assert.equal(log.filter((l) => l.startsWith("destroy e")).length, 1 + 2 * 4);
+    assert.equal(log.filter((l) => l.startsWith("destroy e")).length, 1 + 4);
   });
 });

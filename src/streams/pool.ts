@@ -2,15 +2,15 @@
 // that each has its own cuBLAS workspace), independent work dealt to them round-robin, dependencies by events, and
 // the origin stream — the engine's own, GLP4NN's "default stream" — joining them at the end:
 //
-//   fork(origin)          every lane's later work waits for what origin has queued so far
-//   lane(k)               the lane of the k-th independent item: k mod size
-//   mark(lane)            remembers the point `lane` has reached (one mark per lane; a new one replaces it)
-//   waitFor(lane, from)   `lane`'s later work waits for `from`'s mark (nothing when they are one lane)
-//   join(origin)          origin's later work waits for everything queued on the lanes
+//   fork(origin)            every lane's later work waits for what origin has queued so far
+//   lane(k)                 the lane of the k-th independent item: k mod size
+//   extraLane(name)         a named lane beside the round-robin ones (a convolution's chains of in-place sums)
+//   eventSet(name)          an event per lane for orders of the pool's user, recorded and waited on with
+//   recordOn / waitOn       (a convolution's "columns written" and "columns read": src/engines/eager/conv.ts)
+//   join(origin)            origin's later work waits for everything queued on the lanes
 //
-// A mark is taken right after the work a dependency is about (a weight gradient's GEMM), not at the end of the
-// item, so the next item waits for that and nothing more. The streams, events and handles come from a backend
-// (CUDA's, or a fake in tests that checks the order the events impose).
+// The streams, events and handles come from a backend (CUDA's, or a fake in tests that checks the order the events
+// impose).
 
 import { type Cublas, type CublasHandle, CudaEvent, CudaStream, getCublas } from "../cuda/index.js";
 
@@ -37,7 +37,6 @@ export interface Lane<S, H> {
 /** The lanes of a pool; see the top of this file. */
 export class StreamPool<S, E, H> {
   private readonly all: Lane<S, H>[] = [];
-  private readonly marks: E[] = [];
   private readonly done: E[] = [];
   private readonly start: E;
   private readonly sets = new Map<string, E[]>();
@@ -72,7 +71,6 @@ export class StreamPool<S, E, H> {
     while (this.all.length < size) {
       const stream = this.backend.stream();
       this.all.push({ index: this.all.length, stream, blas: this.backend.blas(stream) });
-      this.marks.push(this.backend.event());
       this.done.push(this.backend.event());
     }
   }
@@ -106,19 +104,9 @@ export class StreamPool<S, E, H> {
     for (const x of extras) this.backend.wait(x.stream, this.start);
   }
 
-  /** Remembers the point `lane` has reached, for `waitFor`. */
-  mark(lane: Lane<S, H>): void {
-    this.backend.record(this.marks[lane.index]!, lane.stream);
-  }
-
-  /** `lane`'s later work waits for `from`'s last mark (a stream is in order: nothing to do on one lane). */
-  waitFor(lane: Lane<S, H>, from: Lane<S, H>): void {
-    if (lane.index !== from.index) this.backend.wait(lane.stream, this.marks[from.index]!);
-  }
-
   /**
    * The events of a named set, one per lane (created on first use, destroyed with the pool): for orders a user of the
-   * pool keeps beyond mark/waitFor, e.g. a convolution's "columns ready on lane k" and "weight gradient done".
+   * pool keeps, e.g. a convolution's "columns ready on lane k" and "weight gradient done".
    */
   eventSet(name: string): readonly E[] {
     let set = this.sets.get(name);
@@ -162,7 +150,7 @@ export class StreamPool<S, E, H> {
       this.backend.destroyLane(l.stream, l.blas);
     }
     for (const x of this.extras.values()) this.backend.destroyEvent(x.done);
-    for (const e of [this.start, ...this.marks, ...this.done, ...[...this.sets.values()].flat()]) {
+    for (const e of [this.start, ...this.done, ...[...this.sets.values()].flat()]) {
       this.backend.destroyEvent(e);
     }
   }

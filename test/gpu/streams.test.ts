@@ -146,7 +146,7 @@ describe("the stream pool on a GPU", { skip }, () => {
     }
   });
 
-  test("waitFor orders one lane after another's mark; the join makes the lanes' results visible", () => {
+  test("an event set orders one lane after another's record; the join makes the lanes' results visible", () => {
     const ctx = GpuContext.open({ poolBytes: 16 * MiB });
     try {
       const k = ctx.kernels("vpps_pool_test.cu", SPIN, POOL_KERNELS).kernels;
@@ -164,8 +164,9 @@ describe("the stream pool on a GPU", { skip }, () => {
         karg.i32(n),
         karg.u64(4_000_000),
       ]);
-      pool.mark(l0);
-      pool.waitFor(l1, l0);
+      const written = pool.eventSet("test.written")[0]!;
+      pool.recordOn(written, l0);
+      pool.waitOn(l1, written);
       k.copy.launch({ grid: 1, block: 256, stream: l1.stream }, [
         karg.ptr(ctx.pool.ptr(b)),
         karg.ptr(ctx.pool.ptr(a)),
