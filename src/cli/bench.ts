@@ -219,6 +219,7 @@ interface Glp4nnFlags {
   modes?: ("direct" | "graph")[];
   repeats?: number;
   treeBatches?: number[];
+  cnnBatches?: number[];
   treeSentences?: number;
   data?: string;
   explain: boolean;
@@ -264,6 +265,12 @@ function addGlp4nnCommand(bench: Command, layerChoices: readonly string[]): void
         ).argParser((v) => numberList("--tree-batches", 0)(v).filter((b) => b > 0)),
       )
       .addOption(
+        new Option(
+          "--cnn-batches <list>",
+          "LeNet batch sizes for the whole training iteration, one stream against --streams auto, 0 for none (default 64)",
+        ).argParser((v) => numberList("--cnn-batches", 0)(v).filter((b) => b > 0)),
+      )
+      .addOption(
         new Option("--tree-sentences <n>", "Tree-LSTM sentences per timed repeat (default 256; --quick 32)").argParser(
           wholeNumber("--tree-sentences"),
         ),
@@ -291,6 +298,7 @@ function addGlp4nnCommand(bench: Command, layerChoices: readonly string[]): void
             modes: f.modes,
             repeats: f.repeats,
             treeBatches: f.treeBatches,
+            cnnBatches: f.cnnBatches,
             treeSentences: f.treeSentences,
             dataFile: f.data,
             explain: f.explain,

@@ -13,6 +13,7 @@ import { resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { BenchUsageError } from "../errors.js";
 import { markdownTable, Transcript, writeJson, writeOutput } from "../output.js";
+import { type CnnPoolRow, runCnnPool } from "./cnn.js";
 import { type ConvLayerResult, tryConvLayer } from "./conv-suite.js";
 import { selectLayers, TABLE5 } from "./layers.js";
 import { runTreeLstmPool, type TreeLstmPoolRow } from "./treelstm.js";
@@ -24,6 +25,8 @@ export interface Glp4nnOptions {
   repeats?: number;
   /** Tree-LSTM batch sizes; [] skips the Tree-LSTM part. */
   treeBatches?: number[];
+  /** LeNet batch sizes for the whole training iteration; [] skips the CNN part. */
+  cnnBatches?: number[];
   treeSentences?: number;
   dataFile?: string;
   explain: boolean;
@@ -136,12 +139,14 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
   const modes = o.modes ?? ["direct", "graph"];
   const repeats = o.repeats ?? (o.quick ? 2 : 5);
   const treeBatches = o.treeBatches ?? (o.quick ? [1, 32] : [1, 8, 32, 128]);
+  const cnnBatches = o.cnnBatches ?? [64];
   const t = new Transcript();
   const solver = await loadSolver();
   const ctx = GpuContext.open({ poolBytes: 64 * 1024 ** 2 });
   const device = ctx.deviceName;
   const convResults: ConvLayerResult[] = [];
   let treeRows: TreeLstmPoolRow[] = [];
+  let cnnRows: CnnPoolRow[] = [];
   let failures = 0;
   try {
     t.print(
@@ -165,6 +170,20 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
     } catch (e) {
       // the conv results are kept: the Tree-LSTM part's failure is reported, not thrown
       t.print(`Tree-LSTM part failed: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}`);
+      failures++;
+    }
+  }
+  if (cnnBatches.length > 0) {
+    try {
+      cnnRows = runCnnPool({
+        batches: cnnBatches,
+        steps: o.quick ? 4 : 10,
+        repeats: o.quick ? 2 : 6,
+        solver,
+        log: (l) => t.print(l),
+      });
+    } catch (e) {
+      t.print(`CNN part failed: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}`);
       failures++;
     }
   }
@@ -196,6 +215,23 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
       "",
     );
   }
+  if (cnnRows.length > 0) {
+    md.push(
+      "### LeNet training iteration on the eager engine (forward, backward, Adam), one stream vs the pool",
+      "",
+      ...markdownTable(
+        ["batch", "1 stream ms", "--streams auto ms", "speed-up", "losses bit for bit"],
+        cnnRows.map((r) => [
+          String(r.batch),
+          r.oneStreamMs.toFixed(2),
+          r.autoMs.toFixed(2),
+          `${r.speedup.toFixed(2)}×`,
+          r.identicalLosses ? "yes" : "no",
+        ]),
+      ),
+      "",
+    );
+  }
   const explain = convResults.flatMap((r) => r.modes.map((m) => m.explain)).join("\n\n");
   if (o.explain) t.print("", explain);
   t.print("", ...md);
@@ -208,6 +244,7 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
       pools,
       layers: convResults.map((r) => ({ ...r, modes: r.modes.map(({ explain: _, ...m }) => m) })),
       treelstm: treeRows,
+      cnn: cnnRows,
     };
     writeJson(dir, "glp4nn", data);
     writeOutput(dir, "glp4nn.md", `${md.join("\n")}\n`);
