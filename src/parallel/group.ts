@@ -12,6 +12,7 @@ import { getNccl, type Nccl, type NcclComm, NcclDataType, NcclRedOp } from "../c
 import { CudaEvent } from "../cuda/stream.js";
 import type { GradientReducer, PendingHostGather } from "../engines/data-parallel.js";
 import { UserError } from "../util/errors.js";
+import { moduleBootstrap, siblingModule } from "../util/worker-module.js";
 import type { RankEnv } from "./env.js";
 import { type CommReply, type CommRequest, type CommWorkerConfig, decodeGathered } from "./wire.js";
 
@@ -37,37 +38,17 @@ export function rendezvousTimeoutMs(env: Readonly<Record<string, string | undefi
   return s * 1000;
 }
 
-/** The CommonJS bootstrap of the communication thread: loads comm-worker.ts through tsx in a source checkout. */
-const BOOTSTRAP = `
-const { workerData } = require("node:worker_threads");
-(async () => {
-  try {
-    await import(workerData.entry);
-  } catch (e) {
-    if (workerData.tsx === undefined || !e || e.code !== "ERR_UNKNOWN_FILE_EXTENSION") throw e;
-    (await import(workerData.tsx)).register();
-    await import(workerData.entry + "?tsx");
-  }
-})().catch((e) => {
+/**
+ * The communication thread's bootstrap (util/worker-module.ts): a failure to start is one line on stderr and ends
+ * the rank, since the main thread may be blocked in a CUDA or NCCL call.
+ */
+const BOOTSTRAP = moduleBootstrap(
+  `(e) => {
   require("node:fs").writeSync(2, "vpps: the communication thread failed to start: " + ((e && e.stack) || e) + "\\n");
   process.kill(process.pid, "SIGTERM");
-});
-`;
-
-function workerEntry(): { entry: string; tsx: string | undefined } {
-  const here = new URL(import.meta.url);
-  const ts = here.pathname.endsWith(".ts");
-  const entry = new URL(`./comm-worker.${ts ? "ts" : "js"}`, here).href;
-  let tsx: string | undefined;
-  if (ts) {
-    try {
-      tsx = import.meta.resolve("tsx/esm/api");
-    } catch {
-      tsx = undefined;
-    }
-  }
-  return { entry, tsx };
-}
+}`,
+  { uncaught: false },
+);
 
 /** One rank's membership of the job. Made by `ProcessGroup.start`, which returns when every rank has joined. */
 export class ProcessGroup implements GradientReducer {
@@ -108,7 +89,7 @@ export class ProcessGroup implements GradientReducer {
       masterPort: env.masterPort,
       timeoutMs,
     };
-    const { entry, tsx } = workerEntry();
+    const { entry, tsx } = siblingModule(import.meta.url, "comm-worker");
     const worker = new Worker(BOOTSTRAP, {
       eval: true,
       workerData: { ...config, port: port2, counter: shared, entry, tsx },

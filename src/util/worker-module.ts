@@ -32,24 +32,15 @@ export function siblingModule(from: string, name: string): { entry: string; tsx:
 }
 
 /**
- * The bootstrap to pass as `new Worker(MODULE_BOOTSTRAP, { eval: true, workerData })`, where workerData has `entry`
- * and `tsx` (siblingModule) and `fatal` (WorkerFatal): a failure posts `{ kind: "fatal", message, stack }` on the port.
+ * A bootstrap to pass as `new Worker(code, { eval: true, workerData })`, where workerData has `entry` and `tsx`
+ * (siblingModule): it imports the module, through tsx's loader where the worker has none. `onFatal` is the source of
+ * a JavaScript function `(e) => …` run when the import fails and, with `uncaught`, on any later uncaught exception.
  */
-export const MODULE_BOOTSTRAP = `
+export function moduleBootstrap(onFatal: string, opts: { uncaught: boolean }): string {
+  return `
 const { workerData } = require("node:worker_threads");
-const fatal = (e) => {
-  try {
-    const m = e instanceof Error ? e.message : String(e);
-    workerData.fatal.port.postMessage({ kind: "fatal", message: m, stack: (e && e.stack) || "" });
-  } finally {
-    if (workerData.fatal.counter !== undefined) {
-      const c = new Int32Array(workerData.fatal.counter);
-      Atomics.add(c, workerData.fatal.index || 0, 1);
-      Atomics.notify(c, workerData.fatal.index || 0);
-    }
-  }
-};
-process.on("uncaughtException", fatal);
+const fatal = ${onFatal.trim()};
+${opts.uncaught ? 'process.on("uncaughtException", fatal);' : ""}
 (async () => {
   try {
     await import(workerData.entry);
@@ -60,3 +51,24 @@ process.on("uncaughtException", fatal);
   }
 })().catch(fatal);
 `;
+}
+
+/**
+ * The bootstrap of workers that report to their parent: workerData also has `fatal` (WorkerFatal), and a failure to
+ * start or an uncaught exception posts `{ kind: "fatal", message, stack }` on its port and bumps its counter.
+ */
+export const MODULE_BOOTSTRAP = moduleBootstrap(
+  `(e) => {
+  try {
+    const m = e instanceof Error ? e.message : String(e);
+    workerData.fatal.port.postMessage({ kind: "fatal", message: m, stack: (e && e.stack) || "" });
+  } finally {
+    if (workerData.fatal.counter !== undefined) {
+      const c = new Int32Array(workerData.fatal.counter);
+      Atomics.add(c, workerData.fatal.index || 0, 1);
+      Atomics.notify(c, workerData.fatal.index || 0);
+    }
+  }
+}`,
+  { uncaught: true },
+);
