@@ -17,90 +17,22 @@
  *   stream.wait     cuStreamWaitEvent
  */
 import { writeFileSync } from "node:fs";
-import {
-  CudaEvent,
-  CudaStream,
-  compileCuda,
-  getCublas,
-  getDriver,
-  KernelParams,
-  karg,
-  loadModule,
-  openDevice,
-  rowMajorGemm,
-  rowMajorGemv,
-} from "../../src/cuda/index.js";
+import { median, openCalls } from "./calls.js";
 
 const CALLS = Number(process.env["CALLS"] ?? 400);
 const ROUNDS = Number(process.env["ROUNDS"] ?? 15);
 
-const SOURCE = `extern "C" __global__ void spin(long long cycles) {
-  long long t0 = clock64();
-  while (clock64() - t0 < cycles) {}
-}
-extern "C" __global__ void empty() {}
-extern "C" __global__ void args8(float* a, const float* b, int c, int h, int w, int k, int s, int p) {
-  if (c < 0) a[0] = b[0] + h + w + k + s + p;
-}`;
-
-const device = openDevice(0);
-const driver = getDriver();
-const stream = CudaStream.create({ nonBlocking: true });
-const compiled = compileCuda({ name: "launch_cost.cu", source: SOURCE, arch: device.props.arch });
-const module = loadModule(compiled.cubin, "launch_cost.cu");
-const spin = module.getFunction("spin");
-const empty = module.getFunction("empty");
-const args8 = module.getFunction("args8");
-const cublas = getCublas();
-const handle = cublas.create();
-cublas.setStream(handle, stream.handle);
-const A = driver.memAlloc(4 * 32 * 75);
-const B = driver.memAlloc(4 * 75 * 1024);
-const C = driver.memAlloc(4 * 32 * 1024);
-const x = driver.memAlloc(4 * 1024);
-const y = driver.memAlloc(4 * 32);
-const event = CudaEvent.create({ timing: false });
-const other = CudaStream.create({ nonBlocking: true });
-event.record(other);
-other.synchronize();
-
-const rawParams = new KernelParams(4).pack([]);
-const gemm = rowMajorGemm({ m: 32, n: 1024, k: 75, A, B, C, beta: 0 });
-const gemv = rowMajorGemv({ rows: 32, cols: 1024, A: B, x, beta: 1, y });
-
-const measures: Record<string, () => void> = {
-  "launch.raw": () => driver.launchKernel(empty.handle, [1], [32], 0, stream.handle, rawParams),
-  "launch.kernel": () =>
-    args8.launch({ grid: 8, block: 256, stream }, [
-      karg.ptr(C),
-      karg.ptr(A),
-      karg.i32(-1),
-      karg.i32(32),
-      karg.i32(32),
-      karg.i32(5),
-      karg.i32(1),
-      karg.i32(2),
-    ]),
-  sgemm: () => cublas.sgemm(handle, gemm),
-  sgemv: () => cublas.sgemv(handle, gemv),
-  "event.record": () => event.record(stream),
-  "stream.wait": () => stream.wait(event),
-};
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
+const { device, calls: measures, busy, synchronize } = openCalls();
 
 const results: Record<string, { usPerCall: number; min: number; max: number }> = {};
 for (const [name, call] of Object.entries(measures)) {
   const rounds: number[] = [];
   for (let r = 0; r <= ROUNDS; r++) {
-    spin.launch({ grid: 1, block: 1, stream }, [karg.u64(40_000_000)]);
+    busy();
     const t0 = performance.now();
     for (let i = 0; i < CALLS; i++) call();
     const t1 = performance.now();
-    stream.synchronize();
+    synchronize();
     if (r > 0) rounds.push(((t1 - t0) * 1000) / CALLS);
   }
   results[name] = { usPerCall: median(rounds), min: Math.min(...rounds), max: Math.max(...rounds) };
@@ -111,7 +43,6 @@ const out = process.argv.indexOf("--json");
 if (out > 0) {
   writeFileSync(
     process.argv[out + 1]!,
-    `${JSON.stringify({ device: device.props.name, calls: CALLS, rounds: ROUNDS, results }, null, 2)}\n`,
+    `${JSON.stringify({ device, calls: CALLS, rounds: ROUNDS, results }, null, 2)}\n`,
   );
 }
-cublas.destroy(handle);

@@ -10,25 +10,11 @@
  */
 import { writeFileSync } from "node:fs";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import {
-  CudaStream,
-  compileCuda,
-  getCublas,
-  getDriver,
-  KernelParams,
-  karg,
-  loadModule,
-  openDevice,
-  rowMajorGemm,
-} from "../../src/cuda/index.js";
+import { moduleBootstrap } from "../../src/util/worker-module.js";
+import { median, openCalls } from "./calls.js";
 
 const CALLS = Number(process.env["CALLS"] ?? 300);
 const ROUNDS = Number(process.env["ROUNDS"] ?? 9);
-const SOURCE = `extern "C" __global__ void spin(long long cycles) {
-  long long t0 = clock64();
-  while (clock64() - t0 < cycles) {}
-}
-extern "C" __global__ void empty() {}`;
 
 interface Job {
   /** [0]: round started (generation), [1]: threads done. */
@@ -36,32 +22,13 @@ interface Job {
   kind: "sgemm" | "launch";
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
-
 /** A thread's side: its stream, handle and buffers; per round: spin, wait for the start, issue, report its µs. */
 function workerMain(job: Job): void {
-  const device = openDevice(0);
-  const driver = getDriver();
-  const stream = CudaStream.create({ nonBlocking: true });
-  const module = loadModule(compileCuda({ name: "threads.cu", source: SOURCE, arch: device.props.arch }).cubin);
-  const spin = module.getFunction("spin");
-  const empty = module.getFunction("empty");
-  const params = new KernelParams(2).pack([]);
-  const cublas = getCublas();
-  const handle = cublas.create();
-  cublas.setStream(handle, stream.handle);
-  const [A, B, C] = [32 * 75, 75 * 1024, 32 * 1024].map((n) => driver.memAlloc(4 * n)) as [number, number, number];
-  const gemm = rowMajorGemm({ m: 32, n: 1024, k: 75, A, B, C, beta: 0 });
-  const call =
-    job.kind === "sgemm"
-      ? () => cublas.sgemm(handle, gemm)
-      : () => driver.launchKernel(empty.handle, [1], [32], 0, stream.handle, params);
+  const { calls, busy, synchronize } = openCalls();
+  const call = job.kind === "sgemm" ? calls.sgemm : calls["launch.raw"];
   const sync = new Int32Array(job.sync);
   parentPort!.on("message", (generation: number) => {
-    spin.launch({ grid: 1, block: 1, stream }, [karg.u64(40_000_000)]);
+    busy();
     call(); // warm
     Atomics.add(sync, 1, 1);
     Atomics.notify(sync, 1);
@@ -69,19 +36,13 @@ function workerMain(job: Job): void {
     const t0 = performance.now();
     for (let i = 0; i < CALLS; i++) call();
     const us = (performance.now() - t0) * 1000;
-    stream.synchronize();
+    synchronize();
     parentPort!.postMessage(us);
   });
   parentPort!.postMessage("ready");
 }
 
-const BOOT = `
-const { workerData } = require("node:worker_threads");
-(async () => {
-  (await import(workerData.tsx)).register();
-  await import(workerData.entry);
-})().catch((e) => { console.error(e); process.exit(1); });
-`;
+const BOOT = moduleBootstrap("(e) => { console.error(e); process.exit(1); }", { uncaught: false });
 
 async function main(): Promise<void> {
   const threads = (process.env["THREADS"] ?? "1,2,4,8").split(",").map(Number);

@@ -10,34 +10,12 @@
  */
 
 import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
-import { CudaEvent, CudaGraph } from "../../src/cuda/index.js";
 import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
+import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);
 const layers = TABLE5.filter((l) => (names.length > 0 ? names.includes(l.name) : l.net === "CaffeNet"));
-const REPEATS = 7;
-
-function medianMs(ctx: GpuContext, run: () => void): number {
-  const graph = CudaGraph.capture(ctx.stream, run);
-  try {
-    graph.launch(); // warm
-    const times: number[] = [];
-    for (let r = 0; r < REPEATS; r++) {
-      const [a, b] = [CudaEvent.create(), CudaEvent.create()];
-      a.record(ctx.stream);
-      graph.launch();
-      b.record(ctx.stream);
-      times.push(CudaEvent.elapsedMs(a, b));
-      a.destroy();
-      b.destroy();
-    }
-    times.sort((x, y) => x - y);
-    return times[(times.length - 1) / 2]!;
-  } finally {
-    graph.destroy();
-  }
-}
 
 const ctx = GpuContext.open({ poolBytes: 64 * 1024 ** 2 });
 try {
@@ -47,37 +25,24 @@ try {
       const G = layer.G;
       const one = layer.runner(1);
       layer.iteration(one); // warm: buffers, cuBLAS's kernels
-      const oneMs = medianMs(ctx, () => layer.iteration(one));
+      const oneMs = graphMedianMs(ctx, () => layer.iteration(one));
       let forwardMs = Number.POSITIVE_INFINITY;
       let forwardPool = 1;
       for (const k of [4, 8, 12, 16, 24, 32]) {
         const r = layer.runner(k, { threads: 1 });
         r.forwardAt(layer.host, G, layer.ptr);
-        const ms = medianMs(ctx, () => r.forwardAt(layer.host, G, layer.ptr));
+        const ms = graphMedianMs(ctx, () => r.forwardAt(layer.host, G, layer.ptr));
         if (ms < forwardMs) [forwardMs, forwardPool] = [ms, k];
         r.dispose();
       }
       // the chain alone: N weight GEMMs one after another on one stream, as the chain lane runs them
-      const rows = G.c * G.kernel * G.kernel;
-      const plane = G.ho * G.wo;
       const col = one.buffers().cols[0]!;
+      const lane = one.lanes.lane(0);
       const chain = () => {
-        for (let n = 0; n < G.n; n++) {
-          const dyn = layer.ptr.dy + 4 * n * G.f * plane;
-          ctx.cublas.sgemmRowMajor(ctx.cublasHandle, {
-            m: G.f,
-            n: rows,
-            k: plane,
-            A: dyn,
-            B: col,
-            transB: true,
-            beta: 1,
-            C: layer.ptr.dW,
-          });
-        }
+        for (let n = 0; n < G.n; n++) one.weightGemm(layer.host, lane, G, layer.ptr, n, col);
       };
       chain();
-      const chainMs = medianMs(ctx, chain);
+      const chainMs = graphMedianMs(ctx, chain);
       const bound = forwardMs + chainMs;
       console.log(
         `${shape.name.padEnd(16)} one stream ${oneMs.toFixed(2)} ms; forward alone, best pool (${forwardPool}) ` +

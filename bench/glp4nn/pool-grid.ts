@@ -5,34 +5,13 @@
  *   node --import tsx bench/glp4nn/pool-grid.ts [layer names, default CaffeNet conv3 and conv5]
  */
 import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
-import { CudaEvent, CudaGraph } from "../../src/cuda/index.js";
 import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
+import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);
 const layers = TABLE5.filter((l) => (names.length > 0 ? names : ["CaffeNet conv3", "CaffeNet conv5"]).includes(l.name));
 const SIZES = (process.env["SIZES"] ?? "1,4,8,12,16,24,32").split(",").map(Number);
-
-function medianMs(ctx: GpuContext, run: () => void, repeats = 5): number {
-  const graph = CudaGraph.capture(ctx.stream, run);
-  try {
-    graph.launch();
-    const times: number[] = [];
-    for (let r = 0; r < repeats; r++) {
-      const [a, b] = [CudaEvent.create(), CudaEvent.create()];
-      a.record(ctx.stream);
-      graph.launch();
-      b.record(ctx.stream);
-      times.push(CudaEvent.elapsedMs(a, b));
-      a.destroy();
-      b.destroy();
-    }
-    times.sort((x, y) => x - y);
-    return times[(times.length - 1) / 2]!;
-  } finally {
-    graph.destroy();
-  }
-}
 
 const ctx = GpuContext.open({ poolBytes: 64 * 1024 ** 2 });
 try {
@@ -42,7 +21,7 @@ try {
       const runners = new Map(SIZES.map((k) => [k, layer.runner(k, { threads: 1 })]));
       const one = runners.get(1)!;
       layer.iteration(one);
-      const oneMs = medianMs(ctx, () => layer.iteration(one));
+      const oneMs = graphMedianMs(ctx, () => layer.iteration(one));
       const rows: string[] = [];
       let best = { ms: Number.POSITIVE_INFINITY, kf: 1, kb: 1 };
       for (const kf of SIZES) {
@@ -50,7 +29,7 @@ try {
         for (const kb of SIZES) {
           const [f, b] = [runners.get(kf)!, runners.get(kb)!];
           layer.iteration(f, b);
-          const ms = medianMs(ctx, () => layer.iteration(f, b));
+          const ms = graphMedianMs(ctx, () => layer.iteration(f, b));
           if (ms < best.ms) best = { ms, kf, kb };
           cells.push((oneMs / ms).toFixed(2));
         }

@@ -348,8 +348,8 @@ export class ConvRunner {
     lanes.weightsDone(lane);
   }
 
-  /** dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane`. */
-  private weightGemm(l: ConvHost, lane: ConvLane, G: ImageGeometry, p: ConvPointers, n: number, col: DevicePtr): void {
+  /** dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane` (bench/glp4nn/chain-bound.ts times a chain of them). */
+  weightGemm(l: ConvHost, lane: ConvLane, G: ImageGeometry, p: ConvPointers, n: number, col: DevicePtr): void {
     const rows = G.c * G.kernel * G.kernel;
     const plane = G.ho * G.wo;
     const dyn = p.dy + 4 * n * G.f * plane;
