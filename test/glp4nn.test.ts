@@ -131,6 +131,19 @@ describe("--streams and --explain", () => {
   });
 });
 
+describe("vpps bench glp4nn's options", () => {
+  test("--cnn-batches (the LeNet iteration) is in the help; a bad list is one line, before any GPU is asked for", async () => {
+    const help = await cli("bench", "glp4nn", "--help");
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /--cnn-batches <list>\s+LeNet batch sizes for the whole training iteration/);
+    const r = await cli("bench", "glp4nn", "--cnn-batches", "64,many");
+    assert.notEqual(r.code, 0);
+    const lines = r.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, `one line: ${r.stderr}`);
+    assert.match(lines[0]!, /--cnn-batches/);
+  });
+});
+
 describe("the benchmark's report (without a GPU: fake timings)", () => {
   test("tables with the done-when counts, a failed mode as a row, and the SVG per network", async () => {
     const { convTables, netPlot } = await import("../src/bench/glp4nn/suite.js");
