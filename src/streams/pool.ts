@@ -41,6 +41,8 @@ export class StreamPool<S, E, H> {
   private readonly start: E;
   private readonly sets = new Map<string, E[]>();
   private readonly extras = new Map<string, { lane: Lane<S, H>; done: E }>();
+  /** Each extra lane's done event, by lane (join's lookup). */
+  private readonly extraDone = new Map<Lane<S, H>, E>();
   private disposed = false;
 
   constructor(
@@ -93,6 +95,7 @@ export class StreamPool<S, E, H> {
         done: this.backend.event(),
       };
       this.extras.set(name, x);
+      this.extraDone.set(x.lane, x.done);
     }
     return x.lane;
   }
@@ -135,7 +138,7 @@ export class StreamPool<S, E, H> {
       this.backend.wait(origin, this.done[i]!);
     }
     for (const x of extras) {
-      const done = [...this.extras.values()].find((e) => e.lane === x)?.done;
+      const done = this.extraDone.get(x);
       if (done === undefined) throw new RangeError("StreamPool.join: an extra lane of another pool");
       this.backend.record(done, x.stream);
       this.backend.wait(origin, done);
