@@ -19,7 +19,7 @@ import {
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
-import { balancedPool } from "../src/engines/eager/conv-glp.js";
+import { balancedPool, threadPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
@@ -441,5 +441,21 @@ describe("balancedPool: the smallest pool that deals the samples in as many roun
     assert.equal(balancedPool(1, 100), 1);
     assert.equal(balancedPool(40, 32), 32, "no more lanes than samples");
     assert.throws(() => balancedPool(0, 8), /lanes must be an integer ≥ 1; got 0/);
+  });
+});
+
+describe("threadPool: a direct-mode pool rounded up to whole lanes per host thread", () => {
+  test("hand-worked: 5, 6 or 7 lanes on 4 threads are 8; 4 and 8 stay; one thread keeps any pool; at most 32", () => {
+    assert.equal(threadPool(5, 4), 8);
+    assert.equal(threadPool(7, 4), 8);
+    assert.equal(threadPool(8, 4), 8);
+    assert.equal(threadPool(1, 4), 4, "a pool has a lane for each thread");
+    assert.equal(threadPool(4, 4), 4);
+    assert.equal(threadPool(29, 4), 32);
+    assert.equal(threadPool(31, 3), 30, "capped at the largest multiple of the threads within 32 lanes");
+    assert.equal(threadPool(5, 1), 5);
+    assert.equal(threadPool(1, 1), 1);
+    assert.throws(() => threadPool(0, 4), /lanes must be an integer ≥ 1; got 0/);
+    assert.throws(() => threadPool(4, 0), /threads must be an integer ≥ 1; got 0/);
   });
 });

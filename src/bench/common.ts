@@ -14,6 +14,11 @@ export const SST_DIR = join(PACKAGE_ROOT, "..", "shared", "data", "sst");
 /** Our WikiNER copy beside the repository (one file, dev.txt, that the taggers split by --split-seed). */
 export const WIKINER_DIR = join(PACKAGE_ROOT, "..", "shared", "data", "wikiner");
 
+/** The arithmetic mean (NaN for none). */
+export function mean(xs: readonly number[]): number {
+  return xs.reduce((a, b) => a + b, 0) / xs.length;
+}
+
 export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;

@@ -11,11 +11,11 @@ import { ComputationGraph } from "../../graph/graph.js";
 import { type Digit, IMAGE, LenetModel } from "../../models/cnn/model.js";
 import { makeTrainer } from "../../optim/trainers.js";
 import type { IntegerSolver } from "../../streams/index.js";
-import { median } from "../common.js";
+import { mean } from "../common.js";
 
 export interface CnnPoolRow {
   batch: number;
-  /** ms per training iteration (forward, backward, update), median over repeats. */
+  /** ms per training iteration (forward, backward, update), mean over the repeats. */
   oneStreamMs: number;
   autoMs: number;
   /** one stream's ms over auto's. */
@@ -90,9 +90,10 @@ export function runCnnPool(o: {
       const [one, auto] = engines;
       const row: CnnPoolRow = {
         batch,
-        oneStreamMs: median(one.times),
-        autoMs: median(auto.times),
-        speedup: median(one.times) / median(auto.times),
+        // the same iterations on the same images for both: totals (means), see treelstm.ts
+        oneStreamMs: mean(one.times),
+        autoMs: mean(auto.times),
+        speedup: mean(one.times) / mean(auto.times),
         identicalLosses:
           one.losses.length === auto.losses.length &&
           one.losses.every((v, i) => Object.is(Math.fround(v), Math.fround(auto.losses[i]!))),

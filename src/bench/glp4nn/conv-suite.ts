@@ -80,53 +80,91 @@ function sameBits(a: Float32Array, b: Float32Array): boolean {
 }
 
 /** Each configuration of a layer is timed over at least this much of one stream's time (ms)… */
-const MIN_TIMED_MS = 40;
+const MIN_TIMED_MS = 150;
 /** …in at most this many iterations. */
-const MAX_REPEATS = 25;
+const MAX_REPEATS = 60;
+/** Timed iterations of a configuration per round (after one untimed lead iteration of its own). */
+const PER_ROUND = 2;
 
-/** Times `repeats` iterations of the layer on the given runners, one launch mode. */
-function timeIterations(
+/** A configuration ready to time: one iteration queued by `once`; its gradients checked against one stream's. */
+interface Prepared {
+  readonly once: () => void;
+  readonly identical: boolean;
+  readonly graphNodes?: number;
+  readonly dispose: () => void;
+}
+
+/** Warms a configuration up (direct: three iterations, as dispatch threads compile their code on their first jobs;
+ * graph: one uncaptured, then the capture and one replay) and compares its dW and db with one stream's. */
+function prepare(
   layer: ConvLayer,
   mode: LaunchMode,
   forward: ConvRunner,
   backward: ConvRunner,
-  repeats: number,
   reference: { dW: Float32Array; db: Float32Array },
-): ConvTiming {
-  const ctx = layer.ctx;
-  const events = Array.from({ length: repeats + 1 }, () => CudaEvent.create());
+): Prepared {
   let graph: CudaGraph | undefined;
+  let once: () => void;
+  if (mode === "direct") {
+    once = () => layer.iteration(forward, backward);
+    for (let w = 0; w < 3; w++) once();
+  } else {
+    layer.iteration(forward, backward); // buffers allocated, cuBLAS's kernels loaded
+    const g = CudaGraph.capture(layer.ctx.stream, () => layer.iteration(forward, backward));
+    graph = g;
+    once = () => g.launch();
+    once();
+  }
+  const got = layer.results(["dW", "db"]);
+  return {
+    once,
+    identical: sameBits(got.dW!, reference.dW) && sameBits(got.db!, reference.db),
+    ...(graph !== undefined ? { graphNodes: graph.nodeCount() } : {}),
+    dispose: () => graph?.destroy(),
+  };
+}
+
+/**
+ * Times prepared configurations in interleaved rounds: each round runs every configuration (in an order rotated
+ * round by round) after a synchronize, as one untimed lead iteration and PER_ROUND timed ones back to back (so each
+ * timed iteration follows one of its own, as in steady training). A slow spell of the host or the GPU then touches
+ * every configuration alike instead of whichever was being timed, which made neighbouring pool sizes differ by ±10%
+ * between runs when each was timed in one block. Returns the iterations' times (ms) per configuration.
+ */
+function timeRounds(layer: ConvLayer, configs: readonly Prepared[], repeats: number): number[][] {
+  const ctx = layer.ctx;
+  const rounds = Math.ceil(repeats / PER_ROUND);
+  const times = configs.map(() => [] as number[]);
+  const events = Array.from({ length: PER_ROUND + 1 }, () => CudaEvent.create());
   try {
-    const once =
-      mode === "direct"
-        ? () => layer.iteration(forward, backward)
-        : (() => {
-            // warm uncaptured first: buffers allocated, cuBLAS's kernels loaded
-            layer.iteration(forward, backward);
-            const g = CudaGraph.capture(ctx.stream, () => layer.iteration(forward, backward));
-            graph = g;
-            return () => g.launch();
-          })();
-    // warm-up: in direct mode three iterations, as dispatch threads' code is compiled on their first jobs
-    for (let w = 0; w < (mode === "direct" ? 3 : 1); w++) once();
-    events[0]!.record(ctx.stream);
-    for (let r = 1; r <= repeats; r++) {
-      once();
-      events[r]!.record(ctx.stream);
+    for (let r = 0; r < rounds; r++) {
+      for (let j = 0; j < configs.length; j++) {
+        const i = (j + r) % configs.length;
+        const c = configs[i]!;
+        ctx.synchronize();
+        c.once();
+        events[0]!.record(ctx.stream);
+        for (let k = 1; k <= PER_ROUND; k++) {
+          c.once();
+          events[k]!.record(ctx.stream);
+        }
+        ctx.synchronize();
+        for (let k = 1; k <= PER_ROUND; k++) times[i]!.push(CudaEvent.elapsedMs(events[k - 1]!, events[k]!));
+      }
     }
-    ctx.synchronize();
-    const times = events.slice(1).map((e, r) => CudaEvent.elapsedMs(events[r]!, e));
-    const got = layer.results(["dW", "db"]);
-    return {
-      ms: median(times),
-      minMs: Math.min(...times),
-      identical: sameBits(got.dW!, reference.dW) && sameBits(got.db!, reference.db),
-      ...(graph !== undefined ? { graphNodes: graph.nodeCount() } : {}),
-    };
   } finally {
-    graph?.destroy();
     for (const e of events) e.destroy();
   }
+  return times;
+}
+
+function timingOf(p: Prepared, times: readonly number[]): ConvTiming {
+  return {
+    ms: median(times),
+    minMs: Math.min(...times),
+    identical: p.identical,
+    ...(p.graphNodes !== undefined ? { graphNodes: p.graphNodes } : {}),
+  };
 }
 
 /** Runs one Table 5 layer; see the top of this file. */
@@ -172,8 +210,11 @@ function runMode(
   const shape = layer.shape;
   const connections = hardwareQueues();
   // direct launches: a pool's work issued from several host threads (conv-threads.ts); a graph is captured from one
-  const threadsFor = (k: number) => (mode === "direct" ? convThreadsFor(k) : 1);
-  const hostThreads = threadsFor(MAX_LAYER_LANES);
+  // direct launches: every pool's work issued from one set of host threads (conv-threads.ts; a pool of fewer lanes
+  // than threads leaves some idle, as min(lanes, threads) threads would issue it), so that no idle set competes for
+  // the cores while another is timed; a graph is captured from one thread
+  const hostThreads = mode === "direct" ? convThreadsFor(MAX_LAYER_LANES) : 1;
+  const threadsFor = (_k: number) => hostThreads;
   const analysis: ConvAnalysis = analyseConvLayer(layer, one, {
     mode,
     solver,
@@ -181,34 +222,48 @@ function runMode(
     footprints,
     hostThreads,
   });
-  const pools: Record<string, ConvTiming> = {};
-  // short layers are timed over more iterations (at least ~40 ms of one stream, at most 25), so that the pool
+  // short layers are timed over more iterations (at least ~150 ms of one stream, at most 60), so that the pool
   // sizes' medians are compared above the run-to-run noise of a few host threads
-  const probe = timeIterations(layer, mode, one, one, o.repeats, reference);
-  const repeats = Math.min(MAX_REPEATS, Math.max(o.repeats, Math.ceil(MIN_TIMED_MS / probe.ms)));
-  const oneStream = repeats > o.repeats ? timeIterations(layer, mode, one, one, repeats, reference) : probe;
-  pools["1"] = oneStream;
-  for (const k of o.pools) {
-    if (k === 1) continue;
-    const r = layer.runner(k, { threads: threadsFor(k) });
-    try {
-      pools[String(k)] = timeIterations(layer, mode, r, r, repeats, reference);
-    } finally {
-      r.dispose();
-    }
-  }
+  const oneP = prepare(layer, mode, one, one, reference);
+  const probe = timeRounds(layer, [oneP], o.repeats);
+  const repeats = Math.min(MAX_REPEATS, Math.max(o.repeats, Math.ceil(MIN_TIMED_MS / median(probe[0]!))));
+  // every configuration prepared at once (all of one pool's lanes share one set of dispatch threads), then timed in
+  // interleaved rounds: one stream, every fixed pool, and GLP4NN's choice where it is none of them
   const [kf, kb] = [analysis.forwardPool, analysis.backwardPool];
-  let glpTiming: ConvTiming;
-  if (kf === kb && pools[String(kf)] !== undefined) glpTiming = pools[String(kf)]!;
-  else {
-    const rf = kf === 1 ? one : layer.runner(kf, { threads: threadsFor(kf) });
-    const rb = kb === 1 ? one : kb === kf ? rf : layer.runner(kb, { threads: threadsFor(kb) });
-    try {
-      glpTiming = timeIterations(layer, mode, rf, rb, repeats, reference);
-    } finally {
-      for (const r of new Set([rf, rb])) if (r !== one) r.dispose();
+  const runners: ConvRunner[] = [];
+  const runnerOf = (k: number): ConvRunner => {
+    if (k === 1) return one;
+    const r = layer.runner(k, { threads: threadsFor(k) });
+    runners.push(r);
+    return r;
+  };
+  const sizes = o.pools.filter((k) => k !== 1);
+  const prepared: Prepared[] = [oneP];
+  let timings: ConvTiming[];
+  let glpIndex: number;
+  try {
+    for (const k of sizes) {
+      const r = runnerOf(k);
+      prepared.push(prepare(layer, mode, r, r, reference));
     }
+    glpIndex = kf === kb && (kf === 1 || sizes.includes(kf)) ? (kf === 1 ? 0 : 1 + sizes.indexOf(kf)) : -1;
+    if (glpIndex < 0) {
+      const rf = runnerOf(kf);
+      const rb = kb === kf ? rf : runnerOf(kb);
+      prepared.push(prepare(layer, mode, rf, rb, reference));
+    }
+    const times = timeRounds(layer, prepared, repeats);
+    timings = prepared.map((p, i) => timingOf(p, times[i]!));
+  } finally {
+    for (const p of prepared) p.dispose();
+    for (const r of runners) r.dispose();
   }
+  const oneStream = timings[0]!;
+  const pools: Record<string, ConvTiming> = { "1": oneStream };
+  sizes.forEach((k, i) => {
+    pools[String(k)] = timings[1 + i]!;
+  });
+  const glpTiming = timings[glpIndex < 0 ? timings.length - 1 : glpIndex]!;
   const best = Object.entries(pools).reduce((b, [k, t]) => (t.ms < b.ms ? { pool: Number(k), ms: t.ms } : b), {
     pool: 1,
     ms: oneStream.ms,
@@ -226,8 +281,8 @@ function runMode(
       ? `\n(pools: forward ${pf} → ${analysis.forwardPool}, backward ${pb} → ${analysis.backwardPool} streams: the ` +
         `smallest pool that deals the ${layer.G.n} samples in as many rounds` +
         (analysis.hostThreads > 1
-          ? `, and a lane for each of the ${analysis.hostThreads} host threads issuing direct launches (the program's ` +
-            "T_launch is shared by them)"
+          ? `, rounded up to as many lanes for each of the ${analysis.hostThreads} host threads issuing direct ` +
+            "launches (the program's T_launch is shared by them, and the busiest thread sets the pace)"
           : "") +
         ")"
       : "";

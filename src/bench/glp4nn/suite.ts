@@ -191,7 +191,10 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
     `## GLP4NN on ${device}`,
     "",
     `\`${o.command}\` — ${new Date().toISOString()}; forward + backward of one training iteration per layer (dW, db, dx ` +
-      `zeroed, forward, backward), median of ${repeats}; CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}.`,
+      `zeroed, forward, backward); a layer's configurations timed in interleaved rounds (each: one lead iteration, ` +
+      `then 2 timed), median of at least ${repeats} iterations and of at least 150 ms of one stream's time; ` +
+      `CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}. Tree-LSTM and LeNet: both engines side by side, their ` +
+      "repeats alternating over the same batches; rates over all repeats.",
     "",
     ...convTables(convResults, modes),
   ];

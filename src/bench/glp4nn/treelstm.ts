@@ -8,12 +8,12 @@ import { EagerEngine } from "../../engines/eager/engine.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { makeTrainer } from "../../optim/trainers.js";
 import type { IntegerSolver } from "../../streams/index.js";
-import { median } from "../common.js";
+import { mean } from "../common.js";
 import { benchModel } from "../models/index.js";
 
 export interface TreeLstmPoolRow {
   batch: number;
-  /** Sentences per second, median over repeats. */
+  /** Sentences per second over all timed repeats (the same sentences for both). */
   oneStream: number;
   auto: number;
   /** Streams the analyser chose, the pool size before the fork/join check, the launch cost it measured. */
@@ -40,9 +40,12 @@ export async function runTreeLstmPool(o: {
   const rows: TreeLstmPoolRow[] = [];
   for (const batch of o.batches) {
     const steps = Math.max(2, Math.round(o.sentences / batch));
-    const repeats = batch >= 128 ? 4 : 6;
+    const repeats = batch >= 128 ? 8 : 10;
     // Both engines live side by side and their timed repeats alternate (who goes first too): on a shared host whose
-    // speed drifts within seconds, runs one after the other differed by up to 30% (session 14).
+    // speed drifts within seconds, runs one after the other differed by up to 30% (session 14). Repeat r of both
+    // trains the same batches, whose trees differ from repeat to repeat: each engine's rate is its total over all its
+    // repeats (the same sentences for both), not a median of repeats over different trees, which differed by ±8% on
+    // the same code path (session 14).
     const open = (streams: number | "auto") => {
       const state = { explain: "" };
       // the same seeded parameters for both engines: the losses must agree bit for bit
@@ -86,7 +89,7 @@ export async function runTreeLstmPool(o: {
         for (const e of r % 2 === 0 ? engines : [engines[1], engines[0]]) e.timed();
       }
       const result = (e: (typeof engines)[number]) => ({
-        sps: (1000 * batch) / median(e.times),
+        sps: (1000 * batch) / mean(e.times),
         losses: e.losses,
         explain: e.state.explain,
         choice: e.engine.levelChoice,

@@ -28,6 +28,7 @@ import {
 import { gridFor } from "../gpu/parameters.js";
 import { CONV_CALLS, type ConvCallName, type ConvKernelName, type ConvRunner, isOneByOne } from "./conv.js";
 import type { ConvLayer } from "./conv-layer.js";
+import { MAX_POOL_LANES } from "./conv-threads.js";
 import { EAGER_BLOCK } from "./kernels.js";
 
 /** How the layer's kernels are launched: one call each, or the iteration replayed as one CUDA graph. */
@@ -186,12 +187,10 @@ export function analyseConvLayer(
       return undefined;
     }
   };
-  // The program's T_launch is shared by the host threads only when the pool has a lane for each of them (thread t
-  // issues the lanes k ≡ t mod P): in direct mode a pool of more than one lane has at least as many as the threads.
-  const atLeastThreads = (pool: number) => (pool > 1 || hostThreads > 1 ? Math.max(pool, hostThreads) : pool);
   // Beyond the program: the samples are dealt round-robin, so a pool of L lanes runs ⌈N / L⌉ samples on its busiest
-  // lane; the smallest pool with as many samples a lane finishes in as many rounds, with fewer streams.
-  const pool = (k: number) => atLeastThreads(balancedPool(k, G.n));
+  // lane; the smallest pool with as many samples a lane finishes in as many rounds, with fewer streams. In direct mode
+  // the pool then gets a whole number of lanes per host thread (threadPool).
+  const pool = (k: number) => threadPool(balancedPool(k, G.n), hostThreads);
   const forward = analyse("forward", forwardKernels);
   const backward = analyse("backward", backwardKernels);
   return {
@@ -217,4 +216,22 @@ export function balancedPool(lanes: number, samples: number): number {
     throw new RangeError(`balancedPool: lanes must be an integer ≥ 1; got ${lanes}`);
   if (samples < 1 || lanes >= samples) return Math.max(1, Math.min(lanes, samples));
   return Math.ceil(samples / Math.ceil(samples / lanes));
+}
+
+/**
+ * A direct-mode pool of `lanes` lanes issued by `threads` host threads, rounded up to a whole number of lanes per
+ * thread (at most MAX_POOL_LANES). Thread t issues the lanes k ≡ t mod P (conv-threads.ts), so the program's T_launch
+ * is shared by the P threads only when each has a lane, and the busiest thread issues ⌈L / P⌉ of every L samples: with
+ * direct launches the host's issue is the bound, and 5 lanes on 4 threads run at the pace of 8 (measured: a pool of 5,
+ * 6 or 7 on 4 threads was slower than 4 or 8 on GoogLeNet conv_1 and conv_4, bench/results/h100/issue19/session15/).
+ * One lane stays one lane where one thread issues.
+ */
+export function threadPool(lanes: number, threads: number): number {
+  if (!Number.isInteger(lanes) || lanes < 1)
+    throw new RangeError(`threadPool: lanes must be an integer ≥ 1; got ${lanes}`);
+  if (!Number.isInteger(threads) || threads < 1) {
+    throw new RangeError(`threadPool: threads must be an integer ≥ 1; got ${threads}`);
+  }
+  if (threads === 1) return lanes;
+  return Math.min(Math.max(threads, MAX_POOL_LANES - (MAX_POOL_LANES % threads)), Math.ceil(lanes / threads) * threads);
 }

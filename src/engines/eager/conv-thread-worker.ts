@@ -63,17 +63,31 @@ const host: ConvHost = {
   },
 };
 
+/**
+ * How long a thread spins on a control word before it sleeps (ms). The counters it waits on and the next job (a
+ * layer's backward follows its forward, the next layer's forward follows within the same step) usually change within
+ * this; a sleeping thread's wake-up costs tens of µs and varies by more, which showed as ±10% between pool sizes.
+ */
+const SPIN_MS = 1;
+
+/** Spins until ctrl[i] satisfies `ok` or `ms` have passed (reading the clock every 256 polls); true if it did. */
+function spin(i: number, ok: (v: number) => boolean, ms: number): boolean {
+  const t0 = performance.now();
+  for (let n = 1; ; n++) {
+    if (ok(Atomics.load(ctrl, i))) return true;
+    if ((n & 255) === 0 && (Atomics.load(ctrl, CTRL.ERROR) > 0 || performance.now() - t0 > ms)) return false;
+  }
+}
+
 /** Waits until ctrl[i] satisfies `ok`, spinning first; gives up when another thread failed or after the timeout. */
 function waitFor(i: number, ok: (v: number) => boolean, what: () => string): void {
-  let spins = 0;
-  let deadline = 0;
+  if (spin(i, ok, SPIN_MS)) return;
+  const deadline = performance.now() + d.timeoutMs;
   for (;;) {
     const v = Atomics.load(ctrl, i);
     if (ok(v)) return;
     if (Atomics.load(ctrl, CTRL.ERROR) > 0) throw new Error("another dispatch thread failed");
-    if (++spins < 4000) continue;
-    if (deadline === 0) deadline = performance.now() + d.timeoutMs;
-    else if (performance.now() > deadline) throw new Error(`waited ${d.timeoutMs / 1000} s for ${what()}`);
+    if (performance.now() > deadline) throw new Error(`waited ${d.timeoutMs / 1000} s for ${what()}`);
     Atomics.wait(ctrl, i, v, 2);
   }
 }
@@ -126,7 +140,8 @@ Atomics.add(ctrl, CTRL.DONE, 1);
 Atomics.notify(ctrl, CTRL.DONE);
 let generation = 0;
 for (;;) {
-  Atomics.wait(ctrl, CTRL.GEN, generation);
+  // the next job usually comes within SPIN_MS (see there); else sleep until the main thread posts one
+  if (!spin(CTRL.GEN, (v) => v !== generation, SPIN_MS)) Atomics.wait(ctrl, CTRL.GEN, generation);
   const g = Atomics.load(ctrl, CTRL.GEN);
   if (g < 0) break;
   if (g === generation) continue;

@@ -113,6 +113,8 @@ export const MAX_CONV_THREADS = 8;
  */
 export const DEFAULT_CONV_THREADS = 4;
 const TIMEOUT_MS = 60_000;
+/** How long the main thread spins for the threads' issue of a job before it sleeps between checks (ms). */
+const MAIN_SPIN_MS = 50;
 
 /**
  * Sample threads for a pool of `count` lanes: `VPPS_CONV_THREADS` when set (0 or 1: issue from the calling thread),
@@ -282,17 +284,19 @@ export class ConvThreads implements ConvIssuer {
   private await(what: string): void {
     const c = this.ctrl;
     const n = this.workers.length;
-    const deadline = performance.now() + TIMEOUT_MS;
-    let spins = 0;
-    for (;;) {
+    const t0 = performance.now();
+    const deadline = t0 + TIMEOUT_MS;
+    for (let spins = 1; ; spins++) {
       const done = Atomics.load(c, CTRL.DONE);
       if (Atomics.load(c, CTRL.ERROR) > 0) throw this.failure(what);
       if (done >= n) return;
-      if (++spins < 2000) continue;
+      // spin (this thread has nothing else to do, and a futex wake-up costs tens of µs) for as long as a large
+      // layer's issue takes, then sleep in short slices
+      if ((spins & 255) !== 0 || performance.now() - t0 < MAIN_SPIN_MS) continue;
       if (performance.now() > deadline) {
         throw new Error(`convolution dispatch threads: ${n - done} of ${n} did not finish the ${what} in 60 s`);
       }
-      Atomics.wait(c, CTRL.DONE, done, 5);
+      Atomics.wait(c, CTRL.DONE, done, 1);
     }
   }
 
