@@ -444,14 +444,16 @@ describe("balancedPool: the smallest pool that deals the samples in as many roun
   });
 });
 
-describe("threadPool: a direct-mode pool rounded up to whole lanes per host thread", () => {
-  test("hand-worked: 5, 6 or 7 lanes on 4 threads are 8; 4 and 8 stay; one thread keeps any pool; at most 32", () => {
-    assert.equal(threadPool(5, 4), 8);
+describe("threadPool: a direct-mode pool rounded to whole lanes per host thread", () => {
+  test("hand-worked: on 4 threads 5 lanes are 4, 6 and 7 are 8; one thread keeps any pool; at most 32", () => {
+    assert.equal(threadPool(5, 4), 4);
+    assert.equal(threadPool(6, 4), 8, "ties round up");
     assert.equal(threadPool(7, 4), 8);
     assert.equal(threadPool(8, 4), 8);
     assert.equal(threadPool(1, 4), 4, "a pool has a lane for each thread");
     assert.equal(threadPool(4, 4), 4);
-    assert.equal(threadPool(29, 4), 32);
+    assert.equal(threadPool(29, 4), 28);
+    assert.equal(threadPool(31, 4), 32);
     assert.equal(threadPool(31, 3), 30, "capped at the largest multiple of the threads within 32 lanes");
     assert.equal(threadPool(5, 1), 5);
     assert.equal(threadPool(1, 1), 1);

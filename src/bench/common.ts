@@ -4,6 +4,8 @@
  */
 import { cpus, hostname } from "node:os";
 import { join } from "node:path";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 
 /** The package's root: src/bench/ in a checkout and dist/bench/ in an installed package are both two below it. */
 export const PACKAGE_ROOT = join(import.meta.dirname, "..", "..");
@@ -13,6 +15,19 @@ export const SST_DIR = join(PACKAGE_ROOT, "..", "shared", "data", "sst");
 
 /** Our WikiNER copy beside the repository (one file, dev.txt, that the taggers split by --split-seed). */
 export const WIKINER_DIR = join(PACKAGE_ROOT, "..", "shared", "data", "wikiner");
+
+let gcFunction: (() => void) | undefined;
+/**
+ * A full garbage collection now (V8's `gc`, exposed on first use), so that a timed repeat does not pay for the garbage
+ * of the one before it, which may be another engine's: engines timed side by side share one heap.
+ */
+export function collectGarbage(): void {
+  if (gcFunction === undefined) {
+    setFlagsFromString("--expose-gc");
+    gcFunction = runInNewContext("gc") as () => void;
+  }
+  gcFunction();
+}
 
 /** The arithmetic mean (NaN for none). */
 export function mean(xs: readonly number[]): number {

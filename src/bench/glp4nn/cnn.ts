@@ -11,7 +11,7 @@ import { ComputationGraph } from "../../graph/graph.js";
 import { type Digit, IMAGE, LenetModel } from "../../models/cnn/model.js";
 import { makeTrainer } from "../../optim/trainers.js";
 import type { IntegerSolver } from "../../streams/index.js";
-import { mean } from "../common.js";
+import { collectGarbage, mean } from "../common.js";
 
 export interface CnnPoolRow {
   batch: number;
@@ -70,6 +70,7 @@ export function runCnnPool(o: {
         engine.update(trainer);
       };
       const timed = () => {
+        collectGarbage();
         const t0 = performance.now();
         for (let s = 0; s < o.steps; s++) step();
         engine.ctx.synchronize();

@@ -8,7 +8,7 @@ import { EagerEngine } from "../../engines/eager/engine.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { makeTrainer } from "../../optim/trainers.js";
 import type { IntegerSolver } from "../../streams/index.js";
-import { mean } from "../common.js";
+import { collectGarbage, mean } from "../common.js";
 import { benchModel } from "../models/index.js";
 
 export interface TreeLstmPoolRow {
@@ -40,7 +40,7 @@ export async function runTreeLstmPool(o: {
   const rows: TreeLstmPoolRow[] = [];
   for (const batch of o.batches) {
     const steps = Math.max(2, Math.round(o.sentences / batch));
-    const repeats = batch >= 128 ? 8 : 10;
+    const repeats = batch >= 128 ? 12 : 16;
     // Both engines live side by side and their timed repeats alternate (who goes first too): on a shared host whose
     // speed drifts within seconds, runs one after the other differed by up to 30% (session 14). Repeat r of both
     // trains the same batches, whose trees differ from repeat to repeat: each engine's rate is its total over all its
@@ -70,6 +70,7 @@ export async function runTreeLstmPool(o: {
         engine.update(trainer);
       };
       const timed = () => {
+        collectGarbage();
         const t0 = performance.now();
         for (let s = 0; s < steps; s++) step();
         engine.ctx.synchronize();

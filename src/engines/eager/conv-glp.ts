@@ -189,7 +189,7 @@ export function analyseConvLayer(
   };
   // Beyond the program: the samples are dealt round-robin, so a pool of L lanes runs ⌈N / L⌉ samples on its busiest
   // lane; the smallest pool with as many samples a lane finishes in as many rounds, with fewer streams. In direct mode
-  // the pool then gets a whole number of lanes per host thread (threadPool).
+  // the pool then gets the nearest whole number of lanes per host thread (threadPool).
   const pool = (k: number) => threadPool(balancedPool(k, G.n), hostThreads);
   const forward = analyse("forward", forwardKernels);
   const backward = analyse("backward", backwardKernels);
@@ -219,12 +219,13 @@ export function balancedPool(lanes: number, samples: number): number {
 }
 
 /**
- * A direct-mode pool of `lanes` lanes issued by `threads` host threads, rounded up to a whole number of lanes per
- * thread (at most MAX_POOL_LANES). Thread t issues the lanes k ≡ t mod P (conv-threads.ts), so the program's T_launch
- * is shared by the P threads only when each has a lane, and the busiest thread issues ⌈L / P⌉ of every L samples: with
- * direct launches the host's issue is the bound, and 5 lanes on 4 threads run at the pace of 8 (measured: a pool of 5,
- * 6 or 7 on 4 threads was slower than 4 or 8 on GoogLeNet conv_1 and conv_4, bench/results/h100/issue19/session15/).
- * One lane stays one lane where one thread issues.
+ * A direct-mode pool of `lanes` lanes issued by `threads` host threads, rounded to the nearest whole number of lanes
+ * per thread (ties up; at least one lane per thread, at most MAX_POOL_LANES). Thread t issues the lanes k ≡ t mod P
+ * (conv-threads.ts), so the program's T_launch is shared by the P threads only when each has a lane, and the busiest
+ * thread issues ⌈L / P⌉ of every L samples: with direct launches the host's issue is the bound, and 5 lanes on 4
+ * threads run at the pace of 8 with the GPU concurrency of 5 (measured: pools of 5, 6 and 7 on 4 threads each ran
+ * slower than the better of 4 and 8 on 15 of the 16 Table 5 layers, and slower than both on 9, the small ones;
+ * bench/results/h100/issue19/session15/rounded-up/). One thread keeps any pool.
  */
 export function threadPool(lanes: number, threads: number): number {
   if (!Number.isInteger(lanes) || lanes < 1)
@@ -233,5 +234,6 @@ export function threadPool(lanes: number, threads: number): number {
     throw new RangeError(`threadPool: threads must be an integer ≥ 1; got ${threads}`);
   }
   if (threads === 1) return lanes;
-  return Math.min(Math.max(threads, MAX_POOL_LANES - (MAX_POOL_LANES % threads)), Math.ceil(lanes / threads) * threads);
+  const perThread = Math.max(1, Math.floor(lanes / threads + 0.5));
+  return Math.min(Math.max(threads, MAX_POOL_LANES - (MAX_POOL_LANES % threads)), perThread * threads);
 }
