@@ -281,7 +281,7 @@ function runMode(
       ? `\n(pools: forward ${pf} → ${analysis.forwardPool}, backward ${pb} → ${analysis.backwardPool} streams: the ` +
         `smallest pool that deals the ${layer.G.n} samples in as many rounds` +
         (analysis.hostThreads > 1
-          ? `, rounded up to as many lanes for each of the ${analysis.hostThreads} host threads issuing direct ` +
+          ? `, then to the nearest whole number of lanes for each of the ${analysis.hostThreads} host threads issuing direct ` +
             "launches (the program's T_launch is shared by them, and the busiest thread sets the pace)"
           : "") +
         ")"

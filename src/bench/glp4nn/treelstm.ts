@@ -28,6 +28,8 @@ export interface TreeLstmPoolRow {
 }
 
 const SIZE = { hidden: 256, embed: 256 };
+/** Step pairs between two full garbage collections. */
+const GC_EVERY = 16;
 
 export async function runTreeLstmPool(o: {
   batches: readonly number[];
@@ -41,11 +43,10 @@ export async function runTreeLstmPool(o: {
   for (const batch of o.batches) {
     const steps = Math.max(2, Math.round(o.sentences / batch));
     const repeats = batch >= 128 ? 12 : 16;
-    // Both engines live side by side and their timed repeats alternate (who goes first too): on a shared host whose
-    // speed drifts within seconds, runs one after the other differed by up to 30% (session 14). Repeat r of both
-    // trains the same batches, whose trees differ from repeat to repeat: each engine's rate is its total over all its
-    // repeats (the same sentences for both), not a median of repeats over different trees, which differed by ±8% on
-    // the same code path (session 14).
+    // Both engines live side by side and alternate step by step over the same batches (who goes first alternating
+    // too), each step timed to its end (synchronized), a full garbage collection every GC_EVERY pairs; each engine's
+    // rate is its total over all its steps. Timed in repeats of whole runs one after the other, the same code path
+    // differed by up to 30% (session 14); in alternating repeats, medians over different trees, by ±8%.
     const open = (streams: number | "auto") => {
       const state = { explain: "" };
       // the same seeded parameters for both engines: the losses must agree bit for bit
@@ -70,11 +71,10 @@ export async function runTreeLstmPool(o: {
         engine.update(trainer);
       };
       const timed = () => {
-        collectGarbage();
         const t0 = performance.now();
-        for (let s = 0; s < steps; s++) step();
+        step();
         engine.ctx.synchronize();
-        times.push((performance.now() - t0) / steps);
+        times.push(performance.now() - t0);
       };
       return { engine, state, losses, times, step, timed };
     };
@@ -86,8 +86,9 @@ export async function runTreeLstmPool(o: {
         for (let w = 0; w < 3; w++) e.step(); // warm-up; with auto, the profile and the analysis
         e.engine.ctx.synchronize();
       }
-      for (let r = 0; r < repeats; r++) {
-        for (const e of r % 2 === 0 ? engines : [engines[1], engines[0]]) e.timed();
+      for (let p = 0; p < repeats * steps; p++) {
+        if (p % GC_EVERY === 0) collectGarbage();
+        for (const e of p % 2 === 0 ? engines : [engines[1], engines[0]]) e.timed();
       }
       const result = (e: (typeof engines)[number]) => ({
         sps: (1000 * batch) / mean(e.times),
