@@ -8,7 +8,7 @@
 // Threads: P sample threads (thread t issues the samples of the lanes k ≡ t mod P, in sample order), one for the
 // weight gradient's chain lane and one for the bias gradient's side lane (conv.ts). Each makes the device's primary
 // context current, wraps the pool's streams and creates its own cuBLAS handles, and runs ConvRunner's parts on the
-// runner's buffers. The main thread forks the lanes, posts the job in shared memory, waits (Atomics.wait) until every
+// runner's buffers. The main thread forks the lanes, posts the job in shared memory, waits (conv-dispatch.ts) until every
 // thread has issued its share, and joins the lanes: so `forwardAt`/`backwardAt` stay synchronous and queue exactly
 // the work one thread would, with the same events between the same lanes. The GPU orders the work by those events;
 // the host must only issue each wait after the record it waits for, which two shared counters ensure: the chain thread
@@ -27,22 +27,7 @@ import { UserError } from "../../util/errors.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
 import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
 import { type ConvHost, type ConvIssuer, type ConvPointers, type ConvRunner, convExtraLanes } from "./conv.js";
-
-/** Control words (Int32Array over a SharedArrayBuffer). */
-export const CTRL = {
-  /** Job generation, bumped by the main thread per job; −1 stops the threads. */
-  GEN: 0,
-  /** Threads done with the current job (and, before the first, threads started). */
-  DONE: 1,
-  /** Threads that failed. */
-  ERROR: 2,
-  /** Chain parts issued in the current job. */
-  CHAIN: 3,
-  /** Threads that have stopped (their cuBLAS handles destroyed) after GEN became −1. */
-  STOPPED: 4,
-  /** Ring of L slots: slot n mod L holds n + 1 once sample n's lane part has been issued. */
-  RING: 5,
-} as const;
+import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./conv-dispatch.js";
 
 /** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, then the column buffers (max lanes) and
  * the second buffers (max lanes). */
@@ -79,12 +64,6 @@ export function readPointers(job: Float64Array): ConvPointers {
   return p as unknown as ConvPointers;
 }
 
-/** What a thread issues: its sample lanes (t of P), the chain lane or the side lane. */
-export type ConvThreadRole =
-  | { readonly kind: "samples"; readonly t: number; readonly P: number }
-  | { readonly kind: "chain" }
-  | { readonly kind: "side" };
-
 /** A thread's start data (structured-cloned). */
 export interface ConvThreadData {
   readonly entry: string;
@@ -113,8 +92,6 @@ export const MAX_CONV_THREADS = 8;
  */
 export const DEFAULT_CONV_THREADS = 4;
 const TIMEOUT_MS = 60_000;
-/** How long the main thread spins for the threads' issue of a job before it sleeps between checks (ms). */
-const MAIN_SPIN_MS = 50;
 
 /**
  * Sample threads for a pool of `count` lanes: `VPPS_CONV_THREADS` when set (0 or 1: issue from the calling thread),
@@ -197,7 +174,7 @@ export class ConvThreads implements ConvIssuer {
     }
     pool.grow(maxLanes);
     const { side, chain } = convExtraLanes(pool);
-    const ctrl = new SharedArrayBuffer(4 * (CTRL.RING + maxLanes));
+    const ctrl = new SharedArrayBuffer(controlBytes(maxLanes));
     const job = new SharedArrayBuffer(8 * (JOB.COLS + 2 * maxLanes));
     const streams = [...pool.lanes.slice(0, maxLanes), side, chain].map((l) => l.stream.handle);
     const columns = pool.eventSet("conv.columns").map((e) => e.handle);
@@ -271,33 +248,15 @@ export class ConvThreads implements ConvIssuer {
       job[JOB.COLS + k] = b.cols[k]!;
       job[JOB.COLS + this.maxLanes + k] = b.colsB[k] ?? 0;
     }
-    const c = this.ctrl;
-    Atomics.store(c, CTRL.DONE, 0);
-    Atomics.store(c, CTRL.CHAIN, 0);
-    for (let k = 0; k < L; k++) Atomics.store(c, CTRL.RING + k, 0);
-    Atomics.add(c, CTRL.GEN, 1);
-    Atomics.notify(c, CTRL.GEN);
+    postJob(this.ctrl, L);
     this.await(kind === 0 ? "forward" : "backward");
   }
 
   /** Waits until every thread is done (or started), throwing the first failure. */
   private await(what: string): void {
-    const c = this.ctrl;
-    const n = this.workers.length;
-    const t0 = performance.now();
-    const deadline = t0 + TIMEOUT_MS;
-    for (let spins = 1; ; spins++) {
-      const done = Atomics.load(c, CTRL.DONE);
-      if (Atomics.load(c, CTRL.ERROR) > 0) throw this.failure(what);
-      if (done >= n) return;
-      // spin (this thread has nothing else to do, and a futex wake-up costs tens of µs) for as long as a large
-      // layer's issue takes, then sleep in short slices
-      if ((spins & 255) !== 0 || performance.now() - t0 < MAIN_SPIN_MS) continue;
-      if (performance.now() > deadline) {
-        throw new Error(`convolution dispatch threads: ${n - done} of ${n} did not finish the ${what} in 60 s`);
-      }
-      Atomics.wait(c, CTRL.DONE, done, 1);
-    }
+    awaitThreads(this.ctrl, this.workers.length, what, TIMEOUT_MS, () => {
+      throw this.failure(what);
+    });
   }
 
   private failure(what: string): Error {
@@ -322,15 +281,7 @@ export class ConvThreads implements ConvIssuer {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    const c = this.ctrl;
-    Atomics.store(c, CTRL.GEN, -1);
-    Atomics.notify(c, CTRL.GEN);
-    const deadline = performance.now() + 5000;
-    for (let stopped = Atomics.load(c, CTRL.STOPPED); stopped < this.workers.length; ) {
-      if (performance.now() > deadline) break; // a thread that died never reports: its handles went with it
-      Atomics.wait(c, CTRL.STOPPED, stopped, 50);
-      stopped = Atomics.load(c, CTRL.STOPPED);
-    }
+    stopThreads(this.ctrl, this.workers.length, 5000);
     for (const p of this.ports) p.close();
   }
 }
