@@ -303,6 +303,7 @@ const FIELD_DAMAGE: [string, (s: State, v: unknown) => void, unknown[]][] = [
   ["vocabulary[1]", (s, v) => void (s.vocabulary[1] = v), [null, 7, {}, "<unk>"]],
   ["model", (s, v) => void (s.model = v), [3, "rvnn", null, ""]],
   ["training.seed", (s, v) => void (s.training.seed = v), [1.5, "1", null]],
+  ["training.shuffle", (s, v) => void ((s.training as Record<string, unknown>).shuffle = v), ["rows", 3, ""]],
   [
     "the file",
     (s) => {

@@ -98,6 +98,7 @@ describe("--resume continues the saved run", () => {
         batch: 6,
         seed: 5,
         clip: 2,
+        shuffle: "examples",
       },
     );
     assert.ok(

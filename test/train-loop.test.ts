@@ -117,7 +117,14 @@ describe("the generic training loop on a second task (a toy tagger)", () => {
     const state = JSON.parse(readFileSync(join(b, "state.json"), "utf8")) as RunState;
     assert.equal(state.model, "toy-tagger");
     assert.deepEqual(state.options, { embed: 8 });
-    assert.deepEqual(state.training, { optimizer: "sgd", learningRate: 0.2, batch: 8, seed: 3, clip: 5 });
+    assert.deepEqual(state.training, {
+      optimizer: "sgd",
+      learningRate: 0.2,
+      batch: 8,
+      seed: 3,
+      clip: 5,
+      shuffle: "examples",
+    });
     const resumed = run({
       epochs: 2,
       outDir: b,

@@ -145,6 +145,7 @@ interface ParallelFlags {
   dataTreelstm?: string;
   dataBilstm?: string;
   hidden?: number;
+  shuffle: "examples" | "batches";
   quick: boolean;
   out?: string;
 }
@@ -192,6 +193,15 @@ function addParallelCommand(bench: Command): void {
           wholeNumber("--hidden"),
         ),
       )
+      .addOption(
+        new Option(
+          "--shuffle <what>",
+          "vpps train's --shuffle for every run: examples (new batches every epoch) or batches (fixed batches: VPPS " +
+            "reuses each batch's script after the first epoch)",
+        )
+          .argParser(choice("--shuffle", ["examples", "batches"] as const))
+          .default("examples"),
+      )
       .addOption(quickOption())
       .addOption(outOption())
       .action(
@@ -203,7 +213,7 @@ function addParallelCommand(bench: Command): void {
             batches: f.batches,
             repeats: f.repeats,
             data: { treelstm: f.dataTreelstm, bilstm: f.dataBilstm },
-            trainArgs: f.hidden === undefined ? [] : ["--hidden", String(f.hidden)],
+            trainArgs: [...(f.hidden === undefined ? [] : ["--hidden", String(f.hidden)]), "--shuffle", f.shuffle],
             quick: f.quick,
             out: f.out,
             command: commandLine(),

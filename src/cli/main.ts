@@ -71,7 +71,16 @@ function addTrainCommand(train: Command, task: AnyTask): void {
     .addOption(
       new Option("--optimizer <name>", "sgd or adam (default: adam)").argParser(oneOf("--optimizer", ["sgd", "adam"])),
     )
-    .option("--seed <n>", "seed for initialisation, shuffling and dropout (same seed, same run)", integer("--seed"), 1);
+    .option("--seed <n>", "seed for initialisation, shuffling and dropout (same seed, same run)", integer("--seed"), 1)
+    .addOption(
+      new Option(
+        "--shuffle <what>",
+        "examples: new batches every epoch; batches: the batches formed once, only their order shuffled per epoch " +
+          "(VPPS then reuses each batch's script from the first epoch)",
+      )
+        .argParser(oneOf("--shuffle", ["examples", "batches"]))
+        .default("examples"),
+    );
   addEngineOptions(command).option(
     "--max-sentences <n>",
     `use only the first n training ${noun}`,

@@ -5,7 +5,7 @@
  * - refused when different: the data (`--data`, `--max-sentences`: a run never mixes training or dev sets) and the
  *   model's shape (the options the checkpoint's weights were built with: `--hidden`, `--embed`, `--cell`);
  * - overridden with a printed line ("--lr 0.01 overrides the run's 0.001"): `--optimizer`, `--lr`, `--seed`,
- *   `--batch`, `--clip`, `--engine`, `--batching`, `--device` and the other model options (`--dropout`);
+ *   `--batch`, `--shuffle`, `--clip`, `--engine`, `--batching`, `--device` and the other model options (`--dropout`);
  * - `--epochs` is the run's target total (default: the one it was started with).
  *
  * A flag's value counts as given only when commander's getOptionValueSource says it came from the command line,
@@ -14,6 +14,7 @@
 import { resolve } from "node:path";
 import { type AnyTask, checkModelOption, type ModelOptions } from "../models/task.js";
 import type { OptimizerName } from "../optim/trainers.js";
+import type { ShuffleMode } from "../train/loop.js";
 import { pickModelOptions } from "./commands.js";
 import { CliError } from "./errors.js";
 import type { SavedRun } from "./run-state.js";
@@ -26,6 +27,8 @@ export interface TrainCommandOptions {
   lr?: number;
   optimizer?: OptimizerName;
   seed: number;
+  /** How epochs order the examples (the training loop's ShuffleMode). */
+  shuffle: ShuffleMode;
   engine: string;
   batching: "depth" | "agenda";
   device: string;
@@ -56,6 +59,7 @@ export interface RunSettingsResolved {
   learningRate: number;
   optimizer: OptimizerName;
   seed: number;
+  shuffle: ShuffleMode;
   clip: number;
   engine: string;
   batching: "depth" | "agenda";
@@ -83,6 +87,7 @@ export function resolveRunSettings(
     learningRate: opts.lr ?? defaultRate(optimizer),
     optimizer,
     seed: opts.seed,
+    shuffle: opts.shuffle,
     clip: opts.clip,
     engine: opts.engine,
     batching: opts.batching,
@@ -196,6 +201,7 @@ export function resolveRunSettings(
     learningRate,
     optimizer: newOptimizer,
     seed,
+    shuffle: continued("--shuffle", "shuffle", t.shuffle, opts.shuffle) as ShuffleMode,
     clip: continued("--clip", "clip", t.clip, opts.clip),
     engine,
     batching: batching as "depth" | "agenda",

@@ -101,7 +101,8 @@ export function runTrain(
     );
     log(
       `model: ${task.describe(s.options)}; ` +
-        `${s.optimizer} lr ${s.learningRate}, batch ${s.batch}, seed ${s.seed}, engine ${s.engine}`,
+        `${s.optimizer} lr ${s.learningRate}, batch ${s.batch}, seed ${s.seed}, engine ${s.engine}` +
+        (s.shuffle === "batches" ? ", fixed batches (--shuffle batches)" : ""),
     );
     if (parallel) {
       log(
@@ -122,6 +123,7 @@ export function runTrain(
       learningRate: s.learningRate,
       optimizer: s.optimizer,
       seed: s.seed,
+      shuffle: s.shuffle,
       clipThreshold: s.clip,
       // the evaluation engine, where one is needed, comes from the registry with the same options
       makeEngine: (params) =>
@@ -184,6 +186,7 @@ export function runTrain(
         epochs: s.epochs,
         batch: s.batch,
         seed: s.seed,
+        shuffle: s.shuffle,
         engine: s.engine,
         batching: s.batching,
         device: s.device,

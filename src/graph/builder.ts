@@ -25,6 +25,11 @@ export interface BuildRequest {
   readonly examples: Int32Array;
   readonly training: boolean;
   readonly dropoutKey: number;
+  /**
+   * The same examples, in the same order, come again as a batch later (the training loop's `shuffle: "batches"`): an
+   * engine may keep what it derived from this batch (VPPS: its script) and reuse it.
+   */
+  readonly recurring?: boolean;
 }
 
 /** Adds the batch's summed loss to `cg` (renewed by the caller, `training` and `dropoutKey` set); returns its node. */

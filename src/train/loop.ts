@@ -42,6 +42,11 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
   optimizer: OptimizerName;
   /** Initialisation, shuffling and dropout. */
   seed: number;
+  /**
+   * How each epoch orders the training set (default "examples"): see ShuffleMode. With "batches" the batches recur
+   * every epoch, and an engine that derives something costly from a batch (VPPS: its script) may keep it.
+   */
+  shuffle?: ShuffleMode;
   clipThreshold?: number;
   /** Makes the engine for the model's parameters (CPU, eager, autobatch, vpps). */
   makeEngine: (params: ParameterCollection) => Engine;
@@ -80,6 +85,32 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
    * `outDir` (the other ranks ignore it); every rank loads `resume`'s checkpoint.
    */
   group?: ProcessGroup;
+}
+
+/**
+ * How each epoch orders the training set. "examples": the examples are shuffled anew every epoch (new batches each
+ * epoch). "batches": the batches are formed once, from the seed's shuffle of the examples, and every epoch shuffles
+ * only their order, as fairseq does; a last, shorter batch stays last. The same seed gives the same order either way.
+ */
+export type ShuffleMode = "examples" | "batches";
+export const SHUFFLE_MODES: readonly ShuffleMode[] = ["examples", "batches"];
+
+/** Fills `order` (the training set's indices) with epoch `epoch`'s order (1-based) for batches of `batch`. */
+export function epochOrder(order: number[], batch: number, seed: number, epoch: number, mode: ShuffleMode): void {
+  for (let i = 0; i < order.length; i++) order[i] = i;
+  if (mode === "examples") {
+    new RandomStream(deriveKey(seed, "shuffle", epoch)).shuffle(order);
+    return;
+  }
+  // the batches of the first epoch's shuffle, their order reshuffled per epoch
+  new RandomStream(deriveKey(seed, "shuffle", 1)).shuffle(order);
+  const full = Math.floor(order.length / batch);
+  const which = Array.from({ length: full }, (_, k) => k);
+  new RandomStream(deriveKey(seed, "batch-order", epoch)).shuffle(which);
+  const base = order.slice(0, full * batch);
+  which.forEach((k, j) => {
+    for (let i = 0; i < batch; i++) order[j * batch + i] = base[k * batch + i]!;
+  });
 }
 
 export interface TrainProgress {
@@ -235,9 +266,8 @@ function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   };
   let batchesBefore = 0; // batches (updates) of this run before the current epoch
   for (let epoch = firstEpoch; epoch <= cfg.epochs; epoch++) {
-    // each epoch's order depends on (seed, epoch) alone, so a resumed run sees the same batches
-    for (let i = 0; i < order.length; i++) order[i] = i;
-    new RandomStream(deriveKey(cfg.seed, "shuffle", epoch)).shuffle(order);
+    // each epoch's order depends on (seed, epoch, mode) alone, so a resumed run sees the same batches
+    epochOrder(order, cfg.batch, cfg.seed, epoch, cfg.shuffle ?? "examples");
     const place = (batch: number): DivergencePlace => placeOf(batchesBefore + batch);
     const { trainLoss, seconds } = guarded(() =>
       trainEpoch(cfg, { model, engine, trainer, cg, unitsOf, workerBuild }, order, epoch, place),
@@ -367,7 +397,10 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
     if (builder?.buildsInWorkers && indices.length > 0) {
       // a worker builds this batch's graph from the indices (it checks the inputs for NaN and ±∞ there)
-      builder.trainStepBuilt({ examples: Int32Array.from(indices), training: true, dropoutKey }, trainer);
+      builder.trainStepBuilt(
+        { examples: Int32Array.from(indices), training: true, dropoutKey, recurring: cfg.shuffle === "batches" },
+        trainer,
+      );
       queuedUnits.push(units);
       addLosses(builder.takeLosses(false));
       done += globalIndices.length;
@@ -465,6 +498,7 @@ function runState<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       batch: cfg.batch,
       seed: cfg.seed,
       clip: cfg.clipThreshold ?? 5,
+      shuffle: cfg.shuffle ?? "examples",
     },
     epochs,
     vocabulary: cfg.task.vocabulary.toJSON(cfg.vocab),

@@ -54,6 +54,8 @@ export interface RunTraining extends RunSettings {
   seed: number;
   /** Gradient clipping threshold (0: off). Absent in runs saved before it was recorded. */
   clip?: number;
+  /** How epochs order the examples ("examples" or "batches", the training loop's ShuffleMode); absent: "examples". */
+  shuffle?: string;
 }
 
 /** What `<outDir>/state.json` holds: with the last checkpoint, enough to rebuild, resume or evaluate the run. */
@@ -123,6 +125,7 @@ export function checkRunState(raw: unknown): RunState {
   };
   oneOf("engine", ENGINE_NAMES);
   oneOf("batching", ENGINE_OPTIONS.find((o) => o.key === "batching")?.choices ?? []);
+  oneOf("shuffle", ["examples", "batches"]);
   string("device");
   if (t.modelOptions !== undefined) {
     if (!isObject(t.modelOptions)) fail("training.modelOptions", "an object", t.modelOptions);

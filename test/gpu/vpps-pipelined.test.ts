@@ -187,6 +187,47 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
     });
   });
 
+  test("recurring batches (fixed batches): later passes launch kept scripts and train as graphs built here", () => {
+    withTwoEngines((sync, piped) => {
+      if (piped.engine.vpps.scheduleWorkers === 0) return; // one core: no workers to build on
+      assert.equal(piped.engine.setGraphBuilder(treeLstmBuilderSpec(piped.model, vocab, trees)), true);
+      const t0 = Date.now();
+      while (!piped.engine.buildsInWorkers) {
+        assert.ok(Date.now() - t0 < 60_000, "the schedule workers loaded the graph builder within a minute");
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+      }
+      const PASSES = 3;
+      const B = 6;
+      const expected: number[] = [];
+      for (let pass = 0; pass < PASSES; pass++) expected.push(...runSync(sync.engine, sync.model, sync.trainer, 0, B));
+      const got: number[] = [];
+      const request = (k: number, dropoutKey: number) => ({
+        examples: Int32Array.from({ length: BATCH }, (_, i) => BATCH * k + i),
+        training: true,
+        dropoutKey,
+        recurring: true,
+      });
+      for (let pass = 0; pass < PASSES; pass++) {
+        for (let k = 0; k < B; k++) {
+          piped.engine.trainStepBuilt(request(k, 1000 + k), piped.trainer);
+          got.push(...piped.engine.takeLosses(false));
+        }
+      }
+      got.push(...piped.engine.takeLosses(true));
+      assert.equal(lossDifference("loss", expected, got), "");
+      const stats = piped.engine.vpps.stats;
+      assert.equal(stats.keptBatches, (PASSES - 1) * B, "every batch after the first pass from its kept script");
+      assert.equal(
+        compareWeights(piped.model, weights(sync.engine, sync.model), weights(piped.engine, piped.model)),
+        "",
+      );
+      // the model has dropout: a batch with another dropout key is scheduled again, not taken from the cache
+      piped.engine.trainStepBuilt(request(0, 5000), piped.trainer);
+      assert.equal(piped.engine.takeLosses(true).length, 1);
+      assert.equal(piped.engine.vpps.stats.keptBatches, (PASSES - 1) * B);
+    });
+  });
+
   test("forwardScalar/backward/update between queued steps: queued batches finish first, losses kept apart", () => {
     withTwoEngines((sync, piped) => {
       const expected = runSync(sync.engine, sync.model, sync.trainer, 0, BATCHES);

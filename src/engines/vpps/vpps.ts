@@ -57,6 +57,7 @@ import {
 } from "./plan/moments.js";
 import type { VppsPlan } from "./plan/plan.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
+import { ScriptCache, scriptCacheBytes } from "./runtime/script-cache.js";
 import { VppsRuntime } from "./runtime/submit.js";
 import { SchedulePool } from "./schedule/pool.js";
 import { VppsScheduler } from "./schedule/scheduler.js";
@@ -156,6 +157,9 @@ export class Vpps {
       hooks,
     );
     this.launcher = launcher;
+    // scripts of recurring batches (the training loop's fixed batches), while schedule workers build them
+    const keep = scriptCacheBytes();
+    if (keep > 0) launcher.scripts = new ScriptCache(keep);
     this.trace = trace;
     launcher.trace = trace;
     runtime.trace = trace;
@@ -337,8 +341,11 @@ export class Vpps {
   private reschedule(): void {
     const schedule = scheduleOptions(this.o, this.optimizerName, this.reducer !== null);
     for (const v of this.variants) v.scheduler = new VppsScheduler(v.model, schedule);
+    // the kept scripts were scheduled with the old options
+    this.launcher.scripts?.clear();
     const pool = this.launcher.pool;
     if (pool !== undefined) {
+      this.launcher.flush(); // the batches posted so far, on the workers that took them
       // the workers' schedulers were made with the old options: new workers with the new ones
       this.launcher.pool = undefined;
       pool.dispose();

@@ -10,6 +10,10 @@
  * then goes on building and posting graphs instead of waiting for the other ranks at every launch, and the ranks'
  * hosts are tied to each other only `pipelineSlots` batches apart (more held batches than that: the oldest is
  * waited for).
+ *
+ * Recurring batches (`BuildRequest.recurring`, the training loop's fixed batches) keep their scripts (script-cache.ts):
+ * the first time one is scheduled its script is kept, and later the kept copy takes its place in launch order instead
+ * of a post to the workers.
  */
 import type { BuildRequest } from "../../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
@@ -21,6 +25,7 @@ import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
 import type { PooledBatch, SchedulePool } from "../schedule/pool.js";
 import type { VppsScheduler } from "../schedule/scheduler.js";
+import { ScriptCache } from "./script-cache.js";
 import type { VppsRuntime } from "./submit.js";
 
 /**
@@ -47,6 +52,8 @@ export interface VppsStats {
   gapMs: number;
   gapBatches: number;
   nodes: number;
+  /** Batches launched from a kept script (script-cache.ts): no graph built, nothing scheduled. */
+  keptBatches: number;
 }
 
 /** What `fb` fixes for a batch that is submitted later (schedule workers). */
@@ -74,6 +81,11 @@ export interface LauncherOptions {
   readonly profiling: () => boolean;
 }
 
+/** A batch in launch order: posted to the workers (taken from the pool in turn; `keep`: keep its script), or kept. */
+type Queued =
+  | { readonly kind: "posted"; readonly keep?: { readonly key: string; readonly dropoutKey: number } }
+  | { readonly kind: "kept"; readonly b: PooledBatch<BatchTag> };
+
 /** A scheduled batch waiting for its exchange of touched rows (data-parallel mode). */
 interface Held {
   readonly b: PooledBatch<BatchTag>;
@@ -94,6 +106,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     gapMs: 0,
     gapBatches: 0,
     nodes: 0,
+    keptBatches: 0,
   };
   /** The newest loss the GPU has finished, as `fb` returns it. */
   latest = Number.NaN;
@@ -105,6 +118,12 @@ export class BatchLauncher<V extends LaunchVariant> {
   private readonly held: Held[] = [];
   /** The host timeline (host-trace.ts), or undefined. */
   trace: HostTrace | undefined;
+  /** Scripts of recurring batches (undefined: none kept). Emptied by the owner when the schedulers change. */
+  scripts: ScriptCache | undefined;
+  /** Batches posted or kept, not yet taken, in launch order. */
+  private readonly queue: Queued[] = [];
+  /** Kept batches being submitted (their buffers are the cache's, never handed back to the pool). */
+  private readonly kept = new WeakSet<PooledBatch<BatchTag>>();
 
   constructor(
     private readonly runtime: VppsRuntime,
@@ -138,6 +157,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
     pool.post(graph, loss, v.index, tag);
+    this.queue.push({ kind: "posted" });
     if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
   }
@@ -148,7 +168,34 @@ export class BatchLauncher<V extends LaunchVariant> {
     if (pool === undefined) throw new Error("VPPS: batches built on the workers need schedule workers");
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
-    pool.postBuilt(request, v.index, tag);
+    // a test's script edits would apply again to a kept script: nothing is kept with that hook
+    const key =
+      this.scripts !== undefined && this.hooks.editScript === undefined
+        ? ScriptCache.keyOf(v.index, request)
+        : undefined;
+    const hit = key !== undefined ? this.scripts!.get(key, request.dropoutKey) : undefined;
+    if (hit !== undefined) {
+      const b: PooledBatch<BatchTag> = {
+        id: -1,
+        variant: hit.variant,
+        tag,
+        batch: hit.batch,
+        inputs: hit.inputs,
+        scheduleMs: 0,
+        dropout: hit.dropoutKey !== undefined,
+        inputBuffer: hit.inputs.buffer as ArrayBuffer,
+        release: () => {},
+        slot: -1,
+      };
+      this.kept.add(b);
+      this.queue.push({ kind: "kept", b });
+    } else {
+      pool.postBuilt(request, v.index, tag);
+      this.queue.push({
+        kind: "posted",
+        ...(key !== undefined ? { keep: { key, dropoutKey: request.dropoutKey } } : {}),
+      });
+    }
     if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
   }
@@ -169,9 +216,24 @@ export class BatchLauncher<V extends LaunchVariant> {
     const waited = trace ? pool.stats.waitMs : 0;
     try {
       for (;;) {
-        const b = pool.take(all || pool.pending > this.o.scheduleAhead);
-        if (b === undefined) break;
-        if (trace) trace.sample("schedule", b.scheduleMs);
+        const head = this.queue[0];
+        if (head === undefined) break;
+        let b: PooledBatch<BatchTag> | undefined;
+        if (head.kind === "kept") b = head.b;
+        else {
+          try {
+            b = pool.take(all || pool.pending > this.o.scheduleAhead);
+          } catch (e) {
+            this.queue.shift(); // the pool dropped the failed batch
+            throw e;
+          }
+          if (b === undefined) break;
+          if (trace) trace.sample("schedule", b.scheduleMs);
+          if (head.keep !== undefined) {
+            this.scripts?.put(head.keep.key, b.variant, b.batch, b.inputs, b.dropout, head.keep.dropoutKey);
+          }
+        }
+        this.queue.shift();
         if (!this.runtime.dataParallel && this.held.length === 0) {
           this.submitPooled(b);
           continue;
@@ -193,7 +255,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     try {
       exchange = this.runtime.startExchange(b.batch, b.tag.lr);
     } catch (e) {
-      this.pool?.release(b);
+      this.releaseTaken(b);
       throw e;
     }
     this.held.push({ b, exchange, at: this.trace ? performance.now() : 0 });
@@ -220,12 +282,24 @@ export class BatchLauncher<V extends LaunchVariant> {
     try {
       const v = this.variantAt(b.variant);
       this.stats.scheduleMs += b.scheduleMs;
+      if (this.kept.has(b)) this.stats.keptBatches++;
       this.hooks.editScript?.(b.batch.script, v.plan.ctas);
       this.latest = this.submit(v, b.batch, b.inputs, b.tag, exchange);
     } finally {
-      // held batches are launched before the pool is replaced (flush), so this is the pool the batch came from
-      this.pool?.release(b);
+      this.releaseTaken(b);
     }
+  }
+
+  /**
+   * Hands a taken batch's buffers back to the pool — held batches are launched before the pool is replaced (flush),
+   * so this is the pool the batch came from — or, for a kept batch, leaves them with the cache.
+   */
+  private releaseTaken(b: PooledBatch<BatchTag>): void {
+    if (this.kept.has(b)) {
+      this.kept.delete(b);
+      return;
+    }
+    this.pool?.release(b);
   }
 
   private submit(v: V, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag, exchange?: PendingHostGather): number {

@@ -83,6 +83,8 @@ export type ScheduleReply =
       /** The graph's input values at [0, inputSize). */
       readonly inputs: ArrayBuffer;
       readonly inputSize: number;
+      /** The graph has dropout nodes (its script depends on the graph's dropout key). */
+      readonly dropout: boolean;
     }
   | {
       readonly kind: "failed";
@@ -152,6 +154,8 @@ export interface PooledBatch<T> {
   readonly inputs: Float32Array;
   /** The worker's milliseconds for this batch. */
   readonly scheduleMs: number;
+  /** The graph has dropout nodes (its script depends on the graph's dropout key). */
+  readonly dropout: boolean;
   /** @internal the buffer `inputs` lives in, the end of the graph's loan, and the worker that scheduled the batch. */
   readonly inputBuffer: ArrayBuffer;
   readonly release: () => void;
@@ -414,6 +418,7 @@ export class SchedulePool<T = undefined> {
         batch: r.batch,
         inputs: new Float32Array(r.inputs, 0, r.inputSize),
         scheduleMs: r.ms,
+        dropout: r.dropout,
         inputBuffer: r.inputs,
         release: job.release,
         slot: job.slot,

@@ -13,6 +13,7 @@
 import { receiveMessageOnPort, workerData } from "node:worker_threads";
 import type { BuildBatch, GraphBuilderModule, GraphBuilderSpec } from "../../../graph/builder.js";
 import { ComputationGraph } from "../../../graph/graph.js";
+import { Op } from "../../../graph/opcodes.js";
 import { firstNonFinite } from "../../../model/safetensors.js";
 import { createModelLayout } from "../plan/layout.js";
 import { detachSchedule, scheduledBuffers } from "./batch.js";
@@ -148,7 +149,9 @@ function run(job: ScheduleJob): void {
     const s = schedulerOf(job.variant).schedule(built.g, built.g.expression(built.loss), scriptArray);
     const batch = detachSchedule(s);
     const ms = performance.now() - t0;
-    reply({ kind: "done", id: job.id, batch, ms, inputs, inputSize: built.inputSize }, [
+    // whether the script depends on the graph's dropout key (a batch whose script is kept must match it)
+    const dropout = built.g.op.subarray(0, built.g.size).includes(Op.Dropout);
+    reply({ kind: "done", id: job.id, batch, ms, inputs, inputSize: built.inputSize, dropout }, [
       ...scheduledBuffers(batch),
       inputs,
     ]);
