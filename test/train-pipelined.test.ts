@@ -111,7 +111,7 @@ const vocab = Vocabulary.fromTrees(train);
 const BATCHES = 11;
 const LAG = 3;
 
-function run(makeEngine: (params: ParameterCollection) => Engine, outDir?: string) {
+function run(makeEngine: (params: ParameterCollection) => Engine, outDir?: string, shuffle?: "examples" | "batches") {
   const progress: TrainProgress[] = [];
   const { model, summary } = trainTreeLstm({
     train,
@@ -128,6 +128,7 @@ function run(makeEngine: (params: ParameterCollection) => Engine, outDir?: strin
     dropout: 0.1,
     makeEngine,
     ...(outDir !== undefined ? { outDir } : {}),
+    ...(shuffle !== undefined ? { shuffle } : {}),
     onProgress: (p) => progress.push(p),
   });
   return { model, summary, progress };
@@ -290,6 +291,8 @@ class BuildingEngine extends LaggingEngine implements WorkerBuildEngine {
   private build: BuildBatch | undefined;
   private readonly cg = new ComputationGraph();
   builtSteps = 0;
+  /** Requests marked recurring (fixed batches). */
+  recurring = 0;
 
   constructor(
     private readonly params: ParameterCollection,
@@ -311,6 +314,7 @@ class BuildingEngine extends LaggingEngine implements WorkerBuildEngine {
   }
 
   trainStepBuilt(request: BuildRequest, trainer: Trainer): void {
+    if (request.recurring === true) this.recurring++;
     const cg = this.cg;
     cg.renew();
     cg.training = request.training;
@@ -321,6 +325,16 @@ class BuildingEngine extends LaggingEngine implements WorkerBuildEngine {
     const g = ComputationGraph.fromSnapshot(snapshot, this.params.all);
     this.builtSteps++;
     this.trainStep(g.expression(id), trainer);
+  }
+}
+
+/** A building engine whose workers never have room: the loop builds every batch, unless batches recur. */
+class BusyBuildingEngine extends BuildingEngine {
+  override get buildsInWorkers(): boolean {
+    return false;
+  }
+  get workerBuildReady(): boolean {
+    return super.buildsInWorkers;
   }
 }
 
@@ -352,5 +366,33 @@ describe("training through an engine whose workers build the graphs", () => {
     sync.model.params.all.forEach((p, i) => {
       assert.deepEqual(built.model.params.all[i]!.value, p.value, `parameter ${p.name}`);
     });
+  });
+
+  test("fixed batches (shuffle: batches) go to the workers whenever they can build, marked recurring", () => {
+    const sync = run((p) => new CpuEngine(p), undefined, "batches");
+    let busy: BusyBuildingEngine | undefined;
+    const built = run(
+      (p) => {
+        busy = new BusyBuildingEngine(p, LAG, 3);
+        return busy;
+      },
+      undefined,
+      "batches",
+    );
+    assert.equal(busy!.builtSteps, 2 * BATCHES - 3, "every batch after the profiled ones, though no worker had room");
+    assert.equal(busy!.recurring, busy!.builtSteps);
+    for (let k = 0; k < 2; k++) {
+      assert.equal(built.summary.epochs[k]!.trainLoss, sync.summary.epochs[k]!.trainLoss, `epoch ${k + 1}: mean loss`);
+    }
+    let examples: BusyBuildingEngine | undefined;
+    run(
+      (p) => {
+        examples = new BusyBuildingEngine(p, LAG, 3);
+        return examples;
+      },
+      undefined,
+      "examples",
+    );
+    assert.equal(examples!.builtSteps, 0, "new batches every epoch: built in the loop while no worker has room");
   });
 });

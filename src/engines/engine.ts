@@ -97,6 +97,12 @@ export interface WorkerBuildEngine extends PipelinedEngine {
   setGraphBuilder(spec: GraphBuilderSpec): boolean;
   /** Whether the next batch should be a `trainStepBuilt` one (else the loop builds it and calls `trainStep`). */
   readonly buildsInWorkers: boolean;
+  /**
+   * Whether the workers can build batches at all (their builder loaded), whether or not one has room now: the loop
+   * then sends every recurring batch (`BuildRequest.recurring`) through `trainStepBuilt`, where the engine keeps what
+   * it derives from it, instead of building some itself. Absent: as `buildsInWorkers`.
+   */
+  readonly workerBuildReady?: boolean;
   /** `trainStep` for a batch the workers build: its examples (indices into the builder's) and dropout settings. */
   trainStepBuilt(request: BuildRequest, trainer: Trainer): void;
 }

@@ -395,12 +395,13 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     let units = 0;
     for (const i of indices) units += unitsOf(i);
     const dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
-    if (builder?.buildsInWorkers && indices.length > 0) {
+    // fixed batches go to the workers whenever they can build (the engine keeps what it derives from each batch);
+    // otherwise a batch goes to them when one has room, and the main thread builds it meanwhile
+    const recurring = cfg.shuffle === "batches";
+    const toWorkers = recurring ? (builder?.workerBuildReady ?? builder?.buildsInWorkers) : builder?.buildsInWorkers;
+    if (builder !== undefined && toWorkers === true && indices.length > 0) {
       // a worker builds this batch's graph from the indices (it checks the inputs for NaN and ±∞ there)
-      builder.trainStepBuilt(
-        { examples: Int32Array.from(indices), training: true, dropoutKey, recurring: cfg.shuffle === "batches" },
-        trainer,
-      );
+      builder.trainStepBuilt({ examples: Int32Array.from(indices), training: true, dropoutKey, recurring }, trainer);
       queuedUnits.push(units);
       addLosses(builder.takeLosses(false));
       done += globalIndices.length;

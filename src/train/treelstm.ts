@@ -11,7 +11,7 @@ import type { CellFormulation, TreeLstmModel } from "../models/treelstm/model.js
 import { TreeLstmTaskModel, treeLstmTask } from "../models/treelstm/task.js";
 import type { OptimizerName } from "../optim/trainers.js";
 import { evaluate } from "./evaluate.js";
-import { type EpochResult, type TrainProgress, type TrainSummary, train } from "./loop.js";
+import { type EpochResult, type ShuffleMode, type TrainProgress, type TrainSummary, train } from "./loop.js";
 
 export interface TrainTreeLstmConfig {
   train: readonly TreeNode[];
@@ -24,6 +24,8 @@ export interface TrainTreeLstmConfig {
   learningRate: number;
   optimizer: OptimizerName;
   seed: number;
+  /** How epochs order the trees (the training loop's ShuffleMode; default "examples"). */
+  shuffle?: ShuffleMode;
   cell: CellFormulation;
   clipThreshold?: number;
   dropout?: number;

@@ -90,6 +90,14 @@ export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
     return this.vpps.buildsInWorkers && this.vpps.workersHaveRoom;
   }
 
+  /**
+   * Whether the workers build batches at all (Vpps.buildsInWorkers), room or not: recurring batches always go to
+   * `trainStepBuilt`, so that each one's script is kept (runtime/script-cache.ts) and reused without a worker.
+   */
+  get workerBuildReady(): boolean {
+    return this.vpps.buildsInWorkers;
+  }
+
   /** `trainStep` for a batch the schedule workers build (Vpps.fbBuilt). */
   trainStepBuilt(request: BuildRequest, trainer: Trainer): void {
     this.queueStep(trainer, () => this.vpps.fbBuilt(request));
