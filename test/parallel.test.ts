@@ -12,7 +12,7 @@ import { runsOnGpu, withoutDevice } from "../src/cli/parallel.js";
 import { CudaLibraryNotFoundError } from "../src/cuda/ffi/find.js";
 import { NCCL_PROTOTYPES, Nccl, NcclUnavailableError, ncclTypes } from "../src/cuda/ffi/nccl.js";
 import { readSafetensors } from "../src/model/safetensors.js";
-import { checkBatchSplit, RankEnvError, rankEnvFrom, rankSlice } from "../src/parallel/env.js";
+import { checkBatchSplit, RankEnvError, rankEnvFrom, rankShare } from "../src/parallel/env.js";
 import { launchRanks, RankFailedError } from "../src/parallel/launcher.js";
 import { decodeGathered, encodeGathered, FrameReader, frame } from "../src/parallel/wire.js";
 import { tempDir } from "./cli-harness.js";
@@ -75,20 +75,32 @@ test("torchrun's environment: parsed, defaulted, and refused in one line when ma
   assert.throws(() => rankEnvFrom({ WORLD_SIZE: "2", RANK: "0", MASTER_PORT: "70000" }), /MASTER_PORT must be/);
 });
 
-test("a global batch splits into contiguous slices in rank order, and must divide evenly", () => {
+test("rankShare: a global batch dealt by work in snake order, as many examples per rank, in the batch's order", () => {
+  const batch = [10, 11, 12, 13, 14, 15, 16, 17];
+  const units: Record<number, number> = { 10: 5, 11: 40, 12: 7, 13: 33, 14: 12, 15: 20, 16: 1, 17: 25 };
+  const shares = [0, 1].map((r) => rankShare(batch, (i) => units[i]!, r, 2));
+  // by weight: 11 (40), 13 (33), 17 (25), 15 (20), 14 (12), 12 (7), 10 (5), 16 (1) → 0, 1, 1, 0, 0, 1, 1, 0
+  assert.deepEqual(shares, [
+    [11, 14, 15, 16],
+    [10, 12, 13, 17],
+  ]);
+  const work = shares.map((s) => s.reduce((a, i) => a + units[i]!, 0));
+  assert.deepEqual(work, [73, 70]);
   assert.deepEqual(
-    [0, 1, 2, 3].map((r) => rankSlice(8, r, 4)),
-    [
-      { start: 0, end: 2 },
-      { start: 2, end: 4 },
-      { start: 4, end: 6 },
-      { start: 6, end: 8 },
-    ],
+    [...shares[0]!, ...shares[1]!].sort((a, b) => a - b),
+    batch,
+    "every example once",
   );
-  // a short last batch: sizes differ by one at most, and cover it exactly
-  const sizes = [0, 1, 2].map((r) => rankSlice(5, r, 3)).map((s) => s.end - s.start);
-  assert.deepEqual(sizes, [1, 2, 2]);
-  assert.deepEqual(rankSlice(1, 0, 2), { start: 0, end: 0 });
+  // four ranks, a short last batch: sizes differ by one at most; ties go by position
+  const four = [0, 1, 2, 3].map((r) => rankShare([1, 2, 3, 4, 5], () => 1, r, 4));
+  assert.deepEqual(four, [[1], [2], [3], [4, 5]]);
+  assert.deepEqual(
+    rankShare([7], () => 1, 1, 2),
+    [],
+  );
+});
+
+test("a global batch must divide evenly over the ranks", () => {
   checkBatchSplit(8, 4);
   assert.throws(() => checkBatchSplit(6, 4), /--batch 6 is the global batch .* 4 ranks .* use --batch 4 or 8/);
 });

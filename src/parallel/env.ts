@@ -68,13 +68,29 @@ export function rankEnvironment(rank: number, worldSize: number, masterPort: num
 }
 
 /**
- * Rank `rank`'s share [start, end) of a batch of `length` examples: contiguous slices in rank order, sizes differing
- * by at most one (a full batch of B = N·b gives every rank b; a short last batch gives the first ranks one more).
+ * Rank `rank`'s share of a global batch, balanced by work: the examples sorted by `weight` (their loss units: tree
+ * nodes, tokens; heaviest first, ties by position) and dealt to the ranks in snake order (0, 1, …, N−1, N−1, …, 0), so
+ * the ranks get as many examples (differing by one at most in a short last batch) and nearly the same work — a
+ * step waits for its slowest rank. Returned in the batch's order. The same batch gives every rank the same share.
  */
-export function rankSlice(length: number, rank: number, worldSize: number): { start: number; end: number } {
-  const start = Math.floor((rank * length) / worldSize);
-  const end = Math.floor(((rank + 1) * length) / worldSize);
-  return { start, end };
+export function rankShare(
+  indices: readonly number[],
+  weight: (index: number) => number,
+  rank: number,
+  worldSize: number,
+): number[] {
+  const n = indices.length;
+  const byWeight = Array.from({ length: n }, (_, p) => p);
+  const w = indices.map(weight);
+  byWeight.sort((a, b) => w[b]! - w[a]! || a - b);
+  const mine: number[] = [];
+  for (let q = 0; q < n; q++) {
+    const round = Math.floor(q / worldSize);
+    const j = q % worldSize;
+    if ((round % 2 === 0 ? j : worldSize - 1 - j) === rank) mine.push(byWeight[q]!);
+  }
+  mine.sort((a, b) => a - b);
+  return mine.map((p) => indices[p]!);
 }
 
 /** Refuses a global batch that does not split evenly over the ranks (one line saying what would). */

@@ -15,7 +15,7 @@ import type { ParameterCollection } from "../model/parameters.js";
 import { firstNonFinite } from "../model/safetensors.js";
 import type { ModelOptions, Task, TaskModel } from "../models/task.js";
 import { makeTrainer, NonFiniteUpdateError, type OptimizerName, type Trainer } from "../optim/trainers.js";
-import { rankSlice } from "../parallel/env.js";
+import { rankShare } from "../parallel/env.js";
 import type { ProcessGroup } from "../parallel/group.js";
 import { UserError } from "../util/errors.js";
 import { writeFileAtomic } from "../util/files.js";
@@ -80,7 +80,7 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
   onNote?: (line: string) => void;
   /**
    * Data-parallel training (src/parallel/): this process is one rank of `group`. `batch` stays the global batch;
-   * this rank builds the graph of its contiguous slice of every batch, the engine sums the gradients over the ranks
+   * this rank builds the graph of its share of every batch (rankShare: dealt by work), the engine sums the gradients over the ranks
    * before each update, and the epoch's loss is the sum over the ranks. Only rank 0 evaluates and writes to
    * `outDir` (the other ranks ignore it); every rank loads `resume`'s checkpoint.
    */
@@ -389,9 +389,8 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const batch = start / cfg.batch;
     const globalIndices = order.slice(start, start + cfg.batch);
     for (const i of globalIndices) globalUnits += unitsOf(i);
-    // this rank's contiguous slice of the global batch (all of it without a group)
-    const slice = group ? rankSlice(globalIndices.length, group.rank, group.worldSize) : undefined;
-    const indices = slice ? globalIndices.slice(slice.start, slice.end) : globalIndices;
+    // this rank's share of the global batch, balanced by loss units (all of it without a group)
+    const indices = group ? rankShare(globalIndices, unitsOf, group.rank, group.worldSize) : globalIndices;
     let units = 0;
     for (const i of indices) units += unitsOf(i);
     const dropoutKey = deriveKey(cfg.seed, "dropout", epoch * 1_000_003 + start);
