@@ -12,7 +12,7 @@ import { runsOnGpu, withoutDevice } from "../src/cli/parallel.js";
 import { CudaLibraryNotFoundError } from "../src/cuda/ffi/find.js";
 import { NCCL_PROTOTYPES, Nccl, NcclUnavailableError, ncclTypes } from "../src/cuda/ffi/nccl.js";
 import { readSafetensors } from "../src/model/safetensors.js";
-import { checkBatchSplit, RankEnvError, rankEnvFrom, rankShare } from "../src/parallel/env.js";
+import { checkBatchSplit, RankEnvError, rankEnvFrom, rankShare, rankSplitFromEnv } from "../src/parallel/env.js";
 import { launchRanks, RankFailedError } from "../src/parallel/launcher.js";
 import { decodeGathered, encodeGathered, FrameReader, frame } from "../src/parallel/wire.js";
 import { tempDir } from "./cli-harness.js";
@@ -78,7 +78,7 @@ test("torchrun's environment: parsed, defaulted, and refused in one line when ma
 test("rankShare: a global batch dealt by work in snake order, as many examples per rank, in the batch's order", () => {
   const batch = [10, 11, 12, 13, 14, 15, 16, 17];
   const units: Record<number, number> = { 10: 5, 11: 40, 12: 7, 13: 33, 14: 12, 15: 20, 16: 1, 17: 25 };
-  const shares = [0, 1].map((r) => rankShare(batch, (i) => units[i]!, r, 2));
+  const shares = [0, 1].map((r) => rankShare(batch, (i) => units[i]!, r, 2, "work"));
   // by weight: 11 (40), 13 (33), 17 (25), 15 (20), 14 (12), 12 (7), 10 (5), 16 (1) → 0, 1, 1, 0, 0, 1, 1, 0
   assert.deepEqual(shares, [
     [11, 14, 15, 16],
@@ -92,12 +92,22 @@ test("rankShare: a global batch dealt by work in snake order, as many examples p
     "every example once",
   );
   // four ranks, a short last batch: sizes differ by one at most; ties go by position
-  const four = [0, 1, 2, 3].map((r) => rankShare([1, 2, 3, 4, 5], () => 1, r, 4));
+  const four = [0, 1, 2, 3].map((r) => rankShare([1, 2, 3, 4, 5], () => 1, r, 4, "work"));
   assert.deepEqual(four, [[1], [2], [3], [4, 5]]);
   assert.deepEqual(
-    rankShare([7], () => 1, 1, 2),
+    rankShare([7], () => 1, 1, 2, "work"),
     [],
   );
+  assert.deepEqual(
+    [0, 1].map((r) => rankShare(batch, (i) => units[i]!, r, 2, "contiguous")),
+    [
+      [10, 11, 12, 13],
+      [14, 15, 16, 17],
+    ],
+  );
+  assert.equal(rankSplitFromEnv({ VPPS_RANK_SPLIT: "contiguous" }), "contiguous");
+  assert.equal(rankSplitFromEnv({}), "work");
+  assert.throws(() => rankSplitFromEnv({ VPPS_RANK_SPLIT: "rows" }), /VPPS_RANK_SPLIT is 'rows'; expected work/);
 });
 
 test("a global batch must divide evenly over the ranks", () => {

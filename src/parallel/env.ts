@@ -67,19 +67,34 @@ export function rankEnvironment(rank: number, worldSize: number, masterPort: num
   };
 }
 
+/** VPPS_RANK_SPLIT: "work" (the default, rankShare's deal) or "contiguous" (slices in rank order, for comparisons). */
+export function rankSplitFromEnv(
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): "work" | "contiguous" {
+  const raw = env["VPPS_RANK_SPLIT"];
+  if (raw === undefined || raw === "" || raw === "work") return "work";
+  if (raw === "contiguous") return "contiguous";
+  throw new RankEnvError(`VPPS_RANK_SPLIT is '${raw}'; expected work (the default) or contiguous`);
+}
+
 /**
  * Rank `rank`'s share of a global batch, balanced by work: the examples sorted by `weight` (their loss units: tree
  * nodes, tokens; heaviest first, ties by position) and dealt to the ranks in snake order (0, 1, …, N−1, N−1, …, 0), so
  * the ranks get as many examples (differing by one at most in a short last batch) and nearly the same work — a
  * step waits for its slowest rank. Returned in the batch's order. The same batch gives every rank the same share.
+ * `split` "contiguous": the r-th slice of the batch instead (VPPS_RANK_SPLIT=contiguous).
  */
 export function rankShare(
   indices: readonly number[],
   weight: (index: number) => number,
   rank: number,
   worldSize: number,
+  split: "work" | "contiguous" = rankSplitFromEnv(),
 ): number[] {
   const n = indices.length;
+  if (split === "contiguous") {
+    return indices.slice(Math.floor((rank * n) / worldSize), Math.floor(((rank + 1) * n) / worldSize));
+  }
   const byWeight = Array.from({ length: n }, (_, p) => p);
   const w = indices.map(weight);
   byWeight.sort((a, b) => w[b]! - w[a]! || a - b);
