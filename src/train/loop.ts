@@ -420,12 +420,7 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const loss = model.buildBatchLoss(cg, examples);
     checkInputs(cg, indices, place(batch));
     if (isPipelined(engine)) {
-      // a fixed batch built here keeps its script too, under the name the workers would use
-      engine.trainStep(
-        loss,
-        trainer,
-        recurring ? { examples: Int32Array.from(indices), training: true, dropoutKey, recurring } : undefined,
-      );
+      engine.trainStep(loss, trainer);
       queuedUnits.push(units);
       addLosses(engine.takeLosses(false));
     } else {
