@@ -111,6 +111,21 @@ function compareWeights(model: TreeLstmModel, expected: Float32Array[], actual: 
   return d;
 }
 
+/**
+ * Hands the side's engine the Tree-LSTM's graph builder and waits (at most a minute) until its schedule workers build
+ * (they load the builder in the background; one variant: nothing to profile). False without schedule workers.
+ */
+function startWorkerBuilds(side: { readonly model: TreeLstmModel; readonly engine: VppsEngine }): boolean {
+  if (side.engine.vpps.scheduleWorkers === 0) return false;
+  assert.equal(side.engine.setGraphBuilder(treeLstmBuilderSpec(side.model, vocab, trees)), true);
+  const t0 = Date.now();
+  while (!side.engine.buildsInWorkers) {
+    assert.ok(Date.now() - t0 < 60_000, "the schedule workers loaded the graph builder within a minute");
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+  }
+  return true;
+}
+
 /** One engine over a fresh model, with its own SGD trainer. */
 interface Side {
   readonly model: TreeLstmModel;
@@ -164,14 +179,7 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
 
   test("trainStepBuilt: batches the schedule workers build from indices train as graphs built here", () => {
     withTwoEngines((sync, piped) => {
-      if (piped.engine.vpps.scheduleWorkers === 0) return; // one core: no workers to build on
-      assert.equal(piped.engine.setGraphBuilder(treeLstmBuilderSpec(piped.model, vocab, trees)), true);
-      // the workers load the builder in the background; one variant: nothing to profile, so then they build
-      const t0 = Date.now();
-      while (!piped.engine.buildsInWorkers) {
-        assert.ok(Date.now() - t0 < 60_000, "the schedule workers loaded the graph builder within a minute");
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
-      }
+      if (!startWorkerBuilds(piped)) return; // one core: no workers to build on
       const expected = runSync(sync.engine, sync.model, sync.trainer, 0, BATCHES);
       const got: number[] = [];
       for (let k = 0; k < BATCHES; k++) {
@@ -189,13 +197,7 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
 
   test("recurring batches (fixed batches): later passes launch kept scripts and train as graphs built here", () => {
     withTwoEngines((sync, piped) => {
-      if (piped.engine.vpps.scheduleWorkers === 0) return; // one core: no workers to build on
-      assert.equal(piped.engine.setGraphBuilder(treeLstmBuilderSpec(piped.model, vocab, trees)), true);
-      const t0 = Date.now();
-      while (!piped.engine.buildsInWorkers) {
-        assert.ok(Date.now() - t0 < 60_000, "the schedule workers loaded the graph builder within a minute");
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
-      }
+      if (!startWorkerBuilds(piped)) return; // one core: no workers to build on
       const PASSES = 3;
       const B = 6;
       const expected: number[] = [];
