@@ -9,6 +9,7 @@ import { test } from "node:test";
 import type { PendingHostGather } from "../src/engines/data-parallel.js";
 import { HostTrace, hostTraceFromEnv } from "../src/engines/vpps/instrument/host-trace.js";
 import { BatchLauncher, type BatchTag, type LaunchVariant } from "../src/engines/vpps/runtime/launcher.js";
+import { ScriptCache } from "../src/engines/vpps/runtime/script-cache.js";
 import type { VppsRuntime } from "../src/engines/vpps/runtime/submit.js";
 import type { PooledBatch, SchedulePool } from "../src/engines/vpps/schedule/pool.js";
 import type { ComputationGraph, Expression } from "../src/graph/graph.js";
@@ -68,20 +69,30 @@ function fakeRuntime(log: Log, dataParallel: boolean, slots: number) {
   };
 }
 
-/** Batches become ready when `ready` says so; `take(true)` makes the head ready (a worker finishing). */
+/**
+ * Batches become ready when `ready` says so; `take(true)` makes the head ready (a worker finishing); a batch in
+ * `failing` throws when taken, as a scheduling error does (the pool drops it).
+ */
 function fakePool(log: Log) {
   const queue: { id: number; tag: BatchTag }[] = [];
   const ready = new Set<number>();
+  const failing = new Set<number>();
   let next = 0;
   const stats = { snapshotMs: 0, waitMs: 0, scheduleMs: 0 };
   return {
     size: 1,
     stats,
     ready,
+    failing,
     get pending() {
       return queue.length;
     },
     post(_g: unknown, _l: unknown, _v: number, tag: BatchTag) {
+      log.events.push(`post ${next}`);
+      queue.push({ id: next++, tag });
+    },
+    postBuilt(_r: unknown, _v: number, tag: BatchTag) {
+      log.events.push(`post ${next}`);
       queue.push({ id: next++, tag });
     },
     take(block: boolean): PooledBatch<BatchTag> | undefined {
@@ -89,13 +100,15 @@ function fakePool(log: Log) {
       if (head === undefined) return undefined;
       if (!ready.has(head.id) && !block) return undefined;
       queue.shift();
+      if (failing.has(head.id)) throw new Error(`batch ${head.id} failed (in schedule worker)`);
       return {
         id: head.id,
         variant: 0,
         tag: head.tag,
-        batch: { id: head.id, script: new Uint32Array(0), liveNodes: 1 },
-        inputs: new Float32Array(0),
+        batch: { id: head.id, script: Uint32Array.of(head.id, 7), liveNodes: 1 },
+        inputs: Float32Array.of(head.id),
         scheduleMs: 1,
+        dropout: false,
       } as unknown as PooledBatch<BatchTag>;
     },
     release(b: PooledBatch<BatchTag>) {
@@ -119,8 +132,11 @@ function setup(dataParallel: boolean, slots = 3, trace?: HostTrace) {
   launcher.trace = trace;
   const tag: BatchTag = { lr: 0.1, clip: 5, adam: undefined, quiet: false };
   const fb = () => launcher.run(variant, {} as ComputationGraph, {} as Expression, tag);
+  /** A training step the workers build, its batch named by `examples`; `recurring`: fixed batches. */
+  const built = (examples: number[], recurring = true) =>
+    launcher.runBuilt(variant, { examples: Int32Array.from(examples), training: true, dropoutKey: 1, recurring }, tag);
   const launched = () => log.events.filter((e) => e.startsWith("launch")).map((e) => Number(e.split(" ")[1]));
-  return { log, pool, launcher, fb, launched };
+  return { log, pool, launcher, fb, built, launched };
 }
 
 test("VPPS data-parallel: batches wait for their exchange without blocking the host, and launch in order", () => {
@@ -201,4 +217,55 @@ test("VPPS host trace: medians per step and per batch, in one line; off unless V
   assert.match(line, /schedule 1\.00 on a worker/);
   assert.match(line, /GPU busy 2\.00, idle 0\.50 before the batch \(1 timed\)/);
   assert.equal(trace.report("rank 1/2"), undefined, "a report forgets what it reported");
+});
+
+test("kept scripts: a recurring batch is kept when taken, then launched from the copy, in order, never released", () => {
+  for (const dataParallel of [false, true]) {
+    const { log, pool, launcher, built, launched } = setup(dataParallel);
+    launcher.scripts = new ScriptCache(1 << 20);
+    const posts = () => log.events.filter((e) => e.startsWith("post")).length;
+    const releases = () => log.events.filter((e) => e.startsWith("release")).length;
+    built([1, 2]); // batch 0
+    built([3, 4]); // batch 1
+    built([5, 6], false); // batch 2: not recurring, never kept
+    for (const id of [0, 1, 2]) pool.ready.add(id);
+    launcher.flush();
+    assert.deepEqual(launched(), [0, 1, 2]);
+    assert.equal(launcher.scripts.size, 2, "the two recurring batches are kept");
+    assert.equal(releases(), 3, "the pool's buffers go back: the cache holds copies");
+    // the next epoch: batch [3, 4] recurs behind a new, unscheduled batch, and must wait for it
+    built([7, 8]); // batch 3, posted
+    built([3, 4]); // kept: no post
+    built([1, 2]); // kept: no post
+    assert.equal(posts(), 4, "a kept batch is not posted");
+    assert.deepEqual(launched(), [0, 1, 2], "the kept batches wait behind the posted one");
+    pool.ready.add(3);
+    built([9, 9], false); // batch 4, posted: its turn after the kept ones
+    // (data-parallel: held until their exchanges are in, which the flush below waits for)
+    if (!dataParallel) {
+      assert.deepEqual(launched(), [0, 1, 2, 3, 1, 0], "in order: batch 3, then the kept copies of 1 and 0");
+    }
+    launcher.flush();
+    assert.deepEqual(launched(), [0, 1, 2, 3, 1, 0, 4]);
+    assert.equal(releases(), 5, "kept batches are never handed back to the pool");
+    assert.equal(launcher.stats.keptBatches, 2);
+    assert.equal(launcher.scripts.hits, 2);
+  }
+});
+
+test("kept scripts: a batch whose scheduling failed is dropped from the order, the next one launches", () => {
+  const { pool, launcher, built, launched } = setup(false);
+  launcher.scripts = new ScriptCache(1 << 20);
+  built([1]); // batch 0 fails
+  built([2]); // batch 1
+  pool.failing.add(0);
+  pool.ready.add(0);
+  pool.ready.add(1);
+  assert.throws(() => launcher.flush(), /batch 0 failed/);
+  launcher.flush();
+  assert.deepEqual(launched(), [1]);
+  built([2]); // kept
+  launcher.flush();
+  assert.deepEqual(launched(), [1, 1]);
+  assert.equal(launcher.scripts.size, 1, "the failed batch is not kept");
 });
