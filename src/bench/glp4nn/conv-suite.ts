@@ -214,7 +214,6 @@ function runMode(
   // than threads leaves some idle, as min(lanes, threads) threads would issue it), so that no idle set competes for
   // the cores while another is timed; a graph is captured from one thread
   const hostThreads = mode === "direct" ? convThreadsFor(MAX_LAYER_LANES) : 1;
-  const threadsFor = (_k: number) => hostThreads;
   const analysis: ConvAnalysis = analyseConvLayer(layer, one, {
     mode,
     solver,
@@ -233,7 +232,7 @@ function runMode(
   const runners: ConvRunner[] = [];
   const runnerOf = (k: number): ConvRunner => {
     if (k === 1) return one;
-    const r = layer.runner(k, { threads: threadsFor(k) });
+    const r = layer.runner(k, { threads: hostThreads });
     runners.push(r);
     return r;
   };
