@@ -209,7 +209,6 @@ function runMode(
 ): ConvModeResult {
   const shape = layer.shape;
   const connections = hardwareQueues();
-  // direct launches: a pool's work issued from several host threads (conv-threads.ts); a graph is captured from one
   // direct launches: every pool's work issued from one set of host threads (conv-threads.ts; a pool of fewer lanes
   // than threads leaves some idle, as min(lanes, threads) threads would issue it), so that no idle set competes for
   // the cores while another is timed; a graph is captured from one thread
