@@ -68,9 +68,11 @@ export interface EngineCapabilities {
 export interface PipelinedEngine extends Engine {
   /**
    * Queues forward, backward and `trainer`'s update of the batch whose loss is `loss`; the graph may be renewed as
-   * soon as it returns. Advances `trainer.updates` as `update(trainer)` would.
+   * soon as it returns. Advances `trainer.updates` as `update(trainer)` would. `recurring`: the batch as a worker
+   * would name it, where the same examples come again (fixed batches): an engine may keep what it derives from this
+   * graph under that name (VPPS keeps its script), since a worker's graph of the request equals it node for node.
    */
-  trainStep(loss: Expression, trainer: Trainer): void;
+  trainStep(loss: Expression, trainer: Trainer, recurring?: BuildRequest): void;
   /**
    * Losses of the `trainStep` batches finished since the last call, in the order they were queued; with `wait`,
    * waits for every queued batch first (so the result then covers all of them).

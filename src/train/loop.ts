@@ -420,7 +420,12 @@ function trainEpoch<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     const loss = model.buildBatchLoss(cg, examples);
     checkInputs(cg, indices, place(batch));
     if (isPipelined(engine)) {
-      engine.trainStep(loss, trainer);
+      // a fixed batch built here keeps its script too, under the name the workers would use
+      engine.trainStep(
+        loss,
+        trainer,
+        recurring ? { examples: Int32Array.from(indices), training: true, dropoutKey, recurring } : undefined,
+      );
       queuedUnits.push(units);
       addLosses(engine.takeLosses(false));
     } else {

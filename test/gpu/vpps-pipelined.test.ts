@@ -195,7 +195,7 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
     });
   });
 
-  test("recurring batches (fixed batches): later passes launch kept scripts and train as graphs built here", () => {
+  test("recurring batches (fixed batches): later passes launch kept scripts (of worker and main-thread builds)", () => {
     withTwoEngines((sync, piped) => {
       if (!startWorkerBuilds(piped)) return; // one core: no workers to build on
       const PASSES = 3;
@@ -211,7 +211,11 @@ describe("VppsEngine.trainStep (pipelined) against the same engine driven synchr
       });
       for (let pass = 0; pass < PASSES; pass++) {
         for (let k = 0; k < B; k++) {
-          piped.engine.trainStepBuilt(request(k, 1000 + k), piped.trainer);
+          // the first pass builds the odd batches here (their scripts kept under the workers' names), as the loop does
+          // while no worker has the builder yet
+          if (pass === 0 && k % 2 === 1) {
+            piped.engine.trainStep(batchLoss(piped.model, k), piped.trainer, request(k, 1000 + k));
+          } else piped.engine.trainStepBuilt(request(k, 1000 + k), piped.trainer);
           got.push(...piped.engine.takeLosses(false));
         }
         // the end of an epoch in the training loop: every batch launched (a batch's script is kept when it is taken

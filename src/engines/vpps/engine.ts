@@ -55,9 +55,9 @@ export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
     };
   }
 
-  trainStep(loss: Expression, trainer: Trainer): void {
+  trainStep(loss: Expression, trainer: Trainer, recurring?: BuildRequest): void {
     requireScalar(loss, "trainStep", "loss");
-    this.queueStep(trainer, () => this.vpps.fb(loss.graph, loss));
+    this.queueStep(trainer, () => this.vpps.fb(loss.graph, loss, recurring));
   }
 
   /** Queues one training step, `launch` handing the batch to Vpps, with `trainer`'s settings and step count. */

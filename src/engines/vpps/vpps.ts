@@ -448,7 +448,7 @@ export class Vpps {
    * and clip are taken when `fb` is called. A scheduling error (an op VPPS cannot run, …) is thrown by the `fb` (or
    * flushing call) that reaches the failed batch, with the worker's message; that batch is skipped.
    */
-  fb(graph: ComputationGraph, loss: Expression): number {
+  fb(graph: ComputationGraph, loss: Expression, recurring?: BuildRequest): number {
     if (this.disposed) throw new Error("Vpps.fb: this instance was disposed");
     if (!(graph instanceof ComputationGraph)) throw argumentError("Vpps.fb", "graph", "a ComputationGraph", graph);
     requireScalar(loss, "Vpps.fb", "loss");
@@ -457,12 +457,12 @@ export class Vpps {
     if (trace) {
       trace.enterStep(performance.now());
       try {
-        return this.fbStep(graph, loss);
+        return this.fbStep(graph, loss, recurring);
       } finally {
         trace.exitStep(performance.now());
       }
     }
-    return this.fbStep(graph, loss);
+    return this.fbStep(graph, loss, recurring);
   }
 
   /**
@@ -534,10 +534,10 @@ export class Vpps {
     return this.launcher.latest;
   }
 
-  private fbStep(graph: ComputationGraph, loss: Expression): number {
+  private fbStep(graph: ComputationGraph, loss: Expression, recurring: BuildRequest | undefined): number {
     const chosen = this.profiler.chosen;
-    if (chosen === undefined) return this.fbProfiled(graph, loss);
-    this.launcher.run(chosen, graph, loss, this.tag());
+    if (chosen === undefined) return this.fbProfiled(graph, loss, recurring);
+    this.launcher.run(chosen, graph, loss, this.tag(), recurring);
     return this.launcher.latest;
   }
 
@@ -555,11 +555,13 @@ export class Vpps {
    * While the variants are profiled (tune/profiler.ts): the batch runs on every variant, with learning rate 0 on
    * all but the last (which trains; a learning rate of 0 changes no weight, moment or step count).
    */
-  private fbProfiled(graph: ComputationGraph, loss: Expression): number {
+  private fbProfiled(graph: ComputationGraph, loss: Expression, recurring: BuildRequest | undefined): number {
     const tag = this.tag();
     const quiet: BatchTag = { lr: 0, clip: tag.clip, adam: undefined, quiet: true };
     const n = this.variants.length;
-    for (let k = 0; k < n; k++) this.launcher.run(this.variants[k]!, graph, loss, k === n - 1 ? tag : quiet);
+    for (let k = 0; k < n; k++) {
+      this.launcher.run(this.variants[k]!, graph, loss, k === n - 1 ? tag : quiet, recurring);
+    }
     if (this.profiler.batchRan(graph.size)) {
       this.flush(); // every profiled batch is launched
       this.runtime.drain(); // the last samples arrive

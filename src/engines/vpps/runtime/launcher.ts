@@ -140,8 +140,11 @@ export class BatchLauncher<V extends LaunchVariant> {
     return this.quietBatches.size > 0 && this.quietBatches.delete(batch);
   }
 
-  /** Schedules (here or on a worker) and launches one batch on variant v. */
-  run(v: V, graph: ComputationGraph, loss: Expression, tag: BatchTag): void {
+  /**
+   * Schedules (here or on a worker) and launches one batch on variant v. `recurring`: the batch's name where it recurs
+   * (fixed batches): with schedule workers its script is kept under it, as `runBuilt` keeps those the workers build.
+   */
+  run(v: V, graph: ComputationGraph, loss: Expression, tag: BatchTag, recurring?: BuildRequest): void {
     const pool = this.pool;
     if (pool === undefined) {
       this.launchHeld(true); // batches of an earlier pool first, in order
@@ -157,7 +160,11 @@ export class BatchLauncher<V extends LaunchVariant> {
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
     pool.post(graph, loss, v.index, tag);
-    this.queue.push({ kind: "posted" });
+    const key = this.keyOf(v, recurring);
+    this.queue.push({
+      kind: "posted",
+      ...(key !== undefined ? { keep: { key, dropoutKey: recurring!.dropoutKey } } : {}),
+    });
     if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
   }
@@ -168,11 +175,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     if (pool === undefined) throw new Error("VPPS: batches built on the workers need schedule workers");
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
-    // a test's script edits would apply again to a kept script: nothing is kept with that hook
-    const key =
-      this.scripts !== undefined && this.hooks.editScript === undefined
-        ? ScriptCache.keyOf(v.index, request)
-        : undefined;
+    const key = this.keyOf(v, request);
     const hit = key !== undefined ? this.scripts!.get(key, request.dropoutKey) : undefined;
     if (hit !== undefined) {
       const b: PooledBatch<BatchTag> = {
@@ -198,6 +201,13 @@ export class BatchLauncher<V extends LaunchVariant> {
     }
     if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
+  }
+
+  /** The key a recurring batch's script is kept under (undefined: nothing kept). */
+  private keyOf(v: V, request: BuildRequest | undefined): string | undefined {
+    // a test's script edits would apply again to a kept script: nothing is kept with that hook
+    if (request === undefined || this.scripts === undefined || this.hooks.editScript !== undefined) return undefined;
+    return ScriptCache.keyOf(v.index, request);
   }
 
   /** Waits for the schedule workers and launches every batch posted so far. */
