@@ -6,15 +6,23 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { PendingHostGather } from "../src/engines/data-parallel.js";
+import type { GradientReducer } from "../src/engines/data-parallel.js";
 import { HostTrace, hostTraceFromEnv } from "../src/engines/vpps/instrument/host-trace.js";
+import type { ModelLayout } from "../src/engines/vpps/plan/layout.js";
+import {
+  type DpExchange,
+  KeptUnions,
+  keptExchange,
+  keptUnionsBytes,
+  startRowsExchange,
+} from "../src/engines/vpps/runtime/dp-exchange.js";
 import { BatchLauncher, type BatchTag, type LaunchVariant } from "../src/engines/vpps/runtime/launcher.js";
 import { ScriptCache } from "../src/engines/vpps/runtime/script-cache.js";
 import type { VppsRuntime } from "../src/engines/vpps/runtime/submit.js";
 import type { PooledBatch, SchedulePool } from "../src/engines/vpps/schedule/pool.js";
 import type { ComputationGraph, Expression } from "../src/graph/graph.js";
 
-interface FakeExchange extends PendingHostGather {
+interface FakeExchange extends DpExchange {
   done: boolean;
   waited: boolean;
 }
@@ -23,23 +31,32 @@ interface FakeExchange extends PendingHostGather {
 interface Log {
   events: string[];
   exchanges: Map<number, FakeExchange>;
+  /** Batches whose exchange another rank did not flag to keep (so no rank keeps its union). */
+  unflagged: Set<number>;
+  /** Per launch: the batch and the union it launched with (its exchange's batch id, as the fake unions are). */
+  unions: [number, number][];
 }
 
 function fakeRuntime(log: Log, dataParallel: boolean, slots: number) {
   const pipeline = { batches: 0, slots };
-  const exchange = (id: number): FakeExchange => {
+  const exchange = (id: number, keep = false): FakeExchange => {
     log.events.push(`start ${id}`);
+    if (keep) log.events.push(`flag ${id}`);
     const x: FakeExchange = {
       done: false,
       waited: false,
       ready: () => x.done,
-      wait: () => {
+      union: () => {
         if (!x.done) {
           x.waited = true;
           log.events.push(`wait ${id}`);
           x.done = true;
         }
-        return [];
+        return Int32Array.of(id);
+      },
+      keptByAll: () => {
+        x.union();
+        return keep && !log.unflagged.has(id);
       },
     };
     log.exchanges.set(id, x);
@@ -49,7 +66,8 @@ function fakeRuntime(log: Log, dataParallel: boolean, slots: number) {
   return {
     pipeline,
     dataParallel,
-    startExchange: (s: unknown, lr: number) => (dataParallel && lr > 0 ? exchange(idOf(s)) : undefined),
+    startExchange: (s: unknown, lr: number, keep = false) =>
+      dataParallel && lr > 0 ? exchange(idOf(s), keep) : undefined,
     submit(
       _v: unknown,
       s: unknown,
@@ -58,10 +76,10 @@ function fakeRuntime(log: Log, dataParallel: boolean, slots: number) {
       _clip: number,
       _timed: boolean,
       _adam: unknown,
-      x?: PendingHostGather,
+      x?: DpExchange,
     ): number {
       // as the real one: a batch that needs an exchange and comes without one starts it and waits
-      if (dataParallel && lr > 0) (x ?? exchange(idOf(s))).wait();
+      if (dataParallel && lr > 0) log.unions.push([idOf(s), (x ?? exchange(idOf(s))).union()[0]!]);
       log.events.push(`launch ${idOf(s)}`);
       pipeline.batches++;
       return Number.NaN;
@@ -118,7 +136,7 @@ function fakePool(log: Log) {
 }
 
 function setup(dataParallel: boolean, slots = 3, trace?: HostTrace) {
-  const log: Log = { events: [], exchanges: new Map() };
+  const log: Log = { events: [], exchanges: new Map(), unflagged: new Set(), unions: [] };
   const runtime = fakeRuntime(log, dataParallel, slots);
   const pool = fakePool(log);
   const variant = { index: 0, plan: { ctas: 1 } } as unknown as LaunchVariant;
@@ -211,11 +229,17 @@ test("VPPS host trace: medians per step and per batch, in one line; off unless V
   }
   trace.sample("gpuBusy", 2);
   trace.sample("gpuIdle", 0.5);
+  trace.sample("gpuBusy", 3);
+  trace.sample("gpuIdle", 0.25);
+  trace.sample("gpuBusy", 2);
+  trace.sample("gpuIdle", 1.5);
   const line = trace.report("rank 1/2")!;
   assert.match(line, /^vpps host trace rank 1\/2: 4 steps; median ms per step: step 4\.00 = build 3\.00 \+ fb 1\.00 /);
   assert.match(line, /exchange 0\.25/);
   assert.match(line, /schedule 1\.00 on a worker/);
-  assert.match(line, /GPU busy 2\.00, idle 0\.50 before the batch \(1 timed\)/);
+  assert.match(line, /GPU busy 2\.00, idle 0\.50 before the batch \(3 timed\)/);
+  // the sums: every batch's busy time; the idle time after the first batch, its longest gap, and the first's wait
+  assert.match(line, /summed: busy 7\.00, idle 1\.75 after the first batch \(longest 1\.50; before the first 0\.50\)/);
   assert.equal(trace.report("rank 1/2"), undefined, "a report forgets what it reported");
 });
 
@@ -268,4 +292,136 @@ test("kept scripts: a batch whose scheduling failed is dropped from the order, t
   launcher.flush();
   assert.deepEqual(launched(), [1, 1]);
   assert.equal(launcher.scripts.size, 1, "the failed batch is not kept");
+});
+
+test("kept unions (data-parallel): a recurring batch every rank flagged launches again with no exchange", () => {
+  const { log, pool, launcher, built, launched } = setup(true);
+  launcher.scripts = new ScriptCache(1 << 20);
+  launcher.unions = new KeptUnions(1 << 20);
+  built([1, 2]); // batch 0
+  built([3, 4]); // batch 1
+  built([5, 6], false); // batch 2: not recurring, not flagged
+  for (const id of [0, 1, 2]) pool.ready.add(id);
+  launcher.flush();
+  const starts = () => log.events.filter((e) => e.startsWith("start") || e.startsWith("flag"));
+  assert.deepEqual(starts(), ["start 0", "flag 0", "start 1", "flag 1", "start 2"]);
+  assert.equal(launcher.unions.size, 2);
+  // the next epoch, in another order: the kept scripts launch with the kept unions, no rank's host waited for
+  built([3, 4]);
+  built([1, 2]);
+  launcher.flush();
+  assert.deepEqual(launched(), [0, 1, 2, 1, 0]);
+  assert.equal(starts().length, 5, "no exchange started for the kept batches");
+  assert.deepEqual(log.unions.slice(3), [
+    [1, 1],
+    [0, 0],
+  ]);
+  assert.equal(launcher.unions.hits, 2);
+});
+
+test("kept unions (data-parallel): not kept where another rank did not flag it; an earlier run decides first", () => {
+  const { log, pool, launcher, built, launched } = setup(true);
+  launcher.scripts = new ScriptCache(1 << 20);
+  launcher.unions = new KeptUnions(1 << 20);
+  log.unflagged.add(0); // another rank did not flag batch 0 (its room was full)
+  built([1, 2]);
+  pool.ready.add(0);
+  launcher.flush();
+  assert.equal(launcher.unions.size, 0);
+  built([1, 2]); // the script is kept, the union is not: it is exchanged again (and flagged again)
+  launcher.flush();
+  assert.deepEqual(
+    log.events.filter((e) => e.startsWith("start") || e.startsWith("flag")),
+    ["start 0", "flag 0", "start 0", "flag 0"],
+  );
+  assert.deepEqual(launched(), [0, 0]);
+
+  // the same recurring batch twice before the first has launched: the second waits for the first's gather, which
+  // every rank flagged, and launches with its union
+  const b = setup(true);
+  b.launcher.scripts = new ScriptCache(1 << 20);
+  b.launcher.unions = new KeptUnions(1 << 20);
+  b.built([7, 8]); // batch 0, not ready yet
+  b.pool.ready.add(0);
+  b.pool.ready.add(1);
+  b.built([7, 8]); // batch 1 (its script not kept yet: posted)
+  assert.deepEqual(b.log.events, [
+    "post 0",
+    "post 1",
+    "start 0",
+    "flag 0",
+    "wait 0",
+    "launch 0",
+    "release 0",
+    "launch 1",
+    "release 1",
+  ]);
+  assert.deepEqual(b.log.unions, [
+    [0, 0],
+    [1, 0],
+  ]);
+});
+
+test("kept unions: the flag word travels with the rows; kept only where every rank flagged; VPPS_KEPT_UNIONS_MB", () => {
+  const model = { params: [{ kind: "lookup", rows: 10 }, { kind: "matrix" }, { kind: "lookup", rows: 4 }] };
+  /** Two ranks: this one sends `mine`, the other `other` (its flag word first). */
+  const reducer = (other: Int32Array, sent: Int32Array[]) =>
+    ({
+      rank: 0,
+      worldSize: 2,
+      allGatherHost: (data: Int32Array) => {
+        sent.push(data.slice());
+        return [data.slice(), other];
+      },
+    }) as unknown as GradientReducer;
+  const sent: Int32Array[] = [];
+  const both = startRowsExchange(
+    reducer(Int32Array.of(1, 2, 3, 0, 9), sent),
+    model as unknown as ModelLayout,
+    Int32Array.of(0, 9, 0, 1),
+    true,
+  );
+  assert.deepEqual(Array.from(sent[0]!), [1, 0, 9, 0, 1], "the flag word, then this rank's pairs");
+  assert.equal(both.ready(), true);
+  assert.deepEqual(Array.from(both.union()), [0, 1, 0, 9, 2, 3], "the union, sorted, without the flag words");
+  assert.equal(both.keptByAll(), true);
+  const mineOnly = startRowsExchange(
+    reducer(Int32Array.of(0, 2, 1), []),
+    model as unknown as ModelLayout,
+    Int32Array.of(0, 5),
+    true,
+  );
+  assert.equal(mineOnly.keptByAll(), false, "the other rank did not flag it");
+  const otherOnly = startRowsExchange(
+    reducer(Int32Array.of(1), []),
+    model as unknown as ModelLayout,
+    Int32Array.of(0, 5),
+    false,
+  );
+  assert.equal(otherOnly.keptByAll(), false);
+  assert.deepEqual(Array.from(otherOnly.union()), [0, 5]);
+  const bare = startRowsExchange(
+    reducer(new Int32Array(0), []),
+    model as unknown as ModelLayout,
+    Int32Array.of(0, 5),
+    true,
+  );
+  assert.throws(() => bare.union(), /rank 1 sent no flag word/);
+  const kept = keptExchange(Int32Array.of(2, 3));
+  assert.equal(kept.ready() && kept.keptByAll(), true);
+  // room: only what this rank flags; a put always keeps
+  const u = new KeptUnions(8);
+  assert.equal(u.hasRoom(), true);
+  u.put("a", Int32Array.of(1, 2, 3));
+  assert.equal(u.hasRoom(), false);
+  u.put("b", Int32Array.of(4));
+  assert.equal(u.size, 2);
+  u.clear();
+  assert.equal(u.size + u.bytes, 0);
+  assert.equal(keptUnionsBytes({}), 256 * 2 ** 20);
+  assert.equal(keptUnionsBytes({ VPPS_KEPT_UNIONS_MB: "0" }), 0);
+  assert.throws(
+    () => keptUnionsBytes({ VPPS_KEPT_UNIONS_MB: "-1" }),
+    /VPPS_KEPT_UNIONS_MB is '-1'; expected a whole number/,
+  );
 });

@@ -27,7 +27,9 @@ export interface BuildRequest {
   readonly dropoutKey: number;
   /**
    * The same examples, in the same order, come again as a batch later (the training loop's `shuffle: "batches"`): an
-   * engine may keep what it derived from this batch (VPPS: its script) and reuse it.
+   * engine may keep what it derived from this batch (VPPS: its script) and reuse it. In data-parallel training, the
+   * other ranks' shares of the same global batch come again with it, in the same step on every rank (VPPS keeps the
+   * union of the ranks' touched rows too: runtime/dp-exchange.ts).
    */
   readonly recurring?: boolean;
 }

@@ -111,6 +111,34 @@ describe("data-parallel on 2 GPUs", { skip }, () => {
     });
   });
 
+  test("--shuffle batches on VPPS: kept scripts and kept unions (no exchange) train as 1 GPU does", async () => {
+    const args = [VPPS, "train", "treelstm", ...SMALL, "--engine", "vpps", "--shuffle", "batches"];
+    const one = await run([...args, "--gpus", "1"]);
+    const two = await run([...args, "--gpus", "2"], { VPPS_DP_TRACE: "1" });
+    const exchanged = await run([...args, "--gpus", "2"], { VPPS_KEPT_UNIONS_MB: "0" });
+    for (const r of [one, two, exchanged]) assert.equal(r.code, 0, r.stderr);
+    for (const r of [0, 1]) {
+      const last = two.stderr
+        .split("\n")
+        .filter((l) => l.startsWith(`vpps host trace rank ${r}/2: `))
+        .at(-1);
+      // 2 batches per rank: from the second epoch on, both launch from kept scripts with kept unions
+      assert.match(last ?? "", /kept unions 2 \(([3-9]|\d\d+) launched without an exchange\)/, two.stderr);
+    }
+    const losses = (r: { stdout: string }) =>
+      (JSON.parse(r.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
+    const [a, b, c] = [losses(one), losses(two), losses(exchanged)];
+    assert.equal(b.length, 5);
+    a.forEach((x, i) => {
+      assert.ok(Math.abs(x - b[i]!) <= 1e-4 * Math.abs(x), `epoch ${i + 1}: 1 GPU ${x}, 2 GPUs ${b[i]}`);
+      // (float atomics reorder VPPS's sums from run to run: not bitwise)
+      assert.ok(
+        Math.abs(c[i]! - b[i]!) <= 1e-4 * Math.abs(x),
+        `epoch ${i + 1}: kept unions ${b[i]}, exchanged ${c[i]}`,
+      );
+    });
+  });
+
   test("killing one rank of a 2-GPU run ends the job within seconds with one line naming it", async () => {
     const t0 = Date.now();
     const child = spawn(

@@ -56,6 +56,7 @@ import {
   momentsOfParameters,
 } from "./plan/moments.js";
 import type { VppsPlan } from "./plan/plan.js";
+import { KeptUnions, keptUnionsBytes } from "./runtime/dp-exchange.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
 import { ScriptCache, scriptCacheBytes } from "./runtime/script-cache.js";
 import { VppsRuntime } from "./runtime/submit.js";
@@ -160,6 +161,9 @@ export class Vpps {
     // scripts of recurring batches (the training loop's fixed batches), while schedule workers build them
     const keep = scriptCacheBytes();
     if (keep > 0) launcher.scripts = new ScriptCache(keep);
+    // and, in data-parallel mode, the unions of the ranks' touched rows that every rank keeps
+    const unions = keptUnionsBytes();
+    if (unions > 0) launcher.unions = new KeptUnions(unions);
     this.trace = trace;
     launcher.trace = trace;
     runtime.trace = trace;
@@ -341,8 +345,10 @@ export class Vpps {
   private reschedule(): void {
     const schedule = scheduleOptions(this.o, this.optimizerName, this.reducer !== null);
     for (const v of this.variants) v.scheduler = new VppsScheduler(v.model, schedule);
-    // the kept scripts were scheduled with the old options
+    // the kept scripts were scheduled with the old options; a new reducer may have other ranks (every rank comes
+    // here at the same step, so the kept unions go everywhere alike)
     this.launcher.scripts?.clear();
+    this.launcher.unions?.clear();
     const pool = this.launcher.pool;
     if (pool !== undefined) {
       this.launcher.flush(); // the batches posted so far, on the workers that took them
@@ -548,7 +554,12 @@ export class Vpps {
   hostTraceReport(): void {
     const r = this.reducer;
     const line = this.trace?.report(r ? `rank ${r.rank}/${r.worldSize}` : "one process");
-    if (line !== undefined) process.stderr.write(`${line}\n`);
+    if (line === undefined) return;
+    const { scripts, unions } = this.launcher;
+    const kept =
+      (scripts ? `; kept scripts ${scripts.size} (${scripts.hits} launched)` : "") +
+      (unions && r ? `, kept unions ${unions.size} (${unions.hits} launched without an exchange)` : "");
+    process.stderr.write(`${line}${kept}\n`);
   }
 
   /**

@@ -36,6 +36,12 @@ function median(xs: readonly number[]): number {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
+function sum(xs: readonly number[]): number {
+  let t = 0;
+  for (const x of xs) t += x;
+  return t;
+}
+
 export class HostTrace {
   /** The current step's phase times. */
   private readonly cur = new Float64Array(P);
@@ -110,7 +116,10 @@ export class HostTrace {
       `${f(col(P))} + fb ${f(col(P + 1))} (${phases.join(", ")}); per batch (median): schedule ${f(median(s.schedule))} ` +
       `on a worker, held ${f(median(s.held))} from its exchange's start to its launch; GPU ` +
       `busy ${f(median(s.gpuBusy))}${s.gpuAfter.length > 0 ? ` (all-reduces and update ${f(median(s.gpuAfter))})` : ""}, ` +
-      `idle ${f(median(s.gpuIdle))} before the batch (${s.gpuBusy.length} timed)`;
+      `idle ${f(median(s.gpuIdle))} before the batch (${s.gpuBusy.length} timed); summed: busy ${f(sum(s.gpuBusy))}` +
+      `${s.gpuAfter.length > 0 ? ` (all-reduces and update ${f(sum(s.gpuAfter))})` : ""}, idle ${f(sum(s.gpuIdle.slice(1)))} ` +
+      `after the first batch (longest ${f(s.gpuIdle.length > 1 ? Math.max(...s.gpuIdle.slice(1)) : Number.NaN)}; before the first ` +
+      `${f(s.gpuIdle[0] ?? Number.NaN)})`;
     this.steps = [];
     this.samples = { schedule: [], held: [], gpuBusy: [], gpuAfter: [], gpuIdle: [] };
     return line;

@@ -12,13 +12,14 @@
  * every rank (the others zero theirs, then one all-reduce of one float), so the ranks' weights stay bitwise equal.
  */
 import { floatBits } from "../../../cuda/index.js";
-import { type GradientReducer, type PendingHostGather, startGather } from "../../data-parallel.js";
+import type { GradientReducer } from "../../data-parallel.js";
 import type { GpuContext } from "../../gpu/context.js";
 import type { KernelVariant } from "../codegen/variant.js";
 import type { HostTrace } from "../instrument/host-trace.js";
 import type { ModelLayout } from "../plan/layout.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
+import { type DpExchange, startRowsExchange } from "./dp-exchange.js";
 import {
   copyList,
   copyListWords,
@@ -30,7 +31,6 @@ import {
   dpLayout,
   touchedPairs,
   unionSlots,
-  unitePairs,
   updateList,
   updateListWords,
 } from "./dp-lists.js";
@@ -92,15 +92,15 @@ export class DataParallelUpdate {
 
   /**
    * Starts the exchange of the batch's touched rows with the other ranks (a collective: every rank starts the same
-   * batches' exchanges in the same order), without waiting.
+   * batches' exchanges in the same order), without waiting. `keep`: this rank asks to keep the union (dp-exchange.ts).
    */
-  exchange(s: ScheduledBatch): PendingHostGather {
-    return startGather(this.reducer, touchedPairs(s.layout));
+  exchange(s: ScheduledBatch, keep = false): DpExchange {
+    return startRowsExchange(this.reducer, this.model, touchedPairs(s.layout), keep);
   }
 
   /** The union of the ranks' touched rows (waits for the exchange to complete) and the lists' sizes. */
-  prepare(s: ScheduledBatch, adam: boolean, exchange: PendingHostGather): DpBatch {
-    const union = unitePairs(this.model, exchange.wait());
+  prepare(s: ScheduledBatch, adam: boolean, exchange: DpExchange): DpBatch {
+    const union = exchange.union();
     const { slot, used } = unionSlots(this.model, this.layout, union);
     const words = copyListWords(this.model, s.layout) + updateListWords(this.model, union, adam);
     return { union, slots: slot, used, words, copyEntries: 0, updateEntries: 0, copyAt: 0, updateAt: 0 };

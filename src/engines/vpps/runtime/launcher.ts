@@ -13,11 +13,12 @@
  *
  * Recurring batches (`BuildRequest.recurring`, the training loop's fixed batches) keep their scripts (script-cache.ts):
  * the first time one is scheduled its script is kept, and later the kept copy takes its place in launch order instead
- * of a post to the workers.
+ * of a post to the workers. In data-parallel mode they keep the union of the ranks' touched rows too, where every
+ * rank agrees to (dp-exchange.ts): a kept union launches without an exchange, so without waiting for the other
+ * ranks' hosts.
  */
 import type { BuildRequest } from "../../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../../graph/graph.js";
-import type { PendingHostGather } from "../../data-parallel.js";
 import type { KernelVariant } from "../codegen/variant.js";
 import type { HostTrace } from "../instrument/host-trace.js";
 import type { VppsHooks } from "../options.js";
@@ -25,6 +26,7 @@ import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
 import type { PooledBatch, SchedulePool } from "../schedule/pool.js";
 import type { VppsScheduler } from "../schedule/scheduler.js";
+import { type DpExchange, type KeptUnions, keptExchange } from "./dp-exchange.js";
 import { ScriptCache } from "./script-cache.js";
 import type { VppsRuntime } from "./submit.js";
 
@@ -81,15 +83,23 @@ export interface LauncherOptions {
   readonly profiling: () => boolean;
 }
 
-/** A batch in launch order: posted to the workers (taken from the pool in turn; `keep`: keep its script), or kept. */
+/**
+ * A batch in launch order: posted to the workers (taken from the pool in turn; `keep`: keep its script), or kept.
+ * `rows`: a recurring batch's name for its kept union of touched rows (ScriptCache.rowsKeyOf).
+ */
 type Queued =
-  | { readonly kind: "posted"; readonly keep?: { readonly key: string; readonly dropoutKey: number } }
-  | { readonly kind: "kept"; readonly b: PooledBatch<BatchTag> };
+  | {
+      readonly kind: "posted";
+      readonly keep?: { readonly key: string; readonly dropoutKey: number };
+      readonly rows?: string;
+    }
+  | { readonly kind: "kept"; readonly b: PooledBatch<BatchTag>; readonly rows?: string };
 
 /** A scheduled batch waiting for its exchange of touched rows (data-parallel mode). */
 interface Held {
   readonly b: PooledBatch<BatchTag>;
-  readonly exchange: PendingHostGather | undefined;
+  readonly exchange: DpExchange | undefined;
+  readonly rows: string | undefined;
   /** When it was taken from the workers (trace only). */
   readonly at: number;
 }
@@ -120,6 +130,11 @@ export class BatchLauncher<V extends LaunchVariant> {
   trace: HostTrace | undefined;
   /** Scripts of recurring batches (undefined: none kept). Emptied by the owner when the schedulers change. */
   scripts: ScriptCache | undefined;
+  /**
+   * Data-parallel mode: unions of touched rows of recurring batches (undefined: none kept). Emptied by the owner at
+   * the same step on every rank (the reducer or the optimizer changes), never otherwise.
+   */
+  unions: KeptUnions | undefined;
   /** Batches posted or kept, not yet taken, in launch order. */
   private readonly queue: Queued[] = [];
   /** Kept batches being submitted (their buffers are the cache's, never handed back to the pool). */
@@ -161,9 +176,11 @@ export class BatchLauncher<V extends LaunchVariant> {
     const t0 = trace ? performance.now() : 0;
     pool.post(graph, loss, v.index, tag);
     const key = this.keyOf(v, recurring);
+    const rows = this.rowsKeyOf(recurring);
     this.queue.push({
       kind: "posted",
       ...(key !== undefined ? { keep: { key, dropoutKey: recurring!.dropoutKey } } : {}),
+      ...(rows !== undefined ? { rows } : {}),
     });
     if (trace) trace.add("post", performance.now() - t0);
     this.submitScheduled(false);
@@ -176,6 +193,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
     const key = this.keyOf(v, request);
+    const rows = this.rowsKeyOf(request);
     const hit = key !== undefined ? this.scripts!.get(key, request.dropoutKey) : undefined;
     if (hit !== undefined) {
       const b: PooledBatch<BatchTag> = {
@@ -191,12 +209,13 @@ export class BatchLauncher<V extends LaunchVariant> {
         slot: -1,
       };
       this.kept.add(b);
-      this.queue.push({ kind: "kept", b });
+      this.queue.push({ kind: "kept", b, ...(rows !== undefined ? { rows } : {}) });
     } else {
       pool.postBuilt(request, v.index, tag);
       this.queue.push({
         kind: "posted",
         ...(key !== undefined ? { keep: { key, dropoutKey: request.dropoutKey } } : {}),
+        ...(rows !== undefined ? { rows } : {}),
       });
     }
     if (trace) trace.add("post", performance.now() - t0);
@@ -208,6 +227,12 @@ export class BatchLauncher<V extends LaunchVariant> {
     // a test's script edits would apply again to a kept script: nothing is kept with that hook
     if (request === undefined || this.scripts === undefined || this.hooks.editScript !== undefined) return undefined;
     return ScriptCache.keyOf(v.index, request);
+  }
+
+  /** The name a recurring batch's union of touched rows is kept under (undefined: none kept). */
+  private rowsKeyOf(request: BuildRequest | undefined): string | undefined {
+    if (request === undefined || this.unions === undefined || !this.runtime.dataParallel) return undefined;
+    return ScriptCache.rowsKeyOf(request);
   }
 
   /** Waits for the schedule workers and launches every batch posted so far. */
@@ -248,7 +273,7 @@ export class BatchLauncher<V extends LaunchVariant> {
           this.submitPooled(b);
           continue;
         }
-        this.hold(b);
+        this.hold(b, head.rows);
         this.launchHeld(false);
       }
       this.launchHeld(all);
@@ -259,16 +284,33 @@ export class BatchLauncher<V extends LaunchVariant> {
     }
   }
 
-  /** Starts a taken batch's exchange and holds the batch until it is in. */
-  private hold(b: PooledBatch<BatchTag>): void {
-    let exchange: PendingHostGather | undefined;
+  /**
+   * Starts a taken batch's exchange and holds the batch until it is in; a recurring batch (`rows`) whose union every
+   * rank kept launches with the kept union instead, and one whose union is not kept asks the others to keep it.
+   */
+  private hold(b: PooledBatch<BatchTag>, rows: string | undefined): void {
+    let exchange: DpExchange | undefined;
     try {
-      exchange = this.runtime.startExchange(b.batch, b.tag.lr);
+      const unions = this.unions;
+      if (rows !== undefined && unions !== undefined && this.runtime.dataParallel && b.tag.lr > 0) {
+        // an earlier run of this batch still held: its gather decides first whether every rank keeps the union
+        for (const h of this.held) if (h.rows === rows) this.keepUnion(h.rows, h.exchange);
+        const union = unions.get(rows);
+        if (union !== undefined) exchange = keptExchange(union);
+        else exchange = this.runtime.startExchange(b.batch, b.tag.lr, unions.hasRoom());
+      } else exchange = this.runtime.startExchange(b.batch, b.tag.lr);
     } catch (e) {
       this.releaseTaken(b);
       throw e;
     }
-    this.held.push({ b, exchange, at: this.trace ? performance.now() : 0 });
+    this.held.push({ b, exchange, rows, at: this.trace ? performance.now() : 0 });
+  }
+
+  /** Keeps a recurring batch's union where every rank asked to (waits for its gather). */
+  private keepUnion(rows: string | undefined, exchange: DpExchange | undefined): void {
+    const unions = this.unions;
+    if (rows === undefined || exchange === undefined || unions === undefined || unions.has(rows)) return;
+    if (exchange.keptByAll()) unions.put(rows, exchange.union());
   }
 
   /**
@@ -285,10 +327,11 @@ export class BatchLauncher<V extends LaunchVariant> {
       const trace = this.trace;
       if (trace && h.exchange !== undefined) trace.sample("held", performance.now() - h.at);
       this.submitPooled(h.b, h.exchange);
+      this.keepUnion(h.rows, h.exchange); // its gather is in: submit waited for it
     }
   }
 
-  private submitPooled(b: PooledBatch<BatchTag>, exchange?: PendingHostGather): void {
+  private submitPooled(b: PooledBatch<BatchTag>, exchange?: DpExchange): void {
     try {
       const v = this.variantAt(b.variant);
       this.stats.scheduleMs += b.scheduleMs;
@@ -312,7 +355,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     this.pool?.release(b);
   }
 
-  private submit(v: V, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag, exchange?: PendingHostGather): number {
+  private submit(v: V, s: ScheduledBatch, inputs: Float32Array, tag: BatchTag, exchange?: DpExchange): number {
     const t1 = performance.now();
     const t = this.o.timing;
     // a sampled batch and the one after it, so that the time between their kernels is measured too

@@ -54,6 +54,15 @@ export class ScriptCache {
     return `${variant}|${r.training ? 1 : 0}|${Array.prototype.join.call(r.examples, ",")}`;
   }
 
+  /**
+   * The name of a recurring request's share of its batch, whatever the variant: what its kept union of touched rows
+   * goes by (dp-exchange.ts); undefined where the request does not recur or has no examples.
+   */
+  static rowsKeyOf(r: BuildRequest): string | undefined {
+    if (r.recurring !== true || r.examples.length === 0) return undefined;
+    return `${r.training ? 1 : 0}|${Array.prototype.join.call(r.examples, ",")}`;
+  }
+
   get size(): number {
     return this.entries.size;
   }

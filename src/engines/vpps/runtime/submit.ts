@@ -13,7 +13,7 @@
  * kernels saved, which is what small batches are made of (docs/journal/vpps-measurements.md).
  */
 import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
-import type { GradientReducer, PendingHostGather } from "../../data-parallel.js";
+import type { GradientReducer } from "../../data-parallel.js";
 import type { GpuContext } from "../../gpu/context.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
@@ -21,6 +21,7 @@ import type { HostTrace } from "../instrument/host-trace.js";
 import type { ModelLayout } from "../plan/layout.js";
 import type { AdamStep } from "../plan/moments.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
+import type { DpExchange } from "./dp-exchange.js";
 import { DataParallelUpdate, type DpBatch } from "./dp-update.js";
 import { ADAM_ENTRY, HostUpdate, SGD_ENTRY } from "./host-update.js";
 import { BatchPipeline, PIPELINE_SLOTS, type SlotDevice } from "./pipeline.js";
@@ -230,10 +231,11 @@ export class VppsRuntime {
   /**
    * Data-parallel mode, a batch that steps (learning rate > 0): starts the exchange of its touched rows with the other
    * ranks without waiting, to be handed to `submit`. Every rank must start its batches' exchanges in the same order
-   * (the batches' order). Undefined when the batch needs none.
+   * (the batches' order). `keep`: this rank asks to keep the union (dp-exchange.ts). Undefined when the batch needs
+   * none.
    */
-  startExchange(s: ScheduledBatch, lr: number): PendingHostGather | undefined {
-    return this.dp !== undefined && lr > 0 ? this.dp.exchange(s) : undefined;
+  startExchange(s: ScheduledBatch, lr: number, keep = false): DpExchange | undefined {
+    return this.dp !== undefined && lr > 0 ? this.dp.exchange(s, keep) : undefined;
   }
 
   /** Zeroes Adam's moments of `model` (allocated the first time), behind every earlier batch. */
@@ -268,7 +270,7 @@ export class VppsRuntime {
     clip: number,
     timed: boolean,
     adam?: AdamStep,
-    exchange?: PendingHostGather,
+    exchange?: DpExchange,
   ): number {
     const trace = this.hostTrace;
     const t0 = trace ? performance.now() : 0;
