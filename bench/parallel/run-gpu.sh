@@ -8,6 +8,7 @@
 # TRACE=1: `vpps train treelstm --engine vpps` with VPPS_DP_TRACE=1 at each per-GPU batch of TRACE_BATCHES on one GPU
 # (plain, then as the only rank of a group: WORLD_SIZE=1) and on 2 GPUs; each rank prints, per epoch, the median
 # per-step host time of each phase (src/engines/vpps/instrument/host-trace.ts). Logs: $R/trace-vpps-b<B>-<run>.log.
+# SHUFFLE=batches: every benchmark run with `--shuffle batches` (fixed batches; default examples).
 set -u
 OUT="${OUT:-out-parallel}"
 R="$OUT/parallel-results"
@@ -44,7 +45,7 @@ fi
 for c in ${CONFIGS:-treelstm-vpps treelstm-autobatch bilstm-autobatch}; do
   timeout "${BENCH_TIMEOUT:-150}" node bin/vpps.js bench parallel --configs "$c" --gpus "${GPUS:-1,2}" \
     --batches "${BATCHES:-32,128}" --repeats "${REPEATS:-2}" --data-treelstm "$SST" --data-bilstm "$WIKI" --out "$R" \
-    > "$R/bench-$c.log" 2>&1
+    --shuffle "${SHUFFLE:-examples}" > "$R/bench-$c.log" 2>&1
   echo "rc $?" >> "$R/bench-$c.log"
   tail -12 "$R/bench-$c.log"
 done
