@@ -321,6 +321,26 @@ for (const engine of [
   });
 }
 
+// the persistent-RNN op (`--rnn persistent`: one rnn node per batch) under data parallelism: its weight gradients are
+// summed like every other parameter's
+const TAGGER = ["--rnn", "persistent", "--embed", "6", "--hidden", "6", "--mlp", "6", "--max-sentences", "16"];
+for (const engine of [
+  ["--engine", "cpu"],
+  ["--engine", "autobatch", "--device", "cpu"],
+]) {
+  test(`bilstm --rnn persistent --gpus 2 ${engine.join(" ")} equals the one-process run of the same global batch`, async () => {
+    const args = [VPPS, "train", "bilstm", ...TAGGER, ...engine, "--batch", "4", "--epochs", "3", "--json"];
+    const [a, b] = await Promise.all([run(args), run([...args, "--gpus", "2"])]);
+    assert.equal(a.code, 0, a.stderr);
+    assert.equal(b.code, 0, b.stderr);
+    const la = (JSON.parse(a.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
+    const lb = (JSON.parse(b.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
+    assert.equal(lb.length, 3);
+    la.forEach((x, i) => assertClose(lb[i]!, x, `epoch ${i + 1} loss`));
+    assert.notEqual(la[2], la[0], "it trains");
+  });
+}
+
 test("killing one rank of `vpps train --gpus 2` ends the job within seconds with a line naming it", async () => {
   let killedAt = 0;
   const ran = await run(

@@ -88,6 +88,23 @@ describe("data-parallel on 2 GPUs", { skip }, () => {
     });
   }
 
+  // the persistent RNN layers (the BiLSTM tagger's `--rnn persistent`: one rnn node per batch, its weight gradients
+  // summed like every other parameter's)
+  for (const engine of ["eager", "autobatch"]) {
+    test(`bilstm --rnn persistent --gpus 2 --engine ${engine}: losses equal --gpus 1 within 1e-5 relative`, async () => {
+      const args = [VPPS, "train", "bilstm", "--rnn", "persistent", "--engine", engine, "--hidden", "32", "--embed"];
+      const all = [...args, "32", "--max-sentences", "32", "--batch", "8", "--epochs", "3", "--json"];
+      const one = await run([...all, "--gpus", "1"]);
+      const two = await run([...all, "--gpus", "2"]);
+      assert.equal(one.code, 0, one.stderr);
+      assert.equal(two.code, 0, two.stderr);
+      const a = (JSON.parse(one.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
+      const b = (JSON.parse(two.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
+      assert.equal(b.length, 3);
+      a.forEach((x, i) => assert.ok(Math.abs(x - b[i]!) <= 1e-5 * Math.abs(x), `epoch ${i + 1}: ${x} vs ${b[i]}`));
+    });
+  }
+
   test("VPPS_DP_TRACE=1: each rank of a 2-GPU VPPS run writes its host timeline every epoch; losses unchanged", async () => {
     const plain = await run([VPPS, "train", "treelstm", ...SMALL, "--engine", "vpps", "--gpus", "2"]);
     const traced = await run([VPPS, "train", "treelstm", ...SMALL, "--engine", "vpps", "--gpus", "2"], {
