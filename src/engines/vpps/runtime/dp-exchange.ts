@@ -13,7 +13,7 @@
  * dropped except by `clear`, which every rank calls at the same step (the reducer or the optimizer changes).
  */
 
-import { UserError } from "../../../util/errors.js";
+import { mibFromEnv } from "../../../util/env.js";
 import type { GradientReducer, PendingHostGather } from "../../data-parallel.js";
 import { startGather } from "../../data-parallel.js";
 import type { ModelLayout } from "../plan/layout.js";
@@ -79,16 +79,12 @@ export const DEFAULT_KEPT_UNIONS_MB = 256;
 
 /** The room in bytes from `VPPS_KEPT_UNIONS_MB` (a whole number of MiB ≥ 0; 0 keeps none), else the default. */
 export function keptUnionsBytes(env: Readonly<Record<string, string | undefined>> = process.env): number {
-  const raw = env["VPPS_KEPT_UNIONS_MB"];
-  if (raw === undefined || raw.trim() === "") return DEFAULT_KEPT_UNIONS_MB * 2 ** 20;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0) {
-    throw new UserError(
-      `VPPS_KEPT_UNIONS_MB is '${raw}'; expected a whole number of MiB ≥ 0 (0: keep no union, every data-parallel ` +
-        `batch exchanges its touched rows; default ${DEFAULT_KEPT_UNIONS_MB})`,
-    );
-  }
-  return n * 2 ** 20;
+  return mibFromEnv(
+    env,
+    "VPPS_KEPT_UNIONS_MB",
+    DEFAULT_KEPT_UNIONS_MB,
+    "keep no union, every data-parallel batch exchanges its touched rows",
+  );
 }
 
 /**

@@ -8,7 +8,7 @@
  * schedulers change (`setOptimizer`, scheduler options): their scripts would differ.
  */
 import type { BuildRequest } from "../../../graph/builder.js";
-import { UserError } from "../../../util/errors.js";
+import { mibFromEnv } from "../../../util/env.js";
 import type { ScheduledBatch } from "../schedule/batch.js";
 
 /** A kept batch: its own copies of the script and the input values. */
@@ -26,16 +26,7 @@ export const DEFAULT_SCRIPT_CACHE_MB = 2048;
 
 /** The capacity in bytes from `VPPS_SCRIPT_CACHE_MB` (a whole number of MiB ≥ 0), else the default. */
 export function scriptCacheBytes(env: Readonly<Record<string, string | undefined>> = process.env): number {
-  const raw = env["VPPS_SCRIPT_CACHE_MB"];
-  if (raw === undefined || raw.trim() === "") return DEFAULT_SCRIPT_CACHE_MB * 2 ** 20;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0) {
-    throw new UserError(
-      `VPPS_SCRIPT_CACHE_MB is '${raw}'; expected a whole number of MiB ≥ 0 (0: keep no script; default ` +
-        `${DEFAULT_SCRIPT_CACHE_MB})`,
-    );
-  }
-  return n * 2 ** 20;
+  return mibFromEnv(env, "VPPS_SCRIPT_CACHE_MB", DEFAULT_SCRIPT_CACHE_MB, "keep no script");
 }
 
 export class ScriptCache {
