@@ -336,7 +336,7 @@ for (const engine of [
     const la = (JSON.parse(a.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
     const lb = (JSON.parse(b.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
     assert.equal(lb.length, 3);
-    la.forEach((x, i) => assertClose(lb[i]!, x, `epoch ${i + 1} loss`));
+    for (const [i, x] of la.entries()) assertClose(lb[i]!, x, `epoch ${i + 1} loss`);
     assert.notEqual(la[2], la[0], "it trains");
   });
 }

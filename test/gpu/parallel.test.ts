@@ -101,7 +101,9 @@ describe("data-parallel on 2 GPUs", { skip }, () => {
       const a = (JSON.parse(one.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
       const b = (JSON.parse(two.stdout) as { epochs: { trainLoss: number }[] }).epochs.map((e) => e.trainLoss);
       assert.equal(b.length, 3);
-      a.forEach((x, i) => assert.ok(Math.abs(x - b[i]!) <= 1e-5 * Math.abs(x), `epoch ${i + 1}: ${x} vs ${b[i]}`));
+      for (const [i, x] of a.entries()) {
+        assert.ok(Math.abs(x - b[i]!) <= 1e-5 * Math.abs(x), `epoch ${i + 1}: ${x} vs ${b[i]}`);
+      }
     });
   }
 
