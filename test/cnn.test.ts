@@ -11,7 +11,7 @@ import { gzipSync } from "node:zlib";
 import { findIdxFile, parseIdx, readIdx, readImageSet } from "../src/data/idx.js";
 import { readMnistPackage } from "../src/data/mnist-package.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { ComputationGraph } from "../src/graph/graph.js";
+import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { type Digit, LenetModel, lenetShapes } from "../src/models/cnn/model.js";
 import { cnnTask } from "../src/models/cnn/task.js";
 import { makeTrainer } from "../src/optim/trainers.js";
@@ -145,6 +145,39 @@ describe("LeNet on the CPU", () => {
     });
     assert.ok(checked > 300, `checked ${checked}`);
     assert.deepEqual(mismatches, []);
+  });
+
+  test("the row-batched head of training equals the per-digit head: loss and every parameter's gradient", () => {
+    const model = new LenetModel({ conv1: 3, conv2: 4, hidden: 8 }, 7);
+    const batch = digits(5, 2);
+    const run = (build: (cg: ComputationGraph) => Expression) => {
+      const engine = new CpuEngine(model.params);
+      const cg = new ComputationGraph();
+      const loss = build(cg);
+      const value = engine.forwardScalar(loss);
+      engine.backward(loss);
+      const grads = model.params.all.map((q) => Float32Array.from(q.grad));
+      for (const q of model.params.all) q.grad.fill(0);
+      return { value, grads, nodes: cg.size };
+    };
+    const rows = run((cg) => model.batchLoss(cg, batch));
+    const perDigit = run((cg) => model.perDigitLoss(cg, batch));
+    assert.ok(rows.nodes < perDigit.nodes - 4 * 4, `${rows.nodes} nodes against ${perDigit.nodes}`);
+    assert.ok(
+      Math.abs(rows.value - perDigit.value) <= 1e-6 * Math.abs(perDigit.value),
+      `${rows.value} vs ${perDigit.value}`,
+    );
+    rows.grads.forEach((g, k) => {
+      const want = perDigit.grads[k]!;
+      let scale = 1e-3;
+      for (const x of want) scale = Math.max(scale, Math.abs(x));
+      for (let i = 0; i < g.length; i++) {
+        assert.ok(
+          Math.abs(g[i]! - want[i]!) <= 1e-5 * scale,
+          `${model.params.all[k]!.name}[${i}]: ${g[i]} vs ${want[i]}`,
+        );
+      }
+    });
   });
 
   test("the shapes vpps plan sees are the ones training makes; Caffe's 28 → 24 → 12 → 8 → 4", () => {

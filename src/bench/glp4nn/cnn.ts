@@ -1,6 +1,6 @@
 /**
  * The CNN part of `vpps bench glp4nn`: a whole training iteration of LeNet (src/models/cnn: conv 20, pool, conv 50,
- * pool, fully connected 500 and 10 per digit; Adam) on the eager engine with one stream and with `streams: "auto"`
+ * pool, fully connected 500 and 10 over the batch's rows; Adam) on the eager engine with one stream and with `streams: "auto"`
  * (GLP4NN sizing each convolution's pool, its direct launches from dispatch threads, and a level's nodes), at each
  * batch size. The two engines live side by side and their timed repeats alternate, as the Tree-LSTM part's do; the
  * losses of both are compared bit for bit. The digits are seeded random pixels: the timing does not depend on them.

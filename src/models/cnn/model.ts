@@ -4,14 +4,18 @@
 // scaled by 1/256 (Caffe's 0.00390625).
 //
 // A batch of N images is one [N, 784] input: the convolutions and poolings take the whole batch (Caffe-style, one
-// im2col + GEMM per sample on the eager engine, over GLP4NN's stream pool with `--streams`); after the flatten each
-// sample's 800 features are a pickRange, and its fully connected layers and loss are nodes of their own — the
-// independent nodes of a level the eager engine spreads over the pool.
+// im2col + GEMM per sample on the eager engine, over GLP4NN's stream pool with `--streams`). In training, the fully
+// connected layers and the loss take the batch as rows too, as Caffe's InnerProduct layers do (affineRows: one GEMM
+// per layer; pickNegLogSoftmaxRows: one node for the summed loss). `scores` gives each digit its own head (an
+// expression per digit, for evaluation): the same math row by row. Until session 16 training used that per-digit
+// head as well — five nodes per sample, 320 small kernels at batch 64 launched by one host thread, which took most
+// of an iteration once GLP4NN had made the convolutions concurrent.
 
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { type Parameter, ParameterCollection, type ParameterShape } from "../../model/parameters.js";
 import {
   affine,
+  affineRows,
   conv2d,
   conv2dShape,
   flatten,
@@ -20,6 +24,7 @@ import {
   maxPool2d,
   maxPool2dShape,
   pickNegLogSoftmax,
+  pickNegLogSoftmaxRows,
   pickRange,
   relu,
   sum,
@@ -92,8 +97,8 @@ export class LenetModel {
     this.p = { W1: W1!, b1: b1!, W2: W2!, b2: b2!, W3: W3!, b3: b3!, W4: W4!, b4: b4! };
   }
 
-  /** The class scores of each digit (before the softmax), one expression per digit, in one graph. */
-  scores(cg: ComputationGraph, digits: readonly Digit[]): Expression[] {
+  /** The batch through both convolutions and poolings: the image batch [N, features]. */
+  private features(cg: ComputationGraph, digits: readonly Digit[]): Expression {
     const n = digits.length;
     const per = IMAGE.height * IMAGE.width;
     const values = new Float32Array(n * per);
@@ -101,21 +106,37 @@ export class LenetModel {
       for (let i = 0; i < per; i++) values[k * per + i] = d.pixels[i]! * PIXEL_SCALE;
     });
     const { p } = this;
-    const { c1, p1, c2, features } = this.shapes;
+    const { c1, p1, c2 } = this.shapes;
     const x = input(cg, values, [n, per]);
     const h1 = maxPool2d(conv2d(x, p.W1, p.b1, IMAGE, CONV), c1, POOL);
-    const h2 = maxPool2d(conv2d(h1, p.W2, p.b2, p1, CONV), c2, POOL);
-    const f = flatten(h2);
+    return maxPool2d(conv2d(h1, p.W2, p.b2, p1, CONV), c2, POOL);
+  }
+
+  /** The class scores of each digit (before the softmax), one expression per digit, in one graph. */
+  scores(cg: ComputationGraph, digits: readonly Digit[]): Expression[] {
+    const { p } = this;
+    const { features } = this.shapes;
+    const f = flatten(this.features(cg, digits));
     const out: Expression[] = [];
-    for (let k = 0; k < n; k++) {
+    for (let k = 0; k < digits.length; k++) {
       const h = relu(affine([p.b3, p.W3, pickRange(f, k * features, (k + 1) * features)]));
       out.push(affine([p.b4, p.W4, h]));
     }
     return out;
   }
 
-  /** The summed softmax loss of a batch. */
+  /** The summed softmax loss of a batch: the fully connected layers and the loss over the batch's rows. */
   batchLoss(cg: ComputationGraph, digits: readonly Digit[]): Expression {
+    const { p } = this;
+    const h = relu(affineRows(p.b3, p.W3, this.features(cg, digits)));
+    return pickNegLogSoftmaxRows(
+      affineRows(p.b4, p.W4, h),
+      digits.map((d) => d.label),
+    );
+  }
+
+  /** The summed softmax loss of a batch through `scores`' per-digit head (the same value; tests compare the two). */
+  perDigitLoss(cg: ComputationGraph, digits: readonly Digit[]): Expression {
     const s = this.scores(cg, digits);
     return sum(s.map((e, k) => pickNegLogSoftmax(e, digits[k]!.label)));
   }
