@@ -10,7 +10,7 @@
 //
 //   node --import tsx bench/parallel/exchange-sim.ts [steps] [build] [schedule] [workers] [gpu]
 import { spawn } from "node:child_process";
-import type { PendingHostGather } from "../../src/engines/data-parallel.js";
+import type { DpExchange } from "../../src/engines/vpps/runtime/dp-exchange.js";
 import { BatchLauncher, type BatchTag, type LaunchVariant } from "../../src/engines/vpps/runtime/launcher.js";
 import type { VppsRuntime } from "../../src/engines/vpps/runtime/submit.js";
 import type { PooledBatch, SchedulePool } from "../../src/engines/vpps/schedule/pool.js";
@@ -79,22 +79,24 @@ function rank(): void {
   let gpuFree = 0;
   const inFlight: number[] = []; // when each queued batch finishes on the GPU
   const pairsOf = (s: unknown) => (s as { pairs: Int32Array }).pairs;
+  // the real exchange's shape (dp-exchange.ts) over the real gather; the union itself is not needed here
+  const exchange = (s: unknown): DpExchange => {
+    const gather = group.startAllGatherHost(pairsOf(s));
+    return {
+      ready: () => gather.ready(),
+      union: () => {
+        gather.wait();
+        return new Int32Array(0);
+      },
+      keptByAll: () => false,
+    };
+  };
   const runtime = {
     pipeline: { batches: 0, slots },
     dataParallel: true,
-    startExchange: (s: unknown): PendingHostGather | undefined =>
-      mode === "async" ? group.startAllGatherHost(pairsOf(s)) : undefined,
-    submit(
-      _v: unknown,
-      s: unknown,
-      _i: unknown,
-      _lr: number,
-      _c: number,
-      _t: boolean,
-      _a: unknown,
-      x?: PendingHostGather,
-    ) {
-      (x ?? group.startAllGatherHost(pairsOf(s))).wait();
+    startExchange: (s: unknown): DpExchange | undefined => (mode === "async" ? exchange(s) : undefined),
+    submit(_v: unknown, s: unknown, _i: unknown, _lr: number, _c: number, _t: boolean, _a: unknown, x?: DpExchange) {
+      (x ?? exchange(s)).union();
       if (inFlight.length >= slots) sleep(inFlight.shift()! - performance.now());
       sleep(launchMs);
       gpuFree = Math.max(performance.now(), gpuFree) + gpu;
