@@ -321,6 +321,18 @@ for (const engine of [
   });
 }
 
+test("--shuffle batches --gpus 2 (fixed batches, each rank's share the same every epoch) equals one process", async () => {
+  const args = [VPPS, "train", "treelstm", ...SMALL, "--engine", "cpu", "--shuffle", "batches"];
+  const [a, b] = await Promise.all([run(args), run([...args, "--gpus", "2"])]);
+  assert.equal(a.code, 0, a.stderr);
+  assert.equal(b.code, 0, b.stderr);
+  const sa = JSON.parse(a.stdout) as { shuffle: string; epochs: { trainLoss: number }[] };
+  const sb = JSON.parse(b.stdout) as { shuffle: string; epochs: { trainLoss: number }[] };
+  assert.equal(sb.shuffle, "batches");
+  assert.equal(sb.epochs.length, 5);
+  for (const [i, e] of sa.epochs.entries()) assertClose(sb.epochs[i]!.trainLoss, e.trainLoss, `epoch ${i + 1} loss`);
+});
+
 // the persistent-RNN op (`--rnn persistent`: one rnn node per batch) under data parallelism: its weight gradients are
 // summed like every other parameter's
 const TAGGER = ["--rnn", "persistent", "--embed", "6", "--hidden", "6", "--mlp", "6", "--max-sentences", "16"];
