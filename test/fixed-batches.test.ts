@@ -134,6 +134,8 @@ describe("ScriptCache: scripts of recurring batches (VPPS)", () => {
   test("keys: only recurring requests, by variant, training flag and the examples in order", () => {
     assert.equal(ScriptCache.keyOf(0, request([1, 2], false)), undefined);
     assert.equal(ScriptCache.keyOf(0, request([1, 2])), "0|1|1,2");
+    assert.equal(ScriptCache.batchName(request([1, 2])), "1|1,2", "the name of kept unions: no variant");
+    assert.equal(ScriptCache.batchName(request([1, 2], false)), undefined);
     assert.notEqual(ScriptCache.keyOf(1, request([1, 2])), ScriptCache.keyOf(0, request([1, 2])));
     assert.notEqual(ScriptCache.keyOf(0, request([2, 1])), ScriptCache.keyOf(0, request([1, 2])));
   });

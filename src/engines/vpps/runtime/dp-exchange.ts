@@ -88,7 +88,7 @@ export function keptUnionsBytes(env: Readonly<Record<string, string | undefined>
 }
 
 /**
- * The unions of recurring batches, by the name of this rank's share (`ScriptCache.rowsKeyOf`). `hasRoom` is only
+ * The unions of recurring batches, by the name of this rank's share (`ScriptCache.batchName`). `hasRoom` is only
  * what this rank flags; `put` always keeps (all ranks flagged the batch, so all keep it), so the capacity may be
  * passed by the exchanges flagged before it filled.
  */

@@ -85,7 +85,7 @@ export interface LauncherOptions {
 
 /**
  * A batch in launch order: posted to the workers (taken from the pool in turn; `keep`: keep its script), or kept.
- * `rows`: a recurring batch's name for its kept union of touched rows (ScriptCache.rowsKeyOf).
+ * `rows`: a recurring batch's name for its kept union of touched rows (ScriptCache.batchName).
  */
 type Queued =
   | {
@@ -175,8 +175,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
     pool.post(graph, loss, v.index, tag);
-    const key = this.keyOf(v, recurring);
-    const rows = this.rowsKeyOf(recurring);
+    const { key, rows } = this.keysOf(v, recurring);
     this.queue.push({
       kind: "posted",
       ...(key !== undefined ? { keep: { key, dropoutKey: recurring!.dropoutKey } } : {}),
@@ -192,8 +191,7 @@ export class BatchLauncher<V extends LaunchVariant> {
     if (pool === undefined) throw new Error("VPPS: batches built on the workers need schedule workers");
     const trace = this.trace;
     const t0 = trace ? performance.now() : 0;
-    const key = this.keyOf(v, request);
-    const rows = this.rowsKeyOf(request);
+    const { key, rows } = this.keysOf(v, request);
     const hit = key !== undefined ? this.scripts!.get(key, request.dropoutKey) : undefined;
     if (hit !== undefined) {
       const b: PooledBatch<BatchTag> = {
@@ -222,17 +220,21 @@ export class BatchLauncher<V extends LaunchVariant> {
     this.submitScheduled(false);
   }
 
-  /** The key a recurring batch's script is kept under (undefined: nothing kept). */
-  private keyOf(v: V, request: BuildRequest | undefined): string | undefined {
+  /**
+   * What a recurring batch keeps on variant v (undefined: nothing): its script under `key`, and, in data-parallel
+   * mode, its union of touched rows under `rows` (the batch's name, computed once).
+   */
+  private keysOf(v: V, request: BuildRequest | undefined): { key?: string; rows?: string } {
+    const name = request === undefined ? undefined : ScriptCache.batchName(request);
+    if (name === undefined) return {};
     // a test's script edits would apply again to a kept script: nothing is kept with that hook
-    if (request === undefined || this.scripts === undefined || this.hooks.editScript !== undefined) return undefined;
-    return ScriptCache.keyOf(v.index, request);
-  }
-
-  /** The name a recurring batch's union of touched rows is kept under (undefined: none kept). */
-  private rowsKeyOf(request: BuildRequest | undefined): string | undefined {
-    if (request === undefined || this.unions === undefined || !this.runtime.dataParallel) return undefined;
-    return ScriptCache.rowsKeyOf(request);
+    const key =
+      this.scripts !== undefined && this.hooks.editScript === undefined
+        ? ScriptCache.scriptKey(v.index, name)
+        : undefined;
+    const rows =
+      this.unions !== undefined && this.runtime.dataParallel && request!.examples.length > 0 ? name : undefined;
+    return { key, rows };
   }
 
   /** Waits for the schedule workers and launches every batch posted so far. */

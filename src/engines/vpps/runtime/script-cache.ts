@@ -39,19 +39,24 @@ export class ScriptCache {
 
   constructor(readonly capacityBytes: number) {}
 
-  /** The key of a recurring request on a variant (undefined: the request does not recur, keep nothing). */
-  static keyOf(variant: number, r: BuildRequest): string | undefined {
+  /**
+   * A recurring request's name, whatever the variant: its training flag and examples (undefined: the request does not
+   * recur). A kept script goes by it and the variant (`keyOf`); a kept union of touched rows by it alone
+   * (dp-exchange.ts).
+   */
+  static batchName(r: BuildRequest): string | undefined {
     if (r.recurring !== true) return undefined;
-    return `${variant}|${r.training ? 1 : 0}|${Array.prototype.join.call(r.examples, ",")}`;
+    return `${r.training ? 1 : 0}|${Array.prototype.join.call(r.examples, ",")}`;
   }
 
-  /**
-   * The name of a recurring request's share of its batch, whatever the variant: what its kept union of touched rows
-   * goes by (dp-exchange.ts); undefined where the request does not recur or has no examples.
-   */
-  static rowsKeyOf(r: BuildRequest): string | undefined {
-    if (r.recurring !== true || r.examples.length === 0) return undefined;
-    return `${r.training ? 1 : 0}|${Array.prototype.join.call(r.examples, ",")}`;
+  /** The key of a recurring request on a variant (undefined: the request does not recur, keep nothing). */
+  static keyOf(variant: number, r: BuildRequest): string | undefined {
+    return ScriptCache.scriptKey(variant, ScriptCache.batchName(r));
+  }
+
+  /** The key of a batch named `name` (batchName) on a variant. */
+  static scriptKey(variant: number, name: string | undefined): string | undefined {
+    return name === undefined ? undefined : `${variant}|${name}`;
   }
 
   get size(): number {
