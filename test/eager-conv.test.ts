@@ -18,7 +18,7 @@ import {
   rowMajorGemv,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { ConvRunner, oneLane, poolLanes } from "../src/engines/eager/conv.js";
+import { ConvRunner, oneLane, poolLanes, type WeightSums } from "../src/engines/eager/conv.js";
 import { balancedPool, threadPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
@@ -79,7 +79,8 @@ function fakeCublas(mem: EmulatedMemory, seen: (h: bigint, call: string, C: numb
             s += x * y;
           }
           const at = C + i + j * c.ldc;
-          P[at] = c.alpha * s + (c.beta === 0 ? 0 : c.beta * P[at]!);
+          // the product rounded to fp32 before the epilogue, as cuBLAS's fp32 accumulator has it
+          P[at] = Math.fround(c.alpha * s) + (c.beta === 0 ? 0 : c.beta * P[at]!);
         }
       }
     },
@@ -103,6 +104,13 @@ function fakeCublas(mem: EmulatedMemory, seen: (h: bigint, call: string, C: numb
 function runKernel(mem: EmulatedMemory, name: string, n: number, args: readonly KernelArg[]): void {
   const P = mem.f;
   const v = args.map((a) => a.value);
+  if (name === "vp_axpy") {
+    // y[i] += a·x[i] (the eager program's kernel; a product weight sum adds a slot into dW with a = 1)
+    const [y, x, a, count] = [v[0]! / 4, v[1]! / 4, v[2]!, v[3]!];
+    assert.equal(n, count);
+    for (let i = 0; i < n; i++) P[y + i] = P[y + i]! + a * P[x + i]!;
+    return;
+  }
   const [out, src, C, H, W, K, S, Pad, Ho, Wo] = [v[0]! / 4, v[1]! / 4, ...v.slice(2)] as number[] as [
     number,
     number,
@@ -222,7 +230,7 @@ function layerOn(mem: EmulatedMemory, c: Case) {
         valPtr,
         gradPtr,
         counts: { kernels: 0, cublas: 0, copies: 0 },
-        k: { vp_im2col: kernel("vp_im2col"), vp_col2im_add: kernel("vp_col2im_add") },
+        k: { vp_im2col: kernel("vp_im2col"), vp_col2im_add: kernel("vp_col2im_add"), vp_axpy: kernel("vp_axpy") },
         launch: (k: CudaKernel, n: number, args: KernelArg[], s: CudaStream) => launch(k.name, n, args, s),
       } as unknown as EagerNodeKernels;
     },
@@ -311,56 +319,84 @@ class DagStream {
   synchronize(): void {}
 }
 
+/** A conv layer run on four lanes of a stream pool whose streams are Dag streams: every op and who waits for whom. */
+function pooledRun(c: Case, weightSums: WeightSums) {
+  const mem = new EmulatedMemory();
+  const dag = new Dag();
+  const streamOf = new Map<bigint, DagStream>();
+  let nextHandle = 10n;
+  const backend: PoolBackend<DagStream, { captured: Set<number> }, bigint> = {
+    stream: () => new DagStream(),
+    event: () => ({ captured: new Set() }),
+    blas(s) {
+      streamOf.set(nextHandle, s);
+      return nextHandle++;
+    },
+    record: (e, s) => {
+      e.captured = new Set(s.frontier);
+    },
+    wait: (s, e) => {
+      for (const id of e.captured) s.frontier.add(id);
+    },
+    destroyEvent: () => {},
+    destroyLane: () => {},
+  };
+  const pool = new StreamPool(backend, 4);
+  const origin = new DagStream();
+  const layer = layerOn(mem, c);
+  const gemms: { op: number; C: number }[] = [];
+  const gemvs: number[] = [];
+  const cublas = fakeCublas(mem, (h, call, C) => {
+    const op = dag.op(streamOf.get(h)!, call);
+    if (call === "gemm") gemms.push({ op, C });
+    else gemvs.push(op);
+  });
+  const ops = { vp_im2col: [] as number[], vp_col2im_add: [] as number[], vp_axpy: [] as number[] };
+  const nodes = layer.nodes((name, n, args, s) => {
+    const op = dag.op(s as unknown as DagStream, name);
+    ops[name as keyof typeof ops].push(op);
+    runKernel(mem, name, n, args);
+  });
+  const before = dag.op(origin, "the layer's inputs");
+  const lanes = poolLanes(
+    pool as unknown as StreamPool<CudaStream, unknown, bigint>,
+    origin as unknown as CudaStream,
+    4,
+  );
+  const runner = new ConvRunner(fakeDriver(mem, []), cublas, lanes, { weightSums });
+  layer.check(runner, nodes);
+  const after = dag.op(origin, "after the layer");
+  const dW = new Float32Array(
+    mem.f.slice(layer.dW / 4, layer.dW / 4 + c.filters * c.image.channels * c.opts.kernel ** 2),
+  );
+  const slots = runner.buffers().slots;
+  runner.dispose();
+  return {
+    slots,
+    dag,
+    pool,
+    layer,
+    gemms,
+    gemvs,
+    im2col: ops.vp_im2col,
+    col2im: ops.vp_col2im_add,
+    adds: ops.vp_axpy,
+    before,
+    after,
+    dW,
+    /** Every op of the run is ordered before the engine's stream's op after the layer. */
+    assertJoined(): void {
+      for (let op = 0; op < after; op++) {
+        if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);
+      }
+    },
+  };
+}
+
 describe("conv2d on four lanes of a stream pool, on an emulated device with stream-order dependencies", () => {
   const c: Case = { n: 7, image: { channels: 2, height: 6, width: 6 }, filters: 3, opts: { kernel: 3, padding: 1 } };
   test(`${title(c)}: the CPU's results; dW in sample order; the lanes overlap; the engine's stream joins them`, () => {
-    const mem = new EmulatedMemory();
-    const dag = new Dag();
-    const streamOf = new Map<bigint, DagStream>();
-    let nextHandle = 10n;
-    const backend: PoolBackend<DagStream, { captured: Set<number> }, bigint> = {
-      stream: () => new DagStream(),
-      event: () => ({ captured: new Set() }),
-      blas(s) {
-        streamOf.set(nextHandle, s);
-        return nextHandle++;
-      },
-      record: (e, s) => {
-        e.captured = new Set(s.frontier);
-      },
-      wait: (s, e) => {
-        for (const id of e.captured) s.frontier.add(id);
-      },
-      destroyEvent: () => {},
-      destroyLane: () => {},
-    };
-    const pool = new StreamPool(backend, 4);
-    const origin = new DagStream();
-    const layer = layerOn(mem, c);
-    const gemms: { op: number; C: number }[] = [];
-    const gemvs: number[] = [];
-    const cublas = fakeCublas(mem, (h, call, C) => {
-      const op = dag.op(streamOf.get(h)!, call);
-      if (call === "gemm") gemms.push({ op, C });
-      else gemvs.push(op);
-    });
-    const col2im: number[] = [];
-    const im2col: number[] = [];
-    const nodes = layer.nodes((name, n, args, s) => {
-      const op = dag.op(s as unknown as DagStream, name);
-      (name === "vp_im2col" ? im2col : col2im).push(op);
-      runKernel(mem, name, n, args);
-    });
-    const before = dag.op(origin, "the layer's inputs");
-    const lanes = poolLanes(
-      pool as unknown as StreamPool<CudaStream, unknown, bigint>,
-      origin as unknown as CudaStream,
-      4,
-    );
-    const runner = new ConvRunner(fakeDriver(mem, []), cublas, lanes);
-    layer.check(runner, nodes);
-    const after = dag.op(origin, "after the layer");
-
+    const { dag, pool, layer, gemms, gemvs, im2col, col2im, before, assertJoined } = pooledRun(c, "chain");
     // forward: im2col of samples 0 … 6, then backward's im2col again; every lane waited for the inputs
     assert.equal(im2col.length, 2 * c.n);
     for (const op of im2col) assert.ok(dag.before(before, op), `${dag.labels[op]} after the layer's inputs`);
@@ -389,10 +425,33 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
       assert.ok(!dag.before(dW[n]!, col2im[n]!), `sample ${n}'s col2im does not wait for its dW GEMM`);
     }
     // the engine's stream joins every lane
-    for (let op = 0; op < after; op++) {
-      if (op !== before) assert.ok(dag.before(op, after), `${dag.labels[op]} (#${op}) before the join`);
+    assertJoined();
+  });
+
+  test(`${title(c)}, weights summed by products: the same dW bit for bit; products on the lanes, additions in order`, () => {
+    const chain = pooledRun(c, "chain");
+    const r = pooledRun(c, "products");
+    const { dag, layer, gemms, im2col, col2im, adds } = r;
+    assert.deepEqual(r.dW, chain.dW, "dW bit for bit the chain's (the same fp32 products added in the same order)");
+    // one product GEMM per sample, into its lane's slot (not dW); one addition into dW per sample, in sample order
+    assert.equal(r.slots.length, 4, "a slot per lane");
+    const products = gemms.filter((g) => r.slots.includes(g.C));
+    assert.equal(gemms.filter((g) => g.C === layer.dW).length, 0, "no GEMM writes dW");
+    assert.equal(adds.length, c.n);
+    const L = 4;
+    const slotOf = (n: number) => products[n]!.C;
+    assert.equal(products.length, c.n, "a product per sample");
+    for (let n = 0; n < c.n; n++) {
+      assert.equal(slotOf(n), slotOf(n % L), `sample ${n} uses lane ${n % L}'s slot`);
+      if (n > 0) assert.ok(dag.before(adds[n - 1]!, adds[n]!), `addition ${n} after ${n - 1}`);
+      assert.ok(dag.before(products[n]!.op, adds[n]!), `addition ${n} after product ${n}`);
+      assert.ok(dag.before(im2col[c.n + n]!, products[n]!.op), `product ${n} after its im2col`);
+      if (n + L < c.n) assert.ok(dag.before(adds[n]!, products[n + L]!.op), `product ${n + L} after addition ${n}`);
+      assert.ok(!dag.before(adds[n]!, col2im[n]!), `sample ${n}'s col2im does not wait for its addition`);
     }
-    runner.dispose();
+    // the products overlap: the lanes' GEMMs of samples 0 … 3 are not ordered among themselves
+    for (let n = 1; n < L; n++) assert.ok(!dag.before(products[0]!.op, products[n]!.op), `products 0 and ${n} overlap`);
+    r.assertJoined();
   });
 });
 

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
+import { WEIGHT_SUMS } from "../../src/engines/eager/conv.js";
 import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
@@ -215,7 +216,7 @@ describe("a pool's work issued from several host threads (conv-threads.ts): one 
     { name: "GoogLeNet conv_3 (1×1), 13 samples", n: 13, c: 96, hw: 7, f: 48, k: 1, s: 1, p: 0 },
   ];
   for (const shape of shapes) {
-    test(`${shape.name}: 4 lanes from 1 and 2 threads, 8 lanes from 4, twice each, equal one stream`, () => {
+    test(`${shape.name}: 4 lanes from 1 and 2 threads, 8 lanes from 4, twice each, both weight sums, equal one stream`, () => {
       const ctx = GpuContext.open({ poolBytes: 64 * MiB });
       const layer = ConvLayer.open(shape, ctx);
       try {
@@ -223,20 +224,23 @@ describe("a pool's work issued from several host threads (conv-threads.ts): one 
         layer.iteration(one);
         const reference = layer.results();
         one.dispose();
-        for (const [lanes, threads] of [
-          [4, 1],
-          [4, 2],
-          [8, 4],
-        ] as const) {
-          const r = layer.runner(lanes, { threads });
-          for (let round = 0; round < 2; round++) {
-            layer.iteration(r);
-            const got = layer.results();
-            for (const key of ["y", "dW", "db", "dx"]) {
-              assert.deepEqual(bits(got[key]!), bits(reference[key]!), `${key}: ${lanes} lanes, ${threads} thread(s)`);
+        for (const weightSums of WEIGHT_SUMS) {
+          for (const [lanes, threads] of [
+            [4, 1],
+            [4, 2],
+            [8, 4],
+          ] as const) {
+            const r = layer.runner(lanes, { threads, weightSums });
+            for (let round = 0; round < 2; round++) {
+              layer.iteration(r);
+              const got = layer.results();
+              for (const key of ["y", "dW", "db", "dx"]) {
+                const what = `${key}: ${lanes} lanes, ${threads} thread(s), weights summed by ${weightSums}`;
+                assert.deepEqual(bits(got[key]!), bits(reference[key]!), what);
+              }
             }
+            r.dispose();
           }
-          r.dispose();
         }
       } finally {
         layer.dispose();

@@ -5,6 +5,7 @@
  * (treelstm.ts). Writes glp4nn.json, glp4nn.md, explain.txt and one SVG per network into the results folder.
  */
 
+import { weightSumsFromEnv } from "../../engines/eager/conv.js";
 import type { LaunchMode } from "../../engines/eager/conv-glp.js";
 import { GpuContext } from "../../engines/gpu/context.js";
 import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
@@ -151,7 +152,8 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
   try {
     t.print(
       `GLP4NN on ${device}: ${layers.length} Table 5 layers, modes ${modes.join(", ")}, pools 1 and ${pools.join(",")}, ` +
-        `${repeats} timed iterations each (median), CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}`,
+        `${repeats} timed iterations each (median), CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}, ` +
+        `pools' weight sums: ${weightSumsFromEnv()}`,
     );
     for (const L of layers)
       convResults.push(tryConvLayer(ctx, L, solver, { pools, modes, repeats, log: (l) => t.print(l) }));
@@ -193,7 +195,8 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
     `\`${o.command}\` — ${new Date().toISOString()}; forward + backward of one training iteration per layer (dW, db, dx ` +
       `zeroed, forward, backward); a layer's configurations timed in interleaved rounds (each: one lead iteration, ` +
       `then 2 timed), median of at least ${repeats} iterations and of at least 150 ms of one stream's time; ` +
-      `CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}. Tree-LSTM and LeNet: both engines side by side, their ` +
+      `CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}; the pools sum the weight gradient by ${weightSumsFromEnv()} ` +
+      "(VPPS_CONV_WEIGHT_SUMS). Tree-LSTM and LeNet: both engines side by side, their " +
       "repeats alternating over the same batches; rates over all repeats.",
     "",
     ...convTables(convResults, modes),
@@ -243,6 +246,7 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
     const data = {
       ...resultHeader({ benchmark: "glp4nn", command: o.command, device, data: "Table 5 layers (seeded values)" }),
       connections: hardwareQueues(),
+      weightSums: weightSumsFromEnv(),
       repeats,
       pools,
       layers: convResults.map((r) => ({ ...r, modes: r.modes.map(({ explain: _, ...m }) => m) })),

@@ -36,8 +36,9 @@ export interface DispatchJob {
   /** Samples N and sample lanes L (sample n on lane n mod L). */
   readonly samples: number;
   readonly lanes: number;
-  /** Whether the lanes and the chain share column buffers (false for a 1×1 layer, which reads its input directly):
-   * then the chain waits for each sample's lane part and a lane for the chain's part L samples before. */
+  /** Whether the lanes and the chain share buffers (column buffers or product slots; false for a 1×1 layer summed by
+   * a chain of GEMMs, which reads its input directly): then the chain waits for each sample's lane part and a lane
+   * for the chain's part L samples before. */
   readonly ordered: boolean;
 }
 

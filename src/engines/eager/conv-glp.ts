@@ -8,7 +8,9 @@
 // A driver that cannot report kernel nodes leaves the GEMMs out of the program, and the explanation says so.
 //
 // The instances of each kernel are the samples that may run at once: N for im2col, the GEMMs of the forward, the
-// input-gradient GEMM and col2im; 1 for the bias and weight gradients, accumulated sample after sample (conv.ts).
+// input-gradient GEMM and col2im; 1 for the bias gradient, accumulated sample after sample (conv.ts); for the weight
+// gradient's GEMM 1 where a pool sums by a chain of GEMMs, N where it sums by products (the products' additions, one
+// per sample on the chain lane, stay out of the program: they are the one-instance chain left).
 // The launch cost is the tracker's median host time per launch with direct launches — shared by the host threads
 // that issue a pool's work (conv-threads.ts), which launch that many kernels in the time one thread launches one —
 // and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).
@@ -26,7 +28,15 @@ import {
   ResourceTracker,
 } from "../../streams/index.js";
 import { gridFor } from "../gpu/parameters.js";
-import { CONV_CALLS, type ConvCallName, type ConvKernelName, type ConvRunner, isOneByOne } from "./conv.js";
+import {
+  CONV_CALLS,
+  type ConvCallName,
+  type ConvKernelName,
+  type ConvRunner,
+  isOneByOne,
+  type WeightSums,
+  weightSumsFromEnv,
+} from "./conv.js";
 import type { ConvLayer } from "./conv-layer.js";
 import { MAX_POOL_LANES } from "./conv-threads.js";
 import { EAGER_BLOCK } from "./kernels.js";
@@ -103,6 +113,8 @@ export function analyseConvLayer(
     footprints?: Map<ConvCallName, CallFootprint>;
     /** Host threads issuing a pool's direct launches (conv-threads.ts; default 1): T_launch is shared by them. */
     hostThreads?: number;
+    /** How the pools sum the weight gradient (default weightSumsFromEnv()). */
+    weightSums?: WeightSums;
   },
 ): ConvAnalysis {
   if (runner.lanes.count !== 1) throw new RangeError("analyseConvLayer: profile on a runner of one lane");
@@ -156,7 +168,7 @@ export function analyseConvLayer(
   const backwardKernels = [
     ...profile("gemv db+=dy·1", 1),
     ...(direct ? [] : profile("im2col", G.n)),
-    ...profile("gemm dW+=dy·colᵀ", 1),
+    ...profile("gemm dW+=dy·colᵀ", (opts.weightSums ?? weightSumsFromEnv()) === "products" ? G.n : 1),
     ...profile("gemm col=Wᵀ·dy", G.n),
     ...profile("col2im", G.n),
   ];

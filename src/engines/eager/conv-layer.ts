@@ -8,7 +8,7 @@ import type { CudaKernel, CudaStream, DevicePtr, KernelArg } from "../../cuda/in
 import { convOutputSide, type ImageGeometry } from "../../ops/image.js";
 import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../gpu/context.js";
 import { gridFor } from "../gpu/parameters.js";
-import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes } from "./conv.js";
+import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes, type WeightSums } from "./conv.js";
 import { convThreads, convThreadsFor } from "./conv-threads.js";
 import { EAGER_BLOCK, EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "./kernels.js";
 
@@ -128,15 +128,15 @@ export class ConvLayer {
   /**
    * A runner on `lanes` lanes (1: the context's stream, no events), its buffers sized for this layer; a pool's work
    * issued from `threads` sample threads (conv-threads.ts; default convThreadsFor(lanes), 1: from this thread — what
-   * a CUDA graph capture needs).
+   * a CUDA graph capture needs), its weight gradient summed by `weightSums` (default weightSumsFromEnv()).
    */
-  runner(lanes: number, opts: { threads?: number } = {}): ConvRunner {
+  runner(lanes: number, opts: { threads?: number; weightSums?: WeightSums } = {}): ConvRunner {
     if (!Number.isInteger(lanes) || lanes < 1 || lanes > MAX_LAYER_LANES) {
       throw new RangeError(`ConvLayer.runner: lanes must be an integer 1 … ${MAX_LAYER_LANES}; got ${lanes}`);
     }
     const ctx = this.ctx;
     const l = lanes === 1 ? oneLane(ctx.stream, ctx.cublasHandle) : poolLanes(this.pool, ctx.stream, lanes);
-    const r = new ConvRunner(ctx.device.driver, ctx.cublas, l);
+    const r = new ConvRunner(ctx.device.driver, ctx.cublas, l, { weightSums: opts.weightSums });
     r.prepare(this.G, () => this.shape.name);
     const threads = lanes === 1 ? 1 : (opts.threads ?? convThreadsFor(lanes));
     if (threads > 1) r.issuer = convThreads(ctx, threads, this.host.k);

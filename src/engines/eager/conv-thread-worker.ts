@@ -56,6 +56,7 @@ const host: ConvHost = {
   k: {
     vp_im2col: new CudaKernel(driver, "vp_im2col", d.kernels.im2col),
     vp_col2im_add: new CudaKernel(driver, "vp_col2im_add", d.kernels.col2im),
+    vp_axpy: new CudaKernel(driver, "vp_axpy", d.kernels.axpy),
   },
   counts,
   launch(kernel, n, args, stream) {
@@ -74,8 +75,14 @@ const issuer: DispatchIssuer = {
     const L = job[JOB.LANES]!;
     const cols = Array.from({ length: L }, (_, k) => job[JOB.COLS + k]!);
     const colsB = Array.from({ length: L }, (_, k) => job[JOB.COLS + M + k]!);
-    runner = new ConvRunner(driver, cublas, lanesOf(L), { cols, colsB, ones: job[JOB.ONES]! });
-    return { forward: job[JOB.KIND] === 0, samples: G.n, lanes: L, ordered: !isOneByOne(G) };
+    const products = job[JOB.SUMS] === 1;
+    const slots = products ? Array.from({ length: L }, (_, k) => job[JOB.COLS + 2 * M + k]!) : [];
+    runner = new ConvRunner(driver, cublas, lanesOf(L), {
+      weightSums: products ? "products" : "chain",
+      shared: { cols, colsB, slots, ones: job[JOB.ONES]! },
+    });
+    // with product sums a 1×1 layer's lanes and chain share the slots, ordered as the columns are otherwise
+    return { forward: job[JOB.KIND] === 0, samples: G.n, lanes: L, ordered: products || !isOneByOne(G) };
   },
   forwardSample: (n) => runner!.forwardSample(host, G, p, n),
   backwardLanePart: (n) => runner!.backwardLanePart(host, G, p, n),

@@ -21,7 +21,6 @@
 
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import type { CudaKernel } from "../../cuda/index.js";
 import type { ImageGeometry } from "../../ops/image.js";
 import { UserError } from "../../util/errors.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
@@ -29,16 +28,22 @@ import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
 import { type ConvHost, type ConvIssuer, type ConvPointers, type ConvRunner, convExtraLanes } from "./conv.js";
 import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./conv-dispatch.js";
 
-/** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, then the column buffers (max lanes) and
- * the second buffers (max lanes). */
+/** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, weight sums (0 chain, 1 products), then
+ * the column buffers (max lanes), the second buffers (max lanes) and the product slots (max lanes). */
 export const JOB = {
   KIND: 0,
   GEOMETRY: 1, // n, c, h, w, f, ho, wo, kernel, stride, padding
   POINTERS: 11, // x, W, b, y, dx, dW, db, dy
   ONES: 19,
   LANES: 20,
-  COLS: 21,
+  SUMS: 21,
+  COLS: 22,
 } as const;
+
+/** Float64 words of a job for up to `maxLanes` lanes. */
+export function jobWords(maxLanes: number): number {
+  return JOB.COLS + 3 * maxLanes;
+}
 const GEOMETRY_KEYS = ["n", "c", "h", "w", "f", "ho", "wo", "kernel", "stride", "padding"] as const;
 const POINTER_KEYS = ["x", "W", "b", "y", "dx", "dW", "db", "dy"] as const;
 
@@ -77,7 +82,7 @@ export interface ConvThreadData {
   readonly streams: readonly bigint[];
   readonly columns: readonly bigint[];
   readonly weights: readonly bigint[];
-  readonly kernels: { readonly im2col: bigint; readonly col2im: bigint };
+  readonly kernels: { readonly im2col: bigint; readonly col2im: bigint; readonly axpy: bigint };
   readonly ctrl: SharedArrayBuffer;
   readonly job: SharedArrayBuffer;
   /** ms a thread waits for another before it gives up. */
@@ -166,7 +171,7 @@ export class ConvThreads implements ConvIssuer {
     pool: CudaStreamPool;
     maxLanes: number;
     threads: number;
-    kernels: { readonly vp_im2col: CudaKernel; readonly vp_col2im_add: CudaKernel };
+    kernels: ConvHost["k"];
   }): ConvThreads {
     const { pool, maxLanes } = o;
     if (!Number.isInteger(o.threads) || o.threads < 1 || o.threads > MAX_CONV_THREADS) {
@@ -175,7 +180,7 @@ export class ConvThreads implements ConvIssuer {
     pool.grow(maxLanes);
     const { side, chain } = convExtraLanes(pool);
     const ctrl = new SharedArrayBuffer(controlBytes(maxLanes));
-    const job = new SharedArrayBuffer(8 * (JOB.COLS + 2 * maxLanes));
+    const job = new SharedArrayBuffer(8 * jobWords(maxLanes));
     const streams = [...pool.lanes.slice(0, maxLanes), side, chain].map((l) => l.stream.handle);
     const columns = pool.eventSet("conv.columns").map((e) => e.handle);
     const weights = pool.eventSet("conv.weights").map((e) => e.handle);
@@ -200,7 +205,11 @@ export class ConvThreads implements ConvIssuer {
         streams,
         columns,
         weights,
-        kernels: { im2col: o.kernels.vp_im2col.handle, col2im: o.kernels.vp_col2im_add.handle },
+        kernels: {
+          im2col: o.kernels.vp_im2col.handle,
+          col2im: o.kernels.vp_col2im_add.handle,
+          axpy: o.kernels.vp_axpy.handle,
+        },
         ctrl,
         job,
         timeoutMs: TIMEOUT_MS,
@@ -244,9 +253,12 @@ export class ConvThreads implements ConvIssuer {
     });
     job[JOB.ONES] = b.ones;
     job[JOB.LANES] = L;
+    job[JOB.SUMS] = runner.weightSums === "products" ? 1 : 0;
+    const M = this.maxLanes;
     for (let k = 0; k < L; k++) {
       job[JOB.COLS + k] = b.cols[k]!;
-      job[JOB.COLS + this.maxLanes + k] = b.colsB[k] ?? 0;
+      job[JOB.COLS + M + k] = b.colsB[k] ?? 0;
+      job[JOB.COLS + 2 * M + k] = b.slots[k] ?? 0;
     }
     postJob(this.ctrl, L);
     this.await(kind === 0 ? "forward" : "backward");

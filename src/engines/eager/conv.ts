@@ -16,6 +16,16 @@
 // lanes, so the results are one lane's bit for bit. The pool's work is issued from this thread (THIS_THREAD: each
 // sample's lane part, then its chain part) or from several (conv-threads.ts).
 //
+// Weight sums by products (WeightSums "products", the default for pools). The chain of GEMMs above is serial: on the
+// large layers (CaffeNet: 256 GEMMs of 10–60 µs) it is the backward's critical path, and its GEMMs slow down further
+// when they share the SMs with the lanes'. Instead, each lane computes its sample's product dy[n]·colᵀ into a slot of
+// its own (the slot zeroed, then the very GEMM of the chain, β = 1: the same kernel, so the same fp32 product acc),
+// and the chain lane adds the slots into dW in sample order, one elementwise kernel per sample (dW += P, i.e.
+// fl(dW + acc) — what the chain's GEMM epilogue computes with α = β = 1). The GEMMs then run on every lane at once;
+// what stays serial is an addition per sample. The same sums in the same order: the results are one lane's bit for bit
+// (the benchmark and test/gpu/conv.test.ts compare them). The slot of lane k is rewritten L samples later, after the
+// chain's addition of it (the same pair of events as the column buffer's in the chain scheme).
+//
 // One stream is Caffe's own schedule: the same kernels in the same order (forward_gpu_gemm and forward_gpu_bias per
 // sample; backward_gpu_bias per sample, then weight_gpu_gemm and backward_gpu_gemm per sample), a 1×1 convolution
 // with stride 1 and no padding reading its input as the column buffer (Caffe's is_1x1_). Two differences, neither a
@@ -36,10 +46,11 @@ import {
 import type { ComputationGraph } from "../../graph/graph.js";
 import { type ImageGeometry, imageGeometry } from "../../ops/image.js";
 import type { Lane, StreamPool } from "../../streams/pool.js";
+import { UserError } from "../../util/errors.js";
 
 /** What the runner launches with: the two convolution kernels and a counted grid-stride launch (EagerNodeKernels). */
 export interface ConvHost {
-  readonly k: { readonly vp_im2col: CudaKernel; readonly vp_col2im_add: CudaKernel };
+  readonly k: { readonly vp_im2col: CudaKernel; readonly vp_col2im_add: CudaKernel; readonly vp_axpy: CudaKernel };
   readonly counts: { kernels: number; cublas: number };
   launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream): void;
 }
@@ -54,12 +65,13 @@ export interface ConvTrace {
 }
 
 /** The runner's kernels and cuBLAS calls, by the names a trace sees. */
-export const CONV_KERNELS = ["im2col", "col2im"] as const;
+export const CONV_KERNELS = ["im2col", "col2im", "add dW+=P"] as const;
 export const CONV_CALLS = [
   "gemm y=W·col",
   "gemm y+=b·1ᵀ",
   "gemv db+=dy·1",
   "gemm dW+=dy·colᵀ",
+  "gemm P+=dy·colᵀ",
   "gemm col=Wᵀ·dy",
 ] as const;
 export type ConvKernelName = (typeof CONV_KERNELS)[number];
@@ -80,6 +92,30 @@ export interface ConvPointers {
 /** Caffe's is_1x1_: the input is its own column buffer (no im2col). */
 export function isOneByOne(G: ImageGeometry): boolean {
   return G.kernel === 1 && G.stride === 1 && G.padding === 0;
+}
+
+/**
+ * How a pool accumulates the weight gradient in sample order (one lane always runs Caffe's chain): "chain", the
+ * weight GEMMs one after another on the chain lane; "products", each sample's product on its lane into a slot, the
+ * slots added into dW on the chain lane (see the top of this file). Bit for bit the same results.
+ */
+export type WeightSums = "chain" | "products";
+export const WEIGHT_SUMS: readonly WeightSums[] = ["chain", "products"];
+
+/**
+ * The weight sums of pools: `VPPS_CONV_WEIGHT_SUMS` (chain or products) when set, else products (measured faster on
+ * the large Table 5 layers: docs/GLP4NN.md).
+ */
+export function weightSumsFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): WeightSums {
+  const raw = env["VPPS_CONV_WEIGHT_SUMS"]?.trim();
+  if (raw === undefined || raw === "") return "products";
+  if (!(WEIGHT_SUMS as readonly string[]).includes(raw)) {
+    throw new UserError(
+      `VPPS_CONV_WEIGHT_SUMS is '${raw}'; expected ${WEIGHT_SUMS.join(" or ")} (how a stream pool sums a ` +
+        "convolution's weight gradient; both give one stream's results bit for bit)",
+    );
+  }
+  return raw as WeightSums;
 }
 
 /** Where one sample's im2col and GEMMs are queued. */
@@ -212,6 +248,8 @@ export class ConvRunner {
   private readonly cols: Scratch[];
   /** With a pool, each lane's second buffer: the input gradient's columns, so that the chain can still read cols. */
   private readonly colsB: Scratch[];
+  /** With a pool summing by products, each lane's slot: its sample's weight product dy[n]·colᵀ. */
+  private readonly slots: Scratch[];
   private readonly ones: Scratch = { ptr: 0, floats: 0 };
   /** Set: every launch and call goes through it (profiling); unset: launched directly. */
   trace: ConvTrace | undefined;
@@ -222,21 +260,35 @@ export class ConvRunner {
     private readonly driver: CudaDriver,
     private readonly cublas: Cublas,
     readonly lanes: ConvLanes,
-    /** Buffers owned elsewhere (a dispatch thread's runner uses its parent's): no allocation here. */
-    shared?: { cols: readonly DevicePtr[]; colsB: readonly DevicePtr[]; ones: DevicePtr },
+    opts: {
+      /** How a pool sums the weight gradient (ignored on one lane); default weightSumsFromEnv(). */
+      weightSums?: WeightSums;
+      /** Buffers owned elsewhere (a dispatch thread's runner uses its parent's): no allocation here. */
+      shared?: ConvBuffers;
+    } = {},
   ) {
+    const shared = opts.shared;
+    this.weightSums = lanes.count > 1 ? (opts.weightSums ?? weightSumsFromEnv()) : "chain";
     const scratch = (ptr: DevicePtr): Scratch => ({ ptr, floats: shared ? Number.POSITIVE_INFINITY : 0 });
+    const pooled = lanes.count > 1 ? lanes.count : 0;
     this.cols = Array.from({ length: lanes.count }, (_, k) => scratch(shared?.cols[k] ?? 0));
-    this.colsB = Array.from({ length: lanes.count > 1 ? lanes.count : 0 }, (_, k) => scratch(shared?.colsB[k] ?? 0));
+    this.colsB = Array.from({ length: pooled }, (_, k) => scratch(shared?.colsB[k] ?? 0));
+    this.slots = Array.from({ length: this.weightSums === "products" ? pooled : 0 }, (_, k) =>
+      scratch(shared?.slots[k] ?? 0),
+    );
     if (shared) this.ones = scratch(shared.ones);
     this.external = shared !== undefined;
   }
 
+  /** How this runner's pool sums the weight gradient ("chain" on one lane). */
+  readonly weightSums: WeightSums;
+
   private readonly external: boolean;
 
   /** The device buffers, for dispatch threads' runners (valid until the next `prepare` that grows them). */
-  buffers(): { cols: DevicePtr[]; colsB: DevicePtr[]; ones: DevicePtr } {
-    return { cols: this.cols.map((s) => s.ptr), colsB: this.colsB.map((s) => s.ptr), ones: this.ones.ptr };
+  buffers(): ConvBuffers {
+    const ptrs = (b: Scratch[]) => b.map((s) => s.ptr);
+    return { cols: ptrs(this.cols), colsB: ptrs(this.colsB), slots: ptrs(this.slots), ones: this.ones.ptr };
   }
 
   /** Node i's forward: y[n] = W·im2col(x[n]) + b·1ᵀ for n = 0 … N − 1. */
@@ -320,25 +372,51 @@ export class ConvRunner {
   }
 
   /**
-   * A pool, sample n on its lane: im2col into the lane's column buffer once the chain has read the buffer's previous
-   * sample (n − L), then the input gradient through the lane's second buffer. Its chain part must be issued after it.
+   * A pool, sample n on its lane. Chain sums: im2col into the lane's column buffer once the chain has read the
+   * buffer's previous sample (n − L), then the input gradient through the lane's second buffer. Product sums: im2col,
+   * then the sample's weight product into the lane's slot once the chain has added the slot's previous sample, then
+   * the input gradient. Its chain part must be issued after it.
    */
   backwardLanePart(l: ConvHost, G: ImageGeometry, p: ConvPointers, n: number): void {
     const lanes = this.lanes;
     const lane = lanes.lane(n);
+    const xn = p.x + 4 * n * G.c * G.h * G.w;
+    if (this.weightSums === "products") {
+      const direct = isOneByOne(G);
+      const col = direct ? xn : this.cols[lane.index]!.ptr;
+      if (!direct) this.im2col(l, lane, G, col, xn);
+      const slot = this.slots[lane.index]!.ptr;
+      if (n >= lanes.count) lanes.awaitWeights(lane);
+      this.driver.memsetD32Async(slot, 0, G.f * G.c * G.kernel * G.kernel, lane.stream.handle);
+      this.weightProduct(l, lane, G, p, n, col, slot);
+      lanes.columnsReady(lane);
+      this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
+      return;
+    }
     if (!isOneByOne(G)) {
       if (n >= lanes.count) lanes.awaitWeights(lane);
-      this.im2col(l, lane, G, this.cols[lane.index]!.ptr, p.x + 4 * n * G.c * G.h * G.w);
+      this.im2col(l, lane, G, this.cols[lane.index]!.ptr, xn);
       lanes.columnsReady(lane);
     }
     this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
   }
 
-  /** A pool, sample n on the chain lane: dW += dy[n]·colᵀ after sample n − 1's (stream order) and n's columns. */
+  /**
+   * A pool, sample n on the chain lane, after sample n − 1's (stream order). Chain sums: dW += dy[n]·colᵀ after n's
+   * columns. Product sums: dW += the lane's slot after n's product.
+   */
   backwardChainPart(l: ConvHost, G: ImageGeometry, p: ConvPointers, n: number): void {
     const lanes = this.lanes;
     const lane = lanes.lane(n);
     const chain = lanes.chain();
+    if (this.weightSums === "products") {
+      const floats = G.f * G.c * G.kernel * G.kernel;
+      lanes.chainAwaitColumns(lane);
+      const slot = karg.ptr(this.slots[lane.index]!.ptr);
+      this.kernel(l, chain, "add dW+=P", l.k.vp_axpy, floats, [karg.ptr(p.dW), slot, karg.f32(1), karg.i32(floats)]);
+      lanes.weightsDone(lane);
+      return;
+    }
     if (isOneByOne(G)) {
       this.weightGemm(l, chain, G, p, n, p.x + 4 * n * G.c * G.h * G.w);
       return;
@@ -346,6 +424,31 @@ export class ConvRunner {
     lanes.chainAwaitColumns(lane);
     this.weightGemm(l, chain, G, p, n, this.cols[lane.index]!.ptr);
     lanes.weightsDone(lane);
+  }
+
+  /** slot += dy[n]·colᵀ (β = 1 on a zeroed slot: the chain's GEMM, so its kernel and its bits) on `lane`. */
+  private weightProduct(
+    l: ConvHost,
+    lane: ConvLane,
+    G: ImageGeometry,
+    p: ConvPointers,
+    n: number,
+    col: DevicePtr,
+    slot: DevicePtr,
+  ): void {
+    const plane = G.ho * G.wo;
+    const dyn = p.dy + 4 * n * G.f * plane;
+    const rows = G.c * G.kernel * G.kernel;
+    this.gemm(l, lane, "gemm P+=dy·colᵀ", {
+      m: G.f,
+      n: rows,
+      k: plane,
+      A: dyn,
+      B: col,
+      transB: true,
+      beta: 1,
+      C: slot,
+    });
   }
 
   /** dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane` (bench/glp4nn/chain-bound.ts times a chain of them). */
@@ -379,7 +482,7 @@ export class ConvRunner {
   dispose(): void {
     this.synchronize();
     if (this.external) return;
-    for (const s of [...this.cols, ...this.colsB, this.ones]) {
+    for (const s of [...this.cols, ...this.colsB, ...this.slots, this.ones]) {
       if (s.ptr !== 0) this.driver.memFree(s.ptr);
       s.ptr = 0;
       s.floats = 0;
@@ -397,11 +500,14 @@ export class ConvRunner {
     }
     const buffers = [...this.cols, ...this.colsB];
     const growCols = buffers.some((s) => s.floats < colFloats);
+    const slotFloats = G.f * G.c * G.kernel * G.kernel;
+    const growSlots = this.slots.some((s) => s.floats < slotFloats);
     const growOnes = this.ones.floats < G.ho * G.wo;
-    if (!growCols && !growOnes) return G;
+    if (!growCols && !growSlots && !growOnes) return G;
     // a buffer in use by queued work must not be freed under it: growing waits for the lanes (once per larger layer)
     this.synchronize();
     if (growCols) for (const s of buffers) this.grow(s, colFloats);
+    if (growSlots) for (const s of this.slots) this.grow(s, slotFloats);
     if (growOnes) {
       this.grow(this.ones, G.ho * G.wo);
       const stream = this.lanes.lane(0).stream;
@@ -470,6 +576,14 @@ export class ConvRunner {
   ): void {
     this.blas(l, lane, name, () => this.cublas.sgemmRowMajor(lane.blas, a));
   }
+}
+
+/** A runner's device buffers by lane (a dispatch thread's runner works on its parent's). */
+export interface ConvBuffers {
+  readonly cols: readonly DevicePtr[];
+  readonly colsB: readonly DevicePtr[];
+  readonly slots: readonly DevicePtr[];
+  readonly ones: DevicePtr;
 }
 
 /** The kernels' geometry arguments: C, H, W, K, S, P, Ho, Wo. */
