@@ -1,6 +1,7 @@
 // A dispatch thread for test/conv-dispatch.test.ts: the protocol's loop (src/engines/eager/conv-dispatch.ts) with an
 // issuer that records each part it is asked to issue, in the order the calls happen across threads, instead of
-// queueing CUDA work. Job words (Int32Array): [forward, samples, lanes, ordered, fail sample, fail kind, stall ms];
+// queueing CUDA work. Job words (Int32Array): [forward, samples, lanes, ordered, fail sample, fail kind, stall ms,
+// depth];
 // the log: [count, then (kind, sample, thread) per call].
 
 import { workerData } from "node:worker_threads";
@@ -15,6 +16,7 @@ export const JOBW = {
   FAIL_SAMPLE: 4,
   FAIL_KIND: 5,
   STALL_MS: 6,
+  DEPTH: 7,
 } as const;
 
 interface Data {
@@ -63,6 +65,7 @@ if (workerData?.role !== undefined) {
         samples: job[JOBW.SAMPLES]!,
         lanes: job[JOBW.LANES]!,
         ordered: job[JOBW.ORDERED] === 1,
+        depth: job[JOBW.DEPTH]!,
       }),
       forwardSample: (n) => record(KIND.forward, n),
       backwardLanePart: (n) => record(KIND.lane, n),

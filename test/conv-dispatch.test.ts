@@ -19,11 +19,12 @@ import { MODULE_BOOTSTRAP, siblingModule } from "../src/util/worker-module.js";
 import { JOBW, KIND } from "./conv-dispatch-worker.js";
 
 const MAX_LANES = 32;
+const MAX_DEPTH = 2;
 const LOG_ENTRIES = 4096;
 
 /** P sample threads, a chain thread and a side thread on the recording issuer. */
 class Threads {
-  readonly ctrl = new Int32Array(new SharedArrayBuffer(controlBytes(MAX_LANES)));
+  readonly ctrl = new Int32Array(new SharedArrayBuffer(controlBytes(MAX_LANES, MAX_DEPTH)));
   readonly job = new Int32Array(new SharedArrayBuffer(4 * 8));
   readonly log = new Int32Array(new SharedArrayBuffer(4 * (1 + 3 * LOG_ENTRIES)));
   readonly workers: Worker[] = [];
@@ -71,6 +72,7 @@ class Threads {
       samples: number;
       lanes: number;
       ordered?: boolean;
+      depth?: number;
       failAt?: [number, number];
       stallMs?: number;
     },
@@ -84,8 +86,9 @@ class Threads {
     j[JOBW.FAIL_KIND] = o.failAt?.[0] ?? 0;
     j[JOBW.FAIL_SAMPLE] = o.failAt?.[1] ?? -2;
     j[JOBW.STALL_MS] = o.stallMs ?? 0;
+    j[JOBW.DEPTH] = o.depth ?? 1;
     Atomics.store(this.log, 0, 0);
-    postJob(this.ctrl, o.lanes);
+    postJob(this.ctrl, o.lanes, o.depth ?? 1);
     this.wait(o.forward ? "forward" : "backward", timeoutMs);
     const n = Atomics.load(this.log, 0);
     return Array.from({ length: n }, (_, s) => [this.log[1 + 3 * s]!, this.log[2 + 3 * s]!, this.log[3 + 3 * s]!]);
@@ -111,7 +114,14 @@ class Threads {
 }
 
 /** Checks a backward job's calls against the protocol (see the top of this file). */
-function checkBackward(calls: [number, number, number][], P: number, L: number, N: number, ordered: boolean): void {
+function checkBackward(
+  calls: [number, number, number][],
+  P: number,
+  L: number,
+  N: number,
+  ordered: boolean,
+  depth = 1,
+): void {
   const chainId = P;
   const sideId = P + 1;
   const at = (kind: number, n: number) => calls.findIndex(([k, s]) => k === kind && s === n);
@@ -124,7 +134,8 @@ function checkBackward(calls: [number, number, number][], P: number, L: number, 
     assert.equal(chains[0]![2], chainId, "by the chain thread");
     if (ordered) {
       assert.ok(at(KIND.chain, n) > at(KIND.lane, n), `chain part ${n} after its lane part`);
-      if (n >= L) assert.ok(at(KIND.lane, n) > at(KIND.chain, n - L), `lane part ${n} after chain part ${n - L}`);
+      const d = depth * L;
+      if (n >= d) assert.ok(at(KIND.lane, n) > at(KIND.chain, n - d), `lane part ${n} after chain part ${n - d}`);
     }
   }
   const chainOrder = calls.filter(([k]) => k === KIND.chain).map(([, s]) => s);
@@ -189,6 +200,25 @@ describe("dispatch threads' protocol (conv-dispatch.ts), on recording threads", 
         four.run({ forward: true, samples: N, lanes: L });
       }
     }
+  });
+
+  test("backward with depth 2 (product slots): a lane up to 2·L samples ahead of the chain, never more", () => {
+    let ahead = 0;
+    for (const [L, N] of [
+      [4, 100],
+      [5, 33],
+      [1, 12],
+      [32, 100],
+    ] as const) {
+      for (let rep = 0; rep < 2; rep++) {
+        const calls = four.run({ forward: false, samples: N, lanes: L, depth: 2 });
+        checkBackward(calls, 4, L, N, true, 2);
+        // how far the lanes got ahead of the chain: depth 2 lets a lane issue sample n + L before chain part n
+        const at = (kind: number, n: number) => calls.findIndex(([k, s]) => k === kind && s === n);
+        for (let n = 0; n + L < N; n++) if (at(KIND.lane, n + L) < at(KIND.chain, n)) ahead++;
+      }
+    }
+    assert.ok(ahead > 0, "some lane part n + L was issued before chain part n (the second slot was used)");
   });
 
   test("a part that throws ends the wait with its message, and the threads waiting on it give up instead of hanging", () => {

@@ -18,7 +18,7 @@ import {
   rowMajorGemv,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { ConvRunner, oneLane, poolLanes, type WeightSums } from "../src/engines/eager/conv.js";
+import { ConvRunner, oneLane, PRODUCT_SLOTS, poolLanes, type WeightSums } from "../src/engines/eager/conv.js";
 import { balancedPool, threadPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
@@ -428,25 +428,34 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
     assertJoined();
   });
 
-  test(`${title(c)}, weights summed by products: the same dW bit for bit; products on the lanes, additions in order`, () => {
-    const chain = pooledRun(c, "chain");
-    const r = pooledRun(c, "products");
+  const many: Case = { ...c, n: 13 };
+  test(`${title(many)}, weights summed by products: dW bit for bit the chain's; products on the lanes, sums in order`, () => {
+    const chain = pooledRun(many, "chain");
+    const r = pooledRun(many, "products");
     const { dag, layer, gemms, im2col, col2im, adds } = r;
+    const N = many.n;
     assert.deepEqual(r.dW, chain.dW, "dW bit for bit the chain's (the same fp32 products added in the same order)");
-    // one product GEMM per sample, into its lane's slot (not dW); one addition into dW per sample, in sample order
-    assert.equal(r.slots.length, 4, "a slot per lane");
+    // one product GEMM per sample, into a slot of its lane (not dW); one addition into dW per sample, in sample order
+    const L = 4;
+    assert.equal(r.slots.length, PRODUCT_SLOTS * L, "PRODUCT_SLOTS slots per lane");
     const products = gemms.filter((g) => r.slots.includes(g.C));
     assert.equal(gemms.filter((g) => g.C === layer.dW).length, 0, "no GEMM writes dW");
-    assert.equal(adds.length, c.n);
-    const L = 4;
-    const slotOf = (n: number) => products[n]!.C;
-    assert.equal(products.length, c.n, "a product per sample");
-    for (let n = 0; n < c.n; n++) {
-      assert.equal(slotOf(n), slotOf(n % L), `sample ${n} uses lane ${n % L}'s slot`);
+    assert.equal(products.length, N, "a product per sample");
+    assert.equal(adds.length, N);
+    const D = PRODUCT_SLOTS * L;
+    for (let n = 0; n < N; n++) {
+      assert.equal(products[n]!.C, r.slots[(Math.floor(n / L) % PRODUCT_SLOTS) * L + (n % L)], `sample ${n}'s slot`);
       if (n > 0) assert.ok(dag.before(adds[n - 1]!, adds[n]!), `addition ${n} after ${n - 1}`);
       assert.ok(dag.before(products[n]!.op, adds[n]!), `addition ${n} after product ${n}`);
-      assert.ok(dag.before(im2col[c.n + n]!, products[n]!.op), `product ${n} after its im2col`);
-      if (n + L < c.n) assert.ok(dag.before(adds[n]!, products[n + L]!.op), `product ${n + L} after addition ${n}`);
+      assert.ok(dag.before(im2col[N + n]!, products[n]!.op), `product ${n} after its im2col`);
+      if (n + D < N)
+        assert.ok(dag.before(adds[n]!, products[n + D]!.op), `product ${n + D} (same slot) after sum ${n}`);
+      if (n + L < N) {
+        assert.ok(
+          !dag.before(adds[n]!, products[n + L]!.op),
+          `product ${n + L} (the lane's other slot) not after sum ${n}`,
+        );
+      }
       assert.ok(!dag.before(adds[n]!, col2im[n]!), `sample ${n}'s col2im does not wait for its addition`);
     }
     // the products overlap: the lanes' GEMMs of samples 0 … 3 are not ordered among themselves

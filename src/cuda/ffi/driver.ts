@@ -228,6 +228,7 @@ interface RawDriver {
   cuOccupancyMaxActiveBlocksPerMultiprocessor(out: Int32Array, fn: Handle, blockSize: number, dynSmem: number): number;
   cuStreamBeginCapture_v2(stream: Handle, mode: number): number;
   cuStreamEndCapture(stream: Handle, graph: BigUint64Array): number;
+  cuStreamIsCapturing(stream: Handle, status: Int32Array): number;
   cuGraphInstantiateWithFlags(exec: BigUint64Array, graph: Handle, flags: number): number;
   cuGraphLaunch(exec: Handle, stream: Handle): number;
   cuGraphExecDestroy(exec: Handle): number;
@@ -295,6 +296,7 @@ const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
     "int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, void *fn, int blockSize, size_t dynamicSMemSize)",
   cuStreamBeginCapture_v2: "int cuStreamBeginCapture_v2(void *stream, int mode)",
   cuStreamEndCapture: "int cuStreamEndCapture(void *stream, void **graph)",
+  cuStreamIsCapturing: "int cuStreamIsCapturing(void *stream, int *captureStatus)",
   cuGraphInstantiateWithFlags: "int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)",
   cuGraphLaunch: "int cuGraphLaunch(void *exec, void *stream)",
   cuGraphExecDestroy: "int cuGraphExecDestroy(void *exec)",
@@ -719,6 +721,12 @@ export class CudaDriver {
       () => "every stream forked from the capturing stream must join it again before the capture ends",
     );
     return this.u64[0]!;
+  }
+
+  /** Whether `stream` is being captured into a graph (CU_STREAM_CAPTURE_STATUS_ACTIVE). */
+  streamIsCapturing(stream: Handle): boolean {
+    this.check(this.raw.cuStreamIsCapturing(stream, this.i32), "cuStreamIsCapturing");
+    return this.i32[0] === 1;
   }
 
   /** An executable graph (CUgraphExec) of `graph`. */

@@ -15,13 +15,13 @@ export const CTRL = {
   CHAIN: 3,
   /** Threads that have stopped (their cuBLAS handles destroyed) after GEN became −1. */
   STOPPED: 4,
-  /** Ring of L slots: slot n mod L holds n + 1 once sample n's lane part has been issued. */
+  /** Ring of D·L slots (D the job's depth): slot n mod D·L holds n + 1 once sample n's lane part has been issued. */
   RING: 5,
 } as const;
 
-/** Bytes of the control words for jobs of up to `maxLanes` lanes. */
-export function controlBytes(maxLanes: number): number {
-  return 4 * (CTRL.RING + maxLanes);
+/** Bytes of the control words for jobs of up to `maxLanes` lanes and a depth of up to `maxDepth`. */
+export function controlBytes(maxLanes: number, maxDepth = 1): number {
+  return 4 * (CTRL.RING + maxDepth * maxLanes);
 }
 
 /** What a thread issues: its sample lanes (t of P), the chain lane or the side lane. */
@@ -38,8 +38,10 @@ export interface DispatchJob {
   readonly lanes: number;
   /** Whether the lanes and the chain share buffers (column buffers or product slots; false for a 1×1 layer summed by
    * a chain of GEMMs, which reads its input directly): then the chain waits for each sample's lane part and a lane
-   * for the chain's part L samples before. */
+   * for the chain's part D·L samples before. */
   readonly ordered: boolean;
+  /** D: samples a lane may be ahead of the chain (its product slots; 1 for a column buffer the chain reads). */
+  readonly depth: number;
 }
 
 /** What a thread does with a job: its parts, issued in the order runDispatchThread decides. */
@@ -86,12 +88,14 @@ function waitFor(ctrl: Int32Array, i: number, ok: (v: number) => boolean, timeou
 /**
  * One job's share of a thread: sample thread t issues the samples of the lanes k ≡ t mod P in sample order; the chain
  * thread the weight gradient's parts in sample order; the side thread the bias gradient. Every wait is issued after
- * the record it waits for: the chain issues sample n's part once n's lane part has been issued (ring slot n mod L
- * holds n + 1), and a lane issues sample n's part once the chain has issued sample n − L's (CHAIN > n − L).
+ * the record it waits for: the chain issues sample n's part once n's lane part has been issued (ring slot n mod D·L
+ * holds n + 1), and a lane issues sample n's part once the chain has issued sample n − D·L's (CHAIN > n − D·L), the
+ * last to use the same buffer.
  */
 function runJob(ctrl: Int32Array, role: ConvThreadRole, issuer: DispatchIssuer, timeoutMs: number): void {
   const job = issuer.begin();
   const L = job.lanes;
+  const ahead = job.depth * L;
   if (role.kind === "samples") {
     for (let n = 0; n < job.samples; n++) {
       if ((n % L) % role.P !== role.t) continue;
@@ -99,26 +103,26 @@ function runJob(ctrl: Int32Array, role: ConvThreadRole, issuer: DispatchIssuer, 
         issuer.forwardSample(n);
         continue;
       }
-      // the lane's column buffer is free once the chain has issued sample n − L's part (the wait it records for)
-      if (job.ordered && n >= L) {
+      // the lane's buffer is free once the chain has issued sample n − D·L's part (the wait it records for)
+      if (job.ordered && n >= ahead) {
         waitFor(
           ctrl,
           CTRL.CHAIN,
-          (v) => v > n - L,
+          (v) => v > n - ahead,
           timeoutMs,
-          () => `the chain to reach sample ${n - L}`,
+          () => `the chain to reach sample ${n - ahead}`,
         );
       }
       issuer.backwardLanePart(n);
-      Atomics.store(ctrl, CTRL.RING + (n % L), n + 1);
-      Atomics.notify(ctrl, CTRL.RING + (n % L));
+      Atomics.store(ctrl, CTRL.RING + (n % ahead), n + 1);
+      Atomics.notify(ctrl, CTRL.RING + (n % ahead));
     }
   } else if (!job.forward && role.kind === "chain") {
     for (let n = 0; n < job.samples; n++) {
       if (job.ordered) {
         waitFor(
           ctrl,
-          CTRL.RING + (n % L),
+          CTRL.RING + (n % ahead),
           (v) => v === n + 1,
           timeoutMs,
           () => `sample ${n}'s columns`,
@@ -174,11 +178,14 @@ export function reportStopped(ctrl: Int32Array): void {
   Atomics.notify(ctrl, CTRL.STOPPED);
 }
 
-/** The main thread's post of a job of `lanes` lanes (its words already written): counters reset, generation bumped. */
-export function postJob(ctrl: Int32Array, lanes: number): void {
+/**
+ * The main thread's post of a job of `lanes` lanes and depth `depth` (its words already written): counters reset,
+ * generation bumped.
+ */
+export function postJob(ctrl: Int32Array, lanes: number, depth = 1): void {
   Atomics.store(ctrl, CTRL.DONE, 0);
   Atomics.store(ctrl, CTRL.CHAIN, 0);
-  for (let k = 0; k < lanes; k++) Atomics.store(ctrl, CTRL.RING + k, 0);
+  for (let k = 0; k < depth * lanes; k++) Atomics.store(ctrl, CTRL.RING + k, 0);
   Atomics.add(ctrl, CTRL.GEN, 1);
   Atomics.notify(ctrl, CTRL.GEN);
 }

@@ -5,7 +5,7 @@
 import { workerData } from "node:worker_threads";
 import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../../cuda/index.js";
 import { gridFor } from "../gpu/parameters.js";
-import { type ConvHost, type ConvLane, type ConvLanes, ConvRunner, isOneByOne } from "./conv.js";
+import { type ConvHost, type ConvLane, type ConvLanes, ConvRunner, isOneByOne, PRODUCT_SLOTS } from "./conv.js";
 import { type DispatchIssuer, reportStopped, runDispatchThread } from "./conv-dispatch.js";
 import { type ConvThreadData, JOB, readGeometry, readPointers } from "./conv-threads.js";
 import { EAGER_BLOCK } from "./kernels.js";
@@ -46,10 +46,10 @@ const lanesOf = (L: number): ConvLanes => ({
   // the main thread forks and joins
   fork: () => {},
   join: () => {},
-  columnsReady: (lane) => driver.eventRecord(d.columns[lane.index]!, lane.stream.handle),
-  chainAwaitColumns: (lane) => driver.streamWaitEvent(chainStream, d.columns[lane.index]!),
-  weightsDone: (lane) => driver.eventRecord(d.weights[lane.index]!, chainStream),
-  awaitWeights: (lane) => driver.streamWaitEvent(lane.stream.handle, d.weights[lane.index]!),
+  columnsReady: (lane, r) => driver.eventRecord(d.columns[r]![lane.index]!, lane.stream.handle),
+  chainAwaitColumns: (lane, r) => driver.streamWaitEvent(chainStream, d.columns[r]![lane.index]!),
+  weightsDone: (lane, r) => driver.eventRecord(d.weights[r]![lane.index]!, chainStream),
+  awaitWeights: (lane, r) => driver.streamWaitEvent(lane.stream.handle, d.weights[r]![lane.index]!),
 });
 const counts = { kernels: 0, cublas: 0 };
 const host: ConvHost = {
@@ -76,13 +76,19 @@ const issuer: DispatchIssuer = {
     const cols = Array.from({ length: L }, (_, k) => job[JOB.COLS + k]!);
     const colsB = Array.from({ length: L }, (_, k) => job[JOB.COLS + M + k]!);
     const products = job[JOB.SUMS] === 1;
-    const slots = products ? Array.from({ length: L }, (_, k) => job[JOB.COLS + 2 * M + k]!) : [];
+    const slots = products ? Array.from({ length: PRODUCT_SLOTS * L }, (_, k) => job[JOB.COLS + 2 * M + k]!) : [];
     runner = new ConvRunner(driver, cublas, lanesOf(L), {
       weightSums: products ? "products" : "chain",
       shared: { cols, colsB, slots, ones: job[JOB.ONES]! },
     });
     // with product sums a 1×1 layer's lanes and chain share the slots, ordered as the columns are otherwise
-    return { forward: job[JOB.KIND] === 0, samples: G.n, lanes: L, ordered: products || !isOneByOne(G) };
+    return {
+      forward: job[JOB.KIND] === 0,
+      samples: G.n,
+      lanes: L,
+      ordered: products || !isOneByOne(G),
+      depth: products ? PRODUCT_SLOTS : 1,
+    };
   },
   forwardSample: (n) => runner!.forwardSample(host, G, p, n),
   backwardLanePart: (n) => runner!.backwardLanePart(host, G, p, n),

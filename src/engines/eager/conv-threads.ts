@@ -21,15 +21,27 @@
 
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
+import { type CudaEvent, getDriver } from "../../cuda/index.js";
 import type { ImageGeometry } from "../../ops/image.js";
 import { UserError } from "../../util/errors.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
 import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
-import { type ConvHost, type ConvIssuer, type ConvPointers, type ConvRunner, convExtraLanes } from "./conv.js";
+import {
+  type ConvHost,
+  type ConvIssuer,
+  type ConvPointers,
+  type ConvRunner,
+  convDepth,
+  convEventSets,
+  convExtraLanes,
+  PRODUCT_SLOTS,
+  THIS_THREAD,
+} from "./conv.js";
 import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./conv-dispatch.js";
 
 /** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, weight sums (0 chain, 1 products), then
- * the column buffers (max lanes), the second buffers (max lanes) and the product slots (max lanes). */
+ * the column buffers (max lanes M), the second buffers (M) and the product slots (PRODUCT_SLOTS·L of PRODUCT_SLOTS·M,
+ * lane k's slot r at r·L + k). */
 export const JOB = {
   KIND: 0,
   GEOMETRY: 1, // n, c, h, w, f, ho, wo, kernel, stride, padding
@@ -42,7 +54,7 @@ export const JOB = {
 
 /** Float64 words of a job for up to `maxLanes` lanes. */
 export function jobWords(maxLanes: number): number {
-  return JOB.COLS + 3 * maxLanes;
+  return JOB.COLS + (2 + PRODUCT_SLOTS) * maxLanes;
 }
 const GEOMETRY_KEYS = ["n", "c", "h", "w", "f", "ho", "wo", "kernel", "stride", "padding"] as const;
 const POINTER_KEYS = ["x", "W", "b", "y", "dx", "dW", "db", "dy"] as const;
@@ -80,8 +92,9 @@ export interface ConvThreadData {
   /** The most sample lanes M of a job; `streams` holds the pool's lanes 0 … M − 1, then the side and chain lanes. */
   readonly maxLanes: number;
   readonly streams: readonly bigint[];
-  readonly columns: readonly bigint[];
-  readonly weights: readonly bigint[];
+  /** The pools' ordering events by slot, then lane (conv.ts's convEventSets). */
+  readonly columns: readonly (readonly bigint[])[];
+  readonly weights: readonly (readonly bigint[])[];
   readonly kernels: { readonly im2col: bigint; readonly col2im: bigint; readonly axpy: bigint };
   readonly ctrl: SharedArrayBuffer;
   readonly job: SharedArrayBuffer;
@@ -144,6 +157,16 @@ export function convThreads(ctx: GpuContext, threads: number, kernels: ConvHost[
   );
 }
 
+/**
+ * Whether the runner's lanes (forked from the origin) are being captured into a CUDA graph. A capture is issued from
+ * the calling thread: a graph's launch cost is one call whatever the thread count, and cuBLAS calls from several
+ * threads into one capture were seen to corrupt a replay (an illegal address in a split-K GEMM, on an H100, now and
+ * then; session 17).
+ */
+function capturing(runner: ConvRunner): boolean {
+  return getDriver().streamIsCapturing(runner.lanes.lane(0).stream.handle);
+}
+
 /** The most lanes of a pooled convolution dispatch threads take (the benchmark's largest pool). */
 export const MAX_POOL_LANES = 32;
 
@@ -179,11 +202,12 @@ export class ConvThreads implements ConvIssuer {
     }
     pool.grow(maxLanes);
     const { side, chain } = convExtraLanes(pool);
-    const ctrl = new SharedArrayBuffer(controlBytes(maxLanes));
+    const ctrl = new SharedArrayBuffer(controlBytes(maxLanes, PRODUCT_SLOTS));
     const job = new SharedArrayBuffer(8 * jobWords(maxLanes));
     const streams = [...pool.lanes.slice(0, maxLanes), side, chain].map((l) => l.stream.handle);
-    const columns = pool.eventSet("conv.columns").map((e) => e.handle);
-    const weights = pool.eventSet("conv.weights").map((e) => e.handle);
+    const handles = (sets: (readonly CudaEvent[])[]) => sets.map((set) => set.map((e) => e.handle));
+    const columns = handles(convEventSets(pool, "conv.columns"));
+    const weights = handles(convEventSets(pool, "conv.weights"));
     const { entry, tsx } = siblingModule(import.meta.url, "conv-thread-worker");
     const roles: ConvThreadRole[] = [
       ...Array.from({ length: o.threads }, (_, t) => ({ kind: "samples" as const, t, P: o.threads })),
@@ -230,12 +254,14 @@ export class ConvThreads implements ConvIssuer {
     return threads;
   }
 
-  forward(runner: ConvRunner, _l: ConvHost, G: ImageGeometry, p: Pick<ConvPointers, "x" | "W" | "b" | "y">): void {
-    this.run(0, runner, G, { ...p, dx: 0, dW: 0, db: 0, dy: 0 });
+  forward(runner: ConvRunner, l: ConvHost, G: ImageGeometry, p: Pick<ConvPointers, "x" | "W" | "b" | "y">): void {
+    if (capturing(runner)) THIS_THREAD.forward(runner, l, G, p);
+    else this.run(0, runner, G, { ...p, dx: 0, dW: 0, db: 0, dy: 0 });
   }
 
-  backward(runner: ConvRunner, _l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
-    this.run(1, runner, G, p);
+  backward(runner: ConvRunner, l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
+    if (capturing(runner)) THIS_THREAD.backward(runner, l, G, p);
+    else this.run(1, runner, G, p);
   }
 
   private run(kind: 0 | 1, runner: ConvRunner, G: ImageGeometry, p: ConvPointers): void {
@@ -258,9 +284,9 @@ export class ConvThreads implements ConvIssuer {
     for (let k = 0; k < L; k++) {
       job[JOB.COLS + k] = b.cols[k]!;
       job[JOB.COLS + M + k] = b.colsB[k] ?? 0;
-      job[JOB.COLS + 2 * M + k] = b.slots[k] ?? 0;
     }
-    postJob(this.ctrl, L);
+    for (let k = 0; k < b.slots.length; k++) job[JOB.COLS + 2 * M + k] = b.slots[k]!;
+    postJob(this.ctrl, L, convDepth(runner.weightSums));
     this.await(kind === 0 ? "forward" : "backward");
   }
 

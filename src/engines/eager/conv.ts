@@ -23,8 +23,9 @@
 // and the chain lane adds the slots into dW in sample order, one elementwise kernel per sample (dW += P, i.e.
 // fl(dW + acc) — what the chain's GEMM epilogue computes with α = β = 1). The GEMMs then run on every lane at once;
 // what stays serial is an addition per sample. The same sums in the same order: the results are one lane's bit for bit
-// (the benchmark and test/gpu/conv.test.ts compare them). The slot of lane k is rewritten L samples later, after the
-// chain's addition of it (the same pair of events as the column buffer's in the chain scheme).
+// (the benchmark and test/gpu/conv.test.ts compare them). Each lane has PRODUCT_SLOTS slots used in turn: sample n
+// on lane k = n mod L writes slot r = ⌊n / L⌋ mod R, rewritten R·L samples later, after the chain's addition of it
+// (a pair of events per slot), so a lane runs up to R samples ahead of the chain instead of one.
 //
 // One stream is Caffe's own schedule: the same kernels in the same order (forward_gpu_gemm and forward_gpu_bias per
 // sample; backward_gpu_bias per sample, then weight_gpu_gemm and backward_gpu_gemm per sample), a 1×1 convolution
@@ -144,14 +145,17 @@ export interface ConvLanes {
   fork(): void;
   /** The engine's stream waits for every lane. */
   join(): void;
-  /** Pools only: `lane` has written sample n's column buffer (recorded on the lane). */
-  columnsReady(lane: ConvLane): void;
-  /** Pools only: the chain's later work waits for `lane`'s last columnsReady. */
-  chainAwaitColumns(lane: ConvLane): void;
-  /** Pools only: the chain has read `lane`'s column buffer (recorded on the chain after the GEMM). */
-  weightsDone(lane: ConvLane): void;
-  /** Pools only: `lane`'s later work waits for the chain's last weightsDone for it. */
-  awaitWeights(lane: ConvLane): void;
+  /**
+   * Pools only: `lane` has written sample n's column buffer, or its product slot `slot` (recorded on the lane; one
+   * event per lane and slot, slot 0 for a column buffer).
+   */
+  columnsReady(lane: ConvLane, slot: number): void;
+  /** Pools only: the chain's later work waits for `lane`'s last columnsReady of `slot`. */
+  chainAwaitColumns(lane: ConvLane, slot: number): void;
+  /** Pools only: the chain has read `lane`'s column buffer or slot (recorded on the chain after the GEMM or the sum). */
+  weightsDone(lane: ConvLane, slot: number): void;
+  /** Pools only: `lane`'s later work waits for the chain's last weightsDone for it and `slot`. */
+  awaitWeights(lane: ConvLane, slot: number): void;
 }
 
 /** One lane, the engine's own stream: no events at all. */
@@ -192,8 +196,8 @@ export function poolLanes<E>(
   }
   const { side, chain } = convExtraLanes(pool);
   const extras = [side, chain];
-  const columns = pool.eventSet("conv.columns");
-  const weights = pool.eventSet("conv.weights");
+  const columns = convEventSets(pool, "conv.columns");
+  const weights = convEventSets(pool, "conv.weights");
   return {
     count,
     lane: (k) => pool.lane(k, count),
@@ -201,11 +205,24 @@ export function poolLanes<E>(
     chain: () => chain,
     fork: () => pool.fork(origin, count, extras),
     join: () => pool.join(origin, count, extras),
-    columnsReady: (lane) => pool.recordOn(columns[lane.index]!, pool.lanes[lane.index]!),
-    chainAwaitColumns: (lane) => pool.waitOn(chain, columns[lane.index]!),
-    weightsDone: (lane) => pool.recordOn(weights[lane.index]!, chain),
-    awaitWeights: (lane) => pool.waitOn(pool.lanes[lane.index]!, weights[lane.index]!),
+    columnsReady: (lane, r) => pool.recordOn(columns[r]![lane.index]!, pool.lanes[lane.index]!),
+    chainAwaitColumns: (lane, r) => pool.waitOn(chain, columns[r]![lane.index]!),
+    weightsDone: (lane, r) => pool.recordOn(weights[r]![lane.index]!, chain),
+    awaitWeights: (lane, r) => pool.waitOn(pool.lanes[lane.index]!, weights[r]![lane.index]!),
   };
+}
+
+/** Product slots per lane (see the top of this file): a lane runs up to this many samples ahead of the chain. */
+export const PRODUCT_SLOTS = 2;
+
+/** The event sets of a pool's ordering `name`, one per slot (slot 0 also the column buffers'), one event per lane. */
+export function convEventSets<S, E, H>(pool: StreamPool<S, E, H>, name: string): (readonly E[])[] {
+  return Array.from({ length: PRODUCT_SLOTS }, (_, r) => pool.eventSet(r === 0 ? name : `${name}.${r}`));
+}
+
+/** How many samples of a lane are in flight between the lane and the chain: the lane's slots, or 1 (its columns). */
+export function convDepth(weightSums: WeightSums): number {
+  return weightSums === "products" ? PRODUCT_SLOTS : 1;
 }
 
 /**
@@ -248,7 +265,7 @@ export class ConvRunner {
   private readonly cols: Scratch[];
   /** With a pool, each lane's second buffer: the input gradient's columns, so that the chain can still read cols. */
   private readonly colsB: Scratch[];
-  /** With a pool summing by products, each lane's slot: its sample's weight product dy[n]·colᵀ. */
+  /** With a pool summing by products, each lane's PRODUCT_SLOTS slots (lane k's slot r at r·L + k): products dy[n]·colᵀ. */
   private readonly slots: Scratch[];
   private readonly ones: Scratch = { ptr: 0, floats: 0 };
   /** Set: every launch and call goes through it (profiling); unset: launched directly. */
@@ -273,7 +290,7 @@ export class ConvRunner {
     const pooled = lanes.count > 1 ? lanes.count : 0;
     this.cols = Array.from({ length: lanes.count }, (_, k) => scratch(shared?.cols[k] ?? 0));
     this.colsB = Array.from({ length: pooled }, (_, k) => scratch(shared?.colsB[k] ?? 0));
-    this.slots = Array.from({ length: this.weightSums === "products" ? pooled : 0 }, (_, k) =>
+    this.slots = Array.from({ length: this.weightSums === "products" ? PRODUCT_SLOTS * pooled : 0 }, (_, k) =>
       scratch(shared?.slots[k] ?? 0),
     );
     if (shared) this.ones = scratch(shared.ones);
@@ -385,18 +402,19 @@ export class ConvRunner {
       const direct = isOneByOne(G);
       const col = direct ? xn : this.cols[lane.index]!.ptr;
       if (!direct) this.im2col(l, lane, G, col, xn);
-      const slot = this.slots[lane.index]!.ptr;
-      if (n >= lanes.count) lanes.awaitWeights(lane);
+      const r = this.slotOf(n);
+      const slot = this.slots[r * lanes.count + lane.index]!.ptr;
+      if (n >= PRODUCT_SLOTS * lanes.count) lanes.awaitWeights(lane, r);
       this.driver.memsetD32Async(slot, 0, G.f * G.c * G.kernel * G.kernel, lane.stream.handle);
       this.weightProduct(l, lane, G, p, n, col, slot);
-      lanes.columnsReady(lane);
+      lanes.columnsReady(lane, r);
       this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
       return;
     }
     if (!isOneByOne(G)) {
-      if (n >= lanes.count) lanes.awaitWeights(lane);
+      if (n >= lanes.count) lanes.awaitWeights(lane, 0);
       this.im2col(l, lane, G, this.cols[lane.index]!.ptr, xn);
-      lanes.columnsReady(lane);
+      lanes.columnsReady(lane, 0);
     }
     this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
   }
@@ -411,19 +429,25 @@ export class ConvRunner {
     const chain = lanes.chain();
     if (this.weightSums === "products") {
       const floats = G.f * G.c * G.kernel * G.kernel;
-      lanes.chainAwaitColumns(lane);
-      const slot = karg.ptr(this.slots[lane.index]!.ptr);
+      const r = this.slotOf(n);
+      lanes.chainAwaitColumns(lane, r);
+      const slot = karg.ptr(this.slots[r * lanes.count + lane.index]!.ptr);
       this.kernel(l, chain, "add dW+=P", l.k.vp_axpy, floats, [karg.ptr(p.dW), slot, karg.f32(1), karg.i32(floats)]);
-      lanes.weightsDone(lane);
+      lanes.weightsDone(lane, r);
       return;
     }
     if (isOneByOne(G)) {
       this.weightGemm(l, chain, G, p, n, p.x + 4 * n * G.c * G.h * G.w);
       return;
     }
-    lanes.chainAwaitColumns(lane);
+    lanes.chainAwaitColumns(lane, 0);
     this.weightGemm(l, chain, G, p, n, this.cols[lane.index]!.ptr);
-    lanes.weightsDone(lane);
+    lanes.weightsDone(lane, 0);
+  }
+
+  /** The slot of sample n on its lane: ⌊n / L⌋ mod PRODUCT_SLOTS. */
+  private slotOf(n: number): number {
+    return Math.floor(n / this.lanes.count) % PRODUCT_SLOTS;
   }
 
   /** slot += dy[n]·colᵀ (β = 1 on a zeroed slot: the chain's GEMM, so its kernel and its bits) on `lane`. */
