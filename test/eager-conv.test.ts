@@ -104,11 +104,21 @@ function fakeCublas(mem: EmulatedMemory, seen: (h: bigint, call: string, C: numb
 function runKernel(mem: EmulatedMemory, name: string, n: number, args: readonly KernelArg[]): void {
   const P = mem.f;
   const v = args.map((a) => a.value);
-  if (name === "vp_axpy") {
-    // y[i] += a·x[i] (the eager program's kernel; a product weight sum adds a slot into dW with a = 1)
-    const [y, x, a, count] = [v[0]! / 4, v[1]! / 4, v[2]!, v[3]!];
+  if (name === "vp_add_clear") {
+    // y[i] += x[i], x[i] = 0 (a product slot added into dW and cleared)
+    const [y, x, count] = [v[0]! / 4, v[1]! / 4, v[2]!];
     assert.equal(n, count);
-    for (let i = 0; i < n; i++) P[y + i] = P[y + i]! + a * P[x + i]!;
+    for (let i = 0; i < n; i++) {
+      P[y + i] = P[y + i]! + P[x + i]!;
+      P[x + i] = 0;
+    }
+    return;
+  }
+  if (name === "vp_conv_bias_add") {
+    // y[i] += b[(i / plane) mod F] (a pool's bias, every sample at once)
+    const [y, b, F, plane, count] = [v[0]! / 4, v[1]! / 4, v[2]!, v[3]!, v[4]!];
+    assert.equal(n, count);
+    for (let i = 0; i < n; i++) P[y + i] = P[y + i]! + P[b + (Math.trunc(i / plane) % F)]!;
     return;
   }
   const [out, src, C, H, W, K, S, Pad, Ho, Wo] = [v[0]! / 4, v[1]! / 4, ...v.slice(2)] as number[] as [
@@ -230,7 +240,12 @@ function layerOn(mem: EmulatedMemory, c: Case) {
         valPtr,
         gradPtr,
         counts: { kernels: 0, cublas: 0, copies: 0 },
-        k: { vp_im2col: kernel("vp_im2col"), vp_col2im_add: kernel("vp_col2im_add"), vp_axpy: kernel("vp_axpy") },
+        k: {
+          vp_im2col: kernel("vp_im2col"),
+          vp_col2im_add: kernel("vp_col2im_add"),
+          vp_add_clear: kernel("vp_add_clear"),
+          vp_conv_bias_add: kernel("vp_conv_bias_add"),
+        },
         launch: (k: CudaKernel, n: number, args: KernelArg[], s: CudaStream) => launch(k.name, n, args, s),
       } as unknown as EagerNodeKernels;
     },
@@ -351,7 +366,12 @@ function pooledRun(c: Case, weightSums: WeightSums) {
     if (call === "gemm") gemms.push({ op, C });
     else gemvs.push(op);
   });
-  const ops = { vp_im2col: [] as number[], vp_col2im_add: [] as number[], vp_axpy: [] as number[] };
+  const ops = {
+    vp_im2col: [] as number[],
+    vp_col2im_add: [] as number[],
+    vp_add_clear: [] as number[],
+    vp_conv_bias_add: [] as number[],
+  };
   const nodes = layer.nodes((name, n, args, s) => {
     const op = dag.op(s as unknown as DagStream, name);
     ops[name as keyof typeof ops].push(op);
@@ -370,9 +390,14 @@ function pooledRun(c: Case, weightSums: WeightSums) {
     mem.f.slice(layer.dW / 4, layer.dW / 4 + c.filters * c.image.channels * c.opts.kernel ** 2),
   );
   const slots = runner.buffers().slots;
+  const slotsZero = slots.every((ptr) => {
+    const floats = c.filters * c.image.channels * c.opts.kernel ** 2;
+    return mem.f.subarray(ptr / 4, ptr / 4 + floats).every((v) => v === 0);
+  });
   runner.dispose();
   return {
     slots,
+    slotsZero,
     dag,
     pool,
     layer,
@@ -380,7 +405,8 @@ function pooledRun(c: Case, weightSums: WeightSums) {
     gemvs,
     im2col: ops.vp_im2col,
     col2im: ops.vp_col2im_add,
-    adds: ops.vp_axpy,
+    adds: ops.vp_add_clear,
+    biases: ops.vp_conv_bias_add,
     before,
     after,
     dW,
@@ -458,6 +484,11 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
       }
       assert.ok(!dag.before(adds[n]!, col2im[n]!), `sample ${n}'s col2im does not wait for its addition`);
     }
+    // the forward's bias, once for every sample, after each sample's columns (and so its GEMM, on the same lane)
+    assert.equal(r.biases.length, 1, "one bias launch for the batch");
+    for (let n = 0; n < N; n++) assert.ok(dag.before(im2col[n]!, r.biases[0]!), `the bias after sample ${n}'s forward`);
+    // every slot is zero again after the backward (each addition cleared its slot)
+    assert.ok(r.slotsZero, "the product slots are left zeroed");
     // the products overlap: the lanes' GEMMs of samples 0 … 3 are not ordered among themselves
     for (let n = 1; n < L; n++) assert.ok(!dag.before(products[0]!.op, products[n]!.op), `products 0 and ${n} overlap`);
     r.assertJoined();

@@ -7,8 +7,8 @@
 // running it. Its duration is the tracker's timing of the call, shared out evenly where it launches several kernels.
 // A driver that cannot report kernel nodes leaves the GEMMs out of the program, and the explanation says so.
 //
-// The instances of each kernel are the samples that may run at once: N for im2col, the GEMMs of the forward, the
-// input-gradient GEMM and col2im; 1 for the bias gradient, accumulated sample after sample (conv.ts); for the weight
+// The instances of each kernel are the samples that may run at once: N for im2col, the forward's GEMM y = W·col, the
+// input-gradient GEMM and col2im (a pool adds the forward's bias once, after its lanes: not a lane's kernel); 1 for the bias gradient, accumulated sample after sample (conv.ts); for the weight
 // gradient's GEMM 1 where a pool sums by a chain of GEMMs, N where it sums by products (the products' additions, one
 // per sample on the chain lane, stay out of the program: they are the one-instance chain left).
 // The launch cost is the tracker's median host time per launch with direct launches — shared by the host threads
@@ -160,11 +160,7 @@ export function analyseConvLayer(
     return callProfiles(name, f.kernels, d, instances);
   };
   const direct = isOneByOne(G);
-  const forwardKernels = [
-    ...(direct ? [] : profile("im2col", G.n)),
-    ...profile("gemm y=W·col", G.n),
-    ...profile("gemm y+=b·1ᵀ", G.n),
-  ];
+  const forwardKernels = [...(direct ? [] : profile("im2col", G.n)), ...profile("gemm y=W·col", G.n)];
   const backwardKernels = [
     ...profile("gemv db+=dy·1", 1),
     ...(direct ? [] : profile("im2col", G.n)),

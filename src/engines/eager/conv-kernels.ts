@@ -10,7 +10,14 @@
  */
 
 /** The image kernels, compiled into the eager engine's program (kernels.ts lists them with the others). */
-export const IMAGE_KERNEL_NAMES = ["vp_im2col", "vp_col2im_add", "vp_maxpool", "vp_maxpool_backward"] as const;
+export const IMAGE_KERNEL_NAMES = [
+  "vp_im2col",
+  "vp_col2im_add",
+  "vp_conv_bias_add",
+  "vp_add_clear",
+  "vp_maxpool",
+  "vp_maxpool_backward",
+] as const;
 
 /** The kernels' source; sits inside the eager program's `extern "C"` block, after its GRID_STRIDE macro. */
 export const IMAGE_KERNELS_SOURCE = `
@@ -49,6 +56,20 @@ __global__ void vp_col2im_add(float* dx, const float* dcol, int C, int H, int W,
       }
     }
     dx[i] += v;
+  }
+}
+// y[n][f][p] += b[f] over a batch of F·plane outputs per sample: the bias of a pooled convolution's forward in one
+// launch, after its samples' GEMMs. Caffe adds it per sample with a rank-1 GEMM y[n] += b·1ᵀ (k = 1, α = β = 1),
+// whose only rounding is fl(y + b·1) = fl(y + b): the same bits (conv.ts)
+__global__ void vp_conv_bias_add(float* y, const float* b, int F, int plane, int n) {
+  GRID_STRIDE(i, n) y[i] += b[(i / plane) % F];
+}
+// y[i] += x[i], then x[i] = 0: a product slot added into the weight gradient and left zeroed for its next product
+// (conv.ts, weight sums by products)
+__global__ void vp_add_clear(float* y, float* x, int n) {
+  GRID_STRIDE(i, n) {
+    y[i] += x[i];
+    x[i] = 0.f;
   }
 }
 

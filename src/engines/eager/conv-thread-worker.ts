@@ -40,6 +40,8 @@ const chainStream = d.streams[M + 1]!;
 /** The lanes of a job of L sample lanes. */
 const lanesOf = (L: number): ConvLanes => ({
   count: L,
+  // forwardAt, the only user of the origin, runs on the main thread
+  origin: laneObjects[M + 1]!.stream,
   lane: (n) => laneObjects[n % L]!,
   side: () => laneObjects[M]!,
   chain: () => laneObjects[M + 1]!,
@@ -56,7 +58,8 @@ const host: ConvHost = {
   k: {
     vp_im2col: new CudaKernel(driver, "vp_im2col", d.kernels.im2col),
     vp_col2im_add: new CudaKernel(driver, "vp_col2im_add", d.kernels.col2im),
-    vp_axpy: new CudaKernel(driver, "vp_axpy", d.kernels.axpy),
+    vp_conv_bias_add: new CudaKernel(driver, "vp_conv_bias_add", d.kernels.bias),
+    vp_add_clear: new CudaKernel(driver, "vp_add_clear", d.kernels.addClear),
   },
   counts,
   launch(kernel, n, args, stream) {

@@ -95,7 +95,12 @@ export interface ConvThreadData {
   /** The pools' ordering events by slot, then lane (conv.ts's convEventSets). */
   readonly columns: readonly (readonly bigint[])[];
   readonly weights: readonly (readonly bigint[])[];
-  readonly kernels: { readonly im2col: bigint; readonly col2im: bigint; readonly axpy: bigint };
+  readonly kernels: {
+    readonly im2col: bigint;
+    readonly col2im: bigint;
+    readonly bias: bigint;
+    readonly addClear: bigint;
+  };
   readonly ctrl: SharedArrayBuffer;
   readonly job: SharedArrayBuffer;
   /** ms a thread waits for another before it gives up. */
@@ -232,7 +237,8 @@ export class ConvThreads implements ConvIssuer {
         kernels: {
           im2col: o.kernels.vp_im2col.handle,
           col2im: o.kernels.vp_col2im_add.handle,
-          axpy: o.kernels.vp_axpy.handle,
+          bias: o.kernels.vp_conv_bias_add.handle,
+          addClear: o.kernels.vp_add_clear.handle,
         },
         ctrl,
         job,

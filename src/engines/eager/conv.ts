@@ -51,7 +51,12 @@ import { UserError } from "../../util/errors.js";
 
 /** What the runner launches with: the two convolution kernels and a counted grid-stride launch (EagerNodeKernels). */
 export interface ConvHost {
-  readonly k: { readonly vp_im2col: CudaKernel; readonly vp_col2im_add: CudaKernel; readonly vp_axpy: CudaKernel };
+  readonly k: {
+    readonly vp_im2col: CudaKernel;
+    readonly vp_col2im_add: CudaKernel;
+    readonly vp_conv_bias_add: CudaKernel;
+    readonly vp_add_clear: CudaKernel;
+  };
   readonly counts: { kernels: number; cublas: number };
   launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream): void;
 }
@@ -66,7 +71,7 @@ export interface ConvTrace {
 }
 
 /** The runner's kernels and cuBLAS calls, by the names a trace sees. */
-export const CONV_KERNELS = ["im2col", "col2im", "add dW+=P"] as const;
+export const CONV_KERNELS = ["im2col", "col2im", "add dW+=P", "bias y+=b"] as const;
 export const CONV_CALLS = [
   "gemm y=W·col",
   "gemm y+=b·1ᵀ",
@@ -136,6 +141,8 @@ export interface ConvLane {
  */
 export interface ConvLanes {
   readonly count: number;
+  /** The stream the lanes are forked from and joined to (the lane itself on one lane). */
+  readonly origin: CudaStream;
   lane(k: number): ConvLane;
   /** The bias gradient's chain: the lane itself on one lane, a stream of its own with a pool. */
   side(): ConvLane;
@@ -164,6 +171,7 @@ export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
   const nothing = () => {};
   return {
     count: 1,
+    origin: stream,
     lane: () => lane,
     side: () => lane,
     chain: () => lane,
@@ -200,6 +208,7 @@ export function poolLanes<E>(
   const weights = convEventSets(pool, "conv.weights");
   return {
     count,
+    origin,
     lane: (k) => pool.lane(k, count),
     side: () => side,
     chain: () => chain,
@@ -335,9 +344,15 @@ export class ConvRunner {
     this.lanes.fork();
     this.issuer.forward(this, l, G, p);
     this.lanes.join();
+    // a pool adds the bias to every sample at once (the same bits as Caffe's rank-1 GEMM per sample): one launch
+    // instead of N cuBLAS calls on the lanes' host threads
+    const origin: ConvLane = { index: -1, stream: this.lanes.origin, blas: 0n };
+    const total = G.n * G.f * G.ho * G.wo;
+    const args = [karg.ptr(p.y), karg.ptr(p.b), karg.i32(G.f), karg.i32(G.ho * G.wo), karg.i32(total)];
+    this.kernel(l, origin, "bias y+=b", l.k.vp_conv_bias_add, total, args);
   }
 
-  /** Sample n's forward on its lane: [im2col], y[n] = W·col, y[n] += b·1ᵀ. */
+  /** Sample n's forward on its lane: [im2col], y[n] = W·col, then on one lane y[n] += b·1ᵀ (a pool: forwardAt). */
   forwardSample(l: ConvHost, G: ImageGeometry, p: ForwardPointers, n: number): void {
     const plane = G.ho * G.wo;
     const lane = this.lanes.lane(n);
@@ -348,6 +363,7 @@ export class ConvRunner {
     if (!direct) this.im2col(l, lane, G, col, xn);
     const rows = G.c * G.kernel * G.kernel;
     this.gemm(l, lane, "gemm y=W·col", { m: G.f, n: plane, k: rows, A: p.W, B: col, beta: 0, C: yn });
+    if (this.lanes.count > 1) return;
     this.gemm(l, lane, "gemm y+=b·1ᵀ", { m: G.f, n: plane, k: 1, A: p.b, B: this.ones.ptr, beta: 1, C: yn });
   }
 
@@ -358,9 +374,15 @@ export class ConvRunner {
       return;
     }
     this.lanes.fork();
+    // a backward that does not finish may leave product slots unadded (not zero): zeroed again before the next
+    this.slotsDirty = this.slots.length > 0;
     this.issuer.backward(this, l, G, p);
     this.lanes.join();
+    this.slotsDirty = false;
   }
+
+  /** Set while a pool's backward is being issued; still set after one that threw (its slots are then zeroed again). */
+  private slotsDirty = false;
 
   /** One lane, Caffe's sequence: the bias over every sample, then per sample [im2col], dW, the columns, col2im. */
   private caffeBackward(l: ConvHost, G: ImageGeometry, p: ConvPointers): void {
@@ -404,8 +426,8 @@ export class ConvRunner {
       if (!direct) this.im2col(l, lane, G, col, xn);
       const r = this.slotOf(n);
       const slot = this.slots[r * lanes.count + lane.index]!.ptr;
+      // the slot is zero: allocated zeroed, and the chain's addition of its last product cleared it
       if (n >= PRODUCT_SLOTS * lanes.count) lanes.awaitWeights(lane, r);
-      this.driver.memsetD32Async(slot, 0, G.f * G.c * G.kernel * G.kernel, lane.stream.handle);
       this.weightProduct(l, lane, G, p, n, col, slot);
       lanes.columnsReady(lane, r);
       this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
@@ -432,7 +454,7 @@ export class ConvRunner {
       const r = this.slotOf(n);
       lanes.chainAwaitColumns(lane, r);
       const slot = karg.ptr(this.slots[r * lanes.count + lane.index]!.ptr);
-      this.kernel(l, chain, "add dW+=P", l.k.vp_axpy, floats, [karg.ptr(p.dW), slot, karg.f32(1), karg.i32(floats)]);
+      this.kernel(l, chain, "add dW+=P", l.k.vp_add_clear, floats, [karg.ptr(p.dW), slot, karg.i32(floats)]);
       lanes.weightsDone(lane, r);
       return;
     }
@@ -527,11 +549,18 @@ export class ConvRunner {
     const slotFloats = G.f * G.c * G.kernel * G.kernel;
     const growSlots = this.slots.some((s) => s.floats < slotFloats);
     const growOnes = this.ones.floats < G.ho * G.wo;
-    if (!growCols && !growSlots && !growOnes) return G;
+    if (!growCols && !growSlots && !growOnes && !this.slotsDirty) return G;
     // a buffer in use by queued work must not be freed under it: growing waits for the lanes (once per larger layer)
     this.synchronize();
     if (growCols) for (const s of buffers) this.grow(s, colFloats);
     if (growSlots) for (const s of this.slots) this.grow(s, slotFloats);
+    if (growSlots || this.slotsDirty) {
+      // the product slots start at zero (each product is added into a zeroed slot, which its addition clears)
+      const stream = this.lanes.lane(0).stream;
+      for (const s of this.slots) this.driver.memsetD32Async(s.ptr, 0, s.floats, stream.handle);
+      stream.synchronize();
+      this.slotsDirty = false;
+    }
     if (growOnes) {
       this.grow(this.ones, G.ho * G.wo);
       const stream = this.lanes.lane(0).stream;
