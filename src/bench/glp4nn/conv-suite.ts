@@ -86,16 +86,27 @@ const MAX_REPEATS = 60;
 /** Timed iterations of a configuration per round (after one untimed lead iteration of its own). */
 const PER_ROUND = 2;
 
-/** A configuration ready to time: one iteration queued by `once`; its gradients checked against one stream's. */
+/**
+ * A configuration ready to time: one iteration queued by `once`, between `begin` and `end` (a CUDA graph is captured
+ * and instantiated at `begin` and destroyed at `end`); its gradients checked against one stream's.
+ */
 interface Prepared {
+  readonly begin: () => void;
   readonly once: () => void;
+  readonly end: () => void;
   readonly identical: boolean;
   readonly graphNodes?: number;
-  readonly dispose: () => void;
 }
 
-/** Warms a configuration up (direct: three iterations, as dispatch threads compile their code on their first jobs;
- * graph: one uncaptured, then the capture and one replay) and compares its dW and db with one stream's. */
+/**
+ * Warms a configuration up (direct: three iterations, as dispatch threads compile their code on their first jobs;
+ * graph: one uncaptured iteration, then a capture and one replay) and compares its dW and db with one stream's.
+ *
+ * With CUDA graphs only one configuration's graph exists at a time: captured again for each round. With every
+ * configuration's graph instantiated at once (33 graphs of up to 3,600 nodes), the ones instantiated last ran slower
+ * on CaffeNet conv5 — pools 30, 31, 32 and GLP4NN's, prepared last, 9.4 → 9.8 → 10.3 ms against 9.2 ms for the same
+ * pool sizes in a run that prepared only them (session 17).
+ */
 function prepare(
   layer: ConvLayer,
   mode: LaunchMode,
@@ -103,24 +114,37 @@ function prepare(
   backward: ConvRunner,
   reference: { dW: Float32Array; db: Float32Array },
 ): Prepared {
-  let graph: CudaGraph | undefined;
-  let once: () => void;
+  const iteration = () => layer.iteration(forward, backward);
   if (mode === "direct") {
-    once = () => layer.iteration(forward, backward);
-    for (let w = 0; w < 3; w++) once();
-  } else {
-    layer.iteration(forward, backward); // buffers allocated, cuBLAS's kernels loaded
-    const g = CudaGraph.capture(layer.ctx.stream, () => layer.iteration(forward, backward));
-    graph = g;
-    once = () => g.launch();
-    once();
+    for (let w = 0; w < 3; w++) iteration();
+    const got = layer.results(["dW", "db"]);
+    const nothing = () => {};
+    return {
+      begin: nothing,
+      once: iteration,
+      end: nothing,
+      identical: sameBits(got.dW!, reference.dW) && sameBits(got.db!, reference.db),
+    };
   }
+  iteration(); // buffers allocated, cuBLAS's kernels loaded
+  let graph: CudaGraph | undefined = CudaGraph.capture(layer.ctx.stream, iteration);
+  graph.launch();
   const got = layer.results(["dW", "db"]);
+  const graphNodes = graph.nodeCount();
+  graph.destroy();
+  graph = undefined;
   return {
-    once,
+    begin: () => {
+      graph = CudaGraph.capture(layer.ctx.stream, iteration);
+    },
+    once: () => graph!.launch(),
+    end: () => {
+      layer.ctx.synchronize();
+      graph?.destroy();
+      graph = undefined;
+    },
     identical: sameBits(got.dW!, reference.dW) && sameBits(got.db!, reference.db),
-    ...(graph !== undefined ? { graphNodes: graph.nodeCount() } : {}),
-    dispose: () => graph?.destroy(),
+    graphNodes,
   };
 }
 
@@ -141,6 +165,7 @@ function timeRounds(layer: ConvLayer, configs: readonly Prepared[], repeats: num
       for (let j = 0; j < configs.length; j++) {
         const i = (j + r) % configs.length;
         const c = configs[i]!;
+        c.begin();
         ctx.synchronize();
         c.once();
         events[0]!.record(ctx.stream);
@@ -150,6 +175,7 @@ function timeRounds(layer: ConvLayer, configs: readonly Prepared[], repeats: num
         }
         ctx.synchronize();
         for (let k = 1; k <= PER_ROUND; k++) times[i]!.push(CudaEvent.elapsedMs(events[k - 1]!, events[k]!));
+        c.end();
       }
     }
   } finally {
@@ -228,11 +254,15 @@ function runMode(
   // every configuration prepared at once (all of one pool's lanes share one set of dispatch threads), then timed in
   // interleaved rounds: one stream, every fixed pool, and GLP4NN's choice where it is none of them
   const [kf, kb] = [analysis.forwardPool, analysis.backwardPool];
-  const runners: ConvRunner[] = [];
+  // one runner per pool size, GLP4NN's choice on the fixed pools' runners, as the engine keeps one per size
+  const runners = new Map<number, ConvRunner>();
   const runnerOf = (k: number): ConvRunner => {
     if (k === 1) return one;
-    const r = layer.runner(k, { threads: hostThreads });
-    runners.push(r);
+    let r = runners.get(k);
+    if (r === undefined) {
+      r = layer.runner(k, { threads: hostThreads });
+      runners.set(k, r);
+    }
     return r;
   };
   const sizes = o.pools.filter((k) => k !== 1);
@@ -253,8 +283,8 @@ function runMode(
     const times = timeRounds(layer, prepared, repeats);
     timings = prepared.map((p, i) => timingOf(p, times[i]!));
   } finally {
-    for (const p of prepared) p.dispose();
-    for (const r of runners) r.dispose();
+    for (const p of prepared) p.end();
+    for (const r of runners.values()) r.dispose();
   }
   const oneStream = timings[0]!;
   const pools: Record<string, ConvTiming> = { "1": oneStream };
