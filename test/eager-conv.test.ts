@@ -19,7 +19,7 @@ import {
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ConvRunner, oneLane, PRODUCT_SLOTS, poolLanes, type WeightSums } from "../src/engines/eager/conv.js";
-import { balancedPool, threadPool } from "../src/engines/eager/conv-glp.js";
+import { balancedPool, neighbourPools, threadPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
@@ -540,6 +540,19 @@ describe("balancedPool: the smallest pool that deals the samples in as many roun
     assert.equal(balancedPool(1, 100), 1);
     assert.equal(balancedPool(40, 32), 32, "no more lanes than samples");
     assert.throws(() => balancedPool(0, 8), /lanes must be an integer ≥ 1; got 0/);
+  });
+});
+
+describe("neighbourPools: the pools a timed confirmation tries around the analyser's", () => {
+  test("hand-worked: half, itself and double, rounded as the analysis rounds, at most 32, no repeats", () => {
+    // on 4 host threads half of 4 rounds up to 4 lanes (a lane per thread)
+    assert.deepEqual(neighbourPools(4, 256, 4), [4, 8]);
+    // 29 lanes for 256 samples: 15 (18 rounds, as on 15), 29, and 58 capped at 32
+    assert.deepEqual(neighbourPools(29, 256, 1), [15, 29, 32]);
+    // 100 samples: 50 → 32 lanes take 4 rounds, as 25 do
+    assert.deepEqual(neighbourPools(25, 100, 1), [13, 25]);
+    assert.deepEqual(neighbourPools(1, 64, 1), [1, 2]);
+    assert.deepEqual(neighbourPools(8, 32, 4), [4, 8, 16]);
   });
 });
 

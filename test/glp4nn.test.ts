@@ -153,6 +153,8 @@ describe("the benchmark's report (without a GPU: fake timings)", () => {
       mode: m,
       oneStream: timing(one),
       glp: { forward: 4, backward: 2, timing: timing(glp) },
+      model: { forward: 2, backward: 2, timing: timing((one + best) / 2) },
+      trials: [],
       pools: { "1": timing(one), "2": timing((one + best) / 2), "4": timing(best) },
       best: { pool: 4, ms: best },
       launchUs: m === "direct" ? 4 : 0,
@@ -172,7 +174,7 @@ describe("the benchmark's report (without a GPU: fake timings)", () => {
     const md = convTables(results, ["direct", "graph"]).join("\n");
     assert.match(
       md,
-      /\| CIFAR10 conv1 \| 100×3×32² → 32×32², 5\/1\/2 \| 10\.00 \| 4\/2 \| 7\.000 \| 1\.43× \| 4 \| 6\.900 \| 1\.45× \| 1\.4% \| yes \|/,
+      /\| CIFAR10 conv1 \| 100×3×32² → 32×32², 5\/1\/2 \| 10\.00 \| 4\/2 \| 7\.000 \| 1\.43× \| 4 \| 6\.900 \| 1\.45× \| 1\.4% \| 2\/2 \| 22\.5% \| yes \|/,
     );
     assert.match(
       md,
@@ -180,6 +182,10 @@ describe("the benchmark's report (without a GPU: fake timings)", () => {
     );
     assert.match(md, /\| CIFAR10 conv2 \| failed: CudaError: cuGraphLaunch failed \|/);
     assert.match(md, /≥ 2× over one stream: 1 of 2/);
+    assert.match(
+      md,
+      /the analyser's pools alone \(before the timed confirmation\) within 5% of the best fixed pool: 0 of 2/,
+    );
     const svg = netPlot("CIFAR10", results, "NVIDIA H100 80GB HBM3");
     assert.match(svg, /^<svg/);
     assert.match(svg, /conv1 direct/);

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { benchModel } from "../../src/bench/models/index.js";
 import { CudaGraph, cudaAvailable, karg } from "../../src/cuda/index.js";
-import { analyseConvLayer, callFootprints } from "../../src/engines/eager/conv-glp.js";
+import { analyseConvLayer, callFootprints, confirmPools, neighbourPools } from "../../src/engines/eager/conv-glp.js";
 import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
@@ -143,6 +143,21 @@ describe("Table 5 layers through ConvLayer: lanes and CUDA graphs change nothing
           assert.ok(a.forwardPool >= 1 && a.forwardPool <= 128 && a.backwardPool >= 1 && a.backwardPool <= 128);
           assert.ok(a.measuredLaunchUs > 0 && a.measuredLaunchUs < 1000, `launch ${a.measuredLaunchUs} µs`);
           assert.deepEqual(a.unknown, [], "every cuBLAS call's kernels read from a captured graph");
+          // the timed confirmation: the analyser's pools and their neighbours, each timed; the choice among them
+          const runners = new Map<number, ReturnType<typeof layer.runner>>([[1, one]]);
+          const runnerOf = (k: number) => {
+            if (!runners.has(k)) runners.set(k, layer.runner(k, { threads: mode === "graph" ? 1 : undefined }));
+            return runners.get(k)!;
+          };
+          const c = confirmPools(layer, a, { runnerOf, iterations: 2 });
+          console.log(c.text);
+          assert.ok(neighbourPools(a.forwardPool, L.n, a.hostThreads).includes(c.forwardPool), "a forward neighbour");
+          assert.ok(
+            neighbourPools(a.backwardPool, L.n, a.hostThreads).includes(c.backwardPool),
+            "a backward neighbour",
+          );
+          assert.ok(c.trials.length >= 2 && c.trials.every((t) => t.ms > 0), "each candidate timed");
+          for (const [k, r] of runners) if (k !== 1) r.dispose();
         }
         four.dispose();
         one.dispose();

@@ -6,7 +6,15 @@
  */
 import { CudaEvent, CudaGraph } from "../../cuda/index.js";
 import type { ConvRunner } from "../../engines/eager/conv.js";
-import { analyseConvLayer, type ConvAnalysis, callFootprints, type LaunchMode } from "../../engines/eager/conv-glp.js";
+import {
+  analyseConvLayer,
+  type ConfirmedPools,
+  type ConvAnalysis,
+  callFootprints,
+  confirmPools,
+  type LaunchMode,
+  type PoolTrial,
+} from "../../engines/eager/conv-glp.js";
 import { ConvLayer, MAX_LAYER_LANES } from "../../engines/eager/conv-layer.js";
 import { convThreadsFor } from "../../engines/eager/conv-threads.js";
 import type { GpuContext } from "../../engines/gpu/context.js";
@@ -27,7 +35,12 @@ export interface ConvTiming {
 export interface ConvModeResult {
   readonly mode: LaunchMode;
   readonly oneStream: ConvTiming;
+  /** GLP4NN's choice: the analyser's pools confirmed by timing (conv-glp.ts confirmPools). */
   readonly glp: { readonly forward: number; readonly backward: number; readonly timing: ConvTiming };
+  /** The analyser's pools alone (before the confirmation). */
+  readonly model: { readonly forward: number; readonly backward: number; readonly timing: ConvTiming };
+  /** The confirmation's timed configurations. */
+  readonly trials: readonly PoolTrial[];
   /** Fixed pool sizes → timing (the size 1 is `oneStream`). */
   readonly pools: Readonly<Record<string, ConvTiming>>;
   readonly best: { readonly pool: number; readonly ms: number };
@@ -251,10 +264,7 @@ function runMode(
   const oneP = prepare(layer, mode, one, one, reference);
   const probe = timeRounds(layer, [oneP], o.repeats);
   const repeats = Math.min(MAX_REPEATS, Math.max(o.repeats, Math.ceil(MIN_TIMED_MS / median(probe[0]!))));
-  // every configuration prepared at once (all of one pool's lanes share one set of dispatch threads), then timed in
-  // interleaved rounds: one stream, every fixed pool, and GLP4NN's choice where it is none of them
-  const [kf, kb] = [analysis.forwardPool, analysis.backwardPool];
-  // one runner per pool size, GLP4NN's choice on the fixed pools' runners, as the engine keeps one per size
+  // one runner per pool size (as the engine keeps one per size), shared by the confirmation and every configuration
   const runners = new Map<number, ConvRunner>();
   const runnerOf = (k: number): ConvRunner => {
     if (k === 1) return one;
@@ -268,30 +278,47 @@ function runMode(
   const sizes = o.pools.filter((k) => k !== 1);
   const prepared: Prepared[] = [oneP];
   let timings: ConvTiming[];
+  let confirmed: ConfirmedPools;
   let glpIndex: number;
+  let modelIndex: number;
   try {
+    // GLP4NN's choice: the analyser's pools confirmed by timing them and their neighbours (conv-glp.ts)
+    confirmed = confirmPools(layer, analysis, { runnerOf });
+    // every configuration prepared at once (all of one pool's lanes share one set of dispatch threads), then timed in
+    // interleaved rounds: one stream, every fixed pool, GLP4NN's choice and the analyser's where they are none of them
     for (const k of sizes) {
       const r = runnerOf(k);
       prepared.push(prepare(layer, mode, r, r, reference));
     }
-    glpIndex = kf === kb && (kf === 1 || sizes.includes(kf)) ? (kf === 1 ? 0 : 1 + sizes.indexOf(kf)) : -1;
-    if (glpIndex < 0) {
-      const rf = runnerOf(kf);
-      const rb = kb === kf ? rf : runnerOf(kb);
-      prepared.push(prepare(layer, mode, rf, rb, reference));
-    }
+    const extra = new Map<string, number>();
+    const indexOf = (f: number, b: number): number => {
+      if (f === b && f === 1) return 0;
+      if (f === b && sizes.includes(f)) return 1 + sizes.indexOf(f);
+      const key = `${f}/${b}`;
+      let i = extra.get(key);
+      if (i === undefined) {
+        i = prepared.length;
+        prepared.push(prepare(layer, mode, runnerOf(f), runnerOf(b), reference));
+        extra.set(key, i);
+      }
+      return i;
+    };
+    glpIndex = indexOf(confirmed.forwardPool, confirmed.backwardPool);
+    modelIndex = indexOf(analysis.forwardPool, analysis.backwardPool);
     const times = timeRounds(layer, prepared, repeats);
     timings = prepared.map((p, i) => timingOf(p, times[i]!));
   } finally {
     for (const p of prepared) p.end();
     for (const r of runners.values()) r.dispose();
   }
+  const [kf, kb] = [confirmed.forwardPool, confirmed.backwardPool];
   const oneStream = timings[0]!;
   const pools: Record<string, ConvTiming> = { "1": oneStream };
   sizes.forEach((k, i) => {
     pools[String(k)] = timings[1 + i]!;
   });
-  const glpTiming = timings[glpIndex < 0 ? timings.length - 1 : glpIndex]!;
+  const glpTiming = timings[glpIndex]!;
+  const modelTiming = timings[modelIndex]!;
   const best = Object.entries(pools).reduce((b, [k, t]) => (t.ms < b.ms ? { pool: Number(k), ms: t.ms } : b), {
     pool: 1,
     ms: oneStream.ms,
@@ -314,7 +341,8 @@ function runMode(
           : "") +
         ")"
       : "";
-  const refused = threadsNote + analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
+  const errors = analysis.errors.map((e) => `\n(no analysis, one stream: ${e})`).join("");
+  const refused = `${threadsNote}\n${confirmed.text}${errors}`;
   const unknown =
     refused +
     (analysis.unknown.length === 0
@@ -324,6 +352,8 @@ function runMode(
     mode,
     oneStream,
     glp: { forward: kf, backward: kb, timing: glpTiming },
+    model: { forward: analysis.forwardPool, backward: analysis.backwardPool, timing: modelTiming },
+    trials: confirmed.trials,
     pools,
     best,
     launchUs: mode === "direct" ? analysis.measuredLaunchUs : 0,

@@ -1,7 +1,8 @@
 // GLP4NN for the eager engine's convolutions (`streams: "auto"`): the first time a convolution of a given geometry
 // runs, a copy of the layer (its own buffers, seeded values: conv-layer.ts) is profiled on one stream and analysed
 // (conv-glp.ts: the tracker on its first samples, cuBLAS's kernels read from captured graphs, the analyser's pool for
-// the forward and for the backward, with the launch cost measured); the node then runs on runners of those sizes.
+// the forward and for the backward, with the launch cost measured, then confirmed by timing the copy's iteration on
+// those pools and their neighbours); the node then runs on runners of those sizes.
 // The results do not depend on the lanes (conv.ts), so they are one stream's bit for bit. Until the solver has loaded
 // a convolution runs on one stream and is analysed at its next use; a failed analysis leaves it on one stream and says
 // why in the explanation.
@@ -11,7 +12,7 @@ import { imageGeometry } from "../../ops/image.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
 import type { GpuContext } from "../gpu/context.js";
 import { type ConvHost, ConvRunner, poolLanes } from "./conv.js";
-import { analyseConvLayer, callFootprints } from "./conv-glp.js";
+import { analyseConvLayer, callFootprints, confirmPools } from "./conv-glp.js";
 import { ConvLayer, MAX_LAYER_LANES } from "./conv-layer.js";
 import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
 import type { ConvChooser } from "./node-kernels.js";
@@ -69,9 +70,27 @@ export class ConvAuto implements ConvChooser {
             footprints,
             hostThreads: convThreadsFor(MAX_LAYER_LANES),
           });
-          sizes = [a.forwardPool, a.backwardPool];
+          // the analyser's pools confirmed by timing them and their neighbours on the layer's copy (conv-glp.ts)
+          const runners = new Map<number, ConvRunner>([[1, r]]);
+          let confirmed: ReturnType<typeof confirmPools>;
+          try {
+            confirmed = confirmPools(layer, a, {
+              runnerOf: (k) => {
+                let x = runners.get(k);
+                if (x === undefined) {
+                  x = layer.runner(k);
+                  runners.set(k, x);
+                }
+                return x;
+              },
+            });
+          } finally {
+            for (const [k, x] of runners) if (k !== 1) x.dispose();
+          }
+          sizes = [confirmed.forwardPool, confirmed.backwardPool];
           text = [
             ...[a.forward, a.backward].map((c) => (c === undefined ? "" : explainChoice(c))),
+            confirmed.text,
             ...a.errors.map((e) => `no analysis, one stream: ${e}`),
             a.unknown.length > 0 ? `cuBLAS calls left out (kernels not readable): ${a.unknown.join(", ")}` : "",
             a.hostThreads > 1

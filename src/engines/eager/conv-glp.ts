@@ -16,7 +16,7 @@
 // and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).
 
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { CudaEvent, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
+import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
 import {
   analyseConcurrency,
   type ConcurrencyChoice,
@@ -25,6 +25,7 @@ import {
   type IntegerSolver,
   type KernelProfile,
   type KernelShape,
+  median,
   ResourceTracker,
 } from "../../streams/index.js";
 import { gridFor } from "../gpu/parameters.js";
@@ -244,4 +245,105 @@ export function threadPool(lanes: number, threads: number): number {
   if (threads === 1) return lanes;
   const perThread = Math.max(1, Math.floor(lanes / threads + 0.5));
   return Math.min(Math.max(threads, MAX_POOL_LANES - (MAX_POOL_LANES % threads)), perThread * threads);
+}
+
+/** One timed configuration of a confirmation: the forward's and the backward's pools and the iteration's median ms. */
+export interface PoolTrial {
+  readonly forward: number;
+  readonly backward: number;
+  readonly ms: number;
+}
+
+/** The analyser's pools after the timed confirmation (confirmPools). */
+export interface ConfirmedPools {
+  readonly forwardPool: number;
+  readonly backwardPool: number;
+  readonly trials: readonly PoolTrial[];
+  /** What the confirmation did, for `--explain`. */
+  readonly text: string;
+}
+
+/** A candidate is taken over the analyser's pool only when it is at least this much faster (timing noise). */
+export const CONFIRM_MARGIN = 0.02;
+
+/**
+ * The pools a confirmation times for a direction whose analysed pool is `pool`: half, the pool itself and double, each
+ * rounded as the analysis rounds (balancedPool for `samples`, then threadPool for `hostThreads`), at most
+ * MAX_POOL_LANES, without repeats, in increasing order.
+ */
+export function neighbourPools(pool: number, samples: number, hostThreads: number): number[] {
+  const round = (k: number) =>
+    Math.min(MAX_POOL_LANES, threadPool(balancedPool(Math.max(1, Math.min(k, MAX_POOL_LANES)), samples), hostThreads));
+  return [...new Set([Math.ceil(pool / 2), pool, 2 * pool].map(round))].sort((a, b) => a - b);
+}
+
+/** The median ms of `iterations` iterations of `layer` on (f, b), launched directly or replayed as a CUDA graph. */
+export function timeIterationMs(
+  layer: ConvLayer,
+  mode: LaunchMode,
+  f: ConvRunner,
+  b: ConvRunner,
+  iterations: number,
+): number {
+  const ctx = layer.ctx;
+  const run = () => layer.iteration(f, b);
+  run(); // warm: buffers, cuBLAS's kernels, the dispatch threads' code
+  const graph = mode === "graph" ? CudaGraph.capture(ctx.stream, run) : undefined;
+  const once = graph === undefined ? run : () => graph.launch();
+  const events = Array.from({ length: iterations + 1 }, () => CudaEvent.create());
+  try {
+    once();
+    events[0]!.record(ctx.stream);
+    for (let i = 1; i <= iterations; i++) {
+      once();
+      events[i]!.record(ctx.stream);
+    }
+    ctx.synchronize();
+    const times = events.slice(1).map((e, i) => CudaEvent.elapsedMs(events[i]!, e));
+    return median(times);
+  } finally {
+    for (const e of events) e.destroy();
+    graph?.destroy();
+  }
+}
+
+/**
+ * Beyond the paper: the analyser's pools confirmed by timing, on the layer's first iterations. The program knows
+ * what fits on the GPU at once and the launch cost, not how a lane's kernels wait for one another (the weight sums'
+ * chain, a lane's samples in turn), and the best pool also moves between hosts of one GPU model (docs/GLP4NN.md). So
+ * the forward's pool and its neighbours (neighbourPools: half and double) are timed with the analysed backward, then
+ * the backward's with the forward kept: each iteration (forward and backward) `iterations` times, median; a neighbour
+ * replaces the analysed pool only when at least CONFIRM_MARGIN faster.
+ */
+export function confirmPools(
+  layer: ConvLayer,
+  a: ConvAnalysis,
+  o: { runnerOf: (lanes: number) => ConvRunner; iterations?: number },
+): ConfirmedPools {
+  const iterations = o.iterations ?? 5;
+  const trials: PoolTrial[] = [];
+  const time = (forward: number, backward: number): number => {
+    const hit = trials.find((t) => t.forward === forward && t.backward === backward);
+    if (hit !== undefined) return hit.ms;
+    const ms = timeIterationMs(layer, a.mode, o.runnerOf(forward), o.runnerOf(backward), iterations);
+    trials.push({ forward, backward, ms });
+    return ms;
+  };
+  const pick = (analysed: number, timeOf: (k: number) => number): number => {
+    const base = timeOf(analysed);
+    let best = { pool: analysed, ms: base };
+    for (const k of neighbourPools(analysed, layer.G.n, a.hostThreads)) {
+      const ms = timeOf(k);
+      if (ms < best.ms && ms <= (1 - CONFIRM_MARGIN) * base) best = { pool: k, ms };
+    }
+    return best.pool;
+  };
+  const forwardPool = pick(a.forwardPool, (k) => time(k, a.backwardPool));
+  const backwardPool = pick(a.backwardPool, (k) => time(forwardPool, k));
+  const text =
+    `confirmed by timing (${iterations} iterations each, median; a neighbour taken only when ` +
+    `${100 * CONFIRM_MARGIN}% faster): ` +
+    trials.map((t) => `${t.forward}/${t.backward} ${t.ms.toFixed(3)} ms`).join(", ") +
+    ` → forward ${forwardPool}, backward ${backwardPool} (the analyser: ${a.forwardPool}/${a.backwardPool})`;
+  return { forwardPool, backwardPool, trials, text };
 }
