@@ -171,7 +171,7 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
     try {
       treeRows = await runTreeLstmPool({
         batches: treeBatches,
-        sentences: o.treeSentences ?? (o.quick ? 32 : 256),
+        sentences: o.treeSentences ?? (o.quick ? 32 : 512),
         dataFile: o.dataFile,
         solver,
         log: (l) => t.print(l),

@@ -265,6 +265,8 @@ export interface ConfirmedPools {
 
 /** A candidate is taken over the analyser's pool only when it is at least this much faster (timing noise). */
 export const CONFIRM_MARGIN = 0.02;
+/** Each candidate is timed over about this many ms of iterations (at least 5, at most 50 iterations). */
+export const CONFIRM_MS = 30;
 
 /**
  * The pools a confirmation times for a direction whose analysed pool is `pool`: half, the pool itself and double, each
@@ -312,15 +314,18 @@ export function timeIterationMs(
  * what fits on the GPU at once and the launch cost, not how a lane's kernels wait for one another (the weight sums'
  * chain, a lane's samples in turn), and the best pool also moves between hosts of one GPU model (docs/GLP4NN.md). So
  * the forward's pool and its neighbours (neighbourPools: half and double) are timed with the analysed backward, then
- * the backward's with the forward kept: each iteration (forward and backward) `iterations` times, median; a neighbour
- * replaces the analysed pool only when at least CONFIRM_MARGIN faster.
+ * the backward's with the forward kept: each iteration (forward and backward) `iterations` times (default: enough for
+ * CONFIRM_MS of the analysed pools' iteration, 5 … 50), median; a neighbour replaces the analysed pool only when at
+ * least CONFIRM_MARGIN faster. Direct launches of a short layer vary by several % from iteration to iteration: 5
+ * iterations of GoogLeNet's 0.8 ms layers picked 8 lanes where 4 measured 5–7% faster in the benchmark (session 17).
  */
 export function confirmPools(
   layer: ConvLayer,
   a: ConvAnalysis,
   o: { runnerOf: (lanes: number) => ConvRunner; iterations?: number },
 ): ConfirmedPools {
-  const iterations = o.iterations ?? 5;
+  const probe = () => timeIterationMs(layer, a.mode, o.runnerOf(a.forwardPool), o.runnerOf(a.backwardPool), 3);
+  const iterations = o.iterations ?? Math.min(50, Math.max(5, Math.ceil(CONFIRM_MS / probe())));
   const trials: PoolTrial[] = [];
   const time = (forward: number, backward: number): number => {
     const hit = trials.find((t) => t.forward === forward && t.backward === backward);
