@@ -289,7 +289,9 @@ export function timeIterationMs(
 ): number {
   const ctx = layer.ctx;
   const run = () => layer.iteration(f, b);
-  run(); // warm: buffers, cuBLAS's kernels, the dispatch threads' code
+  // warm: buffers, cuBLAS's kernels, and with direct launches the dispatch threads' code, which the first jobs of a
+  // pool compile (one warm iteration measured pools of 4 lanes up to 30% slower than the benchmark did afterwards)
+  for (let w = 0; w < (mode === "direct" ? 3 : 1); w++) run();
   const graph = mode === "graph" ? CudaGraph.capture(ctx.stream, run) : undefined;
   const once = graph === undefined ? run : () => graph.launch();
   const events = Array.from({ length: iterations + 1 }, () => CudaEvent.create());
