@@ -19,7 +19,7 @@ import {
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ConvRunner, oneLane, PRODUCT_SLOTS, poolLanes, type WeightSums } from "../src/engines/eager/conv.js";
-import { balancedPool, neighbourPools, threadPool } from "../src/engines/eager/conv-glp.js";
+import { balancedPool, choosePools, neighbourPools, threadPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
@@ -553,6 +553,53 @@ describe("neighbourPools: the pools a timed confirmation tries around the analys
     assert.deepEqual(neighbourPools(25, 100, 1), [13, 25]);
     assert.deepEqual(neighbourPools(1, 64, 1), [1, 2]);
     assert.deepEqual(neighbourPools(8, 32, 4), [4, 8, 16]);
+  });
+});
+
+describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-up timings", () => {
+  test("the forward's neighbours with the analysed backward, then the backward's with the chosen forward; 2% margin", () => {
+    // ms = forward cost + backward cost; the forward is best at 8 lanes, the backward at 2 (by 0.4%: not taken)
+    const fwd: Record<number, number> = { 2: 5, 4: 4, 8: 3.5 };
+    const bwd: Record<number, number> = { 2: 5.96, 4: 6, 8: 7 };
+    const calls: string[] = [];
+    const c = choosePools({ forwardPool: 4, backwardPool: 4, hostThreads: 1 }, 64, (f, b, n) => {
+      calls.push(`${f}/${b}×${n}`);
+      return fwd[f]! + bwd[b]!;
+    });
+    assert.equal(c.forwardPool, 8, "8 forward lanes: 9.5 against 10 ms, 5% faster");
+    assert.equal(c.backwardPool, 4, "2 backward lanes are 0.4% faster: under the margin, the analyser's 4 stays");
+    // the probe (3 iterations) sizes the trials: 30 ms / 10 ms → 3, raised to the least, 5
+    assert.equal(calls[0], "4/4×3");
+    assert.deepEqual(
+      c.trials.map((t) => `${t.forward}/${t.backward}`),
+      ["4/4", "2/4", "8/4", "8/2", "8/8"],
+      "each configuration timed once, the forward's first",
+    );
+    assert.ok(calls.slice(1).every((x) => x.endsWith("×5")));
+    assert.match(c.text, /→ forward 8, backward 4 \(the analyser: 4\/4\)/);
+  });
+  test("short iterations are timed more often (at most 50); a given count is kept", () => {
+    const counts: number[] = [];
+    choosePools({ forwardPool: 1, backwardPool: 1, hostThreads: 1 }, 8, (_f, _b, n) => {
+      counts.push(n);
+      return 0.2;
+    });
+    assert.equal(counts[0], 3);
+    assert.ok(
+      counts.slice(1).every((n) => n === 50),
+      "30 ms / 0.2 ms = 150, capped at 50",
+    );
+    const fixed: number[] = [];
+    choosePools(
+      { forwardPool: 4, backwardPool: 4, hostThreads: 4 },
+      32,
+      (_f, _b, n) => {
+        fixed.push(n);
+        return 1;
+      },
+      7,
+    );
+    assert.ok(fixed.length > 0 && fixed.every((n) => n === 7));
   });
 });
 

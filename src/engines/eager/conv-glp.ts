@@ -326,20 +326,39 @@ export function confirmPools(
   a: ConvAnalysis,
   o: { runnerOf: (lanes: number) => ConvRunner; iterations?: number },
 ): ConfirmedPools {
-  const probe = () => timeIterationMs(layer, a.mode, o.runnerOf(a.forwardPool), o.runnerOf(a.backwardPool), 3);
-  const iterations = o.iterations ?? Math.min(50, Math.max(5, Math.ceil(CONFIRM_MS / probe())));
+  return choosePools(
+    a,
+    layer.G.n,
+    (forward, backward, iterations) =>
+      timeIterationMs(layer, a.mode, o.runnerOf(forward), o.runnerOf(backward), iterations),
+    o.iterations,
+  );
+}
+
+/**
+ * confirmPools' choice with the timing given: `timeMs(forward, backward, iterations)` is the median ms of an iteration
+ * on those pools (on a GPU, timeIterationMs). Apart from CUDA so that its order and margin are tested in CI.
+ */
+export function choosePools(
+  a: Pick<ConvAnalysis, "forwardPool" | "backwardPool" | "hostThreads">,
+  samples: number,
+  timeMs: (forward: number, backward: number, iterations: number) => number,
+  fixedIterations?: number,
+): ConfirmedPools {
+  const iterations =
+    fixedIterations ?? Math.min(50, Math.max(5, Math.ceil(CONFIRM_MS / timeMs(a.forwardPool, a.backwardPool, 3))));
   const trials: PoolTrial[] = [];
   const time = (forward: number, backward: number): number => {
     const hit = trials.find((t) => t.forward === forward && t.backward === backward);
     if (hit !== undefined) return hit.ms;
-    const ms = timeIterationMs(layer, a.mode, o.runnerOf(forward), o.runnerOf(backward), iterations);
+    const ms = timeMs(forward, backward, iterations);
     trials.push({ forward, backward, ms });
     return ms;
   };
   const pick = (analysed: number, timeOf: (k: number) => number): number => {
     const base = timeOf(analysed);
     let best = { pool: analysed, ms: base };
-    for (const k of neighbourPools(analysed, layer.G.n, a.hostThreads)) {
+    for (const k of neighbourPools(analysed, samples, a.hostThreads)) {
       const ms = timeOf(k);
       if (ms < best.ms && ms <= (1 - CONFIRM_MARGIN) * base) best = { pool: k, ms };
     }
