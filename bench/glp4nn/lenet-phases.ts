@@ -9,32 +9,17 @@
  *   node --import tsx bench/glp4nn/lenet-phases.ts <1|auto> [batch 64] [steps 200]
  */
 
+import { seededDigits } from "../../src/bench/glp4nn/cnn.js";
 import { CudaEvent } from "../../src/cuda/index.js";
 import { EagerEngine, parseStreams } from "../../src/engines/eager/engine.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
-import { type Digit, IMAGE, LenetModel } from "../../src/models/cnn/model.js";
+import { LenetModel } from "../../src/models/cnn/model.js";
 import { makeTrainer } from "../../src/optim/trainers.js";
 import { loadSolver } from "../../src/streams/index.js";
 
 const streams = parseStreams(process.argv[2] ?? "1");
 const batch = Number(process.argv[3] ?? 64);
 const steps = Number(process.argv[4] ?? 200);
-
-function seededDigits(count: number, seed: number): Digit[] {
-  let state = seed >>> 0 || 1;
-  const next = () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return state >>> 0;
-  };
-  const per = IMAGE.height * IMAGE.width;
-  return Array.from({ length: count }, () => {
-    const pixels = new Uint8Array(per);
-    for (let i = 0; i < per; i++) pixels[i] = next() & 255;
-    return { pixels, label: next() % 10 };
-  });
-}
 
 const solver = await loadSolver();
 const digits = seededDigits(4 * batch, 7);

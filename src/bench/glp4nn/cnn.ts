@@ -26,7 +26,8 @@ export interface CnnPoolRow {
 
 const SIZES = { conv1: 20, conv2: 50, hidden: 500 };
 
-function seededDigits(count: number, seed: number): Digit[] {
+/** `count` digits of seeded random pixels and labels (the timing does not depend on them). */
+export function seededDigits(count: number, seed: number): Digit[] {
   let state = seed >>> 0 || 1;
   const next = () => {
     state ^= state << 13;

@@ -428,7 +428,7 @@ export class ConvRunner {
       const slot = this.slots[r * lanes.count + lane.index]!.ptr;
       // the slot is zero: allocated zeroed, and the chain's addition of its last product cleared it
       if (n >= PRODUCT_SLOTS * lanes.count) lanes.awaitWeights(lane, r);
-      this.weightProduct(l, lane, G, p, n, col, slot);
+      this.weightGemm(l, lane, G, p, n, col, slot);
       lanes.columnsReady(lane, r);
       this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
       return;
@@ -472,20 +472,23 @@ export class ConvRunner {
     return Math.floor(n / this.lanes.count) % PRODUCT_SLOTS;
   }
 
-  /** slot += dy[n]·colᵀ (β = 1 on a zeroed slot: the chain's GEMM, so its kernel and its bits) on `lane`. */
-  private weightProduct(
+  /**
+   * dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane` (bench/glp4nn/chain-bound.ts times a chain of them); or,
+   * with `slot`, the same GEMM into a zeroed product slot (the chain's kernel, so its bits).
+   */
+  weightGemm(
     l: ConvHost,
     lane: ConvLane,
     G: ImageGeometry,
     p: ConvPointers,
     n: number,
     col: DevicePtr,
-    slot: DevicePtr,
+    slot?: DevicePtr,
   ): void {
+    const rows = G.c * G.kernel * G.kernel;
     const plane = G.ho * G.wo;
     const dyn = p.dy + 4 * n * G.f * plane;
-    const rows = G.c * G.kernel * G.kernel;
-    this.gemm(l, lane, "gemm P+=dy·colᵀ", {
+    this.gemm(l, lane, slot === undefined ? "gemm dW+=dy·colᵀ" : "gemm P+=dy·colᵀ", {
       m: G.f,
       n: rows,
       k: plane,
@@ -493,24 +496,7 @@ export class ConvRunner {
       B: col,
       transB: true,
       beta: 1,
-      C: slot,
-    });
-  }
-
-  /** dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane` (bench/glp4nn/chain-bound.ts times a chain of them). */
-  weightGemm(l: ConvHost, lane: ConvLane, G: ImageGeometry, p: ConvPointers, n: number, col: DevicePtr): void {
-    const rows = G.c * G.kernel * G.kernel;
-    const plane = G.ho * G.wo;
-    const dyn = p.dy + 4 * n * G.f * plane;
-    this.gemm(l, lane, "gemm dW+=dy·colᵀ", {
-      m: G.f,
-      n: rows,
-      k: plane,
-      A: dyn,
-      B: col,
-      transB: true,
-      beta: 1,
-      C: p.dW,
+      C: slot ?? p.dW,
     });
   }
 
