@@ -18,7 +18,14 @@ import {
   rowMajorGemv,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import { ConvRunner, oneLane, PRODUCT_SLOTS, poolLanes, type WeightSums } from "../src/engines/eager/conv.js";
+import {
+  ConvRunner,
+  oneLane,
+  PRODUCT_SLOTS,
+  poolLanes,
+  type WeightSums,
+  weightSumsFromEnv,
+} from "../src/engines/eager/conv.js";
 import { balancedPool, choosePools, neighbourPools, threadPool } from "../src/engines/eager/conv-glp.js";
 import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
@@ -553,6 +560,48 @@ describe("neighbourPools: the pools a timed confirmation tries around the analys
     assert.deepEqual(neighbourPools(25, 100, 1), [13, 25]);
     assert.deepEqual(neighbourPools(1, 64, 1), [1, 2]);
     assert.deepEqual(neighbourPools(8, 32, 4), [4, 8, 16]);
+  });
+});
+
+describe("weightSumsFromEnv: how pools sum the weight gradient", () => {
+  test("products by default, chain or products from VPPS_CONV_WEIGHT_SUMS, anything else one line", () => {
+    assert.equal(weightSumsFromEnv({}), "products");
+    assert.equal(weightSumsFromEnv({ VPPS_CONV_WEIGHT_SUMS: " chain " }), "chain");
+    assert.equal(weightSumsFromEnv({ VPPS_CONV_WEIGHT_SUMS: "products" }), "products");
+    assert.throws(
+      () => weightSumsFromEnv({ VPPS_CONV_WEIGHT_SUMS: "gemm" }),
+      /^UserError: VPPS_CONV_WEIGHT_SUMS is 'gemm'; expected chain or products/,
+    );
+  });
+  test("a slot allocation that fails names the layer, the slots' size and what to do", () => {
+    const mem = new EmulatedMemory();
+    const driver = {
+      ...fakeDriver(mem, []),
+      memAlloc: (bytes: number) => {
+        if (bytes > 100_000) throw new Error("cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY");
+        return mem.alloc(bytes);
+      },
+    } as unknown as CudaDriver;
+    const stream = { handle: 0n, synchronize: () => {} } as unknown as CudaStream;
+    const pool = new StreamPool(
+      {
+        stream: () => stream,
+        event: () => ({}),
+        blas: () => 1n,
+        record: () => {},
+        wait: () => {},
+        destroyEvent: () => {},
+        destroyLane: () => {},
+      },
+      4,
+    );
+    const lanes = poolLanes(pool as unknown as StreamPool<CudaStream, unknown, bigint>, stream, 4);
+    const runner = new ConvRunner(driver, fakeCublas(mem), lanes, { weightSums: "products" });
+    const G = { n: 8, c: 64, h: 4, w: 4, f: 64, ho: 4, wo: 4, kernel: 3, stride: 1, padding: 1 };
+    assert.throws(
+      () => runner.prepare(G, () => "conv2d #7"),
+      /conv2d #7 on 4 streams needs 8 weight-product slots of 64·64·3·3 floats \(1 MiB\).*CUDA_ERROR_OUT_OF_MEMORY.*VPPS_CONV_WEIGHT_SUMS=chain/,
+    );
   });
 });
 

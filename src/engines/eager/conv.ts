@@ -539,7 +539,19 @@ export class ConvRunner {
     // a buffer in use by queued work must not be freed under it: growing waits for the lanes (once per larger layer)
     this.synchronize();
     if (growCols) for (const s of buffers) this.grow(s, colFloats);
-    if (growSlots) for (const s of this.slots) this.grow(s, slotFloats);
+    if (growSlots) {
+      try {
+        for (const s of this.slots) this.grow(s, slotFloats);
+      } catch (e) {
+        const mb = (4 * slotFloats * this.slots.length) / 2 ** 20;
+        throw new Error(
+          `eager engine: ${what()} on ${this.lanes.count} streams needs ${this.slots.length} weight-product slots of ` +
+            `${G.f}·${G.c}·${G.kernel}·${G.kernel} floats (${mb.toFixed(0)} MiB) and the allocation failed ` +
+            `(${e instanceof Error ? e.message.split("\n")[0] : String(e)}); use fewer streams, or ` +
+            "VPPS_CONV_WEIGHT_SUMS=chain (a chain of GEMMs, no slots)",
+        );
+      }
+    }
     if (growSlots || this.slotsDirty) {
       // the product slots start at zero (each product is added into a zeroed slot, which its addition clears)
       const stream = this.lanes.lane(0).stream;
