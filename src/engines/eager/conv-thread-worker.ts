@@ -5,7 +5,15 @@
 import { workerData } from "node:worker_threads";
 import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../../cuda/index.js";
 import { gridFor } from "../gpu/parameters.js";
-import { type ConvHost, type ConvLane, type ConvLanes, ConvRunner, isOneByOne, PRODUCT_SLOTS } from "./conv.js";
+import {
+  type ConvHost,
+  type ConvLane,
+  type ConvLanes,
+  ConvRunner,
+  convDepth,
+  isOneByOne,
+  PRODUCT_SLOTS,
+} from "./conv.js";
 import { type DispatchIssuer, reportStopped, runDispatchThread } from "./conv-dispatch.js";
 import { type ConvThreadData, JOB, readGeometry, readPointers } from "./conv-threads.js";
 import { EAGER_BLOCK } from "./kernels.js";
@@ -90,7 +98,7 @@ const issuer: DispatchIssuer = {
       samples: G.n,
       lanes: L,
       ordered: products || !isOneByOne(G),
-      depth: products ? PRODUCT_SLOTS : 1,
+      depth: convDepth(runner.weightSums),
     };
   },
   forwardSample: (n) => runner!.forwardSample(host, G, p, n),
