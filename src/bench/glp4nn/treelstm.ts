@@ -8,7 +8,7 @@ import { EagerEngine } from "../../engines/eager/engine.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { makeTrainer } from "../../optim/trainers.js";
 import type { IntegerSolver } from "../../streams/index.js";
-import { collectGarbage, mean } from "../common.js";
+import { collectGarbage, mean, median } from "../common.js";
 import { benchModel } from "../models/index.js";
 
 export interface TreeLstmPoolRow {
@@ -16,6 +16,12 @@ export interface TreeLstmPoolRow {
   /** Sentences per second over all timed repeats (the same sentences for both). */
   oneStream: number;
   auto: number;
+  /**
+   * The median over the timed batches of (one stream's step time / auto's step time) − 1: both engines run each batch
+   * one right after the other, so a host hiccup or a collection that lands on one engine's step moves one pair, not
+   * the estimate (the rates are means over all steps). Positive: auto faster.
+   */
+  pairedGain: number;
   /** Streams the analyser chose, the pool size before the fork/join check, the launch cost it measured. */
   chosen: number;
   analysed: number;
@@ -81,6 +87,7 @@ export async function runTreeLstmPool(o: {
     const engines = [open(1), open("auto")] as const;
     let one: { sps: number; losses: number[]; explain: string; choice: EagerEngine["levelChoice"] };
     let auto: typeof one;
+    let pairedGain: number;
     try {
       for (const e of engines) {
         for (let w = 0; w < 3; w++) e.step(); // warm-up; with auto, the profile and the analysis
@@ -98,6 +105,7 @@ export async function runTreeLstmPool(o: {
       });
       one = result(engines[0]);
       auto = result(engines[1]);
+      pairedGain = median(engines[0].times.map((t, i) => t / engines[1].times[i]!)) - 1;
     } finally {
       for (const e of engines) e.engine.dispose();
     }
@@ -109,6 +117,7 @@ export async function runTreeLstmPool(o: {
       batch,
       oneStream: one.sps,
       auto: auto.sps,
+      pairedGain,
       chosen: auto.choice?.streams ?? 1,
       analysed: auto.choice?.analysed ?? 1,
       launchUs: auto.choice?.launchUs ?? 0,
@@ -119,7 +128,7 @@ export async function runTreeLstmPool(o: {
     rows.push(row);
     o.log(
       `Tree-LSTM eager batch ${String(batch).padStart(3)}: 1 stream ${one.sps.toFixed(1)} sent/s, auto ` +
-        `${auto.sps.toFixed(1)} sent/s (${row.chosen} stream(s); analyser ${row.analysed}; launch ${row.launchUs.toFixed(2)} µs)` +
+        `${auto.sps.toFixed(1)} sent/s, paired median ${(100 * pairedGain).toFixed(1)}% (${row.chosen} stream(s); analyser ${row.analysed}; launch ${row.launchUs.toFixed(2)} µs)` +
         `${same ? "" : "; LOSSES DIFFER"}`,
     );
   }

@@ -252,6 +252,8 @@ export interface PoolTrial {
   readonly forward: number;
   readonly backward: number;
   readonly ms: number;
+  /** Which pool the trial was for: the forward's (the analysed backward kept) or the backward's. */
+  readonly stage: "forward" | "backward";
 }
 
 /** The analyser's pools after the timed confirmation (confirmPools). */
@@ -267,6 +269,10 @@ export interface ConfirmedPools {
 export const CONFIRM_MARGIN = 0.02;
 /** Each candidate is timed over about this many ms of iterations (at least 5, at most 50 iterations). */
 export const CONFIRM_MS = 30;
+/** Timed iterations of one candidate per round; each round's first call of a candidate also runs untimed leads. */
+export const ROUND_ITERATIONS = 3;
+/** Untimed iterations before a candidate's first round (buffers, cuBLAS's kernels, the dispatch threads' code). */
+export const FIRST_WARM = 3;
 
 /**
  * The pools a confirmation times for a direction whose analysed pool is `pool`: half, the pool itself and double, each
@@ -279,32 +285,33 @@ export function neighbourPools(pool: number, samples: number, hostThreads: numbe
   return [...new Set([Math.ceil(pool / 2), pool, 2 * pool].map(round))].sort((a, b) => a - b);
 }
 
-/** The median ms of `iterations` iterations of `layer` on (f, b), launched directly or replayed as a CUDA graph. */
-export function timeIterationMs(
+/**
+ * The ms of each of `iterations` iterations of `layer` on (f, b), after `warm` untimed ones, launched directly or
+ * replayed as a CUDA graph (captured for this call and destroyed after it, as the benchmark's rounds do).
+ */
+export function timeIterationsMs(
   layer: ConvLayer,
   mode: LaunchMode,
   f: ConvRunner,
   b: ConvRunner,
   iterations: number,
-): number {
+  warm: number,
+): number[] {
   const ctx = layer.ctx;
   const run = () => layer.iteration(f, b);
-  // warm: buffers, cuBLAS's kernels, and with direct launches the dispatch threads' code, which the first jobs of a
-  // pool compile (one warm iteration measured pools of 4 lanes up to 30% slower than the benchmark did afterwards)
-  for (let w = 0; w < (mode === "direct" ? 3 : 1); w++) run();
+  for (let w = 0; w < warm; w++) run();
   const graph = mode === "graph" ? CudaGraph.capture(ctx.stream, run) : undefined;
   const once = graph === undefined ? run : () => graph.launch();
   const events = Array.from({ length: iterations + 1 }, () => CudaEvent.create());
   try {
-    once();
+    if (graph !== undefined) graph.launch(); // the graph's first replay (upload) untimed
     events[0]!.record(ctx.stream);
     for (let i = 1; i <= iterations; i++) {
       once();
       events[i]!.record(ctx.stream);
     }
     ctx.synchronize();
-    const times = events.slice(1).map((e, i) => CudaEvent.elapsedMs(events[i]!, e));
-    return median(times);
+    return events.slice(1).map((e, i) => CudaEvent.elapsedMs(events[i]!, e));
   } finally {
     for (const e of events) e.destroy();
     graph?.destroy();
@@ -316,10 +323,11 @@ export function timeIterationMs(
  * what fits on the GPU at once and the launch cost, not how a lane's kernels wait for one another (the weight sums'
  * chain, a lane's samples in turn), and the best pool also moves between hosts of one GPU model (docs/GLP4NN.md). So
  * the forward's pool and its neighbours (neighbourPools: half and double) are timed with the analysed backward, then
- * the backward's with the forward kept: each iteration (forward and backward) `iterations` times (default: enough for
- * CONFIRM_MS of the analysed pools' iteration, 5 … 50), median; a neighbour replaces the analysed pool only when at
- * least CONFIRM_MARGIN faster. Direct launches of a short layer vary by several % from iteration to iteration: 5
- * iterations of GoogLeNet's 0.8 ms layers picked 8 lanes where 4 measured 5–7% faster in the benchmark (session 17).
+ * the backward's with the forward kept; a neighbour replaces the analysed pool only when at least CONFIRM_MARGIN
+ * faster. The candidates of a stage are timed in interleaved rounds (choosePools), as the benchmark times its
+ * configurations: timed one after the other, the first candidate of a stage measured up to 2× slower than the
+ * benchmark measured it afterwards (Siamese conv1, 4/4 lanes, 3.2 against 1.6 ms: session 17), and it was always the
+ * analyser's own.
  */
 export function confirmPools(
   layer: ConvLayer,
@@ -329,47 +337,78 @@ export function confirmPools(
   return choosePools(
     a,
     layer.G.n,
-    (forward, backward, iterations) =>
-      timeIterationMs(layer, a.mode, o.runnerOf(forward), o.runnerOf(backward), iterations),
+    (forward, backward, iterations, warm) =>
+      timeIterationsMs(layer, a.mode, o.runnerOf(forward), o.runnerOf(backward), iterations, warm),
     o.iterations,
   );
 }
 
 /**
- * confirmPools' choice with the timing given: `timeMs(forward, backward, iterations)` is the median ms of an iteration
- * on those pools (on a GPU, timeIterationMs). Apart from CUDA so that its order and margin are tested in CI.
+ * confirmPools' choice with the timing given: `timeMs(forward, backward, iterations, warm)` gives the ms of each of
+ * `iterations` iterations on those pools after `warm` untimed ones (on a GPU, timeIterationsMs). Each stage times its
+ * candidates in rounds, ROUND_ITERATIONS iterations of each candidate per round, the order rotating from round to
+ * round, FIRST_WARM untimed iterations before a candidate's first round and one (a lead) before each later one; a
+ * candidate's time is the median of all its timed iterations. The iterations per candidate: enough for CONFIRM_MS of
+ * the analysed pools' iteration (5 … 50) unless given. Apart from CUDA so that its order and margin are tested in CI.
  */
 export function choosePools(
   a: Pick<ConvAnalysis, "forwardPool" | "backwardPool" | "hostThreads">,
   samples: number,
-  timeMs: (forward: number, backward: number, iterations: number) => number,
+  timeMs: (forward: number, backward: number, iterations: number, warm: number) => number[],
   fixedIterations?: number,
 ): ConfirmedPools {
   const iterations =
-    fixedIterations ?? Math.min(50, Math.max(5, Math.ceil(CONFIRM_MS / timeMs(a.forwardPool, a.backwardPool, 3))));
+    fixedIterations ??
+    Math.min(
+      50,
+      Math.max(5, Math.ceil(CONFIRM_MS / median(timeMs(a.forwardPool, a.backwardPool, ROUND_ITERATIONS, FIRST_WARM)))),
+    );
+  const rounds = Math.max(2, Math.ceil(iterations / ROUND_ITERATIONS));
   const trials: PoolTrial[] = [];
-  const time = (forward: number, backward: number): number => {
-    const hit = trials.find((t) => t.forward === forward && t.backward === backward);
-    if (hit !== undefined) return hit.ms;
-    const ms = timeMs(forward, backward, iterations);
-    trials.push({ forward, backward, ms });
+  /** The configurations' medians, timed in interleaved rounds. */
+  const timeStage = (stage: PoolTrial["stage"], configs: readonly (readonly [number, number])[]): number[] => {
+    const times = configs.map(() => [] as number[]);
+    for (let r = 0; r < rounds; r++) {
+      for (let j = 0; j < configs.length; j++) {
+        const c = (r + j) % configs.length;
+        const [forward, backward] = configs[c]!;
+        times[c]!.push(...timeMs(forward, backward, ROUND_ITERATIONS, r === 0 ? FIRST_WARM : 1));
+      }
+    }
+    const ms = times.map(median);
+    configs.forEach(([forward, backward], c) => {
+      trials.push({ forward, backward, ms: ms[c]!, stage });
+    });
     return ms;
   };
-  const pick = (analysed: number, timeOf: (k: number) => number): number => {
-    const base = timeOf(analysed);
+  const pick = (analysed: number, candidates: number[], ms: number[]): number => {
+    const base = ms[candidates.indexOf(analysed)]!;
     let best = { pool: analysed, ms: base };
-    for (const k of neighbourPools(analysed, samples, a.hostThreads)) {
-      const ms = timeOf(k);
-      if (ms < best.ms && ms <= (1 - CONFIRM_MARGIN) * base) best = { pool: k, ms };
-    }
+    candidates.forEach((k, i) => {
+      if (ms[i]! < best.ms && ms[i]! <= (1 - CONFIRM_MARGIN) * base) best = { pool: k, ms: ms[i]! };
+    });
     return best.pool;
   };
-  const forwardPool = pick(a.forwardPool, (k) => time(k, a.backwardPool));
-  const backwardPool = pick(a.backwardPool, (k) => time(forwardPool, k));
+  const forwards = neighbourPools(a.forwardPool, samples, a.hostThreads);
+  const forwardMs = timeStage(
+    "forward",
+    forwards.map((k) => [k, a.backwardPool] as const),
+  );
+  const forwardPool = pick(a.forwardPool, forwards, forwardMs);
+  const backwards = neighbourPools(a.backwardPool, samples, a.hostThreads);
+  const backwardMs = timeStage(
+    "backward",
+    backwards.map((k) => [forwardPool, k] as const),
+  );
+  const backwardPool = pick(a.backwardPool, backwards, backwardMs);
+  const list = (stage: PoolTrial["stage"]) =>
+    trials
+      .filter((t) => t.stage === stage)
+      .map((t) => `${t.forward}/${t.backward} ${t.ms.toFixed(3)} ms`)
+      .join(", ");
   const text =
-    `confirmed by timing (${iterations} iterations each, median; a neighbour taken only when ` +
-    `${100 * CONFIRM_MARGIN}% faster): ` +
-    trials.map((t) => `${t.forward}/${t.backward} ${t.ms.toFixed(3)} ms`).join(", ") +
-    ` → forward ${forwardPool}, backward ${backwardPool} (the analyser: ${a.forwardPool}/${a.backwardPool})`;
+    `confirmed by timing (${rounds} interleaved rounds of ${ROUND_ITERATIONS} iterations per configuration, median; ` +
+    `a neighbour taken only when ${100 * CONFIRM_MARGIN}% faster): forward ${list("forward")} → ${forwardPool}; ` +
+    `backward ${list("backward")} → ${backwardPool} (the analyser: ${a.forwardPool}/${a.backwardPool})`;
   return { forwardPool, backwardPool, trials, text };
 }
