@@ -606,8 +606,8 @@ describe("weightSumsFromEnv: how pools sum the weight gradient", () => {
 });
 
 describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-up timings", () => {
-  test("the forward's neighbours with the analysed backward, then the backward's with the chosen forward; 2% margin", () => {
-    // ms = forward cost + backward cost; the forward is best at 8 lanes, the backward at 2 (by 0.4%: not taken)
+  test("every pairing of the forward's and the backward's neighbours, in interleaved rounds; 2% margin", () => {
+    // ms = forward cost + backward cost; the forward is best at 8 lanes, the backward at 2 (by 0.4%)
     const fwd: Record<number, number> = { 2: 5, 4: 4, 8: 3.5 };
     const bwd: Record<number, number> = { 2: 5.96, 4: 6, 8: 7 };
     const calls: string[] = [];
@@ -615,24 +615,42 @@ describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-
       calls.push(`${f}/${b}×${n}+${warm}`);
       return Array.from({ length: n }, () => fwd[f]! + bwd[b]!);
     });
-    assert.equal(c.forwardPool, 8, "8 forward lanes: 9.5 against 10 ms, 5% faster");
-    assert.equal(c.backwardPool, 4, "2 backward lanes are 0.4% faster: under the margin, the analyser's 4 stays");
+    assert.equal(c.forwardPool, 8, "8 forward lanes with 2 backward: 9.46 against 10 ms");
+    assert.equal(c.backwardPool, 2, "the fastest pair is taken whole");
     // the probe (3 iterations after 3 warm) sizes the trials: 30 ms / 10 ms → 3, raised to the least, 5 → 2 rounds
     assert.equal(calls[0], "4/4×3+3");
+    const grid = ["2/2", "2/4", "2/8", "4/2", "4/4", "4/8", "8/2", "8/4", "8/8"];
     assert.deepEqual(calls.slice(1), [
-      // the forward's stage: round 0 (3 warm each), then round 1 rotated by one (a lead iteration each)
-      ...["2/4×3+3", "4/4×3+3", "8/4×3+3", "4/4×3+1", "8/4×3+1", "2/4×3+1"],
-      // the backward's, with the chosen forward
-      ...["8/2×3+3", "8/4×3+3", "8/8×3+3", "8/4×3+1", "8/8×3+1", "8/2×3+1"],
+      // round 0: every pair after 3 warm iterations; round 1 rotated by one, a lead iteration each
+      ...grid.map((g) => `${g}×3+3`),
+      ...[...grid.slice(1), grid[0]].map((g) => `${g}×3+1`),
     ]);
     assert.deepEqual(
-      c.trials.map((t) => `${t.stage} ${t.forward}/${t.backward}`),
-      ["forward 2/4", "forward 4/4", "forward 8/4", "backward 8/2", "backward 8/4", "backward 8/8"],
+      c.trials.map((t) => `${t.forward}/${t.backward}`),
+      grid,
     );
-    assert.match(
-      c.text,
-      /forward 2\/4 11\.000 ms, 4\/4 10\.000 ms, 8\/4 9\.500 ms → 8; backward .* → 4 \(the analyser: 4\/4\)/,
+    assert.match(c.text, /4\/4 10\.000 ms, .* → forward 8, backward 2 \(the analyser: 4\/4\)/);
+  });
+  test("the fastest pair is taken only when 2% faster than the analyser's", () => {
+    const c = choosePools(
+      { forwardPool: 4, backwardPool: 4, hostThreads: 1 },
+      64,
+      (f, b, n) => Array.from({ length: n }, () => (f === 8 && b === 8 ? 9.9 : 10)),
+      6,
     );
+    assert.equal(c.forwardPool, 4, "8/8 is 1% faster: under the margin");
+    assert.equal(c.backwardPool, 4);
+  });
+  test("the directions' pools are chosen together: a pair better only jointly is found", () => {
+    // CaffeNet conv5, direct launches (session 18): 8 backward lanes pay after an 8-lane forward, hardly after 4
+    const ms: Record<string, number> = { "4/4": 10.57, "8/4": 10.8, "4/8": 10.15, "8/8": 9.47 };
+    const c = choosePools(
+      { forwardPool: 4, backwardPool: 4, hostThreads: 4 },
+      256,
+      (f, b, n) => Array.from({ length: n }, () => ms[`${f}/${b}`]!),
+      6,
+    );
+    assert.deepEqual([c.forwardPool, c.backwardPool], [8, 8]);
   });
   test("a candidate slow on its first calls (cold) is not beaten by one timed after it: medians over rounds", () => {
     // session 17, Siamese conv1 with direct launches: timed one after the other, the analysed 4/4 measured 3.2 ms and
@@ -651,9 +669,8 @@ describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-
       },
       12,
     );
-    assert.equal(c.forwardPool, 4);
-    assert.equal(c.backwardPool, 4);
-    const t44 = c.trials.find((t) => t.stage === "forward" && t.forward === 4 && t.backward === 4)!;
+    assert.deepEqual([c.forwardPool, c.backwardPool], [4, 4]);
+    const t44 = c.trials.find((t) => t.forward === 4 && t.backward === 4)!;
     assert.equal(t44.ms, 1.6, "3 cold iterations of 12 do not move the median");
   });
   test("short iterations are timed more often (at most 50); a given count is kept", () => {
@@ -662,8 +679,8 @@ describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-
       counts.push(n);
       return Array.from({ length: n }, () => 0.2);
     });
-    // 30 ms / 0.2 ms = 150, capped at 50 → 17 rounds of 3 for each of the two candidates (1 and 2 lanes), two stages
-    assert.equal(counts.length, 1 + 2 * 2 * 17);
+    // 30 ms / 0.2 ms = 150, capped at 50 → 17 rounds of 3 for each of the 4 pairs of 1 and 2 lanes
+    assert.equal(counts.length, 1 + 4 * 17);
     assert.ok(counts.every((n) => n === 3));
     const fixed: number[] = [];
     choosePools(
@@ -675,8 +692,8 @@ describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-
       },
       7,
     );
-    // 7 iterations: no probe; 3 rounds for each of 2 candidates ([4, 8] on 4 host threads), two stages
-    assert.equal(fixed.length, 2 * 2 * 3);
+    // 7 iterations: no probe; 3 rounds for each of the 4 pairs of [4, 8] (on 4 host threads)
+    assert.equal(fixed.length, 4 * 3);
   });
 });
 

@@ -8,7 +8,7 @@
 # Parts (PARTS, default all, in this order; each under its own timeout, a failing part does not stop the others):
 #   tests  the GLP4NN GPU tests: test/gpu/{glp4nn,streams,conv,eager,cnn}.test.ts                      (TESTS_TIMEOUT 200 s)
 #   torch  bench/pytorch/conv_layers.py: cuDNN's batched convolution, the 16 layers, fp32 and TF32  (TORCH_TIMEOUT 90 s)
-#   bench  vpps bench glp4nn --explain: Table 5 × {direct, graph} × {1, GLP4NN, 2…32}; Tree-LSTM  (BENCH_TIMEOUT 420 s)
+#   bench  vpps bench glp4nn --explain: Table 5 × {direct, graph} × {1, GLP4NN, 2…32}; Tree-LSTM  (BENCH_TIMEOUT 500 s)
 #   train  vpps train cnn on MNIST, eager, --streams 1 and auto: accuracy and images/s for the README (TRAIN_TIMEOUT 140 s each)
 # BENCH_ARGS adds options to the benchmark (e.g. "--quick", "--pools 2,4,8,16,32", "--layers CaffeNet").
 # TRAIN_ARGS replaces the training options (default: --epochs 3 --batch 64).
@@ -41,7 +41,7 @@ fi
 
 if has bench; then
   # shellcheck disable=SC2086
-  timeout "${BENCH_TIMEOUT:-420}" node bin/vpps.js bench glp4nn --explain --out "$R/bench" ${BENCH_ARGS:-} > "$R/bench.log" 2>&1
+  timeout "${BENCH_TIMEOUT:-500}" node bin/vpps.js bench glp4nn --explain --out "$R/bench" ${BENCH_ARGS:-} > "$R/bench.log" 2>&1
   echo "bench exit $?" | tee -a "$R/bench.log"
   grep -E "stream .* ms|Tree-LSTM|within 5%|bench exit|vpps:" "$R/bench.log" | head -60
 fi

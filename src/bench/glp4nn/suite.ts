@@ -49,6 +49,7 @@ export function convTables(results: readonly ConvLayerResult[], modes: readonly 
   for (const mode of modes) {
     const rows: string[][] = [];
     let withinBest = 0;
+    let firstPassWithinBest = 0;
     let modelWithinBest = 0;
     let notSlower = 0;
     let fast = 0;
@@ -57,12 +58,15 @@ export function convTables(results: readonly ConvLayerResult[], modes: readonly 
       const m = r.modes.find((x) => x.mode === mode);
       if (m === undefined) {
         const why = r.failed.find((f) => f.mode === mode || f.mode === "layer")?.error ?? "not run";
-        rows.push([r.layer.name, `failed: ${why}`, "", "", "", "", "", "", "", "", "", "", ""]);
+        rows.push([r.layer.name, `failed: ${why}`, "", "", "", "", "", "", "", "", "", "", "", ""]);
         continue;
       }
       const glp = m.glp.timing.ms;
       const speedup = m.oneStream.ms / glp;
-      if (glp <= 1.05 * m.best.ms) withinBest++;
+      // against the best fixed pool timed again apart from its selection where GLP4NN chose another (conv-suite.ts)
+      const vsBest = m.heldOut === undefined ? glp / m.best.ms - 1 : m.heldOut.glpMs / m.heldOut.bestMs - 1;
+      if (vsBest <= 0.05) withinBest++;
+      if (glp <= 1.05 * m.best.ms) firstPassWithinBest++;
       if (m.model.timing.ms <= 1.05 * m.best.ms) modelWithinBest++;
       if (glp <= 1.03 * m.oneStream.ms) notSlower++;
       if (speedup >= (mode === "direct" ? 1.3 : 2)) fast++;
@@ -79,6 +83,9 @@ export function convTables(results: readonly ConvLayerResult[], modes: readonly 
         fmt(m.best.ms),
         `${(m.oneStream.ms / m.best.ms).toFixed(2)}×`,
         `${((100 * (glp - m.best.ms)) / m.best.ms).toFixed(1)}%`,
+        m.heldOut === undefined
+          ? "(is the best)"
+          : `${fmt(m.heldOut.glpMs)} / ${fmt(m.heldOut.bestMs)}: ${(100 * vsBest).toFixed(1)}%`,
         `${m.model.forward}/${m.model.backward}`,
         `${((100 * (m.model.timing.ms - m.best.ms)) / m.best.ms).toFixed(1)}%`,
         same ? "yes" : "**no**",
@@ -100,6 +107,7 @@ export function convTables(results: readonly ConvLayerResult[], modes: readonly 
           "best ms",
           "best speedup",
           "GLP4NN vs best",
+          "timed again: GLP4NN / best ms",
           "analyser alone fwd/bwd",
           "analyser alone vs best",
           "bitwise = 1 stream",
@@ -108,7 +116,8 @@ export function convTables(results: readonly ConvLayerResult[], modes: readonly 
         [0, 1],
       ),
       "",
-      `- GLP4NN within 5% of the best fixed pool: ${withinBest} of ${n}; never more than 3% slower than one stream: ` +
+      `- GLP4NN within 5% of the best fixed pool: ${withinBest} of ${n} (where GLP4NN chose another configuration, ` +
+        `the two timed again, apart from the selection of the best; in the first pass: ${firstPassWithinBest} of ${n}); never more than 3% slower than one stream: ` +
         `${notSlower} of ${n}; ≥ ${mode === "direct" ? "1.3" : "2"}× over one stream: ${fast} of ${n}; ` +
         `gradients bit for bit one stream's in every configuration: ${identical} of ${n}; the analyser's pools ` +
         `alone (before the timed confirmation) within 5% of the best fixed pool: ${modelWithinBest} of ${n}`,

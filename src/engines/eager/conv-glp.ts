@@ -252,8 +252,6 @@ export interface PoolTrial {
   readonly forward: number;
   readonly backward: number;
   readonly ms: number;
-  /** Which pool the trial was for: the forward's (the analysed backward kept) or the backward's. */
-  readonly stage: "forward" | "backward";
 }
 
 /** The analyser's pools after the timed confirmation (confirmPools). */
@@ -322,12 +320,14 @@ export function timeIterationsMs(
  * Beyond the paper: the analyser's pools confirmed by timing, on the layer's first iterations. The program knows
  * what fits on the GPU at once and the launch cost, not how a lane's kernels wait for one another (the weight sums'
  * chain, a lane's samples in turn), and the best pool also moves between hosts of one GPU model (docs/GLP4NN.md). So
- * the forward's pool and its neighbours (neighbourPools: half and double) are timed with the analysed backward, then
- * the backward's with the forward kept; a neighbour replaces the analysed pool only when at least CONFIRM_MARGIN
- * faster. The candidates of a stage are timed in interleaved rounds (choosePools), as the benchmark times its
- * configurations: timed one after the other, the first candidate of a stage measured up to 2× slower than the
- * benchmark measured it afterwards (Siamese conv1, 4/4 lanes, 3.2 against 1.6 ms: session 17), and it was always the
- * analyser's own.
+ * every pairing of the forward's pool and its neighbours (neighbourPools: half and double) with the backward's is
+ * timed, and the fastest replaces the analysed pair only when at least CONFIRM_MARGIN faster. Jointly, because the
+ * two directions' pools interact: on CaffeNet conv5 with direct launches, 8 backward lanes saved 1.3 ms after an
+ * 8-lane forward and 0.4 ms after a 4-lane one, so trying the forward's neighbours with the analysed backward first
+ * kept 4/8, 10% slower than 8/8 (session 18). The candidates are timed in interleaved rounds (choosePools), as the
+ * benchmark times its configurations: timed one after the other, the first candidate measured up to 2× slower than
+ * the benchmark measured it afterwards (Siamese conv1, 4/4 lanes, 3.2 against 1.6 ms: session 17), and it was always
+ * the analyser's own.
  */
 export function confirmPools(
   layer: ConvLayer,
@@ -345,11 +345,12 @@ export function confirmPools(
 
 /**
  * confirmPools' choice with the timing given: `timeMs(forward, backward, iterations, warm)` gives the ms of each of
- * `iterations` iterations on those pools after `warm` untimed ones (on a GPU, timeIterationsMs). Each stage times its
- * candidates in rounds, ROUND_ITERATIONS iterations of each candidate per round, the order rotating from round to
- * round, FIRST_WARM untimed iterations before a candidate's first round and one (a lead) before each later one; a
- * candidate's time is the median of all its timed iterations. The iterations per candidate: enough for CONFIRM_MS of
- * the analysed pools' iteration (5 … 50) unless given. Apart from CUDA so that its order and margin are tested in CI.
+ * `iterations` iterations on those pools after `warm` untimed ones (on a GPU, timeIterationsMs). The candidates (the
+ * forward's neighbours × the backward's, in that order) are timed in rounds, ROUND_ITERATIONS iterations of each per
+ * round, the order rotating from round to round, FIRST_WARM untimed iterations before a candidate's first round and
+ * one (a lead) before each later one; a candidate's time is the median of all its timed iterations. The iterations
+ * per candidate: enough for CONFIRM_MS of the analysed pools' iteration (5 … 50) unless given. Apart from CUDA so
+ * that its order and margin are tested in CI.
  */
 export function choosePools(
   a: Pick<ConvAnalysis, "forwardPool" | "backwardPool" | "hostThreads">,
@@ -364,51 +365,29 @@ export function choosePools(
       Math.max(5, Math.ceil(CONFIRM_MS / median(timeMs(a.forwardPool, a.backwardPool, ROUND_ITERATIONS, FIRST_WARM)))),
     );
   const rounds = Math.max(2, Math.ceil(iterations / ROUND_ITERATIONS));
-  const trials: PoolTrial[] = [];
-  /** The configurations' medians, timed in interleaved rounds. */
-  const timeStage = (stage: PoolTrial["stage"], configs: readonly (readonly [number, number])[]): number[] => {
-    const times = configs.map(() => [] as number[]);
-    for (let r = 0; r < rounds; r++) {
-      for (let j = 0; j < configs.length; j++) {
-        const c = (r + j) % configs.length;
-        const [forward, backward] = configs[c]!;
-        times[c]!.push(...timeMs(forward, backward, ROUND_ITERATIONS, r === 0 ? FIRST_WARM : 1));
-      }
+  const configs = neighbourPools(a.forwardPool, samples, a.hostThreads).flatMap((f) =>
+    neighbourPools(a.backwardPool, samples, a.hostThreads).map((b) => [f, b] as const),
+  );
+  // the analysed pair is among them when the analysis rounded its pools as neighbourPools does; else timed too
+  if (!configs.some(([f, b]) => f === a.forwardPool && b === a.backwardPool)) {
+    configs.unshift([a.forwardPool, a.backwardPool] as const);
+  }
+  const times = configs.map(() => [] as number[]);
+  for (let r = 0; r < rounds; r++) {
+    for (let j = 0; j < configs.length; j++) {
+      const c = (r + j) % configs.length;
+      const [forward, backward] = configs[c]!;
+      times[c]!.push(...timeMs(forward, backward, ROUND_ITERATIONS, r === 0 ? FIRST_WARM : 1));
     }
-    const ms = times.map(median);
-    configs.forEach(([forward, backward], c) => {
-      trials.push({ forward, backward, ms: ms[c]!, stage });
-    });
-    return ms;
-  };
-  const pick = (analysed: number, candidates: number[], ms: number[]): number => {
-    const base = ms[candidates.indexOf(analysed)]!;
-    let best = { pool: analysed, ms: base };
-    candidates.forEach((k, i) => {
-      if (ms[i]! < best.ms && ms[i]! <= (1 - CONFIRM_MARGIN) * base) best = { pool: k, ms: ms[i]! };
-    });
-    return best.pool;
-  };
-  const forwards = neighbourPools(a.forwardPool, samples, a.hostThreads);
-  const forwardMs = timeStage(
-    "forward",
-    forwards.map((k) => [k, a.backwardPool] as const),
-  );
-  const forwardPool = pick(a.forwardPool, forwards, forwardMs);
-  const backwards = neighbourPools(a.backwardPool, samples, a.hostThreads);
-  const backwardMs = timeStage(
-    "backward",
-    backwards.map((k) => [forwardPool, k] as const),
-  );
-  const backwardPool = pick(a.backwardPool, backwards, backwardMs);
-  const list = (stage: PoolTrial["stage"]) =>
-    trials
-      .filter((t) => t.stage === stage)
-      .map((t) => `${t.forward}/${t.backward} ${t.ms.toFixed(3)} ms`)
-      .join(", ");
+  }
+  const trials: PoolTrial[] = configs.map(([forward, backward], c) => ({ forward, backward, ms: median(times[c]!) }));
+  const base = trials.find((t) => t.forward === a.forwardPool && t.backward === a.backwardPool)!;
+  const fastest = trials.reduce((x, t) => (t.ms < x.ms ? t : x), base);
+  const chosen = fastest.ms <= (1 - CONFIRM_MARGIN) * base.ms ? fastest : base;
   const text =
     `confirmed by timing (${rounds} interleaved rounds of ${ROUND_ITERATIONS} iterations per configuration, median; ` +
-    `a neighbour taken only when ${100 * CONFIRM_MARGIN}% faster): forward ${list("forward")} → ${forwardPool}; ` +
-    `backward ${list("backward")} → ${backwardPool} (the analyser: ${a.forwardPool}/${a.backwardPool})`;
-  return { forwardPool, backwardPool, trials, text };
+    `the fastest taken only when ${100 * CONFIRM_MARGIN}% faster than the analyser's): ` +
+    trials.map((t) => `${t.forward}/${t.backward} ${t.ms.toFixed(3)} ms`).join(", ") +
+    ` → forward ${chosen.forward}, backward ${chosen.backward} (the analyser: ${a.forwardPool}/${a.backwardPool})`;
+  return { forwardPool: chosen.forward, backwardPool: chosen.backward, trials, text };
 }
