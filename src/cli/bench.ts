@@ -281,7 +281,7 @@ function addGlp4nnCommand(bench: Command, layerChoices: readonly string[]): void
         ).argParser((v) => numberList("--cnn-batches", 0)(v).filter((b) => b > 0)),
       )
       .addOption(
-        new Option("--tree-sentences <n>", "Tree-LSTM sentences per timed repeat (default 512; --quick 32)").argParser(
+        new Option("--tree-sentences <n>", "Tree-LSTM sentences per timed repeat (default 256; --quick 32)").argParser(
           wholeNumber("--tree-sentences"),
         ),
       )

@@ -158,6 +158,9 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
   const treeBatches = o.treeBatches ?? (o.quick ? [1, 32] : [1, 8, 32, 128]);
   const cnnBatches = o.cnnBatches ?? [64];
   const t = new Transcript();
+  const started = performance.now();
+  /** A progress line with the seconds since the benchmark started (which part takes how long). */
+  const log = (line: string) => t.print(`${line} [${((performance.now() - started) / 1000).toFixed(0)} s]`);
   const solver = await loadSolver();
   const ctx = GpuContext.open({ poolBytes: 64 * 1024 ** 2 });
   const device = ctx.deviceName;
@@ -171,8 +174,7 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
         `${repeats} timed iterations each (median), CUDA_DEVICE_MAX_CONNECTIONS ${hardwareQueues()}, ` +
         `pools' weight sums: ${weightSumsFromEnv()}`,
     );
-    for (const L of layers)
-      convResults.push(tryConvLayer(ctx, L, solver, { pools, modes, repeats, log: (l) => t.print(l) }));
+    for (const L of layers) convResults.push(tryConvLayer(ctx, L, solver, { pools, modes, repeats, log }));
   } finally {
     ctx.dispose();
   }
@@ -180,10 +182,10 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
     try {
       treeRows = await runTreeLstmPool({
         batches: treeBatches,
-        sentences: o.treeSentences ?? (o.quick ? 32 : 512),
+        sentences: o.treeSentences ?? (o.quick ? 32 : 256),
         dataFile: o.dataFile,
         solver,
-        log: (l) => t.print(l),
+        log,
       });
     } catch (e) {
       // the conv results are kept: the Tree-LSTM part's failure is reported, not thrown
@@ -198,7 +200,7 @@ export async function runGlp4nn(o: Glp4nnOptions): Promise<number> {
         steps: o.quick ? 4 : 10,
         repeats: o.quick ? 2 : 6,
         solver,
-        log: (l) => t.print(l),
+        log,
       });
     } catch (e) {
       t.print(`CNN part failed: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}`);
