@@ -551,13 +551,13 @@ describe("balancedPool: the smallest pool that deals the samples in as many roun
 });
 
 describe("neighbourPools: the pools a timed confirmation tries around the analyser's", () => {
-  test("hand-worked: half, itself, double and quadruple, rounded as the analysis rounds, at most 32, no repeats", () => {
-    // on 4 host threads half of 4 rounds up to 4 lanes (a lane per thread)
+  test("hand-worked: ×¼, ×½, itself, ×2 and ×4, rounded as the analysis rounds, at most 32, no repeats", () => {
+    // on 4 host threads a quarter and half of 4 round up to 4 lanes (a lane per thread)
     assert.deepEqual(neighbourPools(4, 256, 4), [4, 8, 16]);
-    // 29 lanes for 256 samples: 15 (18 rounds, as on 15), 29, and 58 capped at 32
-    assert.deepEqual(neighbourPools(29, 256, 1), [15, 29, 32]);
-    // 100 samples: 50 and 100 → 32 lanes take 4 rounds, as 25 do
-    assert.deepEqual(neighbourPools(25, 100, 1), [13, 25]);
+    // 29 lanes for 256 samples: 8, 15 (18 rounds, as on 15), 29, and 58 and 116 capped at 32
+    assert.deepEqual(neighbourPools(29, 256, 1), [8, 15, 29, 32]);
+    // 100 samples: 7 (15 rounds), 13 (8 rounds); 50 and 100 → 32 lanes take 4 rounds, as 25 do
+    assert.deepEqual(neighbourPools(25, 100, 1), [7, 13, 25]);
     assert.deepEqual(neighbourPools(1, 64, 1), [1, 2, 4]);
     assert.deepEqual(neighbourPools(8, 32, 4), [4, 8, 16, 32]);
   });
@@ -608,8 +608,8 @@ describe("weightSumsFromEnv: how pools sum the weight gradient", () => {
 describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-up timings", () => {
   test("every pairing of the forward's and the backward's neighbours, in interleaved rounds; 2% margin", () => {
     // ms = forward cost + backward cost; the forward is best at 8 lanes, the backward at 2 (by 0.4%)
-    const fwd: Record<number, number> = { 2: 5, 4: 4, 8: 3.5, 16: 3.6 };
-    const bwd: Record<number, number> = { 2: 5.96, 4: 6, 8: 7, 16: 8 };
+    const fwd: Record<number, number> = { 1: 8, 2: 5, 4: 4, 8: 3.5, 16: 3.6 };
+    const bwd: Record<number, number> = { 1: 9, 2: 5.96, 4: 6, 8: 7, 16: 8 };
     const calls: string[] = [];
     const c = choosePools({ forwardPool: 4, backwardPool: 4, hostThreads: 1 }, 64, (f, b, n, warm) => {
       calls.push(`${f}/${b}×${n}+${warm}`);
@@ -619,7 +619,7 @@ describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-
     assert.equal(c.backwardPool, 2, "the fastest pair is taken whole");
     // the probe (3 iterations after 3 warm) sizes the trials: 30 ms / 10 ms → 3, raised to the least, 5 → 2 rounds
     assert.equal(calls[0], "4/4×3+3");
-    const grid = [2, 4, 8, 16].flatMap((f) => [2, 4, 8, 16].map((b) => `${f}/${b}`));
+    const grid = [1, 2, 4, 8, 16].flatMap((f) => [1, 2, 4, 8, 16].map((b) => `${f}/${b}`));
     assert.deepEqual(calls.slice(1), [
       // round 0: every pair after 3 warm iterations; round 1 rotated by one, a lead iteration each
       ...grid.map((g) => `${g}×3+3`),

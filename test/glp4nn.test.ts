@@ -62,12 +62,15 @@ describe("the eager engine's fork/join check (level-glp.ts), by hand", () => {
     assert.equal(levelStreams(2, 2, 10, 4), 1);
     // the analyser's 1 stays 1
     assert.equal(levelStreams(1, 100, 40, 4), 1);
-    // a gain under 10% is not taken: 100 nodes of 1 µs, 0.9 µs launches: one stream 100 µs, 2 streams
-    // max(104 · 0.9, 50) = 93.6 µs (6.4% faster); with 0.8 µs launches 83.2 µs (16.8% faster) is taken
-    assert.equal(REQUIRED_GAIN, 0.1);
-    assert.ok(Math.abs(levelTimeUs(100, 1, 0.9, 2) - 93.6) < 1e-9);
-    assert.equal(levelStreams(2, 100, 1, 0.9), 1);
-    assert.equal(levelStreams(2, 100, 1, 0.8), 2);
+    // a gain under 20% is not taken: 100 nodes of 1 µs, 0.8 µs launches: one stream 100 µs, 2 streams
+    // max(104 · 0.8, 50) = 83.2 µs (16.8% faster); with 0.7 µs launches 72.8 µs (27.2% faster) is taken
+    assert.equal(REQUIRED_GAIN, 0.2);
+    assert.ok(Math.abs(levelTimeUs(100, 1, 0.8, 2) - 83.2) < 1e-9);
+    assert.equal(levelStreams(2, 100, 1, 0.8), 1);
+    assert.equal(levelStreams(2, 100, 1, 0.7), 2);
+    // session 18's H100 case, Tree-LSTM batch 128: 97 nodes of 5.54 µs, 4.75 µs launches: predicted 10.8% faster on
+    // 2 streams, measured 4.0% slower: one stream now
+    assert.equal(levelStreams(2, 97, 5.54, 4.75), 1);
   });
 });
 

@@ -273,14 +273,16 @@ export const ROUND_ITERATIONS = 3;
 export const FIRST_WARM = 3;
 
 /**
- * The pools a confirmation times for a direction whose analysed pool is `pool`: half, the pool itself, double and
- * quadruple, each rounded as the analysis rounds (balancedPool for `samples`, then threadPool for `hostThreads`), at most
+ * The pools a confirmation times for a direction whose analysed pool is `pool`: a quarter, half, the pool itself,
+ * double and quadruple, each rounded as the analysis rounds (balancedPool for `samples`, then threadPool for `hostThreads`), at most
  * MAX_POOL_LANES, without repeats, in increasing order.
  */
 export function neighbourPools(pool: number, samples: number, hostThreads: number): number[] {
   const round = (k: number) =>
     Math.min(MAX_POOL_LANES, threadPool(balancedPool(Math.max(1, Math.min(k, MAX_POOL_LANES)), samples), hostThreads));
-  return [...new Set([Math.ceil(pool / 2), pool, 2 * pool, 4 * pool].map(round))].sort((a, b) => a - b);
+  return [...new Set([Math.ceil(pool / 4), Math.ceil(pool / 2), pool, 2 * pool, 4 * pool].map(round))].sort(
+    (a, b) => a - b,
+  );
 }
 
 /**
@@ -320,7 +322,7 @@ export function timeIterationsMs(
  * Beyond the paper: the analyser's pools confirmed by timing, on the layer's first iterations. The program knows
  * what fits on the GPU at once and the launch cost, not how a lane's kernels wait for one another (the weight sums'
  * chain, a lane's samples in turn), and the best pool also moves between hosts of one GPU model (docs/GLP4NN.md). So
- * every pairing of the forward's pool and its neighbours (neighbourPools: half, double and quadruple) with the backward's is
+ * every pairing of the forward's pool and its neighbours (neighbourPools: ×¼, ×½, ×2, ×4) with the backward's is
  * timed, and the fastest replaces the analysed pair only when at least CONFIRM_MARGIN faster. Jointly, because the
  * two directions' pools interact: on CaffeNet conv5 with direct launches, 8 backward lanes saved 1.3 ms after an
  * 8-lane forward and 0.4 ms after a 4-lane one, so trying the forward's neighbours with the analysed backward first
