@@ -273,16 +273,8 @@ function runMode(
   const probe = timeRounds(layer, [oneP], o.repeats);
   const repeats = Math.min(MAX_REPEATS, Math.max(o.repeats, Math.ceil(MIN_TIMED_MS / median(probe[0]!))));
   // one runner per pool size (as the engine keeps one per size), shared by the confirmation and every configuration
-  const runners = new Map<number, ConvRunner>();
-  const runnerOf = (k: number): ConvRunner => {
-    if (k === 1) return one;
-    let r = runners.get(k);
-    if (r === undefined) {
-      r = layer.runner(k, { threads: hostThreads });
-      runners.set(k, r);
-    }
-    return r;
-  };
+  const runners = layer.runners(one, { threads: hostThreads });
+  const runnerOf = runners.of;
   const sizes = o.pools.filter((k) => k !== 1);
   const prepared: Prepared[] = [oneP];
   let timings: ConvTiming[];
@@ -324,7 +316,7 @@ function runMode(
     }
   } finally {
     for (const p of prepared) p.end();
-    for (const r of runners.values()) r.dispose();
+    runners.dispose();
   }
   const [kf, kb] = [confirmed.forwardPool, confirmed.backwardPool];
   const oneStream = timings[0]!;

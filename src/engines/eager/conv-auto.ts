@@ -71,21 +71,12 @@ export class ConvAuto implements ConvChooser {
             hostThreads: convThreadsFor(MAX_LAYER_LANES),
           });
           // the analyser's pools confirmed by timing them and their neighbours on the layer's copy (conv-glp.ts)
-          const runners = new Map<number, ConvRunner>([[1, r]]);
+          const runners = layer.runners(r);
           let confirmed: ReturnType<typeof confirmPools>;
           try {
-            confirmed = confirmPools(layer, a, {
-              runnerOf: (k) => {
-                let x = runners.get(k);
-                if (x === undefined) {
-                  x = layer.runner(k);
-                  runners.set(k, x);
-                }
-                return x;
-              },
-            });
+            confirmed = confirmPools(layer, a, { runnerOf: runners.of });
           } finally {
-            for (const [k, x] of runners) if (k !== 1) x.dispose();
+            runners.dispose();
           }
           sizes = [confirmed.forwardPool, confirmed.backwardPool];
           text = [

@@ -144,6 +144,32 @@ export class ConvLayer {
   }
 
   /**
+   * Runners by pool size, each made on first use (`runner(k, opts)`) and kept, as the engine keeps one per size; `one`
+   * serves a single lane and stays the caller's; `dispose` frees every runner made here.
+   */
+  runners(
+    one: ConvRunner,
+    opts: { threads?: number } = {},
+  ): { of: (lanes: number) => ConvRunner; dispose: () => void } {
+    const made = new Map<number, ConvRunner>();
+    return {
+      of: (lanes) => {
+        if (lanes === 1) return one;
+        let r = made.get(lanes);
+        if (r === undefined) {
+          r = this.runner(lanes, opts);
+          made.set(lanes, r);
+        }
+        return r;
+      },
+      dispose: () => {
+        for (const r of made.values()) r.dispose();
+        made.clear();
+      },
+    };
+  }
+
+  /**
    * One training iteration on the context's stream: dW, db, dx zeroed (Caffe's solver clears the parameter
    * gradients; our col2im adds into dx), the forward on `forward`'s lanes and the backward on `backward`'s.
    */

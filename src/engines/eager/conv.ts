@@ -272,7 +272,11 @@ interface Scratch {
 export class ConvRunner {
   /** Each lane's column buffer (im2col's output; on one lane also the input gradient's columns). */
   private readonly cols: Scratch[];
-  /** With a pool, each lane's second buffer: the input gradient's columns, so that the chain can still read cols. */
+  /**
+   * With a pool summing by a chain of GEMMs, each lane's second buffer: the input gradient's columns, so that the chain
+   * can still read cols. Summing by products, the lane's own weight product has read cols before the input gradient
+   * (stream order on the lane), so the input gradient reuses cols and there is no second buffer.
+   */
   private readonly colsB: Scratch[];
   /** With a pool summing by products, each lane's PRODUCT_SLOTS slots (lane k's slot r at r·L + k): products dy[n]·colᵀ. */
   private readonly slots: Scratch[];
@@ -298,7 +302,9 @@ export class ConvRunner {
     const scratch = (ptr: DevicePtr): Scratch => ({ ptr, floats: shared ? Number.POSITIVE_INFINITY : 0 });
     const pooled = lanes.count > 1 ? lanes.count : 0;
     this.cols = Array.from({ length: lanes.count }, (_, k) => scratch(shared?.cols[k] ?? 0));
-    this.colsB = Array.from({ length: pooled }, (_, k) => scratch(shared?.colsB[k] ?? 0));
+    this.colsB = Array.from({ length: this.weightSums === "chain" ? pooled : 0 }, (_, k) =>
+      scratch(shared?.colsB[k] ?? 0),
+    );
     this.slots = Array.from({ length: this.weightSums === "products" ? PRODUCT_SLOTS * pooled : 0 }, (_, k) =>
       scratch(shared?.slots[k] ?? 0),
     );
@@ -430,7 +436,8 @@ export class ConvRunner {
       if (n >= PRODUCT_SLOTS * lanes.count) lanes.awaitWeights(lane, r);
       this.weightGemm(l, lane, G, p, n, col, slot);
       lanes.columnsReady(lane, r);
-      this.inputGradient(l, lane, G, p, n, this.colsB[lane.index]!.ptr);
+      // after the product on this lane (stream order): the column buffer is free for the input gradient
+      this.inputGradient(l, lane, G, p, n, this.cols[lane.index]!.ptr);
       return;
     }
     if (!isOneByOne(G)) {
