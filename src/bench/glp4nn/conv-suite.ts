@@ -46,8 +46,8 @@ export interface ConvModeResult {
   readonly best: { readonly pool: number; readonly ms: number };
   /**
    * Where GLP4NN's configuration is not the best fixed pool: the two timed again, alone, in fresh interleaved rounds
-   * (HELD_OUT_FACTOR times as many iterations each as before). The best pool is the least of 32 noisy medians, so its first-pass time is
-   * biased low (the winner's curse); timed again apart from the selection, it is not.
+   * (HELD_OUT_FACTOR times as many iterations each as before). The best pool is the least of 32 noisy medians, so its
+   * first-pass time is biased low (the winner's curse); timed again apart from the selection, it is not.
    */
   readonly heldOut?: { readonly glpMs: number; readonly bestMs: number };
   /** The program's launch cost T_launch, µs (0 for graphs), and the tracker's measured one. */
