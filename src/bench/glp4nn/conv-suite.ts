@@ -282,6 +282,7 @@ function runMode(
   let glpIndex: number;
   let modelIndex: number;
   let heldOut: ConvModeResult["heldOut"];
+  let bestIndex: number;
   try {
     // GLP4NN's choice: the analyser's pools confirmed by timing them and their neighbours (conv-glp.ts)
     confirmed = confirmPools(layer, analysis, { runnerOf });
@@ -309,7 +310,7 @@ function runMode(
     const times = timeRounds(layer, prepared, repeats);
     timings = prepared.map((p, i) => timingOf(p, times[i]!));
     // the best fixed pool (one stream included) and GLP4NN's configuration timed again, apart from the selection
-    const bestIndex = [0, ...sizes.map((_, i) => 1 + i)].reduce((b, i) => (timings[i]!.ms < timings[b]!.ms ? i : b), 0);
+    bestIndex = [0, ...sizes.map((_, i) => 1 + i)].reduce((b, i) => (timings[i]!.ms < timings[b]!.ms ? i : b), 0);
     if (bestIndex !== glpIndex) {
       const again = timeRounds(layer, [prepared[glpIndex]!, prepared[bestIndex]!], HELD_OUT_FACTOR * repeats);
       heldOut = { glpMs: median(again[0]!), bestMs: median(again[1]!) };
@@ -326,10 +327,8 @@ function runMode(
   });
   const glpTiming = timings[glpIndex]!;
   const modelTiming = timings[modelIndex]!;
-  const best = Object.entries(pools).reduce((b, [k, t]) => (t.ms < b.ms ? { pool: Number(k), ms: t.ms } : b), {
-    pool: 1,
-    ms: oneStream.ms,
-  });
+  // the best fixed pool: index 0 is one stream, 1 + i the pool sizes[i]
+  const best = { pool: bestIndex === 0 ? 1 : sizes[bestIndex - 1]!, ms: timings[bestIndex]!.ms };
   const explain = [analysis.forward, analysis.backward]
     .map((c, i) =>
       c === undefined
