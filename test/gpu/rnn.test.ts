@@ -51,6 +51,8 @@ interface Case {
   path?: RnnPath;
   /** Replicas per launch (forced); unset: chosen per batch. */
   replicas?: number;
+  /** The pipelined tile loop on or off (unset: the default, on). */
+  pipeline?: boolean;
 }
 
 function runCase(c: Case, notices: string[] = []): void {
@@ -67,6 +69,7 @@ function runCase(c: Case, notices: string[] = []): void {
     path: c.path ?? "auto",
     notice: (l) => notices.push(l),
     ...(c.replicas !== undefined ? { replicas: c.replicas } : {}),
+    ...(c.pipeline !== undefined ? { pipeline: c.pipeline } : {}),
   });
   const gpu = new PersistentRnn({ ...opts, seed: 5, device: "cuda:0", backend });
   try {
@@ -120,6 +123,31 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
       runCase({ cell, inputSize: 64, hidden: 256, layers: 1, bidirectional: false, lengths, tol: 5e-5 });
     });
   }
+  for (const cell of RNN_CELLS) {
+    // one replica holding 13 sequences: four tiles per step, the last partly filled, tiles that end at different steps
+    // (both directions: the reverse one's tiles start at different steps)
+    const lengths = [9, 3, 12, 1, 7, 7, 2, 12, 5, 4, 10, 6, 11];
+    for (const pipeline of [true, false]) {
+      const how = pipeline ? "the backward's pipelined tile loop" : "the step loops (pipeline off)";
+      test(`${cell}: ${how}, 13 packed sequences in one replica, 2 bidirectional layers, hidden 64`, () => {
+        runCase({
+          cell,
+          inputSize: 24,
+          hidden: 64,
+          layers: 2,
+          bidirectional: true,
+          lengths,
+          tol: 2e-5,
+          replicas: 1,
+          pipeline,
+        });
+      });
+    }
+  }
+  test("lstm hidden 1152, batch 16 (four tiles: the backward's pipelined loop with the registers full), 12 steps", () => {
+    const lengths = [12, 12, 12, 11, 11, 10, 9, 9, 8, 8, 7, 6, 5, 3, 2, 1];
+    runCase({ cell: "lstm", inputSize: 1152, hidden: 1152, layers: 1, bidirectional: false, lengths, tol: 1e-4 });
+  });
   test("lstm hidden 1152 (the paper's size), batch 4, 32 steps", () => {
     runCase({
       cell: "lstm",

@@ -41,6 +41,8 @@ export interface GpuRnnBackendOptions {
   readonly notice?: (line: string) => void;
   /** Replicas per persistent launch (PersistentRnnOptions.replicas); unset: chosen per batch. */
   readonly replicas?: number;
+  /** The backward's pipelined tile loop for batches of several tiles (PersistentRnnOptions.pipeline); unset: on. */
+  readonly pipeline?: boolean;
 }
 
 /** Device buffers of one call, freed together. */
@@ -94,10 +96,12 @@ export class GpuRnnBackend implements RnnBackend {
   readonly path: RnnPath;
   private readonly notice: (line: string) => void;
   private readonly replicas: number | undefined;
+  private readonly pipeline: boolean | undefined;
 
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
     this.precision = options.precision ?? "fp32";
     this.replicas = options.replicas;
+    this.pipeline = options.pipeline;
     this.path = options.path ?? "auto";
     this.notice = options.notice ?? ((line) => process.stderr.write(`${line}\n`));
     this.device = `cuda:${index}`;
@@ -111,13 +115,10 @@ export class GpuRnnBackend implements RnnBackend {
       if (this.path === "stepwise") l = new StepwiseRnnLayer(this.gpu, a.cell, a.hidden);
       else {
         try {
-          l = PersistentRnnLayer.create(
-            this.gpu,
-            a.cell,
-            a.hidden,
-            this.precision,
-            this.replicas === undefined ? {} : { replicas: this.replicas },
-          );
+          l = PersistentRnnLayer.create(this.gpu, a.cell, a.hidden, this.precision, {
+            ...(this.replicas === undefined ? {} : { replicas: this.replicas }),
+            ...(this.pipeline === undefined ? {} : { pipeline: this.pipeline }),
+          });
         } catch (e) {
           if (!(e instanceof RnnDoesNotFitError) || this.path === "persistent") throw e;
           this.notice(`vpps: ${e.message}; running it on the non-persistent path (a GEMM per step), much slower`);

@@ -400,6 +400,81 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
 }`;
 
 /**
+ * The backward's pipelined loop's tile loads (a batch of several tiles per replica): a tile's BT rows go to one of two
+ * slots, and the next tile's copies are issued before this tile is multiplied, so the wait for other CTAs' values of
+ * a tile published a tile or more earlier is hidden behind this tile's product. issue_tile starts the copies: one TMA
+ * bulk copy per polled row, issued by the last warp's last lanes (not the first warps' cell threads) and counted on the
+ * slot's mbarrier; rows that are not polled are loaded directly, rows past `nt` are zero. (The same loop with 16-byte
+ * cp.async copies by every thread was slower than the step loop: LSTM 1152 batch 16, 7.2 against 6.2 ms; measured in
+ * bench/results/h100/issue18/session19/.) settle_tile waits for the slot's barrier, re-fetches the values that were
+ * still −0.0 when the copy read them and waits again until none is, or reports a value that never arrived.
+ */
+export const TILE_PIPE = `
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, unsigned long long* m) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)) : "memory");
+}
+template <typename RowOf>
+__device__ __forceinline__ void issue_tile(float4* slot, unsigned long long* bar, int nt, RowOf row_of) {
+  constexpr int PER_ROW = K / 4;
+  // polled rows are a prefix (the sequences that had a previous step)
+  int npolled = 0;
+  for (int b = 0; b < nt; b++) {
+    bool poll = false;
+    (void)row_of(b, poll);
+    if (!poll) break;
+    npolled++;
+  }
+  // issued by the last warp's last lanes, not the first warps' cell threads
+  const int qb = NT - 1 - (int)threadIdx.x;
+  if (qb == 0) mbar_arrive_expect(bar, (u32)npolled * (u32)(4 * K));
+  if (qb >= 0 && qb < npolled) {
+    bool poll = false;
+    bulk_copy(slot + qb * (KP / 4), row_of(qb, poll), 4 * K, bar);
+  }
+  for (int idx = threadIdx.x + npolled * PER_ROW; idx < BT * PER_ROW; idx += NT) {
+    const int b = idx / PER_ROW, q = idx - b * PER_ROW;
+    bool poll = false;
+    const float* r = b < nt ? row_of(b, poll) : nullptr;
+    slot[b * (KP / 4) + q] = r == nullptr ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(r + 4 * q);
+  }
+}
+template <typename RowOf>
+__device__ __forceinline__ bool settle_tile(float4* slot, unsigned long long* bar, u32 parity, int nt, RowOf row_of,
+                                            int* status, int step) {
+  constexpr int PER_ROW = K / 4;
+  u32 spins = 0;
+  while (!mbar_try_wait(bar, parity)) {
+    if (++spins > kBarrierSpinLimit) {
+      report_error(status, kErrPollTimeout, step, -1, -1, -1);
+      return false;
+    }
+    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+  }
+  for (;;) {
+    int first = -1;
+    for (int idx = threadIdx.x; idx < BT * PER_ROW; idx += NT) {
+      const int b = idx / PER_ROW, q = idx - b * PER_ROW;
+      if (b >= nt) break;
+      bool poll = false;
+      const float* r = row_of(b, poll);
+      float4* dst = slot + b * (KP / 4) + q;
+      if (poll && pending4(*dst)) {
+        cp_async16(dst, r + 4 * q);
+        if (first < 0) first = idx;
+      }
+    }
+    if (first < 0) return true;
+    cp_async_wait_all();
+    if (++spins > kBarrierSpinLimit) {
+      report_error(status, kErrPollTimeout, step, first / PER_ROW, 4 * (first % PER_ROW), -1);
+      return false;
+    }
+    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+  }
+}`;
+
+/**
  * The whole batch's rows in one buffer through the CTA pair's multicast: each CTA copies every other polled row
  * (one bulk copy per row, to both CTAs), the plain rows are loaded directly, and after the barrier every thread
  * settles its entries that were still −0.0 when the copy read them, as load_tile does.

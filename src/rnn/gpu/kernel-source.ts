@@ -30,6 +30,7 @@ import {
   RNN_KERNEL_NAMES,
   type RnnKernelOptions,
   ROW_SUM,
+  TILE_PIPE,
 } from "./kernel-parts.js";
 
 // the public names of the kernels' building blocks, for the layer and the tests
@@ -204,7 +205,8 @@ export function sharedBytes(plan: RnnKernelPlan, batch: number, groupRows = BATC
   const n32 = Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32;
   const cw = plan.threadsPerRowGroup / 32;
   const states = plan.kind === "forward" ? (plan.cell === "lstm" ? 1 : 0) : 2;
-  return 4 * (groupRows * paddedCols(plan) + cw * plan.rowGroups * n32 + states * plan.unitsPerCta * batch);
+  const parts = plan.kind === "backward" ? 2 : 1; // the backward's pipelined loop alternates two
+  return 4 * (groupRows * paddedCols(plan) + parts * cw * plan.rowGroups * n32 + states * plan.unitsPerCta * batch);
 }
 
 /**
@@ -241,6 +243,7 @@ __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
 ${ROW_SUM}
 ${LOAD_TILE}
 ${LOAD_TILE_MC}
+${TILE_PIPE}
 
 // dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 by rnn_fill; what W_hh's gradient
 // and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by r; else null).
@@ -251,7 +254,7 @@ extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clust
     const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
     const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,
     float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
-    int reverse, int bcap, int lb, int* status, int mc, int nrep) {
+    int reverse, int bcap, int lb, int* status, int mc, int nrep, int pipe) {
   extern __shared__ float4 smem4[];
   // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
   // found the batch fits one group
@@ -259,7 +262,7 @@ extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clust
   (void)mc;
   float4* vs4 = smem4;
   float* part = reinterpret_cast<float*>(smem4 + (mcx ? 2 : 1) * lb * (KP / 4));
-  float* carry = part + CW * RG * N32;
+  float* carry = part + 2 * CW * RG * N32;
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
 ${pairPrologue(clustered(plan, opts))}
 ${weights}
@@ -272,6 +275,7 @@ ${weights}
   const float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
   float* carry_c = carry;             // LSTM: dc flowing to the previous step
   float* carry_h = carry + UC * bcap; // GRU: dh ⊙ z flowing to the previous step
+${backwardPipelined(plan, matvec)}
   PHASE_START
   for (int s = 0; s <= steps; s++) {
     const int t = s < steps ? (reverse ? s : steps - 1 - s) : -1;
@@ -314,19 +318,131 @@ ${pairLoad(clustered(plan, opts), "npr", "tp")}
       PHASE(1)
 ${matvec}
       PHASE(2)
-      if (!mine) continue;
-      const float rec = row_sum(part, cu, cb);
-      if (!active) {
-        if (bb < np) dh0[ci] = rec${plan.cell === "gru" ? " + carry_h[cu * bcap + jl]" : ""}; // bb's first forward step was tp
-        continue;
-      }
-      const float dh = dyv + (from_next ? rec${plan.cell === "gru" ? " + carry_h[cu * bcap + jl]" : ""} : dhnv);
-      float* dp = dpre_h + row * (G * H) + unit;
-${backwardCell(plan)}
+${backwardTileCell(plan)}
     }
   }
 }
 `;
+}
+
+/** A backward tile's cell after its product (`continue` ends the tile: a loop's body, or a do-while(false)). */
+function backwardTileCell(plan: RnnKernelPlan): string {
+  const carried = plan.cell === "gru" ? " + carry_h[cu * bcap + jl]" : "";
+  return `      if (!mine) continue;
+      const float rec = row_sum(part, cu, cb);
+      if (!active) {
+        if (bb < np) dh0[ci] = rec${carried}; // bb's first forward step was tp
+        continue;
+      }
+      const float dh = dyv + (from_next ? rec${carried} : dhnv);
+      float* dp = dpre_h + row * (G * H) + unit;
+${backwardCell(plan)}`;
+}
+
+/**
+ * The backward's pipelined loop (the host sets `pipe` where a replica's batch spans several tiles): the same work as
+ * the step loop, one tile at a time, each tile's rows in one of two shared-memory slots, and the next tile's rows
+ * copied (TMA bulk copies, one per row, counted on the slot's mbarrier) while this tile is multiplied. Tile k of a
+ * step reads the gate gradients of tile k of the step before, which every CTA published while the other tiles ran,
+ * so most of its wait is hidden; the step loop instead waits once per group of tiles, for rows of G·H floats that
+ * only a few tiles' worth of shared memory can hold. Two partial-sum buffers: a tile's cell reads one while the next
+ * tile's product fills the other. The step bookkeeping (batch sizes, offsets) stays in registers, loaded a step
+ * ahead. Measured (bench/results/h100/issue18/session19/): LSTM 1152 at batch 16, 5.70 → 4.9 ms per backward
+ * launch. The same loop in the forward kernel was slower (its step loop's one multicast wait per step for the
+ * whole batch is cheaper than four waits), so the forward keeps the step loop.
+ */
+function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
+  return `  if (pipe) {
+    float* const parts = part;
+    // one mbarrier per tile slot, counting its bulk copies (tile i uses slot i & 1, in its phase (i >> 1) & 1)
+    __shared__ unsigned long long pbar[2];
+    if (tid == 0) {
+      mbar_init(&pbar[0]);
+      mbar_init(&pbar[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // processing step s differentiates forward step t(s) (none at s = steps: that pass only gives the dh0 of the
+    // sequences whose first step was t(s − 1)); the gradients it reads are those of step t(s − 1)
+    const auto meta = [&](int s, int& nb, int& off) {
+      const bool in = s >= 0 && s < steps;
+      const int t = reverse ? s : steps - 1 - s;
+      nb = in ? batch_sizes[t] : 0;
+      off = in ? offsets[t] : 0;
+    };
+    const auto nrows_of = [&](int nb, int np) { return max(local_count(nb, rep, nrep), local_count(np, rep, nrep)); };
+    const auto rows_of = [&](int b0, int np, int offp) {
+      return [=](int b, bool& poll) -> const float* {
+        const int r = rep + (b0 + b) * nrep;
+        poll = r < np;
+        return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
+      };
+    };
+    int s = 0, nbC = 0, offC = 0, nbP = 0, offP = 0;
+    for (; s <= steps; s++) {
+      meta(s, nbC, offC);
+      meta(s - 1, nbP, offP);
+      if (nrows_of(nbC, nbP) > 0) break;
+    }
+    if (s > steps) return;
+    int nbN, offN;
+    meta(s + 1, nbN, offN);
+    int b0 = 0;
+    issue_tile(vs4, &pbar[0], min(BT, nrows_of(nbC, nbP)), rows_of(0, nbP, offP));
+    PHASE_START
+    for (int i = 0;; i++) {
+      const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
+      const int nrows = nrows_of(nbC, nbP), nt = min(BT, nrows - b0);
+      const bool same = b0 + BT < nrows;
+      const int nrows2 = s + 1 <= steps ? nrows_of(nbN, nbC) : 0;
+      const bool more = same || nrows2 > 0;
+      float4* const slot = vs4 + (i & 1) * BT * (KP / 4);
+      const int nb = nbC, np = nbP;
+      const int jl = b0 + cb, bb = rep + jl * nrep; // the cell thread's local column and its sequence
+      const bool mine = cell_thread && cb < nt;
+      const bool active = mine && bb < nb; // a step of bb to differentiate (else: bb's dh0, or nothing)
+      const size_t ci = (size_t)bb * H + unit;
+      const size_t row = (size_t)(offC + bb);
+      const bool from_next = bb < np;
+      // the forward's step before t is the next processing step
+      const bool has_prev = s + 1 < steps && bb < nbN;
+      const size_t prow = has_prev ? (size_t)(offN + bb) : 0;
+      const float dyv = active ? dy[row * lddy + unit] : 0.f;
+      const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
+${backwardPrefetch(plan)}
+      PHASE(0)
+      const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
+      if (__syncthreads_or(!ok)) return;
+      PHASE(1)
+      if (more) {
+        float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
+        unsigned long long* const obar = &pbar[(i + 1) & 1];
+        if (same) issue_tile(other, obar, min(BT, nrows - b0 - BT), rows_of(b0 + BT, nbP, offP));
+        else issue_tile(other, obar, min(BT, nrows2), rows_of(0, nbC, offC));
+      }
+      const float4* vcur = slot;
+      const int vrow = 0;
+      float* part = parts + (i & 1) * (CW * RG * N32);
+${matvec}
+      PHASE(2)
+      do {
+${backwardTileCell(plan)}
+      } while (false);
+      PHASE(3)
+      if (!more) break;
+      if (same) b0 += BT;
+      else {
+        s++;
+        b0 = 0;
+        nbP = nbC;
+        offP = offC;
+        nbC = nbN;
+        offC = offN;
+        meta(s + 1, nbN, offN);
+      }
+    }
+    return;
+  }`;
 }
 
 /** The cell thread's loads of a backward step, issued before it waits for the other CTAs. */

@@ -61,6 +61,11 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
    */
   readonly replicas?: number;
   /**
+   * Whether backward launches whose replicas hold more than one batch tile of sequences run the pipelined tile loop;
+   * unset: on unless VPPS_RNN_PIPELINE=0 (for comparisons).
+   */
+  readonly pipeline?: boolean;
+  /**
    * The most CTAs a launch may use, so that a concurrent persistent launch (the other direction of a bidirectional
    * layer, on another stream) is co-resident with it; create refuses a layer with no layout that small.
    */
@@ -90,6 +95,8 @@ interface LaunchSetup {
   readonly bytes: number;
   readonly lb: number;
   readonly mc: number;
+  /** 1: the backward's pipelined tile loop (a replica's batch spans several tiles; two tile slots of shared memory). */
+  readonly pipe: number;
 }
 
 /**
@@ -109,6 +116,12 @@ export class PersistentRnnLayer extends RnnLayerBase {
    * VPPS_RNN_MULTICAST=0 (for comparisons; the kernels are clustered either way).
    */
   readonly multicast = process.env.VPPS_RNN_MULTICAST !== "0";
+  /**
+   * Whether backward launches whose replicas hold more than one batch tile of sequences run the pipelined tile loop
+   * (each tile's loads issued a tile ahead, hidden behind the previous tile's product): `options.pipeline`, else on
+   * unless VPPS_RNN_PIPELINE=0 (for comparisons).
+   */
+  readonly pipeline: boolean;
   /** VPPS_RNN_REPLICAS=N: every launch runs N replicas where the layer allows (comparisons); unset: the model picks. */
   readonly forcedReplicas: number | undefined;
   /** Compiled layouts by units per CTA; the widest spread (layouts[0]) is compiled at creation. */
@@ -153,6 +166,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       );
     }
     this.forcedReplicas = forced;
+    this.pipeline = options.pipeline ?? process.env.VPPS_RNN_PIPELINE !== "0";
     const base = this.kernelsOf(layouts[0]!);
     this.fill = base.modules.forward.getFunction(RNN_KERNEL_NAMES.fill);
     this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
@@ -472,14 +486,19 @@ export class PersistentRnnLayer extends RnnLayerBase {
     batch: number,
     staticShared: number,
     options: RnnKernelOptions,
-  ): { bytes: number; lb: number; mc: number } {
+  ): { bytes: number; lb: number; mc: number; pipe: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
+    if (this.pipeline && plan.kind === "backward" && batch > BATCH_TILE) {
+      // several tiles per replica: the backward's pipelined loop, one tile per wait in two slots
+      const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
+      if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
+    }
     if (this.multicast && clustered(plan, options)) {
       // the pair's multicast: the whole batch in one group, two buffers (a step's copies land in the other)
       const full = Math.max(1, Math.ceil(batch / BATCH_TILE)) * BATCH_TILE;
       const bytes = sharedBytes(plan, batch, 2 * full);
-      if (bytes <= max) return { bytes, lb: full, mc: 1 };
+      if (bytes <= max) return { bytes, lb: full, mc: 1, pipe: 0 };
     }
     const lb = groupRows(plan, batch, max);
     if (lb === 0) {
@@ -492,7 +511,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
           `it into batches of at most ${most}`,
       );
     }
-    return { bytes: sharedBytes(plan, batch, lb), lb, mc: 0 };
+    return { bytes: sharedBytes(plan, batch, lb), lb, mc: 0, pipe: 0 };
   }
 
   /** The recurrent backward launch alone (gate gradients into the workspace, dh0/dc0). */
@@ -528,6 +547,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.ptr(a.ws.status),
       karg.i32(sh.mc),
       karg.i32(sh.replicas),
+      karg.i32(sh.pipe),
     ]);
   }
 
