@@ -471,7 +471,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const k = choice.k;
     const plan = choice.layout[kind];
     const bcap = Math.ceil(B / choice.replicas);
-    const sh = this.sharedFor(plan, bcap, k.staticShared[kind], k.options);
+    const sh = this.sharedFor(plan, bcap, k.staticShared[kind], k.options, choice.replicas);
     const out = { k, replicas: choice.replicas, plan, bcap, ...sh };
     this.last[kind] = out;
     return out;
@@ -486,11 +486,15 @@ export class PersistentRnnLayer extends RnnLayerBase {
     batch: number,
     staticShared: number,
     options: RnnKernelOptions,
+    replicas = 1,
   ): { bytes: number; lb: number; mc: number; pipe: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
-    if (this.pipeline && plan.kind === "backward" && batch > BATCH_TILE) {
-      // several tiles per replica: the backward's pipelined loop, one tile per wait in two slots
+    if (this.pipeline && plan.kind === "backward" && replicas === 1 && batch > BATCH_TILE) {
+      // several tiles in a launch of one replica: the backward's pipelined loop, one tile per wait in two slots.
+      // Measured on an H100 against the step loop (bench/results/h100/issue18/session19/ab/): 10–25% faster for the
+      // widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792 even), 4–11% slower for replicated
+      // ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step loop.
       const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
       if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
     }
