@@ -333,26 +333,8 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
  * whatever the number of values. Returns false if a value never arrived (status written) or another CTA failed.
  */
 const SETTLE = `${CP_ASYNC}
-// Which of a thread's entries e0 … e0 + 31 (those below 'total') are still −0.0, as a mask: PENDING_BATCH read at a
-// time, not one load latency after another as a loop over the pending bits did (a group of 32 cost ~1k cycles that
-// way); more at a time would need registers the weights hold.
-constexpr int PENDING_BATCH = 4;
-__device__ __forceinline__ u32 pending_mask(const float4* vs4, int e0, int total) {
-  constexpr int PER_ROW = K / 4;
-  u32 m = 0;
-  #pragma unroll 1
-  for (int c = 0; c < 32; c += PENDING_BATCH) {
-    if (threadIdx.x + (e0 + c) * NT >= total) break;
-    #pragma unroll
-    for (int e = c; e < c + PENDING_BATCH; e++) {
-      const int idx = threadIdx.x + (e0 + e) * NT;
-      if (idx < total && pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) m |= 1u << e;
-    }
-  }
-  return m;
-}
 template <typename RowOf>
-__device__ __forceinline__ bool settle_group(float4* vs4, int e0, int total, u32 pending, bool inflight, RowOf row_of,
+__device__ __forceinline__ bool settle_group(float4* vs4, int e0, u32 pending, bool inflight, RowOf row_of,
                                              int* status, int step) {
   constexpr int PER_ROW = K / 4;
   u32 spins = 0;
@@ -366,7 +348,13 @@ __device__ __forceinline__ bool settle_group(float4* vs4, int e0, int total, u32
     }
     inflight = false;
     cp_async_wait_all();
-    pending &= pending_mask(vs4, e0, total);
+    u32 still = 0;
+    for (u32 m = pending; m != 0; m &= m - 1) {
+      const int e = e0 + __ffs(m) - 1;
+      const int idx = threadIdx.x + e * NT;
+      if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) still |= 1u << (e - e0);
+    }
+    pending = still;
     if (pending == 0) break;
     if (++spins > kBarrierSpinLimit) {
       const int idx = threadIdx.x + (e0 + __ffs(pending) - 1) * NT;
@@ -406,7 +394,7 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
         pending |= 1u << (e - e0);
       }
     }
-    if (!settle_group(vs4, e0, TOTAL, pending, true, row_of, status, step)) return false;
+    if (!settle_group(vs4, e0, pending, true, row_of, status, step)) return false;
   }
   return true;
 }`;
@@ -466,19 +454,14 @@ __device__ __forceinline__ bool settle_tile(float4* slot, unsigned long long* ba
     if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
   }
   for (;;) {
-    // the entries read PENDING_BATCH at a time (independent loads, no memory clobber between them: a loop that
-    // re-issued as it went read them one latency after another, ~4k cycles a tile of the LSTM 1152 backward), the
-    // −0.0 ones marked
+    // every entry read at once (independent loads, no memory clobber between them: a loop that re-issued as it
+    // went read them one latency after another, ~4k cycles a tile of the LSTM 1152 backward), the −0.0 ones marked
     unsigned long long pend = 0;
-    #pragma unroll 1
-    for (int c = 0; c < E; c += PENDING_BATCH) {
-      #pragma unroll
-      for (int e = c; e < c + PENDING_BATCH; e++) {
-        const int idx = threadIdx.x + e * NT;
-        const int b = idx / PER_ROW;
-        if (e < E && idx < BT * PER_ROW && b < nt && pending4(slot[b * (KP / 4) + idx - b * PER_ROW]))
-          pend |= 1ull << e;
-      }
+    #pragma unroll
+    for (int e = 0; e < E; e++) {
+      const int idx = threadIdx.x + e * NT;
+      const int b = idx / PER_ROW;
+      if (idx < BT * PER_ROW && b < nt && pending4(slot[b * (KP / 4) + idx - b * PER_ROW])) pend |= 1ull << e;
     }
     if (pend == 0) return true;
     // rare: re-fetch the polled ones (rows that are not polled hold no −0.0 that matters)
@@ -547,8 +530,14 @@ __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots,
   const int E = (TP + NT - 1) / NT;
   #pragma unroll 1
   for (int e0 = 0; e0 < E; e0 += 32) {
-    const u32 pending = pending_mask(vs4, e0, TP);
-    if (!settle_group(vs4, e0, TP, pending, false, row_of, status, step)) return false;
+    const int e1 = min(E, e0 + 32);
+    u32 pending = 0;
+    for (int e = e0; e < e1; e++) {
+      const int idx = threadIdx.x + e * NT;
+      if (idx >= TP) break;
+      if (pending4(vs4[(idx / PER_ROW) * (KP / 4) + idx % PER_ROW])) pending |= 1u << (e - e0);
+    }
+    if (!settle_group(vs4, e0, pending, false, row_of, status, step)) return false;
   }
   return true;
 }`;
