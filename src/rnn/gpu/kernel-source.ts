@@ -347,9 +347,9 @@ ${backwardCell(plan)}`;
  * so most of its wait is hidden; the step loop instead waits once per group of tiles, for rows of G·H floats that
  * only a few tiles' worth of shared memory can hold. Two partial-sum buffers: a tile's cell reads one while the next
  * tile's product fills the other. The step bookkeeping (batch sizes, offsets) stays in registers, loaded a step
- * ahead. Measured (bench/results/h100/issue18/session19/): LSTM 1152 at batch 16, 5.70 → 4.9 ms per backward
- * launch. The same loop in the forward kernel was slower (its step loop's one multicast wait per step for the
- * whole batch is cheaper than four waits), so the forward keeps the step loop.
+ * ahead. Measured (bench/results/h100/issue18/session19/): LSTM 1152 at batch 16, 5.65 → 3.62 ms per backward
+ * launch. The same loop in the forward kernel (measured with an earlier, slower check) was slower than its step
+ * loop, so the forward keeps the step loop.
  */
 function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
   return `  if (pipe) {

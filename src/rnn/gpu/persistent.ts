@@ -492,9 +492,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
     if (this.pipeline && plan.kind === "backward" && replicas === 1 && batch > BATCH_TILE) {
       // several tiles in a launch of one replica: the backward's pipelined loop, one tile per wait in two slots.
-      // Measured on an H100 against the step loop (bench/results/h100/issue18/session19/ab/): 10–25% faster for the
-      // widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792 even), 4–11% slower for replicated
-      // ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step loop.
+      // Measured on an H100 against the step loop (bench/results/h100/issue18/session19/ab/, with the loop's first
+      // check): 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
+      // even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step
+      // loop.
       const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
       if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
     }
