@@ -333,6 +333,30 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
  * whatever the number of values. Returns false if a value never arrived (status written) or another CTA failed.
  */
 const SETTLE = `${CP_ASYNC}
+// How many of the first n rows are polled: they are a prefix (the sequences that had a previous step).
+template <typename RowOf>
+__device__ __forceinline__ int polled_prefix(int n, RowOf row_of) {
+  int k = 0;
+  for (; k < n; k++) {
+    bool poll = false;
+    (void)row_of(k, poll);
+    if (!poll) break;
+  }
+  return k;
+}
+// Waits for the phase of an mbarrier with this parity to complete, bounded as the polls are (false: it never did, or
+// another CTA failed).
+__device__ __forceinline__ bool wait_mbar(unsigned long long* m, u32 parity, int* status, int step) {
+  u32 spins = 0;
+  while (!mbar_try_wait(m, parity)) {
+    if (++spins > kBarrierSpinLimit) {
+      report_error(status, kErrPollTimeout, step, -1, -1, -1);
+      return false;
+    }
+    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
+  }
+  return true;
+}
 template <typename RowOf>
 __device__ __forceinline__ bool settle_group(float4* vs4, int e0, u32 pending, bool inflight, RowOf row_of,
                                              int* status, int step) {
@@ -417,14 +441,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes,
 template <typename RowOf>
 __device__ __forceinline__ void issue_tile(float4* slot, unsigned long long* bar, int nt, RowOf row_of) {
   constexpr int PER_ROW = K / 4;
-  // polled rows are a prefix (the sequences that had a previous step)
-  int npolled = 0;
-  for (int b = 0; b < nt; b++) {
-    bool poll = false;
-    (void)row_of(b, poll);
-    if (!poll) break;
-    npolled++;
-  }
+  const int npolled = polled_prefix(nt, row_of);
   // issued by the last warp's last lanes, not the first warps' cell threads
   const int qb = NT - 1 - (int)threadIdx.x;
   if (qb == 0) mbar_arrive_expect(bar, (u32)npolled * (u32)(4 * K));
@@ -445,14 +462,8 @@ __device__ __forceinline__ bool settle_tile(float4* slot, unsigned long long* ba
   constexpr int PER_ROW = K / 4;
   constexpr int E = (BT * PER_ROW + NT - 1) / NT;
   static_assert(E <= 64, "entries per thread of a tile");
+  if (!wait_mbar(bar, parity, status, step)) return false;
   u32 spins = 0;
-  while (!mbar_try_wait(bar, parity)) {
-    if (++spins > kBarrierSpinLimit) {
-      report_error(status, kErrPollTimeout, step, -1, -1, -1);
-      return false;
-    }
-    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
-  }
   for (;;) {
     // every entry read at once (independent loads, no memory clobber between them: a loop that re-issued as it
     // went read them one latency after another, ~4k cycles a tile of the LSTM 1152 backward), the −0.0 ones marked
@@ -495,14 +506,7 @@ template <typename RowOf>
 __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots, RowOf row_of,
                                              unsigned long long* mbar, u32 parity, int* status, int step) {
   constexpr int PER_ROW = K / 4;
-  // polled rows are a prefix of the rows (those of sequences that had a previous step)
-  int npolled = 0;
-  for (int b = 0; b < nrows; b++) {
-    bool poll = false;
-    (void)row_of(b, poll);
-    if (!poll) break;
-    npolled++;
-  }
+  const int npolled = polled_prefix(nrows, row_of);
   if (threadIdx.x == 0) mbar_arrive_expect(mbar, (u32)npolled * (u32)(4 * K));
   const u32 rank = cluster_rank();
   for (int b = CS * threadIdx.x + (int)rank; b < npolled; b += CS * NT) {
@@ -517,14 +521,7 @@ __device__ __forceinline__ bool load_tile_mc(float4* vs4, int nrows, int nslots,
     const float* r = b < nrows ? row_of(b, poll) : nullptr;
     vs4[b * (KP / 4) + q] = r == nullptr ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(r + 4 * q);
   }
-  u32 spins = 0;
-  while (!mbar_try_wait(mbar, parity)) {
-    if (++spins > kBarrierSpinLimit) {
-      report_error(status, kErrPollTimeout, step, -1, -1, -1);
-      return false;
-    }
-    if ((spins & 1023u) == 0 && *(volatile int*)status != 0) return false;
-  }
+  if (!wait_mbar(mbar, parity, status, step)) return false;
   // values published after the copy read them are still −0.0: settle those, 32 entries of a thread at a time
   const int TP = npolled * PER_ROW;
   const int E = (TP + NT - 1) / NT;

@@ -287,14 +287,7 @@ ${backwardPipelined(plan, matvec)}
     for (int b0 = 0; b0 < nrows; b0 += BT) {
       PHASE(3)
       const int nt = min(BT, nrows - b0);
-      const int jl = b0 + cb, bb = rep + jl * nrep; // the cell thread's local column and its sequence
-      const bool mine = cell_thread && cb < nt;
-      const bool active = mine && bb < nb; // a step of bb to differentiate (else: bb's dh0, or nothing)
-      const size_t ci = (size_t)bb * H + unit;
-      const size_t row = (size_t)(off + bb);
-      const bool from_next = bb < np;
-      const bool has_prev = reverse ? (t + 1 < steps && bb < batch_sizes[t + 1]) : (t > 0);
-      const size_t prow = has_prev ? (size_t)(offsets[reverse ? t + 1 : t - 1] + bb) : 0;
+${backwardTileHead("off", "reverse ? (t + 1 < steps && bb < batch_sizes[t + 1]) : (t > 0)", "offsets[reverse ? t + 1 : t - 1]")}
       // fetched before the wait: the cell's inputs from this step's forward and the outer gradients
       const float dyv = active ? dy[row * lddy + unit] : 0.f;
       const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
@@ -323,6 +316,21 @@ ${backwardTileCell(plan)}
   }
 }
 `;
+}
+
+/**
+ * A backward tile's per-thread bookkeeping: `off` is the step's first packed row, `hasPrev` whether sequence bb has a
+ * forward step before t, `prevOff` that step's first packed row.
+ */
+function backwardTileHead(off: string, hasPrev: string, prevOff: string): string {
+  return `      const int jl = b0 + cb, bb = rep + jl * nrep; // the cell thread's local column and its sequence
+      const bool mine = cell_thread && cb < nt;
+      const bool active = mine && bb < nb; // a step of bb to differentiate (else: bb's dh0, or nothing)
+      const size_t ci = (size_t)bb * H + unit;
+      const size_t row = (size_t)(${off} + bb);
+      const bool from_next = bb < np;
+      const bool has_prev = ${hasPrev};
+      const size_t prow = has_prev ? (size_t)(${prevOff} + bb) : 0;`;
 }
 
 /** A backward tile's cell after its product (`continue` ends the tile: a loop's body, or a do-while(false)). */
@@ -398,15 +406,8 @@ function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
       const bool more = same || nrows2 > 0;
       float4* const slot = vs4 + (i & 1) * BT * (KP / 4);
       const int nb = nbC, np = nbP;
-      const int jl = b0 + cb, bb = rep + jl * nrep; // the cell thread's local column and its sequence
-      const bool mine = cell_thread && cb < nt;
-      const bool active = mine && bb < nb; // a step of bb to differentiate (else: bb's dh0, or nothing)
-      const size_t ci = (size_t)bb * H + unit;
-      const size_t row = (size_t)(offC + bb);
-      const bool from_next = bb < np;
       // the forward's step before t is the next processing step
-      const bool has_prev = s + 1 < steps && bb < nbN;
-      const size_t prow = has_prev ? (size_t)(offN + bb) : 0;
+${backwardTileHead("offC", "s + 1 < steps && bb < nbN", "offN")}
       const float dyv = active ? dy[row * lddy + unit] : 0.f;
       const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
 ${backwardPrefetch(plan)}
