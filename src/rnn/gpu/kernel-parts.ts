@@ -134,8 +134,8 @@ __device__ __forceinline__ void st_publish(float* p, float x) {
 __device__ __forceinline__ int local_count(int n, int r, int nrep) { return n > r ? (n - r + nrep - 1) / nrep : 0; }
 
 // Thread-block clusters of two CTAs (on the two SMs of a TPC): the vector every CTA polls each step is copied from L2
-// once per pair by TMA bulk copies multicast to both CTAs' shared memory, halving the L2 reads — the bound of the
-// poll (measured ~2.5 TB/s for 128 SMs reading the same lines; bench/results/h100/issue18/phases).
+// once per pair by TMA bulk copies multicast to both CTAs' shared memory, halving the L2 reads (kept where it measured
+// faster: MULTICAST_MIN_WEIGHT_REGISTERS; the poll is not L2-bandwidth-bound, bench/results/h100/issue18/session19).
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ u32 cluster_rank() {
   u32 r;
