@@ -13,6 +13,7 @@ import { clustered } from "../rnn/gpu/kernel-source.js";
 import {
   chooseRnnLaunch,
   largestPersistentHidden,
+  pipelinedBackward,
   planRnnLayer,
   RNN_CELLS,
   type RnnCellName,
@@ -79,6 +80,7 @@ export function runPlanRnn(f: PlanFlags): void {
             ctas: c.layout.forward.ctas,
             unitsPerCta: c.layout.forward.unitsPerCta,
             replicas: c.replicas,
+            pipelinedBackward: pipelinedBackward(c.replicas, Math.ceil(batch / c.replicas)),
           };
         })
       : [];
@@ -98,7 +100,8 @@ export function runPlanRnn(f: PlanFlags): void {
           launches
             .map(
               (l) =>
-                `    batch ${String(l.batch).padStart(3)}: ${l.replicas} × ${l.ctas} CTAs, ${l.unitsPerCta} units per CTA`,
+                `    batch ${String(l.batch).padStart(3)}: ${l.replicas} × ${l.ctas} CTAs, ${l.unitsPerCta} units per CTA` +
+                (l.pipelinedBackward ? "; backward: pipelined tile loop" : ""),
             )
             .join("\n") +
           "\n",

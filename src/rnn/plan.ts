@@ -31,6 +31,16 @@ export type RnnKernelKind = "forward" | "backward";
 /** Batch columns a CTA processes at once (its accumulators are rows × BATCH_TILE); larger batches loop over tiles. */
 export const BATCH_TILE = 4;
 
+/**
+ * Whether a backward launch of `replicas` replicas over `batch` sequences runs the pipelined tile loop (one tile per
+ * wait, the next tile's rows copied under this tile's product; docs/RNN.md): a single replica holding more than one
+ * batch tile. Replicated launches keep the step loop (measured faster for them). The layer also needs the two tile
+ * slots to fit in shared memory and the loop not turned off (`pipeline: false`, VPPS_RNN_PIPELINE=0).
+ */
+export function pipelinedBackward(replicas: number, batch: number): boolean {
+  return replicas === 1 && batch > BATCH_TILE;
+}
+
 /** Registers a thread needs besides its weights and accumulators (addresses, loop state, the cell math). */
 const REGISTER_OVERHEAD = 40;
 

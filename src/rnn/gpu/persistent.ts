@@ -22,6 +22,7 @@ import {
   chooseRnnLaunch,
   fitsWithin,
   largestPersistentHidden,
+  pipelinedBackward,
   planRnnLayer,
   type RnnCellName,
   type RnnKernelPlan,
@@ -490,7 +491,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
   ): { bytes: number; lb: number; mc: number; pipe: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
-    if (this.pipeline && plan.kind === "backward" && replicas === 1 && batch > BATCH_TILE) {
+    if (this.pipeline && plan.kind === "backward" && pipelinedBackward(replicas, batch)) {
       // several tiles in a launch of one replica: the backward's pipelined loop, one tile per wait in two slots.
       // Measured on an H100 against the step loop (bench/results/h100/issue18/session19/ab/, with the loop's first
       // check): 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
