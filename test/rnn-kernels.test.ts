@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
+import { GpuRnnBackend } from "../src/rnn/gpu/backend.js";
 import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
 import {
   BATCH_TILE,
@@ -18,10 +19,12 @@ import {
   gatesOf,
   largestPersistentHidden,
   paddedCols,
+  pipelinedBackward,
   planRnnKernel,
   planRnnLayer,
   RNN_CELLS,
   rnnLayouts,
+  rnnPipelineSetting,
   stepCycles,
 } from "../src/rnn/plan.js";
 
@@ -142,6 +145,27 @@ describe("the persistent RNN planner", () => {
     assert.throws(() => chooseRnnLaunch(rnnLayouts("lstm", 1152, H100_SXM), 4, undefined, 66), /no layout within 66/);
     // a layer with one layout runs it alone
     assert.deepEqual(chooseRnnLaunch(rnnLayouts("lstm", 1152, H100_SXM), 64).replicas, 1);
+  });
+
+  test("the backward's pipelined tile loop: where it runs, and its switch refused in one line when bad", () => {
+    assert.equal(pipelinedBackward(1, BATCH_TILE), false);
+    assert.equal(pipelinedBackward(1, BATCH_TILE + 1), true);
+    assert.equal(pipelinedBackward(2, 64), false);
+    assert.equal(rnnPipelineSetting(undefined, undefined), true);
+    assert.equal(rnnPipelineSetting(undefined, "0"), false);
+    assert.equal(rnnPipelineSetting(undefined, "1"), true);
+    assert.equal(rnnPipelineSetting(false, "1"), false);
+    assert.equal(rnnPipelineSetting(true, "0"), true);
+    assert.throws(
+      () => rnnPipelineSetting(undefined, "off"),
+      /^UserError: persistent RNN: VPPS_RNN_PIPELINE must be 0 \(the backward's step loop\) or 1 \(its pipelined tile loop\); got 'off'$/,
+    );
+    assert.throws(() => rnnPipelineSetting("yes", undefined), /option 'pipeline' must be true or false; got yes$/);
+    // the backend checks it before opening the device, so the refusal is the same on a machine without a GPU
+    assert.throws(
+      () => new GpuRnnBackend(0, { pipeline: 1 as unknown as boolean }),
+      /option 'pipeline' must be true or false; got 1$/,
+    );
   });
 
   test("the per-scheduler register limit: 9 warps get 168 registers, 8 warps 255", () => {

@@ -13,6 +13,7 @@
  * consecutive). Padding rows/columns hold zeros.
  */
 import { type DeviceModel, schedulerRegisterLimit } from "../cuda/hw/device-model.js";
+import { UserError } from "../util/errors.js";
 
 /** The recurrent cells (PyTorch/cuDNN forms). */
 export type RnnCellName = "rnn-tanh" | "rnn-relu" | "lstm" | "gru";
@@ -39,6 +40,24 @@ export const BATCH_TILE = 4;
  */
 export function pipelinedBackward(replicas: number, batch: number): boolean {
   return replicas === 1 && batch > BATCH_TILE;
+}
+
+/**
+ * Whether the backward's pipelined tile loop is on: `option` (the layer's or backend's `pipeline`) where given, else
+ * VPPS_RNN_PIPELINE (`0` off, `1` on), else on. Anything else is refused in one line.
+ */
+export function rnnPipelineSetting(option: unknown, env: string | undefined): boolean {
+  if (option !== undefined) {
+    if (typeof option !== "boolean") {
+      throw new UserError(`persistent RNN: option 'pipeline' must be true or false; got ${String(option)}`);
+    }
+    return option;
+  }
+  if (env === undefined || env === "" || env === "1") return true;
+  if (env === "0") return false;
+  throw new UserError(
+    `persistent RNN: VPPS_RNN_PIPELINE must be 0 (the backward's step loop) or 1 (its pipelined tile loop); got '${env}'`,
+  );
 }
 
 /** Registers a thread needs besides its weights and accumulators (addresses, loop state, the cell math). */

@@ -15,7 +15,7 @@ import type {
   RnnForwardLayerResult,
   RnnSavedState,
 } from "../backend.js";
-import type { WeightPrecision } from "../plan.js";
+import { rnnPipelineSetting, type WeightPrecision } from "../plan.js";
 import {
   type OwnedRnnGpu,
   openRnnGpu,
@@ -101,7 +101,8 @@ export class GpuRnnBackend implements RnnBackend {
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
     this.precision = options.precision ?? "fp32";
     this.replicas = options.replicas;
-    this.pipeline = options.pipeline;
+    // checked here, before the device is opened: a bad value is refused in one line on any machine
+    this.pipeline = options.pipeline === undefined ? undefined : rnnPipelineSetting(options.pipeline, undefined);
     this.path = options.path ?? "auto";
     this.notice = options.notice ?? ((line) => process.stderr.write(`${line}\n`));
     this.device = `cuda:${index}`;

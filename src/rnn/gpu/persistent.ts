@@ -28,6 +28,7 @@ import {
   type RnnKernelPlan,
   type RnnLayout,
   rnnLayouts,
+  rnnPipelineSetting,
   type WeightPrecision,
 } from "../plan.js";
 import {
@@ -167,7 +168,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       );
     }
     this.forcedReplicas = forced;
-    this.pipeline = options.pipeline ?? process.env.VPPS_RNN_PIPELINE !== "0";
+    this.pipeline = rnnPipelineSetting(options.pipeline, process.env.VPPS_RNN_PIPELINE);
     const base = this.kernelsOf(layouts[0]!);
     this.fill = base.modules.forward.getFunction(RNN_KERNEL_NAMES.fill);
     this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
@@ -487,7 +488,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     batch: number,
     staticShared: number,
     options: RnnKernelOptions,
-    replicas = 1,
+    replicas: number,
   ): { bytes: number; lb: number; mc: number; pipe: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
