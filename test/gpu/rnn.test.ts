@@ -101,10 +101,13 @@ function runCase(c: Case, notices: string[] = []): void {
   }
 }
 
+/** The small stack most cases run: 2 bidirectional layers of hidden 64 over inputs of 24. */
+const SMALL = { inputSize: 24, hidden: 64, layers: 2, bidirectional: true, tol: 2e-5 } as const;
+
 describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, () => {
   for (const cell of RNN_CELLS) {
     test(`${cell}: 2 bidirectional layers, packed lengths 7/5/5/2/1, hidden 64`, () => {
-      runCase({ cell, inputSize: 24, hidden: 64, layers: 2, bidirectional: true, lengths: [5, 7, 1, 5, 2], tol: 2e-5 });
+      runCase({ cell, ...SMALL, lengths: [5, 7, 1, 5, 2] });
     });
     test(`${cell}: one layer, hidden 256, batch 9 (three tiles), 40 steps`, () => {
       const lengths = Array.from({ length: 9 }, (_, i) => 40 - 3 * i);
@@ -115,7 +118,7 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
     // replica r runs sequences r, r + 3, …: uneven shares that end at different steps
     test(`${cell}: replicas (3 forced), 2 bidirectional layers, 11 packed sequences, hidden 64`, () => {
       const lengths = [9, 3, 12, 1, 7, 7, 2, 12, 5, 4, 10];
-      runCase({ cell, inputSize: 24, hidden: 64, layers: 2, bidirectional: true, lengths, tol: 2e-5, replicas: 3 });
+      runCase({ cell, ...SMALL, lengths, replicas: 3 });
     });
     // the model's choice at batch 37 (chooseRnnLaunch: several replicas of a 256-unit layer)
     test(`${cell}: replicas chosen per batch, hidden 256, batch 37, 24 steps`, () => {
@@ -130,17 +133,7 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
     for (const pipeline of [true, false]) {
       const how = pipeline ? "the backward's pipelined tile loop" : "the step loops (pipeline off)";
       test(`${cell}: ${how}, 13 packed sequences in one replica, 2 bidirectional layers, hidden 64`, () => {
-        runCase({
-          cell,
-          inputSize: 24,
-          hidden: 64,
-          layers: 2,
-          bidirectional: true,
-          lengths,
-          tol: 2e-5,
-          replicas: 1,
-          pipeline,
-        });
+        runCase({ cell, ...SMALL, lengths, replicas: 1, pipeline });
       });
     }
   }
@@ -175,16 +168,7 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
 describe("the non-persistent path (a GEMM per step) on a GPU against the CPU reference", { skip }, () => {
   for (const cell of RNN_CELLS) {
     test(`${cell}: 2 bidirectional layers, packed lengths, hidden 64, forced stepwise`, () => {
-      runCase({
-        cell,
-        inputSize: 24,
-        hidden: 64,
-        layers: 2,
-        bidirectional: true,
-        lengths: [5, 7, 1, 5, 2],
-        tol: 2e-5,
-        path: "stepwise",
-      });
+      runCase({ cell, ...SMALL, lengths: [5, 7, 1, 5, 2], path: "stepwise" });
     });
   }
   test("an LSTM too large for the registers (hidden 1280) runs stepwise and says so once", () => {
