@@ -22,16 +22,24 @@ test("vpps plan rnn --cell lstm --hidden N: the two kernels' layouts, or the ref
   assert.equal(fits.code, 0, fits.stderr);
   assert.match(fits.stdout, /forward +128 CTAs × 256 threads, 9 units per CTA/);
   assert.match(fits.stdout, /backward +128 CTAs/);
-  // one replica over more than one tile of 4 sequences: the backward's pipelined loop, and only there
-  assert.match(fits.stdout, /batch {2}16: 1 × 128 CTAs, 9 units per CTA; backward: pipelined tile loop/);
+  // one replica over more than one tile of 4 sequences: the backward's pipelined loop, and only there; over more
+  // than two tiles the forward's too
+  assert.match(
+    fits.stdout,
+    /batch {2}16: 1 × 128 CTAs, 9 units per CTA; forward: pipelined tile loop; backward: pipelined tile loop/,
+  );
   assert.match(fits.stdout, /batch {3}4: 1 × 128 CTAs, 9 units per CTA\n/);
   const small = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "256", "--json");
   const launches = JSON.parse(small.stdout).plans[0].launches as {
     batch: number;
     replicas: number;
+    pipelinedForward: boolean;
     pipelinedBackward: boolean;
   }[];
-  for (const l of launches) assert.equal(l.pipelinedBackward, l.replicas === 1 && l.batch > 4, `batch ${l.batch}`);
+  for (const l of launches) {
+    assert.equal(l.pipelinedBackward, l.replicas === 1 && l.batch > 4, `batch ${l.batch}`);
+    assert.equal(l.pipelinedForward, l.replicas === 1 && l.batch > 8, `batch ${l.batch}`);
+  }
   assert.ok(launches.some((l) => l.replicas > 1 && !l.pipelinedBackward));
   const big = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "2048");
   assert.equal(big.code, 0);

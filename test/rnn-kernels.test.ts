@@ -20,6 +20,7 @@ import {
   largestPersistentHidden,
   paddedCols,
   pipelinedBackward,
+  pipelinedForward,
   planRnnKernel,
   planRnnLayer,
   RNN_CELLS,
@@ -147,10 +148,14 @@ describe("the persistent RNN planner", () => {
     assert.deepEqual(chooseRnnLaunch(rnnLayouts("lstm", 1152, H100_SXM), 64).replicas, 1);
   });
 
-  test("the backward's pipelined tile loop: where it runs, and its switch refused in one line when bad", () => {
+  test("the pipelined tile loops: where they run, and their switch refused in one line when bad", () => {
     assert.equal(pipelinedBackward(1, BATCH_TILE), false);
     assert.equal(pipelinedBackward(1, BATCH_TILE + 1), true);
     assert.equal(pipelinedBackward(2, 64), false);
+    // the forward's defers each tile's cell past the next tile's wait: it needs three tiles or more
+    assert.equal(pipelinedForward(1, 2 * BATCH_TILE), false);
+    assert.equal(pipelinedForward(1, 2 * BATCH_TILE + 1), true);
+    assert.equal(pipelinedForward(2, 64), false);
     assert.equal(rnnPipelineSetting(undefined, undefined), true);
     assert.equal(rnnPipelineSetting(undefined, "0"), false);
     assert.equal(rnnPipelineSetting(undefined, "1"), true);
@@ -158,7 +163,7 @@ describe("the persistent RNN planner", () => {
     assert.equal(rnnPipelineSetting(true, "0"), true);
     assert.throws(
       () => rnnPipelineSetting(undefined, "off"),
-      /^UserError: persistent RNN: VPPS_RNN_PIPELINE must be 0 \(the backward's step loop\) or 1 \(its pipelined tile loop\); got 'off'$/,
+      /^UserError: persistent RNN: VPPS_RNN_PIPELINE must be 0 \(the step loops\) or 1 \(the pipelined tile loops\); got 'off'$/,
     );
     assert.throws(() => rnnPipelineSetting("yes", undefined), /option 'pipeline' must be true or false; got yes$/);
     // the backend checks it before opening the device, so the refusal is the same on a machine without a GPU

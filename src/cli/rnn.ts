@@ -14,6 +14,7 @@ import {
   chooseRnnLaunch,
   largestPersistentHidden,
   pipelinedBackward,
+  pipelinedForward,
   planRnnLayer,
   RNN_CELLS,
   type RnnCellName,
@@ -80,6 +81,7 @@ export function runPlanRnn(f: PlanFlags): void {
             ctas: c.layout.forward.ctas,
             unitsPerCta: c.layout.forward.unitsPerCta,
             replicas: c.replicas,
+            pipelinedForward: pipelinedForward(c.replicas, Math.ceil(batch / c.replicas)),
             pipelinedBackward: pipelinedBackward(c.replicas, Math.ceil(batch / c.replicas)),
           };
         })
@@ -101,6 +103,7 @@ export function runPlanRnn(f: PlanFlags): void {
             .map(
               (l) =>
                 `    batch ${String(l.batch).padStart(3)}: ${l.replicas} × ${l.ctas} CTAs, ${l.unitsPerCta} units per CTA` +
+                (l.pipelinedForward ? "; forward: pipelined tile loop" : "") +
                 (l.pipelinedBackward ? "; backward: pipelined tile loop" : ""),
             )
             .join("\n") +

@@ -43,7 +43,19 @@ export function pipelinedBackward(replicas: number, batch: number): boolean {
 }
 
 /**
- * Whether the backward's pipelined tile loop is on: `option` (the layer's or backend's `pipeline`) where given, else
+ * Whether a forward launch of `replicas` replicas over `batch` sequences runs the forward's pipelined tile loop (one
+ * tile per wait, the next tile's rows copied under this tile's product, each tile's cell deferred past the next
+ * tile's wait; docs/RNN.md): a single replica holding more than two batch tiles, with the same conditions as
+ * `pipelinedBackward`. With two tiles a step's first tile is copied before the deferred cell of the step before has
+ * published it, so every copy would be re-fetched: measured slower than the step loop at batch 8 (LSTM 1152 1.87
+ * against 1.37 ms; bench/results/h100/issue18/session20/).
+ */
+export function pipelinedForward(replicas: number, batch: number): boolean {
+  return replicas === 1 && batch > 2 * BATCH_TILE;
+}
+
+/**
+ * Whether the pipelined tile loops are on: `option` (the layer's or backend's `pipeline`) where given, else
  * VPPS_RNN_PIPELINE (`0` off, `1` on), else on. Anything else is refused in one line.
  */
 export function rnnPipelineSetting(option: unknown, env: string | undefined): boolean {
@@ -56,7 +68,7 @@ export function rnnPipelineSetting(option: unknown, env: string | undefined): bo
   if (env === undefined || env === "" || env === "1") return true;
   if (env === "0") return false;
   throw new UserError(
-    `persistent RNN: VPPS_RNN_PIPELINE must be 0 (the backward's step loop) or 1 (its pipelined tile loop); got '${env}'`,
+    `persistent RNN: VPPS_RNN_PIPELINE must be 0 (the step loops) or 1 (the pipelined tile loops); got '${env}'`,
   );
 }
 

@@ -41,7 +41,7 @@ export interface GpuRnnBackendOptions {
   readonly notice?: (line: string) => void;
   /** Replicas per persistent launch (PersistentRnnOptions.replicas); unset: chosen per batch. */
   readonly replicas?: number;
-  /** The backward's pipelined tile loop for batches of several tiles (PersistentRnnOptions.pipeline); unset: on. */
+  /** The pipelined tile loops for batches of several tiles (PersistentRnnOptions.pipeline); unset: on. */
   readonly pipeline?: boolean;
 }
 

@@ -85,7 +85,7 @@ export function phaseMacros(on: boolean): string {
   if (!on) return "#define PHASE_START\n#define PHASE(i)\n";
   return `__device__ unsigned long long ${PHASE_GLOBAL}[${PHASE_MAX_CTAS}][${PHASE_NAMES.length}];
 #define PHASE_START long long ph_t = clock64();
-#define PHASE(i) if (threadIdx.x == 0) { const long long ph_n = clock64(); ${PHASE_GLOBAL}[blockIdx.x][i] += ph_n - ph_t; ph_t = ph_n; }
+#define PHASE(i) if (threadIdx.x == 0) { const long long ph_n = clock64(); atomicAdd(&${PHASE_GLOBAL}[blockIdx.x][i], (unsigned long long)(ph_n - ph_t)); ph_t = ph_n; }
 `;
 }
 
@@ -262,7 +262,7 @@ const FMA_BY_ROW = `      #pragma unroll
  * the register mat-vec and the two-level reduction. `weightAt(lr, k)` is the CUDA expression of the matrix element
  * at local row `lr`, column `k` (both in range).
  */
-export function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: string } {
+export function matvecParts(plan: RnnKernelPlan): { weights: string; product: string; matvec: string } {
   const fp16 = plan.precision === "fp16";
   // each thread's rows × float4 column chunks, loaded once: fp16 packs two weights per register (low half: the even
   // column), fp32 keeps the float4
@@ -285,8 +285,9 @@ export function matvecParts(plan: RnnKernelPlan): { weights: string; matvec: str
 ${store}
     }
   }`;
-  // per chunk: the batch columns' x once, then each row's weights (fp16: unpacked once per chunk and row)
-  const matvec = `
+  // per chunk: the batch columns' x once, then each row's weights (fp16: unpacked once per chunk and row); `product`
+  // ends with each warp's sums in `part`, `matvec` with the barrier after which any thread may read them
+  const product = `
     // the tile's mat-vec: thread (rg, cg) multiplies its rows by its columns of every batch column
     float a[N32];
     #pragma unroll
@@ -301,9 +302,8 @@ ${fp16 ? FMA_BY_ROW : FMA_BY_COMPONENT}
     // reduce over the row group: within each warp (reduce-scatter), then across its CW warps in shared memory
 ${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
     #pragma unroll
-    for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];
-    __syncthreads();`;
-  return { weights, matvec };
+    for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];`;
+  return { weights, product, matvec: `${product}\n    __syncthreads();` };
 }
 
 /** The sum of row `lr`, batch column `b` of the tile's product (after matvec's __syncthreads). */
@@ -438,10 +438,14 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes,
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)) : "memory");
 }
+// Rows of a tile that are polled: those whose sequence had a step before (a prefix), for a tile of nt rows starting
+// at local column b0 of a replica that holds npl of the previous step's sequences (no loop over row_of: the loop
+// cost ~3% of the forward's issue slots at batch 16).
+__device__ __forceinline__ int polled_rows(int nt, int npl, int b0) { return max(0, min(nt, npl - b0)); }
+// npolled: polled_rows of the tile
 template <typename RowOf>
-__device__ __forceinline__ void issue_tile(float4* slot, unsigned long long* bar, int nt, RowOf row_of) {
+__device__ __forceinline__ void issue_tile(float4* slot, unsigned long long* bar, int nt, int npolled, RowOf row_of) {
   constexpr int PER_ROW = K / 4;
-  const int npolled = polled_prefix(nt, row_of);
   // issued by the last warp's last lanes, not the first warps' cell threads
   const int qb = NT - 1 - (int)threadIdx.x;
   if (qb == 0) mbar_arrive_expect(bar, (u32)npolled * (u32)(4 * K));

@@ -52,8 +52,8 @@ export {
 /** The forward kernel of one layer direction. */
 export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
-  const { weights, matvec } = matvecParts(plan);
-  const cell = forwardCell(plan);
+  const { weights, product, matvec } = matvecParts(plan);
+  const cell = forwardCell(plan, "bb >= nprev");
   return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
@@ -69,6 +69,7 @@ __device__ __forceinline__ float weight_at(const float* w, int lr, int k) {
 ${ROW_SUM}
 ${LOAD_TILE}
 ${LOAD_TILE_MC}
+${TILE_PIPE}
 
 // y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
 // GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
@@ -76,15 +77,16 @@ extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clust
     const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
     const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
     float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
-    int total, int reverse, int bcap, int lb, int* status, int mc, int nrep) {
+    int total, int reverse, int bcap, int lb, int* status, int mc, int nrep, int pipe) {
   extern __shared__ float4 smem4[];
   // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
   // found the batch fits one group
   const bool mcx = ${clustered(plan, opts) ? "mc != 0" : "false"};
   (void)mc;
   float4* vs4 = smem4;                                           // [mc ? 2 : 1][lb][KP / 4]
-  float* part = reinterpret_cast<float*>(smem4 + (mcx ? 2 : 1) * lb * (KP / 4)); // [CW][RG][N32]
-  float* cstate = part + CW * RG * N32;                          // LSTM: c of (unit, sequence) [UC][bcap]
+  float* part = reinterpret_cast<float*>(smem4 + (mcx ? 2 : 1) * lb * (KP / 4)); // [2][CW][RG][N32]
+  float* cstate = part + 2 * CW * RG * N32;                      // LSTM: c of (unit, sequence) [UC][bcap]
+  float* hstate = cstate + UC * bcap;                            // the pipelined loop: h of (unit, sequence)
   const int tid = threadIdx.x, lane = tid & 31, rg = tid / CG, cg = tid - rg * CG;
 ${pairPrologue(clustered(plan, opts))}
 ${weights}
@@ -96,6 +98,7 @@ ${weights}
   float* sgates = saved;
   float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
   float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
+${forwardPipelined(plan, product)}
   PHASE_START
   for (int s = 0; s < steps; s++) {
     const int t = reverse ? steps - 1 - s : s;
@@ -153,7 +156,153 @@ ${plan.cell === "lstm" ? "          cn[(size_t)bb * H + unit] = c;" : ""}
 `;
 }
 
-function forwardCell(plan: RnnKernelPlan): string {
+/**
+ * The forward's pipelined loop (the host sets `pipe` where a replica's batch spans several tiles): one tile per wait,
+ * each tile's rows of h(t−1) in one of two shared-memory slots, the next tile's rows copied (TMA bulk copies counted
+ * on the slot's mbarrier) while this tile is multiplied, as in the backward's. Unlike the backward's, a tile's cell
+ * is deferred: the cell threads run it after the next tile's wait, before their share of the next tile's product, so
+ * its latency (a chain of loads, activations and stores by two warps) overlaps the other warps' products instead of
+ * idling them behind a barrier. Two partial-sum buffers: the deferred cell reads one while the product fills the
+ * other. A tile depends on the same tile of the step before, whose cell ran at least a tile earlier, except where a
+ * step has one tile: there the next step's tile needs this one, so its cell runs at once ("flush"). The cell threads
+ * keep h (and LSTM's c) of their (unit, sequence) in shared memory, so the cell reads nothing of a slot.
+ */
+function forwardPipelined(plan: RnnKernelPlan, product: string): string {
+  return `  if (pipe) {
+    float* const parts = part;
+    __shared__ unsigned long long pbar[2];
+    if (tid == 0) {
+      mbar_init(&pbar[0]);
+      mbar_init(&pbar[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const auto meta = [&](int s, int& nb, int& off) {
+      const bool in = s >= 0 && s < steps;
+      const int t = reverse ? steps - 1 - s : s;
+      nb = in ? batch_sizes[t] : 0;
+      off = in ? offsets[t] : 0;
+    };
+    const auto local = [&](int nb) { return local_count(nb, rep, nrep); }; // this replica's of nb sequences
+    // tile b0's rows: h(t−1) of its sequences (polled where they had a step before, else h0)
+    const auto rows_of = [&](int b0, int np, int offp) {
+      return [=](int b, bool& poll) -> const float* {
+        const int r = rep + (b0 + b) * nrep;
+        poll = r < np;
+        return r < np ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
+      };
+    };
+    // the step's, the previous one's, and the next two's batch sizes and offsets: loaded two steps ahead, so that a
+    // step change never waits for them
+    int s = 0, nbC = 0, offC = 0, nbP = 0, offP = 0, nbN = 0, offN = 0, nbN2 = 0, offN2 = 0;
+    for (; s < steps; s++) {
+      meta(s, nbC, offC);
+      if (local(nbC) > 0) break;
+    }
+    if (s >= steps) return;
+    meta(s - 1, nbP, offP);
+    meta(s + 1, nbN, offN);
+    meta(s + 2, nbN2, offN2);
+    int b0 = 0;
+    // the deferred cell's tile: its packed row (−1: none for this thread), local column and flags
+    int c_row = -1, c_jl = 0, c_flags = 0, c_i = 0;
+    // its input projection, fetched before the wait that precedes it
+    const auto fetch_x = [&](float (&xg)[G]) {
+      #pragma unroll
+      for (int g = 0; g < G; g++) xg[g] = c_row >= 0 ? xw[(size_t)c_row * (G * H) + g * H + unit] : 0.f;
+    };
+    const auto run_cell = [&](const float* part, const float (&xg)[G]) {
+      if (c_row < 0) return;
+      const int jl = c_jl, bb = rep + jl * nrep;
+      const size_t row = (size_t)c_row;
+      const bool first = (c_flags & 1) != 0;
+      const float hprev = first ? h0[(size_t)bb * H + unit] : hstate[cu * bcap + jl];
+${plan.cell === "lstm" ? "      const float cinit = first ? c0[(size_t)bb * H + unit] : 0.f;" : ""}
+      float h;
+${forwardCell(plan, "first")
+  .split("\n")
+  .map((l) => l.slice(2))
+  .join("\n")}
+      st_publish(y + row * ldy + unit, h);
+      hstate[cu * bcap + jl] = h;
+      if (train) shprev[row * H + unit] = hprev;
+      if ((c_flags & 2) != 0) {
+        hn[(size_t)bb * H + unit] = h;
+${plan.cell === "lstm" ? "        cn[(size_t)bb * H + unit] = c;" : ""}
+      }
+    };
+    issue_tile(vs4, &pbar[0], min(BT, local(nbC)), polled_rows(min(BT, local(nbC)), local(nbP), 0), rows_of(0, nbP, offP));
+    PHASE_START
+    for (int i = 0;; i++) {
+      const int tp = reverse ? steps - s : s - 1; // the step whose h this tile reads
+      const int nl = local(nbC), nt = min(BT, nl - b0);
+      const bool same = b0 + BT < nl;
+      const bool more = same || local(nbN) > 0;
+      float4* const slot = vs4 + (i & 1) * BT * (KP / 4);
+      float xg[G];
+      fetch_x(xg);
+      PHASE(0)
+      const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
+      if (__syncthreads_or(!ok)) return;
+      PHASE(1)
+      if (more) {
+        float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
+        unsigned long long* const obar = &pbar[(i + 1) & 1];
+        if (same) {
+          const int n = min(BT, nl - b0 - BT);
+          issue_tile(other, obar, n, polled_rows(n, local(nbP), b0 + BT), rows_of(b0 + BT, nbP, offP));
+        } else {
+          const int n = min(BT, local(nbN));
+          issue_tile(other, obar, n, polled_rows(n, nl, 0), rows_of(0, nbC, offC));
+        }
+      }
+      run_cell(parts + (c_i & 1) * (CW * RG * N32), xg); // the previous tile's (if deferred)
+      {
+        const int jl = b0 + cb, bb = rep + jl * nrep;
+        c_row = (cell_thread && cb < nt) ? offC + bb : -1;
+        c_jl = jl;
+        c_flags = (bb >= nbP ? 1 : 0) | (bb >= nbN ? 2 : 0);
+        c_i = i;
+      }
+      const float4* vcur = slot;
+      const int vrow = 0;
+      float* part = parts + (i & 1) * (CW * RG * N32);
+      // no barrier after the product: the deferred cell reads these sums after the next tile's wait (a barrier)
+${product}
+      PHASE(2)
+      // a step of one tile: the next step's tile reads this one's h, so its cell cannot wait for the next wait
+      if (!same && b0 == 0) {
+        __syncthreads();
+        float xf[G];
+        fetch_x(xf);
+        run_cell(part, xf);
+        c_row = -1;
+      }
+      PHASE(3)
+      if (!more) break;
+      if (same) b0 += BT;
+      else {
+        s++;
+        b0 = 0;
+        nbP = nbC;
+        offP = offC;
+        nbC = nbN;
+        offC = offN;
+        nbN = nbN2;
+        offN = offN2;
+        meta(s + 2, nbN2, offN2);
+      }
+    }
+    __syncthreads(); // the last product's sums
+    float xl[G];
+    fetch_x(xl);
+    run_cell(parts + (c_i & 1) * (CW * RG * N32), xl);
+    return;
+  }`;
+}
+
+/** The forward cell of a (unit, sequence): h from the product's row sums; `first`: whether it is the sequence's first step. */
+function forwardCell(plan: RnnKernelPlan, first: string): string {
   switch (plan.cell) {
     case "rnn-tanh":
       return "        h = tanhf(row_sum(part, cu, cb) + xg[0]);";
@@ -164,7 +313,7 @@ function forwardCell(plan: RnnKernelPlan): string {
         const float gf = sigm(row_sum(part, UC + cu, cb) + xg[1]);
         const float gg = tanhf(row_sum(part, 2 * UC + cu, cb) + xg[2]);
         const float go = sigm(row_sum(part, 3 * UC + cu, cb) + xg[3]);
-        const float cprev = bb < nprev ? cstate[cu * bcap + jl] : cinit;
+        const float cprev = (${first}) ? cinit : cstate[cu * bcap + jl];
         const float c = gf * cprev + gi * gg;
         h = go * tanhf(c);
         cstate[cu * bcap + jl] = c;
@@ -204,8 +353,9 @@ export function savedFloats(cell: RnnKernelPlan["cell"], hidden: number, total: 
 export function sharedBytes(plan: RnnKernelPlan, batch: number, groupRows = BATCH_TILE): number {
   const n32 = Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32;
   const cw = plan.threadsPerRowGroup / 32;
-  const states = plan.kind === "forward" ? (plan.cell === "lstm" ? 1 : 0) : 2;
-  const parts = plan.kind === "backward" ? 2 : 1; // the backward's pipelined loop alternates two
+  // forward: LSTM's c and the pipelined loop's h (its deferred cells read no slot); backward: dc and GRU's dh ⊙ z
+  const states = 2;
+  const parts = 2; // the pipelined loops alternate two
   return 4 * (groupRows * paddedCols(plan) + parts * cw * plan.rowGroups * n32 + states * plan.unitsPerCta * batch);
 }
 
@@ -396,7 +546,10 @@ function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
     int nbN, offN;
     meta(s + 1, nbN, offN);
     int b0 = 0;
-    issue_tile(vs4, &pbar[0], min(BT, nrows_of(nbC, nbP)), rows_of(0, nbP, offP));
+    {
+      const int n = min(BT, nrows_of(nbC, nbP));
+      issue_tile(vs4, &pbar[0], n, polled_rows(n, local_count(nbP, rep, nrep), 0), rows_of(0, nbP, offP));
+    }
     PHASE_START
     for (int i = 0;; i++) {
       const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
@@ -418,8 +571,13 @@ ${backwardPrefetch(plan)}
       if (more) {
         float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
         unsigned long long* const obar = &pbar[(i + 1) & 1];
-        if (same) issue_tile(other, obar, min(BT, nrows - b0 - BT), rows_of(b0 + BT, nbP, offP));
-        else issue_tile(other, obar, min(BT, nrows2), rows_of(0, nbC, offC));
+        if (same) {
+          const int n = min(BT, nrows - b0 - BT);
+          issue_tile(other, obar, n, polled_rows(n, local_count(nbP, rep, nrep), b0 + BT), rows_of(b0 + BT, nbP, offP));
+        } else {
+          const int n = min(BT, nrows2);
+          issue_tile(other, obar, n, polled_rows(n, local_count(nbC, rep, nrep), 0), rows_of(0, nbC, offC));
+        }
       }
       const float4* vcur = slot;
       const int vrow = 0;

@@ -23,6 +23,7 @@ import {
   fitsWithin,
   largestPersistentHidden,
   pipelinedBackward,
+  pipelinedForward,
   planRnnLayer,
   type RnnCellName,
   type RnnKernelPlan,
@@ -63,8 +64,8 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
    */
   readonly replicas?: number;
   /**
-   * Whether backward launches whose replicas hold more than one batch tile of sequences run the pipelined tile loop;
-   * unset: on unless VPPS_RNN_PIPELINE=0 (for comparisons).
+   * Whether launches of one replica over several batch tiles run the pipelined tile loops (`pipelinedForward`,
+   * `pipelinedBackward`); unset: on unless VPPS_RNN_PIPELINE=0 (for comparisons).
    */
   readonly pipeline?: boolean;
   /**
@@ -97,7 +98,7 @@ interface LaunchSetup {
   readonly bytes: number;
   readonly lb: number;
   readonly mc: number;
-  /** 1: the backward's pipelined tile loop (a replica's batch spans several tiles; two tile slots of shared memory). */
+  /** 1: the kernel's pipelined tile loop (a replica's batch spans several tiles; two tile slots of shared memory). */
   readonly pipe: number;
 }
 
@@ -119,7 +120,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
    */
   readonly multicast = process.env.VPPS_RNN_MULTICAST !== "0";
   /**
-   * Whether backward launches whose replicas hold more than one batch tile of sequences run the pipelined tile loop
+   * Whether launches whose one replica holds several batch tiles of sequences run the pipelined tile loops
    * (each tile's loads issued a tile ahead, hidden behind the previous tile's product): `options.pipeline`, else on
    * unless VPPS_RNN_PIPELINE=0 (for comparisons).
    */
@@ -459,6 +460,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       karg.ptr(a.ws.status),
       karg.i32(sh.mc),
       karg.i32(sh.replicas),
+      karg.i32(sh.pipe),
     ]);
   }
 
@@ -492,12 +494,13 @@ export class PersistentRnnLayer extends RnnLayerBase {
   ): { bytes: number; lb: number; mc: number; pipe: number } {
     // the kernel's static shared memory (a clustered build's two barriers) counts against the same limit
     const max = this.gpu.device.props.sharedPerBlockOptin - staticShared;
-    if (this.pipeline && plan.kind === "backward" && pipelinedBackward(replicas, batch)) {
-      // several tiles in a launch of one replica: the backward's pipelined loop, one tile per wait in two slots.
-      // Measured on an H100 against the step loop (bench/results/h100/issue18/session19/ab/, with the loop's first
-      // check): 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
+    const pipelined = plan.kind === "backward" ? pipelinedBackward(replicas, batch) : pipelinedForward(replicas, batch);
+    if (this.pipeline && pipelined) {
+      // several tiles in a launch of one replica: the pipelined loops, one tile per wait in two slots. Measured on an
+      // H100 against the step loops: the backward's (bench/results/h100/issue18/session19/ab/, with the loop's first
+      // check) 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
       // even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step
-      // loop.
+      // loop; the forward's (session20/) 4–35% faster at batch 12 to 64 for the widest layouts.
       const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
       if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
     }
