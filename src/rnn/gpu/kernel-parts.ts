@@ -259,10 +259,16 @@ const FMA_BY_ROW = `      #pragma unroll
 
 /**
  * The shared part of both kernels: weights into registers, the polled vector load of a tile into shared memory,
- * the register mat-vec and the two-level reduction. `weightAt(lr, k)` is the CUDA expression of the matrix element
+ * the register mat-vec and the two-level reduction. `matvecAny` picks by the tile's columns `nt` between the mat-vec
+ * of one column and that of BT. `weightAt(lr, k)` is the CUDA expression of the matrix element
  * at local row `lr`, column `k` (both in range).
  */
-export function matvecParts(plan: RnnKernelPlan): { weights: string; product: string; matvec: string } {
+export function matvecParts(plan: RnnKernelPlan): {
+  weights: string;
+  product: string;
+  matvec: string;
+  matvecAny: string;
+} {
   const fp16 = plan.precision === "fp16";
   // each thread's rows × float4 column chunks, loaded once: fp16 packs two weights per register (low half: the even
   // column), fp32 keeps the float4
@@ -303,7 +309,55 @@ ${fp16 ? FMA_BY_ROW : FMA_BY_COMPONENT}
 ${reduceScatter(Math.ceil((plan.rowsPerThread * BATCH_TILE) / 32) * 32)}
     #pragma unroll
     for (int j = 0; j < Q; j++) part[((cg >> 5) * RG + rg) * N32 + lane * Q + j] = a[j];`;
-  return { weights, product, matvec: `${product}\n    __syncthreads();` };
+  // a tile of one sequence (batch 1, or a batch's last tile): one column's FMAs and an all-reduce of RW sums instead of
+  // BT columns' FMAs and the reduce-scatter of N32, a quarter of the product's instructions
+  const fma1 = fp16
+    ? `      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        const float2 lo = unpack_half2(wlo[r][k]), hi = unpack_half2(whi[r][k]);
+        a1[r] = fmaf(hi.y, x0.w, fmaf(hi.x, x0.z, fmaf(lo.y, x0.y, fmaf(lo.x, x0.x, a1[r]))));
+      }`
+    : `      #pragma unroll
+      for (int j = 0; j < 4; j++) {
+        #pragma unroll
+        for (int r = 0; r < RW; r++) {
+          const float wj = j == 0 ? wr[r][k].x : j == 1 ? wr[r][k].y : j == 2 ? wr[r][k].z : wr[r][k].w;
+          const float xj = j == 0 ? x0.x : j == 1 ? x0.y : j == 2 ? x0.z : x0.w;
+          a1[r] = fmaf(wj, xj, a1[r]);
+        }
+      }`;
+  const product1 = `
+    // the mat-vec of a tile of one column (row vrow)
+    static_assert(RW <= 32, "one lane per row of a warp's sums");
+    float a1[RW];
+    #pragma unroll
+    for (int r = 0; r < RW; r++) a1[r] = 0.f;
+    #pragma unroll
+    for (int k = 0; k < KC; k++) {
+      const float4 x0 = vcur[vrow * (KP / 4) + cg + CG * k];
+${fma1}
+    }
+    #pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+      #pragma unroll
+      for (int r = 0; r < RW; r++) a1[r] += __shfl_xor_sync(0xffffffffu, a1[r], o);
+    }
+    if (lane < RW) {
+      float v = a1[0];
+      #pragma unroll
+      for (int r = 1; r < RW; r++) v = lane == r ? a1[r] : v;
+      part[((cg >> 5) * RG + rg) * N32 + lane * BT] = v; // where row_sum(part, row, 0) reads row 'lane'
+    }`;
+  return {
+    weights,
+    product,
+    matvec: `${product}\n    __syncthreads();`,
+    matvecAny: `      if (nt == 1) {${product1}
+        __syncthreads();
+      } else {${product}
+        __syncthreads();
+      }`,
+  };
 }
 
 /** The sum of row `lr`, batch column `b` of the tile's product (after matvec's __syncthreads). */

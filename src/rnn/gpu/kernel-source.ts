@@ -52,7 +52,7 @@ export {
 /** The forward kernel of one layer direction. */
 export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
-  const { weights, product, matvec } = matvecParts(plan);
+  const { weights, product, matvecAny } = matvecParts(plan);
   const cell = forwardCell(plan, "bb >= nprev");
   return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
@@ -136,7 +136,7 @@ ${pairLoad(clustered(plan, opts), "nr", "t")}
         if (__syncthreads_or(!ok)) return;
       }
       PHASE(1)
-${matvec}
+${matvecAny}
       PHASE(2)
       if (active) {
         const size_t row = (size_t)(off + bb);
@@ -379,7 +379,7 @@ export function groupRows(plan: RnnKernelPlan, batch: number, maxSharedBytes: nu
  */
 export function backwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "backward") throw new Error(`backwardKernelSource: plan is for the ${plan.kind} kernel`);
-  const { weights, matvec } = matvecParts(plan);
+  const { weights, matvec, matvecAny } = matvecParts(plan);
   return `// persistent ${plan.cell} backward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
@@ -459,7 +459,7 @@ ${pairLoad(clustered(plan, opts), "npr", "tp")}
         if (__syncthreads_or(!ok)) return;
       }
       PHASE(1)
-${matvec}
+${matvecAny}
       PHASE(2)
 ${backwardTileCell(plan)}
     }
