@@ -205,21 +205,23 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
       if (!plan.fits) return;
       const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));
       try {
+        // the backward's build with deferred cells (launches of one replica over more than two tiles) too
         const sources = [
-          ["forward", forwardKernelSource(plan.forward)],
-          ["backward", backwardKernelSource(plan.backward)],
+          ["forward", "forward", forwardKernelSource(plan.forward)],
+          ["backward", "backward", backwardKernelSource(plan.backward)],
+          ["backward", "backward-deferred", backwardKernelSource(plan.backward, { deferredBackward: true })],
         ] as const;
         if (what.includes("clustered")) {
-          for (const [kind, src] of sources) assert.match(src, /__cluster_dims__\(2, 1, 1\)/, `${kind} clustered`);
+          for (const [, file, src] of sources) assert.match(src, /__cluster_dims__\(2, 1, 1\)/, `${file} clustered`);
         }
-        for (const [kind, src] of sources) {
-          writeFileSync(join(dir, `${kind}.cu`), src);
+        for (const [kind, file, src] of sources) {
+          writeFileSync(join(dir, `${file}.cu`), src);
           const r = spawnSync(
             "nvcc",
-            ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${kind}.cubin`, `${kind}.cu`],
+            ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${file}.cubin`, `${file}.cu`],
             { cwd: dir, encoding: "utf8" },
           );
-          assert.equal(r.status, 0, `nvcc failed for ${cell} ${kind}:\n${r.stderr}`);
+          assert.equal(r.status, 0, `nvcc failed for ${cell} ${file}:\n${r.stderr}`);
           const report = parsePtxasReport(r.stderr).find((f) => f.name.includes(`rnn_${kind}`));
           assert.ok(report, `no ptxas report for rnn_${kind}:\n${r.stderr}`);
           assertNoSpills(report);

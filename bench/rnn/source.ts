@@ -10,3 +10,8 @@ const plan = planRnnLayer(cell, hidden, H100_SXM);
 if (!plan.fits) throw new Error(plan.reason);
 writeFileSync(join(dir, `${cell}-${hidden}-forward.cu`), forwardKernelSource(plan.forward));
 writeFileSync(join(dir, `${cell}-${hidden}-backward.cu`), backwardKernelSource(plan.backward));
+// the backward build used by launches of one replica over more than two tiles
+writeFileSync(
+  join(dir, `${cell}-${hidden}-backward-deferred.cu`),
+  backwardKernelSource(plan.backward, { deferredBackward: true }),
+);

@@ -131,11 +131,15 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
     // (both directions: the reverse one's tiles start at different steps)
     const lengths = [9, 3, 12, 1, 7, 7, 2, 12, 5, 4, 10, 6, 11];
     for (const pipeline of [true, false]) {
-      const how = pipeline ? "the backward's pipelined tile loop" : "the step loops (pipeline off)";
+      const how = pipeline ? "the pipelined tile loops (cells deferred)" : "the step loops (pipeline off)";
       test(`${cell}: ${how}, 13 packed sequences in one replica, 2 bidirectional layers, hidden 64`, () => {
         runCase({ cell, ...SMALL, lengths, replicas: 1, pipeline });
       });
     }
+    // two tiles: the backward's pipelined loop with each tile's cell right after its product, the forward's step loop
+    test(`${cell}: 7 packed sequences in one replica (two tiles), 2 bidirectional layers, hidden 64`, () => {
+      runCase({ cell, ...SMALL, lengths: [9, 3, 12, 1, 7, 7, 2], replicas: 1 });
+    });
   }
   test("lstm hidden 1152, batch 16 (four tiles: the backward's pipelined loop with the registers full), 12 steps", () => {
     const lengths = [12, 12, 12, 11, 11, 10, 9, 9, 8, 8, 7, 6, 5, 3, 2, 1];

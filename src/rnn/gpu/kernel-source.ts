@@ -270,8 +270,10 @@ ${plan.cell === "lstm" ? "        cn[(size_t)bb * H + unit] = c;" : ""}
       // no barrier after the product: the deferred cell reads these sums after the next tile's wait (a barrier)
 ${product}
       PHASE(2)
-      // a step of one tile: the next step's tile reads this one's h, so its cell cannot wait for the next wait
-      if (!same && b0 == 0) {
+      // a step of one or two tiles (the tail of a packed batch): the next step's same tile reads this one's h at its
+      // wait (one tile) or its copy is issued before the deferred cell would run (two: every copy re-fetched, as the
+      // forward's loop at batch 8 measured, bench/results/h100/issue18/session20/), so the cell runs now
+      if (nl <= 2 * BT) {
         __syncthreads();
         float xf[G];
         fetch_x(xf);
@@ -379,7 +381,7 @@ export function groupRows(plan: RnnKernelPlan, batch: number, maxSharedBytes: nu
  */
 export function backwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "backward") throw new Error(`backwardKernelSource: plan is for the ${plan.kind} kernel`);
-  const { weights, matvec, matvecAny } = matvecParts(plan);
+  const { weights, product, matvecAny } = matvecParts(plan);
   return `// persistent ${plan.cell} backward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
@@ -425,7 +427,7 @@ ${weights}
   const float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
   float* carry_c = carry;             // LSTM: dc flowing to the previous step
   float* carry_h = carry + UC * bcap; // GRU: dh ⊙ z flowing to the previous step
-${backwardPipelined(plan, matvec)}
+${backwardPipelined(plan, product, opts.deferredBackward === true)}
   PHASE_START
   for (int s = 0; s <= steps; s++) {
     const int t = s < steps ? (reverse ? s : steps - 1 - s) : -1;
@@ -489,7 +491,7 @@ function backwardTileCell(plan: RnnKernelPlan): string {
   return `      if (!mine) continue;
       const float rec = row_sum(part, cu, cb);
       if (!active) {
-        if (bb < np) dh0[ci] = rec${carried}; // bb's first forward step was tp
+        if (from_next) dh0[ci] = rec${carried}; // bb's first forward step was tp
         continue;
       }
       const float dh = dyv + (from_next ? rec${carried} : dhnv);
@@ -506,10 +508,93 @@ ${backwardCell(plan)}`;
  * only a few tiles' worth of shared memory can hold. Two partial-sum buffers: a tile's cell reads one while the next
  * tile's product fills the other. The step bookkeeping (batch sizes, offsets) stays in registers, loaded a step
  * ahead. Measured (bench/results/h100/issue18/session19/): LSTM 1152 at batch 16, 5.65 → 3.62 ms per backward
- * launch. The same loop in the forward kernel (measured with an earlier, slower check) was slower than its step
- * loop, so the forward keeps the step loop.
+ * launch. `defer` (RnnKernelOptions.deferredBackward, a build of its own): each tile's cell runs after the next
+ * tile's wait, as in the forward's loop, except in steps of one or two tiles; else right after the tile's product
+ * and a barrier.
  */
-function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
+function backwardPipelined(plan: RnnKernelPlan, product: string, defer: boolean): string {
+  // the tile's bookkeeping as backwardTileCell reads it (from d_*), then its cell thread's loads
+  const fetch = `      const int jl = d_jl, bb = rep + jl * nrep;
+      const bool mine = (d_fl & 1) != 0, active = (d_fl & 2) != 0, from_next = (d_fl & 4) != 0;
+      const bool has_prev = (d_fl & 8) != 0;
+      const size_t ci = (size_t)bb * H + unit, row = (size_t)d_row, prow = (size_t)d_prow;
+      const float dyv = active ? dy[row * lddy + unit] : 0.f;
+      const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
+${backwardPrefetch(plan)}`;
+  const cell = (part: string) => `      do {
+        const float* part = ${part};
+${backwardTileCell(plan)
+  .split("\n")
+  .map((l) => `  ${l}`)
+  .join("\n")}
+      } while (false);`;
+  // this tile's bookkeeping into d_* (the forward's step before t is the next processing step)
+  const record = `      {
+        const int jl = b0 + cb, bb = rep + jl * nrep;
+        const bool mine = cell_thread && cb < nt, has_prev = s + 1 < steps && bb < nbN;
+        d_jl = jl;
+        d_row = offC + bb;
+        d_prow = has_prev ? offN + bb : 0;
+        d_fl = (mine ? 1 : 0) | (mine && bb < nbC ? 2 : 0) | (bb < nbP ? 4 : 0) | (has_prev ? 8 : 0);
+        d_i = i;
+      }`;
+  const settleIssue = `        PHASE(0)
+        const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
+        if (__syncthreads_or(!ok)) return;
+        PHASE(1)
+        if (more) {
+          float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
+          unsigned long long* const obar = &pbar[(i + 1) & 1];
+          if (same) {
+            const int n = min(BT, nrows - b0 - BT);
+            issue_tile(other, obar, n, polled_rows(n, local_count(nbP, rep, nrep), b0 + BT), rows_of(b0 + BT, nbP, offP));
+          } else {
+            const int n = min(BT, nrows2);
+            issue_tile(other, obar, n, polled_rows(n, local_count(nbC, rep, nrep), 0), rows_of(0, nbC, offC));
+          }
+        }`;
+  const productOf = `        const float4* vcur = slot;
+        const int vrow = 0;
+        float* part = parts + (i & 1) * (CW * RG * N32);
+${product}`;
+  // deferred: the cell of the tile before runs after this tile's wait (its inputs fetched before it); eager: this
+  // tile's cell runs after its product and a barrier
+  const tile = defer
+    ? `      {
+${fetch}
+${settleIssue}
+${cell("parts + (d_i & 1) * (CW * RG * N32)")}
+      }
+${record}
+      {
+${productOf}
+      }
+      PHASE(2)
+      // a step of one or two tiles: the next step's same tile reads this one's gradients at its wait (one tile) or
+      // its copy is issued before the deferred cell would run (two), so the cell runs now
+      if (nrows <= 2 * BT) {
+        __syncthreads();
+${fetch}
+${cell("parts + (i & 1) * (CW * RG * N32)")}
+        d_fl = 0;
+      }`
+    : `${record}
+      {
+${fetch}
+${settleIssue}
+${productOf}
+        __syncthreads();
+        PHASE(2)
+${cell("parts + (i & 1) * (CW * RG * N32)")}
+      }`;
+  const tail = defer
+    ? `    __syncthreads(); // the last product's sums
+    {
+${fetch}
+${cell("parts + (d_i & 1) * (CW * RG * N32)")}
+    }
+`
+    : "";
   return `  if (pipe) {
     float* const parts = part;
     // one mbarrier per tile slot, counting its bulk copies (tile i uses slot i & 1, in its phase (i >> 1) & 1)
@@ -550,6 +635,10 @@ function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
       const int n = min(BT, nrows_of(nbC, nbP));
       issue_tile(vs4, &pbar[0], n, polled_rows(n, local_count(nbP, rep, nrep), 0), rows_of(0, nbP, offP));
     }
+    // the tile whose cell runs next (this thread's): local column, packed row and that of the forward step before,
+    // flags (1 a column of this CTA's, 2 a step to differentiate, 4 its gradient flows from the next step, 8 it has a
+    // forward step before), and the tile's number (its partial sums' buffer)
+    int d_jl = 0, d_row = 0, d_prow = 0, d_fl = 0, d_i = 0;
     PHASE_START
     for (int i = 0;; i++) {
       const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
@@ -558,35 +647,7 @@ function backwardPipelined(plan: RnnKernelPlan, matvec: string): string {
       const int nrows2 = s + 1 <= steps ? nrows_of(nbN, nbC) : 0;
       const bool more = same || nrows2 > 0;
       float4* const slot = vs4 + (i & 1) * BT * (KP / 4);
-      const int nb = nbC, np = nbP;
-      // the forward's step before t is the next processing step
-${backwardTileHead("offC", "s + 1 < steps && bb < nbN", "offN")}
-      const float dyv = active ? dy[row * lddy + unit] : 0.f;
-      const float dhnv = (active && !from_next) ? dhn[ci] : 0.f;
-${backwardPrefetch(plan)}
-      PHASE(0)
-      const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
-      if (__syncthreads_or(!ok)) return;
-      PHASE(1)
-      if (more) {
-        float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
-        unsigned long long* const obar = &pbar[(i + 1) & 1];
-        if (same) {
-          const int n = min(BT, nrows - b0 - BT);
-          issue_tile(other, obar, n, polled_rows(n, local_count(nbP, rep, nrep), b0 + BT), rows_of(b0 + BT, nbP, offP));
-        } else {
-          const int n = min(BT, nrows2);
-          issue_tile(other, obar, n, polled_rows(n, local_count(nbC, rep, nrep), 0), rows_of(0, nbC, offC));
-        }
-      }
-      const float4* vcur = slot;
-      const int vrow = 0;
-      float* part = parts + (i & 1) * (CW * RG * N32);
-${matvec}
-      PHASE(2)
-      do {
-${backwardTileCell(plan)}
-      } while (false);
+${tile}
       PHASE(3)
       if (!more) break;
       if (same) b0 += BT;
@@ -600,7 +661,7 @@ ${backwardTileCell(plan)}
         meta(s + 1, nbN, offN);
       }
     }
-    return;
+${tail}    return;
   }`;
 }
 

@@ -127,6 +127,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
   readonly pipeline: boolean;
   /** VPPS_RNN_REPLICAS=N: every launch runs N replicas where the layer allows (comparisons); unset: the model picks. */
   readonly forcedReplicas: number | undefined;
+  /** Backward kernels with deferred cells (deferredBackward), by the layout kernels they were built beside. */
+  private readonly deferred = new Map<LayoutKernels, { fn: CudaKernel; module: ReturnType<typeof loadModule> }>();
+  /** The module of the last backward launch's kernel (the layout's, or its deferred-cell build), for phases(). */
+  private lastBackwardModule: ReturnType<typeof loadModule> | undefined;
   /** Compiled layouts by units per CTA; the widest spread (layouts[0]) is compiled at creation. */
   private readonly compiled = new Map<number, LayoutKernels>();
   /**
@@ -259,53 +263,72 @@ export class PersistentRnnLayer extends RnnLayerBase {
   }
 
   private build(layout: RnnLayout, options: PersistentRnnOptions): LayoutKernels {
-    const { cell, hidden, precision, gpu } = this;
+    const name = this.kernelName(layout, options);
+    const f = this.load(`${name}_fwd`, layout.forward, forwardKernelSource(layout.forward, options));
+    const b = this.load(`${name}_bwd`, layout.backward, backwardKernelSource(layout.backward, options));
+    return {
+      layout,
+      fwd: f.fn,
+      bwd: b.fn,
+      modules: { forward: f.module, backward: b.module },
+      staticShared: { forward: f.staticShared, backward: b.staticShared },
+      logs: { forward: f.log, backward: b.log },
+      options,
+    };
+  }
+
+  private kernelName(layout: RnnLayout, options: PersistentRnnOptions): string {
     const tag =
       (options.phases ? "_phases" : "") +
       (options.cluster === undefined ? "" : `_cluster${+options.cluster}`) +
       (options.clusterSize === 4 ? "_cs4" : "") +
       `_u${layout.forward.unitsPerCta}`;
-    const name = `rnn_${cell}_${hidden}_${precision}${tag}`;
-    const f = this.compile(`${name}_fwd`, forwardKernelSource(layout.forward, options));
-    const b = this.compile(`${name}_bwd`, backwardKernelSource(layout.backward, options));
-    const mf = loadModule(f.cubin, "rnn forward");
-    this.modules.push(mf);
-    const mb = loadModule(b.cubin, "rnn backward");
-    this.modules.push(mb);
-    const fwd = mf.getFunction(RNN_KERNEL_NAMES.forward);
-    const bwd = mb.getFunction(RNN_KERNEL_NAMES.backward);
-    const staticShared = { forward: fwd.attributes().sharedBytes, backward: bwd.attributes().sharedBytes };
-    for (const [k, plan] of [
-      [fwd, layout.forward],
-      [bwd, layout.backward],
-    ] as const) {
-      checkNoSpills(
-        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
-        k.attributes(),
-        "use a smaller hidden size or fp16 weights",
+    return `rnn_${this.cell}_${this.hidden}_${this.precision}${tag}`;
+  }
+
+  /**
+   * Compiles and loads one kernel of a plan, refusing one that spills or whose CTAs cannot all be resident at once,
+   * and lets it have all the dynamic shared memory a block can (the launch's batch decides how much it takes).
+   */
+  private load(name: string, plan: RnnKernelPlan, source: string) {
+    const { cell, hidden, gpu } = this;
+    const c = this.compile(name, source);
+    const module = loadModule(c.cubin, `rnn ${plan.kind}`);
+    this.modules.push(module);
+    const fn = module.getFunction(plan.kind === "forward" ? RNN_KERNEL_NAMES.forward : RNN_KERNEL_NAMES.backward);
+    const staticShared = fn.attributes().sharedBytes;
+    checkNoSpills(
+      `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
+      fn.attributes(),
+      "use a smaller hidden size or fp16 weights",
+    );
+    // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
+    // (less the kernel's static shared memory: the multicast barriers)
+    fn.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - staticShared);
+    const perSm = fn.maxActiveBlocksPerSm(plan.threads, sharedBytes(plan, 1));
+    if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
+      throw new RnnDoesNotFitError(
+        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}): ${plan.ctas} CTAs of ${plan.threads} threads ` +
+          `cannot all be resident at once (${perSm} per SM × ${this.model.smCount} SMs); ` +
+          "its steps would wait on CTAs that never start",
       );
-      // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
-      // (less the kernel's static shared memory: the multicast barriers)
-      k.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - staticShared[plan.kind]);
-      const shared = sharedBytes(plan, 1);
-      const perSm = k.maxActiveBlocksPerSm(plan.threads, shared);
-      if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
-        throw new RnnDoesNotFitError(
-          `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}): ${plan.ctas} CTAs of ${plan.threads} threads ` +
-            `cannot all be resident at once (${perSm} per SM × ${this.model.smCount} SMs); ` +
-            "its steps would wait on CTAs that never start",
-        );
-      }
     }
-    return {
-      layout,
-      fwd,
-      bwd,
-      modules: { forward: mf, backward: mb },
-      staticShared,
-      logs: { forward: f.log, backward: b.log },
-      options,
-    };
+    return { fn, module, staticShared, log: c.log };
+  }
+
+  /**
+   * The backward kernel whose pipelined loop defers each tile's cell (RnnKernelOptions.deferredBackward), built the
+   * first time a launch needs it: one replica over more than two tiles.
+   */
+  private deferredBackward(k: LayoutKernels): { fn: CudaKernel; module: ReturnType<typeof loadModule> } {
+    let d = this.deferred.get(k);
+    if (!d) {
+      const options = { ...k.options, deferredBackward: true };
+      const plan = k.layout.backward;
+      d = this.load(`${this.kernelName(k.layout, k.options)}_bwd_deferred`, plan, backwardKernelSource(plan, options));
+      this.deferred.set(k, d);
+    }
+    return d;
   }
 
   /** Plans, compiles and loads the kernels; a layer that does not fit is refused with the largest that does. */
@@ -392,9 +415,12 @@ export class PersistentRnnLayer extends RnnLayerBase {
     if (!this.options.phases) throw new Error("phases: this layer was not built with options.phases");
     const d = this.gpu.device.driver;
     const setup = this.last[kind];
-    const modules = setup ? [setup.k.modules[kind]] : [...this.compiled.values()].map((k) => k.modules[kind]);
+    const launched = kind === "backward" && setup ? this.lastBackwardModule : setup?.k.modules[kind];
+    const modules = launched ? [launched] : [...this.compiled.values()].map((k) => k.modules[kind]);
     if (reset) {
-      for (const m of [...this.compiled.values()].map((k) => k.modules[kind])) {
+      const built = [...this.compiled.values()].map((k) => k.modules[kind]);
+      if (kind === "backward") built.push(...[...this.deferred.values()].map((d) => d.module));
+      for (const m of built) {
         const g = m.getGlobal(PHASE_GLOBAL);
         d.memsetD32Async(g.ptr, 0, g.bytes / 4, this.stream.handle);
       }
@@ -533,7 +559,14 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const B = batchSizes[0] ?? 0;
     const sh = this.setup("backward", B);
     const p = sh.plan;
-    sh.k.bwd.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
+    // a replica over more than two tiles: the build whose pipelined loop defers each tile's cell (measured 12–16%
+    // faster for LSTM 1152 at batch 12 to 64, even for GRU and RNN; bench/results/h100/issue18/session20/)
+    const { fn, module } =
+      sh.pipe && pipelinedForward(sh.replicas, sh.bcap)
+        ? this.deferredBackward(sh.k)
+        : { fn: sh.k.bwd, module: sh.k.modules.backward };
+    this.lastBackwardModule = module;
+    fn.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.saved),
       karg.ptr(a.y),
