@@ -205,9 +205,10 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
       if (!plan.fits) return;
       const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));
       try {
-        // the backward's build with deferred cells (launches of one replica over more than two tiles) too
+        // the builds with deferred cells (launches of one replica over more than two tiles) too
         const sources = [
           ["forward", "forward", forwardKernelSource(plan.forward)],
+          ["forward", "forward-pipelined", forwardKernelSource(plan.forward, { pipelinedForward: true })],
           ["backward", "backward", backwardKernelSource(plan.backward)],
           ["backward", "backward-deferred", backwardKernelSource(plan.backward, { deferredBackward: true })],
         ] as const;

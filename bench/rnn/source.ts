@@ -9,8 +9,12 @@ const [cell, hidden, dir] = [process.argv[2] as RnnCellName, Number(process.argv
 const plan = planRnnLayer(cell, hidden, H100_SXM);
 if (!plan.fits) throw new Error(plan.reason);
 writeFileSync(join(dir, `${cell}-${hidden}-forward.cu`), forwardKernelSource(plan.forward));
+writeFileSync(
+  join(dir, `${cell}-${hidden}-forward-pipelined.cu`),
+  forwardKernelSource(plan.forward, { pipelinedForward: true }),
+);
 writeFileSync(join(dir, `${cell}-${hidden}-backward.cu`), backwardKernelSource(plan.backward));
-// the backward build used by launches of one replica over more than two tiles
+// the builds used by launches of one replica over more than two tiles
 writeFileSync(
   join(dir, `${cell}-${hidden}-backward-deferred.cu`),
   backwardKernelSource(plan.backward, { deferredBackward: true }),

@@ -41,9 +41,13 @@ export interface RnnKernelOptions {
    */
   readonly clusterSize?: 2 | 4;
   /**
+   * The forward kernel includes the pipelined tile loop (each tile's cell deferred past the next tile's wait). A
+   * build of its own, which the layer runs for launches whose replica holds more than two tiles (pipelinedForward).
+   */
+  readonly pipelinedForward?: boolean;
+  /**
    * The backward kernel's pipelined tile loop defers each tile's cell past the next tile's wait, as the forward's
-   * does (a build of its own, which the layer uses for launches whose replica holds more than two tiles: with both
-   * loops in one kernel the eager one measured 14% slower at batch 8, LSTM 1152).
+   * does (a build of its own, for the same launches; without it the loop runs each tile's cell after its product).
    */
   readonly deferredBackward?: boolean;
 }

@@ -98,7 +98,7 @@ ${weights}
   float* sgates = saved;
   float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
   float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
-${forwardPipelined(plan, product)}
+${opts.pipelinedForward === true ? forwardPipelined(plan, product) : "  (void)pipe; // the step loop only (a build without the pipelined loop)"}
   PHASE_START
   for (int s = 0; s < steps; s++) {
     const int t = reverse ? steps - 1 - s : s;

@@ -88,6 +88,12 @@ interface LayoutKernels {
   readonly options: PersistentRnnOptions;
 }
 
+/** A loaded kernel and its module. */
+interface LoadedKernel {
+  readonly fn: CudaKernel;
+  readonly module: ReturnType<typeof loadModule>;
+}
+
 /** What a launch over a batch runs: a layout's kernels, how many replicas, and the shared memory it needs. */
 interface LaunchSetup {
   readonly k: LayoutKernels;
@@ -127,10 +133,16 @@ export class PersistentRnnLayer extends RnnLayerBase {
   readonly pipeline: boolean;
   /** VPPS_RNN_REPLICAS=N: every launch runs N replicas where the layer allows (comparisons); unset: the model picks. */
   readonly forcedReplicas: number | undefined;
-  /** Backward kernels with deferred cells (deferredBackward), by the layout kernels they were built beside. */
-  private readonly deferred = new Map<LayoutKernels, { fn: CudaKernel; module: ReturnType<typeof loadModule> }>();
-  /** The module of the last backward launch's kernel (the layout's, or its deferred-cell build), for phases(). */
-  private lastBackwardModule: ReturnType<typeof loadModule> | undefined;
+  /**
+   * The builds with a pipelined loop whose cells are deferred (RnnKernelOptions.pipelinedForward, deferredBackward),
+   * by kind and the layout kernels they were built beside: compiled when a launch first needs one.
+   */
+  private readonly pipelinedBuilds = {
+    forward: new Map<LayoutKernels, LoadedKernel>(),
+    backward: new Map<LayoutKernels, LoadedKernel>(),
+  };
+  /** The module of each kind's last launch (the layout's build, or its pipelined one), for phases(). */
+  private readonly lastModule: Partial<Record<"forward" | "backward", LoadedKernel["module"]>> = {};
   /** Compiled layouts by units per CTA; the widest spread (layouts[0]) is compiled at creation. */
   private readonly compiled = new Map<number, LayoutKernels>();
   /**
@@ -317,16 +329,25 @@ export class PersistentRnnLayer extends RnnLayerBase {
   }
 
   /**
-   * The backward kernel whose pipelined loop defers each tile's cell (RnnKernelOptions.deferredBackward), built the
-   * first time a launch needs it: one replica over more than two tiles.
+   * The kernel a launch runs: the layout's build, or where a replica holds more than two tiles (`pipelinedForward`)
+   * the build whose pipelined loop defers each tile's cell past the next tile's wait (RnnKernelOptions
+   * pipelinedForward, deferredBackward), compiled the first time a launch needs it. A build of its own: with the
+   * forward's pipelined loop in the same kernel the step loop of GRU 1152 measured 28% slower at batch 4 (0.69 →
+   * 0.89 ms), and with both backward loops in one kernel the eager one 14% slower at batch 8 (LSTM 1152).
    */
-  private deferredBackward(k: LayoutKernels): { fn: CudaKernel; module: ReturnType<typeof loadModule> } {
-    let d = this.deferred.get(k);
+  private kernelFor(kind: "forward" | "backward", sh: LaunchSetup): LoadedKernel {
+    const k = sh.k;
+    const base = { fn: kind === "forward" ? k.fwd : k.bwd, module: k.modules[kind] };
+    if (!sh.pipe || !pipelinedForward(sh.replicas, sh.bcap)) return base;
+    let d = this.pipelinedBuilds[kind].get(k);
     if (!d) {
-      const options = { ...k.options, deferredBackward: true };
-      const plan = k.layout.backward;
-      d = this.load(`${this.kernelName(k.layout, k.options)}_bwd_deferred`, plan, backwardKernelSource(plan, options));
-      this.deferred.set(k, d);
+      const plan = k.layout[kind];
+      const name = `${this.kernelName(k.layout, k.options)}_${kind === "forward" ? "fwd" : "bwd"}_deferred`;
+      d =
+        kind === "forward"
+          ? this.load(name, plan, forwardKernelSource(plan, { ...k.options, pipelinedForward: true }))
+          : this.load(name, plan, backwardKernelSource(plan, { ...k.options, deferredBackward: true }));
+      this.pipelinedBuilds[kind].set(k, d);
     }
     return d;
   }
@@ -415,11 +436,11 @@ export class PersistentRnnLayer extends RnnLayerBase {
     if (!this.options.phases) throw new Error("phases: this layer was not built with options.phases");
     const d = this.gpu.device.driver;
     const setup = this.last[kind];
-    const launched = kind === "backward" && setup ? this.lastBackwardModule : setup?.k.modules[kind];
+    const launched = setup ? this.lastModule[kind] : undefined;
     const modules = launched ? [launched] : [...this.compiled.values()].map((k) => k.modules[kind]);
     if (reset) {
       const built = [...this.compiled.values()].map((k) => k.modules[kind]);
-      if (kind === "backward") built.push(...[...this.deferred.values()].map((d) => d.module));
+      built.push(...[...this.pipelinedBuilds[kind].values()].map((d) => d.module));
       for (const m of built) {
         const g = m.getGlobal(PHASE_GLOBAL);
         d.memsetD32Async(g.ptr, 0, g.bytes / 4, this.stream.handle);
@@ -464,7 +485,9 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const sh = this.setup("forward", B, ctas !== undefined);
     const p = sh.plan;
     const grid = ctas ?? p.ctas * sh.replicas;
-    sh.k.fwd.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
+    const { fn, module } = this.kernelFor("forward", sh);
+    this.lastModule.forward = module;
+    fn.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.xw),
       karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
@@ -559,13 +582,8 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const B = batchSizes[0] ?? 0;
     const sh = this.setup("backward", B);
     const p = sh.plan;
-    // a replica over more than two tiles: the build whose pipelined loop defers each tile's cell (measured 12–16%
-    // faster for LSTM 1152 at batch 12 to 64, even for GRU and RNN; bench/results/h100/issue18/session20/)
-    const { fn, module } =
-      sh.pipe && pipelinedForward(sh.replicas, sh.bcap)
-        ? this.deferredBackward(sh.k)
-        : { fn: sh.k.bwd, module: sh.k.modules.backward };
-    this.lastBackwardModule = module;
+    const { fn, module } = this.kernelFor("backward", sh);
+    this.lastModule.backward = module;
     fn.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
       karg.ptr(a.weights.whh),
       karg.ptr(a.ws.saved),
