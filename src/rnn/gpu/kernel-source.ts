@@ -157,6 +157,80 @@ ${plan.cell === "lstm" ? "          cn[(size_t)bb * H + unit] = c;" : ""}
 }
 
 /**
+ * A pipelined loop's wait for its tile (slot i & 1), then the copies of the next tile into the other slot: the next of
+ * this step (`rows` this step's rows of the replica, `prevLocal` the previous step's, whose rows it polls) or the next
+ * step's first (`nextRows` its rows, `curLocal` this step's, whose rows it polls).
+ */
+function settleAndIssue(o: { rows: string; prevLocal: string; nextRows: string; curLocal: string }): string {
+  return `      PHASE(0)
+      const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
+      if (__syncthreads_or(!ok)) return;
+      PHASE(1)
+      if (more) {
+        float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
+        unsigned long long* const obar = &pbar[(i + 1) & 1];
+        if (same) {
+          const int n = min(BT, ${o.rows} - b0 - BT);
+          issue_tile(other, obar, n, polled_rows(n, ${o.prevLocal}, b0 + BT), rows_of(b0 + BT, nbP, offP));
+        } else {
+          const int n = min(BT, ${o.nextRows});
+          issue_tile(other, obar, n, polled_rows(n, ${o.curLocal}, 0), rows_of(0, nbC, offC));
+        }
+      }`;
+}
+
+/**
+ * The end of a pipelined loop's tile: leave after the last tile, else the next tile of the step, or the next step's
+ * first (its bookkeeping shifted by one step, then `load`: the loads of the steps ahead).
+ */
+function nextTile(load: string): string {
+  return `      PHASE(3)
+      if (!more) break;
+      if (same) b0 += BT;
+      else {
+        s++;
+        b0 = 0;
+        nbP = nbC;
+        offP = offC;
+        nbC = nbN;
+        offC = offN;
+${load}
+      }`;
+}
+
+/**
+ * The start of a pipelined tile loop (both kernels): the two partial-sum buffers, one mbarrier per tile slot counting
+ * its bulk copies (tile i uses slot i & 1, in its phase (i >> 1) & 1), `meta(s)` — the batch size and first packed row
+ * of processing step s (`t` of s as given), 0 outside the steps — and `rows_of(b0, np, offp)`, the source of row b of
+ * the tile at local column b0: polled where its sequence is one of the np that had a step at offp (`rows`: the polled
+ * row's address, then the other's).
+ */
+function pipelinePrologue(t: string, rowsComment: string, rows: string): string {
+  return `    float* const parts = part;
+    __shared__ unsigned long long pbar[2];
+    if (tid == 0) {
+      mbar_init(&pbar[0]);
+      mbar_init(&pbar[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const auto meta = [&](int s, int& nb, int& off) {
+      const bool in = s >= 0 && s < steps;
+      const int t = ${t};
+      nb = in ? batch_sizes[t] : 0;
+      off = in ? offsets[t] : 0;
+    };
+    ${rowsComment}
+    const auto rows_of = [&](int b0, int np, int offp) {
+      return [=](int b, bool& poll) -> const float* {
+        const int r = rep + (b0 + b) * nrep;
+        poll = r < np;
+        return r < np ? ${rows};
+      };
+    };`;
+}
+
+/**
  * The forward's pipelined loop (the host sets `pipe` where a replica's batch spans several tiles): one tile per wait,
  * each tile's rows of h(t−1) in one of two shared-memory slots, the next tile's rows copied (TMA bulk copies counted
  * on the slot's mbarrier) while this tile is multiplied, as in the backward's. Unlike the backward's, a tile's cell
@@ -169,29 +243,12 @@ ${plan.cell === "lstm" ? "          cn[(size_t)bb * H + unit] = c;" : ""}
  */
 function forwardPipelined(plan: RnnKernelPlan, product: string): string {
   return `  if (pipe) {
-    float* const parts = part;
-    __shared__ unsigned long long pbar[2];
-    if (tid == 0) {
-      mbar_init(&pbar[0]);
-      mbar_init(&pbar[1]);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    const auto meta = [&](int s, int& nb, int& off) {
-      const bool in = s >= 0 && s < steps;
-      const int t = reverse ? steps - 1 - s : s;
-      nb = in ? batch_sizes[t] : 0;
-      off = in ? offsets[t] : 0;
-    };
+${pipelinePrologue(
+  "reverse ? steps - 1 - s : s",
+  "// tile b0's rows: h(t−1) of its sequences (polled where they had a step before, else h0)",
+  "y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H",
+)}
     const auto local = [&](int nb) { return local_count(nb, rep, nrep); }; // this replica's of nb sequences
-    // tile b0's rows: h(t−1) of its sequences (polled where they had a step before, else h0)
-    const auto rows_of = [&](int b0, int np, int offp) {
-      return [=](int b, bool& poll) -> const float* {
-        const int r = rep + (b0 + b) * nrep;
-        poll = r < np;
-        return r < np ? y + (size_t)(offp + r) * ldy : h0 + (size_t)r * H;
-      };
-    };
     // the step's, the previous one's, and the next two's batch sizes and offsets: loaded two steps ahead, so that a
     // step change never waits for them
     int s = 0, nbC = 0, offC = 0, nbP = 0, offP = 0, nbN = 0, offN = 0, nbN2 = 0, offN2 = 0;
@@ -241,21 +298,7 @@ ${plan.cell === "lstm" ? "        cn[(size_t)bb * H + unit] = c;" : ""}
       float4* const slot = vs4 + (i & 1) * BT * (KP / 4);
       float xg[G];
       fetch_x(xg);
-      PHASE(0)
-      const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
-      if (__syncthreads_or(!ok)) return;
-      PHASE(1)
-      if (more) {
-        float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
-        unsigned long long* const obar = &pbar[(i + 1) & 1];
-        if (same) {
-          const int n = min(BT, nl - b0 - BT);
-          issue_tile(other, obar, n, polled_rows(n, local(nbP), b0 + BT), rows_of(b0 + BT, nbP, offP));
-        } else {
-          const int n = min(BT, local(nbN));
-          issue_tile(other, obar, n, polled_rows(n, nl, 0), rows_of(0, nbC, offC));
-        }
-      }
+${settleAndIssue({ rows: "nl", prevLocal: "local(nbP)", nextRows: "local(nbN)", curLocal: "nl" })}
       run_cell(parts + (c_i & 1) * (CW * RG * N32), xg); // the previous tile's (if deferred)
       {
         const int jl = b0 + cb, bb = rep + jl * nrep;
@@ -280,20 +323,9 @@ ${product}
         run_cell(part, xf);
         c_row = -1;
       }
-      PHASE(3)
-      if (!more) break;
-      if (same) b0 += BT;
-      else {
-        s++;
-        b0 = 0;
-        nbP = nbC;
-        offP = offC;
-        nbC = nbN;
-        offC = offN;
-        nbN = nbN2;
+${nextTile(`        nbN = nbN2;
         offN = offN2;
-        meta(s + 2, nbN2, offN2);
-      }
+        meta(s + 2, nbN2, offN2);`)}
     }
     __syncthreads(); // the last product's sums
     float xl[G];
@@ -538,21 +570,12 @@ ${backwardTileCell(plan)
         d_fl = (mine ? 1 : 0) | (mine && bb < nbC ? 2 : 0) | (bb < nbP ? 4 : 0) | (has_prev ? 8 : 0);
         d_i = i;
       }`;
-  const settleIssue = `        PHASE(0)
-        const bool ok = settle_tile(slot, &pbar[i & 1], (i >> 1) & 1, nt, rows_of(b0, nbP, offP), status, tp);
-        if (__syncthreads_or(!ok)) return;
-        PHASE(1)
-        if (more) {
-          float4* const other = vs4 + ((i + 1) & 1) * BT * (KP / 4);
-          unsigned long long* const obar = &pbar[(i + 1) & 1];
-          if (same) {
-            const int n = min(BT, nrows - b0 - BT);
-            issue_tile(other, obar, n, polled_rows(n, local_count(nbP, rep, nrep), b0 + BT), rows_of(b0 + BT, nbP, offP));
-          } else {
-            const int n = min(BT, nrows2);
-            issue_tile(other, obar, n, polled_rows(n, local_count(nbC, rep, nrep), 0), rows_of(0, nbC, offC));
-          }
-        }`;
+  const settleIssue = settleAndIssue({
+    rows: "nrows",
+    prevLocal: "local_count(nbP, rep, nrep)",
+    nextRows: "nrows2",
+    curLocal: "local_count(nbC, rep, nrep)",
+  });
   const productOf = `        const float4* vcur = slot;
         const int vrow = 0;
         float* part = parts + (i & 1) * (CW * RG * N32);
@@ -596,31 +619,14 @@ ${cell("parts + (d_i & 1) * (CW * RG * N32)")}
 `
     : "";
   return `  if (pipe) {
-    float* const parts = part;
-    // one mbarrier per tile slot, counting its bulk copies (tile i uses slot i & 1, in its phase (i >> 1) & 1)
-    __shared__ unsigned long long pbar[2];
-    if (tid == 0) {
-      mbar_init(&pbar[0]);
-      mbar_init(&pbar[1]);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
     // processing step s differentiates forward step t(s) (none at s = steps: that pass only gives the dh0 of the
     // sequences whose first step was t(s − 1)); the gradients it reads are those of step t(s − 1)
-    const auto meta = [&](int s, int& nb, int& off) {
-      const bool in = s >= 0 && s < steps;
-      const int t = reverse ? s : steps - 1 - s;
-      nb = in ? batch_sizes[t] : 0;
-      off = in ? offsets[t] : 0;
-    };
+${pipelinePrologue(
+  "reverse ? s : steps - 1 - s",
+  "// tile b0's rows: the gate gradients of its sequences at the step processed before (none where it had none)",
+  "dpre_h + (size_t)(offp + r) * (G * H) : nullptr",
+)}
     const auto nrows_of = [&](int nb, int np) { return max(local_count(nb, rep, nrep), local_count(np, rep, nrep)); };
-    const auto rows_of = [&](int b0, int np, int offp) {
-      return [=](int b, bool& poll) -> const float* {
-        const int r = rep + (b0 + b) * nrep;
-        poll = r < np;
-        return r < np ? dpre_h + (size_t)(offp + r) * (G * H) : nullptr;
-      };
-    };
     int s = 0, nbC = 0, offC = 0, nbP = 0, offP = 0;
     for (; s <= steps; s++) {
       meta(s, nbC, offC);
@@ -648,18 +654,7 @@ ${cell("parts + (d_i & 1) * (CW * RG * N32)")}
       const bool more = same || nrows2 > 0;
       float4* const slot = vs4 + (i & 1) * BT * (KP / 4);
 ${tile}
-      PHASE(3)
-      if (!more) break;
-      if (same) b0 += BT;
-      else {
-        s++;
-        b0 = 0;
-        nbP = nbC;
-        offP = offC;
-        nbC = nbN;
-        offC = offN;
-        meta(s + 1, nbN, offN);
-      }
+${nextTile("        meta(s + 1, nbN, offN);")}
     }
 ${tail}    return;
   }`;
