@@ -238,8 +238,10 @@ function pipelinePrologue(t: string, rowsComment: string, rows: string): string 
  * its latency (a chain of loads, activations and stores by two warps) overlaps the other warps' products instead of
  * idling them behind a barrier. Two partial-sum buffers: the deferred cell reads one while the product fills the
  * other. A tile depends on the same tile of the step before, whose cell ran at least a tile earlier, except where a
- * step has one tile: there the next step's tile needs this one, so its cell runs at once ("flush"). The cell threads
- * keep h (and LSTM's c) of their (unit, sequence) in shared memory, so the cell reads nothing of a slot.
+ * step has one or two tiles: there the next step's tile waits for this one's cell, or its copy is issued before that
+ * cell runs, so the cell runs at once ("flush"). The cell threads keep h (and LSTM's c) of their (unit, sequence) in
+ * shared memory, so the cell reads nothing of a slot. Runs in a build of its own (RnnKernelOptions.pipelinedForward)
+ * for launches of one replica over more than two tiles; measured in bench/results/h100/issue18/session20/.
  */
 function forwardPipelined(plan: RnnKernelPlan, product: string): string {
   return `  if (pipe) {

@@ -549,7 +549,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       // H100 against the step loops: the backward's (bench/results/h100/issue18/session19/ab/, with the loop's first
       // check) 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
       // even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step
-      // loop; the forward's (session20/) 4–35% faster at batch 12 to 64 for the widest layouts.
+      // loop; the forward's (session20/, from three tiles) 3–35% faster at batch 12 to 64 for the widest layouts.
       const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
       if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
     }
