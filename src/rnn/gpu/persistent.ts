@@ -312,7 +312,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     checkNoSpills(
       `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
       fn.attributes(),
-      "use a smaller hidden size or fp16 weights",
+      this.precision === "fp16" ? "use a smaller hidden size" : "use a smaller hidden size or fp16 weights",
     );
     // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
     // (less the kernel's static shared memory: the multicast barriers)
