@@ -99,6 +99,46 @@ export function phaseMacros(on: boolean): string {
 `;
 }
 
+/**
+ * Shared-memory addresses, the CTA's cluster rank and barrier, mbarriers, and TMA bulk copies (alone or multicast to
+ * a cluster): CUDA that every RNN kernel module starts with (in COMMON) and that bench/rnn/broadcast-probe.ts builds
+ * its probe from. Needs `typedef unsigned int u32;` before it.
+ */
+export const TMA_CUDA = `__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* m) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(m)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect(unsigned long long* m, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(m)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(unsigned long long* m, u32 parity) {
+  u32 ok;
+  asm volatile("{\\n\\t.reg .pred p;\\n\\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n\\tselp.u32 %0, 1, 0, p;\\n\\t}"
+               : "=r"(ok) : "r"(smem_u32(m)), "r"(parity) : "memory");
+  return ok != 0;
+}
+// bytes (a multiple of 16) from global to this CTA's shared memory, counted on its barrier
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, unsigned long long* m) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)) : "memory");
+}
+// bytes (a multiple of 16) from global to the same offset of the shared memory of every CTA in 'mask' (the cluster);
+// each CTA's barrier counts them
+__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, u32 bytes, unsigned long long* m,
+                                               unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
+      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)), "h"(mask) : "memory");
+}`;
+
 /** What every generated RNN kernel module starts with: types, limits, the status block, activations, polled loads. */
 export const COMMON = `
 typedef unsigned int u32;
@@ -146,35 +186,7 @@ __device__ __forceinline__ int local_count(int n, int r, int nrep) { return n > 
 // Thread-block clusters of two CTAs (on the two SMs of a TPC): the vector every CTA polls each step is copied from L2
 // once per pair by TMA bulk copies multicast to both CTAs' shared memory, halving the L2 reads (kept where it measured
 // faster: MULTICAST_MIN_WEIGHT_REGISTERS; the poll is not L2-bandwidth-bound, bench/results/h100/issue18/session19).
-__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ u32 cluster_rank() {
-  u32 r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_init(unsigned long long* m) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(m)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect(unsigned long long* m, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(m)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(unsigned long long* m, u32 parity) {
-  u32 ok;
-  asm volatile("{\\n\\t.reg .pred p;\\n\\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n\\tselp.u32 %0, 1, 0, p;\\n\\t}"
-               : "=r"(ok) : "r"(smem_u32(m)), "r"(parity) : "memory");
-  return ok != 0;
-}
-// bytes (a multiple of 16) from global to the same offset of the shared memory of every CTA in 'mask' (the cluster);
-// each CTA's barrier counts them
-__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, u32 bytes, unsigned long long* m,
-                                               unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
-      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)), "h"(mask) : "memory");
-}
+${TMA_CUDA}
 // No proxy fence between a step's reads of a buffer and the partner's multicast into it two steps later: the reads
 // have completed (their values are in what this CTA published, which the partner waited for), and a fence is only
 // needed to make generic-proxy writes visible to the async proxy.
@@ -498,10 +510,6 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
  * still −0.0 when the copy read them and waits again until none is, or reports a value that never arrived.
  */
 export const TILE_PIPE = `
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, unsigned long long* m) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(m)) : "memory");
-}
 // Rows of a tile that are polled: those whose sequence had a step before (a prefix), for a tile of nt rows starting
 // at local column b0 of a replica that holds npl of the previous step's sequences (no loop over row_of: the loop
 // cost ~3% of the forward's issue slots at batch 16).
