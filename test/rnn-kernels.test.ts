@@ -40,6 +40,13 @@ describe("the persistent RNN planner", () => {
     assert.equal(largestPersistentHidden("gru", H100_SXM), 1312);
   });
 
+  test("the largest fp16 layers on an H100 (two weights per register)", () => {
+    assert.equal(largestPersistentHidden("rnn-tanh", H100_SXM, "fp16"), 3168);
+    assert.equal(largestPersistentHidden("rnn-relu", H100_SXM, "fp16"), 3168);
+    assert.equal(largestPersistentHidden("lstm", H100_SXM, "fp16"), 1568);
+    assert.equal(largestPersistentHidden("gru", H100_SXM, "fp16"), 1792);
+  });
+
   test("fewer SMs or registers mean a smaller largest layer (derived from the device, not a table)", () => {
     const small = { ...H100_SXM, name: "half", smCount: 66 };
     assert.ok(largestPersistentHidden("lstm", small) < largestPersistentHidden("lstm", H100_SXM));
@@ -217,6 +224,16 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
     }),
     // clustered (pairs of CTAs sharing the poll by multicast) from 112 weight registers on, as RNN 1792 is
     { cell: "rnn-tanh" as const, what: "at hidden 1792 (clustered)", plan: planRnnLayer("rnn-tanh", 1792, H100_SXM) },
+    // fp16 weight storage (two per register) at its largest hidden: ptxas must pack the weights as they arrive, not
+    // hold the loaded floats (these layouts spilled 16–728 bytes before the packs were fenced by barriers)
+    ...RNN_CELLS.map((cell) => {
+      const hidden = largestPersistentHidden(cell, H100_SXM, "fp16");
+      return {
+        cell,
+        what: `with fp16 weights at the largest hidden (${hidden})`,
+        plan: planRnnLayer(cell, hidden, H100_SXM, "fp16"),
+      };
+    }),
   ];
   for (const { cell, what, plan } of cases) {
     test(`${cell}: forward and backward ${what} compile for sm_90 with no spill`, {

@@ -265,6 +265,9 @@ const FMA_BY_COMPONENT = `      #pragma unroll
         }
       }`;
 
+/** fp16 weights: float4 chunks loaded and packed between two barriers at the kernel's start (see matvecParts). */
+const PACK_CHUNKS = 8;
+
 /** fp16 weights: each row's pair unpacked once per chunk (the unpack is a volatile asm), then its four FMAs. */
 const FMA_BY_ROW = `      #pragma unroll
       for (int r = 0; r < RW; r++) {
@@ -296,8 +299,21 @@ export function matvecParts(plan: RnnKernelPlan): {
   // column), fp32 keeps the float4
   const [declare, store] = fp16
     ? [
-        "\n  // fp16 storage: two weights per register (low half: the even column)\n  u32 wlo[RW][KC], whi[RW][KC];",
-        "      wlo[r][k] = pack_half2(v[0], v[1]);\n      whi[r][k] = pack_half2(v[2], v[3]);",
+        `
+  // fp16 storage: two weights per register (low half: the even column)
+  u32 wlo[RW][KC], whi[RW][KC];
+  // ptxas would schedule the packs late, after the loads that follow (hiding their latency), and hold the loaded
+  // floats two per weight register until then: spilled at the larger layouts. A barrier whose predicate reads every
+  // register packed since the one before makes it pack them first, and no load crosses a barrier: at most
+  // ${4 * PACK_CHUNKS} loaded floats are live. At the kernel's start only; the predicate's value does not matter.
+  u32 packed = 0;`,
+        `      wlo[r][k] = pack_half2(v[0], v[1]);
+      whi[r][k] = pack_half2(v[2], v[3]);
+      packed ^= wlo[r][k] ^ whi[r][k];
+      if ((r * KC + k) % ${PACK_CHUNKS} == ${PACK_CHUNKS - 1} || r * KC + k == RW * KC - 1) {
+        (void)__syncthreads_or(packed == 0u);
+        packed = 0;
+      }`,
       ]
     : ["\n  float4 wr[RW][KC];", "      wr[r][k] = make_float4(v[0], v[1], v[2], v[3]);"];
   const weights = `${declare}
