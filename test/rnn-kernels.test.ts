@@ -75,6 +75,46 @@ describe("the persistent RNN planner", () => {
     }
   });
 
+  test("headroom keeps registers free beyond the estimate (the JIT re-plans with it where ptxas spilled)", () => {
+    for (const cell of RNN_CELLS) {
+      for (const hidden of [64, 512, 1024]) {
+        for (const headroom of [8, 16, 24]) {
+          const r = planRnnLayer(cell, hidden, H100_SXM, "fp32", 1, 0, headroom);
+          assert.ok(r.fits, `${cell} ${hidden} headroom ${headroom}`);
+          for (const p of [r.forward, r.backward]) {
+            const limit = schedulerRegisterLimit(H100_SXM, p.threads);
+            assert.ok(p.registersEstimate + headroom <= limit, `${cell} ${hidden} ${p.kind}: ${p.registersEstimate}`);
+          }
+        }
+      }
+    }
+    // LSTM 1024: 512 forward threads (128 registers) without headroom; 256 with 8, and a 256-thread backward with 16
+    const at = (headroom: number) => {
+      const r = planRnnLayer("lstm", 1024, H100_SXM, "fp32", 1, 0, headroom);
+      assert.ok(r.fits);
+      return r.fits ? [r.forward.threads, r.backward.threads] : [];
+    };
+    assert.deepEqual(
+      [at(0), at(8), at(16)],
+      [
+        [512, 384],
+        [256, 384],
+        [256, 256],
+      ],
+    );
+    // the registers full: LSTM 1152 has no room for 8 more
+    const full = planRnnLayer("lstm", 1152, H100_SXM, "fp32", 1, 0, 8);
+    assert.equal(full.fits, false);
+    // every replicated layout keeps it too
+    const layouts = rnnLayouts("gru", 256, H100_SXM, "fp32", 16);
+    assert.ok(layouts.length > 1);
+    for (const l of layouts) {
+      for (const p of [l.forward, l.backward]) {
+        assert.ok(p.registersEstimate + 16 <= schedulerRegisterLimit(H100_SXM, p.threads), `gru 256 u${p.unitsPerCta}`);
+      }
+    }
+  });
+
   test("a layer too large is refused with the reason, never planned", () => {
     const r = planRnnLayer("lstm", 2304, H100_SXM);
     assert.equal(r.fits, false);
@@ -224,6 +264,13 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
     }),
     // clustered (pairs of CTAs sharing the poll by multicast) from 112 weight registers on, as RNN 1792 is
     { cell: "rnn-tanh" as const, what: "at hidden 1792 (clustered)", plan: planRnnLayer("rnn-tanh", 1792, H100_SXM) },
+    // the layout the JIT re-plans LSTM 1024 to where ptxas spills the planned one (nvcc 13.0: the backward's 384
+    // threads and the forward's pipelined build at 512, 8 bytes each): 16 registers per thread kept free
+    {
+      cell: "lstm" as const,
+      what: "at hidden 1024 planned with 16 registers of headroom",
+      plan: planRnnLayer("lstm", 1024, H100_SXM, "fp32", 1, 0, 16),
+    },
     // fp16 weight storage (two per register) at its largest hidden: ptxas must pack the weights as they arrive, not
     // hold the loaded floats (these layouts spilled 16–728 bytes before the packs were fenced by barriers)
     ...RNN_CELLS.map((cell) => {

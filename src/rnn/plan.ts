@@ -144,6 +144,11 @@ export function planRnnKernel(
   replicas = 1,
   /** More units per CTA than the replicas imply (fewer CTAs), e.g. for a grid that divides into clusters of 4. */
   unitsPerCtaAtLeast = 0,
+  /**
+   * Registers per thread kept free beyond the estimate: the JIT re-plans with some where ptxas spilled the planned
+   * layout (the estimate is a model; `PersistentRnnLayer.create`).
+   */
+  headroom = 0,
 ): RnnPlanResult {
   if (!Number.isInteger(hidden) || hidden < 1) {
     throw new RangeError(`planRnnKernel: hidden must be a positive integer; got ${hidden}`);
@@ -178,8 +183,8 @@ export function planRnnKernel(
       const limit = schedulerRegisterLimit(device, threads);
       // at 512 threads (128 registers) ptxas spilled layouts the estimate put exactly at the limit: keep a margin
       const margin = limit <= 128 ? TIGHT_LIMIT_MARGIN : 0;
-      tightest = Math.min(tightest, estimate + margin - limit);
-      if (estimate + margin > limit) continue;
+      tightest = Math.min(tightest, estimate + margin + headroom - limit);
+      if (estimate + margin + headroom > limit) continue;
       // issue cycles of one SM sub-partition (4 per SM, one warp instruction per cycle each), shared-memory
       // bandwidth (128 B per cycle per SM) and the h loads from L2, partly overlapped
       const warps = threads / 32;
@@ -233,10 +238,11 @@ export function planRnnLayer(
   precision: WeightPrecision = "fp32",
   replicas = 1,
   unitsPerCtaAtLeast = 0,
+  headroom = 0,
 ): { readonly fits: true; readonly forward: RnnKernelPlan; readonly backward: RnnKernelPlan } | RnnPlanMiss {
-  const f = planRnnKernel(cell, hidden, "forward", device, precision, replicas, unitsPerCtaAtLeast);
+  const f = planRnnKernel(cell, hidden, "forward", device, precision, replicas, unitsPerCtaAtLeast, headroom);
   if (!f.fits) return f;
-  const b = planRnnKernel(cell, hidden, "backward", device, precision, replicas, unitsPerCtaAtLeast);
+  const b = planRnnKernel(cell, hidden, "backward", device, precision, replicas, unitsPerCtaAtLeast, headroom);
   if (!b.fits) return b;
   return { fits: true, forward: f.plan, backward: b.plan };
 }
@@ -260,6 +266,8 @@ export function rnnLayouts(
   hidden: number,
   device: DeviceModel,
   precision: WeightPrecision = "fp32",
+  /** Registers per thread kept free beyond the estimate (see planRnnKernel). */
+  headroom = 0,
 ): RnnLayout[] {
   const out: RnnLayout[] = [];
   let lastUnits = 0;
@@ -267,7 +275,7 @@ export function rnnLayouts(
     const units = Math.ceil(hidden / Math.floor(device.smCount / r));
     if (units === lastUnits) continue;
     lastUnits = units;
-    const p = planRnnLayer(cell, hidden, device, precision, r);
+    const p = planRnnLayer(cell, hidden, device, precision, r, 0, headroom);
     if (!p.fits) break; // more units per CTA never fit better
     out.push({ forward: p.forward, backward: p.backward });
     if (p.forward.ctas === 1) break;

@@ -73,7 +73,19 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
    * layer, on another stream) is co-resident with it; create refuses a layer with no layout that small.
    */
   readonly maxCtas?: number;
+  /**
+   * Registers per thread the planner keeps free beyond its estimate (default 0). `create` raises it, up to
+   * SPILL_HEADROOM_STEPS, where ptxas spilled the widest layout's kernels; the layouts are planned with it.
+   */
+  readonly headroom?: number;
+  /** Where one-line notices go (a build or layout replaced because it spilled; default: stderr). */
+  readonly notice?: (line: string) => void;
 }
+
+const stderrNotice = (line: string) => process.stderr.write(`${line}\n`);
+
+/** The extra registers per thread `create` re-plans a layer with, in turn, while its widest layout spills. */
+export const SPILL_HEADROOM_STEPS = [8, 16, 24] as const;
 
 /** The compiled kernels of one layout (units per CTA) of a layer. */
 interface LayoutKernels {
@@ -169,7 +181,14 @@ export class PersistentRnnLayer extends RnnLayerBase {
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
-    this.layouts = [this.widestForQuads(planned[0]!), ...planned.slice(1)];
+    try {
+      this.layouts = [this.widestForQuads(planned[0]!), ...planned.slice(1)];
+      this.kernelsOf(this.layouts[0]!);
+    } catch (e) {
+      // refused (a spill: create may plan again): nothing of this layer stays loaded
+      for (const m of this.modules.splice(0)) m.unload();
+      throw e;
+    }
     const layouts = this.layouts;
     this.forwardPlan = layouts[0]!.forward;
     this.backwardPlan = layouts[0]!.backward;
@@ -255,7 +274,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
       const p =
         u === u0
           ? { fits: true as const, ...widest }
-          : planRnnLayer(this.cell, this.hidden, this.model, this.precision, 1, u);
+          : planRnnLayer(this.cell, this.hidden, this.model, this.precision, 1, u, this.options.headroom ?? 0);
       if (!p.fits || p.forward.unitsPerCta !== u || p.forward.ctas % 4 !== 0) continue;
       if (
         p.forward.weightRegisters > widest.forward.weightRegisters ||
@@ -277,7 +296,14 @@ export class PersistentRnnLayer extends RnnLayerBase {
   private build(layout: RnnLayout, options: PersistentRnnOptions): LayoutKernels {
     const name = this.kernelName(layout, options);
     const f = this.load(`${name}_fwd`, layout.forward, forwardKernelSource(layout.forward, options));
-    const b = this.load(`${name}_bwd`, layout.backward, backwardKernelSource(layout.backward, options));
+    let b: ReturnType<PersistentRnnLayer["load"]>;
+    try {
+      b = this.load(`${name}_bwd`, layout.backward, backwardKernelSource(layout.backward, options));
+    } catch (e) {
+      f.module.unload();
+      this.modules.splice(this.modules.indexOf(f.module), 1);
+      throw e;
+    }
     return {
       layout,
       fwd: f.fn,
@@ -309,21 +335,28 @@ export class PersistentRnnLayer extends RnnLayerBase {
     this.modules.push(module);
     const fn = module.getFunction(plan.kind === "forward" ? RNN_KERNEL_NAMES.forward : RNN_KERNEL_NAMES.backward);
     const staticShared = fn.attributes().sharedBytes;
-    checkNoSpills(
-      `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
-      fn.attributes(),
-      this.precision === "fp16" ? "use a smaller hidden size" : "use a smaller hidden size or fp16 weights",
-    );
-    // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
-    // (less the kernel's static shared memory: the multicast barriers)
-    fn.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - staticShared);
-    const perSm = fn.maxActiveBlocksPerSm(plan.threads, sharedBytes(plan, 1));
-    if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
-      throw new RnnDoesNotFitError(
-        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}): ${plan.ctas} CTAs of ${plan.threads} threads ` +
-          `cannot all be resident at once (${perSm} per SM × ${this.model.smCount} SMs); ` +
-          "its steps would wait on CTAs that never start",
+    try {
+      checkNoSpills(
+        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
+        fn.attributes(),
+        this.precision === "fp16" ? "use a smaller hidden size" : "use a smaller hidden size or fp16 weights",
       );
+      // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
+      // (less the kernel's static shared memory: the multicast barriers)
+      fn.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - staticShared);
+      const perSm = fn.maxActiveBlocksPerSm(plan.threads, sharedBytes(plan, 1));
+      if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
+        throw new RnnDoesNotFitError(
+          `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}): ${plan.ctas} CTAs of ${plan.threads} threads ` +
+            `cannot all be resident at once (${perSm} per SM × ${this.model.smCount} SMs); ` +
+            "its steps would wait on CTAs that never start",
+        );
+      }
+    } catch (e) {
+      // a refused kernel's module is not kept (the caller may try another layout or build)
+      module.unload();
+      this.modules.splice(this.modules.indexOf(module), 1);
+      throw e;
     }
     return { fn, module, staticShared, log: c.log };
   }
@@ -343,10 +376,21 @@ export class PersistentRnnLayer extends RnnLayerBase {
     if (!d) {
       const plan = k.layout[kind];
       const name = `${this.kernelName(k.layout, k.options)}_${kind === "forward" ? "fwd" : "bwd"}_deferred`;
-      d =
-        kind === "forward"
-          ? this.load(name, plan, forwardKernelSource(plan, { ...k.options, pipelinedForward: true }))
-          : this.load(name, plan, backwardKernelSource(plan, { ...k.options, deferredBackward: true }));
+      try {
+        d =
+          kind === "forward"
+            ? this.load(name, plan, forwardKernelSource(plan, { ...k.options, pipelinedForward: true }))
+            : this.load(name, plan, backwardKernelSource(plan, { ...k.options, deferredBackward: true }));
+      } catch (e) {
+        if (!(e instanceof KernelSpillError)) throw e;
+        // the pipelined build is an optimisation: where ptxas spills it (LSTM 1024's forward at 512 threads, 8 bytes
+        // with NVRTC 13), this layout's launches keep the build that compiled clean, its step loop
+        (this.options.notice ?? stderrNotice)(
+          `vpps: persistent ${this.cell} ${this.hidden}: the ${kind} kernel's pipelined build spills ` +
+            `(${e.localBytes} bytes per thread); its launches of several batch tiles run the step loop instead`,
+        );
+        d = base;
+      }
       this.pipelinedBuilds[kind].set(k, d);
     }
     return d;
@@ -387,14 +431,41 @@ export class PersistentRnnLayer extends RnnLayerBase {
       ...(env === "0" || env === "1" ? { cluster: env === "1" } : {}),
       ...(size === "2" || size === "4" ? { clusterSize: Number(size) as 2 | 4 } : {}),
     };
-    const layouts = rnnLayouts(cell, hidden, model, precision);
-    if (opts.maxCtas !== undefined && !fitsWithin(layouts, opts.maxCtas)) {
-      throw new RnnDoesNotFitError(
-        `persistent ${cell}, hidden ${hidden}: no layout runs within ${opts.maxCtas} CTAs (the narrowest needs ` +
-          `${layouts.at(-1)!.forward.ctas})`,
-      );
+    // the planner's register estimate is a model: where ptxas spills the widest layout's kernels (a refusal at its
+    // first compile), the layer is re-planned with a few registers per thread kept free, then more; a layer that
+    // spills even so does not fit (the backend then runs it on the non-persistent path and says so)
+    for (let attempt = 0; ; attempt++) {
+      const headroom = (opts.headroom ?? 0) + (attempt === 0 ? 0 : SPILL_HEADROOM_STEPS[attempt - 1]!);
+      const layouts = rnnLayouts(cell, hidden, model, precision, headroom);
+      if (layouts.length === 0) {
+        throw new RnnDoesNotFitError(
+          `persistent ${cell}, hidden ${hidden}, ${precision} weights on ${model.name}: its planned kernels spill ` +
+            `registers to local memory, and no layout fits with ${headroom} registers per thread kept free`,
+        );
+      }
+      if (opts.maxCtas !== undefined && !fitsWithin(layouts, opts.maxCtas)) {
+        throw new RnnDoesNotFitError(
+          `persistent ${cell}, hidden ${hidden}: no layout runs within ${opts.maxCtas} CTAs (the narrowest needs ` +
+            `${layouts.at(-1)!.forward.ctas})`,
+        );
+      }
+      try {
+        return new PersistentRnnLayer(gpu, cell, hidden, precision, layouts, { ...opts, headroom });
+      } catch (e) {
+        if (!(e instanceof KernelSpillError)) throw e;
+        if (attempt === SPILL_HEADROOM_STEPS.length) {
+          throw new RnnDoesNotFitError(
+            `persistent ${cell}, hidden ${hidden}, ${precision} weights: its kernels spill registers to local ` +
+              `memory even with ${headroom} registers per thread kept free (${e.message})`,
+          );
+        }
+        (opts.notice ?? stderrNotice)(
+          `vpps: persistent ${cell} ${hidden}: the planned layout spills (${e.localBytes} bytes per thread); ` +
+            `planned again with ${(opts.headroom ?? 0) + SPILL_HEADROOM_STEPS[attempt]!} registers per thread ` +
+            "kept free",
+        );
+      }
     }
-    return new PersistentRnnLayer(gpu, cell, hidden, precision, layouts, opts);
   }
 
   /** The layout and replicas a launch over `batch` sequences uses (the benchmark prints them). */
