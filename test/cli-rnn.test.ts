@@ -1,5 +1,6 @@
-// `vpps plan rnn` and `vpps bench rnn` without a GPU: the largest layers per cell, one layer's layout, a refusal with
-// the largest that fits, bad options in one line (status 2), cuDNN reference files checked line by line.
+// `vpps plan rnn` and `vpps bench rnn` without a GPU: the largest layers per cell (fp32 and --precision fp16), one
+// layer's layout, a refusal with the largest that fits, bad options in one line (status 2), cuDNN reference files
+// checked line by line.
 
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
@@ -15,6 +16,37 @@ test("vpps plan rnn prints the largest layer of every cell for the H100", async 
   assert.match(r.stdout, /lstm {5}hidden 1152/);
   const j = await cli("plan", "rnn", "--json");
   assert.deepEqual(JSON.parse(j.stdout).largest, { "rnn-tanh": 2304, "rnn-relu": 2304, lstm: 1152, gru: 1312 });
+});
+
+test("vpps plan rnn --precision fp16: the fp16 largest sizes, and the layouts of a layer only fp16 fits", async () => {
+  const r = await cli("plan", "rnn", "--precision", "fp16");
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /, fp16 weights:\n/);
+  assert.match(r.stdout, /rnn-tanh hidden 3168/);
+  assert.match(r.stdout, /lstm {5}hidden 1568/);
+  assert.match(r.stdout, /gru {6}hidden 1792/);
+  const j = JSON.parse((await cli("plan", "rnn", "--precision", "fp16", "--json")).stdout);
+  assert.equal(j.precision, "fp16");
+  assert.deepEqual(j.largest, { "rnn-tanh": 3168, "rnn-relu": 3168, lstm: 1568, gru: 1792 });
+  assert.equal(JSON.parse((await cli("plan", "rnn", "--json")).stdout).precision, "fp32");
+  const fits = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "1568", "--precision", "fp16");
+  assert.equal(fits.code, 0, fits.stderr);
+  assert.match(fits.stdout, /lstm, hidden 1568, fp16 weights on NVIDIA H100 SXM: fits \(largest: 1568\)/);
+  assert.match(fits.stdout, /forward +131 CTAs/);
+  const js = JSON.parse(
+    (await cli("plan", "rnn", "--cell", "gru", "--hidden", "1792", "--precision", "fp16", "--json")).stdout,
+  );
+  assert.equal(js.precision, "fp16");
+  assert.equal(js.plans[0].plan.fits, true);
+  assert.equal(js.plans[0].plan.forward.precision, "fp16");
+  // the same layer in fp32 does not fit, and the refusal names the option that makes it fit
+  const fp32 = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "1568");
+  assert.match(
+    fp32.stdout,
+    /fp32 weights on .*: does not fit — .*the largest that fits is hidden 1152; it fits with fp16 weights \(--precision fp16, largest 1568\)/,
+  );
+  const none = await cli("plan", "rnn", "--cell", "lstm", "--hidden", "2048", "--precision", "fp16");
+  assert.match(none.stdout, /fp16 weights on .*: does not fit — .*the largest that fits is hidden 1568\n$/);
 });
 
 test("vpps plan rnn --cell lstm --hidden N: the two kernels' layouts, or the refusal with the largest that fits", async () => {
@@ -53,6 +85,9 @@ test("bad options of plan rnn and bench rnn: one line, status 2, no trace", asyn
     ["plan", "rnn", "--hidden", "abc"],
     ["plan", "rnn", "--cell", "lstmx"],
     ["plan", "rnn", "--gpu", "a100"],
+    ["plan", "rnn", "--precision", "fp8"],
+    ["plan", "rnn", "--precision", "FP16"],
+    ["bench", "rnn", "--precision", "half"],
     ["bench", "rnn", "--cells", "foo"],
     ["bench", "rnn", "--batch", "0"],
     ["bench", "rnn", "--steps", "-3"],
@@ -61,6 +96,7 @@ test("bad options of plan rnn and bench rnn: one line, status 2, no trace", asyn
     assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
     assert.ok(!hasTrace(r.stderr));
+    if (args.includes("--precision")) assert.match(r.stderr, /--precision: expected one of fp32, fp16; got '/);
   }
 });
 
@@ -79,6 +115,7 @@ test("vpps bench rnn (--phases too) without a GPU: one line saying why, status 1
   }
   const help = await cli("bench", "rnn", "--help");
   assert.match(help.stdout, /--phases/);
+  assert.match(help.stdout, /--precision <p>/);
   const r = await cli("bench", "rnn", "--cells", "lstm", "--hidden", "64", "--batch", "1", "--phases");
   assert.equal(r.code, 1, r.stderr);
   assert.match(r.stderr, /vpps bench rnn: this benchmark needs an NVIDIA GPU/);
@@ -120,6 +157,13 @@ test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the f
     md,
     /\| lstm \| 1152 \| 4 \| 128 × 1 \| 1\.000 \| 3\.90 \| 10\.00 \| 2\.750 \| 1\.500 \| 5\.500 \| 4\.500 \| 16\.500 \| 3\.00 \| 3\.00 \| – \|/,
   );
+  assert.match(md, /input size = hidden, fp32; /);
+  const half = rnnBenchMarkdown(
+    "GPU",
+    [{ cell: "gru", hidden: 1792, batch: 1, steps: 8, precision: "fp16", fits: true, path: "persistent" }],
+    [],
+  );
+  assert.match(half, /input size = hidden, ours with W_hh stored as fp16 in registers \(fp32 arithmetic\); /);
   writeFileSync(file, "{not json}\n");
   assert.throws(
     () => readCudnnRows(file),

@@ -1,5 +1,6 @@
 // PersistentRnn (src/rnn/layer.ts) on the CPU backend: equal to the float64 reference stack, list input equal to
-// packed input (sorting and unsorting), gradients accumulated, parameters loaded by PyTorch names, one-line errors.
+// packed input (sorting and unsorting), gradients accumulated, parameters loaded by PyTorch names, one-line errors;
+// precision fp16 (W_hh rounded to fp16, as the GPU kernels store it).
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -9,6 +10,7 @@ import { CpuRnnBackend } from "../src/rnn/cpu-backend.js";
 import { packSequences, unpackSequences } from "../src/rnn/packed.js";
 import { referenceBackward, referenceForward } from "../src/rnn/reference.js";
 import { RNN_CELLS, RnnArgumentError } from "../src/rnn/spec.js";
+import { roundToFp16Array } from "../src/util/fp16.js";
 import { RandomStream } from "../src/util/random.js";
 
 function randoms(rng: RandomStream, n: number): Float32Array {
@@ -135,6 +137,84 @@ describe("PersistentRnn on the CPU", () => {
     assert.throws(() => rnn.backward(dy), /argument 'dy' has batchSizes \[1, 1, 1\]; x had \[2, 1\]/);
     const gru = new PersistentRnn({ cell: "gru", inputSize: 2, hidden: 3 });
     assert.throws(() => gru.forward([new Float32Array(4)], null, new Float32Array(3)), /'c0' is for LSTM only/);
+  });
+
+  for (const cell of RNN_CELLS) {
+    test(`${cell}: precision fp16 computes exactly the fp32 layer with W_hh rounded to fp16 (and nothing else)`, () => {
+      const rng = new RandomStream(91);
+      const spec = { cell, inputSize: 5, hidden: 8, layers: 2, bidirectional: true, seed: 4 } as const;
+      const half = new PersistentRnn({ ...spec, precision: "fp16" });
+      const full = new PersistentRnn(spec);
+      const rounded = new PersistentRnn(spec);
+      assert.equal(half.precision, "fp16");
+      assert.equal(full.precision, "fp32");
+      const before = Object.fromEntries(Object.entries(half.parameters()).map(([k, v]) => [k, Float32Array.from(v)]));
+      const p: Record<string, Float32Array> = {};
+      for (const [k, v] of Object.entries(full.parameters())) {
+        p[k] = k.startsWith("weight_hh") ? roundToFp16Array(v) : Float32Array.from(v);
+      }
+      rounded.loadParameters(p);
+      const lengths = [3, 6, 1, 4];
+      const seqs = lengths.map((n) => randoms(rng, n * 5));
+      const K = 4;
+      const h0 = randoms(rng, K * 4 * 8);
+      const c0 = cell === "lstm" ? randoms(rng, K * 4 * 8) : null;
+      const dys = lengths.map((n) => randoms(rng, n * 16));
+      const dhn = randoms(rng, K * 4 * 8);
+      const dcn = cell === "lstm" ? randoms(rng, K * 4 * 8) : null;
+      const run = (r: PersistentRnn) => ({ f: r.forward(seqs, h0, c0), b: r.backward(dys, dhn, dcn) });
+      const a = run(half);
+      const b = run(rounded);
+      const c = run(full);
+      const exact = (x: ArrayLike<number>, y: ArrayLike<number>, what: string) =>
+        assert.deepEqual(Float32Array.from(x), Float32Array.from(y), what);
+      for (let i = 0; i < lengths.length; i++) {
+        exact(a.f.y[i]!, b.f.y[i]!, `y[${i}]`);
+        exact(a.b.dx[i]!, b.b.dx[i]!, `dx[${i}]`);
+      }
+      exact(a.f.hn, b.f.hn, "hn");
+      exact(a.b.dh0, b.b.dh0, "dh0");
+      if (c0) {
+        exact(a.f.cn!, b.f.cn!, "cn");
+        exact(a.b.dc0!, b.b.dc0!, "dc0");
+      }
+      for (const [k, g] of Object.entries(half.gradients())) exact(g, rounded.gradients()[k]!, `gradient of ${k}`);
+      // the parameters themselves stay fp32 (only what the math reads is rounded)
+      for (const [k, v] of Object.entries(half.parameters())) exact(v, before[k]!, `parameter ${k}`);
+      // and the rounding does take effect: fp16 differs from fp32, by about the rounding's relative 2⁻¹¹
+      let diff = 0;
+      for (let i = 0; i < lengths.length; i++) {
+        for (let j = 0; j < a.f.y[i]!.length; j++) diff = Math.max(diff, Math.abs(a.f.y[i]![j]! - c.f.y[i]![j]!));
+      }
+      assert.ok(diff > 0 && diff < 5e-3, `fp16 vs fp32 y: ${diff}`);
+    });
+  }
+
+  test("precision: fp32 or fp16, anything else refused in one line; a given backend's own precision applies", () => {
+    const spec = { cell: "gru", inputSize: 2, hidden: 3 } as const;
+    for (const bad of ["fp8", "FP16", "half", "", 16, null]) {
+      assert.throws(
+        () => new PersistentRnn({ ...spec, precision: bad as never }),
+        (e: unknown) =>
+          e instanceof RnnArgumentError &&
+          /^PersistentRnn: argument 'precision' must be 'fp32' or 'fp16' .*; got /.test(e.message) &&
+          !e.message.includes("\n"),
+        String(bad),
+      );
+    }
+    assert.throws(
+      () => new CpuRnnBackend({ precision: "bf16" as never }),
+      /CpuRnnBackend: argument 'precision' must be 'fp32' or 'fp16'/,
+    );
+    assert.equal(new PersistentRnn({ ...spec, precision: "fp32" }).precision, "fp32");
+    assert.equal(new PersistentRnn({ ...spec, device: "cpu", precision: "fp16" }).precision, "fp16");
+    const fp16 = new CpuRnnBackend({ precision: "fp16" });
+    assert.equal(new PersistentRnn({ ...spec, backend: fp16 }).precision, "fp16");
+    assert.equal(new PersistentRnn({ ...spec, backend: fp16, precision: "fp16" }).precision, "fp16");
+    assert.throws(
+      () => new PersistentRnn({ ...spec, backend: new CpuRnnBackend(), precision: "fp16" }),
+      /argument 'precision' is 'fp16' but the given backend stores W_hh as fp32; give the precision to the backend/,
+    );
   });
 
   test("a custom backend sees one call per (layer, direction), in order, with the weights' version", () => {

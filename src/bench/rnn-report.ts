@@ -3,6 +3,7 @@
  * JSON lines, read from --reference), ratios of whole layer calls, and the recurrent part's ms and TFLOP/s.
  */
 import { readFileSync } from "node:fs";
+import type { WeightPrecision } from "../rnn/plan.js";
 import { BenchError } from "./errors.js";
 import type { RnnBenchRow } from "./rnn.js";
 
@@ -43,12 +44,21 @@ export function readCudnnRows(file: string): CudnnRow[] {
 
 const f = (x: number | undefined, digits = 3): string => (x === undefined ? "–" : x.toFixed(digits));
 
-/** The markdown table: per (cell, hidden, batch), ours and cuDNN's ms and the ratios. */
-export function rnnBenchMarkdown(device: string, rows: readonly RnnBenchRow[], cudnn: readonly CudnnRow[]): string {
+/**
+ * The markdown table: per (cell, hidden, batch), ours and cuDNN's ms and the ratios. `precision` (by default the
+ * rows') is how our kernels stored W_hh; the title says it.
+ */
+export function rnnBenchMarkdown(
+  device: string,
+  rows: readonly RnnBenchRow[],
+  cudnn: readonly CudnnRow[],
+  precision: WeightPrecision = rows[0]?.precision ?? "fp32",
+): string {
   const find = (r: RnnBenchRow, p: "fp32" | "tf32") =>
     cudnn.find((c) => c.cell === r.cell && c.hidden === r.hidden && c.batch === r.batch && c.precision === p);
   const out = [
-    `Persistent recurrent layers vs cuDNN on ${device}: T = ${rows[0]?.steps ?? "?"}, input size = hidden, fp32; ` +
+    `Persistent recurrent layers vs cuDNN on ${device}: T = ${rows[0]?.steps ?? "?"}, input size = hidden, ` +
+      `${precision === "fp16" ? "ours with W_hh stored as fp16 in registers (fp32 arithmetic)" : "fp32"}; ` +
       "medians of CUDA-event timings after warm-up. *rec*: the recurrent part alone (the input projection is one " +
       "GEMM done beforehand, as in the paper); *rec fwd+bwd*: the recurrent part of forward+backward (the forward and " +
       "backward recurrent kernels and the recurrent weights' gradient GEMM; the input projection and its backward " +

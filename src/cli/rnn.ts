@@ -20,7 +20,9 @@ import {
   type RnnCellName,
   type RnnKernelPlan,
   rnnLayouts,
+  type WeightPrecision,
 } from "../rnn/plan.js";
+import { RNN_PRECISIONS } from "../rnn/spec.js";
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";
 import { writeOut } from "./output.js";
@@ -50,21 +52,33 @@ interface PlanFlags {
   cell?: RnnCellName;
   hidden?: number;
   gpu: string;
+  /** fp32 when left out. */
+  precision?: WeightPrecision;
   json: boolean;
 }
+
+/** The --precision option of both commands: how the kernels store W_hh. */
+const precisionOption = (what: string): Option =>
+  new Option(
+    "--precision <p>",
+    `how the persistent kernels store W_hh in registers: fp32, or fp16 (two per register, about twice the hidden size fits; fp32 arithmetic either way)${what}`,
+  )
+    .argParser(choice("--precision", RNN_PRECISIONS))
+    .default("fp32");
 
 /** `vpps plan rnn`: one layer's plan, or the largest layer of every cell. */
 export function runPlanRnn(f: PlanFlags): void {
   const device = deviceModel(f.gpu);
+  const precision = f.precision ?? "fp32";
   const cells = f.cell ? [f.cell] : RNN_CELLS;
-  const largest = Object.fromEntries(cells.map((c) => [c, largestPersistentHidden(c, device)]));
+  const largest = Object.fromEntries(cells.map((c) => [c, largestPersistentHidden(c, device, precision)]));
   if (f.hidden === undefined) {
     if (f.json) {
-      writeOut(`${JSON.stringify({ device: device.name, precision: "fp32", largest })}\n`);
+      writeOut(`${JSON.stringify({ device: device.name, precision, largest })}\n`);
       return;
     }
     writeOut(
-      `largest persistent layer on ${device.name} (${device.smCount} SMs, ${device.regsPerSm} registers per SM), fp32 weights:\n` +
+      `largest persistent layer on ${device.name} (${device.smCount} SMs, ${device.regsPerSm} registers per SM), ${precision} weights:\n` +
         cells.map((c) => `  ${c.padEnd(8)} hidden ${largest[c]}`).join("\n") +
         "\n",
     );
@@ -72,7 +86,7 @@ export function runPlanRnn(f: PlanFlags): void {
   }
   const batches = [1, 4, 16, 64, 128];
   const out = cells.map((cell) => {
-    const layouts = rnnLayouts(cell, f.hidden!, device);
+    const layouts = rnnLayouts(cell, f.hidden!, device, precision);
     const launches = layouts.length
       ? batches.map((batch) => {
           const c = chooseRnnLaunch(layouts, batch);
@@ -86,16 +100,16 @@ export function runPlanRnn(f: PlanFlags): void {
           };
         })
       : [];
-    return { cell, plan: planRnnLayer(cell, f.hidden!, device), launches };
+    return { cell, plan: planRnnLayer(cell, f.hidden!, device, precision), launches };
   });
   if (f.json) {
-    writeOut(`${JSON.stringify({ device: device.name, hidden: f.hidden, plans: out, largest })}\n`);
+    writeOut(`${JSON.stringify({ device: device.name, precision, hidden: f.hidden, plans: out, largest })}\n`);
     return;
   }
   for (const { cell, plan, launches } of out) {
     if (plan.fits) {
       writeOut(
-        `${cell}, hidden ${f.hidden}, fp32 weights on ${device.name}: fits (largest: ${largest[cell]})\n` +
+        `${cell}, hidden ${f.hidden}, ${precision} weights on ${device.name}: fits (largest: ${largest[cell]})\n` +
           `${describeKernel(plan.forward)}\n${describeKernel(plan.backward)}\n` +
           "  per batch (replicas run side by side, each on its share of the sequences with its own copy of the " +
           "weights):\n" +
@@ -110,9 +124,14 @@ export function runPlanRnn(f: PlanFlags): void {
           "\n",
       );
     } else {
+      // an fp32 layer that fits with fp16 weights: say so, with the option that gets it
+      const fp16 =
+        precision === "fp32" && planRnnLayer(cell, f.hidden!, device, "fp16").fits
+          ? `; it fits with fp16 weights (--precision fp16, largest ${largestPersistentHidden(cell, device, "fp16")})`
+          : "";
       writeOut(
-        `${cell}, hidden ${f.hidden}, fp32 weights on ${device.name}: does not fit — ${plan.reason}; the largest that ` +
-          `fits is hidden ${largest[cell]}\n`,
+        `${cell}, hidden ${f.hidden}, ${precision} weights on ${device.name}: does not fit — ${plan.reason}; the largest ` +
+          `that fits is hidden ${largest[cell]}${fp16}\n`,
       );
     }
   }
@@ -120,6 +139,7 @@ export function runPlanRnn(f: PlanFlags): void {
 
 interface BenchFlags {
   cells: RnnCellName[];
+  precision: WeightPrecision;
   hidden: number[];
   batch: number[];
   steps: number;
@@ -150,6 +170,7 @@ export function addRnnCommands(plan: Command, bench: Command): void {
           .argParser(choice("--gpu", ["h100", "h200", "device"]))
           .default("h100"),
       )
+      .addOption(precisionOption("; the sizes and layouts printed are for it"))
       .option("--json", "print as JSON", false)
       .action((f: PlanFlags) => runPlanRnn(f)),
   );
@@ -174,6 +195,7 @@ export function addRnnCommands(plan: Command, bench: Command): void {
           .argParser(wholeNumber("--repeats"))
           .default(20),
       )
+      .addOption(precisionOption(", for every layer timed"))
       .option("--reference <file>", "cuDNN's results: the JSON lines of python3 bench/pytorch/rnn.py bench --out FILE")
       .option(
         "--phases",
@@ -195,17 +217,24 @@ export function addRnnCommands(plan: Command, bench: Command): void {
               batches: f.batch,
               steps: f.steps,
               repeats: f.repeats,
-              precision: "fp32",
+              precision: f.precision,
               device: 0,
               phases: f.phases,
             },
             (line) => process.stderr.write(`${line}\n`),
           );
-          const md = rnnBenchMarkdown(res.device, res.rows, cudnn);
+          const md = rnnBenchMarkdown(res.device, res.rows, cudnn, f.precision);
           writeOut(md);
           if (f.out) {
             mkdirSync(f.out, { recursive: true });
-            const json = { device: res.device, command: commandLine(), largest: res.largest, rows: res.rows, cudnn };
+            const json = {
+              device: res.device,
+              command: commandLine(),
+              precision: f.precision,
+              largest: res.largest,
+              rows: res.rows,
+              cudnn,
+            };
             writeFileSync(join(f.out, "rnn.json"), `${JSON.stringify(json, null, 1)}\n`);
             writeFileSync(join(f.out, "rnn.md"), md);
           }

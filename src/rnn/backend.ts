@@ -8,7 +8,7 @@
  * Arrays crossing the seam are host float32 in the layouts of src/rnn/spec.ts and src/rnn/packed.ts. The layer
  * stitches directions and layers together; the backend never sees more than one (layer, direction).
  */
-import type { RnnCell } from "./spec.js";
+import type { RnnCell, RnnPrecision } from "./spec.js";
 
 /** Which (layer, direction) of which stack, over which packed batch. */
 export interface RnnLayerCall {
@@ -97,6 +97,8 @@ export interface RnnBackwardLayerResult {
 export interface RnnBackend {
   /** `cpu` or `cuda:N`: where it runs, for messages and `PersistentRnn.device`. */
   readonly device: string;
+  /** How it stores W_hh (src/rnn/spec.ts RNN_PRECISIONS); absent means fp32. */
+  readonly precision?: RnnPrecision;
   forwardLayer(args: RnnForwardLayerArgs): RnnForwardLayerResult;
   backwardLayer(args: RnnBackwardLayerArgs): RnnBackwardLayerResult;
   /** Frees whatever the backend holds (device buffers, compiled kernels' modules). */

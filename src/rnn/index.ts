@@ -10,7 +10,7 @@ export type {
   RnnLayerWeights,
   RnnSavedState,
 } from "./backend.js";
-export { CpuRnnBackend } from "./cpu-backend.js";
+export { CpuRnnBackend, type CpuRnnBackendOptions } from "./cpu-backend.js";
 export {
   PersistentRnn,
   type PersistentRnnOptions,
@@ -18,7 +18,7 @@ export {
   type RnnForwardResult,
   type RnnSequences,
 } from "./layer.js";
-export { openRnnBackend } from "./open-backend.js";
+export { type OpenRnnBackendOptions, openRnnBackend } from "./open-backend.js";
 export {
   checkPacked,
   lengthsOf,
@@ -47,14 +47,17 @@ export {
   layerInputSize,
   outputSize,
   RNN_CELLS,
+  RNN_PRECISIONS,
   RnnArgumentError,
   type RnnCell,
   type RnnParameterInfo,
+  type RnnPrecision,
   type RnnSpec,
   type RnnSpecInput,
   recurrentFlops,
   recurrentFlopsPerStep,
   rnnParameterCount,
   rnnParameterLayout,
+  validateRnnPrecision,
   validateRnnSpec,
 } from "./spec.js";

@@ -14,11 +14,13 @@ import {
   layerInputSize,
   RnnArgumentError,
   type RnnParameterInfo,
+  type RnnPrecision,
   type RnnSpec,
   type RnnSpecInput,
   rnnParameterCount,
   rnnParameterLayout,
   rnnParameterName,
+  validateRnnPrecision,
   validateRnnSpec,
 } from "./spec.js";
 
@@ -27,7 +29,14 @@ export interface PersistentRnnOptions extends RnnSpecInput {
   readonly device?: string;
   /** Seed of the initial weights, uniform in ±1/√H as PyTorch's (default 0). */
   readonly seed?: number;
-  /** A backend to use instead of the one `device` names (tests, custom devices). */
+  /**
+   * How the persistent GPU kernels store the recurrent weights W_hh: `fp32` (default) or `fp16` (two per register,
+   * so about twice the hidden size fits: on an H100 LSTM 1568, GRU 1792, RNN 3168 instead of 1152, 1312, 2304). The
+   * arithmetic is fp32 either way; W_ih, the biases and the gradients stay fp32. On `device: "cpu"`, `fp16` computes
+   * the same numbers: the reference rounds W_hh to fp16 (nearest, ties to even) as the GPU does.
+   */
+  readonly precision?: RnnPrecision;
+  /** A backend to use instead of the one `device` names (tests, custom devices); `precision` must then be its own. */
   readonly backend?: RnnBackend;
 }
 
@@ -66,6 +75,8 @@ interface Tape {
 export class PersistentRnn {
   readonly spec: RnnSpec;
   readonly device: string;
+  /** How the backend stores W_hh (`precision` of the options, or the given backend's). */
+  readonly precision: RnnPrecision;
   private readonly backend: RnnBackend;
   private readonly layout: readonly RnnParameterInfo[];
   /** All parameters back to back in the layout's order (one buffer, as cuDNN's flat weights). */
@@ -76,7 +87,21 @@ export class PersistentRnn {
 
   constructor(options: PersistentRnnOptions) {
     this.spec = validateRnnSpec(options);
-    this.backend = options.backend ?? openRnnBackend(options.device ?? "cpu");
+    const precision = validateRnnPrecision(options.precision);
+    if (options.backend) {
+      const own = options.backend.precision ?? "fp32";
+      if (options.precision !== undefined && precision !== own) {
+        throw new RnnArgumentError(
+          `PersistentRnn: argument 'precision' is '${precision}' but the given backend stores W_hh as ${own}; ` +
+            "give the precision to the backend instead, or leave 'precision' out",
+        );
+      }
+      this.backend = options.backend;
+      this.precision = own;
+    } else {
+      this.backend = openRnnBackend(options.device ?? "cpu", "PersistentRnn", { precision });
+      this.precision = precision;
+    }
     this.device = this.backend.device;
     this.layout = rnnParameterLayout(this.spec);
     this.flat = new Float32Array(rnnParameterCount(this.spec));

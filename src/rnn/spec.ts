@@ -16,6 +16,7 @@
 
 import { gatesOf, RNN_CELLS, type RnnCell } from "../ops/recurrent.js";
 import { UserError } from "../util/errors.js";
+import { showValue } from "../util/text.js";
 
 export { gatesOf, RNN_CELLS, type RnnCell };
 
@@ -85,6 +86,26 @@ function sizeArg(v: unknown, name: string, where: string, max: number): number {
     throw new RnnArgumentError(`${where}: argument '${name}' must be an integer in 1…${max}; got ${String(v)}`);
   }
   return v;
+}
+
+/**
+ * How the persistent GPU kernels store the recurrent weights W_hh in registers: `fp32`, or `fp16` (two weights per
+ * register, so about twice the hidden size fits; each weight rounded to nearest fp16, ties to even). The arithmetic is
+ * fp32 either way; W_ih, the biases and every gradient stay fp32. The CPU backend rounds W_hh the same way for `fp16`.
+ */
+export const RNN_PRECISIONS = ["fp32", "fp16"] as const;
+export type RnnPrecision = (typeof RNN_PRECISIONS)[number];
+
+/** `precision` checked (undefined: fp32); anything else is refused in one line naming the argument and the values. */
+export function validateRnnPrecision(precision: unknown, where = "PersistentRnn"): RnnPrecision {
+  if (precision === undefined) return "fp32";
+  if (typeof precision === "string" && (RNN_PRECISIONS as readonly string[]).includes(precision)) {
+    return precision as RnnPrecision;
+  }
+  throw new RnnArgumentError(
+    `${where}: argument 'precision' must be 'fp32' or 'fp16' (how the GPU kernels store W_hh; leave it out for fp32); ` +
+      `got ${showValue(precision)}`,
+  );
 }
 
 /** D: 2 for a bidirectional stack, else 1. */

@@ -6,6 +6,7 @@
  * the largest size that fits.
  */
 import type { CudaDevice, DevicePtr } from "../../cuda/index.js";
+import { roundToFp16Array } from "../../util/fp16.js";
 import type {
   RnnLayerWeights as HostWeights,
   RnnBackend,
@@ -16,6 +17,7 @@ import type {
   RnnSavedState,
 } from "../backend.js";
 import { rnnPipelineSetting, type WeightPrecision } from "../plan.js";
+import { validateRnnPrecision } from "../spec.js";
 import {
   type OwnedRnnGpu,
   openRnnGpu,
@@ -35,6 +37,10 @@ import { StepwiseRnnLayer } from "./stepwise.js";
 export type RnnPath = "auto" | "persistent" | "stepwise";
 
 export interface GpuRnnBackendOptions {
+  /**
+   * How the persistent kernels' registers hold W_hh (PersistentRnnOptions.precision): fp32 (default) or fp16 (two
+   * per register; fp32 arithmetic). A layer on the stepwise path then gets W_hh rounded to fp16 too.
+   */
   readonly precision?: WeightPrecision;
   readonly path?: RnnPath;
   /** Where the one-line notice of a layer on the stepwise path goes (default: stderr). */
@@ -99,7 +105,7 @@ export class GpuRnnBackend implements RnnBackend {
   private readonly pipeline: boolean | undefined;
 
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
-    this.precision = options.precision ?? "fp32";
+    this.precision = validateRnnPrecision(options.precision, "GpuRnnBackend");
     this.replicas = options.replicas;
     // checked here, before the device is opened: a bad value is refused in one line on any machine
     this.pipeline = options.pipeline === undefined ? undefined : rnnPipelineSetting(options.pipeline, undefined);
@@ -117,6 +123,7 @@ export class GpuRnnBackend implements RnnBackend {
       else {
         try {
           l = PersistentRnnLayer.create(this.gpu, a.cell, a.hidden, this.precision, {
+            notice: this.notice,
             ...(this.replicas === undefined ? {} : { replicas: this.replicas }),
             ...(this.pipeline === undefined ? {} : { pipeline: this.pipeline }),
           });
@@ -146,7 +153,13 @@ export class GpuRnnBackend implements RnnBackend {
     try {
       const steps = stepsOf(b, a.batchSizes);
       const N = steps.total;
-      const weights = uploadWeights(b, a.weights);
+      // the stepwise path multiplies by W_hh in fp32 GEMMs: with fp16 storage it gets W_hh rounded as the persistent
+      // kernels' registers hold it, so that a layer computes the same numbers on either path (and as the CPU's fp16)
+      const host =
+        this.precision === "fp16" && layer.path === "stepwise"
+          ? { ...a.weights, weightHh: roundToFp16Array(a.weights.weightHh) }
+          : a.weights;
+      const weights = uploadWeights(b, host);
       const x = b.upload(a.x);
       const h0 = a.h0 ? b.upload(a.h0) : b.zeros(B * H);
       const c0 = a.c0 ? b.upload(a.c0) : b.zeros(B * H);
