@@ -88,7 +88,8 @@ describe("the persistent RNN planner", () => {
         }
       }
     }
-    // LSTM 1024: 512 forward threads (128 registers) without headroom; 256 with 8, and a 256-thread backward with 16
+    // LSTM 1024: forward 256 threads (the 512-thread layout, estimate 120, is inside the margin at 128 registers);
+    // backward 384 threads (168 registers, estimate 160 + the margin 8) without headroom, 256 threads with 8 or 16
     const at = (headroom: number) => {
       const r = planRnnLayer("lstm", 1024, H100_SXM, "fp32", 1, 0, headroom);
       assert.ok(r.fits);
@@ -97,8 +98,8 @@ describe("the persistent RNN planner", () => {
     assert.deepEqual(
       [at(0), at(8), at(16)],
       [
-        [512, 384],
         [256, 384],
+        [256, 256],
         [256, 256],
       ],
     );
