@@ -11,34 +11,11 @@ import { GpuRnnBackend, type RnnPath } from "../../src/rnn/gpu/backend.js";
 import { PersistentRnn } from "../../src/rnn/layer.js";
 import { RNN_CELLS, type RnnCell } from "../../src/rnn/spec.js";
 import { RandomStream } from "../../src/util/random.js";
+import { close, randoms } from "./rnn-compare.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
 if (skip) console.log(`skipping GPU tests: ${skip}`);
-
-function randoms(rng: RandomStream, n: number, scale = 1): Float32Array {
-  return Float32Array.from({ length: n }, () => (rng.uniform() * 2 - 1) * scale);
-}
-
-/** Largest |a − b| / (1 + |b|), and where. */
-function worst(a: ArrayLike<number>, b: ArrayLike<number>): { err: number; at: number } {
-  assert.equal(a.length, b.length);
-  let err = 0;
-  let at = -1;
-  for (let i = 0; i < a.length; i++) {
-    const e = Math.abs(a[i]! - b[i]!) / (1 + Math.abs(b[i]!));
-    if (!(e <= err)) {
-      err = e;
-      at = i;
-    }
-  }
-  return { err, at };
-}
-
-function close(a: ArrayLike<number>, b: ArrayLike<number>, what: string, tol: number): void {
-  const { err, at } = worst(a, b);
-  if (!(err <= tol)) assert.fail(`${what}: relative error ${err.toExponential(2)} at [${at}]: ${a[at]} vs ${b[at]}`);
-}
 
 interface Case {
   cell: RnnCell;
