@@ -245,53 +245,6 @@ describe("a persistent launch whose CTAs are not all resident", { skip }, () => 
   });
 });
 
-describe("a persistent layer whose planned kernels spill", { skip }, () => {
-  // a negative headroom plans tighter than the estimate: at -24 LSTM 1152's forward gets 384 threads (168 registers)
-  // for 180 weight registers, which ptxas cannot hold — a spill for certain, whatever its version
-  test("is planned again with registers kept free, and says so", async () => {
-    const { PersistentRnnLayer } = await import("../../src/rnn/gpu/persistent.js");
-    const { openRnnGpu } = await import("../../src/rnn/gpu/layer-base.js");
-    const gpu = openRnnGpu(0);
-    const notices: string[] = [];
-    try {
-      const layer = PersistentRnnLayer.create(gpu, "lstm", 1152, "fp32", {
-        headroom: -24,
-        notice: (l) => notices.push(l),
-      });
-      try {
-        assert.equal(notices.length, 1, notices.join("\n"));
-        assert.match(
-          notices[0]!,
-          /lstm 1152: the planned layout spills \(\d+ bytes per thread\); planned again with -16/,
-        );
-        assert.equal(layer.forwardPlan.threads, 256);
-        assert.equal(layer.backwardPlan.threads, 256);
-      } finally {
-        layer.dispose();
-      }
-    } finally {
-      gpu.close();
-    }
-  });
-  test("that spills whatever the headroom is not persistent (the backend then runs it stepwise)", async () => {
-    const { PersistentRnnLayer } = await import("../../src/rnn/gpu/persistent.js");
-    const { openRnnGpu, RnnDoesNotFitError } = await import("../../src/rnn/gpu/layer-base.js");
-    const gpu = openRnnGpu(0);
-    const notices: string[] = [];
-    try {
-      // -48, -40, -32, -24: every plan puts 180 weight registers on 384 threads
-      assert.throws(
-        () => PersistentRnnLayer.create(gpu, "lstm", 1152, "fp32", { headroom: -48, notice: (l) => notices.push(l) }),
-        (e: unknown) =>
-          e instanceof RnnDoesNotFitError && /spill registers to local memory even with -24/.test(e.message),
-      );
-      assert.equal(notices.length, 3, notices.join("\n"));
-    } finally {
-      gpu.close();
-    }
-  });
-});
-
 describe("the rnn graph op on the eager engine (persistent kernels) against the CPU engine", { skip }, () => {
   for (const cell of ["lstm", "gru"] as const) {
     test(`${cell}: a bidirectional layer of hidden 64 over a packed batch, loss and every gradient`, async () => {
