@@ -9,9 +9,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
-import { assertNoSpills, parsePtxasReport } from "../src/cuda/ptxas-report.js";
+import { assertNoSpills, KernelSpillError, parsePtxasReport } from "../src/cuda/ptxas-report.js";
 import { GpuRnnBackend } from "../src/rnn/gpu/backend.js";
 import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
+import { planUntilNoSpill } from "../src/rnn/gpu/spill-retry.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
@@ -114,6 +115,54 @@ describe("the persistent RNN planner", () => {
         assert.ok(p.registersEstimate + 16 <= schedulerRegisterLimit(H100_SXM, p.threads), `gru 256 u${p.unitsPerCta}`);
       }
     }
+  });
+
+  test("a layer whose kernels spill is planned again with 8, 16, 24 registers kept free, then given up", () => {
+    const spill = () => new KernelSpillError("spilled", "rnn_forward", 168, 8);
+    const run = (spillsBelow: number, base = 0) => {
+      const tried: number[] = [];
+      const notices: string[] = [];
+      const result = planUntilNoSpill({
+        base,
+        what: "persistent lstm 1024",
+        attempt: (h) => {
+          tried.push(h);
+          if (h < spillsBelow) throw spill();
+          return `layout planned with ${h}`;
+        },
+        notice: (l) => notices.push(l),
+        giveUp: (h) => new RangeError(`gave up at ${h}`),
+      });
+      return { result, tried, notices };
+    };
+    const once = run(16);
+    assert.equal(once.result, "layout planned with 16");
+    assert.deepEqual(once.tried, [0, 8, 16]);
+    assert.deepEqual(once.notices, [
+      "vpps: persistent lstm 1024: the planned layout spills (8 bytes per thread); planned again with 8 registers per thread kept free",
+      "vpps: persistent lstm 1024: the planned layout spills (8 bytes per thread); planned again with 16 registers per thread kept free",
+    ]);
+    assert.deepEqual(run(0).tried, [0]);
+    assert.deepEqual(run(0, 4).tried, [4]);
+    assert.deepEqual(run(20, 4).tried, [4, 12, 20]);
+    assert.throws(() => run(Number.POSITIVE_INFINITY), /gave up at 24/);
+    // any other error (a layer that does not fit at all, a driver error) ends the tries at once
+    const tried: number[] = [];
+    assert.throws(
+      () =>
+        planUntilNoSpill({
+          base: 0,
+          what: "x",
+          attempt: (h) => {
+            tried.push(h);
+            throw new TypeError("not a spill");
+          },
+          notice: () => assert.fail("no notice"),
+          giveUp: () => new Error("unreachable"),
+        }),
+      /not a spill/,
+    );
+    assert.deepEqual(tried, [0]);
   });
 
   test("a layer too large is refused with the reason, never planned", () => {

@@ -55,6 +55,7 @@ import {
   RnnLayerBase,
   type RnnWorkspace,
 } from "./layer-base.js";
+import { planUntilNoSpill } from "./spill-retry.js";
 
 /** Options of a layer: its kernels' (RnnKernelOptions) and how many replicas its launches run. */
 export interface PersistentRnnOptions extends RnnKernelOptions {
@@ -75,7 +76,7 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
   readonly maxCtas?: number;
   /**
    * Registers per thread the planner keeps free beyond its estimate (default 0). `create` raises it, up to
-   * SPILL_HEADROOM_STEPS, where ptxas spilled the widest layout's kernels; the layouts are planned with it.
+   * SPILL_HEADROOM_STEPS (spill-retry.ts), where ptxas spilled the widest layout's kernels; the layouts are planned with it.
    */
   readonly headroom?: number;
   /** Where one-line notices go (a build or layout replaced because it spilled; default: stderr). */
@@ -83,9 +84,6 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
 }
 
 const stderrNotice = (line: string) => process.stderr.write(`${line}\n`);
-
-/** The extra registers per thread `create` re-plans a layer with, in turn, while its widest layout spills. */
-export const SPILL_HEADROOM_STEPS = [8, 16, 24] as const;
 
 /** The compiled kernels of one layout (units per CTA) of a layer. */
 interface LayoutKernels {
@@ -434,38 +432,32 @@ export class PersistentRnnLayer extends RnnLayerBase {
     // the planner's register estimate is a model: where ptxas spills the widest layout's kernels (a refusal at its
     // first compile), the layer is re-planned with a few registers per thread kept free, then more; a layer that
     // spills even so does not fit (the backend then runs it on the non-persistent path and says so)
-    for (let attempt = 0; ; attempt++) {
-      const headroom = (opts.headroom ?? 0) + (attempt === 0 ? 0 : SPILL_HEADROOM_STEPS[attempt - 1]!);
-      const layouts = rnnLayouts(cell, hidden, model, precision, headroom);
-      if (layouts.length === 0) {
-        throw new RnnDoesNotFitError(
-          `persistent ${cell}, hidden ${hidden}, ${precision} weights on ${model.name}: its planned kernels spill ` +
-            `registers to local memory, and no layout fits with ${headroom} registers per thread kept free`,
-        );
-      }
-      if (opts.maxCtas !== undefined && !fitsWithin(layouts, opts.maxCtas)) {
-        throw new RnnDoesNotFitError(
-          `persistent ${cell}, hidden ${hidden}: no layout runs within ${opts.maxCtas} CTAs (the narrowest needs ` +
-            `${layouts.at(-1)!.forward.ctas})`,
-        );
-      }
-      try {
-        return new PersistentRnnLayer(gpu, cell, hidden, precision, layouts, { ...opts, headroom });
-      } catch (e) {
-        if (!(e instanceof KernelSpillError)) throw e;
-        if (attempt === SPILL_HEADROOM_STEPS.length) {
+    return planUntilNoSpill({
+      base: opts.headroom ?? 0,
+      what: `persistent ${cell} ${hidden}`,
+      notice: opts.notice ?? stderrNotice,
+      attempt: (headroom) => {
+        const layouts = rnnLayouts(cell, hidden, model, precision, headroom);
+        if (layouts.length === 0) {
           throw new RnnDoesNotFitError(
-            `persistent ${cell}, hidden ${hidden}, ${precision} weights: its kernels spill registers to local ` +
-              `memory even with ${headroom} registers per thread kept free (${e.message})`,
+            `persistent ${cell}, hidden ${hidden}, ${precision} weights on ${model.name}: its planned kernels spill ` +
+              `registers to local memory, and no layout fits with ${headroom} registers per thread kept free`,
           );
         }
-        (opts.notice ?? stderrNotice)(
-          `vpps: persistent ${cell} ${hidden}: the planned layout spills (${e.localBytes} bytes per thread); ` +
-            `planned again with ${(opts.headroom ?? 0) + SPILL_HEADROOM_STEPS[attempt]!} registers per thread ` +
-            "kept free",
-        );
-      }
-    }
+        if (opts.maxCtas !== undefined && !fitsWithin(layouts, opts.maxCtas)) {
+          throw new RnnDoesNotFitError(
+            `persistent ${cell}, hidden ${hidden}: no layout runs within ${opts.maxCtas} CTAs (the narrowest ` +
+              `needs ${layouts.at(-1)!.forward.ctas})`,
+          );
+        }
+        return new PersistentRnnLayer(gpu, cell, hidden, precision, layouts, { ...opts, headroom });
+      },
+      giveUp: (headroom, e) =>
+        new RnnDoesNotFitError(
+          `persistent ${cell}, hidden ${hidden}, ${precision} weights: its kernels spill registers to local memory ` +
+            `even with ${headroom} registers per thread kept free (${e.message})`,
+        ),
+    });
   }
 
   /** The layout and replicas a launch over `batch` sequences uses (the benchmark prints them). */
