@@ -314,6 +314,22 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
     }),
     // clustered (pairs of CTAs sharing the poll by multicast) from 112 weight registers on, as RNN 1792 is
     { cell: "rnn-tanh" as const, what: "at hidden 1792 (clustered)", plan: planRnnLayer("rnn-tanh", 1792, H100_SXM) },
+    // replicated layouts that spilled under nvcc 13.0 at the limit of 168 registers before its margin (session 21's
+    // sweep): LSTM 640's backward with 15 units per CTA (20 bytes) and GRU 896's forward with 14 (4 bytes)
+    ...(
+      [
+        ["lstm", 640, 15],
+        ["gru", 896, 14],
+      ] as const
+    ).map(([cell, hidden, units]) => {
+      const layout = rnnLayouts(cell, hidden, H100_SXM).find((l) => l.forward.unitsPerCta === units);
+      assert.ok(layout, `${cell} ${hidden}: a layout of ${units} units per CTA`);
+      return {
+        cell,
+        what: `at hidden ${hidden}, ${units} units per CTA (a margin at 168 registers)`,
+        plan: { fits: true as const, ...layout! },
+      };
+    }),
     // the layout the JIT re-plans LSTM 1024 to where ptxas spills the planned one (nvcc 13.0: the backward's 384
     // threads and the forward's pipelined build at 512, 8 bytes each): 16 registers per thread kept free
     {
