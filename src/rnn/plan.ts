@@ -14,6 +14,7 @@
  */
 import { type DeviceModel, schedulerRegisterLimit } from "../cuda/hw/device-model.js";
 import { UserError } from "../util/errors.js";
+import type { RnnPrecision } from "./spec.js";
 
 /** The recurrent cells (PyTorch/cuDNN forms). */
 export type RnnCellName = "rnn-tanh" | "rnn-relu" | "lstm" | "gru";
@@ -24,8 +25,8 @@ export function gatesOf(cell: RnnCellName): number {
   return cell === "lstm" ? 4 : cell === "gru" ? 3 : 1;
 }
 
-/** How the weights are stored in registers; the arithmetic is fp32 either way. */
-export type WeightPrecision = "fp32" | "fp16";
+/** How the weights are stored in registers; the arithmetic is fp32 either way (the API's `precision`, spec.ts). */
+export type WeightPrecision = RnnPrecision;
 
 export type RnnKernelKind = "forward" | "backward";
 
