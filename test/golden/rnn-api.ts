@@ -1,0 +1,9 @@
+/**
+ * What the persistent-RNN golden test (test/rnn-golden.test.ts) needs from the source tree. Only this file follows
+ * the code when it moves; the test and its recorded hashes (rnn-hashes.json) stay as they were written.
+ */
+
+export { H100_SXM } from "../../src/cuda/hw/device-model.js";
+export { backwardKernelSource, forwardKernelSource } from "../../src/rnn/gpu/kernel-source.js";
+export { stepwiseKernelSource } from "../../src/rnn/gpu/stepwise-source.js";
+export { RNN_CELLS, rnnLayouts } from "../../src/rnn/plan.js";
