@@ -11,6 +11,7 @@ import { CpuEngine } from "../src/engines/cpu.js";
 import { ScriptCache, scriptCacheBytes } from "../src/engines/vpps/runtime/script-cache.js";
 import type { ScheduledBatch } from "../src/engines/vpps/schedule/batch.js";
 import { epochOrder, type RunState, type ShuffleMode, train } from "../src/train/loop.js";
+import { inRunDir } from "./helpers.js";
 import { toyTask } from "./toy-task.js";
 
 const batchesOf = (order: readonly number[], batch: number): string[] => {
@@ -61,30 +62,35 @@ describe("training with shuffle: batches", () => {
   const data = toyTask.data.synthetic.make(4);
   const vocab = toyTask.vocabulary.build(data.train);
   const run = (shuffle: ShuffleMode, epochs: number, outDir?: string, resume?: RunState) =>
-    train({
-      task: toyTask,
-      options: toyTask.defaults,
-      train: data.train,
-      dev: data.dev,
-      vocab,
-      epochs,
-      batch: 8,
-      learningRate: 0.2,
-      optimizer: "sgd",
-      seed: 3,
-      shuffle,
-      makeEngine: (p) => new CpuEngine(p),
-      ...(outDir ? { outDir } : {}),
-      ...(resume && outDir
-        ? {
-            resume: {
-              checkpoint: join(outDir, `epoch-${resume.epochs.length}.safetensors`),
-              epochsDone: resume.epochs.length,
-              previous: resume.epochs,
-            },
-          }
-        : {}),
-    });
+    inRunDir(
+      outDir,
+      { model: toyTask.name, ...(resume && outDir ? { resume: { checkpoint: join(outDir, "state.json") } } : {}) },
+      (runDir) =>
+        train({
+          task: toyTask,
+          options: toyTask.defaults,
+          train: data.train,
+          dev: data.dev,
+          vocab,
+          epochs,
+          batch: 8,
+          learningRate: 0.2,
+          optimizer: "sgd",
+          seed: 3,
+          shuffle,
+          makeEngine: (p) => new CpuEngine(p),
+          ...(runDir ? { runDir } : {}),
+          ...(resume && outDir
+            ? {
+                resume: {
+                  checkpoint: join(outDir, `epoch-${resume.epochs.length}.safetensors`),
+                  epochsDone: resume.epochs.length,
+                  previous: resume.epochs,
+                },
+              }
+            : {}),
+        }),
+    );
 
   test("it learns, records the mode, and a resumed run equals an uninterrupted one", () => {
     const straight = run("batches", 3);

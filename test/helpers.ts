@@ -1,6 +1,8 @@
+import { dirname } from "node:path";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import type { ParameterCollection } from "../src/model/parameters.js";
+import { RunDir } from "../src/train/run-dir.js";
 
 /** Builds a scalar loss from the collection's parameters in a fresh graph. */
 export type LossBuilder = (cg: ComputationGraph) => Expression;
@@ -59,4 +61,27 @@ export function gradientCheck(
     }
   });
   return { checked, mismatches };
+}
+
+/**
+ * Runs `fn` with `dir` opened as `vpps train` opens a run directory (RunDir.open, checked for a run other than the
+ * one `resume` continues, closed after); undefined: no directory.
+ */
+export function inRunDir<T>(
+  dir: string | undefined,
+  run: { model: string; resume?: { checkpoint: string }; note?: (line: string) => void },
+  fn: (runDir: RunDir | undefined) => T,
+): T {
+  if (dir === undefined) return fn(undefined);
+  const runDir = RunDir.open(dir, run.note ? { note: run.note } : {});
+  try {
+    runDir.checkOtherRun({
+      model: run.model,
+      ...(run.resume ? { resumeDir: dirname(run.resume.checkpoint) } : {}),
+      force: false,
+    });
+    return fn(runDir);
+  } finally {
+    runDir.close();
+  }
 }

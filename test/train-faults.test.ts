@@ -25,7 +25,9 @@ import { AdamTrainer, NonFiniteUpdateError, SimpleSGDTrainer } from "../src/opti
 import { readCheckpoint, restoreCheckpoint } from "../src/train/checkpoint.js";
 import { TrainingDivergedError } from "../src/train/errors.js";
 import { type RunState, train } from "../src/train/loop.js";
+import type { RunDir } from "../src/train/run-dir.js";
 import { bestDevAccuracy, type EpochResult } from "../src/train/run-state.js";
+import { inRunDir } from "./helpers.js";
 import { type TaggedSentence, toyTask } from "./toy-task.js";
 
 const data = toyTask.data.synthetic.make(4);
@@ -66,6 +68,7 @@ class LateReportingEngine extends CpuEngine {
   }
 }
 
+/** Trains with `outDir` opened as the CLI opens it: created, locked, checked for a run other than the one resumed. */
 function run(opts: {
   epochs: number;
   makeEngine?: (p: ParameterCollection) => CpuEngine;
@@ -77,6 +80,14 @@ function run(opts: {
   devSet?: string;
   notes?: string[];
 }) {
+  const note = (line: string) => opts.notes?.push(line);
+  const model = (opts.task ?? toyTask).name;
+  return inRunDir(opts.outDir, { model, note, ...(opts.resume ? { resume: opts.resume } : {}) }, (runDir) =>
+    trainWith(opts, runDir, note),
+  );
+}
+
+function trainWith(opts: Parameters<typeof run>[0], runDir: RunDir | undefined, note: (line: string) => void) {
   return train({
     task: opts.task ?? toyTask,
     options: toyTask.defaults,
@@ -89,10 +100,10 @@ function run(opts: {
     optimizer: opts.optimizer,
     seed: 3,
     makeEngine: opts.makeEngine ?? ((p) => new CpuEngine(p)),
-    ...(opts.outDir ? { outDir: opts.outDir } : {}),
+    ...(runDir ? { runDir } : {}),
     ...(opts.resume ? { resume: opts.resume } : {}),
     ...(opts.devSet ? { devSet: opts.devSet } : {}),
-    onNote: (line) => opts.notes?.push(line),
+    onNote: note,
   });
 }
 

@@ -15,6 +15,7 @@ import { loadParameters, readSafetensors } from "../src/model/safetensors.js";
 import type { Trainer } from "../src/optim/trainers.js";
 import { evaluate } from "../src/train/evaluate.js";
 import { type RunState, train } from "../src/train/loop.js";
+import { inRunDir } from "./helpers.js";
 import { toyTask } from "./toy-task.js";
 
 const data = toyTask.data.synthetic.make(4);
@@ -28,22 +29,24 @@ function run(opts: {
   resume?: { checkpoint: string; epochsDone: number; previous: RunState["epochs"] };
   optimizer?: "sgd" | "adam";
 }) {
-  return train({
-    task: toyTask,
-    options: toyTask.defaults,
-    train: data.train,
-    dev: data.dev,
-    vocab,
-    epochs: opts.epochs,
-    batch: 8,
-    learningRate: opts.optimizer === "sgd" ? 0.2 : 0.05,
-    optimizer: opts.optimizer ?? "adam",
-    seed: 3,
-    makeEngine: opts.makeEngine ?? ((p) => new CpuEngine(p)),
-    ...(opts.makeEvaluationEngine ? { makeEvaluationEngine: opts.makeEvaluationEngine } : {}),
-    ...(opts.outDir ? { outDir: opts.outDir } : {}),
-    ...(opts.resume ? { resume: opts.resume } : {}),
-  });
+  return inRunDir(opts.outDir, { model: toyTask.name, ...(opts.resume ? { resume: opts.resume } : {}) }, (runDir) =>
+    train({
+      task: toyTask,
+      options: toyTask.defaults,
+      train: data.train,
+      dev: data.dev,
+      vocab,
+      epochs: opts.epochs,
+      batch: 8,
+      learningRate: opts.optimizer === "sgd" ? 0.2 : 0.05,
+      optimizer: opts.optimizer ?? "adam",
+      seed: 3,
+      makeEngine: opts.makeEngine ?? ((p) => new CpuEngine(p)),
+      ...(opts.makeEvaluationEngine ? { makeEvaluationEngine: opts.makeEvaluationEngine } : {}),
+      ...(runDir ? { runDir } : {}),
+      ...(opts.resume ? { resume: opts.resume } : {}),
+    }),
+  );
 }
 
 /**

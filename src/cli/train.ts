@@ -1,10 +1,10 @@
 import { resolve } from "node:path";
 import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
-import { rankEnvFrom } from "../parallel/env.js";
+import { type RankEnv, rankEnvFrom } from "../parallel/env.js";
 import type { ProcessGroup } from "../parallel/group.js";
-import { type EpochResult, train } from "../train/loop.js";
-import { checkOtherRun, prepareOutDir, RunDirLock, removeCreated, removeLeftoverTemps } from "../train/run-dir.js";
+import { type EpochResult, type TrainSummary, train } from "../train/loop.js";
+import { RunDir } from "../train/run-dir.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
 import { invocation } from "./invocation.js";
@@ -12,7 +12,7 @@ import { writeOut } from "./output.js";
 import { checkLaunch, joinJob, launchTrain, runsOnGpu } from "./parallel.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun } from "./run-state.js";
-import { resolveRunSettings, type TrainCommandOptions } from "./train-settings.js";
+import { type RunSettingsResolved, resolveRunSettings, type TrainCommandOptions } from "./train-settings.js";
 
 export type { TrainCommandOptions } from "./train-settings.js";
 
@@ -57,16 +57,8 @@ export function runTrain(
   // not after an epoch of training
   const outArg = opts.out ?? opts.resume;
   const outFlag = opts.out !== undefined ? "--out" : "--resume";
-  const out = outArg === undefined || !speaks ? undefined : prepareOutDir(outArg, outFlag);
-  let lock: RunDirLock | undefined;
+  const out = outArg === undefined || !speaks ? undefined : RunDir.open(outArg, { flag: outFlag, note });
   try {
-    if (out) {
-      lock = RunDirLock.acquire(out.path, note, outFlag);
-      const temps = removeLeftoverTemps(out.path);
-      if (temps.length > 0) {
-        note(`removed ${temps.length} leftover temporary file(s) of an interrupted write in ${out.path}`);
-      }
-    }
     const saved = opts.resume !== undefined ? readRun(task, opts.resume, "--resume", task.defaults, note) : null;
     const s = resolveRunSettings(task, opts, saved, source, note);
     let group: ProcessGroup | undefined;
@@ -75,15 +67,7 @@ export function runTrain(
     // `vpps bench parallel` asks for the device all-reduces' time per epoch (CUDA events around each)
     const allReduceMs: number[] | undefined = group && process.env.VPPS_TIME_ALLREDUCE === "1" ? [] : undefined;
     if (allReduceMs) group!.startTiming();
-    if (out) {
-      checkOtherRun(out.path, {
-        model: task.name,
-        ...(saved ? { resumeDir: saved.dir } : {}),
-        force: opts.force,
-        note,
-        flag: outFlag,
-      });
-    }
+    out?.checkOtherRun({ model: task.name, ...(saved ? { resumeDir: saved.dir } : {}), force: opts.force });
     const data = s.data
       ? task.data.fromDirectory(s.data, { ...(s.maxSentences ? { maxTrain: s.maxSentences } : {}), options: s.options })
       : task.data.synthetic.make(s.dataSeed);
@@ -135,7 +119,7 @@ export function runTrain(
           ...(opts.explain ? { explain: (text: string) => note(text) } : {}),
         }),
       ...(group ? { group } : {}),
-      ...(out ? { outDir: out.path, force: opts.force } : {}),
+      ...(out ? { runDir: out } : {}),
       ...(saved
         ? {
             resume: {
@@ -180,46 +164,73 @@ export function runTrain(
     });
     group?.close(); // every rank has finished: a rank exiting now is no failure
     if (!speaks) return;
-    if (opts.json) {
-      const settings = {
-        ...s.options,
-        epochs: s.epochs,
-        batch: s.batch,
-        seed: s.seed,
-        shuffle: s.shuffle,
-        engine: s.engine,
-        batching: s.batching,
-        device: s.device,
-        clip: s.clip,
-        ...(s.maxSentences ? { maxSentences: s.maxSentences } : {}),
-        ...(out ? { out: out.path } : {}),
-        ...(opts.resume !== undefined ? { resume: resolve(opts.resume) } : {}),
-      };
-      writeOut(
-        `${JSON.stringify({
-          data: data.source,
-          learningRate: s.learningRate,
-          ...settings,
-          optimizer: s.optimizer,
-          ...summary,
-          ...(parallel ? { ranks: parallel.worldSize } : {}),
-          ...(allReduceMs ? { allReduceMs } : {}),
-        })}\n`,
-      );
-      return;
-    }
-    log("");
-    log("epoch  train loss  dev acc  sent/s   time");
-    for (const e of summary.epochs) {
-      log(
-        `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ${(100 * e.devAccuracy).toFixed(2).padStart(6)}%  ` +
-          `${e.sentencesPerSecond.toFixed(1).padStart(6)}  ${formatDuration(e.seconds).padStart(6)}` +
-          (e.devSet === devSet ? "" : e.devSet === undefined ? "  (dev set not recorded)" : "  (another dev set)"),
-      );
-    }
-    log(`best dev ${metrics[0].name} ${(100 * summary.bestDevAccuracy).toFixed(2)}%; ${summary.parameters} parameters`);
+    reportRun({
+      opts,
+      s,
+      out,
+      data: data.source,
+      summary,
+      devSet,
+      log,
+      metricName: metrics[0].name,
+      parallel,
+      allReduceMs,
+    });
   } finally {
-    lock?.release();
-    if (out) removeCreated(out.created); // a run that failed before writing anything leaves no directory behind
+    out?.close(); // a run that failed before writing anything leaves no directory behind
   }
+}
+
+/** The run's results on stdout: one JSON object (`--json`) or the per-epoch table and the best dev metric. */
+function reportRun(r: {
+  opts: TrainCommandOptions;
+  s: RunSettingsResolved;
+  out: RunDir | undefined;
+  data: string;
+  summary: TrainSummary;
+  devSet: string;
+  log: (line: string) => void;
+  metricName: string;
+  parallel: RankEnv | null;
+  allReduceMs: number[] | undefined;
+}): void {
+  const { opts, s, out, summary, devSet, log, parallel, allReduceMs } = r;
+  if (opts.json) {
+    const settings = {
+      ...s.options,
+      epochs: s.epochs,
+      batch: s.batch,
+      seed: s.seed,
+      shuffle: s.shuffle,
+      engine: s.engine,
+      batching: s.batching,
+      device: s.device,
+      clip: s.clip,
+      ...(s.maxSentences ? { maxSentences: s.maxSentences } : {}),
+      ...(out ? { out: out.path } : {}),
+      ...(opts.resume !== undefined ? { resume: resolve(opts.resume) } : {}),
+    };
+    writeOut(
+      `${JSON.stringify({
+        data: r.data,
+        learningRate: s.learningRate,
+        ...settings,
+        optimizer: s.optimizer,
+        ...summary,
+        ...(parallel ? { ranks: parallel.worldSize } : {}),
+        ...(allReduceMs ? { allReduceMs } : {}),
+      })}\n`,
+    );
+    return;
+  }
+  log("");
+  log("epoch  train loss  dev acc  sent/s   time");
+  for (const e of summary.epochs) {
+    log(
+      `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ${(100 * e.devAccuracy).toFixed(2).padStart(6)}%  ` +
+        `${e.sentencesPerSecond.toFixed(1).padStart(6)}  ${formatDuration(e.seconds).padStart(6)}` +
+        (e.devSet === devSet ? "" : e.devSet === undefined ? "  (dev set not recorded)" : "  (another dev set)"),
+    );
+  }
+  log(`best dev ${r.metricName} ${(100 * summary.bestDevAccuracy).toFixed(2)}%; ${summary.parameters} parameters`);
 }

@@ -3,10 +3,10 @@
  * one graph and one update per batch (queued without waiting on a pipelined engine), the mean loss per loss unit,
  * evaluation on the dev split after every epoch (on an evaluation engine when the training engine cannot run
  * forward-only passes), a checkpoint (weights, optimiser state, run state) and `state.json` per epoch, and resume
- * from them. The output directory is checked and locked before anything trains; a NaN or ±∞ input, loss or
+ * from them. The output directory is the caller's, opened and locked before anything trains; a NaN or ±∞ input, loss or
  * gradient stops the run before it reaches the weights (TrainingDivergedError, naming the cause).
  */
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { supportsDataParallel } from "../engines/data-parallel.js";
 import { canBuildInWorkers, type Engine, isPipelined } from "../engines/engine.js";
 import { ForwardPasses } from "../engines/registry.js";
@@ -23,7 +23,7 @@ import { deriveKey, RandomStream } from "../util/random.js";
 import { readCheckpoint, restoreCheckpoint, saveCheckpoint } from "./checkpoint.js";
 import { type DivergencePlace, divergence, TrainingDivergedError } from "./errors.js";
 import { evaluate } from "./evaluate.js";
-import { checkOtherRun, prepareOutDir, RunDirLock, removeCreated, removeLeftoverTemps } from "./run-dir.js";
+import type { RunDir } from "./run-dir.js";
 import { bestDevAccuracy, type EpochResult, type RunSettings, type RunState } from "./run-state.js";
 
 export type { EpochResult, RunSettings, RunState } from "./run-state.js";
@@ -56,12 +56,10 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
    */
   makeEvaluationEngine?: (params: ParameterCollection) => Engine;
   /**
-   * Where checkpoints go (one safetensors file per epoch, plus state.json); none when absent. Created if missing,
-   * locked while the run writes there, and refused when it holds another run (unless `force`).
+   * Where checkpoints go (one safetensors file per epoch, plus state.json); none when absent. The caller opens it
+   * (`RunDir.open`: created, locked, checked for another run) before training and closes it after.
    */
-  outDir?: string;
-  /** Replace a run found in `outDir` that is not the one being resumed (its files are removed). */
-  force?: boolean;
+  runDir?: RunDir;
   /**
    * Continue a run: load this checkpoint (weights, and the optimiser's state when it is of the same kind) and start
    * after `epochsDone` (earlier results are kept in the summary).
@@ -82,7 +80,7 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
    * Data-parallel training (src/parallel/): this process is one rank of `group`. `batch` stays the global batch;
    * this rank builds the graph of its share of every batch (rankShare: dealt by work), the engine sums the gradients over the ranks
    * before each update, and the epoch's loss is the sum over the ranks. Only rank 0 evaluates and writes to
-   * `outDir` (the other ranks ignore it); every rank loads `resume`'s checkpoint.
+   * `runDir` (the other ranks ignore it); every rank loads `resume`'s checkpoint.
    */
   group?: ProcessGroup;
 }
@@ -150,7 +148,7 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     if (line !== null) note(line);
   }
   const writer = (cfg.group?.rank ?? 0) === 0;
-  const out = cfg.outDir === undefined || !writer ? undefined : openOutDir(cfg, note);
+  const outDir = writer ? cfg.runDir?.path : undefined;
   const epochs: EpochResult[] = [...(cfg.resume?.previous ?? [])];
   let engine: Engine | undefined;
   let forwardPasses: ForwardPasses | undefined;
@@ -164,22 +162,15 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       model.workerBuilder !== undefined &&
       engine.setGraphBuilder(model.workerBuilder(cfg.train));
     forwardPasses = new ForwardPasses(engine, model.params, cfg.makeEvaluationEngine);
-    runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir: out?.path, epochs, workerBuild });
+    runEpochs(cfg, { model, trainer, engine, forwardPasses, outDir, epochs, workerBuild });
     finished = true;
   } finally {
-    try {
-      forwardPasses?.dispose();
-      // NCCL's communicator goes before the engine's CUDA context; after a failure at once (ncclCommAbort), since
-      // the other ranks may never finish the collectives this rank queued
-      if (finished) cfg.group?.releaseDevice();
-      else cfg.group?.abort();
-      engine?.dispose();
-    } finally {
-      if (out) {
-        out.lock.release();
-        removeCreated(out.created); // a run that failed before writing anything leaves no directories behind
-      }
-    }
+    forwardPasses?.dispose();
+    // NCCL's communicator goes before the engine's CUDA context; after a failure at once (ncclCommAbort), since
+    // the other ranks may never finish the collectives this rank queued
+    if (finished) cfg.group?.releaseDevice();
+    else cfg.group?.abort();
+    engine?.dispose();
   }
   return {
     model,
@@ -306,31 +297,6 @@ function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   // the returned model holds the trained weights (a checkpoint's sync did it already), and a device engine's last
   // update is checked
   if (outDir === undefined) guarded(() => engine.syncToHost());
-}
-
-/** The output directory, created if needed, locked, cleared of leftover temporary files, checked for another run. */
-function openOutDir<E, V, O extends ModelOptions, M extends TaskModel<E>>(
-  cfg: TrainConfig<E, V, O, M>,
-  note: (line: string) => void,
-): { path: string; lock: RunDirLock; created: string[] } {
-  const { path, created } = prepareOutDir(cfg.outDir!);
-  let lock: RunDirLock | undefined;
-  try {
-    lock = RunDirLock.acquire(path, note);
-    const temps = removeLeftoverTemps(path);
-    if (temps.length > 0) note(`removed ${temps.length} leftover temporary file(s) of an interrupted write in ${path}`);
-    checkOtherRun(path, {
-      model: cfg.task.name,
-      ...(cfg.resume ? { resumeDir: dirname(cfg.resume.checkpoint) } : {}),
-      force: cfg.force ?? false,
-      note,
-    });
-    return { path, lock, created };
-  } catch (e) {
-    lock?.release();
-    removeCreated(created);
-    throw e;
-  }
 }
 
 /** One epoch's batches: the mean loss per loss unit and the seconds they took. */

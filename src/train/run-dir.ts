@@ -55,7 +55,7 @@ export function checkpointEpochs(dir: string): number[] {
  * directory. A path that is a file or lies under one, or a parent that cannot be written, is a RunDirError naming
  * the path. Writability of `dir` itself is proven by taking its lock (`RunDirLock`).
  */
-export function prepareOutDir(dir: string, flag = "--out"): { path: string; created: string[] } {
+function prepareOutDir(dir: string, flag = "--out"): { path: string; created: string[] } {
   if (dir.trim() === "") throw new RunDirError(`${flag} is empty; give a directory`);
   const path = resolve(dir);
   const missing: string[] = [];
@@ -114,7 +114,7 @@ export function prepareOutDir(dir: string, flag = "--out"): { path: string; crea
 }
 
 /** Removes the directories `prepareOutDir` created (innermost first) while they are empty. */
-export function removeCreated(created: readonly string[]): void {
+function removeCreated(created: readonly string[]): void {
   for (const d of [...created].reverse()) {
     try {
       rmdirSync(d);
@@ -124,7 +124,7 @@ export function removeCreated(created: readonly string[]): void {
   }
 }
 
-/** Locks held by this process, by directory, with how many holders (the CLI and the loop it calls both lock). */
+/** Locks held by this process, by directory, with how many holders. */
 const held = new Map<string, number>();
 
 function processIsAlive(pid: number): boolean {
@@ -141,7 +141,7 @@ function processIsAlive(pid: number): boolean {
  * naming the first's pid; a lock whose process is gone (killed) is taken over with a line through `note`.
  * Re-entrant within a process (counted).
  */
-export class RunDirLock {
+class RunDirLock {
   private released = false;
 
   private constructor(readonly dir: string) {}
@@ -212,7 +212,7 @@ export class RunDirLock {
 }
 
 /** Removes the temporary files of writers that were killed (`*.tmp-<pid>`); returns their names. */
-export function removeLeftoverTemps(dir: string): string[] {
+function removeLeftoverTemps(dir: string): string[] {
   const removed: string[] = [];
   for (const name of readdirSync(dir)) {
     if (!name.includes(TEMP_INFIX)) continue;
@@ -227,7 +227,7 @@ export function removeLeftoverTemps(dir: string): string[] {
  * and state would be mixed with the new run's. With `force`, that run's files are removed instead (one line through
  * `note`).
  */
-export function checkOtherRun(
+function checkOtherRun(
   dir: string,
   opts: { model: string; resumeDir?: string; force: boolean; note: (line: string) => void; flag?: string },
 ): void {
@@ -271,5 +271,59 @@ function sameDir(a: string, b: string): boolean {
     return realpathSync(a) === realpathSync(b);
   } catch {
     return resolve(a) === resolve(b);
+  }
+}
+
+/**
+ * An opened run directory — the one way in: created if missing, locked, cleared of the temporary files of killed
+ * writers; `checkOtherRun` then refuses (or with `force` clears) another run's files once the caller knows which run
+ * this is. Whoever opens it closes it; the training loop only writes into it.
+ */
+export class RunDir {
+  private closed = false;
+
+  private constructor(
+    /** The absolute path. */
+    readonly path: string,
+    private readonly lock: RunDirLock,
+    private readonly created: readonly string[],
+    private readonly flag: string,
+    private readonly note: (line: string) => void,
+  ) {}
+
+  /**
+   * Opens `dir` for a run that will write there (`flag` names the option it came from, for messages; `note` gets
+   * the lines about a lock taken over or leftovers removed). Fails with RunDirError, leaving nothing behind.
+   */
+  static open(dir: string, opts: { flag?: string; note?: (line: string) => void } = {}): RunDir {
+    const flag = opts.flag ?? "--out";
+    const note = opts.note ?? (() => {});
+    const { path, created } = prepareOutDir(dir, flag);
+    let lock: RunDirLock | undefined;
+    try {
+      lock = RunDirLock.acquire(path, note, flag);
+      const temps = removeLeftoverTemps(path);
+      if (temps.length > 0) {
+        note(`removed ${temps.length} leftover temporary file(s) of an interrupted write in ${path}`);
+      }
+      return new RunDir(path, lock, created, flag, note);
+    } catch (e) {
+      lock?.release();
+      removeCreated(created);
+      throw e;
+    }
+  }
+
+  /** Refuses the directory if it holds a run other than `resumeDir`'s; with `force`, removes that run's files. */
+  checkOtherRun(opts: { model: string; resumeDir?: string; force: boolean }): void {
+    checkOtherRun(this.path, { ...opts, note: this.note, flag: this.flag });
+  }
+
+  /** Releases the lock; the directories `open` created go again if nothing was written into them. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.lock.release();
+    removeCreated(this.created);
   }
 }

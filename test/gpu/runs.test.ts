@@ -19,6 +19,7 @@ import { input, matVec, pickNegLogSoftmax } from "../../src/ops/index.js";
 import { AdamTrainer, makeTrainer, NonFiniteUpdateError } from "../../src/optim/trainers.js";
 import { readCheckpoint } from "../../src/train/checkpoint.js";
 import { type RunState, train } from "../../src/train/loop.js";
+import { RunDir } from "../../src/train/run-dir.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;
@@ -34,25 +35,34 @@ function run(engine: string, epochs: number, outDir: string, resume?: { checkpoi
   const previous = resume
     ? (JSON.parse(readFileSync(join(outDir, "state.json"), "utf8")) as RunState).epochs
     : undefined;
-  return train({
-    task: treeLstmTask,
-    options,
-    train: trainSet,
-    dev: data.dev.slice(0, 16),
-    vocab,
-    epochs,
-    batch: 8,
-    learningRate: 0.01,
-    optimizer: "adam",
-    seed: 4,
-    clipThreshold: 1,
-    makeEngine: (p) =>
-      engine === "vpps"
-        ? new VppsEngine(p, { cacheDir, variants: { rowsPerWarp: 1 } })
-        : createEngine(engine, p, { batching: "agenda", device: "auto" }),
-    outDir,
-    ...(resume ? { resume: { checkpoint: resume.checkpoint, epochsDone: resume.done, previous: previous! } } : {}),
-  });
+  const runDir = RunDir.open(outDir);
+  try {
+    return trainIn(runDir);
+  } finally {
+    runDir.close();
+  }
+
+  function trainIn(runDir: RunDir) {
+    return train({
+      task: treeLstmTask,
+      options,
+      train: trainSet,
+      dev: data.dev.slice(0, 16),
+      vocab,
+      epochs,
+      batch: 8,
+      learningRate: 0.01,
+      optimizer: "adam",
+      seed: 4,
+      clipThreshold: 1,
+      makeEngine: (p) =>
+        engine === "vpps"
+          ? new VppsEngine(p, { cacheDir, variants: { rowsPerWarp: 1 } })
+          : createEngine(engine, p, { batching: "agenda", device: "auto" }),
+      runDir,
+      ...(resume ? { resume: { checkpoint: resume.checkpoint, epochsDone: resume.done, previous: previous! } } : {}),
+    });
+  }
 }
 
 /** The largest |a − e| / (1 + |e|) over every tensor (weights and moments), with where. */
