@@ -30,7 +30,7 @@ export {
   type VppsTrainingOptions,
   type VppsVariantOptions,
 } from "./engines/index.js";
-export { VppsKernelError } from "./engines/vpps/runtime/pipeline.js";
+export { VppsKernelError } from "./engines/vpps/index.js";
 export {
   CollectionMismatchError,
   ComputationGraph,

@@ -28,7 +28,7 @@ describe("import rules (layers, engines, VPPS stages, cycles)", () => {
   });
 
   test("a planted lateral import between engines fails, even type-only", () => {
-    const p = planted({ from: "src/engines/eager/engine.ts", to: "src/engines/vpps/vpps.ts", typeOnly: true });
+    const p = planted({ from: "src/engines/eager/engine.ts", to: "src/engines/vpps/index.ts", typeOnly: true });
     assert.equal(p.length, 1);
     assert.match(p[0]!, /engine unit 'eager' may not import 'vpps'/);
   });
@@ -39,6 +39,18 @@ describe("import rules (layers, engines, VPPS stages, cycles)", () => {
       p.some((l) => /VPPS stage 'plan' may not import the later stage 'runtime'/.test(l)),
       p.join("\n"),
     );
+  });
+
+  test("a planted import past a system's face fails; the face itself and imports inside the system pass", () => {
+    const past = planted({ from: "src/cli/plan.ts", to: "src/engines/vpps/schedule/scheduler.ts" });
+    assert.ok(
+      past.some((l) => /import the vpps face \(src\/engines\/vpps\/index\.ts\), not its inside/.test(l)),
+      past.join("\n"),
+    );
+    const parallel = planted({ from: "src/train/loop.ts", to: "src/parallel/group.ts" });
+    assert.ok(parallel.some((l) => /import the parallel face/.test(l)), parallel.join("\n"));
+    assert.deepEqual(planted({ from: "src/cli/plan.ts", to: "src/engines/vpps/index.ts" }), []);
+    assert.deepEqual(planted({ from: "src/engines/vpps/vpps.ts", to: "src/engines/vpps/schedule/scheduler.ts" }), []);
   });
 
   test("a planted cycle fails; a type-only back edge is no cycle", () => {

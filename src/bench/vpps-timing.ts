@@ -11,8 +11,7 @@
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import type { DeviceProperties } from "../cuda/index.js";
 import { CpuEngine } from "../engines/cpu.js";
-import { enumeratePlans, planVpps } from "../engines/vpps/plan/plan.js";
-import { type VariantInfo, Vpps } from "../engines/vpps/vpps.js";
+import { enumeratePlans, planVpps, type VariantInfo, Vpps } from "../engines/vpps/index.js";
 import { ComputationGraph } from "../graph/graph.js";
 import { onChipMatrices } from "../model/parameters.js";
 import type { BenchNet } from "./model.js";

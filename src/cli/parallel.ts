@@ -6,9 +6,7 @@ import { cudaAvailable, parseDeviceSpec } from "../cuda/device.js";
 import { getDriver } from "../cuda/ffi/driver.js";
 import { getNccl } from "../cuda/ffi/nccl.js";
 import { engineEntry } from "../engines/registry.js";
-import { checkBatchSplit, type RankEnv } from "../parallel/env.js";
-import { ProcessGroup } from "../parallel/group.js";
-import { launchRanks } from "../parallel/launcher.js";
+import { checkBatchSplit, launchRanks, ProcessGroup, type RankEnv } from "../parallel/index.js";
 import { CliError } from "./errors.js";
 
 /** Whether `engine` with `device` runs on a GPU (else the ranks sum their gradients on the host, over TCP). */

@@ -1,8 +1,7 @@
 import { openDevice } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../cuda/hw/device-model.js";
-import { formatPlan } from "../engines/vpps/plan/format.js";
-import { planVpps } from "../engines/vpps/plan/plan.js";
+import { formatPlan, planVpps } from "../engines/vpps/index.js";
 import { onChipMatrices } from "../model/parameters.js";
 import type { AnyTask } from "../models/task.js";
 import { pickModelOptions } from "./commands.js";

@@ -1,8 +1,8 @@
 import { resolve } from "node:path";
 import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
-import { type RankEnv, rankEnvFrom } from "../parallel/env.js";
-import type { ProcessGroup } from "../parallel/group.js";
+import type { ProcessGroup } from "../parallel/index.js";
+import { type RankEnv, rankEnvFrom } from "../parallel/index.js";
 import { type EpochResult, type TrainSummary, train } from "../train/loop.js";
 import { RunDir } from "../train/run-dir.js";
 import { checkModelFits } from "./commands.js";

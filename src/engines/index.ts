@@ -22,14 +22,14 @@ export {
   engineEntry,
   ForwardPasses,
 } from "./registry.js";
-export { VppsEngine } from "./vpps/engine.js";
-export { VppsPlanError } from "./vpps/plan/plan.js";
-export { ScheduleWorkerError } from "./vpps/schedule/pool.js";
 export {
+  ScheduleWorkerError,
   Vpps,
+  VppsEngine,
   type VppsHostOptions,
   type VppsInstrumentOptions,
   type VppsOptions,
+  VppsPlanError,
   type VppsTrainingOptions,
   type VppsVariantOptions,
-} from "./vpps/vpps.js";
+} from "./vpps/index.js";

@@ -12,7 +12,7 @@ import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine, MAX_EAGER_STREAMS, parseStreams } from "./eager/engine.js";
 import type { Engine, EngineCapabilities } from "./engine.js";
-import { VppsEngine } from "./vpps/engine.js";
+import { VppsEngine } from "./vpps/index.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */

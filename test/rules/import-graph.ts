@@ -1,6 +1,7 @@
 /**
  * The import graph of src/ and the rules it must keep (DESIGN.md §3, docs/ARCHITECTURE.md): layers import only
- * from layers before them; engines do not import each other; VPPS's stages import only earlier stages; no cycles.
+ * from layers before them; engines do not import each other; VPPS's stages import only earlier stages; a system is
+ * entered through its face only; no cycles.
  * Read by test/import-rules.test.ts, which also plants violations to prove each rule can fail.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -82,8 +83,18 @@ export const VPPS_STAGES: readonly { readonly name: string; readonly paths: read
   { name: "codegen", paths: ["src/engines/vpps/codegen/"] },
   { name: "runtime", paths: ["src/engines/vpps/runtime/"] },
   { name: "tune", paths: ["src/engines/vpps/tune/"] },
-  { name: "api", paths: ["src/engines/vpps/vpps.ts", "src/engines/vpps/index.ts"] },
+  { name: "api", paths: ["src/engines/vpps/vpps.ts"] },
   { name: "adapter", paths: ["src/engines/vpps/engine.ts"] },
+  { name: "face", paths: ["src/engines/vpps/index.ts"] },
+];
+
+/**
+ * The systems that are one folder with one entry point (DESIGN.md §3): from outside its folder, a file may import
+ * only the face (`index.ts`), so that a system's inside can move without its users noticing.
+ */
+export const FACES: readonly { readonly name: string; readonly dir: string; readonly face: string }[] = [
+  { name: "vpps", dir: "src/engines/vpps/", face: "src/engines/vpps/index.ts" },
+  { name: "parallel", dir: "src/parallel/", face: "src/parallel/index.ts" },
 ];
 
 function tsFiles(dir: string, out: string[] = []): string[] {
@@ -183,6 +194,12 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
       if (sa >= 0 && sb > sa) {
         say(e, `VPPS stage '${VPPS_STAGES[sa]!.name}' may not import the later stage '${VPPS_STAGES[sb]!.name}'`);
       }
+    }
+  }
+  for (const e of edges) {
+    const sys = FACES.find((f) => e.to.startsWith(f.dir));
+    if (sys && !e.from.startsWith(sys.dir) && e.to !== sys.face) {
+      say(e, `from outside ${sys.dir}, import the ${sys.name} face (${sys.face}), not its inside`);
     }
   }
   for (const cycle of importCycles(edges)) problems.push(`import cycle: ${cycle.join(" -> ")}`);

@@ -6,7 +6,7 @@
  * size. It reaches into the engine's runtime (private API), as a measurement may. Prints only.
  */
 import { Vocabulary } from "../../data/vocab.js";
-import { Vpps } from "../../engines/vpps/vpps.js";
+import { Vpps } from "../../engines/vpps/index.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { requireGpu } from "../device.js";

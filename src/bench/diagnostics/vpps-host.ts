@@ -9,9 +9,7 @@
 import { H100_SXM } from "../../cuda/hw/device-model.js";
 import type { TreeNode } from "../../data/tree.js";
 import { Vocabulary } from "../../data/vocab.js";
-import { createModelLayout } from "../../engines/vpps/plan/layout.js";
-import { planVpps } from "../../engines/vpps/plan/plan.js";
-import { VppsScheduler } from "../../engines/vpps/schedule/scheduler.js";
+import { createModelLayout, planVpps, VppsScheduler } from "../../engines/vpps/index.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import { onChipMatrices } from "../../model/parameters.js";
 import { TreeLstmModel } from "../../models/treelstm/model.js";

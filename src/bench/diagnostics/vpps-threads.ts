@@ -10,10 +10,7 @@
 import { availableParallelism, cpus } from "node:os";
 import { H100_SXM } from "../../cuda/hw/device-model.js";
 import { Vocabulary } from "../../data/vocab.js";
-import { createModelLayout } from "../../engines/vpps/plan/layout.js";
-import { planVpps } from "../../engines/vpps/plan/plan.js";
-import { SchedulePool } from "../../engines/vpps/schedule/pool.js";
-import { VppsScheduler } from "../../engines/vpps/schedule/scheduler.js";
+import { createModelLayout, planVpps, SchedulePool, VppsScheduler } from "../../engines/vpps/index.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { onChipMatrices } from "../../model/parameters.js";
 import { TreeLstmModel } from "../../models/treelstm/model.js";

@@ -7,7 +7,7 @@
  * against the later ones. Writes vpps-timeline.json.
  */
 import { Vocabulary } from "../../data/vocab.js";
-import { Vpps } from "../../engines/vpps/vpps.js";
+import { Vpps } from "../../engines/vpps/index.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { TreeLstmModel } from "../../models/treelstm/model.js";
 import { median, resultHeader } from "../common.js";

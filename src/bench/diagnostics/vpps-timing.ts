@@ -15,7 +15,7 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import type { VariantInfo } from "../../engines/vpps/vpps.js";
+import type { VariantInfo } from "../../engines/vpps/index.js";
 import { PACKAGE_ROOT, resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { BenchError } from "../errors.js";

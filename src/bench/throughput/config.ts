@@ -2,7 +2,7 @@
  * What the throughput suite runs: its options, and the configurations they make — one per model size, with its
  * engines and batch sizes.
  */
-import type { VariantInfo } from "../../engines/vpps/vpps.js";
+import type { VariantInfo } from "../../engines/vpps/index.js";
 import type { FirstLoss } from "../first-loss.js";
 import type { MemoryRecord } from "../memory.js";
 import type { BenchModel } from "../model.js";
