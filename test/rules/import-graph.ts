@@ -83,7 +83,7 @@ export const VPPS_STAGES: readonly { readonly name: string; readonly paths: read
   { name: "codegen", paths: ["src/engines/vpps/codegen/"] },
   { name: "runtime", paths: ["src/engines/vpps/runtime/"] },
   { name: "tune", paths: ["src/engines/vpps/tune/"] },
-  { name: "api", paths: ["src/engines/vpps/vpps.ts"] },
+  { name: "api", paths: ["src/engines/vpps/setup.ts", "src/engines/vpps/vpps.ts"] },
   { name: "adapter", paths: ["src/engines/vpps/engine.ts"] },
   { name: "face", paths: ["src/engines/vpps/index.ts"] },
 ];

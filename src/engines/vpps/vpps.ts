@@ -19,23 +19,17 @@
  * every earlier batch whose script is ready, so that building graphs, scheduling them and running kernels overlap.
  */
 
-import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import type { DeviceModel } from "../../cuda/hw/device-model.js";
 import type { PoolStats } from "../../cuda/index.js";
 import type { BuildRequest, GraphBuilderSpec } from "../../graph/builder.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
-import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
+import type { ParameterCollection } from "../../model/parameters.js";
 import { argumentError } from "../../ops/common.js";
 import { UserError } from "../../util/errors.js";
 import type { GradientReducer } from "../data-parallel.js";
-import { requireCollection, requireScalar } from "../engine.js";
-import { GpuContext } from "../gpu/context.js";
-import {
-  type CompiledVariant,
-  compileVariantsAsync,
-  loadVariants,
-  plansFor,
-  type VariantInfo,
-} from "./codegen/compile.js";
+import { requireScalar } from "../engine.js";
+import type { GpuContext } from "../gpu/context.js";
+import { compileVariantsAsync, type VariantInfo } from "./codegen/compile.js";
 import { TRACE_SLOTS } from "./codegen/template.js";
 import { HostTrace } from "./instrument/host-trace.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
@@ -43,7 +37,6 @@ import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
 import {
   checkStepSettings,
   type ResolvedOptions,
-  resolveOptions,
   scheduleOptions,
   type VppsHooks,
   type VppsOptions,
@@ -59,9 +52,10 @@ import type { VppsPlan } from "./plan/plan.js";
 import { KeptUnions, keptUnionsBytes } from "./runtime/dp-exchange.js";
 import { BatchLauncher, type BatchTag, type VppsStats } from "./runtime/launcher.js";
 import { ScriptCache, scriptCacheBytes } from "./runtime/script-cache.js";
-import { VppsRuntime } from "./runtime/submit.js";
+import type { VppsRuntime } from "./runtime/submit.js";
 import { SchedulePool } from "./schedule/pool.js";
 import { VppsScheduler } from "./schedule/scheduler.js";
+import { assembleVpps, closeVpps, openVpps, type Variant, type VppsSetup } from "./setup.js";
 import { VariantProfiler } from "./tune/profiler.js";
 
 export type { VariantInfo } from "./codegen/compile.js";
@@ -74,26 +68,6 @@ export type {
   VppsVariantOptions,
 } from "./options.js";
 export type { VppsStats } from "./runtime/launcher.js";
-
-/**
- * Words of each pipeline slot's device script region (16 MB): a Tree-LSTM batch of 128 SST trees takes ~350k words
- * (bench/results/vpps-host.json), so one region holds batches of ~1,500 trees.
- */
-const SCRIPT_WORDS = 4 << 20;
-
-interface Variant extends CompiledVariant {
-  /** Replaced by setOptimizer (the script's update depends on the optimizer). */
-  scheduler: VppsScheduler;
-}
-
-/** What `open` makes before the kernels are loaded. */
-interface Setup {
-  readonly ctx: GpuContext;
-  readonly device: DeviceModel;
-  readonly plans: VppsPlan[];
-  readonly pool: SchedulePool<BatchTag> | undefined;
-  readonly o: ResolvedOptions;
-}
 
 export class Vpps {
   learningRate: number;
@@ -202,87 +176,31 @@ export class Vpps {
    * NVRTC on worker threads (a cold JIT takes seconds per variant). `hooks` are for tests.
    */
   static async create(params: ParameterCollection, options: VppsOptions = {}, hooks: VppsHooks = {}): Promise<Vpps> {
-    const setup = Vpps.open(params, options);
+    const setup = openVpps(params, options);
     try {
       await compileVariantsAsync(setup.ctx, setup.plans, setup.o);
       return Vpps.assemble(setup, params, hooks);
     } catch (e) {
-      Vpps.close(setup);
+      closeVpps(setup);
       throw e;
     }
   }
 
   /** `create` without the promise (variants compile one after another), for the synchronous Engine adapter. */
   static createSync(params: ParameterCollection, options: VppsOptions = {}, hooks: VppsHooks = {}): Vpps {
-    const setup = Vpps.open(params, options);
+    const setup = openVpps(params, options);
     try {
       return Vpps.assemble(setup, params, hooks);
     } catch (e) {
-      Vpps.close(setup);
+      closeVpps(setup);
       throw e;
     }
   }
 
-  /** Releases what `open` made, when creating the engine failed after it. */
-  private static close(setup: Setup): void {
-    setup.pool?.dispose();
-    setup.ctx.dispose();
-  }
-
-  /**
-   * Checks the options, then opens the context, takes the device's numbers, plans the variants and starts the
-   * schedule workers (first: they load while the kernels compile).
-   */
-  private static open(params: ParameterCollection, options: VppsOptions): Setup {
-    requireCollection(params, "vpps");
-    const o = resolveOptions(options);
-    const ctx = GpuContext.open({
-      device: o.device,
-      ...(o.cacheDir !== undefined ? { cacheDir: o.cacheDir } : {}),
-      ...(o.poolBytes !== undefined ? { poolBytes: o.poolBytes } : {}),
-    });
-    try {
-      const device = deviceModelOfCuda(ctx.device.props);
-      const plans = plansFor(onChipMatrices(params), device, o.variants);
-      const workers = o.host.scheduleWorkers;
-      const pool =
-        workers > 0
-          ? new SchedulePool<BatchTag>({
-              workers,
-              params: params.all,
-              plans,
-              schedule: scheduleOptions(o, o.training.optimizer),
-            })
-          : undefined;
-      return { ctx, device, plans, pool, o };
-    } catch (e) {
-      ctx.dispose();
-      throw e;
-    }
-  }
-
-  /** Loads and checks every variant (compile.ts), uploads the weights. */
-  private static assemble(setup: Setup, params: ParameterCollection, hooks: VppsHooks): Vpps {
-    const { ctx, device, plans, pool, o } = setup;
-    const schedule = scheduleOptions(o, o.training.optimizer);
-    const variants: Variant[] = loadVariants(ctx, params, plans, o).map((v) => ({
-      ...v,
-      scheduler: new VppsScheduler(v.model, schedule),
-    }));
-    const first = variants[0]!;
-    const runtime = new VppsRuntime(ctx, {
-      masterFloats: first.plan.masterFloats,
-      modelFloats: first.model.modelFloats,
-      scriptWords: SCRIPT_WORDS,
-      slots: o.host.pipelineSlots,
-      traceCtas: o.instrument.traceKernel ? Math.max(...plans.map((p) => p.ctas)) : 0,
-    });
-    runtime.uploadWeights(
-      first.model,
-      params.all.map((p) => p.value),
-    );
-    if (o.training.optimizer === "adam") runtime.resetMoments(first.model);
-    return new Vpps(ctx, device, variants, plans, runtime, o, hooks, params, pool);
+  /** Builds the API object over what `openVpps` and `assembleVpps` (setup.ts) made. */
+  private static assemble(setup: VppsSetup, params: ParameterCollection, hooks: VppsHooks): Vpps {
+    const { variants, runtime } = assembleVpps(setup, params);
+    return new Vpps(setup.ctx, setup.device, variants, setup.plans, runtime, setup.o, hooks, params, setup.pool);
   }
 
   /** Host and device time of the batches submitted so far. */
