@@ -1,5 +1,5 @@
 /**
- * `vpps bench parallel`: data-parallel scaling (issue 20). For each configuration (Tree-LSTM on VPPS and on
+ * `vpps bench parallel`: data-parallel scaling. For each configuration (Tree-LSTM on VPPS and on
  * autobatch, the BiLSTM tagger on autobatch), each per-GPU batch and each GPU count, it runs `vpps train … --gpus N
  * --json` as a user would (the launcher, NCCL, rank 0's timing), with VPPS_TIME_ALLREDUCE=1 so that the ranks time
  * their device all-reduces with CUDA events. Epoch 1 is the warm-up (compiles, caches); sentences/s is the median of

@@ -1,5 +1,5 @@
 /**
- * `vpps bench rnn`: the persistent recurrent layers on the GPU (issue 18 item 5). Per (cell, hidden, batch): the
+ * `vpps bench rnn`: the persistent recurrent layers on the GPU. Per (cell, hidden, batch): the
  * recurrent part alone (what the paper times: the input projection is one GEMM done beforehand), the whole forward
  * layer call (projection included, what cuDNN's numbers are), and forward+backward (weight gradients included),
  * in milliseconds, medians of repeated runs timed with CUDA events after warm-up; TFLOP/s of the recurrent product.

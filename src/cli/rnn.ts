@@ -1,6 +1,6 @@
 /**
  * `vpps plan rnn` (how a persistent recurrent layer is laid out, and the largest that fits) and `vpps bench rnn`
- * (the persistent layers against cuDNN), issue 18.
+ * (the persistent layers against cuDNN).
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

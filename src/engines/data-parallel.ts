@@ -1,4 +1,4 @@
-// The seam between the engines and data-parallel training (src/parallel/, issue 20). The engines layer sits below
+// The seam between the engines and data-parallel training (src/parallel/). The engines layer sits below
 // parallel/, so the engines see only this interface: a process group that sums arrays over all ranks. parallel/
 // implements it over NCCL (device arrays) and over its TCP rendezvous connection (host arrays), and drives the
 // engines through `setGradientReducer`.

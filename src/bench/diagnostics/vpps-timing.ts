@@ -39,7 +39,7 @@ export interface VppsTimingOptions {
   cacheDir?: string;
   /** Schedule worker threads (Vpps `scheduleWorkers`; 0 schedules inside fb); the engine's default when absent. */
   workers?: number;
-  /** Profile the variants on batches of 8 once, for every batch size (before session 6: the default). */
+  /** Profile the variants on batches of 8 once, for every batch size (the old default). */
   profileOnce: boolean;
   out?: string;
   command: string;

@@ -126,7 +126,7 @@ interface Prepared {
  * With CUDA graphs only one configuration's graph exists at a time: captured again for each round. With every
  * configuration's graph instantiated at once (33 graphs of up to 3,600 nodes), the ones instantiated last ran slower
  * on CaffeNet conv5 — pools 30, 31, 32 and GLP4NN's, prepared last, 9.4 → 9.8 → 10.3 ms against 9.2 ms for the same
- * pool sizes in a run that prepared only them (session 17).
+ * pool sizes in a run that prepared only them.
  */
 function prepare(
   layer: ConvLayer,

@@ -52,7 +52,7 @@ export async function runTreeLstmPool(o: {
     // Both engines live side by side and alternate step by step over the same batches (who goes first alternating
     // too), each step timed to its end (synchronized), a full garbage collection every GC_EVERY pairs; each engine's
     // rate is its total over all its steps. Timed in repeats of whole runs one after the other, the same code path
-    // differed by up to 30% (session 14); in alternating repeats, medians over different trees, by ±8%.
+    // differed by up to 30%; in alternating repeats, medians over different trees, by ±8%.
     const open = (streams: number | "auto") => {
       const state = { explain: "" };
       // the same seeded parameters for both engines: the losses must agree bit for bit

@@ -24,7 +24,7 @@ export const TREE_LSTM_BENCH: BenchExtras = {
   },
   defaultData: sstTrainFile,
   describeData: describeSstData,
-  // issue 6's targets for VPPS at hidden 256 on the H100
+  // the first targets for VPPS at hidden 256 on the H100
   targets: { vppsBatch1: 5000, vppsBatch8: 15000, vppsBatch128: 30000, vppsVsAgendaUpTo32: 3 },
   plotTitle(device, source, hidden) {
     const on = source === undefined || source.startsWith("SST") ? "SST" : "synthetic trees";

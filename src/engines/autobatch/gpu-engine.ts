@@ -67,7 +67,7 @@ export interface AutobatchDevice extends ParameterSite {
 
 /**
  * How product batches multiply: "cublas" (default) or "kernels", the engine's own tiled GEMM. Measured on an H100
- * (bench/results/batching-h100.json, Tree-LSTM hidden 256): a cuBLAS call costs the host 15–24 µs, one of our
+ * (`vpps bench autobatch batching`, Tree-LSTM hidden 256): a cuBLAS call costs the host 15–24 µs, one of our
  * launches 4–8 µs, but our simple kernel is slow enough on the device that the step becomes device-bound, and cuBLAS
  * was faster at every batch size (5767 vs 4546 sentences/s at batch 64). For small matrices, where the device has
  * time to spare, "kernels" can be the faster choice.

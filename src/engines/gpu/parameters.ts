@@ -19,7 +19,7 @@
 // own slot (`normPartialSlots` of them, one per block of every launch), and one block adds the slots in order. Float
 // atomics would add the partials in the order the blocks happen to finish, and the clipped update (threshold / norm)
 // would then differ in its last bits from run to run — seen as training that is not bit-identical between two runs
-// (issue 19's "the streams change nothing" tests).
+// (the GLP4NN tests that the stream pool changes no result).
 
 import {
   CudaEvent,

@@ -84,7 +84,7 @@ export class VppsEngine implements WorkerBuildEngine, DataParallelEngine {
    * Whether the next batch should be built on the workers: they can (Vpps.buildsInWorkers) and one has room
    * (Vpps.workersHaveRoom); when every worker is busy the loop builds the batch on the main thread meanwhile. Measured
    * on SST at batch 128: workers building every batch made a 6-worker run slower than main-thread builds (the workers
-   * became the bound: bench/results/h200x4/issue20/session13/worker-build/).
+   * became the bound; docs/journal/parallel.md).
    */
   get buildsInWorkers(): boolean {
     return this.vpps.buildsInWorkers && this.vpps.workersHaveRoom;

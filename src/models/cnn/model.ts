@@ -7,8 +7,7 @@
 // im2col + GEMM per sample on the eager engine, over GLP4NN's stream pool with `--streams`). In training, the fully
 // connected layers and the loss take the batch as rows too, as Caffe's InnerProduct layers do (affineRows: one GEMM
 // per layer; pickNegLogSoftmaxRows: one node for the summed loss). `scores` gives each digit its own head (an
-// expression per digit, for evaluation): the same math row by row. Until session 16 training used that per-digit
-// head as well — five nodes per sample, 320 small kernels at batch 64 launched by one host thread, which took most
+// expression per digit, for evaluation): the same math row by row. Training once used that per-digit head as well — five nodes per sample, 320 small kernels at batch 64 launched by one host thread, which took most
 // of an iteration once GLP4NN had made the convolutions concurrent.
 
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
