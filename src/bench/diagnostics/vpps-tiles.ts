@@ -77,7 +77,7 @@ export async function runVppsTiles(o: VppsTilesOptions): Promise<number> {
             cell: "fused",
             batch,
             sentences: o.quick ? 256 : 1024,
-            warmSentences: 0, // no untimed batches beyond the profile's 5 (its results compare tile thresholds)
+            warmSentences: 0, // the older warm-up of 5 untimed batches only (its results compare tile thresholds)
             batchOf: (size, k) => batchAt(trees, size, k),
             weightFloats: 0,
             agenda: undefined,
