@@ -5,7 +5,7 @@
 // the log: [count, then (kind, sample, thread) per call].
 
 import { workerData } from "node:worker_threads";
-import { type ConvThreadRole, reportStopped, runDispatchThread } from "../src/engines/eager/conv-dispatch.js";
+import { type ConvThreadRole, reportStopped, runDispatchThread } from "../src/conv/dispatch.js";
 
 export const KIND = { forward: 1, lane: 2, chain: 3, bias: 4 } as const;
 export const JOBW = {

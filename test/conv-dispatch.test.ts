@@ -7,14 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import {
-  awaitThreads,
-  type ConvThreadRole,
-  CTRL,
-  controlBytes,
-  postJob,
-  stopThreads,
-} from "../src/engines/eager/conv-dispatch.js";
+import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "../src/conv/dispatch.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../src/util/worker-module.js";
 import { JOBW, KIND } from "./conv-dispatch-worker.js";
 

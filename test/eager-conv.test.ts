@@ -6,6 +6,16 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { balancedPool, choosePools, neighbourPools, threadPool } from "../src/conv/glp.js";
+import {
+  ConvRunner,
+  oneLane,
+  PRODUCT_SLOTS,
+  poolLanes,
+  type WeightSums,
+  weightSumsFromEnv,
+} from "../src/conv/runner.js";
+import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/conv/threads.js";
 import {
   type Cublas,
   type CudaDriver,
@@ -18,16 +28,6 @@ import {
   rowMajorGemv,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import {
-  ConvRunner,
-  oneLane,
-  PRODUCT_SLOTS,
-  poolLanes,
-  type WeightSums,
-  weightSumsFromEnv,
-} from "../src/engines/eager/conv.js";
-import { balancedPool, choosePools, neighbourPools, threadPool } from "../src/engines/eager/conv-glp.js";
-import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";

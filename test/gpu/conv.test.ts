@@ -6,10 +6,10 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { ConvLayer, type ConvLayerShape } from "../../src/conv/layer.js";
+import { WEIGHT_SUMS } from "../../src/conv/runner.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
-import { WEIGHT_SUMS } from "../../src/engines/eager/conv.js";
-import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";

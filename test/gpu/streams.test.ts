@@ -6,18 +6,18 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../../src/codegen/eager-kernels.js";
 import { deviceModelOfCuda } from "../../src/cuda/hw/device-model.js";
 import { CudaEvent, type CudaStream, cudaAvailable, karg } from "../../src/cuda/index.js";
-import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../../src/engines/eager/kernels.js";
+import { gridFor } from "../../src/cuda/runtime/launch.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
-import { gridFor } from "../../src/engines/gpu/parameters.js";
 import {
   analyseConcurrency,
   explainChoice,
   hardwareQueues,
   loadSolver,
   ResourceTracker,
-} from "../../src/streams/index.js";
+} from "../../src/glp4nn/index.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;

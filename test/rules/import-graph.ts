@@ -26,8 +26,11 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
   { name: "optim", paths: ["src/optim/"] },
   { name: "cuda", paths: ["src/cuda/"] },
   { name: "codegen", paths: ["src/codegen/"] },
+  // the stream pool, until it moves down to src/cuda/runtime/
   { name: "streams", paths: ["src/streams/"] },
+  { name: "glp4nn", paths: ["src/glp4nn/"] },
   { name: "rnn", paths: ["src/rnn/"] },
+  { name: "conv", paths: ["src/conv/"] },
   { name: "engines", paths: ["src/engines/"] },
   { name: "parallel", paths: ["src/parallel/"] },
   { name: "data", paths: ["src/data/"] },

@@ -8,22 +8,27 @@
 // address, so some nodes cost nothing: parameter nodes point at the parameter's weights (and gradient), input nodes
 // at their uploaded values, pickRange nodes at the slice of their argument.
 
+import {
+  EAGER_KERNEL_NAMES,
+  EAGER_PROGRAM,
+  type EagerKernelName,
+  eagerKernelSource,
+} from "../../codegen/eager-kernels.js";
+import { ConvAuto } from "../../conv/auto.js";
+import { oneLane, poolLanes } from "../../conv/runner.js";
+import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "../../conv/threads.js";
 import { type CudaKernel, floatBits, karg } from "../../cuda/index.js";
+import { type IntegerSolver, loadSolver } from "../../glp4nn/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import { type IntegerSolver, loadSolver } from "../../streams/index.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
-import { oneLane, poolLanes } from "./conv.js";
-import { ConvAuto } from "./conv-auto.js";
-import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
 import { forwardWorks } from "./kernel-table.js";
-import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
 import { type LevelChoice, LevelProfiler } from "./level-glp.js";
 import { chunkLevels } from "./levels.js";
 import { type EagerLaunchCounts, EagerNodeKernels, type NodeAddresses } from "./node-kernels.js";

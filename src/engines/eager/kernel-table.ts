@@ -2,12 +2,12 @@
 // adds its gradient into its arguments' gradients (backward), with the math of the reference kernels in src/ops/.
 // Every value and gradient is read through the node's device address (node-kernels.ts); the CUDA is kernels.ts.
 
+import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "../../codegen/eager-kernels.js";
 import { type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op, type OpTable, opArray } from "../../graph/opcodes.js";
 import { imageGeometry } from "../../ops/image.js";
 import { lookupRowIds } from "../../ops/rows.js";
-import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "./kernels.js";
 import type { EagerNodeKernels } from "./node-kernels.js";
 
 /** One op on the eager engine: its work for node i, queued on the stream. */

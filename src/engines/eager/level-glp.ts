@@ -23,7 +23,7 @@ import {
   type KernelShape,
   median,
   ResourceTracker,
-} from "../../streams/index.js";
+} from "../../glp4nn/index.js";
 import type { GpuContext } from "../gpu/context.js";
 import type { LaunchTracker } from "./node-kernels.js";
 

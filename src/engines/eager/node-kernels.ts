@@ -2,6 +2,8 @@
 // every node's device addresses (value, gradient, and the pointer tables of sum nodes), and the launch counters.
 // `forward` and `backward` run one node through its op's entry.
 
+import { EAGER_BLOCK, type EagerKernelName } from "../../codegen/eager-kernels.js";
+import { type ConvLanes, ConvRunner, oneLane } from "../../conv/runner.js";
 import {
   type CublasHandle,
   type CudaKernel,
@@ -11,13 +13,12 @@ import {
   karg,
   type RowMajorGemm,
 } from "../../cuda/index.js";
+import { gridFor } from "../../cuda/runtime/launch.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
-import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
+import type { DeviceParameters } from "../gpu/parameters.js";
 import { GpuRnnNodes } from "../gpu/rnn-node.js";
-import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
-import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
 
 /** Picks the runner (the lanes) for a convolution node's forward or backward. */
 export interface ConvChooser {

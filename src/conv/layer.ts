@@ -4,13 +4,13 @@
 // layer, with direct launches or with the whole iteration captured as one CUDA graph, and what the analysis of
 // conv-glp.ts profiles.
 
-import type { CudaKernel, CudaStream, DevicePtr, KernelArg } from "../../cuda/index.js";
-import { convOutputSide, type ImageGeometry } from "../../ops/image.js";
-import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../gpu/context.js";
-import { gridFor } from "../gpu/parameters.js";
-import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes, type WeightSums } from "./conv.js";
-import { convThreads, convThreadsFor } from "./conv-threads.js";
-import { EAGER_BLOCK, EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "./kernels.js";
+import { EAGER_BLOCK, EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../codegen/eager-kernels.js";
+import type { CudaKernel, CudaStream, DevicePtr, KernelArg } from "../cuda/index.js";
+import { gridFor } from "../cuda/runtime/launch.js";
+import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../engines/gpu/context.js";
+import { convOutputSide, type ImageGeometry } from "../ops/image.js";
+import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes, type WeightSums } from "./runner.js";
+import { convThreads, convThreadsFor } from "./threads.js";
 
 /** A layer as the paper's Table 5 gives it: batch, input channels, side, filters, filter side, stride, padding. */
 export interface ConvLayerShape {

@@ -13,7 +13,7 @@ import {
   ResourceTracker,
   type TimingEvent,
   type TrackedKernel,
-} from "../src/streams/index.js";
+} from "../src/glp4nn/index.js";
 
 /** A stream is a timeline: work queued on it starts when the previous work ends. */
 class FakeStream {

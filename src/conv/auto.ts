@@ -7,15 +7,15 @@
 // a convolution runs on one stream and is analysed at its next use; a failed analysis leaves it on one stream and says
 // why in the explanation.
 
-import type { ComputationGraph } from "../../graph/graph.js";
-import { imageGeometry } from "../../ops/image.js";
-import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
-import type { GpuContext } from "../gpu/context.js";
-import { type ConvHost, ConvRunner, poolLanes } from "./conv.js";
-import { analyseConvLayer, callFootprints, confirmPools } from "./conv-glp.js";
-import { ConvLayer, MAX_LAYER_LANES } from "./conv-layer.js";
-import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
-import type { ConvChooser } from "./node-kernels.js";
+import type { ConvChooser } from "../engines/eager/node-kernels.js";
+import type { GpuContext } from "../engines/gpu/context.js";
+import { explainChoice, hardwareQueues, type IntegerSolver } from "../glp4nn/index.js";
+import type { ComputationGraph } from "../graph/graph.js";
+import { imageGeometry } from "../ops/image.js";
+import { analyseConvLayer, callFootprints, confirmPools } from "./glp.js";
+import { ConvLayer, MAX_LAYER_LANES } from "./layer.js";
+import { type ConvHost, ConvRunner, poolLanes } from "./runner.js";
+import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./threads.js";
 
 interface Entry {
   readonly forward: ConvRunner;

@@ -21,11 +21,12 @@
 
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import { type CudaEvent, getDriver } from "../../cuda/index.js";
-import type { ImageGeometry } from "../../ops/image.js";
-import { UserError } from "../../util/errors.js";
-import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
-import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
+import { type CudaEvent, getDriver } from "../cuda/index.js";
+import type { CudaStreamPool, GpuContext } from "../engines/gpu/context.js";
+import type { ImageGeometry } from "../ops/image.js";
+import { UserError } from "../util/errors.js";
+import { MODULE_BOOTSTRAP, siblingModule } from "../util/worker-module.js";
+import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./dispatch.js";
 import {
   type ConvHost,
   type ConvIssuer,
@@ -36,8 +37,7 @@ import {
   convExtraLanes,
   PRODUCT_SLOTS,
   THIS_THREAD,
-} from "./conv.js";
-import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./conv-dispatch.js";
+} from "./runner.js";
 
 /** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, weight sums (0 chain, 1 products), then
  * the column buffers (max lanes M), the second buffers (M) and the product slots (PRODUCT_SLOTS·L of PRODUCT_SLOTS·M,

@@ -43,11 +43,11 @@ import {
   floatBits,
   type KernelArg,
   karg,
-} from "../../cuda/index.js";
-import type { ComputationGraph } from "../../graph/graph.js";
-import { type ImageGeometry, imageGeometry } from "../../ops/image.js";
-import type { Lane, StreamPool } from "../../streams/pool.js";
-import { UserError } from "../../util/errors.js";
+} from "../cuda/index.js";
+import type { ComputationGraph } from "../graph/graph.js";
+import { type ImageGeometry, imageGeometry } from "../ops/image.js";
+import type { Lane, StreamPool } from "../streams/pool.js";
+import { UserError } from "../util/errors.js";
 
 /** What the runner launches with: the two convolution kernels and a counted grid-stride launch (EagerNodeKernels). */
 export interface ConvHost {

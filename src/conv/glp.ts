@@ -15,8 +15,10 @@
 // that issue a pool's work (conv-threads.ts), which launch that many kernels in the time one thread launches one —
 // and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).
 
-import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
+import { EAGER_BLOCK } from "../codegen/eager-kernels.js";
+import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
+import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, karg } from "../cuda/index.js";
+import { gridFor } from "../cuda/runtime/launch.js";
 import {
   analyseConcurrency,
   type ConcurrencyChoice,
@@ -27,8 +29,8 @@ import {
   type KernelShape,
   median,
   ResourceTracker,
-} from "../../streams/index.js";
-import { gridFor } from "../gpu/parameters.js";
+} from "../glp4nn/index.js";
+import type { ConvLayer } from "./layer.js";
 import {
   CONV_CALLS,
   type ConvCallName,
@@ -37,10 +39,8 @@ import {
   isOneByOne,
   type WeightSums,
   weightSumsFromEnv,
-} from "./conv.js";
-import type { ConvLayer } from "./conv-layer.js";
-import { MAX_POOL_LANES } from "./conv-threads.js";
-import { EAGER_BLOCK } from "./kernels.js";
+} from "./runner.js";
+import { MAX_POOL_LANES } from "./threads.js";
 
 /** How the layer's kernels are launched: one call each, or the iteration replayed as one CUDA graph. */
 export type LaunchMode = "direct" | "graph";

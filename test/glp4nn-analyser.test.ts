@@ -15,7 +15,7 @@ import {
   type IntegerSolver,
   type KernelProfile,
   loadSolver,
-} from "../src/streams/index.js";
+} from "../src/glp4nn/index.js";
 
 /** Tesla K40C (Kepler, sm_35), the GPU of the paper's Fig. 6: 15 SMs, 48 KiB of shared memory per SM. */
 const K40C: DeviceModel = {

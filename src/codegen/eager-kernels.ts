@@ -8,11 +8,11 @@
  * col2im, max pooling) are conv-kernels.ts; the trainers' update kernels are src/engines/gpu/optimizer-kernels.ts.
  */
 
-import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
-import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
-import { GPU_BLOCK } from "../gpu/optimizer-kernels.js";
-import { DEVICE_ROW_LOSS } from "../gpu/row-loss-source.js";
-import { IMAGE_KERNEL_NAMES, IMAGE_KERNELS_SOURCE } from "./conv-kernels.js";
+import { GPU_BLOCK } from "../cuda/runtime/launch.js";
+import { DEVICE_ACTIVATIONS } from "./device-math.js";
+import { IMAGE_KERNEL_NAMES, IMAGE_KERNELS_SOURCE } from "./image-kernels.js";
+import { DEVICE_LSTM_CELL } from "./lstm-cell.js";
+import { DEVICE_ROW_LOSS } from "./row-loss.js";
 
 /** The program name the eager kernels are compiled under (one module per context). */
 export const EAGER_PROGRAM = "vpps_eager.cu";

@@ -3,8 +3,10 @@
 // (conv-dispatch.ts) with ConvRunner's parts on the parent runner's buffers.
 
 import { workerData } from "node:worker_threads";
-import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../../cuda/index.js";
-import { gridFor } from "../gpu/parameters.js";
+import { EAGER_BLOCK } from "../codegen/eager-kernels.js";
+import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../cuda/index.js";
+import { gridFor } from "../cuda/runtime/launch.js";
+import { type DispatchIssuer, reportStopped, runDispatchThread } from "./dispatch.js";
 import {
   type ConvHost,
   type ConvLane,
@@ -13,10 +15,8 @@ import {
   convDepth,
   isOneByOne,
   PRODUCT_SLOTS,
-} from "./conv.js";
-import { type DispatchIssuer, reportStopped, runDispatchThread } from "./conv-dispatch.js";
-import { type ConvThreadData, JOB, readGeometry, readPointers } from "./conv-threads.js";
-import { EAGER_BLOCK } from "./kernels.js";
+} from "./runner.js";
+import { type ConvThreadData, JOB, readGeometry, readPointers } from "./threads.js";
 
 const d = workerData as ConvThreadData;
 const ctrl = new Int32Array(d.ctrl);
