@@ -1,4 +1,4 @@
-// A dispatch thread for test/conv-dispatch.test.ts: the protocol's loop (src/engines/eager/conv-dispatch.ts) with an
+// A dispatch thread for test/conv-dispatch.test.ts: the protocol's loop (src/conv/dispatch.ts) with an
 // issuer that records each part it is asked to issue, in the order the calls happen across threads, instead of
 // queueing CUDA work. Job words (Int32Array): [forward, samples, lanes, ordered, fail sample, fail kind, stall ms,
 // depth];

@@ -1,4 +1,4 @@
-// GLP4NN on a GPU: the resource tracker (src/streams/tracker.ts) times the eager engine's im2col for a CaffeNet conv1
+// GLP4NN on a GPU: the resource tracker (src/glp4nn/tracker.ts) times the eager engine's im2col for a CaffeNet conv1
 // sample and a cuBLAS GEMM on their first launches, with the stream kept ahead of the host (a spin kernel queued
 // first), reads their attributes from the driver, and the analyser's choice for them is printed (`--explain`); the
 // stream pool (src/streams/pool.ts) runs kernels at once, orders lanes by events, and joins them.

@@ -43,6 +43,23 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
 ];
 
 /**
+ * Imports that break the layering for now, each with what ends it (then delete the entry): checked like every other
+ * import otherwise, and an entry that no import uses any more fails the test, so that none outlives its reason.
+ */
+export const TEMPORARY_ALLOWANCES: readonly { readonly from: string; readonly to: string; readonly until: string }[] = [
+  {
+    from: "src/conv/",
+    to: "src/engines/gpu/context.ts",
+    until: "GpuContext and its stream pool move down to src/cuda/runtime/context.ts",
+  },
+];
+
+/** Whether an import is one of TEMPORARY_ALLOWANCES. */
+export function temporarilyAllowed(e: Pick<ImportEdge, "from" | "to">): boolean {
+  return TEMPORARY_ALLOWANCES.some((a) => e.from.startsWith(a.from) && e.to === a.to);
+}
+
+/**
  * Inside src/engines/: the engines proper never import one another (what they share lives in engines/gpu/ or a
  * layer below); only the registry sees them all. Each entry names what a unit may import besides itself.
  */
@@ -170,7 +187,7 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
       say(e, "the imported file is in no layer");
       continue;
     }
-    if (b > a) {
+    if (b > a && !temporarilyAllowed(e)) {
       say(e, `layer '${LAYERS[a]!.name}' may not import the later layer '${LAYERS[b]!.name}'`);
       continue;
     }

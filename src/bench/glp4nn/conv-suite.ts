@@ -9,14 +9,15 @@ import {
   analyseConvLayer,
   type ConfirmedPools,
   type ConvAnalysis,
+  ConvLayer,
+  type ConvRunner,
   callFootprints,
   confirmPools,
+  convThreadsFor,
   type LaunchMode,
+  MAX_LAYER_LANES,
   type PoolTrial,
-} from "../../conv/glp.js";
-import { ConvLayer, MAX_LAYER_LANES } from "../../conv/layer.js";
-import type { ConvRunner } from "../../conv/runner.js";
-import { convThreadsFor } from "../../conv/threads.js";
+} from "../../conv/index.js";
 import { CudaEvent, CudaGraph } from "../../cuda/index.js";
 import type { GpuContext } from "../../engines/gpu/context.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../glp4nn/index.js";

@@ -5,8 +5,7 @@
  * (treelstm.ts). Writes glp4nn.json, glp4nn.md, explain.txt and one SVG per network into the results folder.
  */
 
-import type { LaunchMode } from "../../conv/glp.js";
-import { weightSumsFromEnv } from "../../conv/runner.js";
+import { type LaunchMode, weightSumsFromEnv } from "../../conv/index.js";
 import { GpuContext } from "../../engines/gpu/context.js";
 import { hardwareQueues, loadSolver } from "../../glp4nn/index.js";
 import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
