@@ -1,8 +1,9 @@
-// The eager engine's convolution (src/engines/eager/conv-node.ts, src/conv/) on an emulated device, against the CPU reference: device
-// memory is a Float32Array, cuBLAS is the column-major SGEMM/SGEMV of the calls the runner makes, and the two
-// kernels are transcribed line for line from their CUDA (src/codegen/image-kernels.ts). This checks the
-// per-sample loop, every pointer offset, the GEMMs' shapes, transposes and leading dimensions, and the column
-// buffer's growth without a GPU; test/gpu/conv.test.ts checks the CUDA itself on one.
+// The eager engine's convolution (src/engines/eager/conv-node.ts on the conv layer of src/conv/) on an emulated
+// device, against the CPU reference: device memory is a Float32Array, cuBLAS is the column-major SGEMM/SGEMV of the
+// calls the runner makes, and the two kernels are transcribed line for line from their CUDA
+// (src/codegen/image-kernels.ts). This checks the per-sample loop, every pointer offset, the GEMMs' shapes, transposes
+// and leading dimensions, and the column buffer's growth without a GPU; test/gpu/conv.test.ts checks the CUDA itself
+// on one.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";

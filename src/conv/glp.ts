@@ -8,9 +8,10 @@
 // A driver that cannot report kernel nodes leaves the GEMMs out of the program, and the explanation says so.
 //
 // The instances of each kernel are the samples that may run at once: N for im2col, the forward's GEMM y = W·col, the
-// input-gradient GEMM and col2im (a pool adds the forward's bias once, after its lanes: not a lane's kernel); 1 for the bias gradient, accumulated sample after sample (runner.ts); for the weight
-// gradient's GEMM 1 where a pool sums by a chain of GEMMs, N where it sums by products (the products' additions, one
-// per sample on the chain lane, stay out of the program: they are the one-instance chain left).
+// input-gradient GEMM and col2im (a pool adds the forward's bias once, after its lanes: not a lane's kernel); 1 for
+// the bias gradient, accumulated sample after sample (runner.ts); for the weight gradient's GEMM 1 where a pool sums
+// by a chain of GEMMs, N where it sums by products (the products' additions, one per sample on the chain lane, stay
+// out of the program: they are the one-instance chain left).
 // The launch cost is the tracker's median host time per launch with direct launches — shared by the host threads
 // that issue a pool's work (threads.ts), which launch that many kernels in the time one thread launches one —
 // and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).

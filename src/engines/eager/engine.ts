@@ -36,7 +36,8 @@ export interface EagerEngineOptions extends GpuContextOptions {
   /**
    * GLP4NN's stream pool (the results do not depend on it): N streams for the samples of a convolution and for the
    * independent nodes of each level of a forward pass; "auto": the kernel analyser chooses the level's pool size from
-   * the first forward call's kernels (level-glp.ts) and each convolution's from a profile of the layer (src/conv/auto.ts).
+   * the first forward call's kernels (level-glp.ts) and each convolution's from a profile of the layer
+   * (src/conv/auto.ts).
    * 1, the default, runs everything on the engine's stream.
    */
   streams?: number | "auto";

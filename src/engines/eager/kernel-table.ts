@@ -1,6 +1,7 @@
 // The eager engine's kernels, one entry per op: which kernel or cuBLAS call computes a node's value (forward) and
 // adds its gradient into its arguments' gradients (backward), with the math of the reference kernels in src/ops/.
-// Every value and gradient is read through the node's device address (node-kernels.ts); the CUDA is src/codegen/eager-kernels.ts.
+// Every value and gradient is read through the node's device address (node-kernels.ts); the CUDA is
+// src/codegen/eager-kernels.ts.
 
 import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "../../codegen/eager-kernels.js";
 import { type KernelArg, karg } from "../../cuda/index.js";
