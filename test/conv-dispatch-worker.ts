@@ -1,11 +1,11 @@
-// A dispatch thread for test/conv-dispatch.test.ts: the protocol's loop (src/engines/eager/conv-dispatch.ts) with an
+// A dispatch thread for test/conv-dispatch.test.ts: the protocol's loop (src/conv/dispatch.ts) with an
 // issuer that records each part it is asked to issue, in the order the calls happen across threads, instead of
 // queueing CUDA work. Job words (Int32Array): [forward, samples, lanes, ordered, fail sample, fail kind, stall ms,
 // depth];
 // the log: [count, then (kind, sample, thread) per call].
 
 import { workerData } from "node:worker_threads";
-import { type ConvThreadRole, reportStopped, runDispatchThread } from "../src/engines/eager/conv-dispatch.js";
+import { type ConvThreadRole, reportStopped, runDispatchThread } from "../src/conv/dispatch.js";
 
 export const KIND = { forward: 1, lane: 2, chain: 3, bias: 4 } as const;
 export const JOBW = {

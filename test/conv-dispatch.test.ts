@@ -1,4 +1,4 @@
-// The dispatch threads' protocol (src/engines/eager/conv-dispatch.ts) without a GPU: real worker threads run the
+// The dispatch threads' protocol (src/conv/dispatch.ts) without a GPU: real worker threads run the
 // protocol's loop with an issuer that records its calls (test/conv-dispatch-worker.ts), and the main thread posts
 // jobs and waits as ConvThreads does. Checked: every part issued once, by the thread that owns it, in sample order per
 // thread; the chain in order and each of its parts after the sample's lane part; a lane's part n after the chain's
@@ -7,14 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import {
-  awaitThreads,
-  type ConvThreadRole,
-  CTRL,
-  controlBytes,
-  postJob,
-  stopThreads,
-} from "../src/engines/eager/conv-dispatch.js";
+import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "../src/conv/dispatch.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../src/util/worker-module.js";
 import { JOBW, KIND } from "./conv-dispatch-worker.js";
 
@@ -158,7 +151,7 @@ function checkBackward(
   assert.equal(calls.length, 2 * N + 1, "nothing else");
 }
 
-describe("dispatch threads' protocol (conv-dispatch.ts), on recording threads", () => {
+describe("dispatch threads' protocol (src/conv/dispatch.ts), on recording threads", () => {
   let four: Threads;
   before(() => {
     four = new Threads(4, 10_000);

@@ -1,11 +1,16 @@
-// The eager engine's convolution (src/engines/eager/conv.ts) on an emulated device, against the CPU reference: device
-// memory is a Float32Array, cuBLAS is the column-major SGEMM/SGEMV of the calls the runner makes, and the two
-// kernels are transcribed line for line from their CUDA (src/engines/eager/conv-kernels.ts). This checks the
-// per-sample loop, every pointer offset, the GEMMs' shapes, transposes and leading dimensions, and the column
-// buffer's growth without a GPU; test/gpu/conv.test.ts checks the CUDA itself on one.
+// The eager engine's convolution (src/engines/eager/conv-node.ts on the conv layer of src/conv/) on an emulated
+// device, against the CPU reference: device memory is a Float32Array, cuBLAS is the column-major SGEMM/SGEMV of the
+// calls the runner makes, and the two kernels are transcribed line for line from their CUDA
+// (src/codegen/image-kernels.ts). This checks the per-sample loop, every pointer offset, the GEMMs' shapes, transposes
+// and leading dimensions, and the column buffer's growth without a GPU; test/gpu/conv.test.ts checks the CUDA itself
+// on one.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { balancedPool, choosePools, neighbourPools, threadPool } from "../src/conv/glp.js";
+import { oneLane, PRODUCT_SLOTS, poolLanes, type WeightSums, weightSumsFromEnv } from "../src/conv/lanes.js";
+import { ConvRunner } from "../src/conv/runner.js";
+import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/conv/threads.js";
 import {
   type Cublas,
   type CudaDriver,
@@ -18,16 +23,7 @@ import {
   rowMajorGemv,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
-import {
-  ConvRunner,
-  oneLane,
-  PRODUCT_SLOTS,
-  poolLanes,
-  type WeightSums,
-  weightSumsFromEnv,
-} from "../src/engines/eager/conv.js";
-import { balancedPool, choosePools, neighbourPools, threadPool } from "../src/engines/eager/conv-glp.js";
-import { convThreadsFor, JOB, readGeometry, readPointers, writeGeometry } from "../src/engines/eager/conv-threads.js";
+import { convBackward, convForward } from "../src/engines/eager/conv-node.js";
 import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
@@ -107,7 +103,7 @@ function fakeCublas(mem: EmulatedMemory, seen: (h: bigint, call: string, C: numb
   } as unknown as Cublas;
 }
 
-/** The kernels of conv-kernels.ts, transcribed: one call per thread index i < n. */
+/** The kernels of image-kernels.ts, transcribed: one call per thread index i < n. */
 function runKernel(mem: EmulatedMemory, name: string, n: number, args: readonly KernelArg[]): void {
   const P = mem.f;
   const v = args.map((a) => a.value);
@@ -258,10 +254,10 @@ function layerOn(mem: EmulatedMemory, c: Case) {
     },
     /** Runs forward, then backward from the CPU's dy, and compares y, dx, dW and db with the CPU's. */
     check(runner: ConvRunner, nodes: EagerNodeKernels): void {
-      runner.forward(nodes, cg, y.id);
+      convForward(runner, nodes, cg, y.id);
       assertClose(get(valPtr[y.id]!, y.size), cpu.value(y), "y");
       put(gradPtr[y.id]!, cpu.gradient(y));
-      runner.backward(nodes, cg, y.id);
+      convBackward(runner, nodes, cg, y.id);
       assertClose(get(gradPtr[x.id]!, x.size), cpu.gradient(x), "dx");
       assertClose(get(gradPtr[cg.arg(y.id, 1)]!, W.value.length), W.grad, "dW");
       assertClose(get(gradPtr[cg.arg(y.id, 2)]!, c.filters), b.grad, "db");
@@ -502,7 +498,7 @@ describe("conv2d on four lanes of a stream pool, on an emulated device with stre
   });
 });
 
-describe("dispatch threads for a pooled convolution (conv-threads.ts)", () => {
+describe("dispatch threads for a pooled convolution (src/conv/threads.ts)", () => {
   test("convThreadsFor: VPPS_CONV_THREADS (0 … 8, at most the lanes), else min(lanes, 8, cores − 3)", () => {
     assert.equal(convThreadsFor(4, { VPPS_CONV_THREADS: "2" }), 2);
     assert.equal(convThreadsFor(3, { VPPS_CONV_THREADS: "8" }), 3);
@@ -519,7 +515,7 @@ describe("dispatch threads for a pooled convolution (conv-threads.ts)", () => {
   });
 });
 
-describe("a dispatch job's words (conv-threads.ts)", () => {
+describe("a dispatch job's words (src/conv/threads.ts)", () => {
   test("geometry and pointers written by the main thread read back the same on a thread", () => {
     const job = new Float64Array(JOB.COLS + 8);
     const G = { n: 7, c: 3, h: 227, w: 225, f: 96, ho: 55, wo: 54, kernel: 11, stride: 4, padding: 1 };
@@ -605,7 +601,7 @@ describe("weightSumsFromEnv: how pools sum the weight gradient", () => {
   });
 });
 
-describe("choosePools: the timed confirmation's choice (conv-glp.ts), with made-up timings", () => {
+describe("choosePools: the timed confirmation's choice (src/conv/glp.ts), with made-up timings", () => {
   test("every pairing of the forward's and the backward's neighbours, in interleaved rounds; 2% margin", () => {
     // ms = forward cost + backward cost; the forward is best at 8 lanes, the backward at 2 (by 0.4%)
     const fwd: Record<number, number> = { 1: 8, 2: 5, 4: 4, 8: 3.5, 16: 3.6 };

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { LAYER_CHOICES, layerKey, selectLayers, TABLE5 } from "../src/bench/glp4nn/layers.js";
-import { layerGeometry } from "../src/engines/eager/conv-layer.js";
+import { layerGeometry } from "../src/conv/layer.js";
 import { MAX_EAGER_STREAMS, parseStreams } from "../src/engines/eager/engine.js";
 import { forwardWorks } from "../src/engines/eager/kernel-table.js";
 import { levelStreams, levelTimeUs, REQUIRED_GAIN } from "../src/engines/eager/level-glp.js";

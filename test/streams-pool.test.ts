@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type PoolBackend, StreamPool } from "../src/streams/index.js";
+import { type PoolBackend, StreamPool } from "../src/glp4nn/index.js";
 
 function logging() {
   const log: string[] = [];

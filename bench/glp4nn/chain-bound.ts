@@ -10,7 +10,7 @@
  */
 
 import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
-import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
+import { ConvLayer } from "../../src/conv/layer.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
 import { graphMedianMs } from "./graph-timing.js";
 

@@ -12,10 +12,10 @@
 import { seededDigits } from "../../src/bench/glp4nn/cnn.js";
 import { CudaEvent } from "../../src/cuda/index.js";
 import { EagerEngine, parseStreams } from "../../src/engines/eager/engine.js";
+import { loadSolver } from "../../src/glp4nn/index.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
 import { LenetModel } from "../../src/models/cnn/model.js";
 import { makeTrainer } from "../../src/optim/trainers.js";
-import { loadSolver } from "../../src/streams/index.js";
 
 const streams = parseStreams(process.argv[2] ?? "1");
 const batch = Number(process.argv[3] ?? 64);

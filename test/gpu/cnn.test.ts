@@ -8,11 +8,11 @@ import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
+import { loadSolver } from "../../src/glp4nn/index.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
 import { LenetModel } from "../../src/models/cnn/model.js";
 import { cnnTask } from "../../src/models/cnn/task.js";
 import { makeTrainer } from "../../src/optim/trainers.js";
-import { loadSolver } from "../../src/streams/index.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;

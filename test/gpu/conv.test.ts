@@ -1,4 +1,4 @@
-// Convolution and max pooling on the eager engine (Caffe-style per-sample im2col + cuBLAS, src/engines/eager/conv.ts)
+// Convolution and max pooling on the eager engine (Caffe-style per-sample im2col + cuBLAS, src/conv/)
 // against the CPU reference: layers of GLP4NN's Table 5 at a small batch, forward and backward; results identical bit
 // for bit on one stream and on 2–4 streams of the pool (gradients accumulated sample after sample, in order); column
 // buffers that grow between layers. The small cases of every image op are in the op × engine suite (test/gpu/op-engines.test.ts).
@@ -6,10 +6,9 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { ConvLayer, type ConvLayerShape, WEIGHT_SUMS } from "../../src/conv/index.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
-import { WEIGHT_SUMS } from "../../src/engines/eager/conv.js";
-import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
@@ -207,7 +206,7 @@ describe("a small CNN on the eager engine", { skip }, () => {
   });
 });
 
-describe("a pool's work issued from several host threads (conv-threads.ts): one thread's results bit for bit", {
+describe("a pool's work issued from several host threads (src/conv/threads.ts): one thread's results bit for bit", {
   skip,
 }, () => {
   const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);

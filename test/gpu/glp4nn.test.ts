@@ -8,14 +8,14 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { benchModel } from "../../src/bench/models/index.js";
+import { analyseConvLayer, callFootprints, confirmPools, neighbourPools } from "../../src/conv/glp.js";
+import { ConvLayer, type ConvLayerShape } from "../../src/conv/layer.js";
 import { CudaGraph, cudaAvailable, karg } from "../../src/cuda/index.js";
-import { analyseConvLayer, callFootprints, confirmPools, neighbourPools } from "../../src/engines/eager/conv-glp.js";
-import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
+import { captureFootprint, explainChoice, hardwareQueues, loadSolver } from "../../src/glp4nn/index.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
 import { makeTrainer } from "../../src/optim/trainers.js";
-import { captureFootprint, explainChoice, hardwareQueues, loadSolver } from "../../src/streams/index.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;

@@ -1,4 +1,4 @@
-// GLP4NN on a GPU: the resource tracker (src/streams/tracker.ts) times the eager engine's im2col for a CaffeNet conv1
+// GLP4NN on a GPU: the resource tracker (src/glp4nn/tracker.ts) times the eager engine's im2col for a CaffeNet conv1
 // sample and a cuBLAS GEMM on their first launches, with the stream kept ahead of the host (a spin kernel queued
 // first), reads their attributes from the driver, and the analyser's choice for them is printed (`--explain`); the
 // stream pool (src/streams/pool.ts) runs kernels at once, orders lanes by events, and joins them.
@@ -6,18 +6,18 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../../src/codegen/eager-kernels.js";
 import { deviceModelOfCuda } from "../../src/cuda/hw/device-model.js";
 import { CudaEvent, type CudaStream, cudaAvailable, karg } from "../../src/cuda/index.js";
-import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../../src/engines/eager/kernels.js";
+import { gridFor } from "../../src/cuda/runtime/launch.js";
 import { GpuContext } from "../../src/engines/gpu/context.js";
-import { gridFor } from "../../src/engines/gpu/parameters.js";
 import {
   analyseConcurrency,
   explainChoice,
   hardwareQueues,
   loadSolver,
   ResourceTracker,
-} from "../../src/streams/index.js";
+} from "../../src/glp4nn/index.js";
 
 const available = cudaAvailable();
 const skip = available.ok ? false : `no usable CUDA GPU: ${available.reason.split("\n")[0]}`;

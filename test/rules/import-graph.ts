@@ -27,8 +27,11 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
   { name: "optim", paths: ["src/optim/"] },
   { name: "cuda", paths: ["src/cuda/"] },
   { name: "codegen", paths: ["src/codegen/"] },
+  // the stream pool, until it moves down to src/cuda/runtime/
   { name: "streams", paths: ["src/streams/"] },
+  { name: "glp4nn", paths: ["src/glp4nn/"] },
   { name: "rnn", paths: ["src/rnn/"] },
+  { name: "conv", paths: ["src/conv/"] },
   { name: "engines", paths: ["src/engines/"] },
   { name: "parallel", paths: ["src/parallel/"] },
   { name: "data", paths: ["src/data/"] },
@@ -39,6 +42,23 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
   { name: "cli", paths: ["src/cli/"] },
   { name: "package root", paths: ["src/index.ts"] },
 ];
+
+/**
+ * Imports that break the layering for now, each with what ends it (then delete the entry): checked like every other
+ * import otherwise, and an entry that no import uses any more fails the test, so that none outlives its reason.
+ */
+export const TEMPORARY_ALLOWANCES: readonly { readonly from: string; readonly to: string; readonly until: string }[] = [
+  {
+    from: "src/conv/",
+    to: "src/engines/gpu/context.ts",
+    until: "GpuContext and its stream pool move down to src/cuda/runtime/context.ts",
+  },
+];
+
+/** Whether an import is one of TEMPORARY_ALLOWANCES. */
+export function temporarilyAllowed(e: Pick<ImportEdge, "from" | "to">): boolean {
+  return TEMPORARY_ALLOWANCES.some((a) => e.from.startsWith(a.from) && e.to === a.to);
+}
 
 /**
  * Inside src/engines/: the engines proper never import one another (what they share lives in engines/gpu/ or a
@@ -178,7 +198,7 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
       say(e, "the imported file is in no layer");
       continue;
     }
-    if (b > a) {
+    if (b > a && !temporarilyAllowed(e)) {
       say(e, `layer '${LAYERS[a]!.name}' may not import the later layer '${LAYERS[b]!.name}'`);
       continue;
     }

@@ -7,10 +7,10 @@
  */
 
 import { EagerEngine } from "../../engines/eager/engine.js";
+import type { IntegerSolver } from "../../glp4nn/index.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { type Digit, IMAGE, LenetModel } from "../../models/cnn/model.js";
 import { makeTrainer } from "../../optim/trainers.js";
-import type { IntegerSolver } from "../../streams/index.js";
 import { collectGarbage, mean } from "../common.js";
 
 export interface CnnPoolRow {

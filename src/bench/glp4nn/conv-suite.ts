@@ -4,21 +4,23 @@
  * on every fixed pool size (the oracle), with direct launches and with the iteration captured once as a CUDA graph and
  * replayed. Every configuration's weight and bias gradients are compared bit for bit with one stream's.
  */
-import { CudaEvent, CudaGraph } from "../../cuda/index.js";
-import type { ConvRunner } from "../../engines/eager/conv.js";
+
 import {
   analyseConvLayer,
   type ConfirmedPools,
   type ConvAnalysis,
+  ConvLayer,
+  type ConvRunner,
   callFootprints,
   confirmPools,
+  convThreadsFor,
   type LaunchMode,
+  MAX_LAYER_LANES,
   type PoolTrial,
-} from "../../engines/eager/conv-glp.js";
-import { ConvLayer, MAX_LAYER_LANES } from "../../engines/eager/conv-layer.js";
-import { convThreadsFor } from "../../engines/eager/conv-threads.js";
+} from "../../conv/index.js";
+import { CudaEvent, CudaGraph } from "../../cuda/index.js";
 import type { GpuContext } from "../../engines/gpu/context.js";
-import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
+import { explainChoice, hardwareQueues, type IntegerSolver } from "../../glp4nn/index.js";
 import { median } from "../common.js";
 import type { Table5Layer } from "./layers.js";
 

@@ -3,7 +3,7 @@
  * channels C, input side H = W, filters F, filter side K, stride S, padding P. The Siamese net's conv1/conv1_p and
  * conv2/conv2_p are the same layers twice (the two branches share weights): one entry each.
  */
-import type { ConvLayerShape } from "../../engines/eager/conv-layer.js";
+import type { ConvLayerShape } from "../../conv/index.js";
 
 export interface Table5Layer extends ConvLayerShape {
   readonly net: "CIFAR10" | "Siamese" | "CaffeNet" | "GoogLeNet";

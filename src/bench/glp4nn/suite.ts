@@ -5,11 +5,10 @@
  * (treelstm.ts). Writes glp4nn.json, glp4nn.md, explain.txt and one SVG per network into the results folder.
  */
 
-import { weightSumsFromEnv } from "../../engines/eager/conv.js";
-import type { LaunchMode } from "../../engines/eager/conv-glp.js";
+import { type LaunchMode, weightSumsFromEnv } from "../../conv/index.js";
 import { GpuContext } from "../../engines/gpu/context.js";
+import { hardwareQueues, loadSolver } from "../../glp4nn/index.js";
 import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
-import { hardwareQueues, loadSolver } from "../../streams/index.js";
 import { resultHeader } from "../common.js";
 import { deviceSlug, requireGpu, resultsDir } from "../device.js";
 import { BenchUsageError } from "../errors.js";

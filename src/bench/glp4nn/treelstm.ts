@@ -5,9 +5,9 @@
  * analyser chose and why.
  */
 import { EagerEngine } from "../../engines/eager/engine.js";
+import type { IntegerSolver } from "../../glp4nn/index.js";
 import { ComputationGraph } from "../../graph/graph.js";
 import { makeTrainer } from "../../optim/trainers.js";
-import type { IntegerSolver } from "../../streams/index.js";
 import { collectGarbage, mean, median } from "../common.js";
 import { benchModel } from "../models/index.js";
 

@@ -12,7 +12,7 @@
 
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
-import { DEVICE_ROW_LOSS } from "../gpu/row-loss-source.js";
+import { DEVICE_ROW_LOSS } from "../../codegen/row-loss.js";
 
 /** Threads per block of the element-wise kernels. */
 export const AB_BLOCK = 256;

@@ -5,9 +5,9 @@
 // never: their entries say so.
 
 import { karg } from "../../cuda/index.js";
+import { gridFor } from "../../cuda/runtime/launch.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { isUnsupported, Op, type OpTable, opArray, unsupported } from "../../graph/opcodes.js";
-import { gridFor } from "../gpu/parameters.js";
 import type { CudaBatchBackend } from "./cuda-backend.js";
 import { AB_BLOCK, AB_WIDE_SUM, BinaryCode, UnaryCode } from "./cuda-kernels.js";
 

@@ -8,22 +8,25 @@
 // address, so some nodes cost nothing: parameter nodes point at the parameter's weights (and gradient), input nodes
 // at their uploaded values, pickRange nodes at the slice of their argument.
 
+import {
+  EAGER_KERNEL_NAMES,
+  EAGER_PROGRAM,
+  type EagerKernelName,
+  eagerKernelSource,
+} from "../../codegen/eager-kernels.js";
 import { type CudaKernel, floatBits, karg } from "../../cuda/index.js";
+import { type IntegerSolver, loadSolver } from "../../glp4nn/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
-import { type IntegerSolver, loadSolver } from "../../streams/index.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
-import { oneLane, poolLanes } from "./conv.js";
-import { ConvAuto } from "./conv-auto.js";
-import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
+import { EagerConvs } from "./conv-node.js";
 import { forwardWorks } from "./kernel-table.js";
-import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, type EagerKernelName, eagerKernelSource } from "./kernels.js";
 import { type LevelChoice, LevelProfiler } from "./level-glp.js";
 import { chunkLevels } from "./levels.js";
 import { type EagerLaunchCounts, EagerNodeKernels, type NodeAddresses } from "./node-kernels.js";
@@ -33,7 +36,8 @@ export interface EagerEngineOptions extends GpuContextOptions {
   /**
    * GLP4NN's stream pool (the results do not depend on it): N streams for the samples of a convolution and for the
    * independent nodes of each level of a forward pass; "auto": the kernel analyser chooses the level's pool size from
-   * the first forward call's kernels (level-glp.ts) and each convolution's from a profile of the layer (conv-auto.ts).
+   * the first forward call's kernels (level-glp.ts) and each convolution's from a profile of the layer
+   * (src/conv/auto.ts).
    * 1, the default, runs everything on the engine's stream.
    */
   streams?: number | "auto";
@@ -118,17 +122,11 @@ export class EagerEngine implements DataParallelEngine {
       this.k = this.ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
       this.device = new DeviceParameters(this.ctx, params);
       this.staging = this.ctx.staging();
-      const lanes =
-        streams === 1
-          ? oneLane(this.ctx.stream, this.ctx.cublasHandle)
-          : poolLanes(this.ctx.streamPool(streams), this.ctx.stream, streams);
-      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts, lanes);
-      // a convolution's pooled work issued from several host threads (conv-threads.ts)
-      const threads = streams === 1 || streams > MAX_POOL_LANES ? 1 : convThreadsFor(streams);
-      if (threads > 1) this.nodes.conv.issuer = lazyConvThreads(this.ctx, threads, this.k);
+      const convs = new EagerConvs(this.ctx, this.k, streams);
+      this.nodes = new EagerNodeKernels(this.ctx, this.k, this.at, this.device, this.counts, convs);
       if (auto) {
         this.profiler = new LevelProfiler(this.ctx);
-        this.nodes.convChooser = new ConvAuto(this.ctx, this.nodes.conv, () => this.solver, opts.explain, this.k);
+        convs.chooseByLayer(() => this.solver, opts.explain);
         if (this.solver === undefined) {
           loadSolver().then(
             (s) => {
@@ -209,7 +207,7 @@ export class EagerEngine implements DataParallelEngine {
       p.start();
       try {
         for (let i = from; i <= to; i++) {
-          // a convolution is sized on its own (conv-auto.ts): its kernels are not a level's
+          // a convolution is sized on its own (src/conv/auto.ts): its kernels are not a level's
           this.nodes.tracker = g.op[i] === Op.Conv2d ? undefined : p;
           this.nodes.forward(g, i);
         }

@@ -1,13 +1,14 @@
 // The eager engine's kernels, one entry per op: which kernel or cuBLAS call computes a node's value (forward) and
 // adds its gradient into its arguments' gradients (backward), with the math of the reference kernels in src/ops/.
-// Every value and gradient is read through the node's device address (node-kernels.ts); the CUDA is kernels.ts.
+// Every value and gradient is read through the node's device address (node-kernels.ts); the CUDA is
+// src/codegen/eager-kernels.ts.
 
+import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "../../codegen/eager-kernels.js";
 import { type KernelArg, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op, type OpTable, opArray } from "../../graph/opcodes.js";
 import { imageGeometry } from "../../ops/image.js";
 import { lookupRowIds } from "../../ops/rows.js";
-import { EAGER_MAX_CELL_CHILDREN, type EagerKernelName } from "./kernels.js";
 import type { EagerNodeKernels } from "./node-kernels.js";
 
 /** One op on the eager engine: its work for node i, queued on the stream. */
@@ -299,13 +300,13 @@ const table: OpTable<EagerKernel> = {
     },
   },
   [Op.LstmCell]: lstmCell,
-  // per-sample im2col + GEMMs, Caffe's way (conv.ts)
+  // per-sample im2col + GEMMs, Caffe's way (conv-node.ts, src/conv/)
   [Op.Conv2d]: {
     forward(l, g, i) {
-      l.convRunner(g, i, "forward").forward(l, g, i);
+      l.conv.forward(l, g, i);
     },
     backward(l, g, i) {
-      l.convRunner(g, i, "backward").backward(l, g, i);
+      l.conv.backward(l, g, i);
     },
   },
   // one launch over the batch; the gradient gathers per input element (no atomics)

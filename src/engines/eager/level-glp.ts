@@ -1,6 +1,6 @@
 // GLP4NN for the eager engine's independent nodes (`streams: "auto"`): the first forward call runs on one stream with
 // the resource tracker on every launch (the stream kept ahead of the host by a spin kernel, so that events time the
-// kernels), cuBLAS calls' kernels are read by capturing a call into a CUDA graph (src/streams/footprints.ts), and the
+// kernels), cuBLAS calls' kernels are read by capturing a call into a CUDA graph (src/glp4nn/footprints.ts), and the
 // kernel analyser sizes the pool for a level of the graph: every kernel with as many instances as a level has nodes
 // (the median over the profiled levels).
 //
@@ -23,7 +23,7 @@ import {
   type KernelShape,
   median,
   ResourceTracker,
-} from "../../streams/index.js";
+} from "../../glp4nn/index.js";
 import type { GpuContext } from "../gpu/context.js";
 import type { LaunchTracker } from "./node-kernels.js";
 

@@ -2,6 +2,7 @@
 // every node's device addresses (value, gradient, and the pointer tables of sum nodes), and the launch counters.
 // `forward` and `backward` run one node through its op's entry.
 
+import { EAGER_BLOCK, type EagerKernelName } from "../../codegen/eager-kernels.js";
 import {
   type CublasHandle,
   type CudaKernel,
@@ -11,21 +12,15 @@ import {
   karg,
   type RowMajorGemm,
 } from "../../cuda/index.js";
+import { gridFor } from "../../cuda/runtime/launch.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import type { GpuContext, LaunchCounts } from "../gpu/context.js";
-import { type DeviceParameters, gridFor } from "../gpu/parameters.js";
+import type { DeviceParameters } from "../gpu/parameters.js";
 import { GpuRnnNodes } from "../gpu/rnn-node.js";
-import { type ConvLanes, ConvRunner, oneLane } from "./conv.js";
+import type { EagerConvs } from "./conv-node.js";
 import { EAGER_KERNELS } from "./kernel-table.js";
-import { EAGER_BLOCK, type EagerKernelName } from "./kernels.js";
 
-/** Picks the runner (the lanes) for a convolution node's forward or backward. */
-export interface ConvChooser {
-  runner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner | undefined;
-  dispose(): void;
-}
-
-/** What GLP4NN's resource tracker needs of the launches (src/streams/tracker.ts's ResourceTracker). */
+/** What GLP4NN's resource tracker needs of the launches (src/glp4nn/tracker.ts's ResourceTracker). */
 export interface LaunchTracker {
   launch(kernel: CudaKernel, shape: { grid: number; block: number }, stream: CudaStream, launch: () => void): void;
   timeCall(name: string, stream: CudaStream, call: () => void): void;
@@ -42,15 +37,11 @@ export interface NodeAddresses {
 
 /** Launches one node's forward or backward work on the context's stream. */
 export class EagerNodeKernels {
-  /** Convolutions: per-sample im2col + GEMMs on `lanes` (conv.ts). */
-  readonly conv: ConvRunner;
   /** Where node work is queued: the context's stream, or a lane of the stream pool (a level's nodes at once). */
   private stream: CudaStream;
   private blas: CublasHandle;
   /** Set while the engine profiles (GLP4NN's `streams: "auto"`): every launch and cuBLAS call goes through it. */
   tracker: LaunchTracker | undefined;
-  /** GLP4NN's `streams: "auto"`: a runner per convolution and direction, sized by the analyser (conv-auto.ts). */
-  convChooser: ConvChooser | undefined;
 
   constructor(
     readonly ctx: GpuContext,
@@ -58,9 +49,9 @@ export class EagerNodeKernels {
     private readonly at: NodeAddresses,
     readonly device: DeviceParameters,
     readonly counts: LaunchCounts,
-    lanes: ConvLanes = oneLane(ctx.stream, ctx.cublasHandle),
+    /** Convolutions: per-sample im2col + GEMMs on the engine's lanes or GLP4NN's (conv-node.ts). */
+    readonly conv: EagerConvs,
   ) {
-    this.conv = new ConvRunner(ctx.device.driver, ctx.cublas, lanes);
     this.stream = ctx.stream;
     this.blas = ctx.cublasHandle;
   }
@@ -69,11 +60,6 @@ export class EagerNodeKernels {
   use(stream: CudaStream = this.ctx.stream, blas: CublasHandle = this.ctx.cublasHandle): void {
     this.stream = stream;
     this.blas = blas;
-  }
-
-  /** The runner for node i's convolution (the chooser's, else the engine's lanes). */
-  convRunner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner {
-    return this.convChooser?.runner(g, i, direction) ?? this.conv;
   }
 
   /** Device address of each node's value (the engine grows the arrays; read them through these getters). */
@@ -184,7 +170,6 @@ export class EagerNodeKernels {
   /** Frees what the node kernels allocated for themselves (the convolutions' buffers, the rnn op's). */
   dispose(): void {
     try {
-      this.convChooser?.dispose();
       this.rnnState?.dispose();
       if (this.onesPtr) this.ctx.device.driver.memFree(this.onesPtr);
       this.onesPtr = 0;

@@ -30,12 +30,12 @@ import {
   karg,
   PinnedBuffer,
 } from "../../cuda/index.js";
+import { GPU_BLOCK, gridFor } from "../../cuda/runtime/launch.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, NonFiniteUpdateError, type Trainer } from "../../optim/trainers.js";
 import type { GradientReducer } from "../data-parallel.js";
 import type { GpuContext, StagingBuffer } from "./context.js";
 import {
-  GPU_BLOCK,
   OPTIMIZER_KERNEL_NAMES,
   OPTIMIZER_PROGRAM,
   type OptimizerKernelName,
@@ -45,14 +45,6 @@ import {
 /** `at` rounded up to the alignment of a parameter's gradient in the gradient region. */
 function alignGrad(at: number): number {
   return Math.ceil(at / GRAD_ALIGN_FLOATS) * GRAD_ALIGN_FLOATS;
-}
-
-/**
- * Blocks for a grid-stride kernel of GPU_BLOCK threads over n elements: enough to fill the GPU, few enough that
- * launch setup is cheap.
- */
-export function gridFor(n: number): number {
-  return Math.max(1, Math.min(Math.ceil(n / GPU_BLOCK), 4096));
 }
 
 /**

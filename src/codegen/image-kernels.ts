@@ -1,15 +1,16 @@
 /**
- * CUDA source of the image ops on the eager engine, Caffe's way: convolution is per-sample im2col (the sample's
- * receptive fields laid out as the columns of a [C·K·K, Ho·Wo] matrix) followed by cuBLAS GEMMs (conv.ts), and its
+ * CUDA source of the image ops, Caffe's way: convolution is per-sample im2col (the sample's receptive fields laid
+ * out as the columns of a [C·K·K, Ho·Wo] matrix) followed by cuBLAS GEMMs (src/conv/runner.ts), and its
  * input gradient is the GEMM's result scattered back by col2im. Max pooling is one launch over the whole batch.
  *
  * Nothing here uses atomics: col2im and the pooling gradient gather, per input element, every term that reaches it
  * in a fixed order, so the results do not depend on how many blocks or streams run at once. Index arithmetic is
  * `int`: a node has fewer than 2³¹ elements (the graph's offsets are int32), and so does a column buffer (checked
- * on the host, conv.ts).
+ * on the host, src/conv/runner.ts). The kernels' comments name the files they were written beside (conv.ts) and
+ * stay as they are: they are part of the compiled text.
  */
 
-/** The image kernels, compiled into the eager engine's program (kernels.ts lists them with the others). */
+/** The image kernels, compiled into the eager program (eager-kernels.ts lists them with the others). */
 export const IMAGE_KERNEL_NAMES = [
   "vp_im2col",
   "vp_col2im_add",

@@ -1,14 +1,14 @@
 // A pooled convolution's work issued from several host threads (the main side; the threads' is
-// conv-thread-worker.ts). With direct launches one host thread bounds a Caffe-style layer: a sample costs 5 cuBLAS
+// thread-worker.ts). With direct launches one host thread bounds a Caffe-style layer: a sample costs 5 cuBLAS
 // calls and up to 3 kernel launches, ~57 µs of host time even from C on an H100's host, more than the GPU time per
 // sample of most Table 5 layers, so no pool can overlap anything (bench/results/h100/issue19/session14/). cuBLAS calls
 // from several threads, each on its own streams and handles, scale almost linearly (464 against 71 calls per ms with 8
 // threads, same results folder). This goes beyond GLP4NN, whose model has one host thread.
 //
 // Threads: P sample threads (thread t issues the samples of the lanes k ≡ t mod P, in sample order), one for the
-// weight gradient's chain lane and one for the bias gradient's side lane (conv.ts). Each makes the device's primary
+// weight gradient's chain lane and one for the bias gradient's side lane (lanes.ts). Each makes the device's primary
 // context current, wraps the pool's streams and creates its own cuBLAS handles, and runs ConvRunner's parts on the
-// runner's buffers. The main thread forks the lanes, posts the job in shared memory, waits (conv-dispatch.ts) until every
+// runner's buffers. The main thread forks the lanes, posts the job in shared memory, waits (dispatch.ts) until every
 // thread has issued its share, and joins the lanes: so `forwardAt`/`backwardAt` stay synchronous and queue exactly
 // the work one thread would, with the same events between the same lanes. The GPU orders the work by those events;
 // the host must only issue each wait after the record it waits for, which two shared counters ensure: the chain thread
@@ -21,23 +21,15 @@
 
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import { type CudaEvent, getDriver } from "../../cuda/index.js";
-import type { ImageGeometry } from "../../ops/image.js";
-import { UserError } from "../../util/errors.js";
-import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
-import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
-import {
-  type ConvHost,
-  type ConvIssuer,
-  type ConvPointers,
-  type ConvRunner,
-  convDepth,
-  convEventSets,
-  convExtraLanes,
-  PRODUCT_SLOTS,
-  THIS_THREAD,
-} from "./conv.js";
-import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./conv-dispatch.js";
+import { type CudaEvent, getDriver } from "../cuda/index.js";
+import type { CudaStreamPool, GpuContext } from "../engines/gpu/context.js";
+import type { ImageGeometry } from "../ops/image.js";
+import { UserError } from "../util/errors.js";
+import { MODULE_BOOTSTRAP, siblingModule } from "../util/worker-module.js";
+import { awaitThreads, type ConvThreadRole, CTRL, controlBytes, postJob, stopThreads } from "./dispatch.js";
+import type { ConvHost } from "./kernels.js";
+import { convDepth, convEventSets, convExtraLanes, PRODUCT_SLOTS } from "./lanes.js";
+import { type ConvIssuer, type ConvPointers, type ConvRunner, THIS_THREAD } from "./runner.js";
 
 /** The job's words (Float64Array): kind, geometry, pointers, ones, lanes L, weight sums (0 chain, 1 products), then
  * the column buffers (max lanes M), the second buffers (M) and the product slots (PRODUCT_SLOTS·L of PRODUCT_SLOTS·M,
@@ -92,7 +84,7 @@ export interface ConvThreadData {
   /** The most sample lanes M of a job; `streams` holds the pool's lanes 0 … M − 1, then the side and chain lanes. */
   readonly maxLanes: number;
   readonly streams: readonly bigint[];
-  /** The pools' ordering events by slot, then lane (conv.ts's convEventSets). */
+  /** The pools' ordering events by slot, then lane (lanes.ts's convEventSets). */
   readonly columns: readonly (readonly bigint[])[];
   readonly weights: readonly (readonly bigint[])[];
   readonly kernels: {
@@ -213,7 +205,7 @@ export class ConvThreads implements ConvIssuer {
     const handles = (sets: (readonly CudaEvent[])[]) => sets.map((set) => set.map((e) => e.handle));
     const columns = handles(convEventSets(pool, "conv.columns"));
     const weights = handles(convEventSets(pool, "conv.weights"));
-    const { entry, tsx } = siblingModule(import.meta.url, "conv-thread-worker");
+    const { entry, tsx } = siblingModule(import.meta.url, "thread-worker");
     const roles: ConvThreadRole[] = [
       ...Array.from({ length: o.threads }, (_, t) => ({ kind: "samples" as const, t, P: o.threads })),
       { kind: "chain" },

@@ -8,15 +8,16 @@
 // A driver that cannot report kernel nodes leaves the GEMMs out of the program, and the explanation says so.
 //
 // The instances of each kernel are the samples that may run at once: N for im2col, the forward's GEMM y = W·col, the
-// input-gradient GEMM and col2im (a pool adds the forward's bias once, after its lanes: not a lane's kernel); 1 for the bias gradient, accumulated sample after sample (conv.ts); for the weight
-// gradient's GEMM 1 where a pool sums by a chain of GEMMs, N where it sums by products (the products' additions, one
-// per sample on the chain lane, stay out of the program: they are the one-instance chain left).
+// input-gradient GEMM and col2im (a pool adds the forward's bias once, after its lanes: not a lane's kernel); 1 for
+// the bias gradient, accumulated sample after sample (runner.ts); for the weight gradient's GEMM 1 where a pool sums
+// by a chain of GEMMs, N where it sums by products (the products' additions, one per sample on the chain lane, stay
+// out of the program: they are the one-instance chain left).
 // The launch cost is the tracker's median host time per launch with direct launches — shared by the host threads
-// that issue a pool's work (conv-threads.ts), which launch that many kernels in the time one thread launches one —
+// that issue a pool's work (threads.ts), which launch that many kernels in the time one thread launches one —
 // and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).
 
-import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
+import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
+import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, karg } from "../cuda/index.js";
 import {
   analyseConcurrency,
   type ConcurrencyChoice,
@@ -27,20 +28,12 @@ import {
   type KernelShape,
   median,
   ResourceTracker,
-} from "../../streams/index.js";
-import { gridFor } from "../gpu/parameters.js";
-import {
-  CONV_CALLS,
-  type ConvCallName,
-  type ConvKernelName,
-  type ConvRunner,
-  isOneByOne,
-  type WeightSums,
-  weightSumsFromEnv,
-} from "./conv.js";
-import type { ConvLayer } from "./conv-layer.js";
-import { MAX_POOL_LANES } from "./conv-threads.js";
-import { EAGER_BLOCK } from "./kernels.js";
+} from "../glp4nn/index.js";
+import { launchShape } from "./kernels.js";
+import { type WeightSums, weightSumsFromEnv } from "./lanes.js";
+import type { ConvLayer } from "./layer.js";
+import { CONV_CALLS, type ConvCallName, type ConvKernelName, type ConvRunner, isOneByOne } from "./runner.js";
+import { MAX_POOL_LANES } from "./threads.js";
 
 /** How the layer's kernels are launched: one call each, or the iteration replayed as one CUDA graph. */
 export type LaunchMode = "direct" | "graph";
@@ -112,7 +105,7 @@ export function analyseConvLayer(
     solver: IntegerSolver;
     connections: number;
     footprints?: Map<ConvCallName, CallFootprint>;
-    /** Host threads issuing a pool's direct launches (conv-threads.ts; default 1): T_launch is shared by them. */
+    /** Host threads issuing a pool's direct launches (threads.ts; default 1): T_launch is shared by them. */
     hostThreads?: number;
     /** How the pools sum the weight gradient (default weightSumsFromEnv()). */
     weightSums?: WeightSums;
@@ -127,7 +120,7 @@ export function analyseConvLayer(
   runner.trace = {
     kernel(name, kernel: CudaKernel, n, stream, launch) {
       byName.set(kernel.name, name);
-      tracker.launch(kernel, { grid: gridFor(n), block: EAGER_BLOCK }, stream, launch);
+      tracker.launch(kernel, launchShape(n), stream, launch);
     },
     blas: (name, stream, call) => tracker.timeCall(name, stream, call),
   };
@@ -230,7 +223,7 @@ export function balancedPool(lanes: number, samples: number): number {
 /**
  * A direct-mode pool of `lanes` lanes issued by `threads` host threads, rounded to the nearest whole number of lanes
  * per thread (ties up; at least one lane per thread, at most MAX_POOL_LANES). Thread t issues the lanes k ≡ t mod P
- * (conv-threads.ts), so the program's T_launch is shared by the P threads only when each has a lane, and the busiest
+ * (threads.ts), so the program's T_launch is shared by the P threads only when each has a lane, and the busiest
  * thread issues ⌈L / P⌉ of every L samples: with direct launches the host's issue is the bound, and 5 lanes on 4
  * threads run at the pace of 8 with the GPU concurrency of 5 (measured: pools of 5, 6 and 7 on 4 threads each ran
  * slower than the better of 4 and 8 on 15 of the 16 Table 5 layers, and slower than both on 9, the small ones;

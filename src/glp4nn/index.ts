@@ -1,6 +1,9 @@
 // GLP4NN (docs/GLP4NN.md): the resource tracker that records kernels' resources and timings on their first launches,
-// the kernel analyser that sizes a stream pool from them, and its explanation for `--explain`.
+// the kernel analyser that sizes a stream pool from them, and its explanation for `--explain`. The stream pool
+// itself is part of the CUDA runtime (src/streams/pool.ts until it moves to src/cuda/runtime/), re-exported here.
+// Its users: the conv layer (src/conv/) and the eager engine's levels (src/engines/eager/level-glp.ts).
 
+export { type Lane, type PoolBackend, StreamPool } from "../streams/pool.js";
 export {
   analyseConcurrency,
   type ConcurrencyCap,
@@ -14,7 +17,6 @@ export {
 export { explainChoice } from "./explain.js";
 export { callProfiles, captureFootprint, type KernelShape } from "./footprints.js";
 export { footprint, type KernelFootprint, type KernelProfile, type Resource } from "./kernels.js";
-export { type Lane, type PoolBackend, StreamPool } from "./pool.js";
 export { type IntegerProgram, type IntegerSolution, IntegerSolver, loadSolver, lpText } from "./solver.js";
 export {
   type LaunchShape,

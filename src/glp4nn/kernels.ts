@@ -8,7 +8,7 @@
 
 import { type DeviceModel, REGISTER_ALLOCATION_UNIT } from "../cuda/hw/device-model.js";
 
-/** One kernel as the tracker records it (src/streams/tracker.ts). */
+/** One kernel as the tracker records it (tracker.ts). */
 export interface KernelProfile {
   /** For messages and `--explain`. */
   readonly name: string;

@@ -1,21 +1,21 @@
 // GLP4NN for the eager engine's convolutions (`streams: "auto"`): the first time a convolution of a given geometry
-// runs, a copy of the layer (its own buffers, seeded values: conv-layer.ts) is profiled on one stream and analysed
-// (conv-glp.ts: the tracker on its first samples, cuBLAS's kernels read from captured graphs, the analyser's pool for
+// runs, a copy of the layer (its own buffers, seeded values: layer.ts) is profiled on one stream and analysed
+// (glp.ts: the tracker on its first samples, cuBLAS's kernels read from captured graphs, the analyser's pool for
 // the forward and for the backward, with the launch cost measured, then confirmed by timing the copy's iteration on
 // those pools and their neighbours); the node then runs on runners of those sizes.
-// The results do not depend on the lanes (conv.ts), so they are one stream's bit for bit. Until the solver has loaded
+// The results do not depend on the lanes (lanes.ts), so they are one stream's bit for bit. Until the solver has loaded
 // a convolution runs on one stream and is analysed at its next use; a failed analysis leaves it on one stream and says
 // why in the explanation.
 
-import type { ComputationGraph } from "../../graph/graph.js";
-import { imageGeometry } from "../../ops/image.js";
-import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
-import type { GpuContext } from "../gpu/context.js";
-import { type ConvHost, ConvRunner, poolLanes } from "./conv.js";
-import { analyseConvLayer, callFootprints, confirmPools } from "./conv-glp.js";
-import { ConvLayer, MAX_LAYER_LANES } from "./conv-layer.js";
-import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./conv-threads.js";
-import type { ConvChooser } from "./node-kernels.js";
+import type { GpuContext } from "../engines/gpu/context.js";
+import { explainChoice, hardwareQueues, type IntegerSolver } from "../glp4nn/index.js";
+import type { ImageGeometry } from "../ops/image.js";
+import { analyseConvLayer, callFootprints, confirmPools } from "./glp.js";
+import type { ConvHost } from "./kernels.js";
+import { poolLanes } from "./lanes.js";
+import { ConvLayer, MAX_LAYER_LANES } from "./layer.js";
+import { ConvRunner } from "./runner.js";
+import { convThreadsFor, lazyConvThreads, MAX_POOL_LANES } from "./threads.js";
 
 interface Entry {
   readonly forward: ConvRunner;
@@ -23,7 +23,7 @@ interface Entry {
 }
 
 /** The runners of each convolution geometry, sized by the analyser; see the top of this file. */
-export class ConvAuto implements ConvChooser {
+export class ConvAuto {
   private readonly byGeometry = new Map<string, Entry>();
   private readonly owned = new Set<ConvRunner>();
 
@@ -33,24 +33,24 @@ export class ConvAuto implements ConvChooser {
     private readonly one: ConvRunner,
     private readonly solver: () => IntegerSolver | undefined,
     private readonly explain: ((text: string) => void) | undefined,
-    /** The engine's im2col and col2im, for dispatch threads (conv-threads.ts). */
+    /** The engine's im2col and col2im, for dispatch threads (threads.ts). */
     private readonly kernels: ConvHost["k"],
   ) {}
 
-  runner(g: ComputationGraph, i: number, direction: "forward" | "backward"): ConvRunner | undefined {
-    const G = imageGeometry(g, i);
+  /** The runner for a convolution of geometry G (`what` names it) and a direction: one lane until analysed. */
+  runner(G: ImageGeometry, what: () => string, direction: "forward" | "backward"): ConvRunner {
     const key = [G.n, G.c, G.h, G.w, G.f, G.kernel, G.stride, G.padding].join(",");
     let e = this.byGeometry.get(key);
     if (e === undefined) {
       const solver = this.solver();
       if (solver === undefined) return this.one;
-      e = this.analyse(g.describe(i), G, solver);
+      e = this.analyse(what(), G, solver);
       this.byGeometry.set(key, e);
     }
     return direction === "forward" ? e.forward : e.backward;
   }
 
-  private analyse(what: string, G: ReturnType<typeof imageGeometry>, solver: IntegerSolver): Entry {
+  private analyse(what: string, G: ImageGeometry, solver: IntegerSolver): Entry {
     let sizes: [number, number] = [1, 1];
     let text: string;
     try {
@@ -70,7 +70,7 @@ export class ConvAuto implements ConvChooser {
             footprints,
             hostThreads: convThreadsFor(MAX_LAYER_LANES),
           });
-          // the analyser's pools confirmed by timing them and their neighbours on the layer's copy (conv-glp.ts)
+          // the analyser's pools confirmed by timing them and their neighbours on the layer's copy (glp.ts)
           const runners = layer.runners(r);
           let confirmed: ReturnType<typeof confirmPools>;
           try {

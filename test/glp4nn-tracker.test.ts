@@ -1,4 +1,4 @@
-// GLP4NN's resource tracker (src/streams/tracker.ts) on a fake device: streams with a timeline, events that read it,
+// GLP4NN's resource tracker (src/glp4nn/tracker.ts) on a fake device: streams with a timeline, events that read it,
 // kernels with fixed attributes and durations, and a host clock that advances by a fixed launch cost. Checks what is
 // recorded per kernel and shape, that only the first launches are timed, the durations and launch cost, the profiles
 // handed to the analyser, and the events' reuse. test/gpu/streams.test.ts runs it on a GPU.
@@ -13,7 +13,7 @@ import {
   ResourceTracker,
   type TimingEvent,
   type TrackedKernel,
-} from "../src/streams/index.js";
+} from "../src/glp4nn/index.js";
 
 /** A stream is a timeline: work queued on it starts when the previous work ends. */
 class FakeStream {

@@ -1,6 +1,6 @@
-// The dispatch threads' protocol (conv-threads.ts), apart from CUDA: the control words in shared memory, a thread's
+// The dispatch threads' protocol (threads.ts), apart from CUDA: the control words in shared memory, a thread's
 // loop (wait for a job, issue its share in the order the events need, report), and the main thread's post and wait.
-// conv-thread-worker.ts runs the loop with ConvRunner's parts; test/conv-dispatch.test.ts runs it in worker threads
+// thread-worker.ts runs the loop with ConvRunner's parts; test/conv-dispatch.test.ts runs it in worker threads
 // with an issuer that records the order of the calls, which is how the protocol is tested without a GPU.
 
 /** Control words (Int32Array over a SharedArrayBuffer of `controlBytes(maxLanes)`). */

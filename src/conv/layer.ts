@@ -2,15 +2,16 @@
 // seeded values, and a training iteration of it — the weight, bias and input gradients zeroed, the forward and the
 // backward — run by ConvRunners of any number of lanes. What the GLP4NN benchmark (src/bench/glp4nn/) times per Table 5
 // layer, with direct launches or with the whole iteration captured as one CUDA graph, and what the analysis of
-// conv-glp.ts profiles.
+// glp.ts profiles.
 
-import type { CudaKernel, CudaStream, DevicePtr, KernelArg } from "../../cuda/index.js";
-import { convOutputSide, type ImageGeometry } from "../../ops/image.js";
-import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../gpu/context.js";
-import { gridFor } from "../gpu/parameters.js";
-import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes, type WeightSums } from "./conv.js";
-import { convThreads, convThreadsFor } from "./conv-threads.js";
-import { EAGER_BLOCK, EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "./kernels.js";
+import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../codegen/eager-kernels.js";
+import type { DevicePtr } from "../cuda/index.js";
+import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../engines/gpu/context.js";
+import { convOutputSide, type ImageGeometry } from "../ops/image.js";
+import { type ConvHost, directHost } from "./kernels.js";
+import { oneLane, poolLanes, type WeightSums } from "./lanes.js";
+import { type ConvPointers, ConvRunner } from "./runner.js";
+import { convThreads, convThreadsFor } from "./threads.js";
 
 /** A layer as the paper's Table 5 gives it: batch, input channels, side, filters, filter side, stride, padding. */
 export interface ConvLayerShape {
@@ -68,16 +69,9 @@ export class ConvLayer {
     private readonly ownsContext: boolean,
   ) {
     this.G = layerGeometry(shape);
+    // the eager program, compiled once per context: the engine's own module where the layer shares its context
     const k = ctx.kernels(EAGER_PROGRAM, eagerKernelSource(), EAGER_KERNEL_NAMES).kernels;
-    const counts = this.counts;
-    this.host = {
-      k,
-      counts,
-      launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream) {
-        kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream }, args);
-        counts.kernels++;
-      },
-    };
+    this.host = directHost(k, this.counts);
     const G = this.G;
     const sizes = {
       x: G.n * G.c * G.h * G.w,
@@ -127,7 +121,7 @@ export class ConvLayer {
 
   /**
    * A runner on `lanes` lanes (1: the context's stream, no events), its buffers sized for this layer; a pool's work
-   * issued from `threads` sample threads (conv-threads.ts; default convThreadsFor(lanes), 1: from this thread — what
+   * issued from `threads` sample threads (threads.ts; default convThreadsFor(lanes), 1: from this thread — what
    * a CUDA graph capture needs), its weight gradient summed by `weightSums` (default weightSumsFromEnv()).
    */
   runner(lanes: number, opts: { threads?: number; weightSums?: WeightSums } = {}): ConvRunner {

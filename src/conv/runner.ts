@@ -1,31 +1,11 @@
-// The eager engine's convolution, Caffe's way (base_conv_layer.cpp, conv_layer.cu). Forward, per sample n: im2col of
+// A convolution layer on the device, Caffe's way (base_conv_layer.cpp, conv_layer.cu). Forward, per sample n: im2col of
 // x[n] into a column buffer [C·K·K, Ho·Wo], y[n] = W·col (one GEMM) and y[n] += b·1ᵀ (a rank-1 GEMM with a row of
 // ones, Caffe's bias multiplier). Backward: db += dy[n]·1 for every n, then per sample im2col again,
 // dW += dy[n]·colᵀ, col = Wᵀ·dy[n], and col2im adds col into dx[n].
 //
-// Lanes. A sample's kernels run on one lane: a stream, a cuBLAS handle bound to it (its own cuBLAS workspace), and
-// the lane's own column buffers (one buffer shared by samples in flight on different streams would be a race). By
-// default there is one lane, the engine's stream; with GLP4NN's stream pool (src/streams/pool.ts) sample n goes to
-// lane n mod L, the lanes forked from the engine's stream and joined back to it after the layer. The weight and bias
-// gradients are accumulated in place, sample after sample in the order n = 0, 1, … (GEMM and GEMV with β = 1, as
-// Caffe does; never atomics), each chain on a stream of its own: the bias's GEMVs on the side lane, the weight's
-// GEMMs on the chain lane, where each follows the previous one in stream order. A sample's weight GEMM waits for the
-// event its lane records after writing the sample's columns (im2col), and the lane's next im2col into that buffer
-// waits for the event the chain records after reading it; the input gradient goes through a second buffer per lane,
-// so a lane never waits for the chain otherwise. Every sum is then computed in the same order on any number of
-// lanes, so the results are one lane's bit for bit. The pool's work is issued from this thread (THIS_THREAD: each
-// sample's lane part, then its chain part) or from several (conv-threads.ts).
-//
-// Weight sums by products (WeightSums "products", the default for pools). The chain of GEMMs above is serial: on the
-// large layers (CaffeNet: 256 GEMMs of 10–60 µs) it is the backward's critical path, and its GEMMs slow down further
-// when they share the SMs with the lanes'. Instead, each lane computes its sample's product dy[n]·colᵀ into a slot of
-// its own (the slot zeroed, then the very GEMM of the chain, β = 1: the same kernel, so the same fp32 product acc),
-// and the chain lane adds the slots into dW in sample order, one elementwise kernel per sample (dW += P, i.e.
-// fl(dW + acc) — what the chain's GEMM epilogue computes with α = β = 1). The GEMMs then run on every lane at once;
-// what stays serial is an addition per sample. The same sums in the same order: the results are one lane's bit for bit
-// (the benchmark and test/gpu/conv.test.ts compare them). Each lane has PRODUCT_SLOTS slots used in turn: sample n
-// on lane k = n mod L writes slot r = ⌊n / L⌋ mod R, rewritten R·L samples later, after the chain's addition of it
-// (a pair of events per slot), so a lane runs up to R samples ahead of the chain instead of one.
+// The samples run on lanes (lanes.ts): one lane is Caffe's own stream; a pool spreads the samples over several
+// streams and keeps every sum in one order (the weight gradient by a chain of GEMMs or by products), so that the
+// results are one lane's bit for bit.
 //
 // One stream is Caffe's own schedule: the same kernels in the same order (forward_gpu_gemm and forward_gpu_bias per
 // sample; backward_gpu_bias per sample, then weight_gpu_gemm and backward_gpu_gemm per sample), a 1×1 convolution
@@ -35,7 +15,6 @@
 
 import {
   type Cublas,
-  type CublasHandle,
   type CudaDriver,
   type CudaKernel,
   type CudaStream,
@@ -43,26 +22,13 @@ import {
   floatBits,
   type KernelArg,
   karg,
-} from "../../cuda/index.js";
-import type { ComputationGraph } from "../../graph/graph.js";
-import { type ImageGeometry, imageGeometry } from "../../ops/image.js";
-import type { Lane, StreamPool } from "../../streams/pool.js";
-import { UserError } from "../../util/errors.js";
-
-/** What the runner launches with: the two convolution kernels and a counted grid-stride launch (EagerNodeKernels). */
-export interface ConvHost {
-  readonly k: {
-    readonly vp_im2col: CudaKernel;
-    readonly vp_col2im_add: CudaKernel;
-    readonly vp_conv_bias_add: CudaKernel;
-    readonly vp_add_clear: CudaKernel;
-  };
-  readonly counts: { kernels: number; cublas: number };
-  launch(kernel: CudaKernel, n: number, args: KernelArg[], stream: CudaStream): void;
-}
+} from "../cuda/index.js";
+import type { ImageGeometry } from "../ops/image.js";
+import type { ConvHost } from "./kernels.js";
+import { type ConvLane, type ConvLanes, PRODUCT_SLOTS, type WeightSums, weightSumsFromEnv } from "./lanes.js";
 
 /**
- * GLP4NN's resource tracker's view of the runner (src/streams/tracker.ts): each kernel launch and each cuBLAS call goes
+ * GLP4NN's resource tracker's view of the runner (src/glp4nn/tracker.ts): each kernel launch and each cuBLAS call goes
  * through it, named (`im2col`, `gemm y=W·col`, …), so that it can be timed and its footprint read.
  */
 export interface ConvTrace {
@@ -101,141 +67,7 @@ export function isOneByOne(G: ImageGeometry): boolean {
 }
 
 /**
- * How a pool accumulates the weight gradient in sample order (one lane always runs Caffe's chain): "chain", the
- * weight GEMMs one after another on the chain lane; "products", each sample's product on its lane into a slot, the
- * slots added into dW on the chain lane (see the top of this file). Bit for bit the same results.
- */
-export type WeightSums = "chain" | "products";
-export const WEIGHT_SUMS: readonly WeightSums[] = ["chain", "products"];
-
-/**
- * The weight sums of pools: `VPPS_CONV_WEIGHT_SUMS` (chain or products) when set, else products (measured faster on
- * the large Table 5 layers: docs/GLP4NN.md).
- */
-export function weightSumsFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): WeightSums {
-  const raw = env["VPPS_CONV_WEIGHT_SUMS"]?.trim();
-  if (raw === undefined || raw === "") return "products";
-  if (!(WEIGHT_SUMS as readonly string[]).includes(raw)) {
-    throw new UserError(
-      `VPPS_CONV_WEIGHT_SUMS is '${raw}'; expected ${WEIGHT_SUMS.join(" or ")} (how a stream pool sums a ` +
-        "convolution's weight gradient; both give one stream's results bit for bit)",
-    );
-  }
-  return raw as WeightSums;
-}
-
-/** Where one sample's im2col and GEMMs are queued. */
-export interface ConvLane {
-  readonly index: number;
-  readonly stream: CudaStream;
-  readonly blas: CublasHandle;
-}
-
-/**
- * The lanes of a layer and their ordering. One lane runs Caffe's own sequence on one stream. A pool adds two streams:
- * the side lane (the bias gradient's chain of GEMVs, in sample order) and the chain lane (the weight gradient's chain
- * of GEMMs, in sample order); the samples' own work (im2col, the input-gradient GEMM, col2im) runs on the lanes,
- * ordered against the chain by a pair of events per lane (below). The chain's GEMMs then follow one another on one
- * stream, and a lane goes on to its next sample without waiting for the chain, except where it would overwrite a
- * column buffer the chain has yet to read.
- */
-export interface ConvLanes {
-  readonly count: number;
-  /** The stream the lanes are forked from and joined to (the lane itself on one lane). */
-  readonly origin: CudaStream;
-  lane(k: number): ConvLane;
-  /** The bias gradient's chain: the lane itself on one lane, a stream of its own with a pool. */
-  side(): ConvLane;
-  /** The weight gradient's chain: the lane itself on one lane, a stream of its own with a pool. */
-  chain(): ConvLane;
-  /** The lanes' later work (the side and chain lanes' too) waits for the engine's stream. */
-  fork(): void;
-  /** The engine's stream waits for every lane. */
-  join(): void;
-  /**
-   * Pools only: `lane` has written sample n's column buffer, or its product slot `slot` (recorded on the lane; one
-   * event per lane and slot, slot 0 for a column buffer).
-   */
-  columnsReady(lane: ConvLane, slot: number): void;
-  /** Pools only: the chain's later work waits for `lane`'s last columnsReady of `slot`. */
-  chainAwaitColumns(lane: ConvLane, slot: number): void;
-  /** Pools only: the chain has read `lane`'s column buffer or slot (recorded on the chain after the GEMM or the sum). */
-  weightsDone(lane: ConvLane, slot: number): void;
-  /** Pools only: `lane`'s later work waits for the chain's last weightsDone for it and `slot`. */
-  awaitWeights(lane: ConvLane, slot: number): void;
-}
-
-/** One lane, the engine's own stream: no events at all. */
-export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
-  const lane: ConvLane = { index: 0, stream, blas };
-  const nothing = () => {};
-  return {
-    count: 1,
-    origin: stream,
-    lane: () => lane,
-    side: () => lane,
-    chain: () => lane,
-    fork: nothing,
-    join: nothing,
-    columnsReady: nothing,
-    chainAwaitColumns: nothing,
-    weightsDone: nothing,
-    awaitWeights: nothing,
-  };
-}
-
-/**
- * A pool's side lane (the bias chain) and chain lane (the weight chain), extra lanes of the pool shared by every
- * layer on it. (The chain lane at the device's highest stream priority measured the same with CUDA graphs, within
- * ±1%: bench/results/h100/issue19/session14/chain-priority/.)
- */
-export function convExtraLanes<S, E, H>(pool: StreamPool<S, E, H>): { side: Lane<S, H>; chain: Lane<S, H> } {
-  return { side: pool.extraLane("conv.side"), chain: pool.extraLane("conv.chain") };
-}
-
-/** The first `count` lanes of a stream pool, forked from and joined to `origin`, with its side and chain lanes. */
-export function poolLanes<E>(
-  pool: StreamPool<CudaStream, E, CublasHandle>,
-  origin: CudaStream,
-  count: number,
-): ConvLanes {
-  if (!Number.isInteger(count) || count < 2 || count > pool.size) {
-    throw new RangeError(`poolLanes: count must be an integer in 2 … ${pool.size} (the pool's size); got ${count}`);
-  }
-  const { side, chain } = convExtraLanes(pool);
-  const extras = [side, chain];
-  const columns = convEventSets(pool, "conv.columns");
-  const weights = convEventSets(pool, "conv.weights");
-  return {
-    count,
-    origin,
-    lane: (k) => pool.lane(k, count),
-    side: () => side,
-    chain: () => chain,
-    fork: () => pool.fork(origin, count, extras),
-    join: () => pool.join(origin, count, extras),
-    columnsReady: (lane, r) => pool.recordOn(columns[r]![lane.index]!, pool.lanes[lane.index]!),
-    chainAwaitColumns: (lane, r) => pool.waitOn(chain, columns[r]![lane.index]!),
-    weightsDone: (lane, r) => pool.recordOn(weights[r]![lane.index]!, chain),
-    awaitWeights: (lane, r) => pool.waitOn(pool.lanes[lane.index]!, weights[r]![lane.index]!),
-  };
-}
-
-/** Product slots per lane (see the top of this file): a lane runs up to this many samples ahead of the chain. */
-export const PRODUCT_SLOTS = 2;
-
-/** The event sets of a pool's ordering `name`, one per slot (slot 0 also the column buffers'), one event per lane. */
-export function convEventSets<S, E, H>(pool: StreamPool<S, E, H>, name: string): (readonly E[])[] {
-  return Array.from({ length: PRODUCT_SLOTS }, (_, r) => pool.eventSet(r === 0 ? name : `${name}.${r}`));
-}
-
-/** How many samples of a lane are in flight between the lane and the chain: the lane's slots, or 1 (its columns). */
-export function convDepth(weightSums: WeightSums): number {
-  return weightSums === "products" ? PRODUCT_SLOTS : 1;
-}
-
-/**
- * Issues a pooled layer's work from the calling thread or from several (conv-threads.ts). `forward` and `backward`
+ * Issues a pooled layer's work from the calling thread or from several (threads.ts). `forward` and `backward`
  * are called after the runner has prepared its buffers and forked the lanes; the lanes are joined after they return.
  */
 export interface ConvIssuer {
@@ -268,7 +100,7 @@ interface Scratch {
   floats: number;
 }
 
-/** Runs conv2d nodes on lanes, with each lane's column buffer and one shared row of ones. */
+/** Runs convolutions on lanes, with each lane's column buffer and one shared row of ones. */
 export class ConvRunner {
   /** Each lane's column buffer (im2col's output; on one lane also the input gradient's columns). */
   private readonly cols: Scratch[];
@@ -283,7 +115,7 @@ export class ConvRunner {
   private readonly ones: Scratch = { ptr: 0, floats: 0 };
   /** Set: every launch and call goes through it (profiling); unset: launched directly. */
   trace: ConvTrace | undefined;
-  /** Who issues a pool's work: this thread (default) or dispatch threads (conv-threads.ts). */
+  /** Who issues a pool's work: this thread (default) or dispatch threads (threads.ts). */
   issuer: ConvIssuer = THIS_THREAD;
 
   constructor(
@@ -323,24 +155,9 @@ export class ConvRunner {
     return { cols: ptrs(this.cols), colsB: ptrs(this.colsB), slots: ptrs(this.slots), ones: this.ones.ptr };
   }
 
-  /** Node i's forward: y[n] = W·im2col(x[n]) + b·1ᵀ for n = 0 … N − 1. */
-  forward(l: ConvHost & { valPtr: Float64Array }, g: ComputationGraph, i: number): void {
-    const G = this.prepare(imageGeometry(g, i), () => g.describe(i));
-    const v = l.valPtr;
-    this.forwardAt(l, G, { x: v[g.arg(i, 0)]!, W: v[g.arg(i, 1)]!, b: v[g.arg(i, 2)]!, y: v[i]! });
-  }
-
-  /** Node i's backward: db, dW (in sample order) and dx, all accumulated (+=). */
-  backward(l: ConvHost & { valPtr: Float64Array; gradPtr: Float64Array }, g: ComputationGraph, i: number): void {
-    const G = this.prepare(imageGeometry(g, i), () => g.describe(i));
-    const [v, d] = [l.valPtr, l.gradPtr];
-    const [x, W, b] = [g.arg(i, 0), g.arg(i, 1), g.arg(i, 2)];
-    this.backwardAt(l, G, { x: v[x]!, W: v[W]!, b: v[b]!, y: v[i]!, dx: d[x]!, dW: d[W]!, db: d[b]!, dy: d[i]! });
-  }
-
   /**
    * The forward of a convolution of geometry G at the given addresses. `G` must have been passed to `prepare` (the
-   * buffers sized for it) — `forward` does both.
+   * buffers sized for it).
    */
   forwardAt(l: ConvHost, G: ImageGeometry, p: ForwardPointers): void {
     if (this.lanes.count === 1) {

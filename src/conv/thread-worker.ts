@@ -1,22 +1,14 @@
-// A convolution dispatch thread (the thread's side of conv-threads.ts): makes the device's primary context current,
+// A convolution dispatch thread (the thread's side of threads.ts): makes the device's primary context current,
 // wraps the pool's streams, creates cuBLAS handles for the lanes it issues to, then runs the protocol's loop
-// (conv-dispatch.ts) with ConvRunner's parts on the parent runner's buffers.
+// (dispatch.ts) with ConvRunner's parts on the parent runner's buffers.
 
 import { workerData } from "node:worker_threads";
-import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../../cuda/index.js";
-import { gridFor } from "../gpu/parameters.js";
-import {
-  type ConvHost,
-  type ConvLane,
-  type ConvLanes,
-  ConvRunner,
-  convDepth,
-  isOneByOne,
-  PRODUCT_SLOTS,
-} from "./conv.js";
-import { type DispatchIssuer, reportStopped, runDispatchThread } from "./conv-dispatch.js";
-import { type ConvThreadData, JOB, readGeometry, readPointers } from "./conv-threads.js";
-import { EAGER_BLOCK } from "./kernels.js";
+import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../cuda/index.js";
+import { type DispatchIssuer, reportStopped, runDispatchThread } from "./dispatch.js";
+import { type ConvHost, directHost } from "./kernels.js";
+import { type ConvLane, type ConvLanes, convDepth, PRODUCT_SLOTS } from "./lanes.js";
+import { ConvRunner, isOneByOne } from "./runner.js";
+import { type ConvThreadData, JOB, readGeometry, readPointers } from "./threads.js";
 
 const d = workerData as ConvThreadData;
 const ctrl = new Int32Array(d.ctrl);
@@ -61,20 +53,15 @@ const lanesOf = (L: number): ConvLanes => ({
   weightsDone: (lane, r) => driver.eventRecord(d.weights[r]![lane.index]!, chainStream),
   awaitWeights: (lane, r) => driver.streamWaitEvent(lane.stream.handle, d.weights[r]![lane.index]!),
 });
-const counts = { kernels: 0, cublas: 0 };
-const host: ConvHost = {
-  k: {
+const host: ConvHost = directHost(
+  {
     vp_im2col: new CudaKernel(driver, "vp_im2col", d.kernels.im2col),
     vp_col2im_add: new CudaKernel(driver, "vp_col2im_add", d.kernels.col2im),
     vp_conv_bias_add: new CudaKernel(driver, "vp_conv_bias_add", d.kernels.bias),
     vp_add_clear: new CudaKernel(driver, "vp_add_clear", d.kernels.addClear),
   },
-  counts,
-  launch(kernel, n, args, stream) {
-    kernel.launch({ grid: gridFor(n), block: EAGER_BLOCK, stream }, args);
-    counts.kernels++;
-  },
-};
+  { kernels: 0, cublas: 0 },
+);
 
 let runner: ConvRunner | undefined;
 let G: ReturnType<typeof readGeometry>;

@@ -1,4 +1,4 @@
-// GLP4NN's kernel analyser (src/streams/analyser.ts) on cases worked by hand from the quantities of the paper's
+// GLP4NN's kernel analyser (src/glp4nn/analyser.ts) on cases worked by hand from the quantities of the paper's
 // Table 2 (#SM, C, sm_max, β_max, τ_max; per kernel #β_K, τ_K, sm_K, T_K; T_launch), plus registers: the paper's
 // Fig. 6 example, a kernel that fills the GPU, kernels too short for their launch cost, and register-, thread-,
 // shared-memory-, queue- and instance-bound pools. Each expected number is derived in the comment above it.
@@ -15,7 +15,7 @@ import {
   type IntegerSolver,
   type KernelProfile,
   loadSolver,
-} from "../src/streams/index.js";
+} from "../src/glp4nn/index.js";
 
 /** Tesla K40C (Kepler, sm_35), the GPU of the paper's Fig. 6: 15 SMs, 48 KiB of shared memory per SM. */
 const K40C: DeviceModel = {
