@@ -115,6 +115,8 @@ export const VPPS_STAGES: readonly { readonly name: string; readonly paths: read
 export const FACES: readonly { readonly name: string; readonly dir: string; readonly face: string }[] = [
   { name: "vpps", dir: "src/engines/vpps/", face: "src/engines/vpps/index.ts" },
   { name: "parallel", dir: "src/parallel/", face: "src/parallel/index.ts" },
+  { name: "conv", dir: "src/conv/", face: "src/conv/index.ts" },
+  { name: "glp4nn", dir: "src/glp4nn/", face: "src/glp4nn/index.ts" },
 ];
 
 function tsFiles(dir: string, out: string[] = []): string[] {
