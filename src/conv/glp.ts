@@ -226,8 +226,8 @@ export function balancedPool(lanes: number, samples: number): number {
  * (threads.ts), so the program's T_launch is shared by the P threads only when each has a lane, and the busiest
  * thread issues ⌈L / P⌉ of every L samples: with direct launches the host's issue is the bound, and 5 lanes on 4
  * threads run at the pace of 8 with the GPU concurrency of 5 (measured: pools of 5, 6 and 7 on 4 threads each ran
- * slower than the better of 4 and 8 on 15 of the 16 Table 5 layers, and slower than both on 9, the small ones;
- * bench/results/h100/issue19/session15/rounded-up/). One thread keeps any pool.
+ * slower than the better of 4 and 8 on 15 of the 16 Table 5 layers, and slower than both on 9, the small ones).
+ * One thread keeps any pool.
  */
 export function threadPool(lanes: number, threads: number): number {
   if (!Number.isInteger(lanes) || lanes < 1)
@@ -319,9 +319,9 @@ export function timeIterationsMs(
  * timed, and the fastest replaces the analysed pair only when at least CONFIRM_MARGIN faster. Jointly, because the
  * two directions' pools interact: on CaffeNet conv5 with direct launches, 8 backward lanes saved 1.3 ms after an
  * 8-lane forward and 0.4 ms after a 4-lane one, so trying the forward's neighbours with the analysed backward first
- * kept 4/8, 10% slower than 8/8 (session 18). The candidates are timed in interleaved rounds (choosePools), as the
+ * kept 4/8, 10% slower than 8/8. The candidates are timed in interleaved rounds (choosePools), as the
  * benchmark times its configurations: timed one after the other, the first candidate measured up to 2× slower than
- * the benchmark measured it afterwards (Siamese conv1, 4/4 lanes, 3.2 against 1.6 ms: session 17), and it was always
+ * the benchmark measured it afterwards (Siamese conv1, 4/4 lanes, 3.2 against 1.6 ms), and it was always
  * the analyser's own.
  */
 export function confirmPools(

@@ -115,7 +115,7 @@ export function oneLane(stream: CudaStream, blas: CublasHandle): ConvLanes {
 /**
  * A pool's side lane (the bias chain) and chain lane (the weight chain), extra lanes of the pool shared by every
  * layer on it. (The chain lane at the device's highest stream priority measured the same with CUDA graphs, within
- * ±1%: bench/results/h100/issue19/session14/chain-priority/.)
+ * ±1%.)
  */
 export function convExtraLanes<S, E, H>(pool: StreamPool<S, E, H>): { side: Lane<S, H>; chain: Lane<S, H> } {
   return { side: pool.extraLane("conv.side"), chain: pool.extraLane("conv.chain") };

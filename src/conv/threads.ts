@@ -1,9 +1,9 @@
 // A pooled convolution's work issued from several host threads (the main side; the threads' is
 // thread-worker.ts). With direct launches one host thread bounds a Caffe-style layer: a sample costs 5 cuBLAS
 // calls and up to 3 kernel launches, ~57 µs of host time even from C on an H100's host, more than the GPU time per
-// sample of most Table 5 layers, so no pool can overlap anything (bench/results/h100/issue19/session14/). cuBLAS calls
+// sample of most Table 5 layers, so no pool can overlap anything. cuBLAS calls
 // from several threads, each on its own streams and handles, scale almost linearly (464 against 71 calls per ms with 8
-// threads, same results folder). This goes beyond GLP4NN, whose model has one host thread.
+// threads; docs/journal/glp4nn.md). This goes beyond GLP4NN, whose model has one host thread.
 //
 // Threads: P sample threads (thread t issues the samples of the lanes k ≡ t mod P, in sample order), one for the
 // weight gradient's chain lane and one for the bias gradient's side lane (lanes.ts). Each makes the device's primary
@@ -103,7 +103,7 @@ export interface ConvThreadData {
 export const MAX_CONV_THREADS = 8;
 /**
  * The default's cap: with 8 sample threads, besides the chain's, the side's and the main thread, the small Table 5
- * layers ran slower than with 4 on the H100's 16-core host (bench/results/h100/issue19/session14/).
+ * layers ran slower than with 4 on the H100's 16-core host.
  */
 export const DEFAULT_CONV_THREADS = 4;
 const TIMEOUT_MS = 60_000;
@@ -158,7 +158,7 @@ export function convThreads(ctx: GpuContext, threads: number, kernels: ConvHost[
  * Whether the runner's lanes (forked from the origin) are being captured into a CUDA graph. A capture is issued from
  * the calling thread: a graph's launch cost is one call whatever the thread count, and cuBLAS calls from several
  * threads into one capture were seen to corrupt a replay (an illegal address in a split-K GEMM, on an H100, now and
- * then; session 17).
+ * then).
  */
 function capturing(runner: ConvRunner): boolean {
   return getDriver().streamIsCapturing(runner.lanes.lane(0).stream.handle);

@@ -37,11 +37,10 @@ const SPIN_CYCLES = 4_000_000;
 
 /**
  * The pool is kept only where predicted at least this much faster than one stream: more than the prediction's error.
- * With 3% (sessions 14–17) the Tree-LSTM at batch 128 took 2 streams in two H100 runs and measured +1.0% and −3.8%
- * against one stream (bench/results/h100/issue19/session15/final/, session17/final/). With 10% (session 18) it took
- * 2 streams once, predicted 10.8% faster (launch 4.75 µs measured on one stream, kernels 5.54 µs), and measured 4.0%
- * slower (the median over its batches, bench/results/h100/issue19/session18/final/): the model's launch cost is one
- * stream's, and launches that alternate between streams and cuBLAS handles cost the host more.
+ * With 3% the Tree-LSTM at batch 128 took 2 streams in two H100 runs and measured +1.0% and −3.8% against one
+ * stream. With 10% it took 2 streams once, predicted 10.8% faster (launch 4.75 µs measured on one stream, kernels
+ * 5.54 µs), and measured 4.0% slower (the median over its batches): the model's launch cost is one stream's, and
+ * launches that alternate between streams and cuBLAS handles cost the host more (docs/journal/glp4nn.md).
  */
 export const REQUIRED_GAIN = 0.2;
 
