@@ -4,8 +4,8 @@
  * cell, hidden and embedding 256; the default plan for an H100) and times `VppsScheduler.schedule` alone — what a
  * schedule worker does per job after rebuilding the graph. No GPU is needed.
  *
- *   node --import tsx bench/vpps/schedule-cpu.ts
- *   BASE=/work/main node --import tsx bench/vpps/schedule-cpu.ts     # this checkout against another, interleaved
+ *   node --import tsx bench/lab/vpps/schedule-cpu.ts
+ *   BASE=/work/main node --import tsx bench/lab/vpps/schedule-cpu.ts     # this checkout against another, interleaved
  *
  * Environment: SST (directory with train.txt, default ../shared/data/sst), BATCHES (timed batches per size, default
  * 40), WARMUP (default 10), SIZES (default "32,128"), UPDATE=host (the data-parallel script: gradients exported, no
@@ -20,18 +20,18 @@
  */
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { H100_SXM } from "../../src/cuda/hw/device-model.js";
-import { readTrees } from "../../src/data/sst.js";
-import type { TreeNode } from "../../src/data/tree.js";
-import { Vocabulary } from "../../src/data/vocab.js";
-import { createModelLayout } from "../../src/engines/vpps/plan/layout.js";
-import { planVpps } from "../../src/engines/vpps/plan/plan.js";
-import { type ScheduleOptions, VppsScheduler } from "../../src/engines/vpps/schedule/scheduler.js";
-import { ComputationGraph } from "../../src/graph/graph.js";
-import { type CellFormulation, TreeLstmModel } from "../../src/models/treelstm/model.js";
+import { H100_SXM } from "../../../src/cuda/hw/device-model.js";
+import { readTrees } from "../../../src/data/sst.js";
+import type { TreeNode } from "../../../src/data/tree.js";
+import { Vocabulary } from "../../../src/data/vocab.js";
+import { createModelLayout } from "../../../src/engines/vpps/plan/layout.js";
+import { planVpps } from "../../../src/engines/vpps/plan/plan.js";
+import { type ScheduleOptions, VppsScheduler } from "../../../src/engines/vpps/schedule/scheduler.js";
+import { ComputationGraph } from "../../../src/graph/graph.js";
+import { type CellFormulation, TreeLstmModel } from "../../../src/models/treelstm/model.js";
 
 const env = process.env;
-const dir = env["SST"] ?? join(import.meta.dirname, "../../../shared/data/sst");
+const dir = env["SST"] ?? join(import.meta.dirname, "../../../../shared/data/sst");
 const timed = Number(env["BATCHES"] ?? 40);
 const warmup = Number(env["WARMUP"] ?? 10);
 const sizes = (env["SIZES"] ?? "32,128").split(",").map(Number);
@@ -59,8 +59,8 @@ interface Contender {
 }
 
 async function contender(name: string, root: string | undefined): Promise<Contender> {
-  type SchedulerModule = typeof import("../../src/engines/vpps/schedule/scheduler.js");
-  type LayoutModule = typeof import("../../src/engines/vpps/plan/layout.js");
+  type SchedulerModule = typeof import("../../../src/engines/vpps/schedule/scheduler.js");
+  type LayoutModule = typeof import("../../../src/engines/vpps/plan/layout.js");
   const url = (path: string) => pathToFileURL(join(resolve(root!), path)).href;
   const S: SchedulerModule =
     root === undefined ? { VppsScheduler } : await import(url("src/engines/vpps/schedule/scheduler.ts"));

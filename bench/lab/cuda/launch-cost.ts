@@ -1,9 +1,9 @@
 /**
- * Host cost of one call into CUDA from Node through koffi, against the same calls from C (bench/cuda/launch-cost.cu,
- * built by bench/cuda/launch-cost.sh on the GPU machine). What bounds GLP4NN's direct launches and the eager engine:
+ * Host cost of one call into CUDA from Node through koffi, against the same calls from C (bench/lab/cuda/launch-cost.cu,
+ * built by bench/lab/cuda/launch-cost.sh on the GPU machine). What bounds GLP4NN's direct launches and the eager engine:
  * a host thread issues one kernel every T_launch, so kernels shorter than that cannot overlap (issue 19).
  *
- *   node --import tsx bench/cuda/launch-cost.ts [--json FILE]
+ *   node --import tsx bench/lab/cuda/launch-cost.ts [--json FILE]
  *
  * Each measure: a spin kernel keeps the stream busy (~20 ms) so that the queue never drains and no call waits for the
  * GPU; then CALLS calls are issued back to back and timed on the host (performance.now); median over ROUNDS rounds,

@@ -1,7 +1,7 @@
-// bench/cuda/launch-threads.ts from C: P std::threads, each with its own stream and cuBLAS handle on the runtime's
+// bench/lab/cuda/launch-threads.ts from C: P std::threads, each with its own stream and cuBLAS handle on the runtime's
 // primary context, start together and issue CALLS calls each behind a spin kernel; the rate is P·CALLS over the
 // slowest thread's time, median of ROUNDS rounds after a warm-up round.
-//   nvcc -O2 -o launch-threads bench/cuda/launch-threads.cu -lcuda -lcublas && ./launch-threads [CALLS] [ROUNDS]
+//   nvcc -O2 -o launch-threads bench/lab/cuda/launch-threads.cu -lcuda -lcublas && ./launch-threads [CALLS] [ROUNDS]
 #include <algorithm>
 #include <atomic>
 #include <chrono>

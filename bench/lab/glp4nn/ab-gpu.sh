@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device call: the host cost per CUDA call (bench/cuda/launch-cost.sh), then the conv layers of
+# One device call: the host cost per CUDA call (bench/lab/cuda/launch-cost.sh), then the conv layers of
 # `vpps bench glp4nn` for this checkout against another (OLD=<dir> with its bin and src; default tmp/old) under
 # several CUDA_DEVICE_MAX_CONNECTIONS values. Everything lands in ONE tarball under $OUT.
-#   source .gpu/env.sh && OLD=tmp/old CONNS="8 32" bash bench/glp4nn/ab-gpu.sh
+#   source .gpu/env.sh && OLD=tmp/old CONNS="8 32" bash bench/lab/glp4nn/ab-gpu.sh
 set -u
 R="$(mktemp -d)/glp4nn-ab"
 mkdir -p "$R" "$OUT"
@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/devic
 OLD="${OLD:-tmp/old}"
 ARGS="${BENCH_ARGS:---pools 2,4,8,12,16,24,32 --repeats 3 --tree-batches 0}"
 if [ "${LAUNCH_COST:-1}" = 1 ]; then
-  timeout 120 bash bench/cuda/launch-cost.sh "$R/launch-cost" 2>&1 | tail -30
+  timeout 120 bash bench/lab/cuda/launch-cost.sh "$R/launch-cost" 2>&1 | tail -30
 fi
 for conns in ${CONNS:-8 32}; do
   for who in ${WHO:-new old}; do

@@ -14,7 +14,7 @@
 // Prints cycles per step (clock64 of CTA 0, median over CTAs' means) and the largest relative error against fp64 on
 // the host, and ptxas's register use is printed by the build (-Xptxas -v).
 //
-//   nvcc -O3 -arch=sm_90 -Xptxas -v -o /tmp/tf32-probe bench/rnn/tf32-probe.cu && /tmp/tf32-probe
+//   nvcc -O3 -arch=sm_90 -Xptxas -v -o /tmp/tf32-probe bench/lab/rnn/tf32-probe.cu && /tmp/tf32-probe
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>

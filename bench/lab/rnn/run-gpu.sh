@@ -18,7 +18,7 @@ if [[ "${TESTS:-1}" == 1 ]]; then
 fi
 if [[ "${INSPECT:-0}" == 1 ]]; then
   mkdir -p "$R/sass"
-  for c in lstm:1152 rnn-tanh:2304 gru:1152; do node --import tsx bench/rnn/source.ts "${c%%:*}" "${c##*:}" "$R/sass"; done
+  for c in lstm:1152 rnn-tanh:2304 gru:1152; do node --import tsx bench/lab/rnn/source.ts "${c%%:*}" "${c##*:}" "$R/sass"; done
   for f in "$R"/sass/*.cu; do
     nvcc -arch=sm_90 -cubin -std=c++17 -o "${f%.cu}.cubin" "$f" 2>/dev/null && cuobjdump -sass "${f%.cu}.cubin" > "${f%.cu}.sass"
   done

@@ -1,7 +1,7 @@
-// The calls of bench/cuda/launch-cost.ts issued from C: the host cost of cuLaunchKernel, cuBLAS, event record and
+// The calls of bench/lab/cuda/launch-cost.ts issued from C: the host cost of cuLaunchKernel, cuBLAS, event record and
 // stream wait without Node and koffi, on the same stream setup (a spin kernel keeps the stream busy; CALLS calls back
-// to back; median of ROUNDS rounds after a warm-up round). Built and run by bench/cuda/launch-cost.sh:
-//   nvcc -O2 -o launch-cost bench/cuda/launch-cost.cu -lcuda -lcublas && ./launch-cost [CALLS] [ROUNDS]
+// to back; median of ROUNDS rounds after a warm-up round). Built and run by bench/lab/cuda/launch-cost.sh:
+//   nvcc -O2 -o launch-cost bench/lab/cuda/launch-cost.cu -lcuda -lcublas && ./launch-cost [CALLS] [ROUNDS]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

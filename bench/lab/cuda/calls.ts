@@ -1,5 +1,5 @@
-// The CUDA calls bench/cuda/launch-cost.ts and launch-threads.ts time, on a stream of their own (one per thread in
-// launch-threads): the same kernels, buffers and shapes as bench/cuda/launch-cost.cu and launch-threads.cu.
+// The CUDA calls bench/lab/cuda/launch-cost.ts and launch-threads.ts time, on a stream of their own (one per thread in
+// launch-threads): the same kernels, buffers and shapes as bench/lab/cuda/launch-cost.cu and launch-threads.cu.
 import {
   CudaEvent,
   CudaStream,
@@ -12,7 +12,7 @@ import {
   openDevice,
   rowMajorGemm,
   rowMajorGemv,
-} from "../../src/cuda/index.js";
+} from "../../../src/cuda/index.js";
 
 const SOURCE = `extern "C" __global__ void spin(long long cycles) {
   long long t0 = clock64();

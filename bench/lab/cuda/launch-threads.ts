@@ -1,16 +1,16 @@
 /**
  * Does issuing CUDA calls from several host threads raise the calls per second? (Issue 19: with direct launches a
- * Caffe-style convolution is bound by one host thread issuing ~9 µs cuBLAS calls; bench/cuda/launch-cost.ts.)
+ * Caffe-style convolution is bound by one host thread issuing ~9 µs cuBLAS calls; bench/lab/cuda/launch-cost.ts.)
  * P worker threads (P in THREADS, default "1,2,4,8"), each with its own stream and cuBLAS handle on the process's
  * primary context, start together and issue CALLS calls each (a spin kernel keeps each stream busy so that no call
  * waits for the GPU); the rate is P·CALLS over the slowest thread's time, median of ROUNDS rounds.
- * bench/cuda/launch-threads.cu does the same from C (std::thread).
+ * bench/lab/cuda/launch-threads.cu does the same from C (std::thread).
  *
- *   node --import tsx bench/cuda/launch-threads.ts [--json FILE]
+ *   node --import tsx bench/lab/cuda/launch-threads.ts [--json FILE]
  */
 import { writeFileSync } from "node:fs";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import { moduleBootstrap } from "../../src/util/worker-module.js";
+import { moduleBootstrap } from "../../../src/util/worker-module.js";
 import { median, openCalls } from "./calls.js";
 
 const CALLS = Number(process.env["CALLS"] ?? 300);

@@ -6,12 +6,12 @@
  * and the speed-up over one stream is at most one stream's time over that. This times, per layer, as CUDA graphs:
  * one stream's whole iteration, the forward alone on pools of 4 … 32 lanes, and the chain of N GEMMs alone.
  *
- *   node --import tsx bench/glp4nn/chain-bound.ts [layer names, default the CaffeNet layers]
+ *   node --import tsx bench/lab/glp4nn/chain-bound.ts [layer names, default the CaffeNet layers]
  */
 
-import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
-import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
+import { TABLE5 } from "../../../src/bench/glp4nn/layers.js";
+import { ConvLayer } from "../../../src/engines/eager/conv-layer.js";
+import { GpuContext } from "../../../src/engines/gpu/context.js";
 import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);

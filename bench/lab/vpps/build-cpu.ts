@@ -6,8 +6,8 @@
  * checkout has `ComputationGraph.lend` (two loans stay out, as batches in flight do), else a snapshot into a reused
  * buffer. Also times the worker's side of the hand-over, `fromLent` or `fromSnapshot`. No GPU, no worker threads.
  *
- *   node --import tsx bench/vpps/build-cpu.ts
- *   BASE=/work/main node --import tsx bench/vpps/build-cpu.ts     # this checkout against another, interleaved
+ *   node --import tsx bench/lab/vpps/build-cpu.ts
+ *   BASE=/work/main node --import tsx bench/lab/vpps/build-cpu.ts     # this checkout against another, interleaved
  *
  * Environment: SST (directory with train.txt, default ../shared/data/sst), SIZES (default "1,8,128"), SAMPLES (timed
  * samples per size, default 60), WARMUP (samples, default 15, and at least one pass over the trees: the first epoch
@@ -25,16 +25,16 @@
  */
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { H100_SXM } from "../../src/cuda/hw/device-model.js";
-import { readTrees } from "../../src/data/sst.js";
-import type { TreeNode } from "../../src/data/tree.js";
-import { Vocabulary } from "../../src/data/vocab.js";
-import type { SchedulePool } from "../../src/engines/vpps/schedule/pool.js";
-import type { ComputationGraph, Expression } from "../../src/graph/graph.js";
-import type { CellFormulation } from "../../src/models/treelstm/model.js";
+import { H100_SXM } from "../../../src/cuda/hw/device-model.js";
+import { readTrees } from "../../../src/data/sst.js";
+import type { TreeNode } from "../../../src/data/tree.js";
+import { Vocabulary } from "../../../src/data/vocab.js";
+import type { SchedulePool } from "../../../src/engines/vpps/schedule/pool.js";
+import type { ComputationGraph, Expression } from "../../../src/graph/graph.js";
+import type { CellFormulation } from "../../../src/models/treelstm/model.js";
 
 const env = process.env;
-const dir = env["SST"] ?? join(import.meta.dirname, "../../../shared/data/sst");
+const dir = env["SST"] ?? join(import.meta.dirname, "../../../../shared/data/sst");
 const first = env["FIRST"] === "1";
 const samplesAsked = Number(env["SAMPLES"] ?? 60);
 const warmupSamples = Number(env["WARMUP"] ?? (first ? 5 : 15));
@@ -48,12 +48,12 @@ const usePool = env["POOL"] === "1";
 const trees: TreeNode[] = readTrees(join(dir, "train.txt"));
 const vocab = Vocabulary.fromTrees(trees);
 
-type GraphModule = typeof import("../../src/graph/graph.js");
-type ModelModule = typeof import("../../src/models/treelstm/model.js");
-type TaskModule = typeof import("../../src/models/treelstm/task.js");
-type PoolModule = typeof import("../../src/engines/vpps/schedule/pool.js");
-type PlanModule = typeof import("../../src/engines/vpps/plan/plan.js");
-type ParamsModule = typeof import("../../src/model/parameters.js");
+type GraphModule = typeof import("../../../src/graph/graph.js");
+type ModelModule = typeof import("../../../src/models/treelstm/model.js");
+type TaskModule = typeof import("../../../src/models/treelstm/task.js");
+type PoolModule = typeof import("../../../src/engines/vpps/schedule/pool.js");
+type PlanModule = typeof import("../../../src/engines/vpps/plan/plan.js");
+type ParamsModule = typeof import("../../../src/model/parameters.js");
 
 /** One checkout's graph and model: a step (renew, build, hand-over), the worker's rebuild, loss units. */
 interface Contender {
@@ -75,7 +75,7 @@ interface Contender {
 }
 
 async function contender(name: string, root: string | undefined): Promise<Contender> {
-  const url = (path: string) => pathToFileURL(join(resolve(root ?? join(import.meta.dirname, "../..")), path)).href;
+  const url = (path: string) => pathToFileURL(join(resolve(root ?? join(import.meta.dirname, "../../..")), path)).href;
   // .js when this file was compiled (line-level `node --cpu-prof` profiles need JavaScript: tsx maps to line 1)
   const ext = import.meta.url.endsWith(".ts") ? "ts" : "js";
   const G: GraphModule = await import(url(`src/graph/graph.${ext}`));

@@ -6,16 +6,16 @@
  * The same seeded digits and model as `vpps bench glp4nn --cnn-batches` (src/bench/glp4nn/cnn.ts). Run each setting
  * in its own process, under `node --cpu-prof` for the functions:
  *
- *   node --import tsx bench/glp4nn/lenet-phases.ts <1|auto> [batch 64] [steps 200]
+ *   node --import tsx bench/lab/glp4nn/lenet-phases.ts <1|auto> [batch 64] [steps 200]
  */
 
-import { seededDigits } from "../../src/bench/glp4nn/cnn.js";
-import { CudaEvent } from "../../src/cuda/index.js";
-import { EagerEngine, parseStreams } from "../../src/engines/eager/engine.js";
-import { ComputationGraph } from "../../src/graph/graph.js";
-import { LenetModel } from "../../src/models/cnn/model.js";
-import { makeTrainer } from "../../src/optim/trainers.js";
-import { loadSolver } from "../../src/streams/index.js";
+import { seededDigits } from "../../../src/bench/glp4nn/cnn.js";
+import { CudaEvent } from "../../../src/cuda/index.js";
+import { EagerEngine, parseStreams } from "../../../src/engines/eager/engine.js";
+import { ComputationGraph } from "../../../src/graph/graph.js";
+import { LenetModel } from "../../../src/models/cnn/model.js";
+import { makeTrainer } from "../../../src/optim/trainers.js";
+import { loadSolver } from "../../../src/streams/index.js";
 
 const streams = parseStreams(process.argv[2] ?? "1");
 const batch = Number(process.argv[3] ?? 64);

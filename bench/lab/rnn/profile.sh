@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the persistent RNN kernels' time goes, per configuration: Nsight Compute's warp-state, scheduler, throughput
 # and source-level stall sections of one forward and one backward launch, for the cases given as cell:hidden:batch.
-# Usage (GPU machine): OUT=... CASES="lstm:1152:16 rnn-tanh:1152:16" bash bench/rnn/profile.sh
+# Usage (GPU machine): OUT=... CASES="lstm:1152:16 rnn-tanh:1152:16" bash bench/lab/rnn/profile.sh
 # KINDS="forward" profiles one kernel only; CLOCK=none runs at the clock the GPU picks (ncu locks it to base by
 # default); the metrics give the SM clock, warp-level instructions, FFMAs (thread-level) and the issue rate.
 set -u

@@ -4,7 +4,7 @@
 # launched), interleaved: for each batch size in BATCHES, ROUNDS rounds of (examples, batches) runs of
 # `vpps train treelstm --engine vpps --epochs EPOCHS`; prints each run's sentences/s per epoch (the first epoch
 # includes compiling and profiling) and dev accuracy. Logs: $OUT/fixed-batches/<mode>-b<B>-<round>.{json,log}.
-#   source .gpu/env.sh && OUT=$OUT bash bench/vpps/fixed-batches.sh
+#   source .gpu/env.sh && OUT=$OUT bash bench/lab/vpps/fixed-batches.sh
 set -u
 OUT="${OUT:-out-fixed-batches}"
 R="$OUT/fixed-batches"

@@ -5,7 +5,7 @@
 // Timed (CUDA events, median of 7): each alone; both at once on the whole GPU; both at once with the chain on a green
 // context of k SMs and the lanes on one of the other SMs (cuDevSmResourceSplitByCount, cuGreenCtxStreamCreate). Also
 // checks that dW comes out bit for bit the same when the chain runs on a green context.
-//   nvcc -O2 -o green-chain bench/glp4nn/green-chain.cu -lcuda -lcublas && ./green-chain
+//   nvcc -O2 -o green-chain bench/lab/glp4nn/green-chain.cu -lcuda -lcublas && ./green-chain
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

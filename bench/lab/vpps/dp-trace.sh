@@ -3,7 +3,7 @@
 # per-GPU batch B (default 128) on each GPU count in GPUS (default "1 2 4"), fixed batches (`--shuffle batches`):
 # each rank prints, per epoch, its median step phases and per batch its GPU busy time, the all-reduces' and update's
 # time after the kernel (the wait for the slowest rank included) and the GPU's idle time before the batch.
-# Logs: $OUT/dp-trace/g<N>.{json,log}.   source .gpu/env.sh && OUT=$OUT bash bench/vpps/dp-trace.sh
+# Logs: $OUT/dp-trace/g<N>.{json,log}.   source .gpu/env.sh && OUT=$OUT bash bench/lab/vpps/dp-trace.sh
 set -u
 OUT="${OUT:-out-dp-trace}"
 R="$OUT/dp-trace"

@@ -2,11 +2,11 @@
  * A layer's iteration with CUDA graphs over a grid of forward × backward pool sizes (the benchmark's fixed pools are
  * the same size both ways): where the best asymmetric pair stands against the symmetric pools and one stream.
  *
- *   node --import tsx bench/glp4nn/pool-grid.ts [layer names, default CaffeNet conv3 and conv5]
+ *   node --import tsx bench/lab/glp4nn/pool-grid.ts [layer names, default CaffeNet conv3 and conv5]
  */
-import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
-import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
+import { TABLE5 } from "../../../src/bench/glp4nn/layers.js";
+import { ConvLayer } from "../../../src/engines/eager/conv-layer.js";
+import { GpuContext } from "../../../src/engines/gpu/context.js";
 import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);

@@ -4,7 +4,7 @@
 The persistent layer's non-recurrent work is cuBLAS SGEMMs: the input projection x·W_ihᵀ [N, G·H] before the forward,
 and the weight gradients dpreᵀ·h(t−1), dpreᵀ·x and dx = dpre·W_ih after the backward. This times the same shapes through
 PyTorch (cuBLAS / cuBLASLt, TF32 off) with CUDA events, median of 50 after warm-up, in each transposition a row-major
-caller can ask for, and prints TFLOP/s. Usage: python3 bench/rnn/gemm-probe.py [--hidden 1152] [--gates 4] [--rows 1024]
+caller can ask for, and prints TFLOP/s. Usage: python3 bench/lab/rnn/gemm-probe.py [--hidden 1152] [--gates 4] [--rows 1024]
 """
 import argparse
 import json

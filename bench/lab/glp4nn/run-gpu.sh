@@ -3,7 +3,7 @@
 # (logs, JSON, markdown, SVGs). Run from the repository root (after `source .gpu/env.sh`
 # where the lead's setup needs it):
 #
-#   bash bench/glp4nn/run-gpu.sh
+#   bash bench/lab/glp4nn/run-gpu.sh
 #
 # Parts (PARTS, default all, in this order; each under its own timeout, a failing part does not stop the others):
 #   tests  the GLP4NN GPU tests: test/gpu/{glp4nn,streams,conv,eager,cnn}.test.ts                      (TESTS_TIMEOUT 200 s)

@@ -8,15 +8,15 @@
 // and holds the batch until it is in (the fix). Prints one rank alone (WORLD_SIZE=1), then each mode's ranks' ms per
 // step.
 //
-//   node --import tsx bench/parallel/exchange-sim.ts [steps] [build] [schedule] [workers] [gpu]
+//   node --import tsx bench/lab/parallel/exchange-sim.ts [steps] [build] [schedule] [workers] [gpu]
 import { spawn } from "node:child_process";
-import type { DpExchange } from "../../src/engines/vpps/runtime/dp-exchange.js";
-import { BatchLauncher, type BatchTag, type LaunchVariant } from "../../src/engines/vpps/runtime/launcher.js";
-import type { VppsRuntime } from "../../src/engines/vpps/runtime/submit.js";
-import type { PooledBatch, SchedulePool } from "../../src/engines/vpps/schedule/pool.js";
-import type { ComputationGraph, Expression } from "../../src/graph/graph.js";
-import { rankEnvFrom } from "../../src/parallel/env.js";
-import { ProcessGroup } from "../../src/parallel/group.js";
+import type { DpExchange } from "../../../src/engines/vpps/runtime/dp-exchange.js";
+import { BatchLauncher, type BatchTag, type LaunchVariant } from "../../../src/engines/vpps/runtime/launcher.js";
+import type { VppsRuntime } from "../../../src/engines/vpps/runtime/submit.js";
+import type { PooledBatch, SchedulePool } from "../../../src/engines/vpps/schedule/pool.js";
+import type { ComputationGraph, Expression } from "../../../src/graph/graph.js";
+import { rankEnvFrom } from "../../../src/parallel/env.js";
+import { ProcessGroup } from "../../../src/parallel/group.js";
 
 const [steps, build, schedule, workers, gpu] = [200, 2, 16, 6, 2.4].map((d, i) => Number(process.argv[2 + i] ?? d));
 const launchMs = 0.2;
