@@ -1,7 +1,7 @@
 /**
  * Host cost of one call into CUDA from Node through koffi, against the same calls from C (bench/lab/cuda/launch-cost.cu,
  * built by bench/lab/cuda/launch-cost.sh on the GPU machine). What bounds GLP4NN's direct launches and the eager engine:
- * a host thread issues one kernel every T_launch, so kernels shorter than that cannot overlap (issue 19).
+ * a host thread issues one kernel every T_launch, so kernels shorter than that cannot overlap (GLP4NN).
  *
  *   node --import tsx bench/lab/cuda/launch-cost.ts [--json FILE]
  *

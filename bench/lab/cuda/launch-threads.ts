@@ -1,5 +1,5 @@
 /**
- * Does issuing CUDA calls from several host threads raise the calls per second? (Issue 19: with direct launches a
+ * Does issuing CUDA calls from several host threads raise the calls per second? (GLP4NN: with direct launches a
  * Caffe-style convolution is bound by one host thread issuing ~9 µs cuBLAS calls; bench/lab/cuda/launch-cost.ts.)
  * P worker threads (P in THREADS, default "1,2,4,8"), each with its own stream and cuBLAS handle on the process's
  * primary context, start together and issue CALLS calls each (a spin kernel keeps each stream busy so that no call

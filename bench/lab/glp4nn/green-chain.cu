@@ -1,4 +1,4 @@
-// Would reserving SMs for the weight chain help CaffeNet conv3's backward? (Issue 19; session14/caffenet/.) A native
+// Would reserving SMs for the weight chain help CaffeNet conv3's backward? (GLP4NN; docs/journal/glp4nn.md, "why CaffeNet stops below 2×".) A native
 // experiment with the backward's two GEMM streams of CaffeNet conv3 (N = 256, C = 256, 13×13, F = 384, 3×3):
 //   chain: 256 dW GEMMs (dW[384, 2304] += dy[n][384, 169] · col[n][2304, 169]ᵀ) one after another on one stream;
 //   lanes: 256 input-gradient GEMMs (col[2304, 169] = Wᵀ[2304, 384] · dy[n][384, 169]) dealt over L streams.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19 (GLP4NN) on the GPU machine, everything in one device call, results packed into ONE tarball under $OUT
+# GLP4NN on the GPU machine, everything in one device call, results packed into ONE tarball under $OUT
 # (logs, JSON, markdown, SVGs). Run from the repository root (after `source .gpu/env.sh`
 # where the lead's setup needs it):
 #

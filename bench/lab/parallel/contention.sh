@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20: what bounds a data-parallel VPPS job's hosts. On a multi-GPU machine, in one call: VPPS Tree-LSTM training
+# What bounds a data-parallel VPPS job's hosts. On a multi-GPU machine, in one call: VPPS Tree-LSTM training
 # at per-GPU batch B with VPPS_DP_TRACE=1 (the per-step host timeline), for each run named in RUNS:
 #   solo          one process on GPU 0, nothing else running;
 #   indep4        four independent one-GPU processes at once (GPUs 0-3, no process group);

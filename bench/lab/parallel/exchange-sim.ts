@@ -1,4 +1,4 @@
-// Issue 20 without a GPU: what the per-batch exchange of touched rows costs two VPPS ranks whose hosts are busy, with
+// Data-parallel VPPS without a GPU: what the per-batch exchange of touched rows costs two VPPS ranks whose hosts are busy, with
 // the real BatchLauncher (runtime/launcher.ts) and the real TCP process group (src/parallel/group.ts), and fakes for
 // what needs a GPU: the schedule workers (a batch is ready `schedule` ms after it was posted, on one of `workers`
 // workers) and the runtime (a launch takes `launch` ms of the host; the GPU runs one batch per `gpu` ms, at most

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 on a multi-GPU machine in one call: the 2-GPU tests, `vpps bench parallel` (one config at a time, each
+# Data parallelism on a multi-GPU machine in one call: the 2-GPU tests, `vpps bench parallel` (one config at a time, each
 # bounded), and PyTorch's golden RNN cases for test/rnn-pytorch.test.ts; everything packed into one tarball.
 #
 # ONLY=vpps-trace: just the Tree-LSTM on VPPS — the timeline runs below, then `vpps bench parallel --configs

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What fp32 GEMM rate the recurrent layers' GEMMs can reach on this GPU (issue 18, line 2's budget).
+"""What fp32 GEMM rate the recurrent layers' GEMMs can reach on this GPU (the LSTM 1152 forward+backward budget).
 
 The persistent layer's non-recurrent work is cuBLAS SGEMMs: the input projection x·W_ihᵀ [N, G·H] before the forward,
 and the weight gradients dpreᵀ·h(t−1), dpreᵀ·x and dx = dpre·W_ih after the backward. This times the same shapes through

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything issue 18 needs from the GPU machine in one call: the GPU tests, cuDNN through PyTorch and `vpps bench rnn`
+# Everything the persistent RNNs need from the GPU machine in one call: the GPU tests, cuDNN through PyTorch and `vpps bench rnn`
 # in the same call (same machine), packed into $OUT/rnn-results.tar.gz. With INSPECT=1 also the SASS summary of the
 # tightest kernels and a warp-state profile. Knobs: TESTS=0, CUDNN=0, BENCH_ARGS, REPEATS; OLD=<dir> also times the
 # code of another checkout (e.g. `git archive <commit> bin src package.json | tar -x -C <dir>`) in the same call,

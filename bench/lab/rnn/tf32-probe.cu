@@ -1,4 +1,4 @@
-// Issue 18 experiment (session 18): can tensor cores make a persistent step's recurrent product at batch 16 fast
+// Persistent-RNN experiment (2026-11-26): can tensor cores make a persistent step's recurrent product at batch 16 fast
 // enough, with the weights still held in registers, and how accurate is it?
 //
 // One CTA per SM, 512 threads (16 warps), each CTA holding a 40 × 1152 block of W_hh in registers (LSTM 1152 on 128
@@ -7,7 +7,7 @@
 // through shared memory. Variants:
 //   fma    fp32 FMAs, the weights in registers (5 rows × 18 columns a thread), the batch in tiles of 4 (as the
 //          persistent kernels do): a simple form, not our tuned kernel (its phases are measured in
-//          bench/results/h100/issue18/phases/)
+//          docs/journal/rnn.md)
 //   tf32x3 mma.sync m16n8k8 TF32 with the split a = a_big + a_small (CUTLASS's "3xTF32"): a_small·b_big +
 //          a_big·b_small + a_big·b_big, fp32 accumulation; the weights' B fragments are the registers
 //   tf32x1 one TF32 product (for the accuracy column only)

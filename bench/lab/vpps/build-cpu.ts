@@ -1,5 +1,5 @@
 /**
- * CPU-only micro-benchmark of the main thread's share of a VPPS training step (issue 20: each rank's main thread,
+ * CPU-only micro-benchmark of the main thread's share of a VPPS training step (data-parallel training: each rank's main thread,
  * not its GPU, bounds data-parallel training). The step timed: renew the graph, build the Tree-LSTM loss of an SST
  * batch (`TreeLstmModel.buildBatchLoss`, as `trainEpoch` does), and hand the nodes up to the loss over as
  * `SchedulePool.post` does: a loan of the graph's shared node arrays and a copy of its input values where the

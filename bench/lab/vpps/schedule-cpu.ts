@@ -1,5 +1,5 @@
 /**
- * CPU-only micro-benchmark of VPPS per-batch scheduling (issue 20: the schedule workers, not the GPU, bound
+ * CPU-only micro-benchmark of VPPS per-batch scheduling (data-parallel training: the schedule workers, not the GPU, bound
  * data-parallel training). Builds the Tree-LSTM graph of each SST batch as training does (the default model: fused
  * cell, hidden and embedding 256; the default plan for an H100) and times `VppsScheduler.schedule` alone — what a
  * schedule worker does per job after rebuilding the graph. No GPU is needed.
@@ -14,7 +14,7 @@
  * scheduler and by this one in turn, the scripts must be equal word for word, and each line adds the base's median
  * and the medians of the per-batch ratios of wall time and of process CPU time. On a shared machine whose speed
  * drifts within seconds, alternating batches compares the two under the same conditions, which runs one after the
- * other do not; even so, two runs of the same pair differ by up to ±5% (session 13: use 80+ batches and two runs).
+ * other do not; even so, two runs of the same pair differ by up to ±5% (use 80+ batches and two runs).
  * Prints one line per batch size (and scheduler): median, mean, minimum and quartiles of wall ms per batch, the
  * median process CPU time per batch (user + system of all threads), nodes per batch and µs per node.
  */
