@@ -68,7 +68,10 @@ describe("import rules (layers, engines, VPPS stages, cycles)", () => {
       past.join("\n"),
     );
     const parallel = planted({ from: "src/train/loop.ts", to: "src/parallel/group.ts" });
-    assert.ok(parallel.some((l) => /import the parallel face/.test(l)), parallel.join("\n"));
+    assert.ok(
+      parallel.some((l) => /import the parallel face/.test(l)),
+      parallel.join("\n"),
+    );
     assert.deepEqual(planted({ from: "src/cli/plan.ts", to: "src/engines/vpps/index.ts" }), []);
     assert.deepEqual(planted({ from: "src/engines/vpps/vpps.ts", to: "src/engines/vpps/schedule/scheduler.ts" }), []);
   });

@@ -168,7 +168,7 @@ describe("the seeded split", () => {
     assert.ok(a.dev.length > 60 && a.dev.length < 140 && a.test.length > 60 && a.test.length < 140);
   });
 
-  test("our WikiNER copy, seed 1: 1,343 / 178 / 175 sentences (the README's numbers)", { skip: noWikiner }, () => {
+  test("our WikiNER copy, seed 1: 1,343 / 178 / 175 sentences (docs/CLI.md's numbers)", { skip: noWikiner }, () => {
     const s = loadTaggedSplits(WIKINER_DIR, { splitSeed: 1 });
     assert.deepEqual([s.train.length, s.dev.length, s.test?.length], [1343, 178, 175]);
     assert.match(s.source, /dev\.txt split by --split-seed 1 \(train 1343, dev 178, test 175\)$/);

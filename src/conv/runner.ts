@@ -297,7 +297,7 @@ export class ConvRunner {
   }
 
   /**
-   * dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane` (bench/glp4nn/chain-bound.ts times a chain of them); or,
+   * dW += dy[n]·colᵀ (β = 1, in place, as Caffe) on `lane` (bench/lab/glp4nn/chain-bound.ts times a chain of them); or,
    * with `slot`, the same GEMM into a zeroed product slot (the chain's kernel, so its bits).
    */
   weightGemm(

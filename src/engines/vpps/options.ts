@@ -44,7 +44,7 @@ export interface VppsVariantOptions {
    * backward lists then runs as a forward-style product on the copies' holders, and W̄ after the backward pass.
    * true: only plans with copies; false: none; "profile" (the default with `rowsPerWarp: "profile"`; false with a
    * fixed rpw): both kinds are compiled and timed with the rpw variants, and the fastest kept (which one wins
-   * depends on the batch size: docs/journal/vpps-measurements.md).
+   * depends on the batch size: docs/journal/vpps.md).
    */
   readonly transposed?: boolean | "profile";
   /**

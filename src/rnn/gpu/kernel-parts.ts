@@ -101,7 +101,7 @@ export function phaseMacros(on: boolean): string {
 
 /**
  * Shared-memory addresses, the CTA's cluster rank and barrier, mbarriers, and TMA bulk copies (alone or multicast to
- * a cluster): CUDA that every RNN kernel module starts with (in COMMON) and that bench/rnn/broadcast-probe.ts builds
+ * a cluster): CUDA that every RNN kernel module starts with (in COMMON) and that bench/lab/rnn/broadcast-probe.ts builds
  * its probe from. Needs `typedef unsigned int u32;` before it.
  */
 export const TMA_CUDA = `__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }

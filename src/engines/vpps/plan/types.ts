@@ -55,7 +55,7 @@ export const WARPS_PER_CTA = THREADS_PER_CTA / 32;
  * Registers per thread kept free of parameters for the interpreter loop, addressing, the operand-list walk of the
  * matrix instructions, the vectors a matrix routine holds while multiplying (x chunks, ȳ rows, 8 partial sums) and
  * ptxas' temporaries: the most the Tree-LSTM kernels were found to need (64, with four slots of register gradients;
- * docs/journal/vpps-measurements.md) plus a margin. test/vpps-codegen.test.ts checks zero spills on every plan the
+ * docs/journal/vpps.md) plus a margin. test/vpps-codegen.test.ts checks zero spills on every plan the
  * planner offers, and the JIT refuses a kernel that spills (codegen/compile.ts).
  */
 export const INTERPRETER_RESERVED_REGS = 72;

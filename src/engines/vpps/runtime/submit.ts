@@ -10,7 +10,7 @@
  * and the status words and the loss are read back on a read-back stream after `finished` (the slot's block is not
  * written again before the slot is reused); the error words stay zero without an error, and the block is zeroed
  * again after one is reported. Each copy or memset taken off the kernel stream this way is GPU time between two
- * kernels saved, which is what small batches are made of (docs/journal/vpps-measurements.md).
+ * kernels saved, which is what small batches are made of (docs/journal/vpps.md).
  */
 import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
 import type { GradientReducer } from "../../data-parallel.js";
