@@ -1,6 +1,6 @@
 /**
  * The settings of `vpps train`: the command line's for a new run; for `--resume`, the saved run's, with what an
- * explicitly given flag may change (README, "Resuming a run"):
+ * explicitly given flag may change (docs/CLI.md, "Runs, checkpoints and resuming"):
  *
  * - refused when different: the data (`--data`, `--max-sentences`: a run never mixes training or dev sets) and the
  *   model's shape (the options the checkpoint's weights were built with: `--hidden`, `--embed`, `--cell`);

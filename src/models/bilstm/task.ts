@@ -93,7 +93,7 @@ export const TAGGER_OPTIONS: readonly ModelOption[] = [
   {
     key: "splitSeed",
     flag: "--split-seed <n>",
-    help: "seed of the train/dev/test split of a single --data file (the README states the rule)",
+    help: "seed of the train/dev/test split of a single --data file (docs/CLI.md states the rule)",
     type: positiveInt,
   },
   {

@@ -115,7 +115,7 @@ export class ScheduleWorkerError extends Error {
 /**
  * Default worker count (VPPS_SCHEDULE_WORKERS overrides it): one per spare core, at most 6 (`os.availableParallelism() - 1`, 0 on one core). Where the
  * host limits large batches, 6 workers gained much over 4 and 8 little over 6, while 8 cost a few percent at batch
- * 1 (docs/journal/vpps.md, "Schedule workers").
+ * 1 (docs/journal/vpps.md, "Where the time goes").
  */
 export function defaultScheduleWorkers(env: Readonly<Record<string, string | undefined>> = process.env): number {
   const v = env.VPPS_SCHEDULE_WORKERS;
@@ -507,7 +507,7 @@ export class SchedulePool<T = undefined> {
    * The worker to post to: the first with the fewest batches in hand (replies read first). Small batches then go to
    * the first few workers only, which V8 optimises sooner and whose caches stay warm; large batches keep every
    * worker busy. At batch 1 this beat round-robin on the first pass over the data and tied on the second
-   * (docs/journal/vpps.md, "Schedule workers").
+   * (docs/journal/vpps.md, "Where the time goes").
    */
   private leastBusy(): number {
     this.poll();
