@@ -10,8 +10,8 @@
  */
 
 import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
+import { GpuContext } from "../../src/cuda/index.js";
 import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
 import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);

@@ -5,8 +5,8 @@
  *   node --import tsx bench/glp4nn/pool-grid.ts [layer names, default CaffeNet conv3 and conv5]
  */
 import { TABLE5 } from "../../src/bench/glp4nn/layers.js";
+import { GpuContext } from "../../src/cuda/index.js";
 import { ConvLayer } from "../../src/engines/eager/conv-layer.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
 import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);

@@ -1,6 +1,5 @@
-import { openDevice } from "../cuda/device.js";
-import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../cuda/hw/device-model.js";
+import { CudaLibraryNotFoundError, openDevice } from "../cuda/index.js";
 import { formatPlan } from "../engines/vpps/plan/format.js";
 import { planVpps } from "../engines/vpps/plan/plan.js";
 import { onChipMatrices } from "../model/parameters.js";

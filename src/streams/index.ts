@@ -1,6 +1,7 @@
 // GLP4NN (docs/GLP4NN.md): the resource tracker that records kernels' resources and timings on their first launches,
 // the kernel analyser that sizes a stream pool from them, and its explanation for `--explain`.
 
+export { type Lane, type PoolBackend, StreamPool } from "../cuda/index.js";
 export {
   analyseConcurrency,
   type ConcurrencyCap,
@@ -14,7 +15,6 @@ export {
 export { explainChoice } from "./explain.js";
 export { callProfiles, captureFootprint, type KernelShape } from "./footprints.js";
 export { footprint, type KernelFootprint, type KernelProfile, type Resource } from "./kernels.js";
-export { type Lane, type PoolBackend, StreamPool } from "./pool.js";
 export { type IntegerProgram, type IntegerSolution, IntegerSolver, loadSolver, lpText } from "./solver.js";
 export {
   type LaunchShape,

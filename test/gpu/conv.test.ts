@@ -6,12 +6,11 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { cudaAvailable } from "../../src/cuda/index.js";
+import { cudaAvailable, GpuContext } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import { WEIGHT_SUMS } from "../../src/engines/eager/conv.js";
 import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import {

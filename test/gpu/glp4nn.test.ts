@@ -8,11 +8,10 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { benchModel } from "../../src/bench/models/index.js";
-import { CudaGraph, cudaAvailable, karg } from "../../src/cuda/index.js";
+import { CudaGraph, cudaAvailable, GpuContext, karg } from "../../src/cuda/index.js";
 import { analyseConvLayer, callFootprints, confirmPools, neighbourPools } from "../../src/engines/eager/conv-glp.js";
 import { ConvLayer, type ConvLayerShape } from "../../src/engines/eager/conv-layer.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
 import { ComputationGraph } from "../../src/graph/graph.js";
 import { makeTrainer } from "../../src/optim/trainers.js";
 import { captureFootprint, explainChoice, hardwareQueues, loadSolver } from "../../src/streams/index.js";

@@ -1,16 +1,14 @@
 // GLP4NN on a GPU: the resource tracker (src/streams/tracker.ts) times the eager engine's im2col for a CaffeNet conv1
 // sample and a cuBLAS GEMM on their first launches, with the stream kept ahead of the host (a spin kernel queued
 // first), reads their attributes from the driver, and the analyser's choice for them is printed (`--explain`); the
-// stream pool (src/streams/pool.ts) runs kernels at once, orders lanes by events, and joins them.
+// stream pool (src/cuda/runtime/stream-pool.ts) runs kernels at once, orders lanes by events, and joins them.
 // Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { deviceModelOfCuda } from "../../src/cuda/hw/device-model.js";
-import { CudaEvent, type CudaStream, cudaAvailable, karg } from "../../src/cuda/index.js";
+import { CudaEvent, type CudaStream, cudaAvailable, GpuContext, gridFor, karg } from "../../src/cuda/index.js";
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../../src/engines/eager/kernels.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
-import { gridFor } from "../../src/engines/gpu/parameters.js";
 import {
   analyseConcurrency,
   explainChoice,

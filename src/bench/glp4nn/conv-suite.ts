@@ -4,7 +4,7 @@
  * on every fixed pool size (the oracle), with direct launches and with the iteration captured once as a CUDA graph and
  * replayed. Every configuration's weight and bias gradients are compared bit for bit with one stream's.
  */
-import { CudaEvent, CudaGraph } from "../../cuda/index.js";
+import { CudaEvent, CudaGraph, type GpuContext } from "../../cuda/index.js";
 import type { ConvRunner } from "../../engines/eager/conv.js";
 import {
   analyseConvLayer,
@@ -17,7 +17,6 @@ import {
 } from "../../engines/eager/conv-glp.js";
 import { ConvLayer, MAX_LAYER_LANES } from "../../engines/eager/conv-layer.js";
 import { convThreadsFor } from "../../engines/eager/conv-threads.js";
-import type { GpuContext } from "../../engines/gpu/context.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
 import { median } from "../common.js";
 import type { Table5Layer } from "./layers.js";

@@ -5,9 +5,9 @@
  * (treelstm.ts). Writes glp4nn.json, glp4nn.md, explain.txt and one SVG per network into the results folder.
  */
 
+import { GpuContext } from "../../cuda/index.js";
 import { weightSumsFromEnv } from "../../engines/eager/conv.js";
 import type { LaunchMode } from "../../engines/eager/conv-glp.js";
-import { GpuContext } from "../../engines/gpu/context.js";
 import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
 import { hardwareQueues, loadSolver } from "../../streams/index.js";
 import { resultHeader } from "../common.js";

@@ -11,11 +11,10 @@
 // top (the gathered inputs of products, kept for their backward, and reusable GEMM outputs). When the two meet the
 // pass throws AuxOverflow and the engine lays out a larger region and starts the graph again.
 
-import { type KernelArg, karg, type RowMajorGemm } from "../../cuda/index.js";
+import { gridFor, type KernelArg, karg, type RowMajorGemm } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import { lookupRowIds } from "../../ops/rows.js";
-import { gridFor } from "../gpu/parameters.js";
 import { AB_BLOCK, type AutobatchKernelName } from "./cuda-kernels.js";
 import { ProductEncoder } from "./cuda-products.js";
 import type { BatchBackend } from "./executor.js";

@@ -5,10 +5,9 @@
 // dW_t += dYᵀ·X_t reuse the X_t gathered in forward (kept in the pool) and, for a parameter's single-term products,
 // are one GEMM per pass over all its batches (a weight area) rather than one per batch.
 
-import { karg, type RowMajorGemm } from "../../cuda/index.js";
+import { gridFor, karg, type RowMajorGemm } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
-import { gridFor } from "../gpu/parameters.js";
 import type { CudaBatchBackend } from "./cuda-backend.js";
 import { AB_BIAS_CHUNK, AB_BLOCK, AB_NONE } from "./cuda-kernels.js";
 import type { BatchPlan } from "./plan.js";

@@ -4,10 +4,9 @@
 // Lookups and products are batched by their own steps (CudaBatchBackend.lookupForward, cuda-products.ts), parameters
 // never: their entries say so.
 
-import { karg } from "../../cuda/index.js";
+import { gridFor, karg } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { isUnsupported, Op, type OpTable, opArray, unsupported } from "../../graph/opcodes.js";
-import { gridFor } from "../gpu/parameters.js";
 import type { CudaBatchBackend } from "./cuda-backend.js";
 import { AB_BLOCK, AB_WIDE_SUM, BinaryCode, UnaryCode } from "./cuda-kernels.js";
 

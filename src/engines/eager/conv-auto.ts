@@ -7,10 +7,10 @@
 // a convolution runs on one stream and is analysed at its next use; a failed analysis leaves it on one stream and says
 // why in the explanation.
 
+import type { GpuContext } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { imageGeometry } from "../../ops/image.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../streams/index.js";
-import type { GpuContext } from "../gpu/context.js";
 import { type ConvHost, ConvRunner, poolLanes } from "./conv.js";
 import { analyseConvLayer, callFootprints, confirmPools } from "./conv-glp.js";
 import { ConvLayer, MAX_LAYER_LANES } from "./conv-layer.js";

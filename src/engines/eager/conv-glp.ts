@@ -16,7 +16,7 @@
 // and 0 for a layer replayed as a CUDA graph (one host call launches every kernel of it).
 
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
+import { CudaEvent, CudaGraph, type CudaKernel, type CudaStream, gridFor, karg } from "../../cuda/index.js";
 import {
   analyseConcurrency,
   type ConcurrencyChoice,
@@ -28,7 +28,6 @@ import {
   median,
   ResourceTracker,
 } from "../../streams/index.js";
-import { gridFor } from "../gpu/parameters.js";
 import {
   CONV_CALLS,
   type ConvCallName,

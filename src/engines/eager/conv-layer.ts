@@ -5,9 +5,8 @@
 // conv-glp.ts profiles.
 
 import type { CudaKernel, CudaStream, DevicePtr, KernelArg } from "../../cuda/index.js";
+import { type CudaStreamPool, GpuContext, type GpuContextOptions, gridFor } from "../../cuda/index.js";
 import { convOutputSide, type ImageGeometry } from "../../ops/image.js";
-import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../gpu/context.js";
-import { gridFor } from "../gpu/parameters.js";
 import { type ConvHost, type ConvPointers, ConvRunner, oneLane, poolLanes, type WeightSums } from "./conv.js";
 import { convThreads, convThreadsFor } from "./conv-threads.js";
 import { EAGER_BLOCK, EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "./kernels.js";

@@ -3,8 +3,7 @@
 // (conv-dispatch.ts) with ConvRunner's parts on the parent runner's buffers.
 
 import { workerData } from "node:worker_threads";
-import { CudaKernel, CudaStream, getCublas, getDriver, openDevice } from "../../cuda/index.js";
-import { gridFor } from "../gpu/parameters.js";
+import { CudaKernel, CudaStream, getCublas, getDriver, gridFor, openDevice } from "../../cuda/index.js";
 import {
   type ConvHost,
   type ConvLane,

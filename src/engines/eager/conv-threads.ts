@@ -21,11 +21,10 @@
 
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import { type CudaEvent, getDriver } from "../../cuda/index.js";
+import { type CudaEvent, type CudaStreamPool, type GpuContext, getDriver } from "../../cuda/index.js";
 import type { ImageGeometry } from "../../ops/image.js";
 import { UserError } from "../../util/errors.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../../util/worker-module.js";
-import type { CudaStreamPool, GpuContext } from "../gpu/context.js";
 import {
   type ConvHost,
   type ConvIssuer,

@@ -8,7 +8,14 @@
 // address, so some nodes cost nothing: parameter nodes point at the parameter's weights (and gradient), input nodes
 // at their uploaded values, pickRange nodes at the slice of their argument.
 
-import { type CudaKernel, floatBits, karg } from "../../cuda/index.js";
+import {
+  type CudaKernel,
+  floatBits,
+  GpuContext,
+  type GpuContextOptions,
+  karg,
+  type StagingBuffer,
+} from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
@@ -16,7 +23,6 @@ import type { Trainer } from "../../optim/trainers.js";
 import { type IntegerSolver, loadSolver } from "../../streams/index.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
-import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
 import { oneLane, poolLanes } from "./conv.js";

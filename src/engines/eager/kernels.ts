@@ -10,7 +10,7 @@
 
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { DEVICE_LSTM_CELL } from "../../codegen/lstm-cell.js";
-import { GPU_BLOCK } from "../gpu/optimizer-kernels.js";
+import { GPU_BLOCK } from "../../cuda/index.js";
 import { DEVICE_ROW_LOSS } from "../gpu/row-loss-source.js";
 import { IMAGE_KERNEL_NAMES, IMAGE_KERNELS_SOURCE } from "./conv-kernels.js";
 

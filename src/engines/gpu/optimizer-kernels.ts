@@ -15,9 +15,7 @@
  */
 
 import { DEVICE_ADAM } from "../../codegen/device-math.js";
-
-/** Threads per block of the update kernels (and of the engines' grid-stride kernels). */
-export const GPU_BLOCK = 256;
+import { GPU_BLOCK } from "../../cuda/index.js";
 
 /** The program the update kernels are compiled under (one module per context). */
 export const OPTIMIZER_PROGRAM = "vpps_optimizer.cu";

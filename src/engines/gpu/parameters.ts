@@ -26,16 +26,18 @@ import {
   type CudaKernel,
   type DevicePtr,
   floatBits,
+  GPU_BLOCK,
+  type GpuContext,
+  gridFor,
   type KernelArg,
   karg,
   PinnedBuffer,
+  type StagingBuffer,
 } from "../../cuda/index.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, NonFiniteUpdateError, type Trainer } from "../../optim/trainers.js";
 import type { GradientReducer } from "../data-parallel.js";
-import type { GpuContext, StagingBuffer } from "./context.js";
 import {
-  GPU_BLOCK,
   OPTIMIZER_KERNEL_NAMES,
   OPTIMIZER_PROGRAM,
   type OptimizerKernelName,
@@ -45,14 +47,6 @@ import {
 /** `at` rounded up to the alignment of a parameter's gradient in the gradient region. */
 function alignGrad(at: number): number {
   return Math.ceil(at / GRAD_ALIGN_FLOATS) * GRAD_ALIGN_FLOATS;
-}
-
-/**
- * Blocks for a grid-stride kernel of GPU_BLOCK threads over n elements: enough to fill the GPU, few enough that
- * launch setup is cheap.
- */
-export function gridFor(n: number): number {
-  return Math.max(1, Math.min(Math.ceil(n / GPU_BLOCK), 4096));
 }
 
 /**

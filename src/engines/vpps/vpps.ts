@@ -28,7 +28,6 @@ import { argumentError } from "../../ops/common.js";
 import { UserError } from "../../util/errors.js";
 import type { GradientReducer } from "../data-parallel.js";
 import { requireCollection, requireScalar } from "../engine.js";
-import { GpuContext } from "../gpu/context.js";
 import {
   type CompiledVariant,
   compileVariantsAsync,
@@ -73,6 +72,9 @@ export type {
   VppsTrainingOptions,
   VppsVariantOptions,
 } from "./options.js";
+
+import { GpuContext } from "../../cuda/index.js";
+
 export type { VppsStats } from "./runtime/launcher.js";
 
 /**

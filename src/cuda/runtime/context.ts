@@ -3,26 +3,14 @@
 // bound to that stream, one DevicePool sized from the free memory, compiled modules, and pinned staging buffers for
 // host-to-device copies that do not block the host.
 
-import {
-  type CompileResult,
-  type Cublas,
-  type CublasHandle,
-  type CudaDevice,
-  CudaEvent,
-  type CudaKernel,
-  type CudaModule,
-  CudaStream,
-  compileCuda,
-  compileCudaAsync,
-  DevicePool,
-  getCublas,
-  loadModule,
-  openDevice,
-  PinnedBuffer,
-  parseDeviceSpec,
-} from "../../cuda/index.js";
-import { StreamPool } from "../../streams/pool.js";
 import { UserError } from "../../util/errors.js";
+import { type CompileResult, compileCuda, compileCudaAsync } from "../compile/compile.js";
+import { type Cublas, type CublasHandle, getCublas } from "../ffi/cublas.js";
+import { type CudaDevice, openDevice, parseDeviceSpec } from "./device.js";
+import { DevicePool, PinnedBuffer } from "./memory.js";
+import { type CudaKernel, type CudaModule, loadModule } from "./module.js";
+import { CudaEvent, CudaStream } from "./stream.js";
+import { StreamPool } from "./stream-pool.js";
 
 const GiB = 1024 ** 3;
 
@@ -214,7 +202,7 @@ export class GpuContext {
   }
 
   /**
-   * The context's stream pool with at least `size` streams (GLP4NN, src/streams/pool.ts): created on first use, grown
+   * The context's stream pool with at least `size` streams (GLP4NN, stream-pool.ts): created on first use, grown
    * when a larger one is asked for, freed with the context. Work forked to it from `stream` joins back to `stream`.
    */
   streamPool(size: number): CudaStreamPool {
@@ -287,14 +275,4 @@ export class GpuContext {
       this.device.close();
     }
   }
-}
-
-/** Device work an engine has queued, by kind (the benchmark reports them per batch). */
-export interface LaunchCounts {
-  /** Our kernels. */
-  kernels: number;
-  /** cuBLAS calls (each one or more kernels inside cuBLAS). */
-  cublas: number;
-  /** Asynchronous copies and memsets. */
-  copies: number;
 }
