@@ -27,6 +27,12 @@ describe("import rules (layers, engines, VPPS stages, cycles)", () => {
     );
   });
 
+  test("a planted import of a later part of cuda/ fails", () => {
+    const p = planted({ from: "src/cuda/ffi/driver.ts", to: "src/cuda/runtime/stream.ts", typeOnly: true });
+    assert.equal(p.length, 1);
+    assert.match(p[0]!, /cuda part 'ffi' may not import the later part 'runtime'/);
+  });
+
   test("a planted lateral import between engines fails, even type-only", () => {
     const p = planted({ from: "src/engines/eager/engine.ts", to: "src/engines/vpps/vpps.ts", typeOnly: true });
     assert.equal(p.length, 1);

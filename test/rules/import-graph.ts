@@ -1,6 +1,7 @@
 /**
  * The import graph of src/ and the rules it must keep (DESIGN.md §3, docs/ARCHITECTURE.md): layers import only
- * from layers before them; engines do not import each other; VPPS's stages import only earlier stages; no cycles.
+ * from layers before them; so do the parts of cuda/; engines do not import each other; VPPS's stages import only
+ * earlier stages; no cycles.
  * Read by test/import-rules.test.ts, which also plants violations to prove each rule can fail.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -64,6 +65,21 @@ export const ENGINE_UNITS: readonly {
     path: "src/engines/registry.ts",
     may: ["interface", "cpu", "gpu", "eager", "autobatch", "vpps"],
   },
+];
+
+/**
+ * Inside src/cuda/, the parts in dependency order; a part imports only from itself and earlier parts. The bindings
+ * know nothing of what is built on them; compile/ needs only NVRTC; runtime/ (the device floor: device, memory,
+ * streams, modules, GpuContext, the stream pool) compiles through compile/; hw/ reads runtime/'s device properties;
+ * `vpps info` and the face see everything. units.ts (byte counts in messages) is below all of them.
+ */
+export const CUDA_PARTS: readonly { readonly name: string; readonly paths: readonly string[] }[] = [
+  { name: "units", paths: ["src/cuda/units.ts"] },
+  { name: "ffi", paths: ["src/cuda/ffi/"] },
+  { name: "compile", paths: ["src/cuda/compile/"] },
+  { name: "runtime", paths: ["src/cuda/runtime/"] },
+  { name: "hw", paths: ["src/cuda/hw/"] },
+  { name: "face", paths: ["src/cuda/info.ts", "src/cuda/index.ts"] },
 ];
 
 /**
@@ -170,6 +186,17 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
     if (b > a) {
       say(e, `layer '${LAYERS[a]!.name}' may not import the later layer '${LAYERS[b]!.name}'`);
       continue;
+    }
+    if (LAYERS[a]!.name === "cuda" && LAYERS[b]!.name === "cuda") {
+      const pa = indexIn(CUDA_PARTS, e.from);
+      const pb = indexIn(CUDA_PARTS, e.to);
+      if (pa < 0) {
+        say(e, "the importing file is in no part of cuda/ (add it to CUDA_PARTS in test/rules/import-graph.ts)");
+      } else if (pb < 0) {
+        say(e, "the imported file is in no part of cuda/");
+      } else if (pb > pa) {
+        say(e, `cuda part '${CUDA_PARTS[pa]!.name}' may not import the later part '${CUDA_PARTS[pb]!.name}'`);
+      }
     }
     if (LAYERS[a]!.name === "engines") {
       const unit = (f: string) => ENGINE_UNITS.find((u) => f === u.path || f.startsWith(u.path));
