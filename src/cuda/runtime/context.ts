@@ -47,10 +47,10 @@ export interface GpuContextOptions {
    */
   device?: string | CudaDevice;
   /**
-   * Pool size in bytes (default: defaultPoolBytes of the free memory). 0: no pool, for code that allocates its own
-   * buffers (`pool` then throws).
+   * Pool size in bytes (default: defaultPoolBytes of the free memory); `null`: no pool, for code that allocates its
+   * own buffers (`pool` then throws).
    */
-  poolBytes?: number;
+  poolBytes?: number | null;
   /** Kernel cache folder; `null` disables the cache. Default: the compile cache's default folder. */
   cacheDir?: string | null;
 }
@@ -149,8 +149,10 @@ export class GpuContext {
       const handle = cublas.create();
       undo.push(() => cublas.destroy(handle));
       cublas.setStream(handle, stream.handle);
-      const bytes = opts.poolBytes ?? defaultPoolBytes(device.memInfo().free);
-      const pool = bytes === 0 ? undefined : DevicePool.create(bytes);
+      const pool =
+        opts.poolBytes === null
+          ? undefined
+          : DevicePool.create(opts.poolBytes ?? defaultPoolBytes(device.memInfo().free));
       if (pool) undo.push(() => pool.free());
       return new GpuContext(device, owned, stream, pool, cublas, handle, opts.cacheDir);
     } catch (e) {
@@ -165,10 +167,10 @@ export class GpuContext {
     }
   }
 
-  /** The device memory the engines allocate from. Throws for a context opened with `poolBytes: 0`. */
+  /** The device memory the engines allocate from. Throws for a context opened with `poolBytes: null`. */
   get pool(): DevicePool {
     if (this.devicePool === undefined) {
-      throw new Error("GpuContext: this context was opened without a device pool (poolBytes: 0)");
+      throw new Error("GpuContext: this context was opened without a device pool (poolBytes: null)");
     }
     return this.devicePool;
   }

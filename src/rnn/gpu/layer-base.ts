@@ -65,7 +65,7 @@ export type OwnedRnnGpu = GpuContext;
  * The device stays open after dispose() (as openDevice's does), so that the next layer's context finds it ready.
  */
 export function openRnnGpu(index: number): OwnedRnnGpu {
-  return GpuContext.open({ device: openDevice(index), poolBytes: 0 });
+  return GpuContext.open({ device: openDevice(index), poolBytes: null });
 }
 
 /** Device pointers of one layer direction's parameters (PyTorch layout) and their gradients. */
