@@ -1,11 +1,12 @@
-// What cuda.h declares and vpps uses: the value types that cross the boundary, the enum values, the result names,
-// and the C prototypes that koffi binds (driver.ts wraps them in the checked CudaDriver class).
+// What cuda.h declares and vpps uses: the value types that cross the boundary, the enum values, the result names and
+// the error a failed call throws, and the C prototypes that koffi binds (driver.ts wraps them in the checked
+// CudaDriver class).
 //
 // Representation of values crossing the boundary:
 // - Device pointers (CUdeviceptr) are JS `number`s. CUDA uses unified virtual addressing on 64-bit Linux, and user
 //   virtual addresses are below 2^48 (x86-64 and ARM64 with 48-bit VA), so a double holds them exactly (2^53). Numbers
 //   keep the hot path cheap: `base + 4 * offset` needs no BigInt allocation, and kernel arguments are packed without
-//   conversions. `toDevicePtr` (driver.ts) refuses any value that is not a safe integer instead of rounding it.
+//   conversions. `toDevicePtr` refuses any value that is not a safe integer instead of rounding it.
 // - Driver handles (CUcontext, CUstream, CUevent, CUmodule, CUfunction) and host pointers are `bigint`s, which is how
 //   koffi 3 represents pointers; nobody does arithmetic on handles. The NULL stream is `0n`.
 // - Out-parameters are passed as one-element typed arrays that koffi hands to C by address (no copy), reused across
@@ -124,6 +125,42 @@ export const CUDA_RESULT_NAMES: Readonly<Record<number, string>> = {
   801: "CUDA_ERROR_NOT_SUPPORTED",
   999: "CUDA_ERROR_UNKNOWN",
 };
+
+/** A failed driver call: `cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory — asked for 90.0 GiB`. */
+export class CudaError extends Error {
+  override readonly name = "CudaError";
+  constructor(
+    readonly call: string,
+    readonly code: number,
+    readonly codeName: string,
+    readonly description?: string,
+    readonly context?: string,
+  ) {
+    super(cudaErrorMessage(call, code, codeName, description, context));
+  }
+}
+
+export function cudaErrorMessage(
+  call: string,
+  code: number,
+  codeName: string,
+  description?: string,
+  context?: string,
+): string {
+  let message = `${call} failed: ${codeName} (${code})`;
+  if (description && description !== codeName) message += `: ${description}`;
+  if (context) message += ` — ${context}`;
+  return message;
+}
+
+/** Converts a 64-bit address from the driver to a DevicePtr, refusing values a double cannot hold exactly. */
+export function toDevicePtr(value: bigint | number, what: string): DevicePtr {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 0) {
+    throw new RangeError(`${what}: device address ${value} is not exactly representable as a number (needs < 2^53)`);
+  }
+  return n;
+}
 
 // --- The C prototypes (cuda.h, CUDA 13.0). Enum and CUdevice arguments are `int`; CUdeviceptr is `uint64_t`;
 // handles are `void *`. Out-parameters are typed pointers filled through one-element typed arrays. ---

@@ -1,6 +1,7 @@
-// The CUDA driver API (libcuda.so.1) through koffi: one typed class whose methods check every result and turn
-// out-parameters into return values, its errors, and the process-wide instance. The types, enum values and C
-// prototypes it binds are in driver-api.ts.
+// The CUDA driver API (libcuda.so.1) through koffi: one typed class whose methods check every result (a failure
+// throws CudaError) and turn out-parameters into return values, and the process-wide instance. The types, enum
+// values, errors and C prototypes it binds are in driver-api.ts; the public ones are re-exported here, so that
+// `ffi/driver.js` is the one module to import for libcuda.
 
 import koffi from "koffi";
 import { formatBytes } from "../units.js";
@@ -10,6 +11,7 @@ import {
   CUDA_ERROR_NOT_READY,
   CUDA_RESULT_NAMES,
   CUDA_SUCCESS,
+  CudaError,
   type DevicePtr,
   type Dim3,
   EventFlags,
@@ -24,13 +26,14 @@ import {
   type RawDriver,
   StreamCaptureMode,
   StreamFlags,
+  toDevicePtr,
 } from "./driver-api.js";
 import { type LoadedLibrary, loadCudaLibrary } from "./find.js";
 
-// The driver's types and enum values, with the class that uses them: `ffi/driver.js` is the one module to import
-// for libcuda.
 export {
   CUDA_RESULT_NAMES,
+  CudaError,
+  cudaErrorMessage,
   DeviceAttribute,
   type DevicePtr,
   type Dim3,
@@ -44,6 +47,7 @@ export {
   NULL_STREAM,
   StreamCaptureMode,
   StreamFlags,
+  toDevicePtr,
 } from "./driver-api.js";
 
 /**
@@ -52,42 +56,6 @@ export {
  * GLP4NN's choice held to 8 streams by CUDA's default ran up to 24% slower on the small Table 5 layers).
  */
 export const VPPS_DEFAULT_CONNECTIONS = 32;
-
-/** A failed driver call: `cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory — asked for 90.0 GiB`. */
-export class CudaError extends Error {
-  override readonly name = "CudaError";
-  constructor(
-    readonly call: string,
-    readonly code: number,
-    readonly codeName: string,
-    readonly description?: string,
-    readonly context?: string,
-  ) {
-    super(cudaErrorMessage(call, code, codeName, description, context));
-  }
-}
-
-export function cudaErrorMessage(
-  call: string,
-  code: number,
-  codeName: string,
-  description?: string,
-  context?: string,
-): string {
-  let message = `${call} failed: ${codeName} (${code})`;
-  if (description && description !== codeName) message += `: ${description}`;
-  if (context) message += ` — ${context}`;
-  return message;
-}
-
-/** Converts a 64-bit address from the driver to a DevicePtr, refusing values a double cannot hold exactly. */
-export function toDevicePtr(value: bigint | number, what: string): DevicePtr {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < 0) {
-    throw new RangeError(`${what}: device address ${value} is not exactly representable as a number (needs < 2^53)`);
-  }
-  return n;
-}
 
 /** The CUDA driver API with checked results. Obtain it with `getDriver()` (loads and initialises once). */
 export class CudaDriver {
