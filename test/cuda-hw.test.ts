@@ -10,8 +10,8 @@ import {
   readStatusError,
   STATUS_WORDS,
 } from "../src/codegen/grid-barrier.js";
+import { checkNoSpills, KernelSpillError } from "../src/cuda/compile/ptxas-report.js";
 import { deviceModelOfCuda, H100_SXM, H200, registersPerThread } from "../src/cuda/hw/device-model.js";
-import { checkNoSpills, KernelSpillError } from "../src/cuda/ptxas-report.js";
 import { INTERPRETER_RESERVED_REGS, registerBudget, THREADS_PER_CTA } from "../src/engines/vpps/plan/plan.js";
 import { VppsKernelError } from "../src/engines/vpps/runtime/pipeline.js";
 

@@ -8,14 +8,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import {
-  compileCuda,
   defaultCacheDir,
   kernelCacheKey,
   readCacheEntry,
   writeCacheEntry,
   writeFileAtomic,
-} from "../src/cuda/compile.js";
-import { cudaAvailable, parseDeviceSpec, readDeviceProperties } from "../src/cuda/device.js";
+} from "../src/cuda/compile/cache.js";
+import { compileCuda } from "../src/cuda/compile/compile.js";
 import {
   CublasError,
   type GemmArgs,
@@ -36,7 +35,8 @@ import {
   numberSourceLines,
 } from "../src/cuda/ffi/nvrtc.js";
 import { type CudaInfo, formatCudaInfo, formatCudaVersion, getCudaInfo } from "../src/cuda/info.js";
-import { ArenaAllocator, DevicePoolOutOfMemory, MAX_POOL_FLOATS } from "../src/cuda/memory.js";
+import { cudaAvailable, parseDeviceSpec, readDeviceProperties } from "../src/cuda/runtime/device.js";
+import { ArenaAllocator, DevicePoolOutOfMemory, MAX_POOL_FLOATS } from "../src/cuda/runtime/memory.js";
 import { formatBytes } from "../src/cuda/units.js";
 
 const GiB = 1024 ** 3;

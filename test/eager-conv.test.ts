@@ -17,10 +17,12 @@ import {
   type CudaKernel,
   type CudaStream,
   type KernelArg,
+  type PoolBackend,
   type RowMajorGemm,
   type RowMajorGemv,
   rowMajorGemm,
   rowMajorGemv,
+  StreamPool,
 } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { convBackward, convForward } from "../src/engines/eager/conv-node.js";
@@ -28,7 +30,6 @@ import type { EagerNodeKernels } from "../src/engines/eager/node-kernels.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { ParameterCollection } from "../src/model/parameters.js";
 import { type Conv2dOptions, conv2d, conv2dShape, flatten, type ImageShape, input, matVec } from "../src/ops/index.js";
-import { type PoolBackend, StreamPool } from "../src/streams/pool.js";
 import { randoms } from "./op-cases.js";
 import { scaleTolerance } from "./op-suite.js";
 

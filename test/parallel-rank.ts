@@ -1,6 +1,6 @@
 // A rank of a test job (test/parallel.test.ts starts it as a child process with the torchrun environment): joins the
 // process group, runs the collectives `argv[2]` names, prints what it got as one JSON line on stdout.
-import { openDevice } from "../src/cuda/device.js";
+import { openDevice } from "../src/cuda/runtime/device.js";
 import { rankEnvFrom } from "../src/parallel/env.js";
 import { ProcessGroup } from "../src/parallel/group.js";
 

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { Option } from "commander";
-import { cudaAvailable } from "../src/cuda/device.js";
+import { cudaAvailable } from "../src/cuda/runtime/device.js";
 import { AutobatchCpuEngine } from "../src/engines/autobatch/cpu-batched.js";
 import { AutobatchGpuEngine } from "../src/engines/autobatch/gpu-engine.js";
 import { CpuEngine } from "../src/engines/cpu.js";

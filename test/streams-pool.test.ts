@@ -1,7 +1,7 @@
-// GLP4NN's stream pool (src/streams/pool.ts) on a fake backend that logs what it is asked: streams and handles
-// created once, round-robin lanes, extra lanes, event sets, the events of fork and join, growth, and disposal. The order these
-// events impose on a convolution's work is checked in test/eager-conv.test.ts; test/gpu/streams.test.ts runs the
-// pool on a GPU.
+// GLP4NN's stream pool (src/cuda/runtime/stream-pool.ts) on a fake backend that logs what it is asked: streams and
+// handles created once, round-robin lanes, extra lanes, event sets, the events of fork and join, growth, and disposal.
+// The order these events impose on a convolution's work is checked in test/eager-conv.test.ts; test/gpu/streams.test.ts
+// runs the pool on a GPU.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";

@@ -5,7 +5,7 @@
 import { existsSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { cudaAvailable } from "../cuda/device.js";
+import { cudaAvailable } from "../cuda/index.js";
 import { PACKAGE_ROOT } from "./common.js";
 import { BenchError } from "./errors.js";
 

@@ -8,13 +8,12 @@
  * Several engines given to `timeBaselines` at once alternate their repeats, so that slow phases of a shared machine
  * hit every engine alike.
  */
-import { CudaEvent, type CudaStream } from "../cuda/index.js";
+import { CudaEvent, type CudaStream, type GpuContext } from "../cuda/index.js";
 import { AutobatchCpuEngine } from "../engines/autobatch/cpu-batched.js";
 import { AutobatchGpuEngine, type CudaAutobatchDevice } from "../engines/autobatch/gpu-engine.js";
 import { CpuEngine } from "../engines/cpu.js";
 import { EagerEngine } from "../engines/eager/engine.js";
 import type { Engine } from "../engines/engine.js";
-import type { GpuContext } from "../engines/gpu/context.js";
 import { ComputationGraph } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { makeTrainer } from "../optim/trainers.js";

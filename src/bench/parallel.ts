@@ -10,8 +10,7 @@
  */
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { queryDeviceProperties } from "../cuda/device.js";
-import { getDriver } from "../cuda/ffi/driver.js";
+import { getDriver, queryDeviceProperties } from "../cuda/index.js";
 import { PACKAGE_ROOT } from "./common.js";
 import { gpuDevice, requireGpu, resultsDir } from "./device.js";
 import { BenchError } from "./errors.js";

@@ -257,6 +257,6 @@ export function runRnnBench(
   }
   start.destroy();
   end.destroy();
-  gpu.close();
+  gpu.dispose();
   return { device: device.props.name, rows, largest };
 }

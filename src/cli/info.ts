@@ -1,4 +1,4 @@
-import { formatCudaInfo, getCudaInfo } from "../cuda/info.js";
+import { formatCudaInfo, getCudaInfo } from "../cuda/index.js";
 import { writeOut } from "./output.js";
 
 /** `vpps info`: what the GPU and CUDA libraries are, or why the CPU engine will be used. */

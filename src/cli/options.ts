@@ -4,7 +4,7 @@
  * as one line with the command's usage. The syntax is strict: `Number()` alone would take "", " 5", "0x10" and "1e3"
  * as numbers, so a typo would become a value.
  */
-import { parseDeviceSpec } from "../cuda/device.js";
+import { parseDeviceSpec } from "../cuda/index.js";
 import { UsageError } from "../util/errors.js";
 import { quote } from "../util/text.js";
 

@@ -2,9 +2,7 @@
 // what a rank sets up (device, NCCL, the process group). docs/PARALLEL.md describes the whole.
 
 import { fileURLToPath } from "node:url";
-import { cudaAvailable, parseDeviceSpec } from "../cuda/device.js";
-import { getDriver } from "../cuda/ffi/driver.js";
-import { getNccl } from "../cuda/ffi/nccl.js";
+import { cudaAvailable, getDriver, getNccl, parseDeviceSpec } from "../cuda/index.js";
 import { engineEntry } from "../engines/registry.js";
 import { checkBatchSplit, launchRanks, ProcessGroup, type RankEnv } from "../parallel/index.js";
 import { CliError } from "./errors.js";

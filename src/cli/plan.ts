@@ -1,6 +1,5 @@
-import { openDevice } from "../cuda/device.js";
-import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelFromProperties, H100_SXM, H200 } from "../cuda/hw/device-model.js";
+import { CudaLibraryNotFoundError, openDevice } from "../cuda/index.js";
 import { formatPlan, planVpps } from "../engines/vpps/index.js";
 import { onChipMatrices } from "../model/parameters.js";
 import type { AnyTask } from "../models/task.js";

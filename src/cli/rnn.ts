@@ -6,9 +6,8 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Command, Option } from "commander";
 import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/options.js";
-import { openDevice } from "../cuda/device.js";
-import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
+import { CudaLibraryNotFoundError, openDevice } from "../cuda/index.js";
 import { clustered } from "../rnn/gpu/kernel-source.js";
 import {
   chooseRnnLaunch,

@@ -7,7 +7,7 @@
 // a convolution runs on one stream and is analysed at its next use; a failed analysis leaves it on one stream and says
 // why in the explanation.
 
-import type { GpuContext } from "../engines/gpu/context.js";
+import type { GpuContext } from "../cuda/index.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../glp4nn/index.js";
 import type { ImageGeometry } from "../ops/image.js";
 import { analyseConvLayer, callFootprints, confirmPools } from "./glp.js";

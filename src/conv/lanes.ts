@@ -2,7 +2,7 @@
 //
 // A sample's kernels run on one lane: a stream, a cuBLAS handle bound to it (its own cuBLAS workspace), and the
 // lane's own column buffers (one buffer shared by samples in flight on different streams would be a race). By default
-// there is one lane, the engine's stream; with GLP4NN's stream pool (src/streams/pool.ts) sample n goes to lane
+// there is one lane, the engine's stream; with GLP4NN's stream pool (StreamPool, src/cuda/runtime/stream-pool.ts) sample n goes to lane
 // n mod L, the lanes forked from the engine's stream and joined back to it after the layer. The weight and bias
 // gradients are accumulated in place, sample after sample in the order n = 0, 1, … (GEMM and GEMV with β = 1, as
 // Caffe does; never atomics), each chain on a stream of its own: the bias's GEMVs on the side lane, the weight's
@@ -25,7 +25,7 @@
 // (a pair of events per slot), so a lane runs up to R samples ahead of the chain instead of one.
 
 import type { CublasHandle, CudaStream } from "../cuda/index.js";
-import type { Lane, StreamPool } from "../streams/pool.js";
+import type { Lane, StreamPool } from "../cuda/runtime/stream-pool.js";
 import { UserError } from "../util/errors.js";
 
 /**

@@ -6,7 +6,7 @@
 
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../codegen/eager-kernels.js";
 import type { DevicePtr } from "../cuda/index.js";
-import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../engines/gpu/context.js";
+import { type CudaStreamPool, GpuContext, type GpuContextOptions } from "../cuda/index.js";
 import { convOutputSide, type ImageGeometry } from "../ops/image.js";
 import { type ConvHost, directHost } from "./kernels.js";
 import { oneLane, poolLanes, type WeightSums } from "./lanes.js";

@@ -21,8 +21,8 @@
 
 import { availableParallelism } from "node:os";
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
+import type { CudaStreamPool, GpuContext } from "../cuda/index.js";
 import { type CudaEvent, getDriver } from "../cuda/index.js";
-import type { CudaStreamPool, GpuContext } from "../engines/gpu/context.js";
 import type { ImageGeometry } from "../ops/image.js";
 import { UserError } from "../util/errors.js";
 import { MODULE_BOOTSTRAP, siblingModule } from "../util/worker-module.js";

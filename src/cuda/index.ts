@@ -1,31 +1,24 @@
-// The CUDA layer's public surface: devices, memory, streams/events, compilation and launch, cuBLAS, `vpps info`.
-// The raw bindings stay reachable through the ffi/ modules for the engines that need a call not wrapped here.
+// The CUDA layer's public surface. ffi/ binds the libraries (one file each: driver, NVRTC, cuBLAS, NCCL); compile/
+// turns CUDA C++ into cubins through NVRTC and a content-hash cache, and reads ptxas's spill report; runtime/ is the
+// device floor every GPU system stands on (device, memory, streams and events, CUDA graphs, modules and launches,
+// GpuContext, GLP4NN's stream pool); info.ts is `vpps info`. The raw bindings stay reachable through the ffi/
+// modules for code that needs a call not wrapped here; hw/ (the device model) is a face of its own.
 
 export {
-  type CompileRequest,
-  type CompileResult,
-  CudaKernel,
-  CudaModule,
-  compileCuda,
-  compileCudaAsync,
+  type CacheKeyInput,
   defaultCacheDir,
-  getFunction,
   KERNEL_CACHE_FORMAT,
-  type KernelAttributes,
   kernelCacheKey,
-  type LaunchConfig,
-  loadModule,
   writeFileAtomic,
-} from "./compile.js";
+} from "./compile/cache.js";
+export { type CompileRequest, type CompileResult, compileCuda, compileCudaAsync } from "./compile/compile.js";
 export {
-  CudaDevice,
-  cudaAvailable,
-  type DeviceProperties,
-  type DeviceSpec,
-  MAX_REGISTERS_PER_THREAD,
-  openDevice,
-  parseDeviceSpec,
-} from "./device.js";
+  assertNoSpills,
+  checkNoSpills,
+  KernelSpillError,
+  type PtxasFunctionReport,
+  parsePtxasReport,
+} from "./compile/ptxas-report.js";
 export {
   Cublas,
   CublasError,
@@ -67,8 +60,29 @@ export {
   NcclUnavailableError,
 } from "./ffi/nccl.js";
 export { getNvrtc, Nvrtc, NvrtcCompileError, NvrtcError } from "./ffi/nvrtc.js";
-export { CudaGraph } from "./graph.js";
 export { type CudaInfo, type CudaLibraryStatus, formatCudaInfo, getCudaInfo } from "./info.js";
+export {
+  type CudaStreamPool,
+  DEFAULT_POOL_CAP_BYTES,
+  defaultPoolBytes,
+  GpuContext,
+  type GpuContextOptions,
+  gpuIndexOf,
+  type KernelSet,
+  StagingBuffer,
+} from "./runtime/context.js";
+export {
+  CudaDevice,
+  cudaAvailable,
+  type DeviceProperties,
+  type DeviceSpec,
+  MAX_REGISTERS_PER_THREAD,
+  openDevice,
+  parseDeviceSpec,
+  queryDeviceProperties,
+} from "./runtime/device.js";
+export { CudaGraph } from "./runtime/graph.js";
+export { GPU_BLOCK, gridFor, type LaunchCounts } from "./runtime/launch.js";
 export {
   ArenaAllocator,
   DevicePool,
@@ -78,6 +92,15 @@ export {
   POOL_ALIGN_BYTES,
   type PoolArray,
   type PoolStats,
-} from "./memory.js";
-export { CudaEvent, CudaStream } from "./stream.js";
+} from "./runtime/memory.js";
+export {
+  CudaKernel,
+  CudaModule,
+  getFunction,
+  type KernelAttributes,
+  type LaunchConfig,
+  loadModule,
+} from "./runtime/module.js";
+export { CudaEvent, CudaStream } from "./runtime/stream.js";
+export { type Lane, type PoolBackend, StreamPool } from "./runtime/stream-pool.js";
 export { formatBytes } from "./units.js";

@@ -1,12 +1,12 @@
 // What `vpps info` reports about CUDA: the libraries found (paths, versions), the driver, and every GPU's properties
 // that matter for kernel generation — or, without a GPU, exactly what was missing.
 
-import { type DeviceProperties, queryDeviceProperties } from "./device.js";
 import { getCublas } from "./ffi/cublas.js";
 import { CudaDriver } from "./ffi/driver.js";
 import { type CudaLibraryName, CudaLibraryNotFoundError, loadCudaLibrary } from "./ffi/find.js";
 import { getNccl, Nccl, NcclUnavailableError } from "./ffi/nccl.js";
 import { getNvrtc } from "./ffi/nvrtc.js";
+import { type DeviceProperties, queryDeviceProperties } from "./runtime/device.js";
 import { formatBytes } from "./units.js";
 
 export interface CudaLibraryStatus {

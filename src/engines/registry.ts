@@ -3,8 +3,7 @@
  * do, and how to make one. `createEngine` makes engines from it, the CLI builds `--engine` and its help from it, and
  * the training loop asks it which engine evaluates an engine that cannot run forward-only passes (VPPS).
  */
-import { cudaAvailable, parseDeviceSpec } from "../cuda/device.js";
-import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
+import { CudaLibraryNotFoundError, cudaAvailable, parseDeviceSpec } from "../cuda/index.js";
 import type { ParameterCollection } from "../model/parameters.js";
 import { UserError } from "../util/errors.js";
 import { AutobatchCpuEngine } from "./autobatch/cpu-batched.js";

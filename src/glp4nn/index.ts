@@ -1,9 +1,9 @@
 // GLP4NN (docs/GLP4NN.md): the resource tracker that records kernels' resources and timings on their first launches,
 // the kernel analyser that sizes a stream pool from them, and its explanation for `--explain`. The stream pool
-// itself is part of the CUDA runtime (src/streams/pool.ts until it moves to src/cuda/runtime/), re-exported here.
+// itself is part of the CUDA runtime (src/cuda/runtime/stream-pool.ts), re-exported here.
 // Its users: the conv layer (src/conv/) and the eager engine's levels (src/engines/eager/level-glp.ts).
 
-export { type Lane, type PoolBackend, StreamPool } from "../streams/pool.js";
+export { type Lane, type PoolBackend, StreamPool } from "../cuda/index.js";
 export {
   analyseConcurrency,
   type ConcurrencyCap,

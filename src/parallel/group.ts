@@ -7,9 +7,16 @@
 // the requests by position (`outstanding`).
 
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
-import type { DevicePtr, Handle } from "../cuda/ffi/driver.js";
-import { getNccl, type Nccl, type NcclComm, NcclDataType, NcclRedOp } from "../cuda/ffi/nccl.js";
-import { CudaEvent } from "../cuda/stream.js";
+import {
+  CudaEvent,
+  type DevicePtr,
+  getNccl,
+  type Handle,
+  type Nccl,
+  type NcclComm,
+  NcclDataType,
+  NcclRedOp,
+} from "../cuda/index.js";
 import type { GradientReducer, PendingHostGather } from "../engines/data-parallel.js";
 import { UserError } from "../util/errors.js";
 import { moduleBootstrap, siblingModule } from "../util/worker-module.js";

@@ -7,10 +7,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ConvLayer, type ConvLayerShape, WEIGHT_SUMS } from "../../src/conv/index.js";
-import { cudaAvailable } from "../../src/cuda/index.js";
+import { cudaAvailable, GpuContext } from "../../src/cuda/index.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
 import { ComputationGraph, type Expression } from "../../src/graph/graph.js";
 import { ParameterCollection } from "../../src/model/parameters.js";
 import {

@@ -9,14 +9,20 @@ import assert from "node:assert/strict";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { type CudaKernel, cudaAvailable, type DevicePtr, type Handle, karg } from "../../src/cuda/index.js";
+import {
+  type CudaKernel,
+  cudaAvailable,
+  type DevicePtr,
+  type GpuContext,
+  type Handle,
+  karg,
+} from "../../src/cuda/index.js";
 import { syntheticTrees } from "../../src/data/synthetic.js";
 import type { TreeNode } from "../../src/data/tree.js";
 import { Vocabulary } from "../../src/data/vocab.js";
 import { AutobatchGpuEngine } from "../../src/engines/autobatch/gpu-engine.js";
 import type { DataParallelEngine, GradientReducer } from "../../src/engines/data-parallel.js";
 import { EagerEngine } from "../../src/engines/eager/engine.js";
-import type { GpuContext } from "../../src/engines/gpu/context.js";
 import { DP_BUCKET_FLOATS } from "../../src/engines/gpu/parameters.js";
 import { VppsEngine } from "../../src/engines/vpps/engine.js";
 import { ComputationGraph } from "../../src/graph/graph.js";

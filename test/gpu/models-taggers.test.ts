@@ -5,8 +5,8 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { KernelSpillError } from "../../src/cuda/compile/ptxas-report.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
-import { KernelSpillError } from "../../src/cuda/ptxas-report.js";
 import { CpuEngine } from "../../src/engines/cpu.js";
 import type { Engine } from "../../src/engines/engine.js";
 import { createEngine } from "../../src/engines/index.js";

@@ -240,7 +240,7 @@ describe("a persistent launch whose CTAs are not all resident", { skip }, () => 
       for (const p of ptrs) d.memFree(p);
       ws.dispose();
       layer.dispose();
-      gpu.close();
+      gpu.dispose();
     }
   });
 });

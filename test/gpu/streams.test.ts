@@ -1,7 +1,7 @@
 // GLP4NN on a GPU: the resource tracker (src/glp4nn/tracker.ts) times the eager engine's im2col for a CaffeNet conv1
 // sample and a cuBLAS GEMM on their first launches, with the stream kept ahead of the host (a spin kernel queued
 // first), reads their attributes from the driver, and the analyser's choice for them is printed (`--explain`); the
-// stream pool (src/streams/pool.ts) runs kernels at once, orders lanes by events, and joins them.
+// stream pool (src/cuda/runtime/stream-pool.ts) runs kernels at once, orders lanes by events, and joins them.
 // Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";
@@ -9,8 +9,8 @@ import { describe, test } from "node:test";
 import { EAGER_KERNEL_NAMES, EAGER_PROGRAM, eagerKernelSource } from "../../src/codegen/eager-kernels.js";
 import { deviceModelOfCuda } from "../../src/cuda/hw/device-model.js";
 import { CudaEvent, type CudaStream, cudaAvailable, karg } from "../../src/cuda/index.js";
+import { GpuContext } from "../../src/cuda/runtime/context.js";
 import { gridFor } from "../../src/cuda/runtime/launch.js";
-import { GpuContext } from "../../src/engines/gpu/context.js";
 import {
   analyseConcurrency,
   explainChoice,

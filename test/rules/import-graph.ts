@@ -1,7 +1,7 @@
 /**
  * The import graph of src/ and the rules it must keep (DESIGN.md §3, docs/ARCHITECTURE.md): layers import only
- * from layers before them; engines do not import each other; VPPS's stages import only earlier stages; a system is
- * entered through its face only; no cycles.
+ * from layers before them; so do the parts of cuda/; engines do not import each other; VPPS's stages import only
+ * earlier stages; a system is entered through its face only; no cycles.
  * Read by test/import-rules.test.ts, which also plants violations to prove each rule can fail.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -28,7 +28,6 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
   { name: "cuda", paths: ["src/cuda/"] },
   { name: "codegen", paths: ["src/codegen/"] },
   // the stream pool, until it moves down to src/cuda/runtime/
-  { name: "streams", paths: ["src/streams/"] },
   { name: "glp4nn", paths: ["src/glp4nn/"] },
   { name: "rnn", paths: ["src/rnn/"] },
   { name: "conv", paths: ["src/conv/"] },
@@ -42,23 +41,6 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
   { name: "cli", paths: ["src/cli/"] },
   { name: "package root", paths: ["src/index.ts"] },
 ];
-
-/**
- * Imports that break the layering for now, each with what ends it (then delete the entry): checked like every other
- * import otherwise, and an entry that no import uses any more fails the test, so that none outlives its reason.
- */
-export const TEMPORARY_ALLOWANCES: readonly { readonly from: string; readonly to: string; readonly until: string }[] = [
-  {
-    from: "src/conv/",
-    to: "src/engines/gpu/context.ts",
-    until: "GpuContext and its stream pool move down to src/cuda/runtime/context.ts",
-  },
-];
-
-/** Whether an import is one of TEMPORARY_ALLOWANCES. */
-export function temporarilyAllowed(e: Pick<ImportEdge, "from" | "to">): boolean {
-  return TEMPORARY_ALLOWANCES.some((a) => e.from.startsWith(a.from) && e.to === a.to);
-}
 
 /**
  * Inside src/engines/: the engines proper never import one another (what they share lives in engines/gpu/ or a
@@ -85,6 +67,21 @@ export const ENGINE_UNITS: readonly {
     path: "src/engines/registry.ts",
     may: ["interface", "cpu", "gpu", "eager", "autobatch", "vpps"],
   },
+];
+
+/**
+ * Inside src/cuda/, the parts in dependency order; a part imports only from itself and earlier parts. The bindings
+ * know nothing of what is built on them; compile/ needs only NVRTC; runtime/ (the device floor: device, memory,
+ * streams, modules, GpuContext, the stream pool) compiles through compile/; hw/ reads runtime/'s device properties;
+ * `vpps info` and the face see everything. units.ts (byte counts in messages) is below all of them.
+ */
+export const CUDA_PARTS: readonly { readonly name: string; readonly paths: readonly string[] }[] = [
+  { name: "units", paths: ["src/cuda/units.ts"] },
+  { name: "ffi", paths: ["src/cuda/ffi/"] },
+  { name: "compile", paths: ["src/cuda/compile/"] },
+  { name: "runtime", paths: ["src/cuda/runtime/"] },
+  { name: "hw", paths: ["src/cuda/hw/"] },
+  { name: "face", paths: ["src/cuda/info.ts", "src/cuda/index.ts"] },
 ];
 
 /**
@@ -200,9 +197,20 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
       say(e, "the imported file is in no layer");
       continue;
     }
-    if (b > a && !temporarilyAllowed(e)) {
+    if (b > a) {
       say(e, `layer '${LAYERS[a]!.name}' may not import the later layer '${LAYERS[b]!.name}'`);
       continue;
+    }
+    if (LAYERS[a]!.name === "cuda" && LAYERS[b]!.name === "cuda") {
+      const pa = indexIn(CUDA_PARTS, e.from);
+      const pb = indexIn(CUDA_PARTS, e.to);
+      if (pa < 0) {
+        say(e, "the importing file is in no part of cuda/ (add it to CUDA_PARTS in test/rules/import-graph.ts)");
+      } else if (pb < 0) {
+        say(e, "the imported file is in no part of cuda/");
+      } else if (pb > pa) {
+        say(e, `cuda part '${CUDA_PARTS[pa]!.name}' may not import the later part '${CUDA_PARTS[pb]!.name}'`);
+      }
     }
     if (LAYERS[a]!.name === "engines") {
       const unit = (f: string) => ENGINE_UNITS.find((u) => f === u.path || f.startsWith(u.path));

@@ -11,7 +11,7 @@
 
 import { TABLE5 } from "../../../src/bench/glp4nn/layers.js";
 import { ConvLayer } from "../../../src/conv/layer.js";
-import { GpuContext } from "../../../src/engines/gpu/context.js";
+import { GpuContext } from "../../../src/cuda/index.js";
 import { graphMedianMs } from "./graph-timing.js";
 
 const names = process.argv.slice(2);

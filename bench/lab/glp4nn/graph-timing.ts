@@ -1,7 +1,8 @@
 // Shared by the GLP4NN analysis scripts (chain-bound.ts, pool-grid.ts): the median time of some work captured once
 // as a CUDA graph and replayed.
+
+import type { GpuContext } from "../../../src/cuda/index.js";
 import { CudaEvent, CudaGraph } from "../../../src/cuda/index.js";
-import type { GpuContext } from "../../../src/engines/gpu/context.js";
 
 /** `run` captured on the context's stream as a graph, launched once to warm, then `repeats` times: the median ms. */
 export function graphMedianMs(ctx: GpuContext, run: () => void, repeats = 7): number {

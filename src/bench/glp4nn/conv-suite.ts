@@ -19,7 +19,7 @@ import {
   type PoolTrial,
 } from "../../conv/index.js";
 import { CudaEvent, CudaGraph } from "../../cuda/index.js";
-import type { GpuContext } from "../../engines/gpu/context.js";
+import type { GpuContext } from "../../cuda/runtime/context.js";
 import { explainChoice, hardwareQueues, type IntegerSolver } from "../../glp4nn/index.js";
 import { median } from "../common.js";
 import type { Table5Layer } from "./layers.js";

@@ -6,7 +6,7 @@
  */
 
 import { type LaunchMode, weightSumsFromEnv } from "../../conv/index.js";
-import { GpuContext } from "../../engines/gpu/context.js";
+import { GpuContext } from "../../cuda/runtime/context.js";
 import { hardwareQueues, loadSolver } from "../../glp4nn/index.js";
 import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
 import { resultHeader } from "../common.js";

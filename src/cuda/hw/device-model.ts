@@ -5,7 +5,7 @@
  * Planning must work without a GPU (tests, `vpps plan` on a laptop), so the planners take this plain record instead
  * of a live device; deviceModelOfCuda fills one from an opened GPU's properties.
  */
-import type { DeviceProperties as CudaDeviceProperties } from "../device.js";
+import type { DeviceProperties as CudaDeviceProperties } from "../runtime/device.js";
 
 export interface DeviceModel {
   /** Human-readable name, printed in plans and kernel headers. */

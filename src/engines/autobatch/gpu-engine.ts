@@ -5,14 +5,23 @@
 // (DeviceParameters: parameter nodes point at them, gradients accumulate there, the trainer's update runs there).
 // Nothing waits for the device except reading a value.
 
-import { type CudaKernel, floatBits, type KernelArg, karg, type RowMajorGemm } from "../../cuda/index.js";
+import {
+  type CudaKernel,
+  floatBits,
+  GpuContext,
+  type GpuContextOptions,
+  type KernelArg,
+  karg,
+  type LaunchCounts,
+  type RowMajorGemm,
+  type StagingBuffer,
+} from "../../cuda/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op, opName } from "../../graph/opcodes.js";
 import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
-import { GpuContext, type GpuContextOptions, type LaunchCounts, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { GpuRnnNodes } from "../gpu/rnn-node.js";
 import {

@@ -14,10 +14,10 @@ import {
   oneLane,
   poolLanes,
 } from "../../conv/index.js";
+import type { GpuContext } from "../../cuda/runtime/context.js";
 import type { IntegerSolver } from "../../glp4nn/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { imageGeometry } from "../../ops/image.js";
-import type { GpuContext } from "../gpu/context.js";
 
 /** What a node's convolution launches with and reads: the conv kernels, and every node's device addresses. */
 export type ConvNodeHost = ConvHost & { readonly valPtr: Float64Array; readonly gradPtr: Float64Array };

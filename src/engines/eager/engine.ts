@@ -14,7 +14,14 @@ import {
   type EagerKernelName,
   eagerKernelSource,
 } from "../../codegen/eager-kernels.js";
-import { type CudaKernel, floatBits, karg } from "../../cuda/index.js";
+import {
+  type CudaKernel,
+  floatBits,
+  GpuContext,
+  type GpuContextOptions,
+  karg,
+  type StagingBuffer,
+} from "../../cuda/index.js";
 import { type IntegerSolver, loadSolver } from "../../glp4nn/index.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { Op } from "../../graph/opcodes.js";
@@ -22,7 +29,6 @@ import type { ParameterCollection } from "../../model/parameters.js";
 import type { Trainer } from "../../optim/trainers.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
-import { GpuContext, type GpuContextOptions, type StagingBuffer } from "../gpu/context.js";
 import { DeviceParameters } from "../gpu/parameters.js";
 import { type ForwardChunk, planChunk } from "./chunk.js";
 import { EagerConvs } from "./conv-node.js";

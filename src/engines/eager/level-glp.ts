@@ -11,7 +11,7 @@
 // engine's usual case) both the program's ⌈T/T_launch⌉ term and this check give one stream.
 
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { CudaEvent, type CudaKernel, type CudaStream, karg } from "../../cuda/index.js";
+import { CudaEvent, type CudaKernel, type CudaStream, type GpuContext, karg } from "../../cuda/index.js";
 import {
   analyseConcurrency,
   callProfiles,
@@ -24,7 +24,6 @@ import {
   median,
   ResourceTracker,
 } from "../../glp4nn/index.js";
-import type { GpuContext } from "../gpu/context.js";
 import type { LaunchTracker } from "./node-kernels.js";
 
 const SPIN_SOURCE = `extern "C" __global__ void vp_level_spin(long long cycles) {

@@ -8,13 +8,14 @@ import {
   type CudaKernel,
   type CudaStream,
   type DevicePtr,
+  type GpuContext,
+  gridFor,
   type KernelArg,
   karg,
+  type LaunchCounts,
   type RowMajorGemm,
 } from "../../cuda/index.js";
-import { gridFor } from "../../cuda/runtime/launch.js";
 import type { ComputationGraph } from "../../graph/graph.js";
-import type { GpuContext, LaunchCounts } from "../gpu/context.js";
 import type { DeviceParameters } from "../gpu/parameters.js";
 import { GpuRnnNodes } from "../gpu/rnn-node.js";
 import type { EagerConvs } from "./conv-node.js";
@@ -26,7 +27,7 @@ export interface LaunchTracker {
   timeCall(name: string, stream: CudaStream, call: () => void): void;
 }
 
-export type { LaunchCounts as EagerLaunchCounts } from "../gpu/context.js";
+export type { LaunchCounts as EagerLaunchCounts } from "../../cuda/index.js";
 
 /** Device addresses by node id: value, gradient, and (sum nodes) the argument pointer tables. Owned by the engine. */
 export interface NodeAddresses {

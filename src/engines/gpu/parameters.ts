@@ -26,15 +26,17 @@ import {
   type CudaKernel,
   type DevicePtr,
   floatBits,
+  GPU_BLOCK,
+  type GpuContext,
+  gridFor,
   type KernelArg,
   karg,
   PinnedBuffer,
+  type StagingBuffer,
 } from "../../cuda/index.js";
-import { GPU_BLOCK, gridFor } from "../../cuda/runtime/launch.js";
 import type { AnyParameter, ParameterCollection } from "../../model/parameters.js";
 import { AdamTrainer, NonFiniteUpdateError, type Trainer } from "../../optim/trainers.js";
 import type { GradientReducer } from "../data-parallel.js";
-import type { GpuContext, StagingBuffer } from "./context.js";
 import {
   OPTIMIZER_KERNEL_NAMES,
   OPTIMIZER_PROGRAM,

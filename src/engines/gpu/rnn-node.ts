@@ -17,7 +17,14 @@
  * after the join.
  */
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { type CudaDevice, CudaEvent, CudaStream, type DevicePtr, PinnedBuffer } from "../../cuda/index.js";
+import {
+  type CudaDevice,
+  CudaEvent,
+  CudaStream,
+  type DevicePtr,
+  type GpuContext,
+  PinnedBuffer,
+} from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
 import { gatesOf } from "../../ops/recurrent.js";
 import { rnnNode } from "../../ops/recurrent-op.js";
@@ -31,7 +38,6 @@ import {
 } from "../../rnn/gpu/layer-base.js";
 import { PersistentRnnLayer } from "../../rnn/gpu/persistent.js";
 import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
-import type { GpuContext } from "./context.js";
 
 /** A device buffer that grows (never shrinks), zero-filled on every growth. */
 class Grown {

@@ -5,9 +5,9 @@
  */
 
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import { GpuContext } from "../../cuda/runtime/context.js";
 import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { requireCollection } from "../engine.js";
-import { GpuContext } from "../gpu/context.js";
 import { type CompiledVariant, loadVariants, plansFor } from "./codegen/compile.js";
 import { type ResolvedOptions, resolveOptions, scheduleOptions, type VppsOptions } from "./options.js";
 import type { VppsPlan } from "./plan/plan.js";

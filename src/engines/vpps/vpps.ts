@@ -20,7 +20,7 @@
  */
 
 import type { DeviceModel } from "../../cuda/hw/device-model.js";
-import type { PoolStats } from "../../cuda/index.js";
+import type { GpuContext, PoolStats } from "../../cuda/index.js";
 import type { BuildRequest, GraphBuilderSpec } from "../../graph/builder.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
 import type { ParameterCollection } from "../../model/parameters.js";
@@ -28,7 +28,6 @@ import { argumentError } from "../../ops/common.js";
 import { UserError } from "../../util/errors.js";
 import type { GradientReducer } from "../data-parallel.js";
 import { requireScalar } from "../engine.js";
-import type { GpuContext } from "../gpu/context.js";
 import { compileVariantsAsync, type VariantInfo } from "./codegen/compile.js";
 import { TRACE_SLOTS } from "./codegen/template.js";
 import { HostTrace } from "./instrument/host-trace.js";
@@ -67,6 +66,7 @@ export type {
   VppsTrainingOptions,
   VppsVariantOptions,
 } from "./options.js";
+
 export type { VppsStats } from "./runtime/launcher.js";
 
 export class Vpps {

@@ -267,7 +267,7 @@ export class GpuRnnBackend implements RnnBackend {
   dispose(): void {
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
-    this.gpu.close();
+    this.gpu.dispose();
   }
 }
 

@@ -11,14 +11,10 @@
 import { STATUS_WORDS } from "../../codegen/grid-barrier.js";
 import {
   type CompileResult,
-  type Cublas,
-  type CublasHandle,
-  type CudaDevice,
   type CudaKernel,
-  CudaStream,
   compileCuda,
   type DevicePtr,
-  getCublas,
+  GpuContext,
   karg,
   loadModule,
   openDevice,
@@ -54,38 +50,22 @@ extern "C" __global__ void rnn_fill_value(float* p, float v, int n) {
 }
 `;
 
-export interface RnnGpu {
-  readonly device: CudaDevice;
-  readonly stream: CudaStream;
-  readonly cublas: Cublas;
-  readonly cublasHandle: CublasHandle;
-  /** Kernel cache folder (undefined: the default; null: none). */
-  readonly cacheDir?: string | null;
-}
+/**
+ * What a layer direction runs on: a GpuContext's device, stream and cuBLAS handle bound to it (an engine's context, or
+ * a second stream of one), and its kernel cache folder (undefined: the default; null: none).
+ */
+export type RnnGpu = Pick<GpuContext, "device" | "stream" | "cublas" | "cublasHandle"> &
+  Partial<Pick<GpuContext, "cacheDir">>;
 
-/** A device, a non-blocking stream and a cuBLAS handle on it, for the standalone layer (backend, benchmark, tests). */
-export interface OwnedRnnGpu extends RnnGpu {
-  /** Destroys the handle and the stream (the device's context stays, as openDevice's does). */
-  close(): void;
-}
+/** A context of its own for the standalone layer (backend, benchmark, tests); dispose() frees it. */
+export type OwnedRnnGpu = GpuContext;
 
-/** Opens GPU `index` with its own stream and cuBLAS handle. */
+/**
+ * Opens GPU `index` with its own stream and cuBLAS handle, and no device pool: the layer allocates its own buffers.
+ * The device stays open after dispose() (as openDevice's does), so that the next layer's context finds it ready.
+ */
 export function openRnnGpu(index: number): OwnedRnnGpu {
-  const device = openDevice(index);
-  const stream = CudaStream.create({ nonBlocking: true });
-  const cublas = getCublas();
-  const cublasHandle = cublas.create();
-  cublas.setStream(cublasHandle, stream.handle);
-  return {
-    device,
-    stream,
-    cublas,
-    cublasHandle,
-    close() {
-      cublas.destroy(cublasHandle);
-      stream.destroy();
-    },
-  };
+  return GpuContext.open({ device: openDevice(index), poolBytes: null });
 }
 
 /** Device pointers of one layer direction's parameters (PyTorch layout) and their gradients. */

@@ -14,8 +14,15 @@ import {
   STATUS_WORDS,
 } from "../../codegen/grid-barrier.js";
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { type CudaKernel, type DevicePtr, karg, loadModule, PinnedBuffer } from "../../cuda/index.js";
-import { checkNoSpills, KernelSpillError } from "../../cuda/ptxas-report.js";
+import {
+  type CudaKernel,
+  checkNoSpills,
+  type DevicePtr,
+  KernelSpillError,
+  karg,
+  loadModule,
+  PinnedBuffer,
+} from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
 import {
   BATCH_TILE,

@@ -4,7 +4,7 @@
  * the last — never a refusal the planner could have avoided. Kept apart from the layer so that the policy is tested
  * without a GPU (test/rnn-kernels.test.ts).
  */
-import { KernelSpillError } from "../../cuda/ptxas-report.js";
+import { KernelSpillError } from "../../cuda/index.js";
 
 /** The extra registers per thread a layer is planned again with, in turn, while its widest layout spills. */
 export const SPILL_HEADROOM_STEPS = [8, 16, 24] as const;

@@ -5,9 +5,8 @@
  * it runs: its persistent grid fits on the device, and nothing spilled to local memory.
  */
 import type { DeviceModel } from "../../../cuda/hw/device-model.js";
-import { checkNoSpills } from "../../../cuda/ptxas-report.js";
+import { checkNoSpills, type GpuContext, type KernelSet } from "../../../cuda/index.js";
 import type { ParameterCollection } from "../../../model/parameters.js";
-import type { GpuContext, KernelSet } from "../../gpu/context.js";
 import type { ResolvedOptions, ResolvedVariants } from "../options.js";
 import { createModelLayout } from "../plan/layout.js";
 import { enumeratePlans, type MatrixSpec, planVpps, type VppsPlan } from "../plan/plan.js";

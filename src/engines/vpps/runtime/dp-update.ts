@@ -11,9 +11,8 @@
  * The clipping norm is summed with float atomics, in an order that differs from rank to rank: rank 0's is handed to
  * every rank (the others zero theirs, then one all-reduce of one float), so the ranks' weights stay bitwise equal.
  */
-import { floatBits } from "../../../cuda/index.js";
+import { floatBits, type GpuContext } from "../../../cuda/index.js";
 import type { GradientReducer } from "../../data-parallel.js";
-import type { GpuContext } from "../../gpu/context.js";
 import type { KernelVariant } from "../codegen/variant.js";
 import type { HostTrace } from "../instrument/host-trace.js";
 import type { ModelLayout } from "../plan/layout.js";

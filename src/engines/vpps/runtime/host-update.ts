@@ -3,8 +3,7 @@
  * matrix (W̄ = Ȳᵀ·X over the rows the kernel collected), then the clipped SGD or Adam step of every parameter by two
  * list kernels, over a list of update entries written behind the batch's script in its slot's region.
  */
-import { type CudaKernel, karg } from "../../../cuda/index.js";
-import type { GpuContext } from "../../gpu/context.js";
+import { type CudaKernel, type GpuContext, karg } from "../../../cuda/index.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
 import type { ModelLayout } from "../plan/layout.js";
 import { type AdamStep, momentLayout } from "../plan/moments.js";

@@ -14,9 +14,8 @@
  *   rest    data-parallel mode only (dp-lists.ts): the other gradients the ranks sum, taken from the pool's end
  * Adam's moments are a device allocation of their own (moments.ts layout), made only when Adam starts.
  */
-import type { DevicePtr } from "../../../cuda/index.js";
+import type { DevicePtr, GpuContext } from "../../../cuda/index.js";
 import type { GraphParameter } from "../../../graph/graph.js";
-import type { GpuContext } from "../../gpu/context.js";
 import { PROFILE_WORDS, TRACE_SLOTS } from "../codegen/template.js";
 import type { ModelLayout } from "../plan/layout.js";
 import { momentLayout } from "../plan/moments.js";

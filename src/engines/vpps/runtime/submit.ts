@@ -12,9 +12,8 @@
  * again after one is reported. Each copy or memset taken off the kernel stream this way is GPU time between two
  * kernels saved, which is what small batches are made of (docs/journal/vpps.md).
  */
-import { CudaEvent, CudaStream, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
+import { CudaEvent, CudaStream, type GpuContext, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
 import type { GradientReducer } from "../../data-parallel.js";
-import type { GpuContext } from "../../gpu/context.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
 import type { HostTrace } from "../instrument/host-trace.js";

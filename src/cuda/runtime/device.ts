@@ -1,10 +1,10 @@
 // Choosing and opening a GPU. Properties are read once into a plain record with named fields, so that kernel
 // generators derive sizes (registers, shared memory, SM count) from the device instead of per-GPU tables.
 
-import { UserError } from "../util/errors.js";
-import { cut } from "../util/text.js";
-import { type CudaDriver, DeviceAttribute, getDriver, type Handle } from "./ffi/driver.js";
-import { CudaLibraryNotFoundError } from "./ffi/find.js";
+import { UserError } from "../../util/errors.js";
+import { cut } from "../../util/text.js";
+import { type CudaDriver, DeviceAttribute, getDriver, type Handle } from "../ffi/driver.js";
+import { CudaLibraryNotFoundError } from "../ffi/find.js";
 
 /** What `--device` asked for. `auto` means the first GPU when one works, else the CPU engine. */
 export type DeviceSpec = { kind: "auto" } | { kind: "cpu" } | { kind: "cuda"; index: number };

@@ -1,7 +1,7 @@
 // Streams and events. Timings in vpps come from events recorded on the stream (not host clocks), so that they
 // measure the GPU's work and not the launch latency of the host.
 
-import { type CudaDriver, EventFlags, getDriver, type Handle, NULL_STREAM, StreamFlags } from "./ffi/driver.js";
+import { type CudaDriver, EventFlags, getDriver, type Handle, NULL_STREAM, StreamFlags } from "../ffi/driver.js";
 
 /** A CUDA stream. `CudaStream.null()` is the legacy default stream, which needs no creation or destruction. */
 export class CudaStream {

@@ -4,7 +4,7 @@
  * `-v` (nvcc `-Xptxas -v`, NVRTC `--ptxas-options=-v`), which the tests read, and the local memory a loaded kernel
  * uses (the driver's attribute), which the JIT checks with `checkNoSpills` before it runs anything.
  */
-import { UserError } from "../util/errors.js";
+import { UserError } from "../../util/errors.js";
 
 export interface PtxasFunctionReport {
   readonly name: string;

@@ -12,7 +12,8 @@
 // The streams, events and handles come from a backend (CUDA's, or a fake in tests that checks the order the events
 // impose).
 
-import { type Cublas, type CublasHandle, CudaEvent, CudaStream, getCublas } from "../cuda/index.js";
+import { type Cublas, type CublasHandle, getCublas } from "../ffi/cublas.js";
+import { CudaEvent, CudaStream } from "./stream.js";
 
 /** What the pool creates and orders with. */
 export interface PoolBackend<S, E, H> {

@@ -1,33 +1,25 @@
-// What every GPU engine (eager, autobatch, vpps) shares: an opened device, one stream that all of the engine's work
-// is queued on (kernels, copies and cuBLAS alike, so that stream order is the only ordering needed), a cuBLAS handle
-// bound to that stream, one DevicePool sized from the free memory, compiled modules, and pinned staging buffers for
-// host-to-device copies that do not block the host.
+// What every GPU system (the engines: eager, autobatch, vpps; the persistent RNN layers) stands on: an opened device,
+// one stream that all of its work is queued on (kernels, copies and cuBLAS alike, so that stream order is the only
+// ordering needed), a cuBLAS handle bound to that stream, one DevicePool sized from the free memory (the engines';
+// none for code that allocates its own buffers), compiled modules, and pinned staging buffers for host-to-device
+// copies that do not block the host.
 
-import {
-  type CompileResult,
-  type Cublas,
-  type CublasHandle,
-  type CudaDevice,
-  CudaEvent,
-  type CudaKernel,
-  type CudaModule,
-  CudaStream,
-  compileCuda,
-  compileCudaAsync,
-  DevicePool,
-  getCublas,
-  loadModule,
-  openDevice,
-  PinnedBuffer,
-  parseDeviceSpec,
-} from "../../cuda/index.js";
-import { StreamPool } from "../../streams/pool.js";
 import { UserError } from "../../util/errors.js";
+import { type CompileResult, compileCuda, compileCudaAsync } from "../compile/compile.js";
+import { type Cublas, type CublasHandle, getCublas } from "../ffi/cublas.js";
+import { type CudaDevice, openDevice, parseDeviceSpec } from "./device.js";
+import { DevicePool, PinnedBuffer } from "./memory.js";
+import { type CudaKernel, type CudaModule, loadModule } from "./module.js";
+import { CudaEvent, CudaStream } from "./stream.js";
+import { StreamPool } from "./stream-pool.js";
 
 const GiB = 1024 ** 3;
 
 /** The pool is at most this large unless asked for: enough for batches of thousands of tree nodes at hidden 512. */
 export const DEFAULT_POOL_CAP_BYTES = 4 * GiB;
+
+/** Downloads up to this size go through pinned memory (GpuContext.download). */
+const READBACK_BYTES = 4096;
 
 /** min(¼ of the free device memory, 4 GiB): leaves room for cuBLAS workspaces and other processes on the GPU. */
 export function defaultPoolBytes(freeBytes: number): number {
@@ -49,10 +41,16 @@ export function gpuIndexOf(device: string, engine = "this engine"): number {
 }
 
 export interface GpuContextOptions {
-  /** `auto` (default: the first GPU), `cuda` or `cuda:N`. */
-  device?: string;
-  /** Pool size in bytes (default: defaultPoolBytes of the free memory). */
-  poolBytes?: number;
+  /**
+   * `auto` (default: the first GPU), `cuda` or `cuda:N`; or a device the caller opened, which the context borrows
+   * (dispose() leaves it open).
+   */
+  device?: string | CudaDevice;
+  /**
+   * Pool size in bytes (default: defaultPoolBytes of the free memory); `null`: no pool, for code that allocates its
+   * own buffers (`pool` then throws).
+   */
+  poolBytes?: number | null;
   /** Kernel cache folder; `null` disables the cache. Default: the compile cache's default folder. */
   cacheDir?: string | null;
 }
@@ -114,33 +112,36 @@ export interface KernelSet<N extends string> {
 /** GLP4NN's stream pool of a context: CUDA streams, events, and a cuBLAS handle per stream. */
 export type CudaStreamPool = StreamPool<CudaStream, CudaEvent, CublasHandle>;
 
-/** One engine's hold on a GPU. Everything it creates is released by dispose(), in reverse order. */
+/** One system's hold on a GPU. Everything it creates is released by dispose(), in reverse order. */
 export class GpuContext {
   private readonly modules = new Map<string, KernelSet<string>>();
   private readonly stagings: StagingBuffer[] = [];
-  private readonly readback: PinnedBuffer;
+  /** Pinned memory for small downloads, made on the first one. */
+  private readback: PinnedBuffer | undefined;
   private pool_: CudaStreamPool | undefined;
   private readonly attachments = new Map<string, { dispose(): void }>();
   private disposed = false;
 
   private constructor(
     readonly device: CudaDevice,
+    /** Whether dispose() closes the device (it was opened by open(), not borrowed). */
+    private readonly ownsDevice: boolean,
     readonly stream: CudaStream,
-    readonly pool: DevicePool,
+    private readonly devicePool: DevicePool | undefined,
     readonly cublas: Cublas,
     readonly cublasHandle: CublasHandle,
     readonly cacheDir: string | null | undefined,
-  ) {
-    this.readback = PinnedBuffer.alloc(4096);
-  }
+  ) {}
 
   /**
-   * Opens the device, creates the stream, the cuBLAS handle and the pool. Throws CudaLibraryNotFoundError when the
-   * driver or cuBLAS is missing, CudaError when the device cannot be used.
+   * Opens the device (unless one is given), creates the stream, the cuBLAS handle and the pool. Throws
+   * CudaLibraryNotFoundError when the driver or cuBLAS is missing, CudaError when the device cannot be used.
    */
   static open(opts: GpuContextOptions = {}): GpuContext {
-    const device = openDevice(gpuIndexOf(opts.device ?? "auto"));
-    const undo: (() => void)[] = [() => device.close()];
+    const given = opts.device ?? "auto";
+    const owned = typeof given === "string";
+    const device = typeof given === "string" ? openDevice(gpuIndexOf(given)) : given;
+    const undo: (() => void)[] = owned ? [() => device.close()] : [];
     try {
       const stream = CudaStream.create({ nonBlocking: true });
       undo.push(() => stream.destroy());
@@ -148,9 +149,12 @@ export class GpuContext {
       const handle = cublas.create();
       undo.push(() => cublas.destroy(handle));
       cublas.setStream(handle, stream.handle);
-      const pool = DevicePool.create(opts.poolBytes ?? defaultPoolBytes(device.memInfo().free));
-      undo.push(() => pool.free());
-      return new GpuContext(device, stream, pool, cublas, handle, opts.cacheDir);
+      const pool =
+        opts.poolBytes === null
+          ? undefined
+          : DevicePool.create(opts.poolBytes ?? defaultPoolBytes(device.memInfo().free));
+      if (pool) undo.push(() => pool.free());
+      return new GpuContext(device, owned, stream, pool, cublas, handle, opts.cacheDir);
     } catch (e) {
       for (const f of undo.reverse()) {
         try {
@@ -161,6 +165,14 @@ export class GpuContext {
       }
       throw e;
     }
+  }
+
+  /** The device memory the engines allocate from. Throws for a context opened with `poolBytes: null`. */
+  get pool(): DevicePool {
+    if (this.devicePool === undefined) {
+      throw new Error("GpuContext: this context was opened without a device pool (poolBytes: null)");
+    }
+    return this.devicePool;
   }
 
   /** The device's name, e.g. `NVIDIA H100 80GB HBM3`. */
@@ -214,7 +226,7 @@ export class GpuContext {
   }
 
   /**
-   * The context's stream pool with at least `size` streams (GLP4NN, src/streams/pool.ts): created on first use, grown
+   * The context's stream pool with at least `size` streams (GLP4NN, stream-pool.ts): created on first use, grown
    * when a larger one is asked for, freed with the context. Work forked to it from `stream` joins back to `stream`.
    */
   streamPool(size: number): CudaStreamPool {
@@ -233,8 +245,9 @@ export class GpuContext {
   /** Copies `out.length` floats from device address `src` after the stream's queued work; waits for them. */
   download(src: number, out: Float32Array): Float32Array {
     if (out.length === 0) return out;
-    if (out.byteLength <= this.readback.bytes) {
+    if (out.byteLength <= READBACK_BYTES) {
       // through pinned memory: a truly asynchronous copy, then one wait
+      this.readback ??= PinnedBuffer.alloc(READBACK_BYTES);
       this.device.driver.memcpyDtoHAsync(
         this.readback.u8.subarray(0, out.byteLength),
         src,
@@ -278,23 +291,13 @@ export class GpuContext {
       this.attachments.clear();
       this.pool_?.dispose();
       for (const s of this.stagings) s.dispose();
-      this.readback.free();
+      this.readback?.free();
       for (const m of this.modules.values()) m.module.unload();
       this.modules.clear();
-      this.pool.free();
+      this.devicePool?.free();
       this.cublas.destroy(this.cublasHandle);
       this.stream.destroy();
-      this.device.close();
+      if (this.ownsDevice) this.device.close();
     }
   }
-}
-
-/** Device work an engine has queued, by kind (the benchmark reports them per batch). */
-export interface LaunchCounts {
-  /** Our kernels. */
-  kernels: number;
-  /** cuBLAS calls (each one or more kernels inside cuBLAS). */
-  cublas: number;
-  /** Asynchronous copies and memsets. */
-  copies: number;
 }

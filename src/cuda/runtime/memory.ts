@@ -4,8 +4,8 @@
 // (tested without a GPU); DevicePool adds the device block and copies. PinnedBuffer is page-locked host memory seen
 // through typed arrays, for asynchronous copies.
 
-import { type CudaDriver, type DevicePtr, floatBits, getDriver, type Handle, type HostPtr } from "./ffi/driver.js";
-import { formatBytes } from "./units.js";
+import { type CudaDriver, type DevicePtr, floatBits, getDriver, type Handle, type HostPtr } from "../ffi/driver.js";
+import { formatBytes } from "../units.js";
 
 /** Every allocation starts on a 256-byte boundary (cuMemAlloc's own alignment; enough for float4 and coalescing). */
 export const POOL_ALIGN_BYTES = 256;

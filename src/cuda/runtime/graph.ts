@@ -6,7 +6,7 @@
 // Capture records and does not run: the captured calls must not synchronise, allocate device memory they then use
 // outside the graph, or read results. Run the work once uncaptured first (buffers allocated, libraries loaded).
 
-import { GraphNodeType, type Handle, type KernelNodeParams, StreamCaptureMode } from "./ffi/driver.js";
+import { GraphNodeType, type Handle, type KernelNodeParams, StreamCaptureMode } from "../ffi/driver.js";
 import type { CudaStream } from "./stream.js";
 
 /** An instantiated graph; `launch` replays it. */
