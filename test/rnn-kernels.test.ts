@@ -10,9 +10,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { assertNoSpills, KernelSpillError, parsePtxasReport } from "../src/cuda/ptxas-report.js";
-import { GpuRnnBackend } from "../src/rnn/gpu/backend.js";
-import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
-import { planUntilNoSpill } from "../src/rnn/gpu/spill-retry.js";
+import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/codegen/dense-kernels.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
@@ -28,7 +26,9 @@ import {
   rnnLayouts,
   rnnPipelineSetting,
   stepCycles,
-} from "../src/rnn/plan.js";
+} from "../src/rnn/plan/dense.js";
+import { planUntilNoSpill } from "../src/rnn/plan/spill-retry.js";
+import { GpuRnnBackend } from "../src/rnn/runtime/gpu-backend.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
 const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";

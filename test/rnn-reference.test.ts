@@ -11,7 +11,7 @@ import {
   referenceForward,
   referenceLayerBackward,
   referenceLayerForward,
-} from "../src/rnn/reference.js";
+} from "../src/rnn/reference/reference.js";
 import {
   RNN_CELLS,
   type RnnCell,

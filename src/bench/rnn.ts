@@ -9,16 +9,16 @@
 
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import { CudaEvent, type DevicePtr } from "../cuda/index.js";
+import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan/dense.js";
 import {
   type BackwardArgs,
   openRnnGpu,
   RnnDoesNotFitError,
   type RnnLayerBase,
   RnnWorkspace,
-} from "../rnn/gpu/layer-base.js";
-import { PersistentRnnLayer } from "../rnn/gpu/persistent.js";
-import { StepwiseRnnLayer } from "../rnn/gpu/stepwise.js";
-import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan.js";
+} from "../rnn/runtime/layer-base.js";
+import { PersistentRnnLayer } from "../rnn/runtime/persistent.js";
+import { StepwiseRnnLayer } from "../rnn/runtime/stepwise.js";
 
 export interface RnnBenchOptions {
   readonly cells: readonly RnnCellName[];

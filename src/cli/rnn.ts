@@ -9,7 +9,7 @@ import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/op
 import { openDevice } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
-import { clustered } from "../rnn/gpu/kernel-source.js";
+import { clustered } from "../rnn/codegen/dense-kernels.js";
 import {
   chooseRnnLaunch,
   largestPersistentHidden,
@@ -21,7 +21,7 @@ import {
   type RnnKernelPlan,
   rnnLayouts,
   type WeightPrecision,
-} from "../rnn/plan.js";
+} from "../rnn/plan/dense.js";
 import { RNN_PRECISIONS } from "../rnn/spec.js";
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";

@@ -10,7 +10,6 @@ export type {
   RnnLayerWeights,
   RnnSavedState,
 } from "./backend.js";
-export { CpuRnnBackend, type CpuRnnBackendOptions } from "./cpu-backend.js";
 export {
   PersistentRnn,
   type PersistentRnnOptions,
@@ -31,6 +30,7 @@ export {
   stepOffsets,
   unpackSequences,
 } from "./packed.js";
+export { CpuRnnBackend, type CpuRnnBackendOptions } from "./reference/cpu-backend.js";
 export {
   type LayerWeights,
   layerWeightsOf,
@@ -39,7 +39,7 @@ export {
   referenceForward,
   referenceLayerBackward,
   referenceLayerForward,
-} from "./reference.js";
+} from "./reference/reference.js";
 export {
   directionsOf,
   gatesOf,

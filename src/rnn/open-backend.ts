@@ -5,8 +5,8 @@
  */
 import { cudaAvailable } from "../cuda/index.js";
 import type { RnnBackend } from "./backend.js";
-import { CpuRnnBackend } from "./cpu-backend.js";
-import { GpuRnnBackend } from "./gpu/backend.js";
+import { CpuRnnBackend } from "./reference/cpu-backend.js";
+import { GpuRnnBackend } from "./runtime/gpu-backend.js";
 import { RnnArgumentError, type RnnPrecision, validateRnnPrecision } from "./spec.js";
 
 export interface OpenRnnBackendOptions {

@@ -28,9 +28,9 @@ import {
   type RnnLayerBase,
   type RnnLayerWeights,
   RnnWorkspace,
-} from "../../rnn/gpu/layer-base.js";
-import { PersistentRnnLayer } from "../../rnn/gpu/persistent.js";
-import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
+} from "../../rnn/runtime/layer-base.js";
+import { PersistentRnnLayer } from "../../rnn/runtime/persistent.js";
+import { StepwiseRnnLayer } from "../../rnn/runtime/stepwise.js";
 import type { GpuContext } from "./context.js";
 
 /** A device buffer that grows (never shrinks), zero-filled on every growth. */

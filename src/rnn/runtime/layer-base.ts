@@ -24,7 +24,7 @@ import {
   openDevice,
 } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
-import { gatesOf, type RnnCellName } from "../plan.js";
+import { gatesOf, type RnnCellName } from "../plan/dense.js";
 
 /** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
 export class RnnDoesNotFitError extends UserError {

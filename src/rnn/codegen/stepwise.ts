@@ -5,7 +5,7 @@
  * (`saved`, gate order, packed rows), so the weight-gradient GEMMs after the backward are shared.
  */
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
-import { gatesOf, type RnnCellName } from "../plan.js";
+import { gatesOf, type RnnCellName } from "../plan/dense.js";
 
 export const STEPWISE_KERNEL_NAMES = { forward: "rnn_step_forward", backward: "rnn_step_backward" } as const;
 

@@ -15,7 +15,7 @@
  * row-major. `xw` is the input projection of every row, x·W_ihᵀ + b_ih + b_hh (GRU: without b_hn, which stays
  * inside r ⊙ (W_hn h + b_hn)).
  */
-import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan.js";
+import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
 import {
   COMMON,
   clustered,

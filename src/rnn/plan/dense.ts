@@ -12,9 +12,9 @@
  * columns (chunk k of thread `cg` covers columns 4·(cg + CG·k) … +3, so a warp's shared-memory loads are
  * consecutive). Padding rows/columns hold zeros.
  */
-import { type DeviceModel, schedulerRegisterLimit } from "../cuda/hw/device-model.js";
-import { UserError } from "../util/errors.js";
-import type { RnnPrecision } from "./spec.js";
+import { type DeviceModel, schedulerRegisterLimit } from "../../cuda/hw/device-model.js";
+import { UserError } from "../../util/errors.js";
+import type { RnnPrecision } from "../spec.js";
 
 /** The recurrent cells (PyTorch/cuDNN forms). */
 export type RnnCellName = "rnn-tanh" | "rnn-relu" | "lstm" | "gru";

@@ -6,7 +6,7 @@
  */
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { FIRST_KERNEL_ERROR, GRID_BARRIER_CUDA, GRID_ERRORS } from "../../codegen/grid-barrier.js";
-import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan.js";
+import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
 
 /** Status codes of the RNN kernels (status word 0). */
 export const RNN_ERRORS = {

@@ -18,21 +18,6 @@ import { type CudaKernel, type DevicePtr, karg, loadModule, PinnedBuffer } from 
 import { checkNoSpills, KernelSpillError } from "../../cuda/ptxas-report.js";
 import { UserError } from "../../util/errors.js";
 import {
-  BATCH_TILE,
-  chooseRnnLaunch,
-  fitsWithin,
-  largestPersistentHidden,
-  pipelinedBackward,
-  pipelinedForward,
-  planRnnLayer,
-  type RnnCellName,
-  type RnnKernelPlan,
-  type RnnLayout,
-  rnnLayouts,
-  rnnPipelineSetting,
-  type WeightPrecision,
-} from "../plan.js";
-import {
   backwardKernelSource,
   clustered,
   clusterSize,
@@ -46,7 +31,23 @@ import {
   RNN_KERNEL_NAMES,
   type RnnKernelOptions,
   sharedBytes,
-} from "./kernel-source.js";
+} from "../codegen/dense-kernels.js";
+import {
+  BATCH_TILE,
+  chooseRnnLaunch,
+  fitsWithin,
+  largestPersistentHidden,
+  pipelinedBackward,
+  pipelinedForward,
+  planRnnLayer,
+  type RnnCellName,
+  type RnnKernelPlan,
+  type RnnLayout,
+  rnnLayouts,
+  rnnPipelineSetting,
+  type WeightPrecision,
+} from "../plan/dense.js";
+import { planUntilNoSpill } from "../plan/spill-retry.js";
 import {
   type BackwardArgs,
   type ForwardArgs,
@@ -55,7 +56,6 @@ import {
   RnnLayerBase,
   type RnnWorkspace,
 } from "./layer-base.js";
-import { planUntilNoSpill } from "./spill-retry.js";
 
 /** Options of a layer: its kernels' (RnnKernelOptions) and how many replicas its launches run. */
 export interface PersistentRnnOptions extends RnnKernelOptions {

@@ -6,9 +6,9 @@
  * that fits in device memory runs.
  */
 import { type CudaKernel, karg, loadModule } from "../../cuda/index.js";
-import type { RnnCellName } from "../plan.js";
+import { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "../codegen/stepwise.js";
+import type { RnnCellName } from "../plan/dense.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
-import { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "./stepwise-source.js";
 
 const BLOCK = 256;
 
