@@ -16,6 +16,8 @@
  * inside r ⊙ (W_hn h + b_hn)).
  */
 import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
+import { CELLS, type CellCode } from "./cells/index.js";
+import { type BackwardSite, declLines, type ForwardSite, gateOffset, indented, load } from "./cells/site.js";
 import {
   COMMON,
   clustered,
@@ -53,7 +55,8 @@ export {
 export function forwardKernelSource(plan: RnnKernelPlan, opts: RnnKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`forwardKernelSource: plan is for the ${plan.kind} kernel`);
   const { weights, product, matvecAny } = matvecParts(plan);
-  const cell = forwardCell(plan, "bb >= nprev");
+  const code = CELLS[plan.cell];
+  const st = code.state;
   return `// persistent ${plan.cell} forward, hidden ${plan.hidden}, ${plan.precision} weights (src/rnn/gpu/kernel-source.ts)
 ${COMMON}
 ${phaseMacros(opts.phases === true)}
@@ -118,7 +121,7 @@ ${opts.pipelinedForward === true ? forwardPipelined(plan, product) : "  (void)pi
       const bool active = cell_thread && cb < nt;
       #pragma unroll
       for (int g = 0; g < G; g++) xg[g] = active ? xw[(size_t)(off + bb) * (G * H) + g * H + unit] : 0.f;
-${plan.cell === "lstm" ? "      const float cinit = (active && bb >= nprev) ? c0[(size_t)bb * H + unit] : 0.f;" : ""}
+${st ? `      const float ${st.name}init = (active && bb >= nprev) ? ${st.initial}[(size_t)bb * H + unit] : 0.f;` : ""}
       __syncthreads(); // the previous tile's readers are done with vs4 and part
       PHASE(0)
       const int vrow = b0 % lb; // this tile's first row in the shared buffer, which holds a group of lb rows
@@ -142,12 +145,12 @@ ${matvecAny}
         const size_t row = (size_t)(off + bb);
         const float hprev = reinterpret_cast<const float*>(vcur)[(vrow + cb) * KP + unit];
         float h;
-${cell}
+${indented(code.forward(forwardSite(code, "bb >= nprev")), 8)}
         st_publish(y + row * ldy + unit, h);
         if (train) shprev[row * H + unit] = hprev;
         if (bb >= nnext) {
           hn[(size_t)bb * H + unit] = h;
-${plan.cell === "lstm" ? "          cn[(size_t)bb * H + unit] = c;" : ""}
+${st ? `          ${st.last}[(size_t)bb * H + unit] = ${st.name};` : ""}
         }
       }
     }
@@ -244,6 +247,8 @@ function pipelinePrologue(t: string, rowsComment: string, rows: string): string 
  * for launches of one replica over more than two tiles; measured in bench/results/h100/issue18/session20/.
  */
 function forwardPipelined(plan: RnnKernelPlan, product: string): string {
+  const code = CELLS[plan.cell];
+  const st = code.state;
   return `  if (pipe) {
 ${pipelinePrologue(
   "reverse ? steps - 1 - s : s",
@@ -276,18 +281,15 @@ ${pipelinePrologue(
       const size_t row = (size_t)c_row;
       const bool first = (c_flags & 1) != 0;
       const float hprev = first ? h0[(size_t)bb * H + unit] : hstate[cu * bcap + jl];
-${plan.cell === "lstm" ? "      const float cinit = first ? c0[(size_t)bb * H + unit] : 0.f;" : ""}
+${st ? `      const float ${st.name}init = first ? ${st.initial}[(size_t)bb * H + unit] : 0.f;` : ""}
       float h;
-${forwardCell(plan, "first")
-  .split("\n")
-  .map((l) => l.slice(2))
-  .join("\n")}
+${indented(code.forward(forwardSite(code, "first")), 6)}
       st_publish(y + row * ldy + unit, h);
       hstate[cu * bcap + jl] = h;
       if (train) shprev[row * H + unit] = hprev;
       if ((c_flags & 2) != 0) {
         hn[(size_t)bb * H + unit] = h;
-${plan.cell === "lstm" ? "        cn[(size_t)bb * H + unit] = c;" : ""}
+${st ? `        ${st.last}[(size_t)bb * H + unit] = ${st.name};` : ""}
       }
     };
     issue_tile(vs4, &pbar[0], min(BT, local(nbC)), polled_rows(min(BT, local(nbC)), local(nbP), 0), rows_of(0, nbP, offP));
@@ -337,49 +339,70 @@ ${nextTile(`        nbN = nbN2;
   }`;
 }
 
-/** The forward cell of a (unit, sequence): h from the product's row sums; `first`: whether it is the sequence's first step. */
-function forwardCell(plan: RnnKernelPlan, first: string): string {
-  switch (plan.cell) {
-    case "rnn-tanh":
-      return "        h = tanhf(row_sum(part, cu, cb) + xg[0]);";
-    case "rnn-relu":
-      return "        h = fmaxf(row_sum(part, cu, cb) + xg[0], 0.f);";
-    case "lstm":
-      return `        const float gi = sigm(row_sum(part, cu, cb) + xg[0]);
-        const float gf = sigm(row_sum(part, UC + cu, cb) + xg[1]);
-        const float gg = tanhf(row_sum(part, 2 * UC + cu, cb) + xg[2]);
-        const float go = sigm(row_sum(part, 3 * UC + cu, cb) + xg[3]);
-        const float cprev = (${first}) ? cinit : cstate[cu * bcap + jl];
-        const float c = gf * cprev + gi * gg;
-        h = go * tanhf(c);
-        cstate[cu * bcap + jl] = c;
-        if (train) {
-          sgates[row * (4 * H) + unit] = gi;
-          sgates[row * (4 * H) + H + unit] = gf;
-          sgates[row * (4 * H) + 2 * H + unit] = gg;
-          sgates[row * (4 * H) + 3 * H + unit] = go;
-          sstate[row * H + unit] = c;
-        }`;
-    case "gru":
-      return `        const float gr = sigm(row_sum(part, cu, cb) + xg[0]);
-        const float gz = sigm(row_sum(part, UC + cu, cb) + xg[1]);
-        const float hnl = row_sum(part, 2 * UC + cu, cb) + bhn[unit];
-        const float gn = tanhf(xg[2] + gr * hnl);
-        h = (1.f - gz) * gn + gz * hprev;
-        if (train) {
-          sgates[row * (3 * H) + unit] = gr;
-          sgates[row * (3 * H) + H + unit] = gz;
-          sgates[row * (3 * H) + 2 * H + unit] = gn;
-          sstate[row * H + unit] = hnl;
-        }`;
-  }
+// The persistent kernels' sites of the cells' math (cells/site.ts): a cell thread per (unit, tile column), the
+// product's row sums in shared memory, declarations one a line.
+
+/** W_hh h(t−1) of gate g of the cell thread's unit: its row of the product (rows are gate-major: g·UC + cu). */
+const rowSumOf = (g: number) => `row_sum(part, ${g === 0 ? "" : g === 1 ? "UC + " : `${g} * UC + `}cu, cb)`;
+
+/** The forward's site; `first`: whether this is the sequence's first step (its state comes from the initial one). */
+function forwardSite(cell: CellCode, first: string): ForwardSite {
+  return {
+    unit: "unit",
+    declare: (...decls) => declLines(decls, 1),
+    // the state stays in shared memory between a thread's steps; a sequence's first step reads the initial one
+    // (fetched before the wait)
+    get prevState() {
+      return `(${first}) ? ${cell.state!.name}init : cstate[cu * bcap + jl]`;
+    },
+    pre: (g) => `${rowSumOf(g)} + xg[${g}]`,
+    x: (g) => `xg[${g}]`,
+    rec: rowSumOf,
+    keep: (state) => [`cstate[cu * bcap + jl] = ${state};`],
+    save: (gates, state) => [
+      "if (train) {",
+      ...gates.map(
+        (g, i) => `  sgates[row * (${gates.length} * H) + ${i === 0 ? "" : `${gateOffset(i)} + `}unit] = ${g};`,
+      ),
+      `  sstate[row * H + unit] = ${state};`,
+      "}",
+    ],
+  };
 }
 
-/** Floats of the forward kernel's `saved` buffer for `total` packed rows (training: everything backward needs). */
-export function savedFloats(cell: RnnKernelPlan["cell"], hidden: number, total: number): number {
-  const G = gatesOf(cell);
-  const perRow = G === 4 ? 6 : G === 3 ? 5 : 1; // gates + state + h(t−1)
-  return perRow * hidden * total;
+/**
+ * The backward's site: a cell's reads are fetched before the wait for the other CTAs (guarded by `active`, the
+ * thread has a step to differentiate), its math runs after the product; gate gradients are published to dpre_h.
+ */
+function backwardSite(cell: CellCode): BackwardSite {
+  // a conditional value is guarded first, so that it reads without parentheses
+  const guard = (v: string) => (v.includes("?") ? `!active ? 0.f : ${v}` : `active ? ${v} : 0.f`);
+  return {
+    unit: "unit",
+    declare: (...decls) =>
+      decls.map((d) => {
+        if (!d.load) return declLines([d], 1)[0]!;
+        return { fetch: declLines([{ ...d, value: guard(d.value) }], 1)[0]! };
+      }),
+    get prevState() {
+      return `has_prev ? sstate[prow * H + unit] : ${cell.state!.initial}[ci]`;
+    },
+    savedGates: (gates) =>
+      [
+        `const float* gt = sgates + row * (${gates.length} * H) + unit;`,
+        ...declLines(
+          gates.map((g, i) => load(g, guard(`gt[${gateOffset(i)}]`))),
+          3,
+        ),
+      ].map((fetch) => ({ fetch })),
+    // fetched before the wait with the other outer gradients
+    get lastGrad() {
+      return `${cell.state!.lastGrad}v`;
+    },
+    carry: (which) => `carry_${which}[cu * bcap + jl]`,
+    gateGrads: (values) => values.map((v, g) => `st_publish(dp${g === 0 ? "" : ` + ${gateOffset(g)}`}, ${v});`),
+    stores: (lines) => [...lines],
+  };
 }
 
 /**
@@ -521,16 +544,20 @@ function backwardTileHead(off: string, hasPrev: string, prevOff: string): string
 
 /** A backward tile's cell after its product (`continue` ends the tile: a loop's body, or a do-while(false)). */
 function backwardTileCell(plan: RnnKernelPlan): string {
-  const carried = plan.cell === "gru" ? " + carry_h[cu * bcap + jl]" : "";
+  const code = CELLS[plan.cell];
+  const k = backwardSite(code);
   return `      if (!mine) continue;
       const float rec = row_sum(part, cu, cb);
       if (!active) {
-        if (from_next) dh0[ci] = rec${carried}; // bb's first forward step was tp
+        if (from_next) dh0[ci] = ${code.hFromNext(k, "rec")}; // bb's first forward step was tp
         continue;
       }
-      const float dh = dyv + (from_next ? rec${carried} : dhnv);
+      const float dh = dyv + (from_next ? ${code.hFromNext(k, "rec")} : dhnv);
       float* dp = dpre_h + row * (G * H) + unit;
-${backwardCell(plan)}`;
+${indented(
+  code.backward(k).filter((l) => typeof l === "string"),
+  6,
+)}`;
 }
 
 /**
@@ -664,51 +691,11 @@ ${tail}    return;
 
 /** The cell thread's loads of a backward step, issued before it waits for the other CTAs. */
 function backwardPrefetch(plan: Pick<RnnKernelPlan, "cell">): string {
-  switch (plan.cell) {
-    case "rnn-tanh":
-    case "rnn-relu":
-      return "      const float hv = active ? y[row * ldy + unit] : 0.f;";
-    case "lstm":
-      return `      const float* gt = sgates + row * (4 * H) + unit;
-      const float gi = active ? gt[0] : 0.f, gf = active ? gt[H] : 0.f;
-      const float gg = active ? gt[2 * H] : 0.f, go = active ? gt[3 * H] : 0.f;
-      const float cv = active ? sstate[row * H + unit] : 0.f;
-      const float cprev = !active ? 0.f : has_prev ? sstate[prow * H + unit] : c0[ci];
-      const float dcnv = (active && !from_next) ? dcn[ci] : 0.f;`;
-    case "gru":
-      return `      const float* gt = sgates + row * (3 * H) + unit;
-      const float gr = active ? gt[0] : 0.f, gz = active ? gt[H] : 0.f, gn = active ? gt[2 * H] : 0.f;
-      const float hnl = active ? sstate[row * H + unit] : 0.f;
-      const float hprev = active ? shprev[row * H + unit] : 0.f;`;
-  }
-}
-
-function backwardCell(plan: RnnKernelPlan): string {
-  switch (plan.cell) {
-    case "rnn-tanh":
-      return "      st_publish(dp, dh * (1.f - hv * hv));";
-    case "rnn-relu":
-      return "      st_publish(dp, hv > 0.f ? dh : 0.f);";
-    case "lstm":
-      return `      const float tc = tanhf(cv);
-      const float dc = (from_next ? carry_c[cu * bcap + jl] : dcnv) + dh * go * (1.f - tc * tc);
-      st_publish(dp, dc * gg * gi * (1.f - gi));
-      st_publish(dp + H, dc * cprev * gf * (1.f - gf));
-      st_publish(dp + 2 * H, dc * gi * (1.f - gg * gg));
-      st_publish(dp + 3 * H, dh * tc * go * (1.f - go));
-      carry_c[cu * bcap + jl] = dc * gf;
-      if (!has_prev) dc0[ci] = dc * gf;`;
-    case "gru":
-      return `      const float dn = dh * (1.f - gz) * (1.f - gn * gn);
-      const float dz = dh * (hprev - gn) * gz * (1.f - gz);
-      const float dr = dn * hnl * gr * (1.f - gr);
-      st_publish(dp, dr);
-      st_publish(dp + H, dz);
-      st_publish(dp + 2 * H, dn * gr);
-      float* dx = dpre_x + row * (3 * H) + unit;
-      dx[0] = dr;
-      dx[H] = dz;
-      dx[2 * H] = dn;
-      carry_h[cu * bcap + jl] = dh * gz;`;
-  }
+  const code = CELLS[plan.cell];
+  const st = code.state;
+  const fetched = code.backward(backwardSite(code)).filter((l) => typeof l !== "string");
+  return indented(
+    [...fetched, ...(st ? [`const float ${st.lastGrad}v = (active && !from_next) ? ${st.lastGrad}[ci] : 0.f;`] : [])],
+    6,
+  );
 }

@@ -6,73 +6,71 @@
  */
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { gatesOf, type RnnCellName } from "../plan/dense.js";
+import { CELLS, type CellCode } from "./cells/index.js";
+import { type BackwardSite, declLines, type ForwardSite, gateOffset, indented, load, packed } from "./cells/site.js";
 
 export const STEPWISE_KERNEL_NAMES = { forward: "rnn_step_forward", backward: "rnn_step_backward" } as const;
 
-function forwardCell(cell: RnnCellName): string {
-  switch (cell) {
-    case "rnn-tanh":
-      return "h = tanhf(xg[0] + hw[0]);";
-    case "rnn-relu":
-      return "h = fmaxf(xg[0] + hw[0], 0.f);";
-    case "lstm":
-      return `const float gi = sigm(xg[0] + hw[0]), gf = sigm(xg[H] + hw[H]);
-    const float gg = tanhf(xg[2 * H] + hw[2 * H]), go = sigm(xg[3 * H] + hw[3 * H]);
-    const float cprev = b < nprev ? sstate[(size_t)(offp + b) * H + u] : c0[(size_t)b * H + u];
-    const float c = gf * cprev + gi * gg;
-    h = go * tanhf(c);
-    float* gt = sgates + row * (4 * H) + u;
-    gt[0] = gi; gt[H] = gf; gt[2 * H] = gg; gt[3 * H] = go;
-    sstate[row * H + u] = c;
-    if (b >= nnext) cn[(size_t)b * H + u] = c;`;
-    case "gru":
-      return `const float gr = sigm(xg[0] + hw[0]), gz = sigm(xg[H] + hw[H]);
-    const float hnl = hw[2 * H] + bhn[u];
-    const float gn = tanhf(xg[2 * H] + gr * hnl);
-    h = (1.f - gz) * gn + gz * hprev;
-    float* gt = sgates + row * (3 * H) + u;
-    gt[0] = gr; gt[H] = gz; gt[2 * H] = gn;
-    sstate[row * H + u] = hnl;`;
-  }
+// The stepwise kernels' sites of the cells' math (cells/site.ts): one thread per (row b, unit u), declarations two a
+// line, a row's stores on one line where they fit.
+const at = gateOffset;
+
+function forwardSite(cell: CellCode): ForwardSite {
+  return {
+    unit: "u",
+    declare: (...decls) => declLines(decls, 2),
+    // the state of row b's step before (y's row of step tp where b < nprev), else the initial one
+    get prevState() {
+      return `b < nprev ? sstate[(size_t)(offp + b) * H + u] : ${cell.state!.initial}[(size_t)b * H + u]`;
+    },
+    pre: (g) => `xg[${at(g)}] + hw[${at(g)}]`,
+    x: (g) => `xg[${at(g)}]`,
+    rec: (g) => `hw[${at(g)}]`,
+    keep: () => [],
+    save: (gates, state) => [
+      `float* gt = sgates + row * (${gates.length} * H) + u;`,
+      ...packed(
+        gates.map((g, i) => `gt[${at(i)}] = ${g};`),
+        4,
+      ),
+      `sstate[row * H + u] = ${state};`,
+    ],
+  };
 }
 
-function backwardCell(cell: RnnCellName): string {
-  switch (cell) {
-    case "rnn-tanh":
-      return `const float hv = y[row * ldy + u];
-    dp[0] = dh * (1.f - hv * hv);`;
-    case "rnn-relu":
-      return `const float hv = y[row * ldy + u];
-    dp[0] = hv > 0.f ? dh : 0.f;`;
-    case "lstm":
-      return `const float* gt = sgates + row * (4 * H) + u;
-    const float gi = gt[0], gf = gt[H], gg = gt[2 * H], go = gt[3 * H];
-    const float cv = sstate[row * H + u], tc = tanhf(cv);
-    const float cprev = has_prev ? sstate[prow * H + u] : c0[ci];
-    const float dc = (from_next ? carry_c[ci] : dcn[ci]) + dh * go * (1.f - tc * tc);
-    dp[0] = dc * gg * gi * (1.f - gi);
-    dp[H] = dc * cprev * gf * (1.f - gf);
-    dp[2 * H] = dc * gi * (1.f - gg * gg);
-    dp[3 * H] = dh * tc * go * (1.f - go);
-    carry_c[ci] = dc * gf;
-    if (!has_prev) dc0[ci] = dc * gf;`;
-    case "gru":
-      return `const float* gt = sgates + row * (3 * H) + u;
-    const float gr = gt[0], gz = gt[H], gn = gt[2 * H];
-    const float hnl = sstate[row * H + u], hprev = shprev[row * H + u];
-    const float dn = dh * (1.f - gz) * (1.f - gn * gn);
-    const float dz = dh * (hprev - gn) * gz * (1.f - gz);
-    const float dr = dn * hnl * gr * (1.f - gr);
-    dp[0] = dr; dp[H] = dz; dp[2 * H] = dn * gr;
-    float* dx = dpre_x + row * (3 * H) + u;
-    dx[0] = dr; dx[H] = dz; dx[2 * H] = dn;
-    carry_h[ci] = dh * gz;`;
-  }
+function backwardSite(cell: CellCode): BackwardSite {
+  return {
+    unit: "u",
+    declare: (...decls) => declLines(decls, 2),
+    get prevState() {
+      return `has_prev ? sstate[prow * H + u] : ${cell.state!.initial}[ci]`;
+    },
+    savedGates: (gates) => [
+      `const float* gt = sgates + row * (${gates.length} * H) + u;`,
+      ...declLines(
+        gates.map((g, i) => load(g, `gt[${at(i)}]`)),
+        gates.length,
+      ),
+    ],
+    get lastGrad() {
+      return `${cell.state!.lastGrad}[ci]`;
+    },
+    carry: (which) => `carry_${which}[ci]`,
+    gateGrads: (values) =>
+      packed(
+        values.map((v, g) => `dp[${at(g)}] = ${v};`),
+        4,
+      ),
+    stores: (lines) => packed(lines, 4),
+  };
 }
 
 /** The two element-wise kernels of a (cell, hidden) layer's non-persistent path. */
 export function stepwiseKernelSource(cell: RnnCellName, hidden: number): string {
   const G = gatesOf(cell);
+  const code = CELLS[cell];
+  const st = code.state;
+  const bk = backwardSite(code);
   return `// non-persistent ${cell}, hidden ${hidden}: one GEMM and one element-wise kernel per step (src/rnn/gpu/stepwise-source.ts)
 constexpr int H = ${hidden};
 constexpr int G = ${G};
@@ -97,7 +95,7 @@ extern "C" __global__ void ${STEPWISE_KERNEL_NAMES.forward}(
   const float hprev = b < nprev ? y[(size_t)(offp + b) * ldy + u] : h0[(size_t)b * H + u];
   float h;
   {
-    ${forwardCell(cell)}
+${indented([...code.forward(forwardSite(code)), ...(st ? [`if (b >= nnext) ${st.last}[(size_t)b * H + u] = ${st.name};`] : [])], 4)}
   }
   y[row * ldy + u] = h;
   shprev[row * H + u] = hprev;
@@ -123,17 +121,17 @@ extern "C" __global__ void ${STEPWISE_KERNEL_NAMES.backward}(
   float* carry_h = carry + (size_t)B * H;
   const float r = b < np ? rec[ci] : 0.f;
   if (b >= nb) { // b's first forward step was tp: what reaches its initial state
-    dh0[ci] = r${cell === "gru" ? " + carry_h[ci]" : ""};
+    dh0[ci] = ${code.hFromNext(bk, "r")};
     return;
   }
   const size_t row = (size_t)(off + b);
   const bool from_next = b < np;
-  const float dh = dy[row * lddy + u] + (from_next ? r${cell === "gru" ? " + carry_h[ci]" : ""} : dhn[ci]);
+  const float dh = dy[row * lddy + u] + (from_next ? ${code.hFromNext(bk, "r")} : dhn[ci]);
   const bool has_prev = has_prev_all != 0 || b < prev_rows;
   const size_t prow = has_prev ? (size_t)(prev_off + b) : 0;
   float* dp = dpre_h + row * (G * H) + u;
   {
-    ${backwardCell(cell)}
+${indented(code.backward(bk), 4)}
   }
 }
 `;

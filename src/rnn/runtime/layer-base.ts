@@ -24,6 +24,7 @@ import {
   openDevice,
 } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
+import { savedFloats } from "../codegen/cells/index.js";
 import { gatesOf, type RnnCellName } from "../plan/dense.js";
 
 /** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
@@ -164,7 +165,7 @@ export class RnnWorkspace {
     };
     try {
       this.xw = alloc(rows * G * hidden);
-      this.saved = alloc(rows * hidden * (G === 4 ? 6 : G === 3 ? 5 : 1));
+      this.saved = alloc(savedFloats(cell, hidden, rows));
       this.dpreH = alloc(rows * G * hidden);
       this.dpreX = G === 3 ? alloc(rows * G * hidden) : this.dpreH;
       this.ones = alloc(rows);
