@@ -15,7 +15,7 @@
  * row-major. `xw` is the input projection of every row, x·W_ihᵀ + b_ih + b_hh (GRU: without b_hn, which stays
  * inside r ⊙ (W_hn h + b_hn)).
  */
-import { BATCH_TILE, gatesOf, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
+import { BATCH_TILE, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
 import { CELLS, type CellCode } from "./cells/index.js";
 import { type BackwardSite, declLines, type ForwardSite, gateOffset, indented, load } from "./cells/site.js";
 import {
@@ -34,6 +34,7 @@ import {
   ROW_SUM,
   TILE_PIPE,
 } from "./kernel-parts.js";
+import { PERSISTENT_BACKWARD_PARAMS, PERSISTENT_FORWARD_PARAMS, renderParams } from "./params.js";
 
 // the public names of the kernels' building blocks, for the layer and the tests
 export {
@@ -77,10 +78,7 @@ ${TILE_PIPE}
 // y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
 // GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
 extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clusterSize(plan, opts)}, 1, 1) ` : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
-    const float* w, const float* __restrict__ xw, const float* __restrict__ bhn,
-    const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn,
-    float* saved, int train, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps,
-    int total, int reverse, int bcap, int lb, int* status, int mc, int nrep, int pipe) {
+${renderParams(PERSISTENT_FORWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
   // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
   // found the batch fits one group
@@ -459,11 +457,7 @@ ${TILE_PIPE}
 // Shared memory after the tile: per (unit, sequence) what one step hands the next in this thread [2][UC][bcap]
 // (LSTM: dc; GRU: dh ⊙ z). Everything a cell thread reads from global memory is fetched before the poll.
 extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clusterSize(plan, opts)}, 1, 1) ` : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.backward}(
-    const float* w, const float* __restrict__ saved, const float* __restrict__ y, int ldy,
-    const float* __restrict__ c0, const float* __restrict__ dy, int lddy,
-    const float* __restrict__ dhn, const float* __restrict__ dcn, float* dpre_h, float* dpre_x, float* dh0,
-    float* dc0, const int* __restrict__ batch_sizes, const int* __restrict__ offsets, int steps, int total,
-    int reverse, int bcap, int lb, int* status, int mc, int nrep, int pipe) {
+${renderParams(PERSISTENT_BACKWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
   // the pair multicast: only in a clustered build (a constant otherwise, so its code folds away) and where the host
   // found the batch fits one group

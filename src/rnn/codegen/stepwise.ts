@@ -8,6 +8,7 @@ import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { gatesOf, type RnnCellName } from "../plan/dense.js";
 import { CELLS, type CellCode } from "./cells/index.js";
 import { type BackwardSite, declLines, type ForwardSite, gateOffset, indented, load, packed } from "./cells/site.js";
+import { renderParams, STEPWISE_BACKWARD_PARAMS, STEPWISE_FORWARD_PARAMS } from "./params.js";
 
 export const STEPWISE_KERNEL_NAMES = { forward: "rnn_step_forward", backward: "rnn_step_backward" } as const;
 
@@ -80,9 +81,7 @@ ${DEVICE_ACTIVATIONS}
 // Step t of the forward over rows b < nb (one thread per (row, unit)). hw0 = h(t−1)·W_hhᵀ [nb, G·H]; the previous
 // state of row b is y's row of step tp (b < nprev) or h0/c0. Saved: as the persistent forward's (gates, state, h(t−1)).
 extern "C" __global__ void ${STEPWISE_KERNEL_NAMES.forward}(
-    const float* __restrict__ xw, const float* __restrict__ hw0, const float* __restrict__ bhn,
-    const float* __restrict__ h0, const float* __restrict__ c0, float* y, int ldy, float* hn, float* cn, float* saved,
-    int total, int nb, int off, int nprev, int offp, int nnext) {
+${renderParams(STEPWISE_FORWARD_PARAMS)}) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= nb * H) return;
   const int b = i / H, u = i - b * H;
@@ -105,10 +104,7 @@ ${indented([...code.forward(forwardSite(code)), ...(st ? [`if (b >= nnext) ${st.
 // Iteration s of the backward over rows b < nrows: rec = dpre_h(tp)·W_hh [np, H] (the GEMM before it); rows active
 // at step t get their gate gradients, rows b ≥ nb (first forward step tp) their dh0. carry [2, B, H] in global memory.
 extern "C" __global__ void ${STEPWISE_KERNEL_NAMES.backward}(
-    const float* __restrict__ saved, const float* __restrict__ y, int ldy, const float* __restrict__ c0,
-    const float* __restrict__ dy, int lddy, const float* __restrict__ dhn, const float* __restrict__ dcn,
-    const float* __restrict__ rec, float* dpre_h, float* dpre_x, float* dh0, float* dc0, float* carry, int total,
-    int B, int t, int nb, int off, int np, int has_prev_all, int prev_rows, int prev_off) {
+${renderParams(STEPWISE_BACKWARD_PARAMS)}) {
   const int nrows = max(nb, np);
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= nrows * H) return;

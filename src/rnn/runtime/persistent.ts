@@ -32,6 +32,7 @@ import {
   type RnnKernelOptions,
   sharedBytes,
 } from "../codegen/dense-kernels.js";
+import { kernelArgs, PERSISTENT_BACKWARD_PARAMS, PERSISTENT_FORWARD_PARAMS } from "../codegen/params.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
@@ -550,30 +551,35 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const grid = ctas ?? p.ctas * sh.replicas;
     const { fn, module } = this.kernelFor("forward", sh);
     this.lastModule.forward = module;
-    fn.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
-      karg.ptr(a.weights.whh),
-      karg.ptr(a.ws.xw),
-      karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
-      karg.ptr(a.h0),
-      karg.ptr(a.c0),
-      karg.ptr(a.y),
-      karg.i32(a.ldy),
-      karg.ptr(a.hn),
-      karg.ptr(a.cn),
-      karg.ptr(a.ws.saved),
-      karg.i32(a.train ? 1 : 0),
-      karg.ptr(a.steps.dBatchSizes),
-      karg.ptr(a.steps.dOffsets),
-      karg.i32(batchSizes.length),
-      karg.i32(total),
-      karg.i32(a.reverse ? 1 : 0),
-      karg.i32(sh.bcap),
-      karg.i32(sh.lb),
-      karg.ptr(a.ws.status),
-      karg.i32(sh.mc),
-      karg.i32(sh.replicas),
-      karg.i32(sh.pipe),
-    ]);
+    const args = kernelArgs(
+      PERSISTENT_FORWARD_PARAMS,
+      {
+        w: a.weights.whh,
+        xw: a.ws.xw,
+        bhn: a.weights.bhh + 4 * 2 * this.hidden, // GRU's b_hn (unused otherwise)
+        h0: a.h0,
+        c0: a.c0,
+        y: a.y,
+        ldy: a.ldy,
+        hn: a.hn,
+        cn: a.cn,
+        saved: a.ws.saved,
+        train: a.train ? 1 : 0,
+        batch_sizes: a.steps.dBatchSizes,
+        offsets: a.steps.dOffsets,
+        steps: batchSizes.length,
+        total,
+        reverse: a.reverse ? 1 : 0,
+        bcap: sh.bcap,
+        lb: sh.lb,
+        status: a.ws.status,
+        mc: sh.mc,
+        nrep: sh.replicas,
+        pipe: sh.pipe,
+      },
+      RNN_KERNEL_NAMES.forward,
+    );
+    fn.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, args);
   }
 
   /**
@@ -647,32 +653,37 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const p = sh.plan;
     const { fn, module } = this.kernelFor("backward", sh);
     this.lastModule.backward = module;
-    fn.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
-      karg.ptr(a.weights.whh),
-      karg.ptr(a.ws.saved),
-      karg.ptr(a.y),
-      karg.i32(a.ldy),
-      karg.ptr(a.c0),
-      karg.ptr(a.dy),
-      karg.i32(a.lddy),
-      karg.ptr(a.dhn),
-      karg.ptr(a.dcn),
-      karg.ptr(a.ws.dpreH),
-      karg.ptr(a.ws.dpreX),
-      karg.ptr(a.dh0),
-      karg.ptr(a.dc0),
-      karg.ptr(a.steps.dBatchSizes),
-      karg.ptr(a.steps.dOffsets),
-      karg.i32(batchSizes.length),
-      karg.i32(total),
-      karg.i32(a.reverse ? 1 : 0),
-      karg.i32(sh.bcap),
-      karg.i32(sh.lb),
-      karg.ptr(a.ws.status),
-      karg.i32(sh.mc),
-      karg.i32(sh.replicas),
-      karg.i32(sh.pipe),
-    ]);
+    const args = kernelArgs(
+      PERSISTENT_BACKWARD_PARAMS,
+      {
+        w: a.weights.whh,
+        saved: a.ws.saved,
+        y: a.y,
+        ldy: a.ldy,
+        c0: a.c0,
+        dy: a.dy,
+        lddy: a.lddy,
+        dhn: a.dhn,
+        dcn: a.dcn,
+        dpre_h: a.ws.dpreH,
+        dpre_x: a.ws.dpreX,
+        dh0: a.dh0,
+        dc0: a.dc0,
+        batch_sizes: a.steps.dBatchSizes,
+        offsets: a.steps.dOffsets,
+        steps: batchSizes.length,
+        total,
+        reverse: a.reverse ? 1 : 0,
+        bcap: sh.bcap,
+        lb: sh.lb,
+        status: a.ws.status,
+        mc: sh.mc,
+        nrep: sh.replicas,
+        pipe: sh.pipe,
+      },
+      RNN_KERNEL_NAMES.backward,
+    );
+    fn.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, args);
   }
 
   /** Waits for the stream and throws PersistentKernelError if a launch reported a failure. */
