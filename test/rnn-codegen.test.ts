@@ -5,7 +5,7 @@ import { describe, test } from "node:test";
 import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { gatesOf, RNN_CELLS } from "../src/ops/recurrent.js";
 import { CELLS, savedFloats } from "../src/rnn/codegen/cells/index.js";
-import { forwardKernelSource } from "../src/rnn/codegen/dense-kernels.js";
+import { forwardKernelSource } from "../src/rnn/codegen/index.js";
 import {
   kernelArgs,
   PERSISTENT_BACKWARD_PARAMS,

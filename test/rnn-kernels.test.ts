@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { assertNoSpills, KernelSpillError, parsePtxasReport } from "../src/cuda/ptxas-report.js";
-import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/codegen/dense-kernels.js";
+import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/codegen/index.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,

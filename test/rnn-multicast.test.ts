@@ -10,7 +10,7 @@ import {
   forwardKernelSource,
   MULTICAST_MIN_WEIGHT_REGISTERS,
   multicastPays,
-} from "../src/rnn/codegen/dense-kernels.js";
+} from "../src/rnn/codegen/index.js";
 import { planRnnLayer, type RnnCellName } from "../src/rnn/plan/dense.js";
 
 function layer(cell: RnnCellName, hidden: number) {

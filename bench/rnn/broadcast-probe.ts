@@ -21,7 +21,7 @@
  * Its mbarrier, cluster and bulk-copy helpers are the kernels' own (TMA_CUDA in src/rnn/gpu/kernel-parts.ts).
  */
 import { writeFileSync } from "node:fs";
-import { TMA_CUDA } from "../../src/rnn/codegen/kernel-parts.js";
+import { TMA_CUDA } from "../../src/rnn/codegen/index.js";
 
 const out = process.argv[2];
 if (out === undefined) {

@@ -9,7 +9,7 @@ import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/op
 import { openDevice } from "../cuda/device.js";
 import { CudaLibraryNotFoundError } from "../cuda/ffi/find.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
-import { clustered } from "../rnn/codegen/dense-kernels.js";
+import { clustered } from "../rnn/codegen/index.js";
 import {
   chooseRnnLaunch,
   largestPersistentHidden,

@@ -4,6 +4,6 @@
  */
 
 export { H100_SXM } from "../../src/cuda/hw/device-model.js";
-export { backwardKernelSource, forwardKernelSource } from "../../src/rnn/codegen/dense-kernels.js";
+export { backwardKernelSource, forwardKernelSource } from "../../src/rnn/codegen/index.js";
 export { stepwiseKernelSource } from "../../src/rnn/codegen/stepwise.js";
 export { RNN_CELLS, rnnLayouts } from "../../src/rnn/plan/dense.js";

@@ -8,6 +8,7 @@ import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { gatesOf, type RnnCellName } from "../plan/dense.js";
 import { CELLS, type CellCode } from "./cells/index.js";
 import { type BackwardSite, declLines, type ForwardSite, gateOffset, indented, load, packed } from "./cells/site.js";
+import { STEPWISE_SOURCE_TAG } from "./kernel-options.js";
 import { renderParams, STEPWISE_BACKWARD_PARAMS, STEPWISE_FORWARD_PARAMS } from "./params.js";
 
 export const STEPWISE_KERNEL_NAMES = { forward: "rnn_step_forward", backward: "rnn_step_backward" } as const;
@@ -72,7 +73,7 @@ export function stepwiseKernelSource(cell: RnnCellName, hidden: number): string 
   const code = CELLS[cell];
   const st = code.state;
   const bk = backwardSite(code);
-  return `// non-persistent ${cell}, hidden ${hidden}: one GEMM and one element-wise kernel per step (src/rnn/gpu/stepwise-source.ts)
+  return `// non-persistent ${cell}, hidden ${hidden}: one GEMM and one element-wise kernel per step (${STEPWISE_SOURCE_TAG})
 constexpr int H = ${hidden};
 constexpr int G = ${G};
 typedef unsigned int u32;

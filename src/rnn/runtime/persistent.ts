@@ -31,7 +31,7 @@ import {
   RNN_KERNEL_NAMES,
   type RnnKernelOptions,
   sharedBytes,
-} from "../codegen/dense-kernels.js";
+} from "../codegen/index.js";
 import { kernelArgs, PERSISTENT_BACKWARD_PARAMS, PERSISTENT_FORWARD_PARAMS } from "../codegen/params.js";
 import {
   BATCH_TILE,
