@@ -16,7 +16,7 @@ import {
   STEPWISE_FORWARD_PARAMS,
 } from "../src/rnn/codegen/params.js";
 import { stepwiseKernelSource } from "../src/rnn/codegen/stepwise.js";
-import { planRnnLayer } from "../src/rnn/plan/dense.js";
+import { planRnnLayer } from "../src/rnn/plan/index.js";
 
 describe("the cell table", () => {
   test("one entry per cell, under its own name; saved floats are gates + state + h(t−1) per unit", () => {

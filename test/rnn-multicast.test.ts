@@ -11,7 +11,7 @@ import {
   MULTICAST_MIN_WEIGHT_REGISTERS,
   multicastPays,
 } from "../src/rnn/codegen/index.js";
-import { planRnnLayer, type RnnCellName } from "../src/rnn/plan/dense.js";
+import { planRnnLayer, type RnnCellName } from "../src/rnn/plan/index.js";
 
 function layer(cell: RnnCellName, hidden: number) {
   const p = planRnnLayer(cell, hidden, H100_SXM);

@@ -9,7 +9,7 @@
 
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import { CudaEvent, type DevicePtr } from "../cuda/index.js";
-import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan/dense.js";
+import { largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan/index.js";
 import {
   type BackwardArgs,
   openRnnGpu,
@@ -19,6 +19,7 @@ import {
 } from "../rnn/runtime/layer-base.js";
 import { PersistentRnnLayer } from "../rnn/runtime/persistent.js";
 import { StepwiseRnnLayer } from "../rnn/runtime/stepwise.js";
+import { gatesOf } from "../rnn/spec.js";
 
 export interface RnnBenchOptions {
   readonly cells: readonly RnnCellName[];

@@ -16,13 +16,12 @@ import {
   pipelinedBackward,
   pipelinedForward,
   planRnnLayer,
-  RNN_CELLS,
   type RnnCellName,
   type RnnKernelPlan,
   rnnLayouts,
   type WeightPrecision,
-} from "../rnn/plan/dense.js";
-import { RNN_PRECISIONS } from "../rnn/spec.js";
+} from "../rnn/plan/index.js";
+import { RNN_CELLS, RNN_PRECISIONS } from "../rnn/spec.js";
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";
 import { writeOut } from "./output.js";

@@ -6,4 +6,5 @@
 export { H100_SXM } from "../../src/cuda/hw/device-model.js";
 export { backwardKernelSource, forwardKernelSource } from "../../src/rnn/codegen/index.js";
 export { stepwiseKernelSource } from "../../src/rnn/codegen/stepwise.js";
-export { RNN_CELLS, rnnLayouts } from "../../src/rnn/plan/dense.js";
+export { rnnLayouts } from "../../src/rnn/plan/index.js";
+export { RNN_CELLS } from "../../src/rnn/spec.js";

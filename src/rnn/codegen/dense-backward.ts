@@ -4,7 +4,7 @@
  * gradients of the step processed before, and its cell threads run the cell's backward (cells/). Two loops: the step
  * loop, and the pipelined tile loop (eager, or with deferred cells in a build of its own).
  */
-import type { RnnKernelPlan } from "../plan/dense.js";
+import type { RnnKernelPlan } from "../plan/index.js";
 import { CELLS, type CellCode } from "./cells/index.js";
 import { type BackwardSite, declLines, gateOffset, indented, load } from "./cells/site.js";
 import { constants, matvecParts, ROW_SUM } from "./dense-matvec.js";
@@ -191,8 +191,7 @@ ${indented(
  * so most of its wait is hidden; the step loop instead waits once per group of tiles, for rows of G·H floats that
  * only a few tiles' worth of shared memory can hold. Two partial-sum buffers: a tile's cell reads one while the next
  * tile's product fills the other. The step bookkeeping (batch sizes, offsets) stays in registers, loaded a step
- * ahead. Measured (bench/results/h100/issue18/session19/): LSTM 1152 at batch 16, 5.65 → 3.62 ms per backward
- * launch. `defer` (RnnKernelOptions.deferredBackward, a build of its own): each tile's cell runs after the next
+ * ahead. Measured on an H100: LSTM 1152 at batch 16, 5.65 → 3.62 ms per backward launch. `defer` (RnnKernelOptions.deferredBackward, a build of its own): each tile's cell runs after the next
  * tile's wait, as in the forward's loop, except in steps of one or two tiles; else right after the tile's product
  * and a barrier.
  */

@@ -4,7 +4,7 @@
  * threads run the cell (cells/) and publish h. Two loops: the step loop, and the pipelined tile loop of a build of
  * its own (RnnKernelOptions.pipelinedForward).
  */
-import type { RnnKernelPlan } from "../plan/dense.js";
+import type { RnnKernelPlan } from "../plan/index.js";
 import { CELLS, type CellCode } from "./cells/index.js";
 import { declLines, type ForwardSite, gateOffset, indented } from "./cells/site.js";
 import { constants, matvecParts, ROW_SUM } from "./dense-matvec.js";
@@ -137,7 +137,7 @@ ${st ? `          ${st.last}[(size_t)bb * H + unit] = ${st.name};` : ""}
  * step has one or two tiles: there the next step's tile waits for this one's cell, or its copy is issued before that
  * cell runs, so the cell runs at once ("flush"). The cell threads keep h (and LSTM's c) of their (unit, sequence) in
  * shared memory, so the cell reads nothing of a slot. Runs in a build of its own (RnnKernelOptions.pipelinedForward)
- * for launches of one replica over more than two tiles; measured in bench/results/h100/issue18/session20/.
+ * for launches of one replica over more than two tiles (where it measured faster on an H100: plan/launch.ts).
  */
 function forwardPipelined(plan: RnnKernelPlan, product: string): string {
   const code = CELLS[plan.cell];

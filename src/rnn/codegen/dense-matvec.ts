@@ -3,7 +3,7 @@
  * registers (fp32, or fp16 pairs), the register mat-vec of a tile of batch columns, its reduction over the row group,
  * and `row_sum`, which a cell thread reads its unit's sums with.
  */
-import { BATCH_TILE, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
+import { BATCH_TILE, paddedCols, type RnnKernelPlan } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 
 /** The reduce-scatter of `n` accumulators over a warp's 32 lanes: afterwards lane l holds totals l·q … l·q + q − 1. */

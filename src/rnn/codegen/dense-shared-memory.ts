@@ -2,7 +2,7 @@
  * The dynamic shared memory of a dense persistent launch, as the kernels lay it out: the vector rows of a group of
  * tiles, the reduction's partial sums (two buffers), and the per-(unit, sequence) state that stays in the CTA.
  */
-import { BATCH_TILE, paddedCols, type RnnKernelPlan } from "../plan/dense.js";
+import { BATCH_TILE, paddedCols, type RnnKernelPlan } from "../plan/index.js";
 
 /**
  * Dynamic shared memory of a launch over `batch` sequences: the tile's vector rows, the reduction's partial sums, and

@@ -50,13 +50,13 @@ export interface RnnKernelOptions {
 }
 
 /**
- * Weight registers per thread from which the pair multicast pays. Measured on an H100 in one call against the same
- * kernels without clusters (bench/results/h100/issue18/multicast/ab2.jsonl): layouts near the register limit (8 warps
+ * Weight registers per thread from which the pair multicast pays. Measured on an H100 in one run against the same
+ * kernels without clusters: layouts near the register limit (8 warps
  * per SM that cannot hide the load: RNN 2304, LSTM 1152 — 180 weight registers) gain 4–12% at batch 1–4 and up to 14%
  * at 16; layouts with many threads and few weights (RNN 512/1152, GRU 512/1152: 16–100) lose 4–11% at batch 1–4
  * (the barrier round adds latency to a poll that is not bandwidth-bound there) though they gain at 16. RNN 1792 (112
- * weight registers, never measured clustered until session 13) gains 10–21% forward and 7–13% forward+backward at
- * batch 1–16 (bench/results/h100/issue18/session13/multicast-1792/): the bound is 112.
+ * weight registers, measured clustered later than the others) gains 10–21% forward and 7–13% forward+backward at
+ * batch 1–16: the bound is 112.
  */
 export const MULTICAST_MIN_WEIGHT_REGISTERS = 112;
 

@@ -5,7 +5,8 @@
  * (`saved`, gate order, packed rows), so the weight-gradient GEMMs after the backward are shared.
  */
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
-import { gatesOf, type RnnCellName } from "../plan/dense.js";
+import type { RnnCellName } from "../plan/index.js";
+import { gatesOf } from "../spec.js";
 import { CELLS, type CellCode } from "./cells/index.js";
 import { type BackwardSite, declLines, type ForwardSite, gateOffset, indented, load, packed } from "./cells/site.js";
 import { STEPWISE_SOURCE_TAG } from "./kernel-options.js";

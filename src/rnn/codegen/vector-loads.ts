@@ -118,8 +118,8 @@ __device__ __forceinline__ bool load_tile(float4* vs4, int nrows, int nslots, Ro
  * a tile published a tile or more earlier is hidden behind this tile's product. issue_tile starts the copies: one TMA
  * bulk copy per polled row, issued by the last warp's last lanes (not the first warps' cell threads) and counted on the
  * slot's mbarrier; rows that are not polled are loaded directly, rows past `nt` are zero. (The same loop with 16-byte
- * cp.async copies by every thread was slower than the step loop: LSTM 1152 batch 16, 7.2 against 6.2 ms; measured in
- * bench/results/h100/issue18/session19/.) settle_tile waits for the slot's barrier, re-fetches the values that were
+ * cp.async copies by every thread was slower than the step loop: LSTM 1152 batch 16 on an H100, 7.2 against 6.2 ms.)
+ * settle_tile waits for the slot's barrier, re-fetches the values that were
  * still −0.0 when the copy read them and waits again until none is, or reports a value that never arrived.
  */
 export const TILE_PIPE = `

@@ -16,7 +16,7 @@ import type {
   RnnForwardLayerResult,
   RnnSavedState,
 } from "../backend.js";
-import { rnnPipelineSetting, type WeightPrecision } from "../plan/dense.js";
+import { rnnPipelineSetting, type WeightPrecision } from "../plan/index.js";
 import { validateRnnPrecision } from "../spec.js";
 import {
   type OwnedRnnGpu,

@@ -25,7 +25,8 @@ import {
 } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
 import { savedFloats } from "../codegen/cells/index.js";
-import { gatesOf, type RnnCellName } from "../plan/dense.js";
+import type { RnnCellName } from "../plan/index.js";
+import { gatesOf } from "../spec.js";
 
 /** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
 export class RnnDoesNotFitError extends UserError {

@@ -47,7 +47,7 @@ import {
   rnnLayouts,
   rnnPipelineSetting,
   type WeightPrecision,
-} from "../plan/dense.js";
+} from "../plan/index.js";
 import { planUntilNoSpill } from "../plan/spill-retry.js";
 import {
   type BackwardArgs,
@@ -77,7 +77,8 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
   readonly maxCtas?: number;
   /**
    * Registers per thread the planner keeps free beyond its estimate (default 0). `create` raises it, up to
-   * SPILL_HEADROOM_STEPS (spill-retry.ts), where ptxas spilled the widest layout's kernels; the layouts are planned with it.
+   * SPILL_HEADROOM_STEPS (plan/spill-retry.ts), where ptxas spilled the widest layout's kernels; the layouts are
+   * planned with it.
    */
   readonly headroom?: number;
   /** Where one-line notices go (a build or layout replaced because it spilled; default: stderr). */
@@ -615,10 +616,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const pipelined = plan.kind === "backward" ? pipelinedBackward(replicas, batch) : pipelinedForward(replicas, batch);
     if (this.pipeline && pipelined) {
       // several tiles in a launch of one replica: the pipelined loops, one tile per wait in two slots. Measured on an
-      // H100 against the step loops: the backward's (bench/results/h100/issue18/session19/ab/, with the loop's first
-      // check) 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
-      // even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step
-      // loop; the forward's (session20/, from three tiles) 3–35% faster at batch 12 to 64 for the widest layouts.
+      // H100 against the step loops: the backward's 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN
+      // 2304 at batch 16 and 64; RNN 1792 even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at
+      // batch 64), which keep the step loop; the forward's (from three tiles) 3–35% faster at batch 12 to 64 for the
+      // widest layouts.
       const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
       if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
     }

@@ -3,7 +3,7 @@
  * (dense-kernels.ts) and the stepwise element-wise kernels (stepwise.ts) render, each through its own site
  * (site.ts). A sparse persistent kernel renders the same cells through a site of its own.
  */
-import type { RnnCellName } from "../../plan/dense.js";
+import type { RnnCellName } from "../../plan/index.js";
 import { gru } from "./gru.js";
 import { lstm } from "./lstm.js";
 import { rnnRelu, rnnTanh } from "./rnn.js";

@@ -70,7 +70,7 @@ export interface BackwardSite extends Site {
   stores(lines: readonly string[]): Line[];
 }
 
-/** A state a cell carries from step to step beside h (LSTM's memory c) and the kernel arguments it comes and goes by. */
+/** A state a cell carries from step to step beside h (LSTM's memory c), and the kernel arguments that hold it. */
 export interface CarriedState {
   /** Its variable in the math. */
   readonly name: string;
