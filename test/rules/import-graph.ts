@@ -86,6 +86,20 @@ export const VPPS_STAGES: readonly { readonly name: string; readonly paths: read
   { name: "adapter", paths: ["src/engines/vpps/engine.ts"] },
 ];
 
+/**
+ * The persistent RNN's rooms in dependency order (docs/RNN.md); a room imports only from earlier rooms. The spec,
+ * packed batches and the backend seam are plain data everything reads; the CPU reference; the plan (layouts from the
+ * device model); the generated kernels; the GPU runtime; and the face (the layer API, the backend choice) last.
+ */
+export const RNN_ROOMS: readonly { readonly name: string; readonly paths: readonly string[] }[] = [
+  { name: "spec", paths: ["src/rnn/spec.ts", "src/rnn/packed.ts", "src/rnn/backend.ts"] },
+  { name: "reference", paths: ["src/rnn/reference/"] },
+  { name: "plan", paths: ["src/rnn/plan/"] },
+  { name: "codegen", paths: ["src/rnn/codegen/"] },
+  { name: "runtime", paths: ["src/rnn/runtime/"] },
+  { name: "face", paths: ["src/rnn/open-backend.ts", "src/rnn/layer.ts", "src/rnn/index.ts"] },
+];
+
 function tsFiles(dir: string, out: string[] = []): string[] {
   for (const name of readdirSync(dir)) {
     const p = join(dir, name);
@@ -170,6 +184,11 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
     if (b > a) {
       say(e, `layer '${LAYERS[a]!.name}' may not import the later layer '${LAYERS[b]!.name}'`);
       continue;
+    }
+    const ra = indexIn(RNN_ROOMS, e.from);
+    const rb = indexIn(RNN_ROOMS, e.to);
+    if (ra >= 0 && rb > ra) {
+      say(e, `RNN room '${RNN_ROOMS[ra]!.name}' may not import the later room '${RNN_ROOMS[rb]!.name}'`);
     }
     if (LAYERS[a]!.name === "engines") {
       const unit = (f: string) => ENGINE_UNITS.find((u) => f === u.path || f.startsWith(u.path));
