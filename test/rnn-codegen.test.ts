@@ -4,18 +4,18 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { gatesOf, RNN_CELLS } from "../src/ops/recurrent.js";
-import { CELLS, savedFloats } from "../src/rnn/codegen/cells/index.js";
-import { forwardKernelSource } from "../src/rnn/codegen/index.js";
 import {
+  CELLS,
+  forwardKernelSource,
   kernelArgs,
   PERSISTENT_BACKWARD_PARAMS,
   PERSISTENT_FORWARD_PARAMS,
-  paramTable,
-  renderParams,
   STEPWISE_BACKWARD_PARAMS,
   STEPWISE_FORWARD_PARAMS,
-} from "../src/rnn/codegen/params.js";
-import { stepwiseKernelSource } from "../src/rnn/codegen/stepwise.js";
+  savedFloats,
+  stepwiseKernelSource,
+} from "../src/rnn/codegen/index.js";
+import { paramTable, renderParams } from "../src/rnn/codegen/params.js";
 import { planRnnLayer } from "../src/rnn/plan/index.js";
 
 describe("the cell table", () => {

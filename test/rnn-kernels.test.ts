@@ -26,7 +26,7 @@ import {
   rnnPipelineSetting,
   stepCycles,
 } from "../src/rnn/plan/index.js";
-import { GpuRnnBackend } from "../src/rnn/runtime/gpu-backend.js";
+import { GpuRnnBackend } from "../src/rnn/runtime/index.js";
 import { gatesOf, RNN_CELLS } from "../src/rnn/spec.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });

@@ -13,12 +13,12 @@ import { largestPersistentHidden, type RnnCellName, type WeightPrecision } from 
 import {
   type BackwardArgs,
   openRnnGpu,
+  PersistentRnnLayer,
   RnnDoesNotFitError,
   type RnnLayerBase,
   RnnWorkspace,
-} from "../rnn/runtime/layer-base.js";
-import { PersistentRnnLayer } from "../rnn/runtime/persistent.js";
-import { StepwiseRnnLayer } from "../rnn/runtime/stepwise.js";
+  StepwiseRnnLayer,
+} from "../rnn/runtime/index.js";
 import { gatesOf } from "../rnn/spec.js";
 
 export interface RnnBenchOptions {

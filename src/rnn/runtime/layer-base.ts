@@ -24,7 +24,7 @@ import {
   openDevice,
 } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
-import { savedFloats } from "../codegen/cells/index.js";
+import { savedFloats } from "../codegen/index.js";
 import type { RnnCellName } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 

@@ -22,7 +22,10 @@ import {
   clustered,
   clusterSize,
   groupRows,
+  kernelArgs,
   PENDING_BITS,
+  PERSISTENT_BACKWARD_PARAMS,
+  PERSISTENT_FORWARD_PARAMS,
   PHASE_GLOBAL,
   PHASE_MAX_CTAS,
   PHASE_NAMES,
@@ -31,7 +34,6 @@ import {
   type RnnKernelOptions,
   sharedBytes,
 } from "../codegen/index.js";
-import { kernelArgs, PERSISTENT_BACKWARD_PARAMS, PERSISTENT_FORWARD_PARAMS } from "../codegen/params.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
@@ -40,6 +42,7 @@ import {
   pipelinedBackward,
   pipelinedForward,
   planRnnLayer,
+  planUntilNoSpill,
   type RnnCellName,
   type RnnKernelPlan,
   type RnnLayout,
@@ -47,7 +50,6 @@ import {
   rnnPipelineSetting,
   type WeightPrecision,
 } from "../plan/index.js";
-import { planUntilNoSpill } from "../plan/spill-retry.js";
 import {
   type BackwardArgs,
   type ForwardArgs,

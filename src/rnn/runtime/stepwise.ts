@@ -6,8 +6,13 @@
  * that fits in device memory runs.
  */
 import { type CudaKernel, loadModule } from "../../cuda/index.js";
-import { kernelArgs, STEPWISE_BACKWARD_PARAMS, STEPWISE_FORWARD_PARAMS } from "../codegen/params.js";
-import { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "../codegen/stepwise.js";
+import {
+  kernelArgs,
+  STEPWISE_BACKWARD_PARAMS,
+  STEPWISE_FORWARD_PARAMS,
+  STEPWISE_KERNEL_NAMES,
+  stepwiseKernelSource,
+} from "../codegen/index.js";
 import type { RnnCellName } from "../plan/index.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
 
