@@ -1,4 +1,4 @@
-// The persistent recurrent kernels (src/rnn/gpu/) through the PersistentRnn API against the CPU reference backend:
+// The persistent recurrent kernels (src/rnn/runtime/) through the PersistentRnn API against the CPU reference backend:
 // every cell, packed variable-length batches, bidirectional and multi-layer stacks, given initial states, forward and
 // backward (dx, dh0, dc0 and every weight gradient); sizes from small to the paper's (hidden 1152); larger batches
 // than a CTA's tile; a launch whose values never arrive ends with an error instead of a hang.

@@ -1,7 +1,7 @@
 /**
  * The `rnn` graph op (src/ops/recurrent-op.ts) on the GPU engines (eager, node by node; autobatch, whose batches of
  * this op are one node each, through its node commands): each direction of the node runs as one layer
- * direction of the persistent RNN (src/rnn/gpu/: the input projection GEMM, one persistent launch — or the stepwise
+ * direction of the persistent RNN (src/rnn/runtime/: the input projection GEMM, one persistent launch — or the stepwise
  * path for a layer the registers cannot hold — and, backward, the second persistent launch and the weight-gradient
  * GEMMs), on the node's value and gradient addresses: y's direction d is the column block d·H of [N, D·H], dx and
  * the weight gradients are accumulated like every other node's. What the backward needs (the forward's saved

@@ -1,8 +1,9 @@
 /**
- * The CUDA of the non-persistent path (src/rnn/gpu/stepwise.ts): a layer too large for the registers runs one cuBLAS
+ * The CUDA of the non-persistent path (runtime/stepwise.ts): a layer too large for the registers runs one cuBLAS
  * GEMM (h(t−1)·W_hhᵀ, or the gate gradients · W_hh backward) and one element-wise kernel per step. The element-wise
- * kernels do the cell math of the persistent kernels (src/rnn/gpu/kernel-source.ts) on the same buffers and layouts
- * (`saved`, gate order, packed rows), so the weight-gradient GEMMs after the backward are shared.
+ * kernels do the cell math of the persistent kernels (dense-forward.ts, dense-backward.ts) on the same buffers and
+ * layouts (`saved`, gate order, packed rows), so the weight-gradient GEMMs after the backward are shared; each cell's
+ * math is its file in cells/, rendered here through the stepwise sites below.
  */
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import type { RnnCellName } from "../plan/index.js";

@@ -1,5 +1,5 @@
 /**
- * The CPU implementation of the RnnBackend seam: the float32 reference (src/rnn/reference.ts) for one
+ * The CPU implementation of the RnnBackend seam: the float32 reference (reference.ts) for one
  * (layer, direction). Slow, exact, and the oracle the GPU backend is tested against. With `precision: "fp16"` it
  * computes what the GPU kernels compute from fp16 weight registers: W_hh rounded to the nearest fp16 (ties to even,
  * as their `cvt.rn.f16x2.f32` packs it; src/util/fp16.ts) in the forward and in the backward (whose kernel holds the

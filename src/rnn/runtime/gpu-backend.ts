@@ -1,6 +1,6 @@
 /**
  * The GPU implementation of the RnnBackend seam (src/rnn/backend.ts): one (layer, direction) through the persistent
- * kernels (src/rnn/gpu/persistent.ts). Host arrays cross the seam, so each call uploads its inputs and downloads its
+ * kernels (persistent.ts), or the stepwise path (stepwise.ts). Host arrays cross the seam, so each call uploads its inputs and downloads its
  * results; what the backward needs (the input, the weights, the forward's saved activations) stays on the device in
  * the saved state between the two. A layer too large for the registers is refused by PersistentRnnLayer.create with
  * the largest size that fits.

@@ -1,6 +1,6 @@
 /**
- * What both paths of one recurrent layer direction on a GPU share (src/rnn/gpu/persistent.ts, the persistent kernels;
- * src/rnn/gpu/stepwise.ts, a GEMM per step): the device, stream and cuBLAS handle they run on, the argument and
+ * What both paths of one recurrent layer direction on a GPU share (persistent.ts, the persistent kernels;
+ * stepwise.ts, a GEMM per step): the device, stream and cuBLAS handle they run on, the argument and
  * workspace types, the helper kernels, and `RnnLayerBase` — the input projection of all steps as one GEMM before the
  * recurrent part, and the weight-gradient GEMMs over all steps after it (W_hh's gradient needs h(t−1) of every row,
  * which the forward saves). Everything is queued on one stream; nothing here waits.
