@@ -165,7 +165,10 @@ function backwardTileHead(off: string, hasPrev: string, prevOff: string): string
       const size_t prow = has_prev ? (size_t)(${prevOff} + bb) : 0;`;
 }
 
-/** A backward tile's cell after its product (`continue` ends the tile: a loop's body, or a do-while(false)). */
+/**
+ * A backward tile's cell after its product (`continue` ends the tile: a loop's body, or a do-while(false)): the
+ * cell's math, whose reads of memory went before the wait (backwardPrefetch).
+ */
 function backwardTileCell(plan: RnnKernelPlan): string {
   const code = CELLS[plan.cell];
   const k = backwardSite(code);
@@ -311,7 +314,10 @@ ${tail}    return;
   }`;
 }
 
-/** The cell thread's loads of a backward step, issued before it waits for the other CTAs. */
+/**
+ * The cell thread's loads of a backward step, issued before it waits for the other CTAs: the cell's fetched lines,
+ * then the outer gradient of a carried state's last value (LSTM's dcn), as dy's and dhn's are fetched.
+ */
 function backwardPrefetch(plan: Pick<RnnKernelPlan, "cell">): string {
   const code = CELLS[plan.cell];
   const st = code.state;

@@ -18,6 +18,8 @@ export const STEPWISE_KERNEL_NAMES = { forward: "rnn_step_forward", backward: "r
 // The stepwise kernels' sites of the cells' math (cells/site.ts): one thread per (row b, unit u), declarations two a
 // line, a row's stores on one line where they fit.
 const at = gateOffset;
+/** The cell's lines sit in a block of the kernel's body. */
+const INDENT = 4;
 
 function forwardSite(cell: CellCode): ForwardSite {
   return {
@@ -35,7 +37,7 @@ function forwardSite(cell: CellCode): ForwardSite {
       `float* gt = sgates + row * (${gates.length} * H) + u;`,
       ...packed(
         gates.map((g, i) => `gt[${at(i)}] = ${g};`),
-        4,
+        INDENT,
       ),
       `sstate[row * H + u] = ${state};`,
     ],
@@ -63,9 +65,9 @@ function backwardSite(cell: CellCode): BackwardSite {
     gateGrads: (values) =>
       packed(
         values.map((v, g) => `dp[${at(g)}] = ${v};`),
-        4,
+        INDENT,
       ),
-    stores: (lines) => packed(lines, 4),
+    stores: (lines) => packed(lines, INDENT),
   };
 }
 
@@ -74,6 +76,11 @@ export function stepwiseKernelSource(cell: RnnCellName, hidden: number): string 
   const G = gatesOf(cell);
   const code = CELLS[cell];
   const st = code.state;
+  // the forward cell, then the last step's carried state (LSTM's cn) of a sequence that ends here
+  const forward = [
+    ...code.forward(forwardSite(code)),
+    ...(st ? [`if (b >= nnext) ${st.last}[(size_t)b * H + u] = ${st.name};`] : []),
+  ];
   const bk = backwardSite(code);
   return `// non-persistent ${cell}, hidden ${hidden}: one GEMM and one element-wise kernel per step (${STEPWISE_SOURCE_TAG})
 constexpr int H = ${hidden};
@@ -97,7 +104,7 @@ ${renderParams(STEPWISE_FORWARD_PARAMS)}) {
   const float hprev = b < nprev ? y[(size_t)(offp + b) * ldy + u] : h0[(size_t)b * H + u];
   float h;
   {
-${indented([...code.forward(forwardSite(code)), ...(st ? [`if (b >= nnext) ${st.last}[(size_t)b * H + u] = ${st.name};`] : [])], 4)}
+${indented(forward, INDENT)}
   }
   y[row * ldy + u] = h;
   shprev[row * H + u] = hprev;
@@ -130,7 +137,7 @@ ${renderParams(STEPWISE_BACKWARD_PARAMS)}) {
   const size_t prow = has_prev ? (size_t)(prev_off + b) : 0;
   float* dp = dpre_h + row * (G * H) + u;
   {
-${indented(code.backward(bk), 4)}
+${indented(code.backward(bk), INDENT)}
   }
 }
 `;
