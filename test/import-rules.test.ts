@@ -1,11 +1,14 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { checkImportRules, type ImportEdge, importGraph, importsOf } from "./rules/import-graph.js";
+import { checkImportRules, type ImportEdge, importGraph, importsOf, RNN_ROOMS } from "./rules/import-graph.js";
+
+const indexOfRoom = (f: string) =>
+  RNN_ROOMS.findIndex((r) => r.paths.some((p) => (p.endsWith("/") ? f.startsWith(p) : f === p)));
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-describe("import rules (layers, engines, VPPS stages, cycles)", () => {
+describe("import rules (layers, engines, VPPS stages, RNN rooms, cycles)", () => {
   const edges = importGraph(ROOT);
 
   test("src/ keeps every rule", () => {
@@ -68,6 +71,16 @@ describe("import rules (layers, engines, VPPS stages, cycles)", () => {
     );
     assert.deepEqual(planted({ from: "src/cli/plan.ts", to: "src/engines/vpps/index.ts" }), []);
     assert.deepEqual(planted({ from: "src/engines/vpps/vpps.ts", to: "src/engines/vpps/schedule/scheduler.ts" }), []);
+  });
+
+  test("a planted import of a later RNN room fails, and every file of src/rnn/ is in a room", () => {
+    const p = planted({ from: "src/rnn/plan/dense.ts", to: "src/rnn/codegen/index.ts", typeOnly: true });
+    assert.ok(
+      p.some((l) => /RNN room 'plan' may not import the later room 'codegen'/.test(l)),
+      p.join("\n"),
+    );
+    const roomless = edges.map((e) => e.from).filter((f) => f.startsWith("src/rnn/") && indexOfRoom(f) < 0);
+    assert.deepEqual([...new Set(roomless)], []);
   });
 
   test("a planted cycle fails; a type-only back edge is no cycle", () => {

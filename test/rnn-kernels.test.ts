@@ -1,6 +1,6 @@
 // The persistent RNN kernels without a GPU: the planner derives layouts and the largest layer from the device model
 // (not tables), and the generated CUDA of the tightest configuration of every cell compiles with nvcc for sm_90 with
-// no stack frame and no spill — the weights really stay in registers (issue 18 items 1 and 3).
+// no stack frame and no spill — the weights really stay in registers.
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -10,25 +10,24 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { assertNoSpills, KernelSpillError, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
-import { GpuRnnBackend } from "../src/rnn/gpu/backend.js";
-import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/gpu/kernel-source.js";
-import { planUntilNoSpill } from "../src/rnn/gpu/spill-retry.js";
+import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/codegen/index.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
   fitsWithin,
-  gatesOf,
   largestPersistentHidden,
   paddedCols,
   pipelinedBackward,
   pipelinedForward,
   planRnnKernel,
   planRnnLayer,
-  RNN_CELLS,
+  planUntilNoSpill,
   rnnLayouts,
   rnnPipelineSetting,
   stepCycles,
-} from "../src/rnn/plan.js";
+} from "../src/rnn/plan/index.js";
+import { GpuRnnBackend } from "../src/rnn/runtime/index.js";
+import { gatesOf, RNN_CELLS } from "../src/rnn/spec.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
 const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
@@ -246,7 +245,7 @@ describe("the persistent RNN planner", () => {
   });
 
   test("the loops with deferred cells are builds of their own; each kernel holds one pipelined loop at most", () => {
-    // in the same kernel as the step loop they slowed it (GRU 1152 forward at batch 4, 0.69 → 0.89 ms; session 20)
+    // in the same kernel as the step loop they slowed it (GRU 1152 forward at batch 4, 0.69 → 0.89 ms)
     const plan = planRnnLayer("lstm", 1152, H100_SXM);
     assert.ok(plan.fits);
     if (!plan.fits) return;
@@ -314,8 +313,8 @@ describe("the tightest persistent RNN kernels under nvcc", () => {
     }),
     // clustered (pairs of CTAs sharing the poll by multicast) from 112 weight registers on, as RNN 1792 is
     { cell: "rnn-tanh" as const, what: "at hidden 1792 (clustered)", plan: planRnnLayer("rnn-tanh", 1792, H100_SXM) },
-    // replicated layouts that spilled under nvcc 13.0 at the limit of 168 registers before its margin (session 21's
-    // sweep): LSTM 640's backward with 15 units per CTA (20 bytes) and GRU 896's forward with 14 (4 bytes)
+    // replicated layouts that spilled under nvcc 13.0 at the limit of 168 registers before its margin (a sweep of
+    // every planned layout): LSTM 640's backward with 15 units per CTA (20 bytes), GRU 896's forward with 14 (4 bytes)
     ...(
       [
         ["lstm", 640, 15],

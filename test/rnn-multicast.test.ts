@@ -10,8 +10,8 @@ import {
   forwardKernelSource,
   MULTICAST_MIN_WEIGHT_REGISTERS,
   multicastPays,
-} from "../src/rnn/gpu/kernel-source.js";
-import { planRnnLayer, type RnnCellName } from "../src/rnn/plan.js";
+} from "../src/rnn/codegen/index.js";
+import { planRnnLayer, type RnnCellName } from "../src/rnn/plan/index.js";
 
 function layer(cell: RnnCellName, hidden: number) {
   const p = planRnnLayer(cell, hidden, H100_SXM);

@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { packSequences, permuteStates, unpackSequences } from "../src/rnn/packed.js";
-import { referenceBackward, referenceForward } from "../src/rnn/reference.js";
+import { referenceBackward, referenceForward } from "../src/rnn/reference/reference.js";
 import { type RnnCell, rnnParameterCount, rnnParameterLayout, validateRnnSpec } from "../src/rnn/spec.js";
 
 const FILE = join(import.meta.dirname, "golden", "rnn-pytorch.json");

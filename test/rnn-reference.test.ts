@@ -1,4 +1,4 @@
-// The persistent RNN's CPU reference (src/rnn/reference.ts over src/ops/recurrent.ts) against float64 finite
+// The persistent RNN's CPU reference (src/rnn/reference/reference.ts over src/ops/recurrent.ts) against float64 finite
 // differences: every cell, packed variable-length batches, bidirectional and multi-layer stacks, h0/c0 given or not;
 // plus the single-layer entry points the GPU tests compare the kernels with, and the packing helpers.
 
@@ -11,7 +11,7 @@ import {
   referenceForward,
   referenceLayerBackward,
   referenceLayerForward,
-} from "../src/rnn/reference.js";
+} from "../src/rnn/reference/reference.js";
 import {
   RNN_CELLS,
   type RnnCell,

@@ -3,7 +3,7 @@
  * JSON lines, read from --reference), ratios of whole layer calls, and the recurrent part's ms and TFLOP/s.
  */
 import { readFileSync } from "node:fs";
-import type { WeightPrecision } from "../rnn/plan.js";
+import type { WeightPrecision } from "../rnn/index.js";
 import { BenchError } from "./errors.js";
 import type { RnnBenchRow } from "./rnn.js";
 

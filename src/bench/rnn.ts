@@ -11,14 +11,17 @@ import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import { CudaEvent, type DevicePtr } from "../cuda/index.js";
 import {
   type BackwardArgs,
+  gatesOf,
+  largestPersistentHidden,
   openRnnGpu,
+  PersistentRnnLayer,
+  type RnnCellName,
   RnnDoesNotFitError,
   type RnnLayerBase,
   RnnWorkspace,
-} from "../rnn/gpu/layer-base.js";
-import { PersistentRnnLayer } from "../rnn/gpu/persistent.js";
-import { StepwiseRnnLayer } from "../rnn/gpu/stepwise.js";
-import { gatesOf, largestPersistentHidden, type RnnCellName, type WeightPrecision } from "../rnn/plan.js";
+  StepwiseRnnLayer,
+  type WeightPrecision,
+} from "../rnn/index.js";
 
 export interface RnnBenchOptions {
   readonly cells: readonly RnnCellName[];

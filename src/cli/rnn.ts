@@ -8,20 +8,20 @@ import { type Command, Option } from "commander";
 import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/options.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
 import { CudaLibraryNotFoundError, openDevice } from "../cuda/index.js";
-import { clustered } from "../rnn/gpu/kernel-source.js";
 import {
   chooseRnnLaunch,
+  clustered,
   largestPersistentHidden,
   pipelinedBackward,
   pipelinedForward,
   planRnnLayer,
   RNN_CELLS,
+  RNN_PRECISIONS,
   type RnnCellName,
   type RnnKernelPlan,
   rnnLayouts,
   type WeightPrecision,
-} from "../rnn/plan.js";
-import { RNN_PRECISIONS } from "../rnn/spec.js";
+} from "../rnn/index.js";
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";
 import { writeOut } from "./output.js";

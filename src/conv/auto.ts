@@ -85,7 +85,7 @@ export class ConvAuto {
             ...a.errors.map((e) => `no analysis, one stream: ${e}`),
             a.unknown.length > 0 ? `cuBLAS calls left out (kernels not readable): ${a.unknown.join(", ")}` : "",
             a.hostThreads > 1
-              ? `direct launches from ${a.hostThreads} host threads (conv-threads.ts): a pool has as many lanes for each`
+              ? `direct launches from ${a.hostThreads} host threads (src/conv/threads.ts): a pool has as many lanes for each`
               : "",
             `eager engine: ${what}: forward on ${sizes[0]} stream(s), backward on ${sizes[1]}`,
           ]

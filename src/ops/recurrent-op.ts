@@ -30,7 +30,7 @@ import {
  *   `flatten` makes it the vector of N·D·H values),
  * one layer of `cell` in one or two directions from zero initial states, over x (the matrix [N, in], or the same
  * values as a vector of N·in, the rows of step t contiguous, sequence b's row at step t = offset(t) + b). The math is src/ops/recurrent.ts (the
- * same code as the persistent layer's CPU reference, src/rnn/reference.ts).
+ * same code as the persistent layer's CPU reference, src/rnn/reference/reference.ts).
  *
  * Node layout: args [x, batchSizes (an input node of T values), then per direction W_ih, W_hh, b_ih and optionally
  * b_hh]; aux = the cell's index in RNN_CELLS; aux2 = D. Without b_hh (cuDNN's single-bias mode) the op reads it

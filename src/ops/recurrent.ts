@@ -1,6 +1,6 @@
 /**
  * The math of a recurrent layer over a packed batch — ONE implementation, used by the graph op (src/ops/rnn-op.ts)
- * and by the persistent layer's CPU reference (src/rnn/reference.ts), and the oracle the GPU kernels are tested
+ * and by the persistent layer's CPU reference (src/rnn/reference/reference.ts), and the oracle the GPU kernels are tested
  * against. Conventions (PyTorch/cuDNN; docs/RNN.md):
  *
  * - cells `rnn-tanh`, `rnn-relu`, `lstm`, `gru`; G = 1, 1, 4, 3 gate rows per unit;

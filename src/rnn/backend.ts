@@ -1,8 +1,8 @@
 /**
  * The seam between the persistent recurrent layer (src/rnn/layer.ts: stacking, directions, packing, parameters) and
- * what computes ONE (layer, direction) over a packed batch: the CPU reference (src/rnn/cpu-backend.ts) or the
- * persistent GPU kernels (src/rnn/gpu/). A backend owns the whole layer call — the input projection GEMM
- * (xW = x·W_ihᵀ + b_ih for all steps), the recurrent part, and in the backward the input-gradient and
+ * what computes ONE (layer, direction) over a packed batch: the CPU reference (src/rnn/reference/cpu-backend.ts) or
+ * the persistent GPU kernels (src/rnn/runtime/gpu-backend.ts). A backend owns the whole layer call — the input
+ * projection GEMM (xW = x·W_ihᵀ + b_ih for all steps), the recurrent part, and in the backward the input-gradient and
  * weight-gradient GEMMs — so a GPU backend keeps every intermediate on the device between forward and backward.
  *
  * Arrays crossing the seam are host float32 in the layouts of src/rnn/spec.ts and src/rnn/packed.ts. The layer

@@ -10,7 +10,9 @@ export type {
   RnnLayerWeights,
   RnnSavedState,
 } from "./backend.js";
-export { CpuRnnBackend, type CpuRnnBackendOptions } from "./cpu-backend.js";
+// For the GPU engines' rnn node, `vpps plan rnn` and `vpps bench rnn`: the planner's answers (layouts, the largest
+// layer, the launch a batch gets) and the layers of one direction on a device context.
+export { clustered } from "./codegen/index.js";
 export {
   PersistentRnn,
   type PersistentRnnOptions,
@@ -32,6 +34,18 @@ export {
   unpackSequences,
 } from "./packed.js";
 export {
+  chooseRnnLaunch,
+  largestPersistentHidden,
+  pipelinedBackward,
+  pipelinedForward,
+  planRnnLayer,
+  type RnnCellName,
+  type RnnKernelPlan,
+  rnnLayouts,
+  type WeightPrecision,
+} from "./plan/index.js";
+export { CpuRnnBackend, type CpuRnnBackendOptions } from "./reference/cpu-backend.js";
+export {
   type LayerWeights,
   layerWeightsOf,
   type ReferenceLayer,
@@ -39,7 +53,18 @@ export {
   referenceForward,
   referenceLayerBackward,
   referenceLayerForward,
-} from "./reference.js";
+} from "./reference/reference.js";
+export {
+  type BackwardArgs,
+  openRnnGpu,
+  PersistentRnnLayer,
+  type RnnDeviceWeights,
+  RnnDoesNotFitError,
+  type RnnGpu,
+  type RnnLayerBase,
+  RnnWorkspace,
+  StepwiseRnnLayer,
+} from "./runtime/index.js";
 export {
   directionsOf,
   gatesOf,

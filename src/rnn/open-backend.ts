@@ -1,12 +1,12 @@
 /**
  * The one place that maps a device string to an RnnBackend: `cpu` → the reference; `cuda:N` → the persistent GPU
- * backend (src/rnn/gpu/). `precision` (fp32 by default) is how W_hh is stored: the GPU kernels' registers hold it as
+ * backend (src/rnn/runtime/). `precision` (fp32 by default) is how W_hh is stored: the GPU kernels' registers hold it as
  * fp16 with `fp16`, and the CPU reference then computes with the same rounded W_hh.
  */
 import { cudaAvailable } from "../cuda/index.js";
 import type { RnnBackend } from "./backend.js";
-import { CpuRnnBackend } from "./cpu-backend.js";
-import { GpuRnnBackend } from "./gpu/backend.js";
+import { CpuRnnBackend } from "./reference/cpu-backend.js";
+import { GpuRnnBackend } from "./runtime/gpu-backend.js";
 import { RnnArgumentError, type RnnPrecision, validateRnnPrecision } from "./spec.js";
 
 export interface OpenRnnBackendOptions {

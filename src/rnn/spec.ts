@@ -50,7 +50,7 @@ export class RnnArgumentError extends UserError {}
 
 /**
  * The largest hidden size or input size accepted. Far above what fits on chip (the persistent kernels refuse
- * or fall back much earlier, src/rnn/plan.ts); this bound only keeps G·H·in inside a typed array's length.
+ * or fall back much earlier, src/rnn/plan/); this bound only keeps G·H·in inside a typed array's length.
  */
 export const MAX_RNN_SIZE = 1 << 16;
 /** More layers than any published stack uses; a typo guard, not a hardware limit. */

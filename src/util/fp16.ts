@@ -3,8 +3,8 @@
  * `cvt.f32.f16` computes it: round to nearest, ties to even; results below 2⁻¹⁴ become fp16 subnormals (multiples of
  * 2⁻²⁴, no flush to zero); magnitudes from 65520 (the midpoint above 65504, fp16's largest finite value, which rounds
  * up to 2¹⁶) become ±∞; ±∞ stay ±∞, NaN stays NaN; the sign of zero is kept. The result is a float32 value that fp16
- * represents exactly. The persistent RNN kernels store W_hh this way with `precision: "fp16"` (src/rnn/gpu/
- * kernel-parts.ts, pack_half2); the CPU reference rounds with this to compute the same numbers.
+ * represents exactly. The persistent RNN kernels store W_hh this way with `precision: "fp16"` (src/rnn/codegen/
+ * prelude.ts, pack_half2); the CPU reference rounds with this to compute the same numbers.
  */
 
 const F32 = new Float32Array(1);

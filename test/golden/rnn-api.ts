@@ -4,6 +4,6 @@
  */
 
 export { H100_SXM } from "../../src/cuda/hw/device-model.js";
-export { backwardKernelSource, forwardKernelSource } from "../../src/rnn/gpu/kernel-source.js";
-export { stepwiseKernelSource } from "../../src/rnn/gpu/stepwise-source.js";
-export { RNN_CELLS, rnnLayouts } from "../../src/rnn/plan.js";
+export { backwardKernelSource, forwardKernelSource, stepwiseKernelSource } from "../../src/rnn/codegen/index.js";
+export { rnnLayouts } from "../../src/rnn/plan/index.js";
+export { RNN_CELLS } from "../../src/rnn/spec.js";

@@ -1,4 +1,4 @@
-// The persistent recurrent kernels (src/rnn/gpu/) through the PersistentRnn API against the CPU reference backend:
+// The persistent recurrent kernels (src/rnn/runtime/) through the PersistentRnn API against the CPU reference backend:
 // every cell, packed variable-length batches, bidirectional and multi-layer stacks, given initial states, forward and
 // backward (dx, dh0, dc0 and every weight gradient); sizes from small to the paper's (hidden 1152); larger batches
 // than a CTA's tile; a launch whose values never arrive ends with an error instead of a hang.
@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { cudaAvailable } from "../../src/cuda/index.js";
-import { GpuRnnBackend, type RnnPath } from "../../src/rnn/gpu/backend.js";
 import { PersistentRnn } from "../../src/rnn/layer.js";
+import { GpuRnnBackend, type RnnPath } from "../../src/rnn/runtime/index.js";
 import { RNN_CELLS, type RnnCell } from "../../src/rnn/spec.js";
 import { RandomStream } from "../../src/util/random.js";
 import { close, randoms } from "./rnn-compare.js";
@@ -186,8 +186,7 @@ describe("the non-persistent path (a GEMM per step) on a GPU against the CPU ref
 describe("a persistent launch whose CTAs are not all resident", { skip }, () => {
   test("ends with an error naming the step and the missing value, never a hang", async () => {
     const { PersistentKernelError } = await import("../../src/codegen/grid-barrier.js");
-    const { PersistentRnnLayer } = await import("../../src/rnn/gpu/persistent.js");
-    const { openRnnGpu, RnnWorkspace } = await import("../../src/rnn/gpu/layer-base.js");
+    const { openRnnGpu, PersistentRnnLayer, RnnWorkspace } = await import("../../src/rnn/runtime/index.js");
     const gpu = openRnnGpu(0);
     const { device } = gpu;
     const H = 256;

@@ -114,6 +114,21 @@ export const FACES: readonly { readonly name: string; readonly dir: string; read
   { name: "parallel", dir: "src/parallel/", face: "src/parallel/index.ts" },
   { name: "conv", dir: "src/conv/", face: "src/conv/index.ts" },
   { name: "glp4nn", dir: "src/glp4nn/", face: "src/glp4nn/index.ts" },
+  { name: "rnn", dir: "src/rnn/", face: "src/rnn/index.ts" },
+];
+
+/**
+ * The persistent RNN's rooms in dependency order (docs/RNN.md); a room imports only from earlier rooms. The spec,
+ * packed batches and the backend seam are plain data everything reads; the CPU reference; the plan (layouts from the
+ * device model); the generated kernels; the GPU runtime; and the face (the layer API, the backend choice) last.
+ */
+export const RNN_ROOMS: readonly { readonly name: string; readonly paths: readonly string[] }[] = [
+  { name: "spec", paths: ["src/rnn/spec.ts", "src/rnn/packed.ts", "src/rnn/backend.ts"] },
+  { name: "reference", paths: ["src/rnn/reference/"] },
+  { name: "plan", paths: ["src/rnn/plan/"] },
+  { name: "codegen", paths: ["src/rnn/codegen/"] },
+  { name: "runtime", paths: ["src/rnn/runtime/"] },
+  { name: "face", paths: ["src/rnn/open-backend.ts", "src/rnn/layer.ts", "src/rnn/index.ts"] },
 ];
 
 function tsFiles(dir: string, out: string[] = []): string[] {
@@ -211,6 +226,11 @@ export function checkImportRules(edges: readonly ImportEdge[]): string[] {
       } else if (pb > pa) {
         say(e, `cuda part '${CUDA_PARTS[pa]!.name}' may not import the later part '${CUDA_PARTS[pb]!.name}'`);
       }
+    }
+    const ra = indexIn(RNN_ROOMS, e.from);
+    const rb = indexIn(RNN_ROOMS, e.to);
+    if (ra >= 0 && rb > ra) {
+      say(e, `RNN room '${RNN_ROOMS[ra]!.name}' may not import the later room '${RNN_ROOMS[rb]!.name}'`);
     }
     if (LAYERS[a]!.name === "engines") {
       const unit = (f: string) => ENGINE_UNITS.find((u) => f === u.path || f.startsWith(u.path));

@@ -18,10 +18,10 @@
  *
  *   npx tsx bench/lab/rnn/broadcast-probe.ts /tmp/bp.cu && nvcc -O3 -arch=sm_90a -o /tmp/bp /tmp/bp.cu && /tmp/bp
  *
- * Its mbarrier, cluster and bulk-copy helpers are the kernels' own (TMA_CUDA in src/rnn/gpu/kernel-parts.ts).
+ * Its mbarrier, cluster and bulk-copy helpers are the kernels' own (TMA_CUDA in src/rnn/codegen/prelude.ts).
  */
 import { writeFileSync } from "node:fs";
-import { TMA_CUDA } from "../../../src/rnn/gpu/kernel-parts.js";
+import { TMA_CUDA } from "../../../src/rnn/codegen/index.js";
 
 const out = process.argv[2];
 if (out === undefined) {

@@ -3,8 +3,8 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { H100_SXM } from "../../../src/cuda/hw/device-model.js";
-import { backwardKernelSource, forwardKernelSource } from "../../../src/rnn/gpu/kernel-source.js";
-import { planRnnLayer, type RnnCellName, type WeightPrecision } from "../../../src/rnn/plan.js";
+import { backwardKernelSource, forwardKernelSource } from "../../../src/rnn/codegen/index.js";
+import { planRnnLayer, type RnnCellName, type WeightPrecision } from "../../../src/rnn/plan/index.js";
 
 const [cell, hidden, dir] = [process.argv[2] as RnnCellName, Number(process.argv[3]), process.argv[4] ?? "."];
 const precisionArg = process.argv[5] ?? "fp32";

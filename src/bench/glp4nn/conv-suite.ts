@@ -258,7 +258,7 @@ function runMode(
 ): ConvModeResult {
   const shape = layer.shape;
   const connections = hardwareQueues();
-  // direct launches: every pool's work issued from one set of host threads (conv-threads.ts; a pool of fewer lanes
+  // direct launches: every pool's work issued from one set of host threads (src/conv/threads.ts; a pool of fewer lanes
   // than threads leaves some idle, as min(lanes, threads) threads would issue it), so that no idle set competes for
   // the cores while another is timed; a graph is captured from one thread
   const hostThreads = mode === "direct" ? convThreadsFor(MAX_LAYER_LANES) : 1;

@@ -52,7 +52,7 @@ export {
 
 /**
  * The hardware work queues vpps asks CUDA for (CUDA_DEVICE_MAX_CONNECTIONS) when the environment does not set it: the
- * most CUDA takes, so that each stream of a GLP4NN pool has a queue of its own (measured on an H100, session 14:
+ * most CUDA takes, so that each stream of a GLP4NN pool has a queue of its own (measured on an H100:
  * GLP4NN's choice held to 8 streams by CUDA's default ran up to 24% slower on the small Table 5 layers).
  */
 export const VPPS_DEFAULT_CONNECTIONS = 32;

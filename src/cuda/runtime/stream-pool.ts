@@ -6,7 +6,7 @@
 //   lane(k)                 the lane of the k-th independent item: k mod size
 //   extraLane(name)         a named lane beside the round-robin ones (a convolution's chains of in-place sums)
 //   eventSet(name)          an event per lane for orders of the pool's user, recorded and waited on with
-//   recordOn / waitOn       (a convolution's "columns written" and "columns read": src/engines/eager/conv.ts)
+//   recordOn / waitOn       (a convolution's "columns written" and "columns read": src/conv/lanes.ts)
 //   join(origin)            origin's later work waits for everything queued on the lanes
 //
 // The streams, events and handles come from a backend (CUDA's, or a fake in tests that checks the order the events

@@ -272,7 +272,7 @@ __global__ void ab_nll_softmax_backward(float* P, const u32* rec, int n, int len
   }
 }
 
-// the summed row loss of one pickNegLogSoftmaxRows node (X [rows, c]), the eager engine's sum (gpu/row-loss-source.ts);
+// the summed row loss of one pickNegLogSoftmaxRows node (X [rows, c]), the eager engine's sum (codegen/row-loss.ts);
 // one block of AB_BLOCK threads; rec [y, x, labels]
 __global__ void ab_nll_softmax_rows(float* P, const u32* rec, int rows, int c) {
   vp_nll_softmax_rows_block<${AB_BLOCK}>(P + rec[0], P + rec[1], P + rec[2], rows, c);

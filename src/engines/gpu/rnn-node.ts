@@ -1,7 +1,7 @@
 /**
  * The `rnn` graph op (src/ops/recurrent-op.ts) on the GPU engines (eager, node by node; autobatch, whose batches of
  * this op are one node each, through its node commands): each direction of the node runs as one layer
- * direction of the persistent RNN (src/rnn/gpu/: the input projection GEMM, one persistent launch — or the stepwise
+ * direction of the persistent RNN (src/rnn/runtime/: the input projection GEMM, one persistent launch — or the stepwise
  * path for a layer the registers cannot hold — and, backward, the second persistent launch and the weight-gradient
  * GEMMs), on the node's value and gradient addresses: y's direction d is the column block d·H of [N, D·H], dx and
  * the weight gradients are accumulated like every other node's. What the backward needs (the forward's saved
@@ -30,14 +30,14 @@ import { gatesOf } from "../../ops/recurrent.js";
 import { rnnNode } from "../../ops/recurrent-op.js";
 import {
   type BackwardArgs,
+  PersistentRnnLayer,
+  type RnnDeviceWeights,
   RnnDoesNotFitError,
   type RnnGpu,
   type RnnLayerBase,
-  type RnnLayerWeights,
   RnnWorkspace,
-} from "../../rnn/gpu/layer-base.js";
-import { PersistentRnnLayer } from "../../rnn/gpu/persistent.js";
-import { StepwiseRnnLayer } from "../../rnn/gpu/stepwise.js";
+  StepwiseRnnLayer,
+} from "../../rnn/index.js";
 
 /** A device buffer that grows (never shrinks), zero-filled on every growth. */
 class Grown {
@@ -65,7 +65,7 @@ function addresses(
   w: { W_ih: number; W_hh: number; b_ih: number; b_hh: number },
   at: Float64Array,
   absent: DevicePtr,
-): RnnLayerWeights {
+): RnnDeviceWeights {
   return { wih: at[w.W_ih]!, whh: at[w.W_hh]!, bih: at[w.b_ih]!, bhh: w.b_hh >= 0 ? at[w.b_hh]! : absent };
 }
 

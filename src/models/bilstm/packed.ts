@@ -10,7 +10,7 @@
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import { rnn } from "../../ops/recurrent-op.js";
-import { sortByLength, stepOffsets } from "../../rnn/packed.js";
+import { sortByLength, stepOffsets } from "../../rnn/index.js";
 import type { LstmWeights } from "./model.js";
 
 /** How the taggers run their LSTMs: an affine and a cell per word, or one `rnn` op per batch. */

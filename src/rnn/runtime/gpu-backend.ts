@@ -1,6 +1,6 @@
 /**
  * The GPU implementation of the RnnBackend seam (src/rnn/backend.ts): one (layer, direction) through the persistent
- * kernels (src/rnn/gpu/persistent.ts). Host arrays cross the seam, so each call uploads its inputs and downloads its
+ * kernels (persistent.ts), or the stepwise path (stepwise.ts). Host arrays cross the seam, so each call uploads its inputs and downloads its
  * results; what the backward needs (the input, the weights, the forward's saved activations) stays on the device in
  * the saved state between the two. A layer too large for the registers is refused by PersistentRnnLayer.create with
  * the largest size that fits.
@@ -16,15 +16,15 @@ import type {
   RnnForwardLayerResult,
   RnnSavedState,
 } from "../backend.js";
-import { rnnPipelineSetting, type WeightPrecision } from "../plan.js";
+import { rnnPipelineSetting, type WeightPrecision } from "../plan/index.js";
 import { validateRnnPrecision } from "../spec.js";
 import {
   type OwnedRnnGpu,
   openRnnGpu,
   type PackedSteps,
+  type RnnDeviceWeights,
   RnnDoesNotFitError,
   type RnnLayerBase,
-  type RnnLayerWeights,
   RnnWorkspace,
 } from "./layer-base.js";
 import { PersistentRnnLayer } from "./persistent.js";
@@ -76,7 +76,7 @@ class Buffers {
 interface GpuSaved extends RnnSavedState {
   readonly buffers: Buffers;
   readonly ws: RnnWorkspace;
-  readonly weights: RnnLayerWeights;
+  readonly weights: RnnDeviceWeights;
   readonly steps: PackedSteps;
   readonly x: DevicePtr;
   readonly y: DevicePtr;
@@ -210,7 +210,7 @@ export class GpuRnnBackend implements RnnBackend {
     const GH = layer.G * H;
     const b = new Buffers(this.gpu.device);
     try {
-      const grads: RnnLayerWeights = {
+      const grads: RnnDeviceWeights = {
         wih: b.zeros(GH * a.inputSize),
         whh: b.zeros(GH * H),
         bih: b.zeros(GH),
@@ -271,7 +271,7 @@ export class GpuRnnBackend implements RnnBackend {
   }
 }
 
-function uploadWeights(b: Buffers, w: HostWeights): RnnLayerWeights {
+function uploadWeights(b: Buffers, w: HostWeights): RnnDeviceWeights {
   return { wih: b.upload(w.weightIh), whh: b.upload(w.weightHh), bih: b.upload(w.biasIh), bhh: b.upload(w.biasHh) };
 }
 

@@ -1,6 +1,6 @@
 /**
- * What both paths of one recurrent layer direction on a GPU share (src/rnn/gpu/persistent.ts, the persistent kernels;
- * src/rnn/gpu/stepwise.ts, a GEMM per step): the device, stream and cuBLAS handle they run on, the argument and
+ * What both paths of one recurrent layer direction on a GPU share (persistent.ts, the persistent kernels;
+ * stepwise.ts, a GEMM per step): the device, stream and cuBLAS handle they run on, the argument and
  * workspace types, the helper kernels, and `RnnLayerBase` — the input projection of all steps as one GEMM before the
  * recurrent part, and the weight-gradient GEMMs over all steps after it (W_hh's gradient needs h(t−1) of every row,
  * which the forward saves). Everything is queued on one stream; nothing here waits.
@@ -20,7 +20,9 @@ import {
   openDevice,
 } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
-import { gatesOf, type RnnCellName } from "../plan.js";
+import { savedFloats } from "../codegen/index.js";
+import type { RnnCellName } from "../plan/index.js";
+import { gatesOf } from "../spec.js";
 
 /** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
 export class RnnDoesNotFitError extends UserError {
@@ -69,7 +71,7 @@ export function openRnnGpu(index: number): OwnedRnnGpu {
 }
 
 /** Device pointers of one layer direction's parameters (PyTorch layout) and their gradients. */
-export interface RnnLayerWeights {
+export interface RnnDeviceWeights {
   readonly wih: DevicePtr; // [G·H, in]
   readonly whh: DevicePtr; // [G·H, H]
   readonly bih: DevicePtr; // [G·H]
@@ -86,7 +88,7 @@ export interface PackedSteps {
 }
 
 export interface ForwardArgs {
-  readonly weights: RnnLayerWeights;
+  readonly weights: RnnDeviceWeights;
   readonly x: DevicePtr; // [N, in]
   readonly h0: DevicePtr; // [B, H]
   readonly c0: DevicePtr; // [B, H] (LSTM)
@@ -101,7 +103,7 @@ export interface ForwardArgs {
 }
 
 export interface BackwardArgs extends ForwardArgs {
-  readonly grads: RnnLayerWeights; // accumulated (β = 1)
+  readonly grads: RnnDeviceWeights; // accumulated (β = 1)
   readonly dy: DevicePtr; // [N, lddy]
   readonly lddy: number;
   readonly dhn: DevicePtr;
@@ -144,7 +146,7 @@ export class RnnWorkspace {
     };
     try {
       this.xw = alloc(rows * G * hidden);
-      this.saved = alloc(rows * hidden * (G === 4 ? 6 : G === 3 ? 5 : 1));
+      this.saved = alloc(savedFloats(cell, hidden, rows));
       this.dpreH = alloc(rows * G * hidden);
       this.dpreX = G === 3 ? alloc(rows * G * hidden) : this.dpreH;
       this.ones = alloc(rows);

@@ -1,11 +1,11 @@
 /**
- * The CPU implementation of the RnnBackend seam: the float32 reference (src/rnn/reference.ts) for one
+ * The CPU implementation of the RnnBackend seam: the float32 reference (reference.ts) for one
  * (layer, direction). Slow, exact, and the oracle the GPU backend is tested against. With `precision: "fp16"` it
  * computes what the GPU kernels compute from fp16 weight registers: W_hh rounded to the nearest fp16 (ties to even,
  * as their `cvt.rn.f16x2.f32` packs it; src/util/fp16.ts) in the forward and in the backward (whose kernel holds the
  * same rounded W_hhᵀ); W_ih, the biases, the arithmetic and every gradient stay fp32.
  */
-import { roundToFp16Array } from "../util/fp16.js";
+import { roundToFp16Array } from "../../util/fp16.js";
 import type {
   RnnBackend,
   RnnBackwardLayerArgs,
@@ -14,14 +14,14 @@ import type {
   RnnForwardLayerResult,
   RnnLayerWeights,
   RnnSavedState,
-} from "./backend.js";
+} from "../backend.js";
+import { type RnnPrecision, validateRnnPrecision } from "../spec.js";
 import {
   type ReferenceLayer,
   type ReferenceLayerForward,
   referenceLayerBackward,
   referenceLayerForward,
 } from "./reference.js";
-import { type RnnPrecision, validateRnnPrecision } from "./spec.js";
 
 /** What the CPU forward keeps: its inputs and the reference forward's results. */
 interface CpuSaved extends RnnSavedState {

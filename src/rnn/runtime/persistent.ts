@@ -1,9 +1,10 @@
 /**
- * One persistent recurrent layer direction on a GPU: the recurrent part as one persistent launch
- * (src/rnn/gpu/kernel-source.ts) forward and one backward, between the GEMMs of RnnLayerBase (src/rnn/gpu/layer-base.ts:
- * the input projection before, the weight gradients after). The layer's layouts (the widest, and replicated ones for
- * a small layer) and their lazily compiled kernels; each launch picks its layout and replica count. Everything is
- * queued on one stream; nothing here waits except `checkStatus`.
+ * One persistent recurrent layer direction on a GPU: the recurrent part as one persistent launch (codegen/dense-*.ts)
+ * forward and one backward, between the GEMMs of RnnLayerBase (layer-base.ts: the input projection before, the weight
+ * gradients after). The layer's layouts (the widest, and replicated ones for a small layer), its creation (planned
+ * again where ptxas spills), and its launches: each picks its layout, replica count, shared memory and loop, and
+ * passes the kernel's arguments by name (codegen/params.ts). The kernels themselves are built and kept by
+ * persistent-builds.ts. Everything is queued on one stream; nothing here waits except `checkStatus`.
  */
 
 import {
@@ -14,16 +15,24 @@ import {
   STATUS_WORDS,
 } from "../../codegen/grid-barrier.js";
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import {
-  type CudaKernel,
-  checkNoSpills,
-  type DevicePtr,
-  KernelSpillError,
-  karg,
-  loadModule,
-  PinnedBuffer,
-} from "../../cuda/index.js";
+import { type CudaKernel, type DevicePtr, KernelSpillError, karg, PinnedBuffer } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
+import {
+  clustered,
+  clusterSize,
+  groupRows,
+  kernelArgs,
+  PENDING_BITS,
+  PERSISTENT_BACKWARD_PARAMS,
+  PERSISTENT_FORWARD_PARAMS,
+  PHASE_GLOBAL,
+  PHASE_MAX_CTAS,
+  PHASE_NAMES,
+  RNN_ERRORS,
+  RNN_KERNEL_NAMES,
+  type RnnKernelOptions,
+  sharedBytes,
+} from "../codegen/index.js";
 import {
   BATCH_TILE,
   chooseRnnLaunch,
@@ -32,28 +41,14 @@ import {
   pipelinedBackward,
   pipelinedForward,
   planRnnLayer,
+  planUntilNoSpill,
   type RnnCellName,
   type RnnKernelPlan,
   type RnnLayout,
   rnnLayouts,
   rnnPipelineSetting,
   type WeightPrecision,
-} from "../plan.js";
-import {
-  backwardKernelSource,
-  clustered,
-  clusterSize,
-  forwardKernelSource,
-  groupRows,
-  PENDING_BITS,
-  PHASE_GLOBAL,
-  PHASE_MAX_CTAS,
-  PHASE_NAMES,
-  RNN_ERRORS,
-  RNN_KERNEL_NAMES,
-  type RnnKernelOptions,
-  sharedBytes,
-} from "./kernel-source.js";
+} from "../plan/index.js";
 import {
   type BackwardArgs,
   type ForwardArgs,
@@ -62,10 +57,16 @@ import {
   RnnLayerBase,
   type RnnWorkspace,
 } from "./layer-base.js";
-import { planUntilNoSpill } from "./spill-retry.js";
+import {
+  type LayoutKernels,
+  type LoadedKernel,
+  type PersistentBuildOptions,
+  PersistentBuilds,
+  stderrNotice,
+} from "./persistent-builds.js";
 
 /** Options of a layer: its kernels' (RnnKernelOptions) and how many replicas its launches run. */
-export interface PersistentRnnOptions extends RnnKernelOptions {
+export interface PersistentRnnOptions extends PersistentBuildOptions {
   /**
    * Replicas per launch where the layer allows (`chooseRnnLaunch`'s `forced`; 1: the widest layout only); unset:
    * VPPS_RNN_REPLICAS if set, else the cost model picks per batch.
@@ -81,34 +82,6 @@ export interface PersistentRnnOptions extends RnnKernelOptions {
    * layer, on another stream) is co-resident with it; create refuses a layer with no layout that small.
    */
   readonly maxCtas?: number;
-  /**
-   * Registers per thread the planner keeps free beyond its estimate (default 0). `create` raises it, up to
-   * SPILL_HEADROOM_STEPS (spill-retry.ts), where ptxas spilled the widest layout's kernels; the layouts are planned with it.
-   */
-  readonly headroom?: number;
-  /** Where one-line notices go (a build or layout replaced because it spilled; default: stderr). */
-  readonly notice?: (line: string) => void;
-}
-
-const stderrNotice = (line: string) => process.stderr.write(`${line}\n`);
-
-/** The compiled kernels of one layout (units per CTA) of a layer. */
-interface LayoutKernels {
-  readonly layout: RnnLayout;
-  readonly fwd: CudaKernel;
-  readonly bwd: CudaKernel;
-  readonly modules: Record<"forward" | "backward", ReturnType<typeof loadModule>>;
-  /** Each kernel's static shared memory, which counts against the per-CTA limit with the dynamic. */
-  readonly staticShared: Record<"forward" | "backward", number>;
-  readonly logs: { forward: string; backward: string };
-  /** The options it was built with (a layout may fall back from clusters of 4 to pairs). */
-  readonly options: PersistentRnnOptions;
-}
-
-/** A loaded kernel and its module. */
-interface LoadedKernel {
-  readonly fn: CudaKernel;
-  readonly module: ReturnType<typeof loadModule>;
 }
 
 /** What a launch over a batch runs: a layout's kernels, how many replicas, and the shared memory it needs. */
@@ -150,18 +123,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
   readonly pipeline: boolean;
   /** VPPS_RNN_REPLICAS=N: every launch runs N replicas where the layer allows (comparisons); unset: the model picks. */
   readonly forcedReplicas: number | undefined;
-  /**
-   * The builds with a pipelined loop whose cells are deferred (RnnKernelOptions.pipelinedForward, deferredBackward),
-   * by kind and the layout kernels they were built beside: compiled when a launch first needs one.
-   */
-  private readonly pipelinedBuilds = {
-    forward: new Map<LayoutKernels, LoadedKernel>(),
-    backward: new Map<LayoutKernels, LoadedKernel>(),
-  };
   /** The module of each kind's last launch (the layout's build, or its pipelined one), for phases(). */
   private readonly lastModule: Partial<Record<"forward" | "backward", LoadedKernel["module"]>> = {};
-  /** Compiled layouts by units per CTA; the widest spread (layouts[0]) is compiled at creation. */
-  private readonly compiled = new Map<number, LayoutKernels>();
+  /** The compiled kernels of each layout (persistent-builds.ts). */
+  private readonly builds: PersistentBuilds;
   /**
    * The layouts launches choose from: `layouts` less those whose kernels spilled when compiled (the planner's
    * register estimate is a model; NVRTC may need a few more registers than nvcc — such a layout is dropped and the
@@ -186,9 +151,19 @@ export class PersistentRnnLayer extends RnnLayerBase {
   ) {
     super(gpu, cell, hidden);
     this.model = deviceModelOfCuda(gpu.device.props);
+    this.builds = new PersistentBuilds({
+      gpu,
+      cell,
+      hidden,
+      precision,
+      model: this.model,
+      options,
+      compile: (name, source) => this.compile(name, source),
+      modules: this.modules,
+    });
     try {
-      this.layouts = [this.widestForQuads(planned[0]!), ...planned.slice(1)];
-      this.kernelsOf(this.layouts[0]!);
+      this.layouts = [this.builds.widestForQuads(planned[0]!), ...planned.slice(1)];
+      this.builds.kernelsOf(this.layouts[0]!);
     } catch (e) {
       // refused (a spill: create may plan again): nothing of this layer stays loaded
       for (const m of this.modules.splice(0)) m.unload();
@@ -210,195 +185,14 @@ export class PersistentRnnLayer extends RnnLayerBase {
     }
     this.forcedReplicas = forced;
     this.pipeline = rnnPipelineSetting(options.pipeline, process.env.VPPS_RNN_PIPELINE);
-    const base = this.kernelsOf(layouts[0]!);
+    const base = this.builds.kernelsOf(layouts[0]!);
     this.fill = base.modules.forward.getFunction(RNN_KERNEL_NAMES.fill);
     this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
   }
 
   /** NVRTC's logs of the widest layout's kernels (with ptxas's register report), for tests and `vpps plan rnn`. */
   get compileLogs(): { forward: string; backward: string } {
-    return this.kernelsOf(this.layouts[0]!).logs;
-  }
-
-  /**
-   * The kernels of a layout, compiled and checked the first time. Clusters of 4 (VPPS_RNN_CLUSTER_SIZE=4) are kept
-   * only where the device holds all of a launch's clusters at once (cuOccupancyMaxActiveClusters; the GPCs differ in
-   * SM count), else the layout is built with pairs.
-   */
-  private kernelsOf(layout: RnnLayout): LayoutKernels {
-    const have = this.compiled.get(layout.forward.unitsPerCta);
-    if (have) return have;
-    let k = this.build(layout, this.options);
-    const why = this.quadsMissing(layout, k);
-    if (why.length > 0) {
-      // opt-in (VPPS_RNN_CLUSTER_SIZE=4): say why it is not used
-      process.stderr.write(
-        `vpps: persistent ${this.cell} ${this.hidden}: pairs instead of clusters of 4 (${why.join("; ")})\n`,
-      );
-      this.unloadKernels(k);
-      k = this.build(layout, { ...this.options, clusterSize: 2 });
-    }
-    this.compiled.set(layout.forward.unitsPerCta, k);
-    return k;
-  }
-
-  /** Why a build's clusters of 4 cannot all be resident at once (empty: they can, or it has none). */
-  private quadsMissing(layout: RnnLayout, k: LayoutKernels): string[] {
-    const why: string[] = [];
-    for (const kind of ["forward", "backward"] as const) {
-      const p = layout[kind];
-      if (clusterSize(p, k.options) !== 4) continue;
-      const grid = p.ctas * p.replicas;
-      const n = (kind === "forward" ? k.fwd : k.bwd).maxActiveClusters(grid, p.threads, sharedBytes(p, 1));
-      if (n === undefined || n * 4 < grid) {
-        why.push(`${kind}: ${grid / 4} clusters of 4 needed, ${n ?? "unknown"} resident at once`);
-      }
-    }
-    return why;
-  }
-
-  private unloadKernels(k: LayoutKernels): void {
-    for (const m of Object.values(k.modules)) {
-      m.unload();
-      this.modules.splice(this.modules.indexOf(m), 1);
-    }
-  }
-
-  /**
-   * With clusters of 4 asked for: the widest layout, or one with a few more units per CTA (the same registers per
-   * thread) whose grid divides into clusters of 4 that are all resident at once — e.g. LSTM 1152: 128 CTAs need 32
-   * clusters, an H100's GPCs hold 30; 10 units per CTA make 116 CTAs, 29 clusters.
-   */
-  private widestForQuads(widest: RnnLayout): RnnLayout {
-    const quads = { ...this.options, clusterSize: 4 as const };
-    if (this.options.clusterSize !== 4 || (!clustered(widest.forward, quads) && !clustered(widest.backward, quads))) {
-      return widest;
-    }
-    const u0 = widest.forward.unitsPerCta;
-    for (let u = u0; u <= u0 + 4; u++) {
-      const p =
-        u === u0
-          ? { fits: true as const, ...widest }
-          : planRnnLayer(this.cell, this.hidden, this.model, this.precision, 1, u, this.options.headroom ?? 0);
-      if (!p.fits || p.forward.unitsPerCta !== u || p.forward.ctas % 4 !== 0) continue;
-      if (
-        p.forward.weightRegisters > widest.forward.weightRegisters ||
-        p.backward.weightRegisters > widest.backward.weightRegisters
-      ) {
-        continue;
-      }
-      const layout = { forward: p.forward, backward: p.backward };
-      const k = this.build(layout, this.options);
-      if (this.quadsMissing(layout, k).length === 0) {
-        this.compiled.set(u, k);
-        return layout;
-      }
-      this.unloadKernels(k);
-    }
-    return widest;
-  }
-
-  private build(layout: RnnLayout, options: PersistentRnnOptions): LayoutKernels {
-    const name = this.kernelName(layout, options);
-    const f = this.load(`${name}_fwd`, layout.forward, forwardKernelSource(layout.forward, options));
-    let b: ReturnType<PersistentRnnLayer["load"]>;
-    try {
-      b = this.load(`${name}_bwd`, layout.backward, backwardKernelSource(layout.backward, options));
-    } catch (e) {
-      f.module.unload();
-      this.modules.splice(this.modules.indexOf(f.module), 1);
-      throw e;
-    }
-    return {
-      layout,
-      fwd: f.fn,
-      bwd: b.fn,
-      modules: { forward: f.module, backward: b.module },
-      staticShared: { forward: f.staticShared, backward: b.staticShared },
-      logs: { forward: f.log, backward: b.log },
-      options,
-    };
-  }
-
-  private kernelName(layout: RnnLayout, options: PersistentRnnOptions): string {
-    const tag =
-      (options.phases ? "_phases" : "") +
-      (options.cluster === undefined ? "" : `_cluster${+options.cluster}`) +
-      (options.clusterSize === 4 ? "_cs4" : "") +
-      `_u${layout.forward.unitsPerCta}`;
-    return `rnn_${this.cell}_${this.hidden}_${this.precision}${tag}`;
-  }
-
-  /**
-   * Compiles and loads one kernel of a plan, refusing one that spills or whose CTAs cannot all be resident at once,
-   * and lets it have all the dynamic shared memory a block can (the launch's batch decides how much it takes).
-   */
-  private load(name: string, plan: RnnKernelPlan, source: string) {
-    const { cell, hidden, gpu } = this;
-    const c = this.compile(name, source);
-    const module = loadModule(c.cubin, `rnn ${plan.kind}`);
-    this.modules.push(module);
-    const fn = module.getFunction(plan.kind === "forward" ? RNN_KERNEL_NAMES.forward : RNN_KERNEL_NAMES.backward);
-    const staticShared = fn.attributes().sharedBytes;
-    try {
-      checkNoSpills(
-        `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}, ${plan.unitsPerCta} units per CTA)`,
-        fn.attributes(),
-        this.precision === "fp16" ? "use a smaller hidden size" : "use a smaller hidden size or fp16 weights",
-      );
-      // the largest launch may ask for everything a block can have (its batch decides); residency at the smallest
-      // (less the kernel's static shared memory: the multicast barriers)
-      fn.setMaxDynamicSharedBytes(gpu.device.props.sharedPerBlockOptin - staticShared);
-      const perSm = fn.maxActiveBlocksPerSm(plan.threads, sharedBytes(plan, 1));
-      if (perSm < 1 || plan.ctas > perSm * this.model.smCount) {
-        throw new RnnDoesNotFitError(
-          `persistent ${cell} ${plan.kind} kernel (hidden ${hidden}): ${plan.ctas} CTAs of ${plan.threads} threads ` +
-            `cannot all be resident at once (${perSm} per SM × ${this.model.smCount} SMs); ` +
-            "its steps would wait on CTAs that never start",
-        );
-      }
-    } catch (e) {
-      // a refused kernel's module is not kept (the caller may try another layout or build)
-      module.unload();
-      this.modules.splice(this.modules.indexOf(module), 1);
-      throw e;
-    }
-    return { fn, module, staticShared, log: c.log };
-  }
-
-  /**
-   * The kernel a launch runs: the layout's build, or where a replica holds more than two tiles (`pipelinedForward`)
-   * the build whose pipelined loop defers each tile's cell past the next tile's wait (RnnKernelOptions
-   * pipelinedForward, deferredBackward), compiled the first time a launch needs it. A build of its own: with the
-   * forward's pipelined loop in the same kernel the step loop of GRU 1152 measured 28% slower at batch 4 (0.69 →
-   * 0.89 ms), and with both backward loops in one kernel the eager one 14% slower at batch 8 (LSTM 1152).
-   */
-  private kernelFor(kind: "forward" | "backward", sh: LaunchSetup): LoadedKernel {
-    const k = sh.k;
-    const base = { fn: kind === "forward" ? k.fwd : k.bwd, module: k.modules[kind] };
-    if (!sh.pipe || !pipelinedForward(sh.replicas, sh.bcap)) return base;
-    let d = this.pipelinedBuilds[kind].get(k);
-    if (!d) {
-      const plan = k.layout[kind];
-      const name = `${this.kernelName(k.layout, k.options)}_${kind === "forward" ? "fwd" : "bwd"}_deferred`;
-      try {
-        d =
-          kind === "forward"
-            ? this.load(name, plan, forwardKernelSource(plan, { ...k.options, pipelinedForward: true }))
-            : this.load(name, plan, backwardKernelSource(plan, { ...k.options, deferredBackward: true }));
-      } catch (e) {
-        if (!(e instanceof KernelSpillError)) throw e;
-        // the pipelined build is an optimisation: where ptxas spills it (LSTM 1024's forward at 512 threads, 8 bytes
-        // with NVRTC 13), this layout's launches keep the build that compiled clean, its step loop
-        (this.options.notice ?? stderrNotice)(
-          `vpps: persistent ${this.cell} ${this.hidden}: the ${kind} kernel's pipelined build spills ` +
-            `(${e.localBytes} bytes per thread); its launches of several batch tiles run the step loop instead`,
-        );
-        d = base;
-      }
-      this.pipelinedBuilds[kind].set(k, d);
-    }
-    return d;
+    return this.builds.kernelsOf(this.layouts[0]!).logs;
   }
 
   /** Plans, compiles and loads the kernels; a layer that does not fit is refused with the largest that does. */
@@ -489,7 +283,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
     for (;;) {
       const c = chooseRnnLaunch(this.usable, batch, this.forcedReplicas, this.options.maxCtas);
       try {
-        return { ...c, k: this.kernelsOf(c.layout) };
+        return { ...c, k: this.builds.kernelsOf(c.layout) };
       } catch (e) {
         if (!(e instanceof KernelSpillError) || c.layout === this.layouts[0] || this.usable.length === 1) throw e;
         this.usable = this.usable.filter((l) => l !== c.layout);
@@ -507,11 +301,9 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const d = this.gpu.device.driver;
     const setup = this.last[kind];
     const launched = setup ? this.lastModule[kind] : undefined;
-    const modules = launched ? [launched] : [...this.compiled.values()].map((k) => k.modules[kind]);
+    const modules = launched ? [launched] : this.builds.modulesOf(kind, false);
     if (reset) {
-      const built = [...this.compiled.values()].map((k) => k.modules[kind]);
-      built.push(...[...this.pipelinedBuilds[kind].values()].map((d) => d.module));
-      for (const m of built) {
+      for (const m of this.builds.modulesOf(kind, true)) {
         const g = m.getGlobal(PHASE_GLOBAL);
         d.memsetD32Async(g.ptr, 0, g.bytes / 4, this.stream.handle);
       }
@@ -557,30 +349,35 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const grid = ctas ?? p.ctas * sh.replicas;
     const { fn, module } = this.kernelFor("forward", sh);
     this.lastModule.forward = module;
-    fn.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
-      karg.ptr(a.weights.whh),
-      karg.ptr(a.ws.xw),
-      karg.ptr(a.weights.bhh + 4 * 2 * this.hidden), // GRU's b_hn (unused otherwise)
-      karg.ptr(a.h0),
-      karg.ptr(a.c0),
-      karg.ptr(a.y),
-      karg.i32(a.ldy),
-      karg.ptr(a.hn),
-      karg.ptr(a.cn),
-      karg.ptr(a.ws.saved),
-      karg.i32(a.train ? 1 : 0),
-      karg.ptr(a.steps.dBatchSizes),
-      karg.ptr(a.steps.dOffsets),
-      karg.i32(batchSizes.length),
-      karg.i32(total),
-      karg.i32(a.reverse ? 1 : 0),
-      karg.i32(sh.bcap),
-      karg.i32(sh.lb),
-      karg.ptr(a.ws.status),
-      karg.i32(sh.mc),
-      karg.i32(sh.replicas),
-      karg.i32(sh.pipe),
-    ]);
+    const args = kernelArgs(
+      PERSISTENT_FORWARD_PARAMS,
+      {
+        w: a.weights.whh,
+        xw: a.ws.xw,
+        bhn: a.weights.bhh + 4 * 2 * this.hidden, // GRU's b_hn (unused otherwise)
+        h0: a.h0,
+        c0: a.c0,
+        y: a.y,
+        ldy: a.ldy,
+        hn: a.hn,
+        cn: a.cn,
+        saved: a.ws.saved,
+        train: a.train ? 1 : 0,
+        batch_sizes: a.steps.dBatchSizes,
+        offsets: a.steps.dOffsets,
+        steps: batchSizes.length,
+        total,
+        reverse: a.reverse ? 1 : 0,
+        bcap: sh.bcap,
+        lb: sh.lb,
+        status: a.ws.status,
+        mc: sh.mc,
+        nrep: sh.replicas,
+        pipe: sh.pipe,
+      },
+      RNN_KERNEL_NAMES.forward,
+    );
+    fn.launch({ grid, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, args);
   }
 
   /**
@@ -589,7 +386,7 @@ export class PersistentRnnLayer extends RnnLayerBase {
    */
   private setup(kind: "forward" | "backward", B: number, widest = false): LaunchSetup {
     const choice = widest
-      ? { layout: this.layouts[0]!, replicas: 1, k: this.kernelsOf(this.layouts[0]!) }
+      ? { layout: this.layouts[0]!, replicas: 1, k: this.builds.kernelsOf(this.layouts[0]!) }
       : this.choose(B);
     const k = choice.k;
     const plan = choice.layout[kind];
@@ -598,6 +395,11 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const out = { k, replicas: choice.replicas, plan, bcap, ...sh };
     this.last[kind] = out;
     return out;
+  }
+
+  /** The build a launch runs: its layout's, or the deferred-cell one where its replica holds more than two tiles. */
+  private kernelFor(kind: "forward" | "backward", sh: LaunchSetup): LoadedKernel {
+    return this.builds.kernelFor(kind, sh.k, sh.pipe !== 0 && pipelinedForward(sh.replicas, sh.bcap));
   }
 
   /**
@@ -616,10 +418,10 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const pipelined = plan.kind === "backward" ? pipelinedBackward(replicas, batch) : pipelinedForward(replicas, batch);
     if (this.pipeline && pipelined) {
       // several tiles in a launch of one replica: the pipelined loops, one tile per wait in two slots. Measured on an
-      // H100 against the step loops: the backward's (bench/results/h100/issue18/session19/ab/, with the loop's first
-      // check) 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN 2304 at batch 16 and 64; RNN 1792
-      // even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at batch 64), which keep the step
-      // loop; the forward's (session20/, from three tiles) 3–35% faster at batch 12 to 64 for the widest layouts.
+      // H100 against the step loops: the backward's 10–25% faster for the widest layouts (LSTM 1152, GRU 1152, RNN
+      // 2304 at batch 16 and 64; RNN 1792 even), 4–11% slower for replicated ones (RNN 1152 33 × 4, LSTM 512 26 × 5 at
+      // batch 64), which keep the step loop; the forward's (from three tiles) 3–35% faster at batch 12 to 64 for the
+      // widest layouts.
       const bytes = sharedBytes(plan, batch, 2 * BATCH_TILE);
       if (bytes <= max) return { bytes, lb: 2 * BATCH_TILE, mc: 0, pipe: 1 };
     }
@@ -654,32 +456,37 @@ export class PersistentRnnLayer extends RnnLayerBase {
     const p = sh.plan;
     const { fn, module } = this.kernelFor("backward", sh);
     this.lastModule.backward = module;
-    fn.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, [
-      karg.ptr(a.weights.whh),
-      karg.ptr(a.ws.saved),
-      karg.ptr(a.y),
-      karg.i32(a.ldy),
-      karg.ptr(a.c0),
-      karg.ptr(a.dy),
-      karg.i32(a.lddy),
-      karg.ptr(a.dhn),
-      karg.ptr(a.dcn),
-      karg.ptr(a.ws.dpreH),
-      karg.ptr(a.ws.dpreX),
-      karg.ptr(a.dh0),
-      karg.ptr(a.dc0),
-      karg.ptr(a.steps.dBatchSizes),
-      karg.ptr(a.steps.dOffsets),
-      karg.i32(batchSizes.length),
-      karg.i32(total),
-      karg.i32(a.reverse ? 1 : 0),
-      karg.i32(sh.bcap),
-      karg.i32(sh.lb),
-      karg.ptr(a.ws.status),
-      karg.i32(sh.mc),
-      karg.i32(sh.replicas),
-      karg.i32(sh.pipe),
-    ]);
+    const args = kernelArgs(
+      PERSISTENT_BACKWARD_PARAMS,
+      {
+        w: a.weights.whh,
+        saved: a.ws.saved,
+        y: a.y,
+        ldy: a.ldy,
+        c0: a.c0,
+        dy: a.dy,
+        lddy: a.lddy,
+        dhn: a.dhn,
+        dcn: a.dcn,
+        dpre_h: a.ws.dpreH,
+        dpre_x: a.ws.dpreX,
+        dh0: a.dh0,
+        dc0: a.dc0,
+        batch_sizes: a.steps.dBatchSizes,
+        offsets: a.steps.dOffsets,
+        steps: batchSizes.length,
+        total,
+        reverse: a.reverse ? 1 : 0,
+        bcap: sh.bcap,
+        lb: sh.lb,
+        status: a.ws.status,
+        mc: sh.mc,
+        nrep: sh.replicas,
+        pipe: sh.pipe,
+      },
+      RNN_KERNEL_NAMES.backward,
+    );
+    fn.launch({ grid: p.ctas * sh.replicas, block: p.threads, sharedBytes: sh.bytes, stream: this.stream }, args);
   }
 
   /** Waits for the stream and throws PersistentKernelError if a launch reported a failure. */

@@ -4,7 +4,7 @@
  * (src/ops/recurrent.ts); this file only composes it. The GPU kernels are tested against `referenceLayerForward` /
  * `referenceLayerBackward` (which also take a precomputed input projection, as the kernels do).
  */
-import type { Buf } from "../ops/common.js";
+import type { Buf } from "../../ops/common.js";
 import {
   gatesOf,
   inputProjection,
@@ -14,8 +14,8 @@ import {
   recurrentForward,
   savedPerUnit,
   stepOffsets,
-} from "../ops/recurrent.js";
-import type { PackedSequence } from "./packed.js";
+} from "../../ops/recurrent.js";
+import type { PackedSequence } from "../packed.js";
 import {
   directionsOf,
   hasCellState,
@@ -24,7 +24,7 @@ import {
   type RnnSpec,
   rnnParameterLayout,
   rnnParameterName,
-} from "./spec.js";
+} from "../spec.js";
 
 export {
   inputProjection,

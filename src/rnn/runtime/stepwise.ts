@@ -5,10 +5,16 @@
  * (RnnLayerBase). Slower — 2 launches per step each way, the weights read from memory every step — but any size
  * that fits in device memory runs.
  */
-import { type CudaKernel, karg, loadModule } from "../../cuda/index.js";
-import type { RnnCellName } from "../plan.js";
+import { type CudaKernel, loadModule } from "../../cuda/index.js";
+import {
+  kernelArgs,
+  STEPWISE_BACKWARD_PARAMS,
+  STEPWISE_FORWARD_PARAMS,
+  STEPWISE_KERNEL_NAMES,
+  stepwiseKernelSource,
+} from "../codegen/index.js";
+import type { RnnCellName } from "../plan/index.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
-import { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "./stepwise-source.js";
 
 const BLOCK = 256;
 
@@ -63,24 +69,29 @@ export class StepwiseRnnLayer extends RnnLayerBase {
       const fromY = Math.min(nb, nprev);
       this.recurrentGemm(a, a.y + 4 * offp * a.ldy, a.ldy, fromY, a.ws.stepHw);
       this.recurrentGemm(a, a.h0 + 4 * fromY * H, H, nb - fromY, a.ws.stepHw + 4 * fromY * GH);
-      this.fwd.launch(this.grid(nb * H), [
-        karg.ptr(a.ws.xw),
-        karg.ptr(a.ws.stepHw),
-        karg.ptr(a.weights.bhh + 4 * 2 * H),
-        karg.ptr(a.h0),
-        karg.ptr(a.c0),
-        karg.ptr(a.y),
-        karg.i32(a.ldy),
-        karg.ptr(a.hn),
-        karg.ptr(a.cn),
-        karg.ptr(a.ws.saved),
-        karg.i32(total),
-        karg.i32(nb),
-        karg.i32(offsets[t]!),
-        karg.i32(nprev),
-        karg.i32(offp),
-        karg.i32(nnext),
-      ]);
+      const args = kernelArgs(
+        STEPWISE_FORWARD_PARAMS,
+        {
+          xw: a.ws.xw,
+          hw0: a.ws.stepHw,
+          bhn: a.weights.bhh + 4 * 2 * H,
+          h0: a.h0,
+          c0: a.c0,
+          y: a.y,
+          ldy: a.ldy,
+          hn: a.hn,
+          cn: a.cn,
+          saved: a.ws.saved,
+          total,
+          nb,
+          off: offsets[t]!,
+          nprev,
+          offp,
+          nnext,
+        },
+        STEPWISE_KERNEL_NAMES.forward,
+      );
+      this.fwd.launch(this.grid(nb * H), args);
     }
   }
 
@@ -111,31 +122,36 @@ export class StepwiseRnnLayer extends RnnLayerBase {
       const hasPrevAll = t >= 0 && !a.reverse && t > 0;
       const prevRows = t >= 0 && a.reverse && t + 1 < T ? batchSizes[t + 1]! : 0;
       const prevOff = t < 0 ? 0 : a.reverse ? (t + 1 < T ? offsets[t + 1]! : 0) : t > 0 ? offsets[t - 1]! : 0;
-      this.bwd.launch(this.grid(nrows * H), [
-        karg.ptr(a.ws.saved),
-        karg.ptr(a.y),
-        karg.i32(a.ldy),
-        karg.ptr(a.c0),
-        karg.ptr(a.dy),
-        karg.i32(a.lddy),
-        karg.ptr(a.dhn),
-        karg.ptr(a.dcn),
-        karg.ptr(a.ws.stepRec),
-        karg.ptr(a.ws.dpreH),
-        karg.ptr(a.ws.dpreX),
-        karg.ptr(a.dh0),
-        karg.ptr(a.dc0),
-        karg.ptr(a.ws.stepCarry),
-        karg.i32(total),
-        karg.i32(B),
-        karg.i32(t),
-        karg.i32(nb),
-        karg.i32(t >= 0 ? offsets[t]! : 0),
-        karg.i32(np),
-        karg.i32(hasPrevAll ? 1 : 0),
-        karg.i32(prevRows),
-        karg.i32(prevOff),
-      ]);
+      const args = kernelArgs(
+        STEPWISE_BACKWARD_PARAMS,
+        {
+          saved: a.ws.saved,
+          y: a.y,
+          ldy: a.ldy,
+          c0: a.c0,
+          dy: a.dy,
+          lddy: a.lddy,
+          dhn: a.dhn,
+          dcn: a.dcn,
+          rec: a.ws.stepRec,
+          dpre_h: a.ws.dpreH,
+          dpre_x: a.ws.dpreX,
+          dh0: a.dh0,
+          dc0: a.dc0,
+          carry: a.ws.stepCarry,
+          total,
+          B,
+          t,
+          nb,
+          off: t >= 0 ? offsets[t]! : 0,
+          np,
+          has_prev_all: hasPrevAll ? 1 : 0,
+          prev_rows: prevRows,
+          prev_off: prevOff,
+        },
+        STEPWISE_KERNEL_NAMES.backward,
+      );
+      this.bwd.launch(this.grid(nrows * H), args);
     }
   }
 
