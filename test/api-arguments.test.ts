@@ -1,5 +1,5 @@
 // Public constructors and setters outside the op builders refuse NaN, negative or wrongly typed settings with one
-// line naming the setting (issue 17: "more of the same class" as items 2 and 14): a NaN seed, init value or learning
+// line naming the setting: a NaN seed, init value or learning
 // rate, a negative size, a clip threshold of NaN, an engine made over something that is not a ParameterCollection.
 // Each was accepted before and trained silently wrong (or not at all), or failed later with a TypeError.
 

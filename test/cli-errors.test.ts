@@ -366,7 +366,7 @@ describe("item 9: damaged checkpoints and state.json, through --resume and vpps 
   });
 
   test("state.json truncated, empty, not an object, a directory, not UTF-8, or with damaged fields: --resume and eval continue from the newest intact checkpoint, saying so", async () => {
-    // issue 17 item 5: the checkpoints carry the run's state, so a damaged state.json loses nothing
+    // the checkpoints carry the run's state, so a damaged state.json loses nothing
     const text = readFileSync(join(run, "state.json"));
     const damages: ((dir: string) => void)[] = [
       (dir) => writeFileSync(join(dir, "state.json"), text.subarray(0, 50)),

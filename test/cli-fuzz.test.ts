@@ -1,5 +1,5 @@
 /**
- * The command line over many generated bad inputs (issue 17): malformed tree files (one random mutation of a valid
+ * The command line over many generated bad inputs: malformed tree files (one random mutation of a valid
  * file, each invalid by construction), bad values for every option of every command (from the commander program's
  * own option list), and damaged checkpoints and state.json (truncations, bit flips in the format's structure, changed
  * shapes, fields of the wrong type). Each case must be refused with a non-zero exit status and exactly one line on
@@ -391,7 +391,7 @@ describe("fuzz: damaged checkpoints and state.json", async () => {
           : ["eval", "treelstm", "--run", dir, "--data", dev];
       const r = await cli(...command);
       // a damaged state.json loses nothing: the checkpoints carry the run's state, and the command continues from
-      // the newest intact one, saying so (issue 17 item 5); it may then train and write, as a resumed run does
+      // the newest intact one, saying so; it may then train and write, as a resumed run does
       if (d.file === "state.json" && r.code === 0) {
         if (hasTrace(r.stderr)) return `${command[0]}, ${d.what}: a trace`;
         return /continuing from the newest intact checkpoint/.test(r.stdout + r.stderr)

@@ -1,6 +1,6 @@
 // A graph reads the parameters of one ParameterCollection, and an engine computes only graphs of its own collection:
 // nodes name parameters by index, so a graph of collection B on an engine of collection A would compute with A's
-// weights and update them (issue 17, item 2). Every engine that runs here is tried; the GPU engines' own tests are
+// weights and update them. Every engine that runs here is tried; the GPU engines' own tests are
 // in test/gpu/collections.test.ts.
 
 import assert from "node:assert/strict";

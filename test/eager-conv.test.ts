@@ -639,7 +639,7 @@ describe("choosePools: the timed confirmation's choice (src/conv/glp.ts), with m
     assert.equal(c.backwardPool, 4);
   });
   test("the directions' pools are chosen together: a pair better only jointly is found", () => {
-    // CaffeNet conv5, direct launches (session 18): 8 backward lanes pay after an 8-lane forward, hardly after 4
+    // CaffeNet conv5, direct launches: 8 backward lanes pay after an 8-lane forward, hardly after 4
     const ms: Record<string, number> = { "4/4": 10.57, "8/4": 10.8, "4/8": 10.15, "8/8": 9.47 };
     const c = choosePools(
       { forwardPool: 4, backwardPool: 4, hostThreads: 4 },
@@ -650,7 +650,7 @@ describe("choosePools: the timed confirmation's choice (src/conv/glp.ts), with m
     assert.deepEqual([c.forwardPool, c.backwardPool], [8, 8]);
   });
   test("a candidate slow on its first calls (cold) is not beaten by one timed after it: medians over rounds", () => {
-    // session 17, Siamese conv1 with direct launches: timed one after the other, the analysed 4/4 measured 3.2 ms and
+    // Siamese conv1 with direct launches: timed one after the other, the analysed 4/4 measured 3.2 ms and
     // 8/8 2.0 ms; the benchmark's interleaved rounds then measured 4/4 at 1.6 ms and 8/8 at 1.8 ms
     const seen = new Map<string, number>();
     const c = choosePools(

@@ -61,7 +61,7 @@ describe("eager kernel source", () => {
     compileWithNvcc(source, EAGER_KERNEL_NAMES, "eager");
   });
 
-  test("no atomics: every sum is added in one order, so two runs give the same bits (issue 19)", () => {
+  test("no atomics: every sum is added in one order, so two runs give the same bits", () => {
     // float atomics add in the order the threads reach them, which changes from run to run (and with the streams):
     // the lookup-gradient scatter, the concat gradient and the cell's child gradients each add in a fixed order
     assert.deepEqual(source.match(/\batomic\w*\s*\(/g) ?? [], [], "atomic calls in the eager kernels");
@@ -81,7 +81,7 @@ describe("trainer update kernel source (every DeviceParameters engine)", () => {
     compileWithNvcc(source, OPTIMIZER_KERNEL_NAMES, "optimizer");
   });
 
-  test("the gradient norm without atomics: blocks write slots, one block adds them in order (issue 19)", () => {
+  test("the gradient norm without atomics: blocks write slots, one block adds them in order", () => {
     // the norm sets the clipping scale of every weight: summed with atomics, a clipped update differed in its last
     // bits from run to run, and so did LeNet's and the Tree-LSTM's training on the eager engine
     assert.deepEqual(source.match(/\batomic\w*\s*\(/g) ?? [], [], "atomic calls in the update kernels");

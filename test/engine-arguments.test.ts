@@ -1,5 +1,5 @@
 // The engines' entry points refuse what is not an expression (or, for a loss, not a scalar one) with one ShapeError
-// line naming the method and the argument, instead of a TypeError from inside (issue 17, the class of item 14).
+// line naming the method and the argument, instead of a TypeError from inside.
 // Every engine that runs here is tried; VPPS's entry points (trainStep, forwardScalar, backward, Vpps.fb) call the
 // same checks, tried here directly and on a GPU in test/gpu/collections.test.ts.
 

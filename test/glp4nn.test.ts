@@ -68,7 +68,7 @@ describe("the eager engine's fork/join check (level-glp.ts), by hand", () => {
     assert.ok(Math.abs(levelTimeUs(100, 1, 0.8, 2) - 83.2) < 1e-9);
     assert.equal(levelStreams(2, 100, 1, 0.8), 1);
     assert.equal(levelStreams(2, 100, 1, 0.7), 2);
-    // session 18's H100 case, Tree-LSTM batch 128: 97 nodes of 5.54 µs, 4.75 µs launches: predicted 10.8% faster on
+    // an H100 case, Tree-LSTM batch 128: 97 nodes of 5.54 µs, 4.75 µs launches: predicted 10.8% faster on
     // 2 streams, measured 4.0% slower: one stream now
     assert.equal(levelStreams(2, 97, 5.54, 4.75), 1);
   });

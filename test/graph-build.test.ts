@@ -26,7 +26,7 @@ import { affine3, affine5Node } from "../src/ops/linear.js";
 import { concat2, concat3 } from "../src/ops/structure.js";
 
 /*
- * Graph building is tuned for speed (issue 6), and every engine depends on exactly what it builds: these tests pin
+ * Graph building is tuned for speed, and every engine depends on exactly what it builds: these tests pin
  * the Tree-LSTM graphs down field by field (hashes recorded with the builders before the tuning), and check that the
  * fast paths (fixed-arity builders, the node builders the model uses, its cache of word indices) build the same
  * nodes and fail with the same messages as the general builders did.

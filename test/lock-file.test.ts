@@ -1,5 +1,5 @@
 // package-lock.json must stay in sync with package.json, or `npm ci` (the README's install command) fails on a fresh
-// clone (issue 17, item 15). The check reads both files, needs no network, and fails on planted mismatches.
+// clone. The check reads both files, needs no network, and fails on planted mismatches.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";

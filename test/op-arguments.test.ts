@@ -1,6 +1,6 @@
 // Every public op builder refuses an argument of the wrong kind — missing, a number where an expression goes, a lookup
 // table where a matrix goes, a string among input values, a row that is not an integer — with one ShapeError line
-// naming the op and the argument (issue 17, item 14), and adds no node for it. Shape errors of well-typed arguments
+// naming the op and the argument, and adds no node for it. Shape errors of well-typed arguments
 // are in test/graph.test.ts and test/graph-build.test.ts.
 
 import assert from "node:assert/strict";

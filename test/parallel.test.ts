@@ -1,4 +1,4 @@
-// Data-parallel training without a GPU (issue 20): the torchrun environment, the batch split, the NCCL bindings'
+// Data-parallel training without a GPU: the torchrun environment, the batch split, the NCCL bindings'
 // table and missing-library line, the TCP process group (bit-identical sums, rendezvous timeout, a dying peer), the
 // launcher, and `vpps train --gpus 2 --engine cpu` against the one-process run of the same global batch.
 

@@ -1,4 +1,4 @@
-// VPPS's launcher in data-parallel mode without a GPU (runtime/launcher.ts, issue 20): a scheduled batch's exchange
+// VPPS's launcher in data-parallel mode without a GPU (runtime/launcher.ts): a scheduled batch's exchange
 // of touched rows is started when it is taken from the schedule workers, and the batch is held, in order, until the
 // exchange is in, so that the host never waits for the other ranks while it has graphs to build; more held batches
 // than pipeline slots, or a flush, wait. One process: the runtime and the pool are fakes that record what happens.

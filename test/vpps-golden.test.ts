@@ -2,7 +2,7 @@
  * Golden hashes of what VPPS produces for fixed Tree-LSTM batches: the encoded scripts, their disassembly and the
  * generated CUDA, for the fused and the ops cell, SGD and Adam, every plan variant (rpw, CTAs per SM, with and
  * without transposed copies, register and GEMM gradients) and the instrumented kernel specs. Written on the code
- * before the restructuring of issue 15; a refactoring must leave every hash as it is. After a deliberate change of
+ * before the first restructuring; a refactoring must leave every hash as it is. After a deliberate change of
  * the output, rewrite the file with VPPS_GOLDEN_WRITE=1 and say why in the commit.
  */
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-// Continuing Adam on VPPS from saved moments (issue 17, item 1): `momentsBufferOf` lays per-parameter moments out as
+// Continuing Adam on VPPS from saved moments: `momentsBufferOf` lays per-parameter moments out as
 // the kernel keeps them (plan/moments.ts), the exact inverse of `momentsOfParameters`, for register-held matrices
 // (master copy), vectors and lookup tables (model region). The device upload is tested in test/gpu/runs.test.ts.
 

@@ -1,4 +1,4 @@
-"""PyTorch reference of vpps's BiLSTM tagger with character features (issue 16, /work/tools/MODELS16.md
+"""PyTorch reference of vpps's BiLSTM tagger with character features (docs/MODELS.md
 `bilstm-char`; the DyNet benchmark's bilstm-tagger-withchar): as bilstm.py, but a word seen fewer than --min-count
 (5) times in training — or never — gets its vector from a character BiLSTM: character embeddings C (index 0: an
 unknown character) → one cuDNN bidirectional LSTM, hidden embed/2 per direction, over the packed characters →

@@ -1,4 +1,4 @@
-"""PyTorch reference of vpps's BiLSTM tagger (issue 16, /work/tools/MODELS16.md `bilstm`; the DyNet benchmark's
+"""PyTorch reference of vpps's BiLSTM tagger (docs/MODELS.md `bilstm`; the DyNet benchmark's
 bilstm-tagger): word embeddings → one cuDNN bidirectional LSTM over the packed batch → [f_t; b_t] →
 tanh(W_mlp·· + b_mlp) → W_out·· + b_out → softmax cross-entropy against each word's tag, summed.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accuracy of vpps (autobatch engine) against the PyTorch references, issue 16's bound.
+"""Accuracy of vpps (autobatch engine) against the PyTorch references, within the bound of docs/MODELS.md.
 
 For each model, 3 seeds of `node bin/vpps.js train <model> --engine autobatch --json` and 3 seeds of
 `python3 bench/pytorch/<model>.py train --json`, same data, split, epochs and optimiser (Adam, lr 0.001, batch 16,

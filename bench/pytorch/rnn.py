@@ -1,4 +1,4 @@
-"""cuDNN's recurrent layers through PyTorch: the baseline of `vpps bench rnn` (issue 18, docs/RNN.md).
+"""cuDNN's recurrent layers through PyTorch: the baseline of `vpps bench rnn` (docs/RNN.md).
 
     python3 bench/pytorch/rnn.py bench [--cells rnn-tanh,lstm,gru] [--hidden 512,1152,1792,2304] [--batch 1,4,16,64]
                                        [--steps 256] [--repeats 20] [--warmup 5] [--tf32 both|off|on] [--out FILE]
@@ -57,7 +57,7 @@ def cell_list(text):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="rnn.py", description="cuDNN recurrent layers through PyTorch (vpps issue 18)")
+    p = argparse.ArgumentParser(prog="rnn.py", description="cuDNN recurrent layers through PyTorch")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="time whole layer calls, forward and forward+backward")
     b.add_argument("--cells", type=cell_list, default=DEFAULT_CELLS)

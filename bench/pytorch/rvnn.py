@@ -1,4 +1,4 @@
-"""PyTorch reference of vpps's RvNN (issue 16, /work/tools/MODELS16.md `rvnn`): composition along the SST parse tree
+"""PyTorch reference of vpps's RvNN (docs/MODELS.md `rvnn`): composition along the SST parse tree
 with untied leaf and internal weights, level-batched (all leaves in one product, then every node of height 1, 2, …
 in one product per level).
 

@@ -1,4 +1,4 @@
-"""PyTorch reference of vpps's TD-LSTM (issue 16, /work/tools/MODELS16.md `td-lstm`): the TD-RNN's pyramid with the
+"""PyTorch reference of vpps's TD-LSTM (docs/MODELS.md `td-lstm`): the TD-RNN's pyramid with the
 binary Tree-LSTM cell, level-batched — level k of every sentence of the batch is one product and one cell pass.
 
 Leaves: [i; o; u] = W_leaf·E[word] + b_leaf, c = σ(i)⊙tanh(u), h = σ(o)⊙tanh(c).

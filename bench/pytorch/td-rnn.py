@@ -1,4 +1,4 @@
-"""PyTorch reference of vpps's TD-RNN (issue 16, /work/tools/MODELS16.md `td-rnn`): a pyramid over the sentence,
+"""PyTorch reference of vpps's TD-RNN (docs/MODELS.md `td-rnn`): a pyramid over the sentence,
 level-batched — level k of every sentence of the batch is one product and one elementwise pass.
 
 Level 0: x_i = E[word_i]. Level k+1: x_i = tanh(W_L·x_i + W_R·x_{i+1} + b), one shared composition, until one

@@ -1,4 +1,4 @@
-// The command line on a real GPU (issue 17): a VPPS model that does not fit the GPU's registers is refused by
+// The command line on a real GPU: a VPPS model that does not fit the GPU's registers is refused by
 // `vpps train --engine vpps` in one line (the plan's VppsPlanError, raised in `new VppsEngine`), not a stack trace;
 // `--device cuda:N` of a GPU that is not there is one line too; `vpps plan --gpu device` plans for this GPU and
 // refuses the same model. Real processes (bin/vpps.js), as a user runs them. Skipped, with the reason printed,

@@ -77,7 +77,7 @@ describe("LeNet on the eager engine: one epoch, the streams change nothing", { s
       `first loss ${one.losses[0]} on eager, ${cpuLoss} on the CPU`,
     );
     assert.ok(one.losses.at(-1)! < one.losses[0]!, "the loss falls over the epoch");
-    // one stream twice first: a run-to-run difference (the clipping norm summed with float atomics, issue 19) is then
+    // one stream twice first: a run-to-run difference (the clipping norm summed with float atomics) is then
     // told apart from one the pool makes
     for (const streams of [1, "auto", 4] as const) {
       const other = train(streams);

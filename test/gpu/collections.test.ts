@@ -1,6 +1,6 @@
 // The GPU engines refuse a graph that reads another ParameterCollection than their own, naming the parameter and both
 // collections, before anything runs on the device: the engine's weights stay as they were, and the engine still
-// trains its own collection afterwards (issue 17, item 2; the CPU engines are in test/collections.test.ts).
+// trains its own collection afterwards (the CPU engines are in test/collections.test.ts).
 // Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";

@@ -204,7 +204,7 @@ describe("the eager engine's levels on the pool: Tree-LSTM training", { skip }, 
     };
     const one = train(1);
     // one stream twice first: a run-to-run difference (float atomics in the lookup-gradient scatter or the clipping
-    // norm, issue 19) is then told apart from one the pool makes
+    // norm) is then told apart from one the pool makes
     for (const streams of [1, 4, "auto"] as const) {
       const other = train(streams);
       const which = streams === 1 ? "a second run on one stream" : `streams ${streams}`;

@@ -1,4 +1,4 @@
-// Data-parallel training on two GPUs through NCCL (issue 20): the process group's device all-reduce, then
+// Data-parallel training on two GPUs through NCCL: the process group's device all-reduce, then
 // `vpps train --gpus 2` against `--gpus 1` at the same global batch over 10 steps — losses within 1e-5 relative on
 // eager and autobatch, 1e-4 on VPPS (its float atomics reorder sums). Real processes (bin/vpps.js). Skipped, with
 // the reason printed, with fewer than two GPUs or without NCCL.

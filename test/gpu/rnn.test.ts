@@ -123,8 +123,8 @@ describe("persistent RNN kernels on a GPU against the CPU reference", { skip }, 
     runCase({ cell: "lstm", inputSize: 1152, hidden: 1152, layers: 1, bidirectional: false, lengths, tol: 1e-4 });
   });
   test("lstm hidden 1024, batch 16: a build that spills is replaced (never a refusal), 10 steps", () => {
-    // NVRTC 13 spilled 8 bytes in the forward's pipelined build of the 512-thread layout planned before session 21 (a
-    // refusal); the planner now keeps a margin there (256 threads), and a build that spills anyway is replaced with a
+    // NVRTC 13 spilled 8 bytes in the forward's pipelined build of the 512-thread layout planned without a register
+    // margin (a refusal); the planner now keeps a margin there (256 threads), and a build that spills anyway is replaced with a
     // notice (the step loop, or a layout planned with registers kept free): correct either way
     const notices: string[] = [];
     const lengths = [10, 10, 9, 9, 8, 8, 7, 7, 6, 5, 4, 4, 3, 2, 1, 1];

@@ -40,7 +40,7 @@ extern "C" __global__ void copy(float* y, const float* x, int n) {
 const POOL_KERNELS = ["spin", "slow_fill", "copy"] as const;
 
 describe("the resource tracker on a GPU", { skip }, () => {
-  // on the H100 (session 9) the first cuBLAS GEMM was timed at 111,708 µs (then 82, 83, 52, 43 µs): cuBLAS loads its
+  // on the H100 the first cuBLAS GEMM was timed at 111,708 µs (then 82, 83, 52, 43 µs): cuBLAS loads its
   // kernels lazily on a first call. The tracker leaves each kernel's and call's first launch untimed (warmup 1).
   test("CaffeNet conv1's im2col and GEMM of one sample: attributes, occupancy, durations, launch cost, the analysis", async () => {
     const ctx = GpuContext.open({ poolBytes: 64 * MiB });
