@@ -27,14 +27,26 @@ export type RnnKernelKind = "forward" | "backward";
 export const BATCH_TILE = 4;
 
 /** Registers a thread needs besides its weights and accumulators (addresses, loop state, the cell math). */
-const REGISTER_OVERHEAD = 40;
+export const REGISTER_OVERHEAD = 40;
 
 /**
  * The backward cell holds more (the saved gates, c, the outer gradients, fetched before the poll): with 512 threads
  * (a 128-register limit) ptxas spills a layout the base overhead admits (LSTM 256/512 with 16–32 units per CTA).
  */
-const BACKWARD_EXTRA_OVERHEAD = 8;
+export const BACKWARD_EXTRA_OVERHEAD = 8;
 const TIGHT_LIMIT_MARGIN = 8;
+
+/**
+ * Registers per thread kept free under a per-thread limit below 255, where ptxas spilled layouts the estimate put at or
+ * near it: at 512 threads (128 registers) exactly at it, and NVRTC 13 the pipelined forward of one 8 under it (LSTM
+ * 1024, est. 120); at 288–384 threads (168) nvcc 13.0 layouts exactly at it (LSTM 640 backward 20 bytes, GRU 896
+ * forward, fp16 LSTM 1536 forward 40 bytes, in a sweep of every planned layout). Twice the margin at 128. The layouts
+ * it moves measured faster where measured on an H100: LSTM 1024's forward on 256 threads (batch 1 and 4: 7–10%), GRU
+ * 1152's backward on 256 (forward+backward at batch 4: 17%).
+ */
+export function registerMargin(limit: number): number {
+  return limit === 128 ? 2 * TIGHT_LIMIT_MARGIN : limit <= 168 ? TIGHT_LIMIT_MARGIN : 0;
+}
 
 /** fp16 storage needs a few more: the unpacked pair of each row while its batch columns use it. */
 const FP16_OVERHEAD = 16;
@@ -135,13 +147,7 @@ export function planRnnKernel(
         (kind === "backward" ? BACKWARD_EXTRA_OVERHEAD : 0) +
         (precision === "fp16" ? FP16_OVERHEAD : 0);
       const limit = schedulerRegisterLimit(device, threads);
-      // ptxas spills layouts the estimate puts at or near a limit below 255: at 512 threads (128 registers) exactly at
-      // it, and NVRTC 13 the pipelined forward of one 8 under it (LSTM 1024, est. 120); at 288–384 threads (168) nvcc
-      // 13.0 layouts exactly at it (LSTM 640 backward 20 bytes, GRU 896 forward, fp16 LSTM 1536 forward 40 bytes, in
-      // a sweep of every planned layout). Keep a margin there, twice that at 128. The layouts it moves measured faster
-      // where measured on an H100: LSTM 1024's forward on 256 threads (batch 1 and 4: 7–10%), GRU 1152's backward on
-      // 256 (forward+backward at batch 4: 17%)
-      const margin = limit === 128 ? 2 * TIGHT_LIMIT_MARGIN : limit <= 168 ? TIGHT_LIMIT_MARGIN : 0;
+      const margin = registerMargin(limit);
       tightest = Math.min(tightest, estimate + margin + headroom - limit);
       if (estimate + margin + headroom > limit) continue;
       // issue cycles of one SM sub-partition (4 per SM, one warp instruction per cycle each), shared-memory

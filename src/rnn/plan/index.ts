@@ -1,6 +1,6 @@
 // The planning room of the persistent RNN: the dense register layouts and the largest layer (dense.ts), a launch's
-// layout, replicas and loop (launch.ts), and re-planning where ptxas spills (spill-retry.ts). A sparse layout's plan
-// would sit beside dense.ts.
+// layout, replicas and loop (launch.ts), and re-planning where ptxas spills (spill-retry.ts); the sparse layouts and
+// largest layers (sparse.ts), their pair format (sparse-pairs.ts) and bank-aware order (sparse-banks.ts).
 export {
   BATCH_TILE,
   largestPersistentHidden,
@@ -24,4 +24,55 @@ export {
   rnnPipelineSetting,
   stepCycles,
 } from "./launch.js";
+export {
+  batchTileFor,
+  columnPairsEstimate,
+  denseEquivalentRatio,
+  INDEX16_LIMIT,
+  largestSparseHidden,
+  type PairsPerRowSource,
+  planSparseRnnForward,
+  planSparseRnnKernel,
+  planSparseRnnLayer,
+  randomOrderWavefronts,
+  rowBalancedPairs,
+  SPARSE_EXTRA_OVERHEAD,
+  type SparseBound,
+  type SparseIndexBits,
+  type SparseLayerOptions,
+  type SparseLayerResult,
+  type SparseLimit,
+  type SparseLimitOptions,
+  type SparsePlanOptions,
+  type SparseReduction,
+  type SparseRnnKernelPlan,
+  type SparseRnnPlanResult,
+  sparseLimit,
+  WIDE_LOADS,
+  type WideLoad,
+} from "./sparse.js";
+export {
+  type BankAwareMethod,
+  type BankConflicts,
+  bankAwareOrder,
+  bankConflicts,
+} from "./sparse-banks.js";
+export {
+  emptyPairArrays,
+  indexOffset,
+  layoutProduct,
+  matrixRowOf,
+  packSparsePairs,
+  packSparseRows,
+  pairAt,
+  randomRowBalancedRows,
+  type SparsePairLayout,
+  type SparseRows,
+  slotOffset,
+  sparsePairsPerRow,
+  sparseRowsOf,
+  transposeSparseRows,
+  unpackSparsePairs,
+  unpackSparseRows,
+} from "./sparse-pairs.js";
 export { planUntilNoSpill, SPILL_HEADROOM_STEPS } from "./spill-retry.js";

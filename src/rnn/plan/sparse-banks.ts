@@ -1,0 +1,334 @@
+/**
+ * The bank-aware order of a sparse kernel's pairs (the sparse persistent RNN paper's Algorithm 1, Appendix A) and a
+ * model of the shared-memory wavefronts a layout's loads of h take.
+ *
+ * Shared memory has 32 banks of 4 bytes. h is stored interleaved [K][w] for loads of w batch columns (w = 1, 2, 4:
+ * ld.shared.f32/v2/v4), so index i occupies bytes 4w·i … 4w·i + 4w − 1, banks (w·i) mod 32 … + w − 1: the 32/w
+ * "bank groups" of w banks, group i mod (32/w). A warp's wide load is served in w phases of 32/w consecutive lanes
+ * (half-warps for 64-bit, quarter-warps for 128-bit); a phase takes as many wavefronts as the most distinct indices
+ * its lanes read in one group (lanes reading the same index share one), so a load takes w wavefronts at best.
+ *
+ * Algorithm 1 reconciled with both errata:
+ * - banks are bank groups: B = 32/w colors (not 32), index i has color i mod B, and the colors step by B;
+ * - slots are 0-based, so a color is full when its next slot is ≥ N (the paper's `> N` would write slot N);
+ * - the paper's "row X" rotation is the thread's lane: slot p of lane L ideally reads group (p − L) mod B, so at every
+ *   slot the B lanes of a phase read B different groups. Color(g) starts at the first slot ≡ g + L (mod B);
+ * - a thread's rows stay in their slot ranges (one accumulator per piece of pairsPerPiece slots; sparse.ts), so the
+ *   algorithm runs per piece, over that piece's slots;
+ * - padding (value 0) may read any index, so after the real pairs are placed each empty slot gets padding whose index
+ *   is its slot's ideal group: padding never conflicts where the paper's ⟨index, 0⟩ could.
+ *
+ * The order is a permutation of each thread's real pairs (same rows, same pieces): the product is the same sum in a
+ * different order, equal within fp32 rounding, not bit for bit (see layoutProduct, sparse-pairs.ts).
+ */
+
+import type { SparseRnnKernelPlan, WideLoad } from "./sparse.js";
+import { emptyPairArrays, indexOffset, pairAt, type SparsePairLayout, slotOffset } from "./sparse-pairs.js";
+
+const mod = (a: number, b: number) => ((a % b) + b) % b;
+
+function checkWideLoad(where: string, w: number): asserts w is WideLoad {
+  if (w !== 1 && w !== 2 && w !== 4) throw new RangeError(`${where}: wideLoad must be 1, 2 or 4; got ${w}`);
+}
+
+/**
+ * How the bank-aware order is found. Both permute each thread's pairs within its pieces only.
+ * - "algorithm-1": the paper's greedy, each thread on its own (above).
+ * - "warp": the lanes of a load phase together. For each phase and piece, the lanes' pairs are the edges of a
+ *   bipartite multigraph lanes × bank groups, and a slot is a color: where no group holds more than P pairs of the
+ *   phase's lanes (P = pairsPerPiece), König's theorem gives a coloring with the P slots in which no two lanes read
+ *   one group at a slot, found by alternating paths (Kempe chains). A group with more than P pairs keeps P of them
+ *   in the coloring; each extra pair goes to a free slot of its lane where it raises that slot's wavefronts least.
+ *   Padding then takes, at each free slot, an index of a group no lane reads there. The paper's greedy cannot
+ *   coordinate lanes, and with a few pairs per piece (a wide row group) its rotation has nothing to rotate.
+ */
+export type BankAwareMethod = "algorithm-1" | "warp";
+
+/**
+ * Each thread's pairs reordered so that the lanes of a warp's load phases read distinct bank groups as often as
+ * possible for loads of `wideLoad` columns (default: the plan's batch tile).
+ */
+export function bankAwareOrder(
+  plan: SparseRnnKernelPlan,
+  layout: SparsePairLayout,
+  wideLoad: WideLoad = plan.batchTile,
+  method: BankAwareMethod = "warp",
+): SparsePairLayout {
+  checkWideLoad("bankAwareOrder", wideLoad);
+  if (layout.plan !== plan) throw new RangeError("bankAwareOrder: the layout was packed for another plan");
+  const out = emptyPairArrays(plan);
+  if (method === "algorithm-1") algorithm1(plan, layout, wideLoad, out);
+  else if (method === "warp") warpColoring(plan, layout, wideLoad, out);
+  else throw new RangeError(`bankAwareOrder: method must be 'algorithm-1' or 'warp'; got ${String(method)}`);
+  return { plan, order: "bank-aware", wideLoad, ...out };
+}
+
+type PairArrays = ReturnType<typeof emptyPairArrays>;
+
+function put(
+  plan: SparseRnnKernelPlan,
+  out: PairArrays,
+  c: number,
+  i: number,
+  slot: number,
+  index: number,
+  value: number,
+) {
+  const at = slotOffset(plan, c, slot, i);
+  out.values[at] = value;
+  out.padding[at] = 0;
+  out.indices[indexOffset(plan, c, slot, i)] = index;
+}
+
+/** The paper's Algorithm 1 per thread and piece, with the errata reconciled (see the file's comment). */
+function algorithm1(plan: SparseRnnKernelPlan, layout: SparsePairLayout, wideLoad: WideLoad, out: PairArrays): void {
+  const B = 32 / wideLoad;
+  const P = plan.pairsPerPiece;
+  const color = new Int32Array(B);
+  const placed = new Uint8Array(P);
+  for (let c = 0; c < plan.ctas; c++) {
+    for (let i = 0; i < plan.threads; i++) {
+      const lane = i % 32;
+      for (let r = 0; r < plan.rowsPerThread; r++) {
+        const o = r * P;
+        for (let g = 0; g < B; g++) color[g] = o + mod(g + lane - o, B);
+        placed.fill(0);
+        for (let q = 0; q < P; q++) {
+          const p = pairAt(layout, c, i, o + q);
+          if (p.padding) continue;
+          let x = p.index;
+          let g = x % B;
+          while (color[g]! >= o + P) g = ++x % B; // that group's slots are used up: the next group's
+          const slot = color[g]!;
+          color[g] = slot + B;
+          placed[slot - o] = 1;
+          put(plan, out, c, i, slot, p.index, p.value);
+        }
+        for (let q = 0; q < P; q++) {
+          // padding: value 0 (emptyPairArrays), an index in the slot's ideal group
+          if (placed[q] === 0) out.indices[indexOffset(plan, c, o + q, i)] = mod(o + q - lane, B) % plan.cols;
+        }
+      }
+    }
+  }
+}
+
+/** The warp-joint coloring per load phase and piece (see BankAwareMethod). */
+function warpColoring(plan: SparseRnnKernelPlan, layout: SparsePairLayout, wideLoad: WideLoad, out: PairArrays): void {
+  const B = 32 / wideLoad;
+  const P = plan.pairsPerPiece;
+  // vertices: the phase's B lanes, and each group's copies (copy k of group g: vertex k·B + g, at most P pairs each,
+  // at most B copies); the slot tables hold the edge at (vertex, color), −1 if free
+  const atLane = new Int32Array(B * P);
+  const atCopy = new Int32Array(B * B * P);
+  const degree = new Int32Array(B);
+  const seen = new Int32Array(B);
+  const count = new Int32Array(B * P); // pairs of group g at color c
+  const most = new Int32Array(P); // the most pairs of one group at color c (concentrate's cache)
+  const edgeLane: number[] = [];
+  const edgeCopy: number[] = [];
+  const edgeIndex: number[] = [];
+  const edgeValue: number[] = [];
+  const edgeColor: number[] = [];
+  for (let c = 0; c < plan.ctas; c++) {
+    for (let w = 0; w < plan.threads / 32; w++) {
+      for (let phase = 0; phase < wideLoad; phase++) {
+        const lane0 = 32 * w + phase * B;
+        for (let r = 0; r < plan.rowsPerThread; r++) {
+          const o = r * P;
+          atLane.fill(-1);
+          atCopy.fill(-1);
+          degree.fill(0);
+          seen.fill(0);
+          edgeLane.length = edgeCopy.length = edgeIndex.length = edgeValue.length = edgeColor.length = 0;
+          for (let l = 0; l < B; l++) {
+            for (let q = 0; q < P; q++) {
+              const p = pairAt(layout, c, lane0 + l, o + q);
+              if (p.padding) continue;
+              degree[p.index % B]!++;
+              edgeLane.push(l);
+              edgeIndex.push(p.index);
+              edgeValue.push(p.value);
+              edgeColor.push(-1);
+              edgeCopy.push(-1);
+            }
+          }
+          // a group's last pairs beyond P go to its further copies (the last in lane order: they are colored first)
+          for (let e = 0; e < edgeLane.length; e++) {
+            const g = edgeIndex[e]! % B;
+            const rank = seen[g]!++;
+            const overflow = Math.max(0, degree[g]! - P);
+            edgeCopy[e] =
+              (rank < degree[g]! - overflow ? 0 : 1 + Math.floor((rank - (degree[g]! - overflow)) / P)) * B + g;
+          }
+          // the copies beyond the first first, so that they take the low colors and share them: a color whose groups
+          // all have one pair costs one wavefront, one with a second copy two, whichever groups they are
+          for (let pass = 0; pass < 2; pass++) {
+            for (let e = 0; e < edgeLane.length; e++) {
+              if (edgeCopy[e]! >= B === (pass === 0)) colorEdge(e);
+            }
+          }
+          count.fill(0); // (the swaps of the coloring moved counts of edges not yet counted)
+          for (let e = 0; e < edgeLane.length; e++) count[(edgeCopy[e]! % B) * P + edgeColor[e]!]!++;
+          concentrate();
+          for (let e = 0; e < edgeLane.length; e++) {
+            put(plan, out, c, lane0 + edgeLane[e]!, o + edgeColor[e]!, edgeIndex[e]!, edgeValue[e]!);
+          }
+          // padding: at each free slot of a lane, a group no lane reads at that slot
+          for (let k = 0; k < P; k++) {
+            let g = 0;
+            for (let l = 0; l < B; l++) {
+              if (atLane[l * P + k] !== -1) continue;
+              while (count[g * P + k]! > 0) g++;
+              count[g * P + k] = 1;
+              out.indices[indexOffset(plan, c, o + k, lane0 + l)] = g % plan.cols;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /** The most pairs of one group at color k: its wavefronts. */
+  function mostAt(k: number): number {
+    let m = 0;
+    for (let g = 0; g < B; g++) m = Math.max(m, count[g * P + k]!);
+    return m;
+  }
+
+  /** The alternating path of colors a, b, a, … from vertex v (a copy), as edges. */
+  function chain(v: number, a: number, b: number): number[] {
+    const path: number[] = [];
+    let node = v;
+    let onCopy = true;
+    let want = a;
+    for (;;) {
+      const f = onCopy ? atCopy[node * P + want]! : atLane[node * P + want]!;
+      if (f === -1) return path;
+      path.push(f);
+      node = onCopy ? edgeLane[f]! : edgeCopy[f]!;
+      onCopy = !onCopy;
+      want = want === a ? b : a;
+    }
+  }
+
+  /** Swaps colors a and b on the edges of a path (an (a, b)-component, so the coloring stays proper). */
+  function swap(path: number[], a: number, b: number): void {
+    for (const f of path) {
+      const k = edgeColor[f]!;
+      atLane[edgeLane[f]! * P + k] = -1;
+      atCopy[edgeCopy[f]! * P + k] = -1;
+      count[(edgeCopy[f]! % B) * P + k]!--;
+    }
+    for (const f of path) {
+      const k = edgeColor[f] === a ? b : a;
+      edgeColor[f] = k;
+      atLane[edgeLane[f]! * P + k] = f;
+      atCopy[edgeCopy[f]! * P + k] = f;
+      count[(edgeCopy[f]! % B) * P + k]!++;
+    }
+  }
+
+  /**
+   * Moves pairs of second copies between colors by (a, b) swaps while that lowers the total wavefronts: a color whose
+   * only double is that pair drops to one wavefront where another color already holds a double of other groups.
+   */
+  function concentrate(): void {
+    for (let k = 0; k < P; k++) most[k] = mostAt(k);
+    for (let round = 0; round < 3; round++) {
+      let moved = false;
+      for (let e = 0; e < edgeLane.length; e++) {
+        const v = edgeCopy[e]!;
+        if (v < B) continue;
+        const g = v % B;
+        const a = edgeColor[e]!;
+        const before = most[a]!;
+        if (count[g * P + a]! < before) continue;
+        for (let b = 0; b < P; b++) {
+          // worth a try where e's group would not be the most at b
+          if (b === a || atCopy[v * P + b] !== -1 || count[g * P + b]! >= most[b]!) continue;
+          const old = before + most[b]!;
+          const path = chain(v, a, b);
+          swap(path, a, b);
+          const [ma, mb] = [mostAt(a), mostAt(b)];
+          if (ma + mb < old) {
+            most[a] = ma;
+            most[b] = mb;
+            moved = true;
+            break;
+          }
+          swap(path, b, a);
+        }
+      }
+      if (!moved) return;
+    }
+  }
+
+  /**
+   * Colors edge e = (lane l, copy v) properly with the lowest color free at l, first flipping the alternating path
+   * from v where that color is taken at v (König: every vertex has at most P edges, so P colors suffice).
+   */
+  function colorEdge(e: number): void {
+    const l = edgeLane[e]!;
+    const v = edgeCopy[e]!;
+    let a = 0;
+    while (atLane[l * P + a] !== -1) a++;
+    if (atCopy[v * P + a] !== -1) {
+      let b = 0;
+      while (atCopy[v * P + b] !== -1) b++;
+      // the path from v along colors a, b, a, …: swap a and b on it (it cannot reach l, which has no a-edge)
+      swap(chain(v, a, b), a, b);
+    }
+    edgeColor[e] = a;
+    atLane[l * P + a] = e;
+    atCopy[v * P + a] = e;
+  }
+}
+
+export interface BankConflicts {
+  /** Warp loads: CTAs × warps × slots. */
+  readonly loads: number;
+  /** Wavefronts they take (for w = 1: the most lanes on one bank per load, summed). */
+  readonly wavefronts: number;
+  /** Conflict-free: w per load. */
+  readonly ideal: number;
+  /** wavefronts − ideal: the extra wavefronts bank conflicts cost. */
+  readonly conflicts: number;
+}
+
+/**
+ * The wavefronts of every warp load of a layout's pairs for loads of `wideLoad` columns (default: the plan's batch
+ * tile), by the model above. Every lane of a warp loads (threads that hold padding only too: the kernel's code is the
+ * same for all).
+ */
+export function bankConflicts(layout: SparsePairLayout, wideLoad: WideLoad = layout.plan.batchTile): BankConflicts {
+  checkWideLoad("bankConflicts", wideLoad);
+  const { plan } = layout;
+  const B = 32 / wideLoad;
+  const warps = plan.threads / 32;
+  const lanes = new Int32Array(32);
+  const count = new Int32Array(B);
+  let wavefronts = 0;
+  for (let c = 0; c < plan.ctas; c++) {
+    for (let w = 0; w < warps; w++) {
+      for (let s = 0; s < plan.pairsPerThread; s++) {
+        for (let l = 0; l < 32; l++) lanes[l] = layout.indices[indexOffset(plan, c, s, 32 * w + l)]!;
+        for (let phase = 0; phase < wideLoad; phase++) {
+          count.fill(0);
+          let most = 0;
+          for (let l = phase * B; l < (phase + 1) * B; l++) {
+            const x = lanes[l]!;
+            let seen = false;
+            for (let e = phase * B; e < l && !seen; e++) seen = lanes[e] === x;
+            if (seen) continue; // the same word: one read serves both
+            const g = x % B;
+            most = Math.max(most, ++count[g]!);
+          }
+          wavefronts += most;
+        }
+      }
+    }
+  }
+  const loads = plan.ctas * warps * plan.pairsPerThread;
+  return { loads, wavefronts, ideal: loads * wideLoad, conflicts: wavefronts - loads * wideLoad };
+}
