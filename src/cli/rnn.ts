@@ -5,6 +5,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Command, Option } from "commander";
+import { BenchUsageError } from "../bench/errors.js";
 import { choice, choiceList, folder, numberList, wholeNumber } from "../bench/options.js";
 import { type DeviceModel, deviceModelOfCuda, H100_SXM, H200 } from "../cuda/hw/device-model.js";
 import { CudaLibraryNotFoundError, openDevice } from "../cuda/index.js";
@@ -25,6 +26,7 @@ import {
 import { commandLine, leaf, run } from "./bench-command.js";
 import { CliError } from "./errors.js";
 import { writeOut } from "./output.js";
+import { densityOption, runPlanRnnSparse } from "./rnn-sparse.js";
 
 function deviceModel(gpu: string): DeviceModel {
   if (gpu === "h100") return H100_SXM;
@@ -53,6 +55,11 @@ interface PlanFlags {
   gpu: string;
   /** fp32 when left out. */
   precision?: WeightPrecision;
+  /** Sparse layers' kept fractions of W_hh: plan the sparse layouts (rnn-sparse.ts). */
+  density?: number[];
+  /** Sequences, for the sparse layouts (their batch tile and wide loads). */
+  batch?: number;
+  indexBits?: "16" | "32";
   json: boolean;
 }
 
@@ -67,9 +74,37 @@ const precisionOption = (what: string): Option =>
 
 /** `vpps plan rnn`: one layer's plan, or the largest layer of every cell. */
 export function runPlanRnn(f: PlanFlags): void {
+  if (f.density === undefined) {
+    for (const [flag, given] of [
+      ["--batch", f.batch],
+      ["--index-bits", f.indexBits],
+    ] as const) {
+      if (given !== undefined) {
+        throw new BenchUsageError(
+          `${flag}: applies to sparse layouts, with --density (dense layouts print every batch)`,
+        );
+      }
+    }
+  } else if ((f.precision ?? "fp32") !== "fp32") {
+    throw new BenchUsageError("--precision: sparse layouts hold fp32 values; leave --precision out with --density");
+  }
   const device = deviceModel(f.gpu);
   const precision = f.precision ?? "fp32";
   const cells = f.cell ? [f.cell] : RNN_CELLS;
+  if (f.density !== undefined) {
+    runPlanRnnSparse(
+      {
+        cells,
+        hidden: f.hidden,
+        densities: f.density,
+        batch: f.batch ?? 4,
+        indexBits: f.indexBits === undefined ? undefined : f.indexBits === "16" ? 16 : 32,
+        json: f.json,
+      },
+      device,
+    );
+    return;
+  }
   const largest = Object.fromEntries(cells.map((c) => [c, largestPersistentHidden(c, device, precision)]));
   if (f.hidden === undefined) {
     if (f.json) {
@@ -170,6 +205,24 @@ export function addRnnCommands(plan: Command, bench: Command): void {
           .default("h100"),
       )
       .addOption(precisionOption("; the sizes and layouts printed are for it"))
+      .addOption(
+        new Option(
+          "--density <d>",
+          "plan sparse layers instead: the kept fraction of W_hh in (0, 1] (0.1 or 10%; a comma-separated list for several), as ⟨index, value⟩ pairs in registers",
+        ).argParser(densityOption),
+      )
+      .addOption(
+        new Option(
+          "--batch <n>",
+          "with --density: sequences per launch (the batch tile and wide loads; default 4)",
+        ).argParser(wholeNumber("--batch")),
+      )
+      .addOption(
+        new Option(
+          "--index-bits <b>",
+          "with --density: 16 or 32-bit pair indices (default: 16 where they reach)",
+        ).argParser(choice("--index-bits", ["16", "32"] as const)),
+      )
       .option("--json", "print as JSON", false)
       .action((f: PlanFlags) => runPlanRnn(f)),
   );

@@ -44,6 +44,51 @@ export {
   rnnLayouts,
   type WeightPrecision,
 } from "./plan/index.js";
+// The sparse persistent layouts (docs/RNN.md, "Sparse layouts"): the planner and the largest layers, the pair format a
+// sparse kernel loads, the bank-aware order and the bank-conflict model.
+export {
+  batchTileFor,
+  columnPairsEstimate,
+  denseEquivalentRatio,
+  INDEX16_LIMIT,
+  largestSparseHidden,
+  planSparseRnnForward,
+  planSparseRnnKernel,
+  planSparseRnnLayer,
+  rowBalancedPairs,
+  type SparseBound,
+  type SparseIndexBits,
+  type SparseLayerOptions,
+  type SparseLayerResult,
+  type SparseLimit,
+  type SparsePlanOptions,
+  type SparseRnnKernelPlan,
+  type SparseRnnPlanResult,
+  sparseLimit,
+  type WideLoad,
+} from "./plan/sparse.js";
+export {
+  type BankAwareMethod,
+  type BankConflicts,
+  bankAwareOrder,
+  bankConflicts,
+  type SampledBankConflicts,
+  sampleBankConflicts,
+} from "./plan/sparse-banks.js";
+export {
+  layoutProduct,
+  packSparsePairs,
+  packSparseRows,
+  pairAt,
+  randomRowBalancedRows,
+  type SparsePairLayout,
+  type SparseRows,
+  sparsePairsPerRow,
+  sparseRowsOf,
+  transposeSparseRows,
+  unpackSparsePairs,
+  unpackSparseRows,
+} from "./plan/sparse-pairs.js";
 export { CpuRnnBackend, type CpuRnnBackendOptions } from "./reference/cpu-backend.js";
 export {
   type LayerWeights,

@@ -56,6 +56,8 @@ export {
   type BankConflicts,
   bankAwareOrder,
   bankConflicts,
+  type SampledBankConflicts,
+  sampleBankConflicts,
 } from "./sparse-banks.js";
 export {
   emptyPairArrays,

@@ -21,9 +21,19 @@
  * The order is a permutation of each thread's real pairs (same rows, same pieces): the product is the same sum in a
  * different order, equal within fp32 rounding, not bit for bit (see layoutProduct, sparse-pairs.ts).
  */
-
-import type { SparseRnnKernelPlan, WideLoad } from "./sparse.js";
-import { emptyPairArrays, indexOffset, pairAt, type SparsePairLayout, slotOffset } from "./sparse-pairs.js";
+import { gatesOf } from "../spec.js";
+import { rowBalancedPairs, type SparseRnnKernelPlan, type WideLoad } from "./sparse.js";
+import {
+  emptyPairArrays,
+  indexOffset,
+  packSparsePairs,
+  pairAt,
+  randomRowBalancedRows,
+  type SparsePairLayout,
+  slotOffset,
+  sparsePairsPerRow,
+  transposeSparseRows,
+} from "./sparse-pairs.js";
 
 const mod = (a: number, b: number) => ((a % b) + b) % b;
 
@@ -331,4 +341,48 @@ export function bankConflicts(layout: SparsePairLayout, wideLoad: WideLoad = lay
   }
   const loads = plan.ctas * warps * plan.pairsPerThread;
   return { loads, wavefronts, ideal: loads * wideLoad, conflicts: wavefronts - loads * wideLoad };
+}
+
+export interface SampledBankConflicts {
+  /** The CTAs measured (the first ones of the plan). */
+  readonly ctas: number;
+  readonly naive: BankConflicts;
+  readonly algorithm1: BankConflicts;
+  readonly warp: BankConflicts;
+}
+
+/**
+ * The wavefronts of a plan's loads on a random row-balanced mask of its density (seeded), in the naive order and both
+ * bank-aware orders, over the plan's first `ctas` CTAs (every CTA is alike; a whole layer takes seconds).
+ */
+export function sampleBankConflicts(
+  plan: SparseRnnKernelPlan,
+  options: { readonly seed?: number; readonly ctas?: number } = {},
+): SampledBankConflicts {
+  const G = gatesOf(plan.cell);
+  const fwd = randomRowBalancedRows(
+    G * plan.hidden,
+    plan.hidden,
+    rowBalancedPairs(plan.hidden, plan.density),
+    options.seed ?? 1,
+  );
+  const m = plan.kind === "forward" ? fwd : transposeSparseRows(fwd);
+  const most = sparsePairsPerRow(m, "forward");
+  // a mask beyond the backward's column estimate (one in a thousand): measure it with the pairs it needs
+  const planned =
+    most > plan.pairsPerRow
+      ? { ...plan, pairsPerRow: most, pairsPerPiece: Math.ceil(most / plan.threadsPerRowGroup) }
+      : plan;
+  const sample: SparseRnnKernelPlan = {
+    ...planned,
+    pairsPerThread: planned.rowsPerThread * planned.pairsPerPiece,
+    ctas: Math.min(plan.ctas, options.ctas ?? 4),
+  };
+  const naive = packSparsePairs(m, sample);
+  return {
+    ctas: sample.ctas,
+    naive: bankConflicts(naive),
+    algorithm1: bankConflicts(bankAwareOrder(sample, naive, sample.batchTile, "algorithm-1")),
+    warp: bankConflicts(bankAwareOrder(sample, naive, sample.batchTile, "warp")),
+  };
 }

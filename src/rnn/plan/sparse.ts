@@ -130,7 +130,13 @@ export interface SparseRnnKernelPlan {
 
 export type SparseRnnPlanResult =
   | { readonly fits: true; readonly plan: SparseRnnKernelPlan }
-  | { readonly fits: false; readonly reason: string; readonly bound: SparseBound };
+  | {
+      readonly fits: false;
+      readonly reason: string;
+      readonly bound: SparseBound;
+      /** The kernel that does not fit. */
+      readonly kind: RnnKernelKind;
+    };
 
 type SparseMiss = Extract<SparseRnnPlanResult, { fits: false }>;
 
@@ -291,11 +297,12 @@ export function planSparseRnnKernel(
   const ctas = Math.ceil(hidden / unitsPerCta);
   const rows = kind === "forward" ? unitsPerCta * G : unitsPerCta;
   const cols = kind === "forward" ? hidden : G * hidden;
-  const what = `a ${cell} ${kind} kernel of hidden ${hidden} at density ${density}`;
+  const what = `a ${cell} ${kind} kernel of hidden ${hidden} at density ${Number((100 * density).toPrecision(4))}%`;
   const indexBits: SparseIndexBits = options.indexBits ?? (cols <= INDEX16_LIMIT ? 16 : 32);
   if (indexBits === 16 && cols > INDEX16_LIMIT) {
     return {
       fits: false,
+      kind,
       bound: "index-bits",
       reason:
         `${what} indexes ${cols.toLocaleString("en-US")} columns (${kind === "forward" ? "H" : "G·H"}), more than ` +
@@ -324,6 +331,7 @@ export function planSparseRnnKernel(
   if (hBytes + 4 * stateFloats > device.sharedPerBlock) {
     return {
       fits: false,
+      kind,
       bound: "shared-memory",
       reason:
         `${what} keeps ${kind === "forward" ? "h" : "the gate gradients"} of a tile in shared memory: ` +
@@ -335,6 +343,7 @@ export function planSparseRnnKernel(
   if (unitsPerCta * bt > 1024) {
     return {
       fits: false,
+      kind,
       bound: "threads",
       reason: `${what} has ${unitsPerCta} units per CTA; the cell needs a thread per (unit, batch column) of a tile, ${unitsPerCta * bt} > 1024`,
     };
@@ -417,6 +426,7 @@ export function planSparseRnnKernel(
   if (tightest <= 0 && sharedMiss > 0) {
     return {
       fits: false,
+      kind,
       bound: "shared-memory",
       reason:
         `${what}: every layout whose registers fit needs more shared memory than a block's ` +
@@ -426,6 +436,7 @@ export function planSparseRnnKernel(
   const pairs = rows * pairsPerRow;
   return {
     fits: false,
+    kind,
     bound: "registers",
     reason:
       `${what} holds ${pairs.toLocaleString("en-US")} pairs per CTA (${rows} rows × ${pairsPerRow} pairs, ` +
@@ -521,8 +532,9 @@ export interface SparseLimitOptions {
 export interface SparseLimit {
   /** The largest hidden size (a multiple of `step`) whose forward and backward kernels both fit. */
   readonly hidden: number;
-  /** What stops the next size up, and why. */
+  /** What stops the next size up, in which kernel, and why. */
   readonly bound: SparseBound;
+  readonly kind: RnnKernelKind;
   readonly reason: string;
 }
 
@@ -561,7 +573,7 @@ export function sparseLimit(
     }
   }
   if (miss.fits) throw new Error("sparseLimit: the search ended on a size that fits");
-  return { hidden: lo * step, bound: miss.bound, reason: miss.reason };
+  return { hidden: lo * step, bound: miss.bound, kind: miss.kind, reason: miss.reason };
 }
 
 /** The largest sparse hidden size of a cell at a density and batch (`sparseLimit`'s hidden). */
