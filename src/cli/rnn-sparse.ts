@@ -211,8 +211,8 @@ export function runPlanRnnSparse(f: SparsePlanFlags, device: DeviceModel): void 
       const largest = `the largest that fits is hidden ${l.training.hidden} (the forward alone: ${l.inference.hidden})`;
       if (plan.fits && conflicts) {
         writeOut(
-          `${what}: fits (${largest}; the largest dense: ${l.dense}; ` +
-            `${denseEquivalentRatio(f.hidden, l.dense).toFixed(1)}× its dense-equivalent parameters)\n` +
+          `${what}: fits; ${denseEquivalentRatio(f.hidden, l.dense).toFixed(1)}× the dense-equivalent parameters of ` +
+            `the largest dense layer (${l.dense}); ${largest}\n` +
             `${describeSparseKernel(plan.forward, conflicts.forward)}\n${describeSparseKernel(plan.backward, conflicts.backward)}\n`,
         );
       } else if (!plan.fits) writeOut(`${what}: does not fit — ${plan.reason}; ${largest}\n`);
