@@ -147,7 +147,6 @@ function warpColoring(plan: SparseRnnKernelPlan, layout: SparsePairLayout, wideL
         for (let r = 0; r < plan.rowsPerThread; r++) {
           const o = r * P;
           atLane.fill(-1);
-          atCopy.fill(-1);
           degree.fill(0);
           seen.fill(0);
           edgeLane.length = edgeCopy.length = edgeIndex.length = edgeValue.length = edgeColor.length = 0;
@@ -163,6 +162,9 @@ function warpColoring(plan: SparseRnnKernelPlan, layout: SparsePairLayout, wideL
               edgeCopy.push(-1);
             }
           }
+          let copies = 1;
+          for (let g = 0; g < B; g++) copies = Math.max(copies, Math.ceil(degree[g]! / P));
+          atCopy.fill(-1, 0, copies * B * P);
           // a group's last pairs beyond P go to its further copies (the last in lane order: they are colored first)
           for (let e = 0; e < edgeLane.length; e++) {
             const g = edgeIndex[e]! % B;
