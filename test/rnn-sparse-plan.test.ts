@@ -394,6 +394,15 @@ function pairsByThread(layout: SparsePairLayout): string[] {
 }
 
 describe("bank-aware order", () => {
+  test("a layout packed for another plan is refused, naming the field", () => {
+    const a = fitting("gru", 300, "forward", { density: 0.1, batchTile: 4 });
+    const b = fitting("gru", 300, "forward", { density: 0.1, batchTile: 4, indexBits: 32 });
+    const layout = packSparsePairs(randomRowBalancedRows(900, 300, 30, 1), a);
+    assert.doesNotThrow(() => bankAwareOrder({ ...a }, layout));
+    assert.throws(() => bankAwareOrder(b, layout), /another plan \(indexBits 16, the plan's 32\)/);
+    assert.throws(() => bankAwareOrder(a, layout, 3 as WideLoad), /wideLoad must be 1, 2 or 4; got 3/);
+  });
+
   test("the wavefront model: conflict-free, all on one bank, one word broadcast; phases of 32/w lanes", () => {
     const one = warpPlan(1);
     assert.equal(

@@ -47,24 +47,15 @@ export {
 // The sparse persistent layouts (docs/RNN.md, "Sparse layouts"): the planner and the largest layers, the pair format a
 // sparse kernel loads, the bank-aware order and the bank-conflict model.
 export {
-  batchTileFor,
   columnPairsEstimate,
-  denseEquivalentRatio,
   INDEX16_LIMIT,
-  largestSparseHidden,
-  planSparseRnnForward,
   planSparseRnnKernel,
-  planSparseRnnLayer,
   rowBalancedPairs,
   type SparseBound,
   type SparseIndexBits,
-  type SparseLayerOptions,
-  type SparseLayerResult,
-  type SparseLimit,
   type SparsePlanOptions,
   type SparseRnnKernelPlan,
   type SparseRnnPlanResult,
-  sparseLimit,
   type WideLoad,
 } from "./plan/sparse.js";
 export {
@@ -75,6 +66,17 @@ export {
   type SampledBankConflicts,
   sampleBankConflicts,
 } from "./plan/sparse-banks.js";
+export {
+  batchTileFor,
+  denseEquivalentRatio,
+  largestSparseHidden,
+  planSparseRnnForward,
+  planSparseRnnLayer,
+  type SparseLayerOptions,
+  type SparseLayerResult,
+  type SparseLimit,
+  sparseLimit,
+} from "./plan/sparse-layer.js";
 export {
   layoutProduct,
   packSparsePairs,

@@ -1,6 +1,7 @@
 // The planning room of the persistent RNN: the dense register layouts and the largest layer (dense.ts), a launch's
-// layout, replicas and loop (launch.ts), and re-planning where ptxas spills (spill-retry.ts); the sparse layouts and
-// largest layers (sparse.ts), their pair format (sparse-pairs.ts) and bank-aware order (sparse-banks.ts).
+// layout, replicas and loop (launch.ts), and re-planning where ptxas spills (spill-retry.ts); the sparse layouts
+// (sparse.ts) and largest layers (sparse-layer.ts), their pair format (sparse-pairs.ts) and bank-aware order
+// (sparse-banks.ts).
 export {
   BATCH_TILE,
   largestPersistentHidden,
@@ -25,29 +26,19 @@ export {
   stepCycles,
 } from "./launch.js";
 export {
-  batchTileFor,
   columnPairsEstimate,
-  denseEquivalentRatio,
   INDEX16_LIMIT,
-  largestSparseHidden,
   type PairsPerRowSource,
-  planSparseRnnForward,
   planSparseRnnKernel,
-  planSparseRnnLayer,
   randomOrderWavefronts,
   rowBalancedPairs,
   SPARSE_EXTRA_OVERHEAD,
   type SparseBound,
   type SparseIndexBits,
-  type SparseLayerOptions,
-  type SparseLayerResult,
-  type SparseLimit,
-  type SparseLimitOptions,
   type SparsePlanOptions,
   type SparseReduction,
   type SparseRnnKernelPlan,
   type SparseRnnPlanResult,
-  sparseLimit,
   WIDE_LOADS,
   type WideLoad,
 } from "./sparse.js";
@@ -59,6 +50,18 @@ export {
   type SampledBankConflicts,
   sampleBankConflicts,
 } from "./sparse-banks.js";
+export {
+  batchTileFor,
+  denseEquivalentRatio,
+  largestSparseHidden,
+  planSparseRnnForward,
+  planSparseRnnLayer,
+  type SparseLayerOptions,
+  type SparseLayerResult,
+  type SparseLimit,
+  type SparseLimitOptions,
+  sparseLimit,
+} from "./sparse-layer.js";
 export {
   emptyPairArrays,
   indexOffset,

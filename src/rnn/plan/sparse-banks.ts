@@ -54,6 +54,20 @@ function checkWideLoad(where: string, w: number): asserts w is WideLoad {
  */
 export type BankAwareMethod = "algorithm-1" | "warp";
 
+/** What decides where a plan's slots are. */
+const LAYOUT_KEYS = [
+  "cell",
+  "hidden",
+  "kind",
+  "ctas",
+  "threads",
+  "rowsPerThread",
+  "threadsPerRowGroup",
+  "pairsPerPiece",
+  "indexBits",
+  "cols",
+] as const;
+
 /**
  * Each thread's pairs reordered so that the lanes of a warp's load phases read distinct bank groups as often as
  * possible for loads of `wideLoad` columns (default: the plan's batch tile).
@@ -65,7 +79,13 @@ export function bankAwareOrder(
   method: BankAwareMethod = "warp",
 ): SparsePairLayout {
   checkWideLoad("bankAwareOrder", wideLoad);
-  if (layout.plan !== plan) throw new RangeError("bankAwareOrder: the layout was packed for another plan");
+  for (const key of LAYOUT_KEYS) {
+    if (layout.plan[key] !== plan[key]) {
+      throw new RangeError(
+        `bankAwareOrder: the layout was packed for another plan (${key} ${String(layout.plan[key])}, the plan's ${String(plan[key])})`,
+      );
+    }
+  }
   const out = emptyPairArrays(plan);
   if (method === "algorithm-1") algorithm1(plan, layout, wideLoad, out);
   else if (method === "warp") warpColoring(plan, layout, wideLoad, out);
