@@ -1,5 +1,5 @@
-// The persistent recurrent layers' entry point (docs/RNN.md): the layer, its spec and packing helpers, the backend
-// seam and the CPU reference.
+// The persistent recurrent layers' entry point (docs/RNN.md): the layer, its spec and packing helpers, pruning
+// (sparse layers), the backend seam and the CPU reference.
 export type {
   RnnBackend,
   RnnBackwardLayerArgs,
@@ -44,11 +44,30 @@ export {
   rnnLayouts,
   type WeightPrecision,
 } from "./plan/index.js";
+export {
+  keptPerRow,
+  type MaskCounts,
+  maskCounts,
+  maskProblem,
+  PRUNING_MODES,
+  type PruningMode,
+  pruneByMagnitude,
+  pruneKeeping,
+  pruneRecurrent,
+  RNN_PRUNINGS,
+  type RnnPruning,
+  recurrentMaskCounts,
+  validateRnnDensity,
+  validateRnnMasks,
+  validateRnnPruning,
+  type WeightMask,
+} from "./prune.js";
 export { CpuRnnBackend, type CpuRnnBackendOptions } from "./reference/cpu-backend.js";
 export {
   type LayerWeights,
   layerWeightsOf,
   type ReferenceLayer,
+  type RnnMasks,
   referenceBackward,
   referenceForward,
   referenceLayerBackward,
@@ -62,6 +81,7 @@ export {
   RnnDoesNotFitError,
   type RnnGpu,
   type RnnLayerBase,
+  RnnMaskKernel,
   RnnWorkspace,
   StepwiseRnnLayer,
 } from "./runtime/index.js";
