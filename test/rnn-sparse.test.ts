@@ -1,11 +1,15 @@
 // Sparse (pruned) recurrent layers on the CPU: magnitude pruning (src/ops/prune.ts: counts, ties, tiny densities,
 // row-balanced against plain, masks checked in one line), the masked reference (exactly the dense reference on
 // W_hh ⊙ mask, dW_hh the dense gradient times the mask), and PersistentRnn's density / mask / pruning / reprune
-// options, prune(), masks and density. The float64 finite-difference checks of masked stacks are in
+// options, prune(), masks and density; the rnn graph op's density. The float64 finite-difference checks of masked stacks are in
 // test/rnn-reference.test.ts.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { CpuEngine } from "../src/engines/cpu.js";
+import { ComputationGraph } from "../src/graph/graph.js";
+import { ParameterCollection } from "../src/model/parameters.js";
+import { concat, flatten, parameter, pickNegLogSoftmax, pickRange, rnn, sum } from "../src/ops/index.js";
 import {
   keptPerRow,
   maskCounts,
@@ -217,9 +221,9 @@ describe("PersistentRnn with pruned W_hh", () => {
     assert.equal(sparse.density, k / 6);
     const names = ["weight_hh_l0", "weight_hh_l0_reverse", "weight_hh_l1", "weight_hh_l1_reverse"];
     // the masks are those of the weights' own magnitudes
-    names.forEach((n, i) =>
-      assert.deepEqual(masks[i], pruneByMagnitude(sparse.parameters()[n]!, 24, 6, 0.34, "row-balanced")),
-    );
+    names.forEach((n, i) => {
+      assert.deepEqual(masks[i], pruneByMagnitude(sparse.parameters()[n]!, 24, 6, 0.34, "row-balanced"));
+    });
     const dense = new PersistentRnn(spec);
     const p: Record<string, Float32Array> = {};
     for (const [n, v] of Object.entries(sparse.parameters())) {
@@ -230,9 +234,13 @@ describe("PersistentRnn with pruned W_hh", () => {
     const before = Object.fromEntries(Object.entries(sparse.parameters()).map(([n, v]) => [n, Float32Array.from(v)]));
     const a = step(sparse, 9);
     const b = step(dense, 9);
-    a.out.y.forEach((y, i) => assert.deepEqual(y, b.out.y[i]));
+    a.out.y.forEach((y, i) => {
+      assert.deepEqual(y, b.out.y[i]);
+    });
     assert.deepEqual(a.out.hn, b.out.hn);
-    a.back.dx.forEach((dx, i) => assert.deepEqual(dx, b.back.dx[i]));
+    a.back.dx.forEach((dx, i) => {
+      assert.deepEqual(dx, b.back.dx[i]);
+    });
     for (const [n, g] of Object.entries(sparse.gradients())) {
       const i = names.indexOf(n);
       const want = dense.gradients()[n]!;
@@ -406,5 +414,47 @@ describe("PersistentRnn with pruned W_hh", () => {
       () => new PersistentRnn({ ...spec, mask: ok, reprune: { every: 2 } }),
       oneLine(/^PersistentRnn: argument 'reprune' needs 'density': .*a given 'mask' stays as it is/),
     );
+  });
+});
+
+describe("the rnn graph op with density", () => {
+  test("equals the dense op over W_hh ⊙ mask (the mask of the weights' values); dW_hh at the kept weights only", () => {
+    const build = (density: number, masked: boolean) => {
+      const pc = new ParameterCollection({ seed: 4 });
+      const H = 5;
+      const xs = Array.from({ length: 6 }, (_, k) => pc.addParameters(3, { kind: "uniform", scale: 1 }, `x${k}`));
+      const dirs = [0, 1].map((d) => ({
+        W_ih: pc.addParameters([4 * H, 3], { kind: "uniform", scale: 1 }, `W_ih${d}`),
+        W_hh: pc.addParameters([4 * H, H], { kind: "uniform", scale: 1 }, `W_hh${d}`),
+        b_ih: pc.addParameters(4 * H, { kind: "uniform", scale: 1 }, `b_ih${d}`),
+      }));
+      const masks = dirs.map((d) => pruneByMagnitude(d.W_hh.value, 4 * H, H, 0.4, "plain"));
+      if (masked) {
+        dirs.forEach((d, k) => {
+          d.W_hh.value.set(d.W_hh.value.map((w, i) => (masks[k]![i] ? w : 0)));
+        });
+      }
+      const cg = new ComputationGraph();
+      const x = concat(xs.map((v) => parameter(cg, v)));
+      const y = rnn(x, [3, 2, 1], "lstm", dirs, { density, pruning: "plain" });
+      const loss = sum([0, 1, 2].map((k) => pickNegLogSoftmax(pickRange(flatten(y), 10 * k, 10 * k + 10), k)));
+      const engine = new CpuEngine(pc);
+      const value = engine.forwardScalar(loss);
+      engine.backward(loss);
+      return { value, dirs, masks, y: engine.value(y) };
+    };
+    const sparse = build(0.4, false);
+    const dense = build(1, true);
+    assert.deepEqual(sparse.y, dense.y);
+    assert.equal(sparse.value, dense.value);
+    sparse.dirs.forEach((d, k) => {
+      const m = sparse.masks[k]!;
+      assert.equal(maskCounts(m, 20, 5).kept, keptPerRow(0.4, 5) * 20);
+      assert.deepEqual(
+        d.W_hh.grad,
+        dense.dirs[k]!.W_hh.grad.map((g, i) => (m[i] ? g : 0)),
+      );
+      assert.deepEqual(d.W_ih.grad, dense.dirs[k]!.W_ih.grad);
+    });
   });
 });
