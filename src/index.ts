@@ -100,17 +100,22 @@ export {
   type PersistentRnnOptions,
   packSequences,
   permuteStates,
+  pruneRecurrent,
   RNN_CELLS,
   RNN_PRECISIONS,
+  RNN_PRUNINGS,
   RnnArgumentError,
   type RnnBackend,
   type RnnCell,
   type RnnPrecision,
+  type RnnPruning,
   type RnnSpec,
   recurrentFlopsPerStep,
+  recurrentMaskCounts,
   rnnParameterLayout,
   sortByLength,
   unpackSequences,
+  type WeightMask,
 } from "./rnn/index.js";
 export { isRunError, RUN_ERRORS, RunDirError, TrainingDivergedError } from "./train/errors.js";
 export { evaluate, predict } from "./train/evaluate.js";

@@ -11,6 +11,8 @@ import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { syntheticTaggedSentences } from "../src/data/synthetic-tagged.js";
 import type { TaggedSentence } from "../src/data/tagged.js";
+import { readSafetensors } from "../src/model/safetensors.js";
+import { keptPerRow, maskCounts, pruneByMagnitude } from "../src/rnn/index.js";
 
 const bin = join(import.meta.dirname, "..", "bin", "vpps.js");
 const WIKINER = fileURLToPath(new URL("../../shared/data/wikiner/", import.meta.url));
@@ -45,7 +47,7 @@ describe("vpps train and eval for the taggers", () => {
     };
     assert.ok(trained.epochs[1]!.trainLoss < trained.epochs[0]!.trainLoss, "the loss goes down");
     const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8"));
-    assert.deepEqual(state.options, { embed: 6, hidden: 6, mlp: 6, splitSeed: 1, rnn: "steps" });
+    assert.deepEqual(state.options, { embed: 6, hidden: 6, mlp: 6, splitSeed: 1, rnn: "steps", density: 1 });
     assert.equal(state.vocabulary.words[0], "<unk>");
     assert.deepEqual([...state.vocabulary.tags].sort(), ["I-LOC", "I-ORG", "I-PER", "O"]);
 
@@ -86,6 +88,58 @@ describe("vpps train and eval for the taggers", () => {
     const bad = vpps("train", "bilstm", "--rnn", "fused");
     assert.equal(bad.code, 2, bad.stderr);
     assert.match(bad.stderr, /--rnn.*must be one of steps, persistent; got/);
+  });
+
+  test("--density: a pruned bilstm trains on the CPU engine and learns; the checkpoint's W_hh computes with k per row; eval of the run equals training's; refusals", () => {
+    const data = mkdtempSync(join(tmpdir(), "vpps-tagger-sparse-data-"));
+    const sentences = syntheticTaggedSentences(140, 32);
+    writeFileSync(join(data, "train.txt"), `${sentences.slice(0, 100).map(line).join("\n")}\n`);
+    writeFileSync(join(data, "dev.txt"), `${sentences.slice(100).map(line).join("\n")}\n`);
+    const out = mkdtempSync(join(tmpdir(), "vpps-tagger-sparse-"));
+    const H = 20;
+    const sizes = ["--embed", "6", "--hidden", String(H), "--mlp", "6"];
+    const t = vpps(
+      ...["train", "bilstm", "--data", data, "--rnn", "persistent", "--density", "0.1", ...sizes],
+      ...["--epochs", "3", "--lr", "0.02", "--json", "--out", out],
+    );
+    assert.equal(t.code, 0, t.stderr);
+    const trained = JSON.parse(t.stdout.trim()) as { epochs: { trainLoss: number; devMetrics: object }[] };
+    const losses = trained.epochs.map((e) => e.trainLoss);
+    assert.ok(losses[2]! < losses[0]!, `the loss goes down: ${losses}`);
+    const state = JSON.parse(readFileSync(join(out, "state.json"), "utf8"));
+    assert.equal(state.options.density, 0.1);
+    assert.equal(state.options.rnn, "persistent");
+    // the weights W_hh computes with: each row's k = round(0.1·H) = 2 largest, as the rnn op prunes them
+    const k = keptPerRow(0.1, H);
+    assert.equal(k, 2);
+    const { tensors } = readSafetensors(join(out, "epoch-3.safetensors"));
+    for (const name of ["Wh_f", "Wh_b"]) {
+      const w = tensors.get(name)!;
+      assert.deepEqual(w.shape, [4 * H, H]);
+      const mask = pruneByMagnitude(w.data, 4 * H, H, 0.1, "row-balanced");
+      const effective = w.data.map((v, i) => (mask[i] ? v : 0));
+      const rows = maskCounts(
+        Uint8Array.from(effective, (v) => (v !== 0 ? 1 : 0)),
+        4 * H,
+        H,
+      ).rowCounts;
+      assert.ok(
+        rows.every((c) => c === k),
+        `${name}: non-zero weights per row ${[...rows]}`,
+      );
+    }
+    // the mask is a function of the weights: the saved run evaluates as it trained
+    const r = vpps("eval", "bilstm", "--run", out, "--data", join(data, "dev.txt"), "--json");
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout.trim()).metrics, trained.epochs[2]!.devMetrics);
+
+    const steps = vpps("train", "bilstm", "--density", "0.5", ...TINY, "--max-sentences", "10");
+    assertOneLine(steps, /^vpps: BiLstmTagger: --density 0\.5 needs --rnn persistent /);
+    for (const bad of ["0", "1.5", "abc"]) {
+      const refused = vpps("train", "bilstm", "--rnn", "persistent", "--density", bad);
+      assert.equal(refused.code, 2, refused.stderr);
+      assert.match(refused.stderr, new RegExp(`--density must be a number in \\(0, 1\\]; got '${bad}'`));
+    }
   });
 
   test("bilstm-char on our WikiNER copy: the split's sizes in the log, --split-seed saved and kept on --resume", {

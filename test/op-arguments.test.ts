@@ -275,6 +275,36 @@ const CASES: [string, string, () => unknown, RegExp][] = [
   ],
   [
     "rnn",
+    "density 0",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3], { density: 0 }),
+    /^rnn: argument 'density' must be a number in \(0, 1\] \(the fraction of W_hh kept; 1 = dense\); got 0$/,
+  ],
+  [
+    "rnn",
+    "density NaN",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3], { density: Number.NaN }),
+    /^rnn: argument 'density' must be a number in \(0, 1\] .*; got NaN$/,
+  ],
+  [
+    "rnn",
+    "density above 1",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3], { density: 1.5 }),
+    /^rnn: argument 'density' must be a number in \(0, 1\] .*; got 1.5$/,
+  ],
+  [
+    "rnn",
+    "pruning unknown",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3], { density: 0.5, pruning: bad("naive") }),
+    /^rnn: argument 'pruning' must be one of row-balanced, plain; got "naive"$/,
+  ],
+  [
+    "rnn",
+    "sparsity not an object",
+    () => rnn(x4, [1], "rnn-tanh", [RNN3], bad(0.5)),
+    /^rnn: argument 'sparsity' must be an object \{density\?, pruning\?\}; got 0.5$/,
+  ],
+  [
+    "rnn",
     "b_hh in one direction only",
     () => rnn(x4, [1], "rnn-tanh", [RNN3, { ...RNN3, b_hh: b }]),
     /^rnn: argument 'directions\[1\].b_hh' must be given for every direction or for none$/,

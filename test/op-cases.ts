@@ -278,6 +278,57 @@ function rnnCase(cell: RnnCell, batchSizes: number[], bidirectional: boolean, bi
 }
 
 /**
+ * An rnn with pruned W_hh (`density`, `pruning`): each W_hh holds a shuffle of evenly spaced magnitudes (0.05 … 0.95,
+ * random signs), so that no two |w| are within the finite differences' step of each other and the mask, which the op
+ * derives from the weights, is the same at every perturbed point.
+ */
+function sparseRnnCase(
+  cell: RnnCell,
+  batchSizes: number[],
+  bidirectional: boolean,
+  density: number,
+  pruning: "row-balanced" | "plain",
+): OpCase {
+  const In = 3;
+  const H = 4;
+  const G = cell === "lstm" ? 4 : cell === "gru" ? 3 : 1;
+  const N = batchSizes.reduce((a, b) => a + b, 0);
+  const D = bidirectional ? 2 : 1;
+  const spaced = (seed: number): Float32Array => {
+    const n = G * H * H;
+    const order = randoms(n, seed).map((r, i) => [r, i] as const);
+    order.sort((a, b) => a[0] - b[0]);
+    const signs = randoms(n, seed + 1);
+    const w = new Float32Array(n);
+    order.forEach(([, i], rank) => {
+      w[i] = (0.05 + (0.9 * rank) / (n - 1)) * (signs[i]! < 0 ? -1 : 1);
+    });
+    return w;
+  };
+  return withParams(
+    `${cell}, batch sizes [${batchSizes}], ${bidirectional ? "bidirectional" : "forward only"}, W_hh pruned to density ${density} (${pruning})`,
+    (pc) => ({
+      xs: Array.from({ length: N }, (_, k) => pc.addParameters(In, unit, `x${k}`)),
+      dirs: Array.from({ length: D }, (_, d) => {
+        const W_hh = pc.addParameters([G * H, H], unit, `W_hh${d}`);
+        W_hh.value.set(spaced(31 + d));
+        return {
+          W_ih: pc.addParameters([G * H, In], unit, `W_ih${d}`),
+          W_hh,
+          b_ih: pc.addParameters(G * H, unit, `b_ih${d}`),
+          b_hh: pc.addParameters(G * H, unit, `b_hh${d}`),
+        };
+      }),
+      R: dot(pc, N * D * H),
+    }),
+    (cg, p) => {
+      const x = concat(p.xs.map((v) => tanh(parameter(cg, v))));
+      return matVec(p.R, flatten(rnn(x, batchSizes, cell, p.dirs, { density, pruning })));
+    },
+  );
+}
+
+/**
  * The taggers' batch-level head over an rnn's rows: word rows looked up (lookupRows), a BiLSTM (rnn, [N, 2H]), an
  * affine over rows, tanh, an affine over rows to class scores and the summed softmax loss, one label per row.
  */
@@ -569,6 +620,9 @@ export const OP_CASES: OpTable<readonly OpCase[]> = {
     rnnCase("lstm", [2, 2], false, false),
     rnnCase("gru", [3, 3, 1], true, true),
     rnnCase("gru", [1], true, false),
+    sparseRnnCase("lstm", [3, 2, 1], true, 0.5, "row-balanced"),
+    sparseRnnCase("gru", [2, 2], false, 0.25, "plain"),
+    sparseRnnCase("rnn-tanh", [3, 1], true, 0.3, "row-balanced"),
   ],
   [Op.LookupRows]: [
     {

@@ -1,10 +1,12 @@
 // The persistent RNN's CPU reference (src/rnn/reference/reference.ts over src/ops/recurrent.ts) against float64 finite
-// differences: every cell, packed variable-length batches, bidirectional and multi-layer stacks, h0/c0 given or not;
-// plus the single-layer entry points the GPU tests compare the kernels with, and the packing helpers.
+// differences: every cell, packed variable-length batches, bidirectional and multi-layer stacks, h0/c0 given or not,
+// dense and with pruned (masked) W_hh; plus the single-layer entry points the GPU tests compare the kernels with, and
+// the packing helpers.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { packSequences, permuteStates, sortByLength, unpackSequences } from "../src/rnn/packed.js";
+import { maskCounts, pruneByMagnitude, type RnnPruning } from "../src/rnn/prune.js";
 import {
   layerWeightsOf,
   referenceBackward,
@@ -41,13 +43,15 @@ interface Case {
   spec: RnnSpec;
   lengths: number[];
   withStates: boolean;
+  /** Prune every W_hh by magnitude to this density and check the masked stack (undefined: dense). */
+  pruned?: { density: number; pruning: RnnPruning };
 }
 
 /**
  * The loss L = Σ dy⊙y + Σ dhn⊙hn + Σ dcn⊙cn with fixed random dy, dhn, dcn; its analytic gradients (the backward)
  * against central differences of every parameter, input and initial-state entry.
  */
-function gradientCheck({ spec, lengths, withStates }: Case): void {
+function gradientCheck({ spec, lengths, withStates, pruned }: Case): void {
   const rng = new RandomStream(1234 + lengths.length * 7 + spec.hidden);
   const D = spec.bidirectional ? 2 : 1;
   const H = spec.hidden;
@@ -62,17 +66,39 @@ function gradientCheck({ spec, lengths, withStates }: Case): void {
   const dy = randomArray(rng, N * D * H);
   const dhn = randomArray(rng, states);
   const dcn = lstm ? randomArray(rng, states) : null;
+  // fixed masks (the pruning of the starting weights): the function is then smooth in every weight, and a pruned
+  // weight's finite difference is exactly 0
+  const masks = pruned
+    ? Array.from({ length: spec.layers * D }, (_, k) => {
+        const w = layerWeightsOf(spec, params, Math.floor(k / D), k % D).weightHh;
+        const G = w.length / (H * H);
+        return pruneByMagnitude(w, G * H, H, pruned.density, pruned.pruning);
+      })
+    : null;
   const loss = (): number => {
-    const f = referenceForward(spec, params, packed, h0, c0);
+    const f = referenceForward(spec, params, packed, h0, c0, masks);
     let s = 0;
     for (let i = 0; i < dy.length; i++) s += dy[i]! * f.y[i]!;
     for (let i = 0; i < dhn.length; i++) s += dhn[i]! * f.hn[i]!;
     if (dcn) for (let i = 0; i < dcn.length; i++) s += dcn[i]! * f.cn![i]!;
     return s;
   };
-  const fwd = referenceForward(spec, params, packed, h0, c0);
+  const fwd = referenceForward(spec, params, packed, h0, c0, masks);
   const grads = new Float64Array(params.length);
   const back = referenceBackward(spec, params, fwd, dy, dhn, dcn, grads);
+  if (masks) {
+    // the pruned weights get no gradient, the kept ones do (a ReLU unit may be dead: counted over the stack)
+    let keptWithGradient = 0;
+    masks.forEach((m, k) => {
+      const g = layerWeightsOf(spec, grads, Math.floor(k / D), k % D).weightHh;
+      assert.ok(maskCounts(m, g.length / H, H).kept < m.length, "something is pruned");
+      for (let i = 0; i < m.length; i++) {
+        if (!m[i]) assert.equal(g[i], 0, `${spec.cell}: dW_hh[${k}][${i}] of a pruned weight`);
+        else if (g[i] !== 0) keptWithGradient++;
+      }
+    });
+    assert.ok(keptWithGradient > 0, `${spec.cell}: no kept weight of W_hh has a gradient`);
+  }
   const check = (what: string, values: Float64Array, analytic: Float64Array): void => {
     for (let i = 0; i < values.length; i++) {
       const keep = values[i]!;
@@ -105,6 +131,27 @@ describe("rnn reference: float64 gradient checks", () => {
     });
     test(`${cell}: packed batch, one bidirectional layer, zero initial state`, () => {
       gradientCheck({ spec: spec(cell, 1, true), lengths: [1, 3, 3, 2], withStates: false });
+    });
+  }
+});
+
+describe("rnn reference: float64 gradient checks of pruned W_hh (masked)", () => {
+  for (const cell of RNN_CELLS) {
+    test(`${cell}: 2 bidirectional layers, packed batch, h0/c0 given, row-balanced density 0.5`, () => {
+      gradientCheck({
+        spec: spec(cell, 2, true),
+        lengths: [2, 4, 1],
+        withStates: true,
+        pruned: { density: 0.5, pruning: "row-balanced" },
+      });
+    });
+    test(`${cell}: one layer of hidden 3, plain density 0.3`, () => {
+      gradientCheck({
+        spec: validateRnnSpec({ cell, inputSize: 2, hidden: 3 }),
+        lengths: [3, 1, 2],
+        withStates: false,
+        pruned: { density: 0.3, pruning: "plain" },
+      });
     });
   }
 });

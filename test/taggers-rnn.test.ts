@@ -2,7 +2,7 @@
 // --rnn steps (an affine and a cell per word): with the steps model's parameters (gate rows reordered), losses and
 // gradients are equal on the CPU engines; float64 gradient checks; the batch is a handful of row-batch nodes; the GPU
 // autobatch engine (on its emulated device) runs the batch node by node like the CPU engine; VPPS refuses the row ops
-// in one line.
+// in one line; --density prunes every BiLSTM's W_hh (the model computes as a dense one holding W_hh ⊙ mask).
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -16,12 +16,14 @@ import type { ParameterCollection } from "../src/model/parameters.js";
 import { swapGateOrder } from "../src/models/bilstm/packed.js";
 import { biLstmTask, type TaggerTaskModel } from "../src/models/bilstm/task.js";
 import { charBiLstmTask } from "../src/models/bilstm-char/task.js";
+import { SimpleSGDTrainer } from "../src/optim/trainers.js";
+import { keptPerRow, maskCounts, pruneByMagnitude } from "../src/rnn/index.js";
 import { gradientCheck } from "./helpers.js";
 import { CPU_SIDE_ENGINES, compareWithCpu } from "./op-suite.js";
 
 type TaggerTask = typeof charBiLstmTask;
 const TASKS: readonly TaggerTask[] = [biLstmTask as unknown as TaggerTask, charBiLstmTask];
-const TINY = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, charEmbed: 2, minCount: 5 };
+const TINY = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, charEmbed: 2, minCount: 5, density: 1 };
 const SENTENCES = syntheticTaggedSentences(40, 4);
 
 /** The LSTM parameters (gate rows reordered between the formulations) and their hidden sizes. */
@@ -160,4 +162,62 @@ describe("taggers with --rnn persistent", () => {
       }
     });
   }
+
+  for (const task of TASKS) {
+    test(`${task.name} --density 0.5: computes as the dense model holding W_hh ⊙ mask; dW_hh only at the kept weights`, () => {
+      const vocab = task.vocabulary.build(SENTENCES, TINY);
+      const sparse = task.create({ ...TINY, rnn: "persistent", density: 0.5 }, vocab, 2) as TaggerTaskModel;
+      const dense = task.create({ ...TINY, rnn: "persistent" }, vocab, 2) as TaggerTaskModel;
+      const recurrent = sparse.params.all.filter((p) => /^Wh_c?[fb]$/.test(p.name));
+      assert.equal(recurrent.length, task === charBiLstmTask ? 4 : 2, "every BiLSTM's W_hh is pruned");
+      const trainer = new SimpleSGDTrainer({ learningRate: 0.5 });
+      const engine = new CpuEngine(sparse.params);
+      for (let s = 0; s < 3; s++) {
+        const batch = SENTENCES.slice(4 * s, 4 * s + 4);
+        const masks = recurrent.map((p) => pruneByMagnitude(p.value, p.rows, p.cols, 0.5, "row-balanced"));
+        masks.forEach((m, k) => {
+          const H = recurrent[k]!.cols;
+          assert.ok(maskCounts(m, 4 * H, H).rowCounts.every((c) => c === keptPerRow(0.5, H)));
+        });
+        // the dense model with the pruned weights stored as zeros computes the same loss
+        for (const p of dense.params.all) {
+          const k = recurrent.findIndex((q) => q.name === p.name);
+          const v = sparse.params.get(p.name).value;
+          p.value.set(k < 0 ? v : v.map((w, i) => (masks[k]![i] ? w : 0)));
+        }
+        const want = lossAndGradients(dense.params, new CpuEngine(dense.params), (cg) =>
+          dense.buildBatchLoss(cg, batch),
+        );
+        const got = lossAndGradients(sparse.params, engine, (cg) => sparse.buildBatchLoss(cg, batch));
+        assert.equal(got.value, want.value, `step ${s}: loss`);
+        recurrent.forEach((p, k) => {
+          const g = got.grads.get(p.name)!;
+          const wanted = want.grads.get(p.name)!.map((v, i) => (masks[k]![i] ? v : 0));
+          assert.deepEqual(g, wanted, `step ${s}: gradient of ${p.name}`);
+        });
+        // SGD: the pruned weights (the dense master copy's) keep their values
+        const before = recurrent.map((p) => Float32Array.from(p.value));
+        engine.update(trainer);
+        recurrent.forEach((p, k) => {
+          for (let i = 0; i < p.value.length; i++) {
+            if (!masks[k]![i]) assert.equal(p.value[i], before[k]![i], `step ${s}: pruned ${p.name}[${i}] moved`);
+          }
+        });
+      }
+    });
+  }
+
+  test("--density needs --rnn persistent; a bad density is refused in one line", () => {
+    const vocab = biLstmTask.vocabulary.build(SENTENCES, TINY);
+    assert.throws(
+      () => biLstmTask.create({ ...TINY, rnn: "steps", density: 0.5 }, vocab, 1),
+      /^ShapeError: BiLstmTagger: --density 0\.5 needs --rnn persistent \(/,
+    );
+    assert.throws(() => biLstmTask.create({ ...TINY, rnn: "persistent", density: 0 }, vocab, 1), /--density must be/);
+    // runs saved before --density existed restore dense
+    const saved = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, rnn: "persistent" };
+    assert.equal(biLstmTask.restoreOptions(saved, biLstmTask.defaults).density, 1);
+    assert.equal(biLstmTask.restoreOptions({ ...saved, density: 0.2 }, biLstmTask.defaults).density, 0.2);
+    assert.throws(() => biLstmTask.restoreOptions({ ...saved, density: 2 }, biLstmTask.defaults), /options\.density/);
+  });
 });

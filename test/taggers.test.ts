@@ -36,7 +36,16 @@ const TRAIN = parseTagged(
   ["mr|O Alson|I-PER said|O", "in|O Borburg|I-LOC mr|O Alson|I-PER", "said|O in|O Calburg|I-LOC", "Ö|O"].join("\n"),
   "train.txt",
 );
-const TINY = { embed: 4, hidden: 3, mlp: 3, splitSeed: 1, charEmbed: 2, minCount: 2, rnn: "steps" as const };
+const TINY = {
+  embed: 4,
+  hidden: 3,
+  mlp: 3,
+  splitSeed: 1,
+  charEmbed: 2,
+  minCount: 2,
+  rnn: "steps" as const,
+  density: 1,
+};
 /** Both tasks, typed as the one with more options (the word-only tagger ignores the character options). */
 type TaggerTask = typeof charBiLstmTask;
 const TASKS: readonly TaggerTask[] = [biLstmTask as unknown as TaggerTask, charBiLstmTask];

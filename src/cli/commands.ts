@@ -10,7 +10,7 @@ import { checkModelSize } from "../model/parameters.js";
 import type { AnyTask, ModelOption, ModelOptions } from "../models/task.js";
 import { UsageError } from "../util/errors.js";
 import { quote } from "../util/text.js";
-import { deviceSpec, nonNegativeNumber, oneOf, positiveInt } from "./options.js";
+import { densityNumber, deviceSpec, nonNegativeNumber, oneOf, positiveInt } from "./options.js";
 
 /** The flag of an option without its value placeholder: `--hidden`. */
 function flagName(flag: string): string {
@@ -23,6 +23,7 @@ function modelOption(task: AnyTask, spec: ModelOption): Option {
   const t = spec.type;
   if (t.kind === "positive-int") option.argParser(positiveInt(name));
   else if (t.kind === "fraction") option.argParser(nonNegativeNumber(name, 1));
+  else if (t.kind === "density") option.argParser(densityNumber(name));
   else option.argParser(oneOf(name, t.choices));
   if (option.attributeName() !== spec.key) {
     throw new Error(

@@ -46,6 +46,15 @@ export function positiveNumber(name: string): (v: string) => number {
   };
 }
 
+/** A number in (0, 1]: a density (the fraction of weights kept). */
+export function densityNumber(name: string): (v: string) => number {
+  return (v) => {
+    const n = parseDecimal(v);
+    if (!(n > 0 && n <= 1)) refuse(name, "a number in (0, 1]", v);
+    return n;
+  };
+}
+
 export function nonNegativeNumber(name: string, below?: number): (v: string) => number {
   return (v) => {
     const n = parseDecimal(v);

@@ -26,6 +26,8 @@ export type ModelOptionType =
   | { readonly kind: "positive-int" }
   /** A number in [0, 1): a rate. */
   | { readonly kind: "fraction" }
+  /** A number in (0, 1]: a density, the fraction of weights kept (1: all). */
+  | { readonly kind: "density" }
   | { readonly kind: "choice"; readonly choices: readonly string[] };
 
 /** One of a model's command line options. Its default is the task's `defaults[key]`. */
@@ -167,6 +169,8 @@ export function checkModelOption(option: ModelOption, value: unknown): string | 
         : `must be a positive integer; got ${shown}`;
     case "fraction":
       return typeof value === "number" && value >= 0 && value < 1 ? null : `must be a number in [0, 1); got ${shown}`;
+    case "density":
+      return typeof value === "number" && value > 0 && value <= 1 ? null : `must be a number in (0, 1]; got ${shown}`;
     case "choice":
       return typeof value === "string" && t.choices.includes(value)
         ? null

@@ -13,7 +13,7 @@ export {
 } from "./image.js";
 export { affine, matVec } from "./linear.js";
 export { pickNegLogSoftmax } from "./loss.js";
-export { type RnnOpWeights, rnn } from "./recurrent-op.js";
+export { type RnnOpSparsity, type RnnOpWeights, rnn } from "./recurrent-op.js";
 export { batchSignature, KERNELS, OPS } from "./registry.js";
 export { affineRows, lookupRows, pickNegLogSoftmaxRows } from "./rows.js";
 export { concat, esum, input, lookup, parameter, pickRange, sum } from "./structure.js";

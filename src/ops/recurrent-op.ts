@@ -13,6 +13,15 @@ import {
   requireVector,
 } from "./common.js";
 import {
+  addMasked,
+  applyMask,
+  keptPerRow,
+  PRUNING_MODES,
+  type PruningMode,
+  pruneKeeping,
+  type WeightMask,
+} from "./prune.js";
+import {
   checkBatchSizes,
   gatesOf,
   inputProjection,
@@ -33,8 +42,16 @@ import {
  * same code as the persistent layer's CPU reference, src/rnn/reference/reference.ts).
  *
  * Node layout: args [x, batchSizes (an input node of T values), then per direction W_ih, W_hh, b_ih and optionally
- * b_hh]; aux = the cell's index in RNN_CELLS; aux2 = D. Without b_hh (cuDNN's single-bias mode) the op reads it
+ * b_hh]; aux = the cell's index in RNN_CELLS + RNN_CELLS.length × the pruning's index in PRUNING_MODES; aux2 = D;
+ * auxF = the weights each row of W_hh keeps (0: dense). Without b_hh (cuDNN's single-bias mode) the op reads it
  * as zero: a model whose LSTM has one bias per gate (the taggers) keeps its parameters.
+ *
+ * Pruned (sparse) W_hh: with `density` d < 1 each direction's recurrent product uses W_hh ⊙ M, M the magnitude
+ * pruning of W_hh's current values (src/ops/prune.ts: k = max(1, round(d·H)) per row, or k·G·H in all for `plain`),
+ * and dW_hh = M ⊙ (the dense gradient). The mask is a function of the weights, re-derived at every forward: W_hh stays
+ * the dense master copy (pruned weights keep their values and take no part), every engine derives the same mask, and
+ * a checkpoint needs nothing besides the weights. The gradient is that of the function almost everywhere (M is
+ * constant wherever no two |w| at a row's boundary are equal).
  */
 
 /** One direction's weights (PyTorch's shapes): W_ih [G·H, in], W_hh [G·H, H], b_ih [G·H], b_hh [G·H] (optional). */
@@ -45,17 +62,25 @@ export interface RnnOpWeights {
   readonly b_hh?: ExprLike;
 }
 
+/** The op's pruning of W_hh: `density` in (0, 1] (default 1: dense), `pruning` row-balanced (default) or plain. */
+export interface RnnOpSparsity {
+  readonly density?: number;
+  readonly pruning?: PruningMode;
+}
+
 const OP = "rnn";
 
 /**
  * y = the hidden states [N, D·H] of one recurrent layer (D = directions.length, 1 or 2: forward, then backward) over
- * the packed batch x ([N, in], or its N·in values as a vector) with these batch sizes, from zero initial states.
+ * the packed batch x ([N, in], or its N·in values as a vector) with these batch sizes, from zero initial states;
+ * with `sparsity.density` < 1, each W_hh pruned by magnitude (see the top of this file).
  */
 export function rnn(
   x: Expression,
   batchSizes: ArrayLike<number>,
   cell: RnnCell,
   directions: readonly RnnOpWeights[],
+  sparsity: RnnOpSparsity = {},
 ): Expression {
   if (!(x instanceof Expression)) throw notExpression(OP, "x", x);
   const g = x.graph;
@@ -125,10 +150,32 @@ export function rnn(
         `[${n},${inputSize}] (or a vector of ${n * inputSize} values)`,
     );
   }
+  const { kept, pruning } = sparsityOf(sparsity, H);
   const off = g.addInputData(Float32Array.from(batchSizes));
   args[1] = g.addNode0(Op.Input, batchSizes.length, 1, off);
-  const id = g.addNode(Op.Rnn, n, D * H, args, RNN_CELLS.indexOf(cell), D, 0, 2 + D * P);
+  const aux = RNN_CELLS.indexOf(cell) + RNN_CELLS.length * PRUNING_MODES.indexOf(pruning);
+  const id = g.addNode(Op.Rnn, n, D * H, args, aux, D, kept, 2 + D * P);
   return new Expression(g, id, g.generation);
+}
+
+/** The node's attributes `density` and `pruning` checked: the weights kept per row (0: dense) and the pruning. */
+function sparsityOf(sparsity: RnnOpSparsity, H: number): { kept: number; pruning: PruningMode } {
+  if (typeof sparsity !== "object" || sparsity === null) {
+    throw new ShapeError(`${OP}: argument 'sparsity' must be an object {density?, pruning?}; got ${String(sparsity)}`);
+  }
+  const { density = 1, pruning = "row-balanced" } = sparsity;
+  if (typeof density !== "number" || !(density > 0 && density <= 1)) {
+    throw new ShapeError(
+      `${OP}: argument 'density' must be a number in (0, 1] (the fraction of W_hh kept; 1 = dense); got ${String(density)}`,
+    );
+  }
+  if (!(PRUNING_MODES as readonly string[]).includes(pruning)) {
+    throw new ShapeError(
+      `${OP}: argument 'pruning' must be one of ${PRUNING_MODES.join(", ")}; got ${JSON.stringify(pruning) ?? String(pruning)}`,
+    );
+  }
+  const kept = keptPerRow(density, H);
+  return { kept: kept === H ? 0 : kept, pruning };
 }
 
 /** The decoded attributes of an rnn node. */
@@ -147,6 +194,8 @@ export interface RnnNode {
     readonly b_ih: number;
     readonly b_hh: number;
   }[];
+  /** W_hh's pruning: the weights kept per row (row-balanced; k·G·H in all for plain), or null when dense. */
+  readonly sparsity: { readonly kept: number; readonly pruning: PruningMode; readonly density: number } | null;
 }
 
 /** Node i's attributes (engines read the op through this, never through its argument positions). */
@@ -168,25 +217,42 @@ export function rnnNode(g: ComputationGraph, i: number): RnnNode {
     });
   }
   const whh = weights[0]!.W_hh;
+  const H = g.cols[whh]!;
+  const aux = g.aux[i]!;
+  const kept = g.auxF[i]!;
   return {
-    cell: RNN_CELLS[g.aux[i]!]!,
+    cell: RNN_CELLS[aux % RNN_CELLS.length]!,
     directions: D,
-    hidden: g.cols[whh]!,
+    hidden: H,
     inputSize: g.cols[weights[0]!.W_ih]!,
     rows: g.rows[i]!,
     batchSizes,
     weights,
+    sparsity:
+      kept > 0 ? { kept, pruning: PRUNING_MODES[Math.floor(aux / RNN_CELLS.length)]!, density: kept / H } : null,
   };
+}
+
+/** The mask of an rnn node's W_hh values `w` ([G·H, H]), or null when the node is dense. */
+export function rnnNodeMask(r: RnnNode, w: Buf): WeightMask | null {
+  if (!r.sparsity) return null;
+  return pruneKeeping(w, gatesOf(r.cell) * r.hidden, r.hidden, r.sparsity.kept, r.sparsity.pruning);
 }
 
 const view = <T extends Buf>(b: T, at: number, n: number): T => b.subarray(at, at + n) as T;
 const zerosLike = <T extends Buf>(b: T, n: number): T => new (b.constructor as new (n: number) => T)(n);
 
-/** One direction's forward into scratch (or into y's columns), returning its input projection and saved values. */
+/**
+ * One direction's forward into scratch (or into y's columns), returning its input projection, saved values, and
+ * the W_hh it multiplied by with its mask (W_hh ⊙ mask when pruned).
+ */
 function runDirection<T extends Buf>(g: ComputationGraph, i: number, r: RnnNode, d: number, v: T, y: T) {
   const { hidden: H, rows: N, inputSize: S } = r;
   const w = r.weights[d]!;
   const GH = gatesOf(r.cell) * H;
+  const whh = view(v, g.valueOffset[w.W_hh]!, GH * H);
+  const mask = rnnNodeMask(r, whh);
+  const wRec = mask ? applyMask(whh, mask) : whh;
   const xW = zerosLike(v, N * GH);
   inputProjection(
     view(v, g.valueOffset[g.arg(i, 0)]!, N * S),
@@ -207,8 +273,8 @@ function runDirection<T extends Buf>(g: ComputationGraph, i: number, r: RnnNode,
     saved: zerosLike(v, N * savedPerUnit(r.cell) * H),
   };
   const layer = { cell: r.cell, hidden: H, batchSizes: r.batchSizes, reverse: d === 1 };
-  recurrentForward(layer, xW, view(v, g.valueOffset[w.W_hh]!, GH * H), bHh, null, null, out);
-  return { layer, xW, saved: out.saved };
+  recurrentForward(layer, xW, wRec, bHh, null, null, out);
+  return { layer, xW, saved: out.saved, wRec, mask };
 }
 
 const rnnOp: OpDefinition = {
@@ -235,9 +301,12 @@ const rnnOp: OpDefinition = {
       const scratchY = zerosLike(v, N * D * H);
       const f = runDirection(g, i, r, d, v, scratchY.subarray(d * H) as typeof v);
       const dxW = zerosLike(v, N * GH);
+      const dWhh = view(dv, g.valueOffset[w.W_hh]!, GH * H);
+      // a pruned W_hh's gradient goes through scratch, then only its kept entries into the node's gradient
+      const dWrec = f.mask ? zerosLike(v, GH * H) : dWhh;
       recurrentBackward(
         f.layer,
-        view(v, g.valueOffset[w.W_hh]!, GH * H),
+        f.wRec,
         {
           y: v.subarray(y + d * H) as typeof v,
           yStride: D * H,
@@ -251,12 +320,13 @@ const rnnOp: OpDefinition = {
         },
         {
           dxW,
-          dWhh: view(dv, g.valueOffset[w.W_hh]!, GH * H),
+          dWhh: dWrec,
           dbHh: w.b_hh >= 0 ? view(dv, g.valueOffset[w.b_hh]!, GH) : zerosLike(v, GH),
           dh0: zerosLike(v, B * H),
           dc0: r.cell === "lstm" ? zerosLike(v, B * H) : null,
         },
       );
+      if (f.mask) addMasked(dWhh, dWrec, f.mask);
       inputProjectionBackward(
         dxW,
         view(v, x, N * S),

@@ -7,7 +7,11 @@
  *
  * Arrays crossing the seam are host float32 in the layouts of src/rnn/spec.ts and src/rnn/packed.ts. The layer
  * stitches directions and layers together; the backend never sees more than one (layer, direction).
+ *
+ * A pruned layer passes W_hh's mask (`mask`, src/ops/prune.ts): the backend computes with W_hh ⊙ mask and adds
+ * dW_hh at the kept weights only. The weights it is given stay the dense master copy.
  */
+import type { WeightMask } from "../ops/prune.js";
 import type { RnnCell, RnnPrecision } from "./spec.js";
 
 /** Which (layer, direction) of which stack, over which packed batch. */
@@ -49,6 +53,8 @@ export interface RnnForwardLayerArgs extends RnnLayerCall {
    * backend that keeps a device copy re-uploads only then. Equal across one forward and its backward.
    */
   readonly weightsVersion: number;
+  /** W_hh's pruning mask [G·H·H] (1 = kept; src/ops/prune.ts); absent or null: dense. */
+  readonly mask?: WeightMask | null;
   /** [B, H]; null = zeros. */
   readonly h0: Float32Array | null;
   /** [B, H], LSTM only; null = zeros. */
@@ -70,6 +76,8 @@ export interface RnnForwardLayerResult {
 export interface RnnBackwardLayerArgs extends RnnLayerCall {
   readonly weights: RnnLayerWeights;
   readonly weightsVersion: number;
+  /** The matching forward's mask: dW_hh is added at its kept weights only. */
+  readonly mask?: WeightMask | null;
   /** What the matching forwardLayer returned (with training = true). */
   readonly saved: RnnSavedState;
   /** [N, H] gradient of the loss w.r.t. y; null = zeros. */

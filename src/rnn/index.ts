@@ -1,5 +1,5 @@
-// The persistent recurrent layers' entry point (docs/RNN.md): the layer, its spec and packing helpers, the backend
-// seam and the CPU reference.
+// The persistent recurrent layers' entry point (docs/RNN.md): the layer, its spec and packing helpers, pruning
+// (sparse layers), the backend seam and the CPU reference.
 export type {
   RnnBackend,
   RnnBackwardLayerArgs,
@@ -91,11 +91,30 @@ export {
   unpackSparsePairs,
   unpackSparseRows,
 } from "./plan/sparse-pairs.js";
+export {
+  keptPerRow,
+  type MaskCounts,
+  maskCounts,
+  maskProblem,
+  PRUNING_MODES,
+  type PruningMode,
+  pruneByMagnitude,
+  pruneKeeping,
+  pruneRecurrent,
+  RNN_PRUNINGS,
+  type RnnPruning,
+  recurrentMaskCounts,
+  validateRnnDensity,
+  validateRnnMasks,
+  validateRnnPruning,
+  type WeightMask,
+} from "./prune.js";
 export { CpuRnnBackend, type CpuRnnBackendOptions } from "./reference/cpu-backend.js";
 export {
   type LayerWeights,
   layerWeightsOf,
   type ReferenceLayer,
+  type RnnMasks,
   referenceBackward,
   referenceForward,
   referenceLayerBackward,
@@ -109,6 +128,7 @@ export {
   RnnDoesNotFitError,
   type RnnGpu,
   type RnnLayerBase,
+  RnnMaskKernel,
   RnnWorkspace,
   StepwiseRnnLayer,
 } from "./runtime/index.js";

@@ -3,11 +3,27 @@
  * optionally bidirectional, over a packed batch (or a list of variable-length sequences), with parameters and
  * gradients under PyTorch's names. The layer stitches (layer, direction) calls of an RnnBackend together; the
  * backend (CPU reference or persistent GPU kernels) does the math of each.
+ *
+ * A pruned layer (`density` or `mask`) keeps the dense parameters as the master copy and one W_hh mask per
+ * (layer, direction); every call passes the mask through the seam, so the math uses W_hh ⊙ mask and dW_hh exists at
+ * the kept weights only. With `reprune: { every: n }` the layer counts its backward() calls (one per optimizer step
+ * in the usual loop) and re-prunes from the dense weights at the forward after every n-th — after the optimizer's
+ * step, which the layer does not see; `prune()` does it on demand (docs/RNN.md, "Sparse (pruned) recurrent layers").
  */
 import { deriveKey, RandomStream } from "../util/random.js";
 import type { RnnBackend, RnnLayerWeights, RnnSavedState } from "./backend.js";
 import { openRnnBackend } from "./open-backend.js";
 import { checkPacked, type PackedSequence, packSequences, permuteStates, unpackSequences } from "./packed.js";
+import {
+  pruneRecurrent,
+  type RnnPruning,
+  recurrentMaskCounts,
+  validateRnnDensity,
+  validateRnnMasks,
+  validateRnnPruning,
+  validateRnnReprune,
+  type WeightMask,
+} from "./prune.js";
 import {
   directionsOf,
   hasCellState,
@@ -38,6 +54,29 @@ export interface PersistentRnnOptions extends RnnSpecInput {
   readonly precision?: RnnPrecision;
   /** A backend to use instead of the one `device` names (tests, custom devices); `precision` must then be its own. */
   readonly backend?: RnnBackend;
+  /**
+   * Prunes W_hh by magnitude to this fraction of its weights, 0 < d ≤ 1 (1, the default: dense): each (layer,
+   * direction) keeps its largest |w| as `pruning` says, the recurrent product uses W_hh ⊙ mask and dW_hh is zero at
+   * the pruned weights. parameters() stay the dense master copy. Not together with `mask`.
+   */
+  readonly density?: number;
+  /**
+   * W_hh's masks given instead of `density`: one Uint8Array [G·H·H] (1 = kept) for every (layer, direction), or one
+   * per (layer, direction) (index l·D + d). Under row-balanced pruning every row must keep the same count.
+   */
+  readonly mask?: Uint8Array | readonly Uint8Array[];
+  /**
+   * `row-balanced` (default): every row of W_hh keeps k = max(1, round(d·H)) weights (the sparse kernel's load
+   * balance); `plain`: the k·G·H largest of the whole matrix.
+   */
+  readonly pruning?: RnnPruning;
+  /**
+   * Pruning during training: re-prunes from the dense weights every `every` optimizer steps, counted as backward()
+   * calls (with gradient accumulation, multiply `every` by the backward calls per step, or call prune() yourself).
+   * The mask changes only then; between re-prunings the kept weights train and the pruned ones keep their values but
+   * take no part. Needs `density`.
+   */
+  readonly reprune?: { readonly every: number };
 }
 
 /** Input and outputs: a packed batch, or a list of sequences ([len_i, width] each) in the caller's order. */
@@ -70,6 +109,8 @@ interface Tape {
   /** saved[l·D + d]. */
   readonly saved: RnnSavedState[];
   readonly version: number;
+  /** The masks the forward used (its backward uses the same, whatever prune() did in between). */
+  readonly masks: readonly WeightMask[] | null;
 }
 
 export class PersistentRnn {
@@ -84,9 +125,33 @@ export class PersistentRnn {
   private readonly flatGrad: Float32Array;
   private version = 0;
   private tape: Tape | null = null;
+  /** W_hh's mask per (layer, direction), index l·D + d; null: dense. */
+  private masksHh: WeightMask[] | null = null;
+  /** The density the masks are pruned to from the weights; null: dense, or masks the user gave. */
+  private target: number | null = null;
+  private pruningMode: RnnPruning;
+  private readonly repruneEvery: number | null;
+  /** backward() calls since the last pruning, while `reprune` is set. */
+  private backwardsSincePrune = 0;
 
   constructor(options: PersistentRnnOptions) {
     this.spec = validateRnnSpec(options);
+    this.pruningMode = validateRnnPruning(options.pruning);
+    if (options.density !== undefined && options.mask !== undefined) {
+      throw new RnnArgumentError(
+        "PersistentRnn: arguments 'density' and 'mask' exclude each other: give a density to prune W_hh by " +
+          "magnitude, or the masks themselves",
+      );
+    }
+    const density = options.density === undefined ? null : validateRnnDensity(options.density);
+    const masks = options.mask === undefined ? null : validateRnnMasks(options.mask, this.spec, this.pruningMode);
+    this.repruneEvery = options.reprune === undefined ? null : validateRnnReprune(options.reprune).every;
+    if (this.repruneEvery !== null && density === null) {
+      throw new RnnArgumentError(
+        "PersistentRnn: argument 'reprune' needs 'density': re-pruning derives the masks from the weights " +
+          `(${masks ? "a given 'mask' stays as it is" : "this layer is dense"})`,
+      );
+    }
     const precision = validateRnnPrecision(options.precision);
     if (options.backend) {
       const own = options.backend.precision ?? "fp32";
@@ -109,6 +174,66 @@ export class PersistentRnn {
     const rng = new RandomStream(deriveKey(options.seed ?? 0, "rnn-init"));
     const k = 1 / Math.sqrt(this.spec.hidden);
     for (let i = 0; i < this.flat.length; i++) this.flat[i] = (rng.uniform() * 2 - 1) * k;
+    this.masksHh = masks;
+    this.target = density;
+    if (density !== null) this.pruneNow();
+  }
+
+  /** W_hh's masks per (layer, direction) (index l·D + d; 1 = kept), or null for a dense layer. Do not modify them. */
+  get masks(): readonly WeightMask[] | null {
+    return this.masksHh;
+  }
+
+  /** The fraction of the recurrent weights (every W_hh) that take part: 1 for a dense layer. */
+  get density(): number {
+    if (!this.masksHh) return 1;
+    let kept = 0;
+    for (const m of this.masksHh) kept += recurrentMaskCounts(m, this.spec.cell, this.spec.hidden).kept;
+    return kept / (this.masksHh.length * this.masksHh[0]!.length);
+  }
+
+  /** How the layer prunes (or pruned): `row-balanced` or `plain`. */
+  get pruning(): RnnPruning {
+    return this.pruningMode;
+  }
+
+  /**
+   * Prunes every W_hh from the current dense weights (the master copy) by magnitude: to `density` (0 < d ≤ 1; 1 makes
+   * the layer dense) with `pruning`, or, without arguments, to the density it was pruned to before — a trained dense
+   * layer becomes a sparse one with `prune(0.1)`. The pruned weights keep their values; they stop taking part.
+   */
+  prune(density?: number, pruning?: RnnPruning): void {
+    const where = "PersistentRnn.prune";
+    const mode = pruning === undefined ? this.pruningMode : validateRnnPruning(pruning, where);
+    const d = density === undefined ? this.target : validateRnnDensity(density, where);
+    if (d === null) {
+      throw new RnnArgumentError(
+        `${where}: argument 'density' is needed: this layer ${this.masksHh ? "has the masks it was given" : "is dense"}`,
+      );
+    }
+    this.pruningMode = mode;
+    this.target = d;
+    this.pruneNow();
+  }
+
+  /** Masks from the current weights at the target density (none at density 1); the next forward sees them. */
+  private pruneNow(): void {
+    const d = this.target!;
+    const { spec } = this;
+    const D = directionsOf(spec);
+    if (d === 1) this.masksHh = null;
+    else {
+      const masks: WeightMask[] = [];
+      for (let l = 0; l < spec.layers; l++) {
+        for (let dir = 0; dir < D; dir++) {
+          const w = this.weights(this.flat, l, dir).weightHh;
+          masks.push(pruneRecurrent(w, spec.cell, spec.hidden, d, this.pruningMode));
+        }
+      }
+      this.masksHh = masks;
+    }
+    this.backwardsSincePrune = 0;
+    this.version++;
   }
 
   /** The parameters by PyTorch name (`weight_ih_l0`, …, `bias_hh_l1_reverse`): live views, row-major. */
@@ -144,6 +269,8 @@ export class PersistentRnn {
       this.flat.set(v, p.offset);
       byName.delete(p.name);
     }
+    // a layer pruned by density prunes the loaded weights (given masks stay as they are)
+    const pruneLoaded = this.target !== null && this.target < 1;
     const extra = [...byName.keys()];
     if (extra.length > 0) {
       throw new RnnArgumentError(
@@ -152,6 +279,7 @@ export class PersistentRnn {
       );
     }
     this.version++;
+    if (pruneLoaded) this.pruneNow();
   }
 
   zeroGradients(): void {
@@ -190,6 +318,9 @@ export class PersistentRnn {
     if (c0 && !hasCellState(spec.cell))
       throw new RnnArgumentError(`${where}: argument 'c0' is for LSTM only; this is ${spec.cell}`);
     const c0s = sortStates(c0, "c0");
+    // the optimizer step after the reprune.every-th backward has been taken by now: prune from its weights
+    if (this.repruneEvery !== null && this.backwardsSincePrune >= this.repruneEvery) this.pruneNow();
+    const masks = this.masksHh;
     // every forward may follow an in-place change of parameters() (an optimiser step), so it counts as a new version
     this.version++;
     this.disposeTape();
@@ -206,6 +337,7 @@ export class PersistentRnn {
           x: input,
           weights: this.weights(this.flat, l, d),
           weightsVersion: this.version,
+          mask: masks ? masks[k]! : null,
           h0: h0s ? h0s.subarray(k * B * H, (k + 1) * B * H) : null,
           c0: c0s ? c0s.subarray(k * B * H, (k + 1) * B * H) : null,
           training,
@@ -224,6 +356,7 @@ export class PersistentRnn {
         lengths: p ? p.lengths : null,
         saved,
         version: this.version,
+        masks,
       };
     } else for (const s of saved) s.dispose?.();
     const yOut = { data: input, batchSizes: packed.batchSizes, width: D * H };
@@ -296,6 +429,7 @@ export class PersistentRnn {
           ...this.call(l, d, tape.batchSizes),
           weights: this.weights(this.flat, l, d),
           weightsVersion: tape.version,
+          mask: tape.masks ? tape.masks[k]! : null,
           saved: tape.saved[k]!,
           dy: dOut ? deinterleave(dOut, N, H, D, d) : null,
           dhn: dhns ? dhns.subarray(k * B * H, (k + 1) * B * H) : null,
@@ -310,6 +444,7 @@ export class PersistentRnn {
       dOut = dx;
     }
     this.disposeTape();
+    if (this.repruneEvery !== null) this.backwardsSincePrune++;
     const dxOut = { data: dOut!, batchSizes: tape.batchSizes, width: spec.inputSize };
     const unsort = (s: Float32Array | null): Float32Array | null =>
       s && tape.order ? permuteStates(s, H, tape.order.unsortedIndices) : s;

@@ -119,11 +119,11 @@ export const FACES: readonly { readonly name: string; readonly dir: string; read
 
 /**
  * The persistent RNN's rooms in dependency order (docs/RNN.md); a room imports only from earlier rooms. The spec,
- * packed batches and the backend seam are plain data everything reads; the CPU reference; the plan (layouts from the
+ * packed batches, the backend seam and the pruning options are plain data everything reads; the CPU reference; the plan (layouts from the
  * device model); the generated kernels; the GPU runtime; and the face (the layer API, the backend choice) last.
  */
 export const RNN_ROOMS: readonly { readonly name: string; readonly paths: readonly string[] }[] = [
-  { name: "spec", paths: ["src/rnn/spec.ts", "src/rnn/packed.ts", "src/rnn/backend.ts"] },
+  { name: "spec", paths: ["src/rnn/spec.ts", "src/rnn/packed.ts", "src/rnn/backend.ts", "src/rnn/prune.ts"] },
   { name: "reference", paths: ["src/rnn/reference/"] },
   { name: "plan", paths: ["src/rnn/plan/"] },
   { name: "codegen", paths: ["src/rnn/codegen/"] },

@@ -15,6 +15,12 @@
  * the same time as direction 0, each persistent launch capped at half the SMs so that both are co-resident
  * (VPPS_RNN_CONCURRENT=0 turns this off). Its dx GEMM, which accumulates into the same buffer as direction 0's, runs
  * after the join.
+ *
+ * A node with a pruned W_hh (`density` < 1) runs on the dense kernels, as there is no sparse kernel yet: its forward
+ * reads W_hh back to the host (waiting for the stream), derives the mask there with the op's own code (so that every
+ * engine keeps the same weights), uploads W_hh ⊙ mask (the pruned weights as stored zeros) and the mask, and runs the
+ * layer on them; its backward computes dW_hh into a buffer of its own and adds it at the kept weights only
+ * (RnnMaskKernel). It says so once per layer size and density, in one line.
  */
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import {
@@ -26,8 +32,9 @@ import {
   PinnedBuffer,
 } from "../../cuda/index.js";
 import type { ComputationGraph } from "../../graph/graph.js";
+import { applyMask } from "../../ops/prune.js";
 import { gatesOf } from "../../ops/recurrent.js";
-import { rnnNode } from "../../ops/recurrent-op.js";
+import { type RnnNode, rnnNode, rnnNodeMask } from "../../ops/recurrent-op.js";
 import {
   type BackwardArgs,
   PersistentRnnLayer,
@@ -35,6 +42,7 @@ import {
   RnnDoesNotFitError,
   type RnnGpu,
   type RnnLayerBase,
+  RnnMaskKernel,
   RnnWorkspace,
   StepwiseRnnLayer,
 } from "../../rnn/index.js";
@@ -88,12 +96,22 @@ interface StepTable {
   readonly ints: number;
 }
 
+/** A pruned direction's device buffers, [G·H, H] floats each: W_hh ⊙ mask, the mask (0.0 / 1.0), dW_hh scratch. */
+interface PrunedBuffers {
+  readonly floats: number;
+  readonly masked: DevicePtr;
+  readonly mask: DevicePtr;
+  readonly grad: DevicePtr;
+}
+
 interface NodeState {
   /** The layer of each direction (a pair's two, or the same one twice). */
   readonly layers: readonly RnnLayerBase[];
   readonly pair: DirectionPair | null;
   readonly ws: RnnWorkspace[];
   readonly steps: { dBatchSizes: DevicePtr; dOffsets: DevicePtr; batchSizes: Int32Array; offsets: Int32Array };
+  /** Per direction, a pruned node's buffers (empty for a dense node). */
+  readonly pruned: PrunedBuffers[];
 }
 
 /** The rnn nodes of one engine: their layers, workspaces and second stream; see the top of this file. */
@@ -120,7 +138,12 @@ export class GpuRnnNodes {
    */
   private readonly stepTables: StepTable[] = [];
   private readonly freeTables: StepTable[] = [];
-  /** The one-line notices of layers run on the stepwise path (`vpps train` prints them once each). */
+  /** Pruned directions' buffers not in use. */
+  private readonly freePruned: PrunedBuffers[] = [];
+  private maskKernel: RnnMaskKernel | undefined;
+  /** The pruned layers (cell/H/density) already announced as running on the dense kernels. */
+  private readonly announced = new Set<string>();
+  /** The one-line notices of layers run on the stepwise path or pruned on the dense kernels (printed once each). */
   readonly notices: string[] = [];
 
   /** `engine` names the engine in messages ("eager engine", "autobatch (GPU)"). */
@@ -212,6 +235,7 @@ export class GpuRnnNodes {
     }
     for (const s of this.live.values()) {
       for (const ws of s.ws) this.release(ws);
+      this.freePruned.push(...s.pruned);
     }
     this.live.clear();
     // their launches are done (checkStatus waited): the tables can be written again
@@ -232,6 +256,45 @@ export class GpuRnnNodes {
     const list = this.free.get(key) ?? [];
     list.push(ws);
     this.free.set(key, list);
+  }
+
+  /**
+   * A pruned direction's buffers, filled: W_hh read back from `whh` (after the stream's earlier work, the last update
+   * among it), its mask derived on the host as the op's CPU code derives it, and W_hh ⊙ mask and the mask uploaded.
+   */
+  private prune(r: RnnNode, whh: DevicePtr, layer: RnnLayerBase): PrunedBuffers {
+    const floats = gatesOf(r.cell) * r.hidden * r.hidden;
+    const driver = this.ctx.device.driver;
+    const k = this.freePruned.findIndex((b) => b.floats === floats);
+    let b: PrunedBuffers;
+    if (k >= 0) b = this.freePruned.splice(k, 1)[0]!;
+    else {
+      const alloc = () => driver.memAlloc(4 * floats);
+      b = { floats, masked: alloc(), mask: alloc(), grad: alloc() };
+    }
+    const host = new Float32Array(floats);
+    this.ctx.stream.synchronize();
+    driver.memcpyDtoH(host, whh);
+    const mask = rnnNodeMask(r, host)!;
+    // synchronous copies: the host arrays are this call's
+    driver.memcpyHtoD(b.masked, applyMask(host, mask));
+    driver.memcpyHtoD(b.mask, Float32Array.from(mask));
+    this.announce(r, layer);
+    return b;
+  }
+
+  private announce(r: RnnNode, layer: RnnLayerBase): void {
+    const density = Number(r.sparsity!.density.toPrecision(3));
+    const key = `${r.cell}/${r.hidden}/${density}/${r.sparsity!.pruning}`;
+    if (this.announced.has(key)) return;
+    this.announced.add(key);
+    const where = layer.path === "persistent" ? "the dense kernel" : "the dense stepwise path";
+    const plain = r.sparsity!.pruning === "plain" ? " (plain pruning)" : "";
+    const line =
+      `vpps: rnn op: persistent ${r.cell} ${r.hidden}: density ${density}${plain} runs on ${where} with the pruned ` +
+      "weights stored as zeros (no sparse kernel for it yet)";
+    this.notices.push(line);
+    process.stderr.write(`${line}\n`);
   }
 
   private upload(data: Int32Array): DevicePtr {
@@ -273,7 +336,12 @@ export class GpuRnnNodes {
     const sink = this.sink.atLeast(Math.max(B * H, GH));
     // computed again in this graph (the engine started it over): the earlier run's workspaces go back first
     const earlier = this.live.get(i);
-    if (earlier) for (const w of earlier.ws) this.release(w);
+    if (earlier) {
+      for (const w of earlier.ws) this.release(w);
+      this.freePruned.push(...earlier.pruned);
+    }
+    // pruned W_hh, read back and masked before direction 1 forks (the read waits for the engine's stream)
+    const pruned = r.sparsity ? r.weights.map((w, d) => this.prune(r, valPtr[w.W_hh]!, layers[d]!)) : [];
     const ws: RnnWorkspace[] = [];
     if (pair) this.fork();
     for (let d = 0; d < D; d++) {
@@ -281,9 +349,10 @@ export class GpuRnnNodes {
       const space = this.take(r.cell, H, N, B);
       ws.push(space);
       const l = layers[d]!;
+      const values = addresses(w, valPtr, zeros);
       l.forward(
         {
-          weights: addresses(w, valPtr, zeros),
+          weights: pruned[d] ? { ...values, whh: pruned[d].masked } : values,
           x: valPtr[g.arg(i, 0)]!,
           h0: zeros,
           c0: zeros,
@@ -302,7 +371,7 @@ export class GpuRnnNodes {
       l.copyColumns(valPtr[i]! + 4 * d * H, D * H, space.y, H, N, H);
     }
     if (pair) this.joinBack();
-    this.live.set(i, { layers, pair, ws, steps });
+    this.live.set(i, { layers, pair, ws, steps, pruned });
   }
 
   backward(g: ComputationGraph, i: number, valPtr: Float64Array, gradPtr: Float64Array): void {
@@ -322,9 +391,14 @@ export class GpuRnnNodes {
     for (let d = 0; d < D; d++) {
       const w = r.weights[d]!;
       const l = state.layers[d]!;
+      const pruned = state.pruned[d];
+      const values = addresses(w, valPtr, zeros);
+      const grads = addresses(w, gradPtr, sink);
+      // a pruned W_hh: the backward kernel multiplies by W_hh ⊙ mask, and dW_hh goes to scratch first
+      if (pruned) l.gpu.device.driver.memsetD32Async(pruned.grad, 0, pruned.floats, l.gpu.stream.handle);
       const args: BackwardArgs = {
-        weights: addresses(w, valPtr, zeros),
-        grads: addresses(w, gradPtr, sink),
+        weights: pruned ? { ...values, whh: pruned.masked } : values,
+        grads: pruned ? { ...grads, whh: pruned.grad } : grads,
         x: valPtr[g.arg(i, 0)]!,
         h0: zeros,
         c0: zeros,
@@ -349,6 +423,10 @@ export class GpuRnnNodes {
       // a pair's direction 1 leaves its dx GEMM (+= into the buffer direction 0 also adds to) until after the join
       const later = pair !== null && d === 1;
       l.backwardGemms(args, inputSize, !later);
+      if (pruned) {
+        this.maskKernel ??= new RnnMaskKernel(this.gpu);
+        this.maskKernel.addMasked(grads.whh, pruned.grad, pruned.mask, pruned.floats, l.gpu.stream);
+      }
       if (later) deferred = args;
     }
     if (pair) {
@@ -358,8 +436,16 @@ export class GpuRnnNodes {
   }
 
   dispose(): void {
-    for (const s of this.live.values()) for (const ws of s.ws) ws.dispose();
+    for (const s of this.live.values()) {
+      for (const ws of s.ws) ws.dispose();
+      this.freePruned.push(...s.pruned);
+    }
     this.live.clear();
+    for (const b of this.freePruned.splice(0)) {
+      for (const p of [b.masked, b.mask, b.grad]) this.ctx.device.driver.memFree(p);
+    }
+    this.maskKernel?.dispose();
+    this.maskKernel = undefined;
     for (const list of this.free.values()) for (const ws of list) ws.dispose();
     this.free.clear();
     for (const t of [...this.stepTables.splice(0), ...this.freeTables.splice(0)]) {

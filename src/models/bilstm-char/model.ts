@@ -112,7 +112,7 @@ export class CharBiLstmTagger extends BiLstmTagger<SpelledSentence> {
       this.C,
       packValues(chars, (w, t) => spelled[w]![t]!),
     );
-    const y = flatten(packedBiLstm(x, chars.batchSizes, this.charForward, this.charBackward)).id;
+    const y = flatten(packedBiLstm(x, chars.batchSizes, this.charForward, this.charBackward, this.density)).id;
     const vectors = spelled.map((_, w) => {
       const rows = chars.rows[w]!;
       // [f at the last character; b at the first], as the per-step formulation reads them

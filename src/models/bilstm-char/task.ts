@@ -2,7 +2,7 @@
  * The character-feature tagger's registry entry: the BiLSTM tagger's task (../bilstm/task.ts) with a word table of
  * the words seen at least --min-count times, the characters in the vocabulary, and the character sizes.
  */
-import { PLAN_TAGS, TAGGER_DEFAULTS, type TaggerOptions, taggerTask } from "../bilstm/task.js";
+import { describeDensity, PLAN_TAGS, TAGGER_DEFAULTS, type TaggerOptions, taggerTask } from "../bilstm/task.js";
 import { TaggerVocabulary } from "../bilstm/vocabulary.js";
 import { CharBiLstmTagger, charHidden, charTaggerShapes } from "./model.js";
 
@@ -45,6 +45,7 @@ export const charBiLstmTask = taggerTask<CharTaggerTaskOptions>({
       charCount: vocab.chars!.size,
       charEmbed: o.charEmbed,
       rnn: o.rnn,
+      density: o.density,
       seed,
     }),
   parameterShapes: (o, vocabSize) =>
@@ -60,5 +61,6 @@ export const charBiLstmTask = taggerTask<CharTaggerTaskOptions>({
   describe: (o) =>
     `BiLSTM tagger with characters, embedding ${o.embed}, hidden ${o.hidden} per direction, MLP ${o.mlp}, ` +
     `character embedding ${o.charEmbed} (LSTMs ${charHidden(o.embed)}), words seen < ${o.minCount} times spelled` +
-    (o.rnn === "persistent" ? ", BiLSTMs as rnn ops per batch" : ""),
+    (o.rnn === "persistent" ? ", BiLSTMs as rnn ops per batch" : "") +
+    describeDensity(o),
 });

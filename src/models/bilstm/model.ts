@@ -51,6 +51,11 @@ export interface BiLstmTaggerOptions {
    * ./packed.ts), the MLP and output layer as affines over all rows, one summed row loss (src/ops/rows.ts).
    */
   rnn?: TaggerRnn;
+  /**
+   * With `rnn: "persistent"`: the fraction of each BiLSTM's recurrent weights kept, 0 < d ≤ 1 (1, the default:
+   * dense); row-balanced magnitude pruning, re-derived from the dense weights at every update (./packed.ts).
+   */
+  density?: number;
 }
 
 /** The shapes of a tagger's parameters, by name, in the order the constructor creates them (E_w is the lookup table). */
@@ -177,6 +182,8 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
   readonly mlp: number;
   readonly tags: number;
   readonly rnn: TaggerRnn;
+  /** The fraction of each BiLSTM's W_hh kept (1: dense). */
+  readonly density: number;
   protected readonly zeros = new ZeroInputs();
 
   constructor(opts: BiLstmTaggerOptions) {
@@ -193,6 +200,17 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
     if (!TAGGER_RNNS.includes(this.rnn)) {
       throw new ShapeError(`BiLstmTagger: 'rnn' must be one of ${TAGGER_RNNS.join(", ")}; got ${String(opts.rnn)}`);
     }
+    const density = opts.density ?? 1;
+    if (typeof density !== "number" || !(density > 0 && density <= 1)) {
+      throw new ShapeError(`BiLstmTagger: --density must be a number in (0, 1]; got ${String(opts.density)}`);
+    }
+    if (density < 1 && this.rnn !== "persistent") {
+      throw new ShapeError(
+        `BiLstmTagger: --density ${density} needs --rnn persistent (the pruned recurrent weights are the rnn op's; ` +
+          "--rnn steps has none)",
+      );
+    }
+    this.density = density;
     const pc = new ParameterCollection({ seed: opts.seed ?? 1 });
     this.params = pc;
     const s = taggerSizes(opts);
@@ -250,7 +268,7 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
     }
     const packing = packLengths(sentences.map((s) => s.words.length));
     const x = this.packedInputs(cg, sentences, packing);
-    const y = packedBiLstm(x, packing.batchSizes, this.forward, this.backward);
+    const y = packedBiLstm(x, packing.batchSizes, this.forward, this.backward, this.density);
     const hidden = tanh(affineRows(this.b_mlp, this.W_mlp, y));
     return { scores: affineRows(this.b_out, this.W_out, hidden), packing };
   }

@@ -57,18 +57,27 @@ export function packValues(p: Packing, value: (s: number, t: number) => number):
 
 /**
  * A forward and a backward LSTM over the packed batch x (its rows [N, in], or their N·in values as a vector) as one
- * rnn op: y = [f | b] per packed row, [N, 2H].
+ * rnn op: y = [f | b] per packed row, [N, 2H]. With `density` < 1 (`--density`) each W_hh is pruned by magnitude,
+ * row-balanced: the op derives the masks from the current weights in every forward, so the taggers re-prune at every
+ * update from the dense weights (the master copy) and a checkpoint needs only the weights.
  */
 export function packedBiLstm(
   x: Expression,
   batchSizes: Int32Array,
   forward: LstmWeights,
   backward: LstmWeights,
+  density = 1,
 ): Expression {
-  return rnn(x, batchSizes, "lstm", [
-    { W_ih: forward.Wx, W_hh: forward.Wh, b_ih: forward.b },
-    { W_ih: backward.Wx, W_hh: backward.Wh, b_ih: backward.b },
-  ]);
+  return rnn(
+    x,
+    batchSizes,
+    "lstm",
+    [
+      { W_ih: forward.Wx, W_hh: forward.Wh, b_ih: forward.b },
+      { W_ih: backward.Wx, W_hh: backward.Wh, b_ih: backward.b },
+    ],
+    { density, pruning: "row-balanced" },
+  );
 }
 
 /** Node ids of `g` in packed order as rows [N, dim] (a concat of vectors, each a row, read as the rnn's x). */

@@ -23,6 +23,8 @@ export type TaggerOptions = {
   readonly splitSeed: number;
   /** How the BiLSTM runs: an affine and a cell per word (steps), or one rnn op per batch (persistent). */
   readonly rnn: TaggerRnn;
+  /** The fraction of each BiLSTM's recurrent weights kept (row-balanced magnitude pruning; 1: dense). */
+  readonly density: number;
 };
 
 /**
@@ -104,9 +106,24 @@ export const TAGGER_OPTIONS: readonly ModelOption[] = [
       "batch (PyTorch gate order, docs/MODELS.md)",
     type: { kind: "choice", choices: TAGGER_RNNS },
   },
+  {
+    key: "density",
+    flag: "--density <d>",
+    help:
+      "with --rnn persistent: keep this fraction of each BiLSTM's recurrent weights W_hh, the largest of every row, " +
+      "re-pruned from the dense weights at every update (docs/RNN.md)",
+    type: { kind: "density" },
+  },
 ];
 
-export const TAGGER_DEFAULTS: TaggerOptions = { embed: 256, hidden: 256, mlp: 256, splitSeed: 1, rnn: "steps" };
+export const TAGGER_DEFAULTS: TaggerOptions = {
+  embed: 256,
+  hidden: 256,
+  mlp: 256,
+  splitSeed: 1,
+  rnn: "steps",
+  density: 1,
+};
 
 /** A tagger's own parts of its registry entry; `taggerTask` adds what every tagger shares. */
 export interface TaggerSpec<O extends TaggerOptions> {
@@ -175,8 +192,8 @@ export function taggerTask<O extends TaggerOptions>(
       const restored: Record<string, unknown> = { ...current };
       // every option shapes the model or its data (the split, the word table): all come from the run
       for (const o of options) {
-        // runs saved before --rnn existed ran the per-step formulation
-        if (o.key === "rnn" && record[o.key] === undefined) continue;
+        // runs saved before --rnn or --density existed ran the per-step formulation, dense
+        if ((o.key === "rnn" || o.key === "density") && record[o.key] === undefined) continue;
         const why = checkModelOption(o, record[o.key]);
         if (why !== null) throw new Error(`options.${o.key} ${why}`);
         restored[o.key] = record[o.key];
@@ -184,6 +201,11 @@ export function taggerTask<O extends TaggerOptions>(
       return restored as O;
     },
   };
+}
+
+/** The log line's words for a pruned tagger ("" when dense). */
+export function describeDensity(o: TaggerOptions): string {
+  return o.density < 1 ? `, recurrent weights pruned to density ${o.density} (row-balanced, every update)` : "";
 }
 
 export const biLstmTask = taggerTask<TaggerOptions>({
@@ -202,11 +224,13 @@ export const biLstmTask = taggerTask<TaggerOptions>({
       hidden: o.hidden,
       mlp: o.mlp,
       rnn: o.rnn,
+      density: o.density,
       seed,
     }),
   parameterShapes: (o, vocabSize) =>
     biLstmTaggerShapes({ vocabSize, tags: PLAN_TAGS, embed: o.embed, hidden: o.hidden, mlp: o.mlp }),
   describe: (o) =>
     `BiLSTM tagger, embedding ${o.embed}, hidden ${o.hidden} per direction, MLP ${o.mlp}` +
-    (o.rnn === "persistent" ? ", BiLSTM as one rnn op per batch" : ""),
+    (o.rnn === "persistent" ? ", BiLSTM as one rnn op per batch" : "") +
+    describeDensity(o),
 });

@@ -3,8 +3,13 @@
  * stack (layers × directions), forward and backward, generic over float32/float64. The math is the graph op's
  * (src/ops/recurrent.ts); this file only composes it. The GPU kernels are tested against `referenceLayerForward` /
  * `referenceLayerBackward` (which also take a precomputed input projection, as the kernels do).
+ *
+ * A pruned (sparse) layer gives its W_hh a mask (`LayerWeights.mask`, src/ops/prune.ts): the recurrent product then
+ * uses W_hh ⊙ mask — exactly the dense reference on the masked matrix — and dW_hh gets the dense gradient at the kept
+ * weights only (zero elsewhere): the pruned weights take no part, and an optimiser leaves them as they are.
  */
 import type { Buf } from "../../ops/common.js";
+import { addMasked, applyMask, type WeightMask } from "../../ops/prune.js";
 import {
   gatesOf,
   inputProjection,
@@ -41,7 +46,13 @@ export interface LayerWeights<T extends Buf> {
   readonly weightHh: T;
   readonly biasIh: T;
   readonly biasHh: T;
+  /** W_hh's pruning mask [G·H·H] (1 = kept); absent or null: dense. */
+  readonly mask?: WeightMask | null;
 }
+
+/** The W_hh the recurrent product multiplies by: W_hh ⊙ mask for a pruned layer (a copy), else W_hh itself. */
+const recurrentWeights = <T extends Buf>(weights: LayerWeights<T>): T =>
+  weights.mask ? applyMask(weights.weightHh, weights.mask) : weights.weightHh;
 
 /** One (layer, direction) over a packed batch: its shape plus the input width. */
 export interface ReferenceLayer extends RecurrentLayerShape {
@@ -80,7 +91,7 @@ export function referenceLayerForward<T extends Buf>(
   const GH = gatesOf(layer.cell) * H;
   const B = layer.batchSizes[0]!;
   const N = stepOffsets(layer.batchSizes)[layer.batchSizes.length]!;
-  const w = weights.weightHh;
+  const w = recurrentWeights(weights);
   let proj = xW;
   if (!proj) {
     if (!x) throw new Error("referenceLayerForward: give x or its input projection xW");
@@ -126,17 +137,21 @@ export function referenceLayerBackward<T extends Buf>(
 ): ReferenceLayerBackward<T> {
   const H = layer.hidden;
   const B = layer.batchSizes[0]!;
-  const w = weights.weightHh;
+  const w = recurrentWeights(weights);
   const N = fwd.y.length / H;
+  const mask = weights.mask ?? null;
+  // a pruned layer's dW_hh goes through a buffer of its own, then only its kept entries into the gradients
+  const dWhh = mask ? alloc(gradients.weightHh, gradients.weightHh.length) : gradients.weightHh;
   const out = {
     dxW: alloc(w, fwd.xW.length),
-    dWhh: gradients.weightHh,
+    dWhh,
     dbHh: gradients.biasHh,
     dh0: alloc(w, B * H),
     dc0: hasCellState(layer.cell) ? alloc(w, B * H) : null,
   };
   const inp = { y: fwd.y, yStride: H, saved: fwd.saved, h0, c0, dy, dyStride: H, dhn, dcn };
   recurrentBackward(layer, w, inp, out);
+  if (mask) addMasked(gradients.weightHh, dWhh, mask);
   let dx: T | null = null;
   if (x) {
     dx = alloc(w, N * layer.inputSize);
@@ -146,20 +161,34 @@ export function referenceLayerBackward<T extends Buf>(
   return { dxW: out.dxW, dx, dh0: out.dh0, dc0: out.dc0 };
 }
 
-/** The four tensors of (layer, direction) as views of a stack's flat parameter buffer. */
+/**
+ * The four tensors of (layer, direction) as views of a stack's flat parameter buffer, with W_hh's mask when `masks`
+ * (one per (layer, direction), index l·D + d; null: dense) gives one.
+ */
 export function layerWeightsOf<T extends Buf>(
   spec: RnnSpec,
   flat: T,
   layer: number,
   direction: number,
+  masks?: RnnMasks | null,
 ): LayerWeights<T> {
   const view = (kind: "weight_ih" | "weight_hh" | "bias_ih" | "bias_hh"): T => {
     const name = rnnParameterName(kind, layer, direction);
     const info = rnnParameterLayout(spec).find((p) => p.name === name)!;
     return flat.subarray(info.offset, info.offset + info.length) as T;
   };
-  return { weightIh: view("weight_ih"), weightHh: view("weight_hh"), biasIh: view("bias_ih"), biasHh: view("bias_hh") };
+  const mask = masks?.[layer * directionsOf(spec) + direction] ?? null;
+  return {
+    weightIh: view("weight_ih"),
+    weightHh: view("weight_hh"),
+    biasIh: view("bias_ih"),
+    biasHh: view("bias_hh"),
+    ...(mask ? { mask } : {}),
+  };
 }
+
+/** A stack's W_hh masks, one per (layer, direction) at index l·D + d (null: that one is dense). */
+export type RnnMasks = readonly (WeightMask | null)[];
 
 /** A whole stack's forward: outputs and everything its backward reads. */
 export interface ReferenceStackForward<T extends Buf> {
@@ -174,6 +203,8 @@ export interface ReferenceStackForward<T extends Buf> {
   readonly h0: T | null;
   readonly c0: T | null;
   readonly batchSizes: Int32Array;
+  /** The masks the forward pruned W_hh with (its backward uses the same). */
+  readonly masks: RnnMasks | null;
 }
 
 const stateView = <T extends Buf>(s: T | null, k: number, bh: number): T | null =>
@@ -189,13 +220,17 @@ function layerShape(spec: RnnSpec, batchSizes: Int32Array, layer: number, direct
   };
 }
 
-/** Forward of a stack; params is the flat buffer of rnnParameterLayout(spec); h0/c0 [L·D, B, H] or null (zeros). */
+/**
+ * Forward of a stack; params is the flat buffer of rnnParameterLayout(spec); h0/c0 [L·D, B, H] or null (zeros);
+ * `masks` prunes W_hh per (layer, direction) (none: dense).
+ */
 export function referenceForward<T extends Buf>(
   spec: RnnSpec,
   params: T,
   x: PackedSequence<T>,
   h0: T | null,
   c0: T | null,
+  masks?: RnnMasks | null,
 ): ReferenceStackForward<T> {
   const D = directionsOf(spec);
   const H = spec.hidden;
@@ -214,7 +249,7 @@ export function referenceForward<T extends Buf>(
       const f = referenceLayerForward(
         layerShape(spec, x.batchSizes, l, d),
         input,
-        layerWeightsOf(spec, params, l, d),
+        layerWeightsOf(spec, params, l, d, masks),
         stateView(h0, k, B * H),
         stateView(c0, k, B * H),
       );
@@ -226,7 +261,7 @@ export function referenceForward<T extends Buf>(
     layers.push({ x: input, dirs });
     input = y;
   }
-  return { y: input, hn, cn, layers, h0, c0, batchSizes: x.batchSizes };
+  return { y: input, hn, cn, layers, h0, c0, batchSizes: x.batchSizes, masks: masks ?? null };
 }
 
 /** Gradients of a stack's inputs (the weights' go into the caller's buffer). */
@@ -241,7 +276,7 @@ export interface ReferenceStackBackward<T extends Buf> {
 
 /**
  * Backward of a stack from dy ([N, D·H]) and dhn/dcn ([L·D, B, H]; null = zeros); accumulates (+=) the weight
- * gradients into `grads` (the flat layout of the parameters).
+ * gradients into `grads` (the flat layout of the parameters), W_hh's at the forward's kept weights only.
  */
 export function referenceBackward<T extends Buf>(
   spec: RnnSpec,
@@ -274,7 +309,7 @@ export function referenceBackward<T extends Buf>(
       const b = referenceLayerBackward(
         shape,
         x,
-        layerWeightsOf(spec, params, l, d),
+        layerWeightsOf(spec, params, l, d, fwd.masks),
         stateView(fwd.h0, k, B * H),
         stateView(fwd.c0, k, B * H),
         dirs[d]!,

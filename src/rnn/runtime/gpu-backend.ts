@@ -4,8 +4,13 @@
  * results; what the backward needs (the input, the weights, the forward's saved activations) stays on the device in
  * the saved state between the two. A layer too large for the registers is refused by PersistentRnnLayer.create with
  * the largest size that fits.
+ *
+ * A pruned layer (a call with a `mask`) runs on the dense kernels with W_hh ⊙ mask uploaded (the pruned weights
+ * stored as zeros), and its downloaded dW_hh is added at the kept weights only; there is no sparse kernel yet, and
+ * the backend says so once per layer size and density through `notice`.
  */
 import type { CudaDevice, DevicePtr } from "../../cuda/index.js";
+import { addMasked, applyMask, maskCounts, type WeightMask } from "../../ops/prune.js";
 import { roundToFp16Array } from "../../util/fp16.js";
 import type {
   RnnLayerWeights as HostWeights,
@@ -43,7 +48,7 @@ export interface GpuRnnBackendOptions {
    */
   readonly precision?: WeightPrecision;
   readonly path?: RnnPath;
-  /** Where the one-line notice of a layer on the stepwise path goes (default: stderr). */
+  /** Where the one-line notices go — a layer on the stepwise path, a pruned layer on the dense kernel (default: stderr). */
   readonly notice?: (line: string) => void;
   /** Replicas per persistent launch (PersistentRnnOptions.replicas); unset: chosen per batch. */
   readonly replicas?: number;
@@ -103,6 +108,8 @@ export class GpuRnnBackend implements RnnBackend {
   private readonly notice: (line: string) => void;
   private readonly replicas: number | undefined;
   private readonly pipeline: boolean | undefined;
+  /** The pruned layers (cell/H/density) already announced as running on the dense kernels. */
+  private readonly announced = new Set<string>();
 
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
     this.precision = validateRnnPrecision(options.precision, "GpuRnnBackend");
@@ -138,6 +145,34 @@ export class GpuRnnBackend implements RnnBackend {
     return l;
   }
 
+  /**
+   * W_hh as the kernels get it: ⊙ the mask for a pruned layer (the pruned weights stored as zeros; said once per
+   * layer size and density), rounded to fp16 on the stepwise path with fp16 storage.
+   */
+  private hostWeights(a: RnnForwardLayerArgs, layer: RnnLayerBase): HostWeights {
+    let weightHh = a.weights.weightHh;
+    if (a.mask) {
+      weightHh = applyMask(weightHh, a.mask);
+      this.announceMask(a, a.mask, layer);
+    }
+    // the stepwise path multiplies by W_hh in fp32 GEMMs: with fp16 storage it gets W_hh rounded as the persistent
+    // kernels' registers hold it, so that a layer computes the same numbers on either path (and as the CPU's fp16)
+    if (this.precision === "fp16" && layer.path === "stepwise") weightHh = roundToFp16Array(weightHh);
+    return weightHh === a.weights.weightHh ? a.weights : { ...a.weights, weightHh };
+  }
+
+  private announceMask(a: RnnForwardLayerArgs, mask: WeightMask, layer: RnnLayerBase): void {
+    const density = Number(maskCounts(mask, layer.G * a.hidden, a.hidden).density.toPrecision(3));
+    const key = `${a.cell}/${a.hidden}/${density}`;
+    if (this.announced.has(key)) return;
+    this.announced.add(key);
+    const where = layer.path === "persistent" ? "the dense kernel" : "the dense stepwise path";
+    this.notice(
+      `vpps: persistent ${a.cell} ${a.hidden}: density ${density} runs on ${where} with the pruned weights stored ` +
+        "as zeros (no sparse kernel for it yet)",
+    );
+  }
+
   private download(p: DevicePtr, floats: number): Float32Array {
     const out = new Float32Array(floats);
     this.gpu.stream.synchronize();
@@ -153,13 +188,7 @@ export class GpuRnnBackend implements RnnBackend {
     try {
       const steps = stepsOf(b, a.batchSizes);
       const N = steps.total;
-      // the stepwise path multiplies by W_hh in fp32 GEMMs: with fp16 storage it gets W_hh rounded as the persistent
-      // kernels' registers hold it, so that a layer computes the same numbers on either path (and as the CPU's fp16)
-      const host =
-        this.precision === "fp16" && layer.path === "stepwise"
-          ? { ...a.weights, weightHh: roundToFp16Array(a.weights.weightHh) }
-          : a.weights;
-      const weights = uploadWeights(b, host);
+      const weights = uploadWeights(b, this.hostWeights(a, layer));
       const x = b.upload(a.x);
       const h0 = a.h0 ? b.upload(a.h0) : b.zeros(B * H);
       const c0 = a.c0 ? b.upload(a.c0) : b.zeros(B * H);
@@ -251,7 +280,10 @@ export class GpuRnnBackend implements RnnBackend {
       );
       layer.checkStatus(s.ws);
       addInto(a.gradients.weightIh, this.download(grads.wih, GH * a.inputSize));
-      addInto(a.gradients.weightHh, this.download(grads.whh, GH * H));
+      const dWhh = this.download(grads.whh, GH * H);
+      // a pruned layer's W_hh gradient exists at its kept weights only
+      if (a.mask) addMasked(a.gradients.weightHh, dWhh, a.mask);
+      else addInto(a.gradients.weightHh, dWhh);
       addInto(a.gradients.biasIh, this.download(grads.bih, GH));
       addInto(a.gradients.biasHh, this.download(grads.bhh, GH));
       return {
