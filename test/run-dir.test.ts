@@ -1,4 +1,4 @@
-// Issue 17, items 5, 6, 7 and 8 (--out): the output directory of `vpps train` is checked before any training (a
+// --out: the output directory of `vpps train` is checked before any training (a
 // file, under a file, not writable: one line naming the path), locked against a second run (a live lock is refused
 // naming its pid, a dead one taken over with a line), refused when it holds another run unless --force; state.json
 // is written atomically, `--resume` falls back to the newest intact checkpoint when it is lost, and leftover
@@ -22,9 +22,10 @@ import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { readCheckpoint } from "../src/train/checkpoint.js";
-import { LOCK_FILE } from "../src/train/run-dir.js";
+import { isRunTemp, LOCK_FILE, RunDir } from "../src/train/run-dir.js";
 import { UserError } from "../src/util/errors.js";
 import { writeFileAtomic } from "../src/util/files.js";
+import { deriveKey, RandomStream } from "../src/util/random.js";
 import { vppsInProcess } from "./cli-inprocess.js";
 
 const tiny = ["--hidden", "4", "--embed", "4", "--max-sentences", "40", "--batch", "8"];
@@ -234,5 +235,58 @@ describe("state.json and temporary files", () => {
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, new RegExp(`removed 2 leftover temporary file\\(s\\) of an interrupted write in ${out}`));
     assert.deepEqual(readdirSync(out).sort(), ["epoch-1.safetensors", "epoch-2.safetensors", "state.json"]);
+  });
+
+  test("only vpps's own temporaries go: generated names with '.tmp-' that vpps never writes stay", () => {
+    const random = new RandomStream(deriveKey(7, "temp-names"));
+    const rng = () => random.uniform();
+    const pick = <T>(xs: readonly T[]) => xs[Math.floor(rng() * xs.length)]!;
+    const word = () => Array.from({ length: 1 + Math.floor(rng() * 6) }, () => pick([..."abcxyz019._-"])).join("");
+    for (let round = 0; round < 20; round++) {
+      const dir = tmp("temp-names");
+      const theirs = new Set<string>();
+      const ours = new Set<string>();
+      for (let i = 0; i < 8; i++) {
+        // a user's file that merely contains the infix, or looks almost like ours
+        theirs.add(
+          pick([
+            () => `${word()}.tmp-${word()}`,
+            () => `experiment.tmp-notes-${i}.txt`,
+            () => `state.json.tmp-${word()}x`,
+            () => `epoch-${word()}x.safetensors.tmp-${i}`,
+            () => `state.json.tmp-${i}.bak`,
+            () => `my-state.json.tmp-${i}`,
+          ])(),
+        );
+        ours.add(
+          rng() < 0.5
+            ? `state.json.tmp-${1 + Math.floor(rng() * 99999)}`
+            : `epoch-${Math.floor(rng() * 50)}.safetensors.tmp-${1 + Math.floor(rng() * 99999)}`,
+        );
+      }
+      for (const n of ours) theirs.delete(n);
+      for (const n of [...theirs, ...ours]) writeFileSync(join(dir, n), "x");
+      for (const n of theirs) assert.equal(isRunTemp(n), false, n);
+      for (const n of ours) assert.equal(isRunTemp(n), true, n);
+      const notes: string[] = [];
+      RunDir.open(dir, { note: (l) => notes.push(l) }).close();
+      assert.deepEqual(readdirSync(dir).sort(), [...theirs].sort(), "exactly vpps's temporaries removed");
+      assert.match(notes.join("\n"), new RegExp(`removed ${ours.size} leftover temporary file`));
+    }
+  });
+});
+
+describe("--force replaces another run only once the new run has trained", () => {
+  test("a new run that fails before its first checkpoint (mistyped --data) leaves the old run as it was", async () => {
+    const out = tmp("force-bad");
+    assert.equal((await train("--out", out, "--epochs", "2")).code, 0);
+    const before = new Map(readdirSync(out).map((n) => [n, readFileSync(join(out, n))]));
+    const r = await train("--out", out, "--epochs", "1", "--force", "--data", join(out, "no-such-data"));
+    assert.equal(r.code, 1, r.stdout);
+    assert.match(r.stderr, /^vpps: .*no-such-data/m);
+    assert.doesNotMatch(r.stdout, /--force: removed/);
+    const after = new Map(readdirSync(out).map((n) => [n, readFileSync(join(out, n))]));
+    assert.deepEqual([...after.keys()].sort(), [...before.keys()].sort(), "the old run's files are all there");
+    for (const [n, bytes] of before) assert.ok(after.get(n)!.equals(bytes), `${n} unchanged`);
   });
 });

@@ -288,6 +288,7 @@ function runEpochs<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     epochs.push(result);
     if (outDir !== undefined && checkpoint !== null) {
       const state = runState(cfg, model, epochs);
+      cfg.runDir?.replaceOtherRun(); // a run --force replaces goes only now that this one has trained an epoch
       // the checkpoint carries the state too, so that it alone can continue the run when state.json is lost
       saveCheckpoint(checkpoint, model.params, trainer, state, epoch);
       writeFileAtomic(join(outDir, "state.json"), `${JSON.stringify(state)}\n`);

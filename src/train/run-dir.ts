@@ -211,26 +211,44 @@ class RunDirLock {
   }
 }
 
-/** Removes the temporary files of writers that were killed (`*.tmp-<pid>`); returns their names. */
+/**
+ * The temporary file of an atomic write vpps makes in a run directory (util/files.ts: `<file>.tmp-<pid>` of
+ * state.json or a checkpoint). Nothing else is ever removed as a leftover: a user's `notes.tmp-1.txt` stays.
+ */
+const RUN_TEMP = new RegExp(`^(state\\.json|epoch-\\d+\\.safetensors)${TEMP_INFIX.replace(".", "\\.")}\\d+$`);
+
+/** Whether `name` is the leftover of one of vpps's own atomic writes in a run directory. */
+export function isRunTemp(name: string): boolean {
+  return RUN_TEMP.test(name);
+}
+
+/** Removes the temporary files of vpps's writers that were killed (isRunTemp); returns their names. */
 function removeLeftoverTemps(dir: string): string[] {
   const removed: string[] = [];
   for (const name of readdirSync(dir)) {
-    if (!name.includes(TEMP_INFIX)) continue;
+    if (!isRunTemp(name)) continue;
     rmSync(join(dir, name), { force: true });
     removed.push(name);
   }
   return removed;
 }
 
+/** Another run's files that `--force` replaces, removed only once the new run writes its first file. */
+interface Replaced {
+  readonly what: string;
+  readonly files: string;
+  readonly epochs: readonly number[];
+}
+
 /**
  * Refuses an output directory that holds a run other than the one being resumed (`resumeDir`): its checkpoints
- * and state would be mixed with the new run's. With `force`, that run's files are removed instead (one line through
- * `note`).
+ * and state would be mixed with the new run's. With `force`, returns what that run is, for removal later
+ * (RunDir.replaceOtherRun), so that a new run that fails before it writes anything leaves the old one as it was.
  */
 function checkOtherRun(
   dir: string,
-  opts: { model: string; resumeDir?: string; force: boolean; note: (line: string) => void; flag?: string },
-): void {
+  opts: { model: string; resumeDir?: string; force: boolean; flag?: string },
+): Replaced | null {
   const flag = opts.flag ?? "--out";
   const epochs = checkpointEpochs(dir);
   const statePath = join(dir, "state.json");
@@ -240,8 +258,8 @@ function checkOtherRun(
   } catch {
     // none
   }
-  if (!hasState && epochs.length === 0) return;
-  if (opts.resumeDir !== undefined && sameDir(opts.resumeDir, dir)) return;
+  if (!hasState && epochs.length === 0) return null;
+  if (opts.resumeDir !== undefined && sameDir(opts.resumeDir, dir)) return null;
   let model: string | undefined;
   try {
     const m = (JSON.parse(readFileSync(statePath, "utf8")) as { model?: unknown }).model;
@@ -260,10 +278,7 @@ function checkOtherRun(
         "replace it",
     );
   }
-  for (const e of epochs) rmSync(join(dir, `epoch-${e}.safetensors`), { force: true });
-  rmSync(statePath, { force: true });
-  removeLeftoverTemps(dir);
-  opts.note(`--force: removed ${what} from ${dir} (${files})`);
+  return { what, files, epochs };
 }
 
 function sameDir(a: string, b: string): boolean {
@@ -281,6 +296,8 @@ function sameDir(a: string, b: string): boolean {
  */
 export class RunDir {
   private closed = false;
+  /** Another run `--force` replaces, still on disk until this run writes (replaceOtherRun). */
+  private replaced: Replaced | null = null;
 
   private constructor(
     /** The absolute path. */
@@ -314,9 +331,30 @@ export class RunDir {
     }
   }
 
-  /** Refuses the directory if it holds a run other than `resumeDir`'s; with `force`, removes that run's files. */
+  /**
+   * Refuses the directory if it holds a run other than `resumeDir`'s. With `force`, that run is replaced — but only
+   * when this run writes its first file (replaceOtherRun): a run that fails before (bad data, no GPU, a model too
+   * large) leaves it as it was.
+   */
   checkOtherRun(opts: { model: string; resumeDir?: string; force: boolean }): void {
-    checkOtherRun(this.path, { ...opts, note: this.note, flag: this.flag });
+    this.replaced = checkOtherRun(this.path, { ...opts, flag: this.flag });
+    if (this.replaced) {
+      this.note(
+        `--force: ${this.replaced.what} in ${this.path} (${this.replaced.files}) is replaced when this run writes ` +
+          "its first checkpoint",
+      );
+    }
+  }
+
+  /** Removes the run that `--force` replaces, if any; called before this run's first write. */
+  replaceOtherRun(): void {
+    const r = this.replaced;
+    if (r === null) return;
+    this.replaced = null;
+    for (const e of r.epochs) rmSync(join(this.path, `epoch-${e}.safetensors`), { force: true });
+    rmSync(join(this.path, "state.json"), { force: true });
+    removeLeftoverTemps(this.path);
+    this.note(`--force: removed ${r.what} from ${this.path} (${r.files})`);
   }
 
   /** Releases the lock; the directories `open` created go again if nothing was written into them. */
