@@ -170,3 +170,25 @@ test("cuDNN's JSON lines are read and tabled beside ours; a bad line names the f
     new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:1: not a JSON line`),
   );
 });
+
+test("vpps plan rnn refuses what training refuses, with a finite reason: a hidden size not a multiple of 4, a layer too wide for a CTA's threads", async () => {
+  for (const cell of ["rnn-tanh", "lstm", "gru"]) {
+    for (const hidden of [30, 1150, 1151, 2303]) {
+      const r = await cli("plan", "rnn", "--cell", cell, "--hidden", String(hidden));
+      assert.equal(r.code, 0, r.stderr);
+      const below = hidden - (hidden % 4);
+      assert.match(
+        r.stdout,
+        new RegExp(
+          `hidden ${hidden}, fp32 weights on .*: does not fit — hidden ${hidden} is not a multiple of 4 .*the nearest that are: ${below} and ${below + 4}`,
+        ),
+      );
+    }
+  }
+  for (const hidden of [40000, 65536, 400000]) {
+    const r = await cli("plan", "rnn", "--cell", "lstm", "--hidden", String(hidden));
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /does not fit — .*threads, more than a CTA's 1024; the largest that fits is hidden 1152/);
+    assert.doesNotMatch(r.stdout, /Infinity|NaN/);
+  }
+});

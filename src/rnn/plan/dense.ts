@@ -122,6 +122,15 @@ export function planRnnKernel(
   if (!Number.isInteger(replicas) || replicas < 1 || replicas > device.smCount) {
     throw new RangeError(`planRnnKernel: replicas must be an integer in 1…${device.smCount}; got ${replicas}`);
   }
+  if (hidden % 4 !== 0) {
+    const below = hidden - (hidden % 4);
+    return {
+      fits: false,
+      reason:
+        `hidden ${hidden} is not a multiple of 4 (the kernels load h as 16-byte vectors)` +
+        (below > 0 ? `; the nearest that are: ${below} and ${below + 4}` : "; the smallest that is: 4"),
+    };
+  }
   const G = gatesOf(cell);
   const unitsPerCta = Math.max(unitsPerCtaAtLeast, Math.ceil(hidden / Math.floor(device.smCount / replicas)));
   const ctas = Math.ceil(hidden / unitsPerCta);
@@ -184,6 +193,16 @@ export function planRnnKernel(
     }
   }
   if (best) return { fits: true, plan: best };
+  if (!Number.isFinite(tightest)) {
+    // no block size was even tried: the cell needs a thread per (unit, batch column) of a tile
+    return {
+      fits: false,
+      reason:
+        `a ${cell} layer of hidden ${hidden} has ${unitsPerCta} units per CTA (${ctas} CTAs on ${device.smCount} SMs), ` +
+        `and the cell needs a thread for each unit and each of the ${BATCH_TILE} sequences of a batch tile: ` +
+        `${unitsPerCta * BATCH_TILE} threads, more than a CTA's 1024`,
+    };
+  }
   const need = Math.ceil((rows * cols) / perReg);
   return {
     fits: false,

@@ -204,12 +204,6 @@ export class PersistentRnnLayer extends RnnLayerBase {
     options: PersistentRnnOptions = {},
   ): PersistentRnnLayer {
     const model = deviceModelOfCuda(gpu.device.props);
-    if (hidden % 4 !== 0) {
-      throw new RnnDoesNotFitError(
-        `persistent ${cell}: hidden ${hidden} is not a multiple of 4 (the kernels load 16-byte vectors); ` +
-          "use a multiple of 4 or the non-persistent path",
-      );
-    }
     const plan = planRnnLayer(cell, hidden, model, precision);
     if (!plan.fits) {
       const largest = largestPersistentHidden(cell, model, precision);
