@@ -11,7 +11,7 @@ import { CpuRnnBackend } from "../src/rnn/reference/cpu-backend.js";
 import { referenceBackward, referenceForward } from "../src/rnn/reference/reference.js";
 import { RNN_CELLS, RnnArgumentError } from "../src/rnn/spec.js";
 import { roundToFp16Array } from "../src/util/fp16.js";
-import { RandomStream } from "../src/util/random.js";
+import { deriveKey, RandomStream } from "../src/util/random.js";
 
 function randoms(rng: RandomStream, n: number): Float32Array {
   return Float32Array.from({ length: n }, () => rng.uniform() * 2 - 1);
@@ -244,4 +244,36 @@ describe("PersistentRnn on the CPU", () => {
     rnn.backward(null, new Float32Array(8));
     assert.deepEqual(calls, ["f00v1", "f01v1", "f10v1", "f11v1", "b10v1", "b11v1", "b00v1", "b01v1"]);
   });
+});
+
+test("PersistentRnn refuses, in one line naming it, a non-integer seed, a stack too large for one array, and NaN or ±∞ in x, h0 or the weights", () => {
+  const bad = (f: () => unknown, message: RegExp) =>
+    assert.throws(
+      f,
+      (e: unknown) => e instanceof RnnArgumentError && message.test(e.message) && !e.message.includes("\n"),
+    );
+  for (const seed of [Number.NaN, 1.5, Number.POSITIVE_INFINITY]) {
+    bad(() => new PersistentRnn({ cell: "gru", inputSize: 3, hidden: 4, seed }), /argument 'seed' must be an integer/);
+  }
+  bad(
+    () => new PersistentRnn({ cell: "lstm", inputSize: 3, hidden: 40000 }),
+    /lstm stack of hidden 40000 has 6,400,800,000 parameters, more than one Float32Array holds .* the largest 'hidden' is 23167$/,
+  );
+  const random = new RandomStream(deriveKey(5, "non-finite"));
+  for (let round = 0; round < 12; round++) {
+    const layer = new PersistentRnn({ cell: "lstm", inputSize: 3, hidden: 4, seed: round });
+    const xs = [6, 3, 5].map((len) => Float32Array.from({ length: len * 3 }, () => random.uniform() - 0.5));
+    const poison = [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY][round % 3]!;
+    const which = random.int(xs.length);
+    const at = random.int(xs[which]!.length);
+    xs[which]![at] = poison;
+    bad(() => layer.forward(xs), new RegExp(`argument 'x\\[${which}\\]' holds ${poison} at element ${at}$`));
+    xs[which]![at] = 0;
+    const h0 = new Float32Array(3 * 4);
+    h0[round % 12] = poison;
+    bad(() => layer.forward(xs, h0), new RegExp(`argument 'h0' holds ${poison} at element ${round % 12}$`));
+    const [name, w] = Object.entries(layer.parameters())[round % 4]!;
+    w[round % w.length] = poison;
+    bad(() => layer.forward(xs), new RegExp(`parameter '${name}' holds ${poison} at element ${round % w.length};`));
+  }
 });

@@ -10,6 +10,7 @@
  * in the usual loop) and re-prunes from the dense weights at the forward after every n-th — after the optimizer's
  * step, which the layer does not see; `prune()` does it on demand (docs/RNN.md, "Sparse (pruned) recurrent layers").
  */
+import { firstNonFinite } from "../model/safetensors.js";
 import { deriveKey, RandomStream } from "../util/random.js";
 import type { RnnBackend, RnnLayerWeights, RnnSavedState } from "./backend.js";
 import { openRnnBackend } from "./open-backend.js";
@@ -136,6 +137,10 @@ export class PersistentRnn {
 
   constructor(options: PersistentRnnOptions) {
     this.spec = validateRnnSpec(options);
+    // the seed keys every initial weight (deriveKey reads it as a 32-bit word): NaN or 1.5 would key silently
+    if (options.seed !== undefined && !Number.isSafeInteger(options.seed)) {
+      throw new RnnArgumentError(`PersistentRnn: argument 'seed' must be an integer; got ${String(options.seed)}`);
+    }
     this.pruningMode = validateRnnPruning(options.pruning);
     if (options.density !== undefined && options.mask !== undefined) {
       throw new RnnArgumentError(
@@ -314,6 +319,19 @@ export class PersistentRnn {
       this.checkStates(s, B, where, name);
       return p ? permuteStates(s, H, p.sortedIndices) : s;
     };
+    if (listed) (x as readonly Float32Array[]).forEach((seq, i) => checkFinite(seq, where, `x[${i}]`));
+    else checkFinite(packed.data, where, "x");
+    if (h0) checkFinite(h0, where, "h0");
+    if (c0) checkFinite(c0, where, "c0");
+    for (const t of this.layout) {
+      const bad = firstNonFinite(this.flat.subarray(t.offset, t.offset + t.length));
+      if (bad) {
+        throw new RnnArgumentError(
+          `${where}: parameter '${t.name}' holds ${bad.value} at element ${bad.index}; the weights diverged or were ` +
+            "set so (lower the learning rate, or load finite weights)",
+        );
+      }
+    }
     const h0s = sortStates(h0, "h0");
     if (c0 && !hasCellState(spec.cell))
       throw new RnnArgumentError(`${where}: argument 'c0' is for LSTM only; this is ${spec.cell}`);
@@ -506,6 +524,12 @@ export class PersistentRnn {
       );
     }
   }
+}
+
+/** Refuses an input holding NaN or ±∞ in one line naming the argument and the element. */
+function checkFinite(data: Float32Array, where: string, name: string): void {
+  const bad = firstNonFinite(data);
+  if (bad) throw new RnnArgumentError(`${where}: argument '${name}' holds ${bad.value} at element ${bad.index}`);
 }
 
 /** Writes a direction's [N, H] rows into columns d·H … of y [N, D·H]. */

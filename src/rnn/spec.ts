@@ -78,8 +78,25 @@ export function validateRnnSpec(spec: RnnSpecInput, where = "PersistentRnn"): Rn
       `${where}: argument 'bidirectional' must be true or false; got ${String(bidirectional)}`,
     );
   }
-  return { cell: cell as RnnCell, inputSize, hidden, layers, bidirectional };
+  const checked: RnnSpec = { cell: cell as RnnCell, inputSize, hidden, layers, bidirectional };
+  const count = rnnParameterCount(checked);
+  if (count > MAX_RNN_PARAMETERS) {
+    let largest = hidden;
+    while (largest > 1 && rnnParameterCount({ ...checked, hidden: largest }) > MAX_RNN_PARAMETERS) {
+      largest = Math.floor(largest * 0.99);
+    }
+    while (rnnParameterCount({ ...checked, hidden: largest + 1 }) <= MAX_RNN_PARAMETERS) largest++;
+    throw new RnnArgumentError(
+      `${where}: a ${checked.cell} stack of hidden ${hidden} has ${count.toLocaleString("en-US")} parameters, more ` +
+        `than one Float32Array holds (${MAX_RNN_PARAMETERS.toLocaleString("en-US")}); with these sizes the largest ` +
+        `'hidden' is ${largest}`,
+    );
+  }
+  return checked;
 }
+
+/** The most parameters a stack may have: they live in one Float32Array (and its gradient in another). */
+export const MAX_RNN_PARAMETERS = 2 ** 31 - 1;
 
 function sizeArg(v: unknown, name: string, where: string, max: number): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > max) {
