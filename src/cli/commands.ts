@@ -55,9 +55,13 @@ function streamsSpec(name: string): (v: string) => string {
 
 /** `--engine` and the engine options, from the engine registry. */
 export function addEngineOptions(command: Command, help = "execution engine"): Command {
-  command.addOption(new Option("--engine <name>", help).argParser(oneOf("--engine", ENGINE_NAMES)).default("cpu"));
+  command.addOption(
+    new Option("--engine <name>", `${help}: ${ENGINE_NAMES.join(", ")}`)
+      .argParser(oneOf("--engine", ENGINE_NAMES))
+      .default("cpu"),
+  );
   for (const o of ENGINE_OPTIONS) {
-    const option = new Option(o.flag, o.help).default(o.default);
+    const option = new Option(o.flag, o.choices ? `${o.help}: ${o.choices.join(", ")}` : o.help).default(o.default);
     if (o.choices) option.argParser(oneOf(flagName(o.flag), o.choices));
     else if (o.key === "device") option.argParser(deviceSpec(flagName(o.flag)));
     else if (o.key === "streams") option.argParser(streamsSpec(flagName(o.flag)));

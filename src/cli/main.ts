@@ -98,7 +98,11 @@ function addTrainCommand(train: Command, task: AnyTask): void {
       "continue the run saved in <dir> with its settings (a flag given here overrides or is refused) up to --epochs",
       pathName("--resume", "a directory of a run saved with --out"),
     )
-    .option("--force", "replace a run that --out already holds (its checkpoints and state.json go when this run writes its first)", false)
+    .option(
+      "--force",
+      "replace a run that --out already holds (its checkpoints and state.json go when this run writes its first)",
+      false,
+    )
     .option(
       "--gpus <n>",
       "data-parallel over n GPUs (one process each; --batch is the global batch); with --engine cpu or --device " +

@@ -145,7 +145,7 @@ export function runTrain(
         if (!speaks) return;
         const eta = (p.sentencesTotal - p.sentencesDone) / Math.max(p.sentencesPerSecond, 1e-9);
         bar.update(`epoch ${p.epoch}/${s.epochs}`, p.sentencesDone, p.sentencesTotal, {
-          "sent/s": p.sentencesPerSecond.toFixed(1),
+          [`${noun}/s`]: p.sentencesPerSecond.toFixed(1),
           ETA: formatDuration(eta),
           loss: p.loss.toFixed(4),
         });
@@ -157,7 +157,7 @@ export function runTrain(
         const dev = metrics.map((m) => `${m.name} ${(100 * e.devMetrics[m.key]!).toFixed(2)}%`).join("  ");
         log(
           `epoch ${e.epoch}: train loss ${e.trainLoss.toFixed(4)}  dev ${dev}  ` +
-            `${e.sentencesPerSecond.toFixed(1)} sent/s  ${formatDuration(e.seconds)}` +
+            `${e.sentencesPerSecond.toFixed(1)} ${noun}/s  ${formatDuration(e.seconds)}` +
             (e.checkpoint ? `  checkpoint ${e.checkpoint}` : ""),
         );
       },
@@ -173,6 +173,7 @@ export function runTrain(
       devSet,
       log,
       metricName: metrics[0].name,
+      noun,
       parallel,
       allReduceMs,
     });
@@ -191,6 +192,8 @@ function reportRun(r: {
   devSet: string;
   log: (line: string) => void;
   metricName: string;
+  /** What the task's examples are called (sentences, trees, images). */
+  noun: string;
   parallel: RankEnv | null;
   allReduceMs: number[] | undefined;
 }): void {
@@ -223,12 +226,16 @@ function reportRun(r: {
     );
     return;
   }
+  // the columns: the first metric (what devAccuracy holds: entity F1 for the taggers) and the task's examples per second
+  const devHead = `dev ${r.metricName}`;
+  const rateHead = `${r.noun}/s`;
   log("");
-  log("epoch  train loss  dev acc  sent/s   time");
+  log(`epoch  train loss  ${devHead.padStart(7)}  ${rateHead.padStart(7)}    time`);
   for (const e of summary.epochs) {
     log(
-      `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ${(100 * e.devAccuracy).toFixed(2).padStart(6)}%  ` +
-        `${e.sentencesPerSecond.toFixed(1).padStart(6)}  ${formatDuration(e.seconds).padStart(6)}` +
+      `${String(e.epoch).padStart(5)}  ${e.trainLoss.toFixed(4).padStart(10)}  ` +
+        `${`${(100 * e.devAccuracy).toFixed(2)}%`.padStart(Math.max(7, devHead.length))}  ` +
+        `${e.sentencesPerSecond.toFixed(1).padStart(Math.max(7, rateHead.length))}  ${formatDuration(e.seconds).padStart(6)}` +
         (e.devSet === devSet ? "" : e.devSet === undefined ? "  (dev set not recorded)" : "  (another dev set)"),
     );
   }
