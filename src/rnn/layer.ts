@@ -319,8 +319,12 @@ export class PersistentRnn {
       this.checkStates(s, B, where, name);
       return p ? permuteStates(s, H, p.sortedIndices) : s;
     };
-    if (listed) (x as readonly Float32Array[]).forEach((seq, i) => checkFinite(seq, where, `x[${i}]`));
-    else checkFinite(packed.data, where, "x");
+    if (listed) {
+      const seqs = x as readonly Float32Array[];
+      for (let i = 0; i < seqs.length; i++) checkFinite(seqs[i]!, where, `x[${i}]`);
+    } else {
+      checkFinite(packed.data, where, "x");
+    }
     if (h0) checkFinite(h0, where, "h0");
     if (c0) checkFinite(c0, where, "c0");
     for (const t of this.layout) {
