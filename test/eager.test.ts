@@ -11,13 +11,18 @@ import { EAGER_KERNEL_NAMES, eagerKernelSource } from "../src/codegen/eager-kern
 import { cudaAvailable } from "../src/cuda/index.js";
 import { DEFAULT_POOL_CAP_BYTES, defaultPoolBytes, gpuIndexOf } from "../src/cuda/runtime/context.js";
 import { gridFor } from "../src/cuda/runtime/launch.js";
-import { groupRows, planChunk } from "../src/engines/eager/chunk.js";
+import { CpuEngine } from "../src/engines/cpu.js";
+import { groupRows, type NodeRegions, placeNodes, planChunk } from "../src/engines/eager/chunk.js";
 import { OPTIMIZER_KERNEL_NAMES, optimizerKernelSource } from "../src/engines/gpu/optimizer-kernels.js";
 import { normPartialSlots } from "../src/engines/gpu/parameters.js";
 import { createEngine, EngineUnavailableError } from "../src/engines/index.js";
+import { Expression } from "../src/graph/expression.js";
 import { ComputationGraph } from "../src/graph/graph.js";
+import { Op } from "../src/graph/opcodes.js";
 import { ParameterCollection } from "../src/model/parameters.js";
-import { input, lookup, lookupRows, sum, tanh } from "../src/ops/index.js";
+import { input, lookup, lookupRows, pickRange, sum, tanh } from "../src/ops/index.js";
+import { deriveKey, RandomStream } from "../src/util/random.js";
+import { buildRandomGraph, randomModel } from "./random-graph.js";
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
 const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
@@ -101,6 +106,17 @@ describe("trainer update kernel source (every DeviceParameters engine)", () => {
   });
 });
 
+/** Regions for placeNodes: parameter p's weights at 2^40 + 2^20·p, its gradient 2^20 bytes after. */
+function regionsAt(values: number, grads: number, chunkPtr: number): NodeRegions {
+  return {
+    values,
+    grads,
+    chunkPtr,
+    paramValue: (p) => 2 ** 40 + 2 ** 21 * p,
+    paramGrad: (p) => 2 ** 40 + 2 ** 21 * p + 2 ** 20,
+  };
+}
+
 describe("eager chunk layout (host side)", () => {
   test("inputs, lookups grouped by table, and sum pointer tables, at the addresses the writer reports", () => {
     const pc = new ParameterCollection({ seed: 3 });
@@ -124,11 +140,8 @@ describe("eager chunk layout (host side)", () => {
     const gradPtr = new Float64Array(g.size);
     const tablePtr = new Float64Array(g.size);
     const values = 2 ** 33; // addresses above 4 GiB check the 64-bit split
-    for (let i = 0; i < g.size; i++) {
-      valPtr[i] = values + 4 * g.valueOffset[i]!;
-      gradPtr[i] = 2 * values + 4 * g.valueOffset[i]!;
-    }
     const chunkPtr = 3 * values;
+    placeNodes(g, 0, g.size - 1, plan, regionsAt(values, 2 * values, chunkPtr), { valPtr, gradPtr });
     const chunk = plan.write(buf, chunkPtr, valPtr, gradPtr, tablePtr);
     assert.deepEqual([...buf.f32.subarray(0, 7)], [1, 2, 3, 4, 5, 6, 7]);
     assert.equal(valPtr[x.id], chunkPtr);
@@ -230,6 +243,88 @@ describe("eager chunk layout (host side)", () => {
     assert.deepEqual(ints(l.distinctRowsPtr, 2), [4, 2]);
     assert.deepEqual(ints(l.startsPtr, 3), [0, 2, 4]);
     assert.deepEqual(ints(l.sourcesPtr, 4), [g.valueOffset[a.id], y + 3, y, y + 6]);
+  });
+
+  test("a pickRange of an input made in the same forward call reads the input's uploaded values", () => {
+    const g = new ComputationGraph();
+    const w = input(g, [9, 9]); // 0
+    const x = input(g, [1, 2, 3, 4, 5]); // 1
+    const p = pickRange(x, 1, 4); // 2
+    const q = pickRange(p, 1, 3); // 3: a slice of a slice
+    tanh(q);
+    const plan = planChunk(g, 0, g.size - 1);
+    const valPtr = new Float64Array(g.size);
+    const gradPtr = new Float64Array(g.size);
+    const chunkPtr = 2 ** 34;
+    placeNodes(g, 0, g.size - 1, plan, regionsAt(2 ** 32, 2 ** 33, chunkPtr), { valPtr, gradPtr });
+    assert.deepEqual([plan.inputAt.get(w.id), plan.inputAt.get(x.id)], [0, 2]);
+    assert.equal(valPtr[x.id], chunkPtr + 8, "the input's values are in the chunk");
+    assert.equal(valPtr[p.id], chunkPtr + 8 + 4, "the slice starts one float into the input's values");
+    assert.equal(valPtr[q.id], chunkPtr + 8 + 8);
+    assert.equal(gradPtr[p.id], 2 ** 33 + 4 * g.valueOffset[p.id]!, "a slice's gradient has its own slot");
+  });
+
+  test("generated graphs in random forward chunks: every node's address holds its value, as the CPU engine computes it", () => {
+    // An emulated device: one float array addressed in bytes, NaN where nothing was written. Each chunk is placed,
+    // written and uploaded as the engine does; every node that computes (not a parameter, input or pickRange) has
+    // its CPU value stored at its address, as its kernel would. Then every node's address must read its CPU value.
+    let sameCallSlices = 0;
+    for (let seed = 1; seed <= 12; seed++) {
+      const rs = new RandomStream(deriveKey(seed, "eager chunks"));
+      const m = randomModel(seed);
+      const g = new ComputationGraph();
+      buildRandomGraph(g, m, { seed, instances: 3 + rs.int(4), steps: 10 + rs.int(20) });
+      const cpu = new CpuEngine(m.params);
+      const nodeValue = (i: number) => cpu.value(new Expression(g, i, g.generation));
+      const params = m.params.all;
+      const paramBytes = 2 ** 21;
+      const valuesAt = paramBytes * params.length;
+      const gradsAt = valuesAt + 4 * g.valueSize;
+      const auxAt = gradsAt + 4 * g.valueSize;
+      const memory = new Float32Array(auxAt / 4 + 4 * g.valueSize + 1024).fill(Number.NaN);
+      const regions: NodeRegions = {
+        values: valuesAt,
+        grads: gradsAt,
+        chunkPtr: 0,
+        paramValue: (p) => paramBytes * p,
+        paramGrad: (p) => paramBytes * p + paramBytes / 2,
+      };
+      params.forEach((p, k) => {
+        memory.set(p.value, (paramBytes * k) / 4);
+      });
+      const valPtr = new Float64Array(g.size);
+      const gradPtr = new Float64Array(g.size);
+      const tablePtr = new Float64Array(g.size);
+      let auxTop = auxAt;
+      for (let from = 0; from < g.size; ) {
+        const to = Math.min(g.size - 1, from + rs.int(12));
+        const plan = planChunk(g, from, to);
+        const chunkPtr = auxTop;
+        placeNodes(g, from, to, plan, { ...regions, chunkPtr }, { valPtr, gradPtr });
+        const words = new ArrayBuffer(4 * plan.floats);
+        const buf = { f32: new Float32Array(words), i32: new Int32Array(words), u32: new Uint32Array(words) };
+        plan.write(buf, chunkPtr, valPtr, gradPtr, tablePtr);
+        memory.set(buf.f32, chunkPtr / 4); // the upload
+        for (let i = from; i <= to; i++) {
+          const op = g.op[i]!;
+          if (op === Op.PickRange) {
+            const arg = g.arg(i, 0);
+            if (g.op[arg] === Op.Input && arg >= from) sameCallSlices++;
+          }
+          if (op !== Op.Parameter && op !== Op.Input && op !== Op.PickRange) {
+            memory.set(nodeValue(i), valPtr[i]! / 4); // the node's kernel
+          }
+        }
+        auxTop += 4 * plan.floats;
+        from = to + 1;
+      }
+      for (let i = 0; i < g.size; i++) {
+        const want = nodeValue(i);
+        const got = memory.subarray(valPtr[i]! / 4, valPtr[i]! / 4 + want.length);
+        assert.deepEqual([...got], [...want], `seed ${seed}: node ${i} (op ${Op[g.op[i]!]}) at its address`);
+      }
+    }
+    assert.ok(sameCallSlices > 0, "some cases slice an input made in the same call");
   });
 
   test("a chunk of nodes without inputs, lookups or sums is empty", () => {

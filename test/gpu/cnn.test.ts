@@ -1,6 +1,5 @@
 // The CNN (LeNet on MNIST, src/models/cnn/) on the eager engine: GLP4NN's convergence invariance made exact — one
-// epoch of training (the mnist package's 8,000 digits, batch 64: 125 batches; 2,000 synthetic digits where the package
-// is not installed) with --streams 1 (twice), auto and 4 gives the same losses and weights bit for bit; the first
+// epoch of training (the mnist package's 8,000 digits, batch 64: 125 batches) with --streams 1 (twice), auto and 4 gives the same losses and weights bit for bit; the first
 // batch's loss agrees with the CPU engine (the oracle). Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";

@@ -61,6 +61,40 @@ describe("eager engine against the CPU engine: incremental forward", { skip }, (
   });
 });
 
+describe("eager engine: pickRange of an input made in the same forward call", { skip }, () => {
+  test("the slice reads the uploaded input (fresh, after a first call, and a slice of a slice), and its gradient", () => {
+    const pcC = new ParameterCollection({ seed: 5 });
+    const pcG = new ParameterCollection({ seed: 5 });
+    const mk = (pc: ParameterCollection) => ({ W: pc.addParameters([3, 3]) });
+    const [pC, pG] = [mk(pcC), mk(pcG)];
+    const cpu = new CpuEngine(pcC);
+    const gpu = new EagerEngine(pcG, { poolBytes: 64 * MiB });
+    try {
+      const run = (cg: ComputationGraph, p: ReturnType<typeof mk>, engine: CpuEngine | EagerEngine) => {
+        const x = input(cg, [0.5, -1, 2, 0.25, 3, -0.75]);
+        const a = pickRange(x, 1, 4); // the input's values 1…3, in the call that makes the input
+        const first = engine.value(a);
+        const y = input(cg, [7, 8, 9, 10, 11]);
+        const b = pickRange(pickRange(y, 1, 5), 1, 4); // a slice of a slice of a new input, in a second call
+        const h = tanh(matVec(p.W, b));
+        const loss = pickNegLogSoftmax(sum([h, a, tanh(pickRange(x, 3, 6))]), 1);
+        const l = engine.forwardScalar(loss);
+        engine.backward(loss);
+        return { first, b: engine.value(b), l, grad: engine.gradient(a) };
+      };
+      const c = run(new ComputationGraph(), pC, cpu);
+      const g = run(new ComputationGraph(), pG, gpu);
+      assert.deepEqual([...g.first], [-1, 2, 0.25], "the slice is the input's values, exactly");
+      assert.deepEqual([...g.b], [9, 10, 11], "a slice of a slice, exactly");
+      assertClose(Float32Array.of(g.l), Float32Array.of(c.l), "loss");
+      assertClose(g.grad, c.grad, "the slice's gradient");
+      assertClose(gpu.device.readGradient(pG.W.index), pC.W.grad, "W's gradient");
+    } finally {
+      gpu.dispose();
+    }
+  });
+});
+
 describe("Tree-LSTM training steps on the eager engine against the CPU engine", { skip }, () => {
   const trees = syntheticTrees(8, 11, { minWords: 3, maxWords: 9 });
   const vocab = Vocabulary.fromTrees(trees);

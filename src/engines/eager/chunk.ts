@@ -67,10 +67,12 @@ export interface ForwardChunk {
 export interface ChunkPlan {
   /** The chunk's size in floats (even, so that pointer tables after it stay 8-byte aligned). */
   readonly floats: number;
+  /** Each new input node's values: their offset in the chunk, in floats. */
+  readonly inputAt: ReadonlyMap<number, number>;
   /**
-   * Writes the chunk into `buf` as if it were at device address `chunkPtr`; sets the value address of each input
-   * node (`valPtr`) and the address of each sum node's tables (`tablePtr`: the argument value addresses, then the
-   * argument gradient addresses, 8 bytes each). `valPtr`/`gradPtr` must hold every argument of the sum nodes.
+   * Writes the chunk into `buf` as if it were at device address `chunkPtr`, and sets the address of each sum node's
+   * tables (`tablePtr`: the argument value addresses, then the argument gradient addresses, 8 bytes each).
+   * `valPtr`/`gradPtr` must hold every argument of the sum nodes: place the nodes first (`placeNodes`).
    */
   write(
     buf: ChunkBuffer,
@@ -104,11 +106,13 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
     }
     return r;
   };
+  const inputAt = new Map<number, number>();
   let floats = 0;
   for (let i = from; i <= to; i++) {
     const op = g.op[i]!;
     if (op === Op.Input) {
       inputs.push(i);
+      inputAt.set(i, floats);
       floats += g.rows[i]! * g.cols[i]!;
     } else if (op === Op.Lookup) {
       const r = reads(g.aux[i]!, g.rows[i]!);
@@ -139,13 +143,13 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
   for (const i of sums) floats += 4 * g.argCount[i]!;
   return {
     floats,
+    inputAt,
     write(buf, chunkPtr, valPtr, gradPtr, tablePtr) {
       let pos = 0;
       for (const i of inputs) {
         const n = g.rows[i]! * g.cols[i]!;
         const off = g.aux[i]!;
         buf.f32.set(g.inputData.subarray(off, off + n), pos);
-        valPtr[i] = chunkPtr + 4 * pos;
         pos += n;
       }
       const lookups: ChunkLookups[] = [];
@@ -191,4 +195,49 @@ export function planChunk(g: ComputationGraph, from: number, to: number): ChunkP
       return { lookups };
     },
   };
+}
+
+/** Where the nodes of a forward call live on the device (byte addresses). */
+export interface NodeRegions {
+  /** The graph's value and gradient regions: node i at 4 · valueOffset[i] bytes from each. */
+  readonly values: number;
+  readonly grads: number;
+  /** The chunk's address (its inputs' values are in it, at `plan.inputAt`). */
+  readonly chunkPtr: number;
+  /** A parameter's weights and gradient. */
+  paramValue(param: number): number;
+  paramGrad(param: number): number;
+}
+
+/**
+ * The value and gradient address of every node in [from, to] of `g`, in node order, so that a node that reads its
+ * argument's memory in place (pickRange: the slice of its argument) finds the argument already placed, wherever the
+ * argument lives: a parameter's weights, an input's values in this call's chunk (`plan`), or the value region.
+ */
+export function placeNodes(
+  g: ComputationGraph,
+  from: number,
+  to: number,
+  plan: ChunkPlan,
+  r: NodeRegions,
+  at: { readonly valPtr: Float64Array; readonly gradPtr: Float64Array },
+): void {
+  for (let i = from; i <= to; i++) {
+    const op = g.op[i]!;
+    const off = 4 * g.valueOffset[i]!;
+    at.gradPtr[i] = r.grads + off;
+    if (op === Op.Parameter) {
+      at.valPtr[i] = r.paramValue(g.aux[i]!);
+      at.gradPtr[i] = r.paramGrad(g.aux[i]!);
+    } else if (op === Op.Input) {
+      const pos = plan.inputAt.get(i);
+      if (pos === undefined)
+        throw new Error(`eager engine: input node ${i} is not in the chunk of nodes ${from}…${to}`);
+      at.valPtr[i] = r.chunkPtr + 4 * pos;
+    } else if (op === Op.PickRange) {
+      at.valPtr[i] = at.valPtr[g.arg(i, 0)]! + 4 * g.aux[i]!;
+    } else {
+      at.valPtr[i] = r.values + off;
+    }
+  }
 }

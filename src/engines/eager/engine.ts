@@ -6,7 +6,8 @@
 // an append-only "aux" area for what the host prepares per forward call (input values, lookup row lists, pointer
 // tables of sum nodes), sent with one copy from pinned memory. A node's value is read through a per-node device
 // address, so some nodes cost nothing: parameter nodes point at the parameter's weights (and gradient), input nodes
-// at their uploaded values, pickRange nodes at the slice of their argument.
+// at their uploaded values, pickRange nodes at the slice of their argument (placed in node order, after the argument:
+// chunk.ts placeNodes).
 
 import {
   EAGER_KERNEL_NAMES,
@@ -30,7 +31,7 @@ import type { Trainer } from "../../optim/trainers.js";
 import type { DataParallelEngine, GradientReducer } from "../data-parallel.js";
 import { type EngineCapabilities, requireCollection, requireExpression, requireScalar } from "../engine.js";
 import { DeviceParameters } from "../gpu/parameters.js";
-import { type ForwardChunk, planChunk } from "./chunk.js";
+import { type ForwardChunk, placeNodes, planChunk } from "./chunk.js";
 import { EagerConvs } from "./conv-node.js";
 import { forwardWorks } from "./kernel-table.js";
 import { type LevelChoice, LevelProfiler } from "./level-glp.js";
@@ -178,7 +179,20 @@ export class EagerEngine implements DataParallelEngine {
     }
     const from = this.computed;
     const chunkPtr = this.ctx.pool.ptr(this.auxOff + this.auxTop);
-    this.assignPointers(g, from, e.id);
+    placeNodes(
+      g,
+      from,
+      e.id,
+      plan,
+      {
+        values: this.ctx.pool.ptr(this.valuesOff),
+        grads: this.ctx.pool.ptr(this.gradsOff),
+        chunkPtr,
+        paramValue: (p) => this.device.valuePtr(p),
+        paramGrad: (p) => this.device.gradPtr(p),
+      },
+      this.at,
+    );
     const buf = this.staging.acquire(4 * plan.floats);
     const chunk = plan.write(buf, chunkPtr, this.at.valPtr, this.at.gradPtr, this.at.tablePtr);
     if (plan.floats > 0) {
@@ -399,24 +413,5 @@ export class EagerEngine implements DataParallelEngine {
     this.at.valPtr = grow(this.at.valPtr);
     this.at.gradPtr = grow(this.at.gradPtr);
     this.at.tablePtr = grow(this.at.tablePtr);
-  }
-
-  /** Value and gradient addresses of nodes [from, to]; inputs are placed by the chunk writer. */
-  private assignPointers(g: ComputationGraph, from: number, to: number): void {
-    const values = this.ctx.pool.ptr(this.valuesOff);
-    const grads = this.ctx.pool.ptr(this.gradsOff);
-    for (let i = from; i <= to; i++) {
-      const op = g.op[i]!;
-      const off = 4 * g.valueOffset[i]!;
-      this.at.gradPtr[i] = grads + off;
-      if (op === Op.Parameter) {
-        this.at.valPtr[i] = this.device.valuePtr(g.aux[i]!);
-        this.at.gradPtr[i] = this.device.gradPtr(g.aux[i]!);
-      } else if (op === Op.PickRange) {
-        this.at.valPtr[i] = this.at.valPtr[g.arg(i, 0)]! + 4 * g.aux[i]!;
-      } else {
-        this.at.valPtr[i] = values + off;
-      }
-    }
   }
 }

