@@ -104,6 +104,11 @@ function addTrainCommand(train: Command, task: AnyTask): void {
       false,
     )
     .option(
+      "--accept-data-change",
+      "with --resume: continue although the data's content differs from the run's (the run checks it by content)",
+      false,
+    )
+    .option(
       "--gpus <n>",
       "data-parallel over n GPUs (one process each; --batch is the global batch); with --engine cpu or --device " +
         "cpu, n CPU processes (docs/PARALLEL.md)",
