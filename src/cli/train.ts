@@ -1,11 +1,11 @@
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { recordDataReads } from "../data/text-file.js";
 import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
 import type { ProcessGroup } from "../parallel/index.js";
 import { type RankEnv, rankEnvFrom } from "../parallel/index.js";
 import { type EpochResult, type TrainSummary, train } from "../train/loop.js";
-import { RunDir } from "../train/run-dir.js";
+import { LOCK_FILE, RunDir } from "../train/run-dir.js";
 import { type DataFingerprint, dataDifference, dataFingerprint, syntheticFingerprint } from "../train/run-state.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
@@ -65,7 +65,10 @@ export function runTrain(
     const s = resolveRunSettings(task, opts, saved, source, note);
     let group: ProcessGroup | undefined;
     let device = s.device;
-    if (parallel) ({ group, device } = joinJob(parallel, s.batch, s.engine, s.device));
+    if (parallel) {
+      const lock = out ? [join(out.path, LOCK_FILE)] : [];
+      ({ group, device } = joinJob(parallel, s.batch, s.engine, s.device, lock));
+    }
     // `vpps bench parallel` asks for the device all-reduces' time per epoch (CUDA events around each)
     const allReduceMs: number[] | undefined = group && process.env.VPPS_TIME_ALLREDUCE === "1" ? [] : undefined;
     if (allReduceMs) group!.startTiming();

@@ -6,7 +6,7 @@
  * such instead of training with a bogus rate or data path.
  */
 import { createHash } from "node:crypto";
-import { relative } from "node:path";
+import { basename, relative } from "node:path";
 import { ENGINE_NAMES, ENGINE_OPTIONS } from "../engines/registry.js";
 import type { OptimizerName } from "../optim/trainers.js";
 
@@ -46,7 +46,7 @@ export interface DataFingerprint {
  */
 export function dataFingerprint(dir: string, files: ReadonlyMap<string, string>): DataFingerprint {
   const byName: Record<string, string> = {};
-  for (const [path, sum] of files) byName[relative(dir, path).split("\\").join("/")] = sum;
+  for (const [path, sum] of files) byName[(relative(dir, path) || basename(path)).split("\\").join("/")] = sum;
   const names = Object.keys(byName).sort();
   const hash = createHash("sha256");
   for (const n of names) hash.update(`${n}\0${byName[n]}\n`);
