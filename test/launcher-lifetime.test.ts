@@ -8,7 +8,7 @@ import { spawn } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
-import { test } from "node:test";
+import { describe, test } from "node:test";
 import { CliError } from "../src/cli/errors.js";
 import { checkLaunch, releaseRankLock, runDirOf } from "../src/cli/parallel.js";
 import { rankEnvFrom } from "../src/parallel/env.js";
@@ -73,52 +73,62 @@ test("the launcher's run directory and the lock of ended ranks", () => {
   assert.equal(rankEnvFrom({ WORLD_SIZE: "2", RANK: "1" })?.launcherPid, undefined);
 });
 
-for (const signal of ["SIGKILL", "SIGTERM"] as const) {
-  test(`a launcher killed by ${signal} takes its ranks down and releases the --out lock`, async () => {
-    const out = join(tempDir("orphans"), "run");
-    const launcher = spawn(
-      process.execPath,
-      [VPPS, "train", "treelstm", "--engine", "cpu", "--hidden", "8", "--embed", "8", "--epochs", "500"].concat([
-        "--gpus",
-        "2",
-        "--out",
-        out,
-      ]),
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let stderr = "";
-    let stdout = "";
-    launcher.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
-    launcher.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
-    const closed = new Promise<void>((r) => launcher.on("close", () => r()));
-    try {
-      // wait until both ranks train (rank 0 has printed its data-parallel line and holds the lock)
-      const t0 = Date.now();
-      while (!(stdout.includes("data-parallel: 2 ranks") && existsSync(join(out, "vpps.lock")))) {
-        assert.ok(Date.now() - t0 < 60_000, `the ranks never started: ${stderr}`);
-        await sleep(100);
+// the two launchers run side by side (most of their time is the ranks' start)
+describe("a killed launcher", { concurrency: true }, () => {
+  for (const signal of ["SIGKILL", "SIGTERM"] as const) {
+    test(`a launcher killed by ${signal} takes its ranks down and releases the --out lock`, async () => {
+      const out = join(tempDir("orphans"), "run");
+      const launcher = spawn(
+        process.execPath,
+        [VPPS, "train", "treelstm", "--engine", "cpu", "--hidden", "8", "--embed", "8", "--epochs", "500"].concat([
+          "--gpus",
+          "2",
+          "--out",
+          out,
+        ]),
+        { stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let stderr = "";
+      let stdout = "";
+      launcher.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+      launcher.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+      const closed = new Promise<void>((r) => launcher.on("close", () => r()));
+      try {
+        // wait until both ranks train (rank 0 has printed its data-parallel line and holds the lock)
+        const t0 = Date.now();
+        // (the progress bar says whose loss it shows: rank 0's share; the epoch line's is over all ranks)
+        while (
+          !(
+            stdout.includes("data-parallel: 2 ranks") &&
+            existsSync(join(out, "vpps.lock")) &&
+            /loss \(rank 0\) \d/.test(stderr)
+          )
+        ) {
+          assert.ok(Date.now() - t0 < 60_000, `the ranks never started: ${stderr}`);
+          await sleep(100);
+        }
+        const ranks = childrenOf(launcher.pid!);
+        assert.equal(ranks.length, 2, `ranks: ${ranks}`);
+        await sleep(int(1500)); // a generated moment within training
+        const killedAt = Date.now();
+        process.kill(launcher.pid!, signal);
+        while (ranks.some(alive)) {
+          assert.ok(Date.now() - killedAt < 8000, `ranks still running 8 s after the launcher's ${signal}: ${stderr}`);
+          await sleep(50);
+        }
+        // the lock goes with them (removed by rank 0's communication thread, or by the launcher after the ranks)
+        while (existsSync(join(out, "vpps.lock"))) {
+          assert.ok(Date.now() - killedAt < 10_000, `the lock stayed: ${readFileSync(join(out, "vpps.lock"), "utf8")}`);
+          await sleep(50);
+        }
+        if (signal === "SIGKILL")
+          assert.match(stderr, /vpps: rank [01]: the launcher \(vpps train --gpus 2, pid \d+\) is gone/);
+        assert.ok(!hasTrace(stderr), stderr);
+      } finally {
+        if (launcher.exitCode === null && launcher.signalCode === null) launcher.kill("SIGKILL");
+        for (const pid of childrenOf(launcher.pid!)) process.kill(pid, "SIGKILL");
+        await closed;
       }
-      const ranks = childrenOf(launcher.pid!);
-      assert.equal(ranks.length, 2, `ranks: ${ranks}`);
-      await sleep(int(1500)); // a generated moment within training
-      const killedAt = Date.now();
-      process.kill(launcher.pid!, signal);
-      while (ranks.some(alive)) {
-        assert.ok(Date.now() - killedAt < 8000, `ranks still running 8 s after the launcher's ${signal}: ${stderr}`);
-        await sleep(50);
-      }
-      // the lock goes with them (removed by rank 0's communication thread, or by the launcher after the ranks)
-      while (existsSync(join(out, "vpps.lock"))) {
-        assert.ok(Date.now() - killedAt < 10_000, `the lock stayed: ${readFileSync(join(out, "vpps.lock"), "utf8")}`);
-        await sleep(50);
-      }
-      if (signal === "SIGKILL")
-        assert.match(stderr, /vpps: rank [01]: the launcher \(vpps train --gpus 2, pid \d+\) is gone/);
-      assert.ok(!hasTrace(stderr), stderr);
-    } finally {
-      if (launcher.exitCode === null && launcher.signalCode === null) launcher.kill("SIGKILL");
-      for (const pid of childrenOf(launcher.pid!)) process.kill(pid, "SIGKILL");
-      await closed;
-    }
-  });
-}
+    });
+  }
+});

@@ -162,7 +162,9 @@ export function runTrain(
         bar.update(`epoch ${p.epoch}/${s.epochs}`, p.sentencesDone, p.sentencesTotal, {
           [`${noun}/s`]: p.sentencesPerSecond.toFixed(1),
           ETA: formatDuration(eta),
-          loss: p.loss.toFixed(4),
+          // data-parallel: the bar shows rank 0's share of the batches (a mean over the ranks would cost a host
+          // collective per update); the epoch line's train loss is over every rank's
+          [parallel ? "loss (rank 0)" : "loss"]: p.loss.toFixed(4),
         });
       },
       onEpoch: (e: EpochResult) => {
