@@ -7,6 +7,7 @@ import { type RankEnv, rankEnvFrom } from "../parallel/index.js";
 import { type EpochResult, type TrainSummary, train } from "../train/loop.js";
 import { LOCK_FILE, RunDir } from "../train/run-dir.js";
 import { type DataFingerprint, dataDifference, dataFingerprint, syntheticFingerprint } from "../train/run-state.js";
+import { memoryLimit } from "../util/memory-limit.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
 import { invocation } from "./invocation.js";
@@ -154,6 +155,15 @@ export function runTrain(
         batching: s.batching,
         device: s.device,
         modelOptions: { ...s.options },
+      },
+      // the one memory estimate: activations are this process's on the CPU (a GPU engine's are on the device)
+      memory: {
+        limit: memoryLimit(),
+        hostActivations: !runsOnGpu(s.engine, s.device),
+        sizeFlags: task.options
+          .filter((o) => o.planLabel !== undefined)
+          .map((o) => o.flag.split(" ")[0]!)
+          .join(" or "),
       },
       onNote: note,
       onProgress: (p) => {

@@ -19,6 +19,7 @@ import type { ProcessGroup } from "../parallel/index.js";
 import { rankShare } from "../parallel/index.js";
 import { UserError } from "../util/errors.js";
 import { writeFileAtomic } from "../util/files.js";
+import type { MemoryLimit } from "../util/memory-limit.js";
 import { deriveKey, RandomStream } from "../util/random.js";
 import {
   checkCheckpointOf,
@@ -30,6 +31,7 @@ import {
 } from "./checkpoint.js";
 import { type DivergencePlace, divergence, TrainingDivergedError } from "./errors.js";
 import { evaluate } from "./evaluate.js";
+import { checkRunMemory } from "./memory.js";
 import type { RunDir } from "./run-dir.js";
 import { bestDevAccuracy, type EpochResult, type RunSettings, type RunState } from "./run-state.js";
 
@@ -87,6 +89,12 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
   settings?: RunSettings;
   onProgress?: (p: TrainProgress) => void;
   onEpoch?: (e: EpochResult) => void;
+  /**
+   * Check the run's memory before training (train/memory.ts): what is in use, the gradients and optimiser state,
+   * and the activations of the largest batch (when `hostActivations`) against `limit`; refused in one line with the
+   * largest batch that fits. None: not checked.
+   */
+  memory?: { limit: MemoryLimit; hostActivations: boolean; sizeFlags: string };
   /** Lines for the user: a stale lock taken over, leftover files removed, an optimiser state not continued. */
   onNote?: (line: string) => void;
   /**
@@ -164,6 +172,19 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     }
     const line = restoreCheckpoint(ckpt, model.params, trainer);
     if (line !== null) note(line);
+  }
+  if (cfg.memory) {
+    const ranks = cfg.group?.worldSize ?? 1;
+    checkRunMemory({
+      model,
+      train: cfg.train,
+      batch: Math.ceil(cfg.batch / ranks),
+      extraBytesPerValue: cfg.optimizer === "adam" ? 12 : 4,
+      limit: cfg.memory.limit,
+      hostActivations: cfg.memory.hostActivations,
+      sharers: ranks,
+      sizeFlags: cfg.memory.sizeFlags,
+    });
   }
   const writer = (cfg.group?.rank ?? 0) === 0;
   const outDir = writer ? cfg.runDir?.path : undefined;
