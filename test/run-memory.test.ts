@@ -184,7 +184,32 @@ describe("the activations of the largest batch", () => {
         });
       assert.doesNotThrow(() => run(fits));
       assert.throws(() => run(fits + 1), RunMemoryError);
-      // on a GPU the activations are the device's: not counted here
+      // on a GPU the activations are the device's: checked against its memory (the weights 4 bytes a value)
+      const device = {
+        bytes: model.params.count * 16 + one + int(all - one),
+        source: "the memory of GPU 0, a test GPU",
+      };
+      let onGpu = "";
+      try {
+        checkRunMemory({
+          model,
+          train,
+          batch,
+          extraBytesPerValue: 12,
+          limit,
+          hostActivations: false,
+          sizeFlags: "--hidden",
+          inUse,
+          device,
+        });
+      } catch (e) {
+        onGpu = (e as Error).message;
+      }
+      assert.match(
+        onGpu,
+        /of weights, .* more than the memory limit, .* \(the memory of GPU 0, a test GPU\); the largest batch that fits is --batch \d+/,
+      );
+      // and without a device to check (none given), only the host's share is
       assert.doesNotThrow(() =>
         checkRunMemory({
           model,

@@ -1,4 +1,5 @@
 import { join, resolve } from "node:path";
+import { cudaAvailable, getDriver, parseDeviceSpec, queryDeviceProperties } from "../cuda/index.js";
 import { recordDataReads } from "../data/text-file.js";
 import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
@@ -7,7 +8,7 @@ import { type RankEnv, rankEnvFrom } from "../parallel/index.js";
 import { type EpochResult, type TrainSummary, train } from "../train/loop.js";
 import { LOCK_FILE, RunDir } from "../train/run-dir.js";
 import { type DataFingerprint, dataDifference, dataFingerprint, syntheticFingerprint } from "../train/run-state.js";
-import { memoryLimit } from "../util/memory-limit.js";
+import { type MemoryLimit, memoryLimit } from "../util/memory-limit.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
 import { invocation } from "./invocation.js";
@@ -160,6 +161,7 @@ export function runTrain(
       memory: {
         limit: memoryLimit(),
         hostActivations: !runsOnGpu(s.engine, s.device),
+        ...deviceMemory(runsOnGpu(s.engine, s.device), device),
         sizeFlags: task.options
           .filter((o) => o.planLabel !== undefined)
           .map((o) => o.flag.split(" ")[0]!)
@@ -206,6 +208,19 @@ export function runTrain(
     });
   } finally {
     out?.close(); // a run that failed before writing anything leaves no directory behind
+  }
+}
+
+/** The memory of the GPU `device` names (cuda:N, else the first), when the run is on a GPU that can be queried. */
+function deviceMemory(gpu: boolean, device: string): { device?: MemoryLimit } {
+  if (!gpu || !cudaAvailable().ok) return {};
+  const spec = parseDeviceSpec(device);
+  const index = spec.kind === "cuda" ? spec.index : 0;
+  try {
+    const p = queryDeviceProperties(getDriver(), index);
+    return { device: { bytes: p.totalMemory, source: `the memory of GPU ${index}, ${p.name}` } };
+  } catch {
+    return {}; // a device that cannot be queried: the engine says why when it starts
   }
 }
 

@@ -94,7 +94,7 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
    * and the activations of the largest batch (when `hostActivations`) against `limit`; refused in one line with the
    * largest batch that fits. None: not checked.
    */
-  memory?: { limit: MemoryLimit; hostActivations: boolean; sizeFlags: string };
+  memory?: { limit: MemoryLimit; hostActivations: boolean; sizeFlags: string; device?: MemoryLimit };
   /** Lines for the user: a stale lock taken over, leftover files removed, an optimiser state not continued. */
   onNote?: (line: string) => void;
   /**
@@ -184,6 +184,7 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
       hostActivations: cfg.memory.hostActivations,
       sharers: ranks,
       sizeFlags: cfg.memory.sizeFlags,
+      ...(cfg.memory.device ? { device: cfg.memory.device } : {}),
     });
   }
   const writer = (cfg.group?.rank ?? 0) === 0;

@@ -5,6 +5,8 @@
  * and as many gradients: `valueSize` × 4 bytes × 2) — against the memory the process may use (util/memory-limit.ts:
  * the container's or cgroup's limit, else RAM). Beyond it, one line with the largest batch that fits, or, when one
  * example alone does not, which example; so a run is refused instead of being killed by the kernel mid-epoch.
+ * On a GPU the activations are the device's: they, the weights, gradients and optimiser state are checked against the
+ * device's memory (`device`) — a lower bound of what the engine allocates (its own buffers come on top).
  */
 import { ComputationGraph } from "../graph/graph.js";
 import type { TaskModel } from "../models/task.js";
@@ -71,16 +73,35 @@ export interface RunMemoryCheck<E> {
   sharers?: number;
   /** The flags to lower for the model's size ("--hidden or --embed"). */
   sizeFlags: string;
+  /** The GPU's memory, when the activations are on it (`hostActivations` false). */
+  device?: MemoryLimit;
   /** Bytes in use now (default: the process's resident set). */
   inUse?: number;
 }
 
 /** Refuses (RunMemoryError, one line) a run whose estimate exceeds its share of the limit; see the module comment. */
 export function checkRunMemory<E>(c: RunMemoryCheck<E>): void {
-  const share = c.limit.bytes / Math.max(1, c.sharers ?? 1);
   const inUse = c.inUse ?? process.memoryUsage().rss;
   const optimiser = c.model.params.count * c.extraBytesPerValue;
-  const order = c.hostActivations ? largestExamples(c.train, c.batch) : [];
+  const hostShare = c.limit.bytes / Math.max(1, c.sharers ?? 1);
+  if (!c.hostActivations && c.device !== undefined) {
+    // on the GPU: the weights (4 bytes a value), their gradients and optimiser state, and the activations
+    checkAgainst(c, c.device, c.device.bytes, c.model.params.count * 4, "of weights", optimiser, true);
+  }
+  checkAgainst(c, c.limit, hostShare, inUse, "in use (data and weights)", optimiser, c.hostActivations);
+}
+
+/** One limit's check: `inUse` + `optimiser` + (with `withActivations`) the largest batch's activations ≤ `share`. */
+function checkAgainst<E>(
+  c: RunMemoryCheck<E>,
+  limit: MemoryLimit,
+  share: number,
+  inUse: number,
+  inUseWhat: string,
+  optimiser: number,
+  withActivations: boolean,
+): void {
+  const order = withActivations ? largestExamples(c.train, c.batch) : [];
   const actOf = (b: number) =>
     activationBytes(
       c.model,
@@ -90,10 +111,10 @@ export function checkRunMemory<E>(c: RunMemoryCheck<E>): void {
   const need = inUse + optimiser + activations;
   if (need <= share) return;
   const limitText =
-    `${formatBytes(share)}${(c.sharers ?? 1) > 1 ? ` (a 1/${c.sharers} share of ${formatBytes(c.limit.bytes)})` : ""}` +
-    ` (${c.limit.source})`;
+    `${formatBytes(share)}${share < limit.bytes ? ` (a 1/${c.sharers} share of ${formatBytes(limit.bytes)})` : ""}` +
+    ` (${limit.source})`;
   const head =
-    `the run needs about ${formatBytes(need)} — ${formatBytes(inUse)} in use (data and weights), ` +
+    `the run needs about ${formatBytes(need)} — ${formatBytes(inUse)} ${inUseWhat}, ` +
     `${formatBytes(optimiser)} of gradients and optimiser state, ${formatBytes(activations)} of activations of the ` +
     `largest batch of ${order.length} — more than the memory limit, ${limitText}`;
   const base = inUse + optimiser;
