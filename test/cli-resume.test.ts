@@ -82,10 +82,13 @@ describe("--resume continues the saved run", () => {
       readCheckpoint(join(straight, "epoch-2.safetensors")).tensors,
     );
     const t = state(out).training;
+    // the data's fingerprint: the run's own (checkpoint-integrity.test.ts checks what it is)
+    assert.deepEqual(t.dataFingerprint, state(straight).training.dataFingerprint);
     assert.deepEqual(
-      { ...t, data: t.data },
+      { ...t, data: t.data, dataFingerprint: undefined },
       {
         data,
+        dataFingerprint: undefined,
         dataSeed: 5,
         maxSentences: 30,
         epochs: 2,
@@ -175,7 +178,7 @@ describe("--resume continues the saved run", () => {
     oneLineRefusal(
       await train("--resume", out, "--data", other),
       new RegExp(
-        `^vpps: --data ${other} differs from the run in ${out}'s data, ${data}: a resumed run keeps its training and dev sets`,
+        `^vpps: --resume ${out}: the data in ${other} are not those the run trained on \\(dev.txt differs, train.txt differs\\); resume on the run's own data`,
       ),
     );
     oneLineRefusal(

@@ -2,13 +2,13 @@
  * Command line options generated from the registries: a model's own options (src/models/task.ts) and the engine
  * options (src/engines/registry.ts), with parsers that name the option and what it expects.
  */
-import { totalmem } from "node:os";
 import { type Command, Option } from "commander";
 import { MAX_EAGER_STREAMS } from "../engines/eager/engine.js";
 import { ENGINE_NAMES, ENGINE_OPTIONS, parseStreamsOption } from "../engines/registry.js";
 import { checkModelSize } from "../model/parameters.js";
 import type { AnyTask, ModelOption, ModelOptions } from "../models/task.js";
 import { UsageError } from "../util/errors.js";
+import { memoryLimit } from "../util/memory-limit.js";
 import { quote } from "../util/text.js";
 import { densityNumber, deviceSpec, nonNegativeNumber, oneOf, positiveInt } from "./options.js";
 
@@ -88,11 +88,45 @@ export function checkModelFits(
   vocabSize: number,
   opts: { optimizer?: "sgd" | "adam"; advice?: string | undefined },
 ): void {
-  const sizes = task.options.filter((o) => o.planLabel !== undefined).map((o) => flagName(o.flag));
-  checkModelSize(task.parameterShapes(options, vocabSize), {
-    // a value and its gradient (4 bytes each); Adam keeps two moments per value
-    bytesPerValue: opts.optimizer === "adam" ? 16 : 8,
-    memoryBytes: totalmem(),
-    advice: opts.advice ?? `lower ${sizes.join(" or ")}`,
-  });
+  const sizeOptions = task.options.filter((o) => o.planLabel !== undefined);
+  const sizes = sizeOptions.map((o) => flagName(o.flag));
+  const limit = memoryLimit();
+  // a value and its gradient (4 bytes each); Adam keeps two moments per value
+  const bytesPerValue = opts.optimizer === "adam" ? 16 : 8;
+  const check = (o: ModelOptions, advice: string) =>
+    checkModelSize(task.parameterShapes(o, vocabSize), {
+      bytesPerValue,
+      memoryBytes: limit.bytes,
+      memorySource: limit.source,
+      advice,
+    });
+  try {
+    check(options, "");
+  } catch (e) {
+    if (opts.advice !== undefined) {
+      check(options, opts.advice);
+      return;
+    }
+    // the largest value of the first size option (--hidden) that fits with the others as given
+    const first = sizeOptions[0];
+    let fits = 0;
+    if (first !== undefined) {
+      const current = Number(options[first.key]);
+      let lo = 0;
+      let hi = Number.isFinite(current) ? current : 0;
+      while (lo < hi) {
+        const mid = Math.ceil((lo + hi) / 2);
+        try {
+          check({ ...options, [first.key]: mid }, "");
+          lo = mid;
+        } catch {
+          hi = mid - 1;
+        }
+      }
+      fits = lo;
+    }
+    const hint = first !== undefined && fits > 0 ? `; the largest ${flagName(first.flag)} that fits is ${fits}` : "";
+    check(options, `lower ${sizes.join(" or ")}${hint}`);
+    throw e;
+  }
 }

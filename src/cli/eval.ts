@@ -1,8 +1,9 @@
 import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { checkEngineOptions, createEvaluationEngine } from "../engines/registry.js";
-import { CheckpointError, loadParameters } from "../model/safetensors.js";
+import { assignParameters } from "../model/safetensors.js";
 import type { AnyTask } from "../models/task.js";
+import { checkCheckpointOf, readCheckpoint } from "../train/checkpoint.js";
 import { evaluate } from "../train/evaluate.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
@@ -37,13 +38,11 @@ export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
     advice: `the sizes come from ${opts.run}/state.json`,
   });
   const model = task.create(run.options, run.vocab, run.state.training?.seed ?? 1);
-  try {
-    loadParameters(model.params, run.checkpoint);
-  } catch (e) {
-    // a CheckpointError names the file; anything else is a bug, with its trace
-    if (!(e instanceof CheckpointError)) throw e;
-    throw new CliError(`--run ${opts.run}: ${e.message}`);
-  }
+  // the checkpoint, checked (checksums, range, identity: train/checkpoint.ts); a CheckpointError names the file
+  const ckpt = readCheckpoint(run.checkpoint);
+  const unverified = checkCheckpointOf(ckpt, run.state, last.epoch);
+  if (unverified !== null) process.stderr.write(`vpps: ${unverified}\n`);
+  assignParameters(model.params, ckpt.tensors, ckpt.path);
   const examples = task.data.fromFile(opts.data);
   const engine = createEvaluationEngine(opts.engine, model.params, { batching: opts.batching, device: opts.device });
   let metrics: Record<string, number>;

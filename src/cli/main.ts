@@ -4,6 +4,7 @@ import { ENGINES } from "../engines/registry.js";
 import { MODELS } from "../models/registry.js";
 import type { AnyTask } from "../models/task.js";
 import { isUserError, UsageError } from "../util/errors.js";
+import { systemErrorLine } from "../util/files.js";
 import { cut, quote } from "../util/text.js";
 import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
@@ -101,6 +102,11 @@ function addTrainCommand(train: Command, task: AnyTask): void {
     .option(
       "--force",
       "replace a run that --out already holds (its checkpoints and state.json go when this run writes its first)",
+      false,
+    )
+    .option(
+      "--accept-data-change",
+      "with --resume: continue although the data's content differs from the run's (the run checks it by content)",
       false,
     )
     .option(
@@ -230,6 +236,13 @@ export function reportError(e: unknown, command: Command | null): number {
   if (isUserError(e)) {
     printLine(e instanceof UsageError ? `${e.message}${help}` : e.message);
     return e.exitStatus;
+  }
+  // an operating-system error a user can cause (a full disk, a protected path, a directory in a file's place) that
+  // no layer named itself: one line with the path and what to do, not a trace
+  const os = systemErrorLine(e);
+  if (os !== null) {
+    printLine(os);
+    return EXIT_STATUS.refused;
   }
   const trace = e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : String(e);
   process.stderr.write(`${trace}\n`);

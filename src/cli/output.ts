@@ -6,6 +6,13 @@
  * synchronous training loop never reaches before it ends. Writing the file descriptor directly fails at once.
  */
 import { writeSync } from "node:fs";
+import { UserError } from "../util/errors.js";
+import { fsErrorReason } from "../util/files.js";
+
+const advice = (code: string): string =>
+  code === "ENOSPC" || code === "EDQUOT"
+    ? "free space on the disk it goes to, or send it elsewhere"
+    : "send it to another file or pipe";
 
 /** Thrown by `writeOut` once stdout's reader has closed the pipe; main.ts ends the command quietly. */
 export class OutputClosed extends Error {
@@ -43,6 +50,10 @@ export function writeOut(text: string): void {
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "EPIPE") throw new OutputClosed();
+      // a full disk or another failure of the file stdout was sent to: the user's to fix, in one line
+      if (code !== "EAGAIN" && code !== undefined) {
+        throw new UserError(`cannot write the output (stdout): ${fsErrorReason(e)}; ${advice(code)}`, { cause: e });
+      }
       // Node makes a pipe it has opened as process.stdout non-blocking: a full pipe is waited for, not an error
       if (code !== "EAGAIN") throw e;
       Atomics.wait(PAUSE, 0, 0, 1);

@@ -11,6 +11,7 @@
  * A flag's value counts as given only when commander's getOptionValueSource says it came from the command line,
  * so a default never overrides what the run recorded.
  */
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { type AnyTask, checkModelOption, type ModelOptions } from "../models/task.js";
 import type { OptimizerName } from "../optim/trainers.js";
@@ -38,6 +39,8 @@ export interface TrainCommandOptions {
   clip: number;
   resume?: string;
   force: boolean;
+  /** Resume although the data's content differs from the run's fingerprint. */
+  acceptDataChange?: boolean;
   /** Ranks (processes) of a data-parallel run started here (1: a plain run). */
   gpus: number;
   /** The eager engine's stream pool: auto or 1 … 128 (not recorded by a run: it changes no result). */
@@ -118,9 +121,19 @@ export function resolveRunSettings(
   if (t.data !== undefined) {
     data = t.data;
     if (given("data") && fresh.data !== data) {
+      if (data === null || t.dataFingerprint === undefined) {
+        throw new CliError(
+          `--data ${opts.data} differs from ${where}'s data, ${data ?? "the synthetic task"}: a resumed run keeps ` +
+            "its training and dev sets (leave --data out, or start a new run with another --out)",
+        );
+      }
+      // data moved: the content decides (the fingerprint is compared once the data are read)
+      note(`--data ${opts.data}: the run's data were in ${data}; resuming if their content is the same`);
+      data = fresh.data;
+    } else if (data !== null && !existsSync(data)) {
       throw new CliError(
-        `--data ${opts.data} differs from ${where}'s data, ${data ?? "the synthetic task"}: a resumed run keeps ` +
-          "its training and dev sets (leave --data out, or start a new run with another --out)",
+        `--resume ${saved.dir}: the run's data directory ${data} is gone; if the data moved, give their new place ` +
+          "with --data (the run checks they are the same by content)",
       );
     }
   } else {

@@ -1,17 +1,21 @@
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
+import { cudaAvailable, getDriver, parseDeviceSpec, queryDeviceProperties } from "../cuda/index.js";
+import { recordDataReads } from "../data/text-file.js";
 import { checkEngineOptions, createEngine } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
 import type { ProcessGroup } from "../parallel/index.js";
 import { type RankEnv, rankEnvFrom } from "../parallel/index.js";
 import { type EpochResult, type TrainSummary, train } from "../train/loop.js";
-import { RunDir } from "../train/run-dir.js";
+import { LOCK_FILE, RunDir } from "../train/run-dir.js";
+import { type DataFingerprint, dataDifference, dataFingerprint, syntheticFingerprint } from "../train/run-state.js";
+import { type MemoryLimit, memoryLimit } from "../util/memory-limit.js";
 import { checkModelFits } from "./commands.js";
 import { CliError } from "./errors.js";
 import { invocation } from "./invocation.js";
 import { writeOut } from "./output.js";
 import { checkLaunch, joinJob, launchTrain, runsOnGpu } from "./parallel.js";
 import { formatDuration, ProgressBar } from "./progress.js";
-import { readRun } from "./run-state.js";
+import { readRun, type SavedRun } from "./run-state.js";
 import { type RunSettingsResolved, resolveRunSettings, type TrainCommandOptions } from "./train-settings.js";
 
 export type { TrainCommandOptions } from "./train-settings.js";
@@ -63,14 +67,25 @@ export function runTrain(
     const s = resolveRunSettings(task, opts, saved, source, note);
     let group: ProcessGroup | undefined;
     let device = s.device;
-    if (parallel) ({ group, device } = joinJob(parallel, s.batch, s.engine, s.device));
+    if (parallel) {
+      const lock = out ? [join(out.path, LOCK_FILE)] : [];
+      ({ group, device } = joinJob(parallel, s.batch, s.engine, s.device, lock));
+    }
     // `vpps bench parallel` asks for the device all-reduces' time per epoch (CUDA events around each)
     const allReduceMs: number[] | undefined = group && process.env.VPPS_TIME_ALLREDUCE === "1" ? [] : undefined;
     if (allReduceMs) group!.startTiming();
     out?.checkOtherRun({ model: task.name, ...(saved ? { resumeDir: saved.dir } : {}), force: opts.force });
-    const data = s.data
-      ? task.data.fromDirectory(s.data, { ...(s.maxSentences ? { maxTrain: s.maxSentences } : {}), options: s.options })
-      : task.data.synthetic.make(s.dataSeed);
+    // the data, known by content: every file read is hashed on the way in (data/text-file.ts)
+    const { value: data, files } = recordDataReads(() =>
+      s.data
+        ? task.data.fromDirectory(s.data, {
+            ...(s.maxSentences ? { maxTrain: s.maxSentences } : {}),
+            options: s.options,
+          })
+        : task.data.synthetic.make(s.dataSeed),
+    );
+    const fingerprint = s.data ? dataFingerprint(s.data, files) : syntheticFingerprint(s.dataSeed);
+    if (saved) checkSameData(saved, fingerprint, s.data, opts.acceptDataChange === true, note);
     const trainSet = s.maxSentences ? data.train.slice(0, s.maxSentences) : data.train;
     const vocab = saved ? saved.vocab : task.vocabulary.build(trainSet, s.options);
     checkModelFits(task, s.options, task.vocabulary.size(vocab), {
@@ -126,12 +141,14 @@ export function runTrain(
               checkpoint: saved.checkpoint,
               epochsDone: saved.state.epochs.length,
               previous: saved.state.epochs,
+              state: saved.state,
             },
           }
         : {}),
       devSet,
       settings: {
         data: s.data,
+        dataFingerprint: fingerprint,
         dataSeed: s.dataSeed,
         maxSentences: s.maxSentences ?? null,
         epochs: s.epochs,
@@ -140,6 +157,16 @@ export function runTrain(
         device: s.device,
         modelOptions: { ...s.options },
       },
+      // the one memory estimate: activations are this process's on the CPU (a GPU engine's are on the device)
+      memory: {
+        limit: memoryLimit(),
+        hostActivations: !runsOnGpu(s.engine, s.device),
+        ...deviceMemory(runsOnGpu(s.engine, s.device), device),
+        sizeFlags: task.options
+          .filter((o) => o.planLabel !== undefined)
+          .map((o) => o.flag.split(" ")[0]!)
+          .join(" or "),
+      },
       onNote: note,
       onProgress: (p) => {
         if (!speaks) return;
@@ -147,7 +174,9 @@ export function runTrain(
         bar.update(`epoch ${p.epoch}/${s.epochs}`, p.sentencesDone, p.sentencesTotal, {
           [`${noun}/s`]: p.sentencesPerSecond.toFixed(1),
           ETA: formatDuration(eta),
-          loss: p.loss.toFixed(4),
+          // data-parallel: the bar shows rank 0's share of the batches (a mean over the ranks would cost a host
+          // collective per update); the epoch line's train loss is over every rank's
+          [parallel ? "loss (rank 0)" : "loss"]: p.loss.toFixed(4),
         });
       },
       onEpoch: (e: EpochResult) => {
@@ -180,6 +209,53 @@ export function runTrain(
   } finally {
     out?.close(); // a run that failed before writing anything leaves no directory behind
   }
+}
+
+/** The memory of the GPU `device` names (cuda:N, else the first), when the run is on a GPU that can be queried. */
+function deviceMemory(gpu: boolean, device: string): { device?: MemoryLimit } {
+  if (!gpu || !cudaAvailable().ok) return {};
+  const spec = parseDeviceSpec(device);
+  const index = spec.kind === "cuda" ? spec.index : 0;
+  try {
+    const p = queryDeviceProperties(getDriver(), index);
+    return { device: { bytes: p.totalMemory, source: `the memory of GPU ${index}, ${p.name}` } };
+  } catch {
+    return {}; // a device that cannot be queried: the engine says why when it starts
+  }
+}
+
+/**
+ * Refuses to resume `saved` on data whose content differs from the fingerprint the run recorded (unless `accept`,
+ * `--accept-data-change`), naming the files that differ; says so when the same data are read from a new place. A
+ * run saved before fingerprints were recorded is resumed with a line saying the data cannot be checked.
+ */
+function checkSameData(
+  saved: SavedRun,
+  now: DataFingerprint,
+  dir: string | null,
+  accept: boolean,
+  note: (line: string) => void,
+): void {
+  const was = saved.state.training.dataFingerprint;
+  if (was === undefined) {
+    note(`--resume ${saved.dir}: the run recorded no fingerprint of its data (an older vpps): not checked`);
+    return;
+  }
+  if (was.digest === now.digest) {
+    if (saved.state.training.data !== undefined && saved.state.training.data !== dir) {
+      note(`the data in ${dir} are the run's (same content as in ${saved.state.training.data}): resuming there`);
+    }
+    return;
+  }
+  const what = dataDifference(now, was);
+  if (!accept) {
+    throw new CliError(
+      `--resume ${saved.dir}: the data in ${dir ?? "the synthetic task"} are not those the run trained on ` +
+        `(${what}); resume on the run's own data, start a new run (another --out), or add --accept-data-change ` +
+        "to continue on these",
+    );
+  }
+  note(`--accept-data-change: continuing the run on changed data (${what})`);
 }
 
 /** The run's results on stdout: one JSON object (`--json`) or the per-epoch table and the best dev metric. */

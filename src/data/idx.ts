@@ -3,10 +3,10 @@
 // gzipped (`.gz`, or any file starting with gzip's magic bytes). A malformed file is refused in one line naming the
 // file, the byte offset and what was expected there.
 
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
-import { DataError } from "./text-file.js";
+import { DataError, maxDataBytes, readDataFile } from "./text-file.js";
 
 /** One IDX file: its dimensions and its unsigned bytes. */
 export interface IdxArray {
@@ -26,18 +26,20 @@ export interface ImageSet {
   readonly source: string;
 }
 
+/** The bytes of an IDX file, gunzipped when gzipped: a regular file, inflated to at most `maxDataBytes()`. */
 function readBytes(path: string): Uint8Array {
-  let raw: Buffer;
-  try {
-    raw = readFileSync(path);
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    throw new DataError(`${path}: cannot read the file (${code ?? String(e)})`);
-  }
+  const raw = readDataFile(path, "IDX file");
   if (raw.length >= 2 && raw[0] === 0x1f && raw[1] === 0x8b) {
+    const limit = maxDataBytes();
     try {
-      return gunzipSync(raw);
+      return gunzipSync(raw, { maxOutputLength: limit });
     } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE") {
+        throw new DataError(
+          `${path}: the gzip data inflate to more than the ${limit} bytes a data file may have; raise the limit ` +
+            "with VPPS_MAX_DATA_BYTES (bytes) if the machine's memory allows",
+        );
+      }
       throw new DataError(`${path}: gzip data is damaged (${(e as Error).message}); download the file again`);
     }
   }

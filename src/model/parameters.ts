@@ -155,7 +155,7 @@ function checkValues(name: string, rows: number, cols: number): void {
  */
 export function checkModelSize(
   shapes: readonly ParameterShape[],
-  opts: { bytesPerValue: number; memoryBytes: number; advice: string },
+  opts: { bytesPerValue: number; memoryBytes: number; memorySource?: string; advice: string },
 ): void {
   let values = 0;
   for (const p of shapes) {
@@ -172,7 +172,7 @@ export function checkModelSize(
     throw new ModelSizeError(
       `the model is too large for this machine: its ${values.toLocaleString("en-US")} parameter values need ${gb(bytes)} ` +
         `(${opts.bytesPerValue} bytes each for values, gradients and optimiser state), more than its ` +
-        `${gb(opts.memoryBytes)} of memory; ${opts.advice}`,
+        `${gb(opts.memoryBytes)} of memory${opts.memorySource ? ` (${opts.memorySource})` : ""}; ${opts.advice}`,
     );
   }
 }

@@ -1,4 +1,5 @@
-import { readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
 import { UserError } from "../util/errors.js";
 import { fsErrorReason, writeFileAtomic } from "../util/files.js";
 import { cut } from "../util/text.js";
@@ -7,7 +8,29 @@ import type { ParameterCollection } from "./parameters.js";
 /*
  * safetensors: an 8-byte little-endian header length, a JSON header
  * { name: { dtype: "F32", shape, data_offsets: [begin, end] }, "__metadata__": {...} }, then the raw data.
+ *
+ * Integrity: vpps records a SHA-256 of every tensor's bytes, and one of the rest of the metadata, in the metadata
+ * key `checksums` ({ "<tensor>": hex, "__metadata__": hex }); `readSafetensors` recomputes them and refuses a file
+ * whose bytes changed after it was written (a flipped bit, a partial copy), naming the tensor. A file without the
+ * key (written by an older vpps or another tool) is read with its values checked only for being finite, and says
+ * so (`checksummed: false`).
  */
+
+/** The metadata key holding the checksums. */
+export const CHECKSUMS_KEY = "checksums";
+const METADATA_ENTRY = "__metadata__";
+
+function sha256(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** The checksum of the metadata other than the checksums themselves, over its keys in sorted order. */
+function metadataChecksum(metadata: Readonly<Record<string, string>>): string {
+  const keys = Object.keys(metadata)
+    .filter((k) => k !== CHECKSUMS_KEY)
+    .sort();
+  return sha256(Buffer.from(JSON.stringify(keys.map((k) => [k, metadata[k]])), "utf8"));
+}
 
 /** A checkpoint file that cannot be used (unreadable, truncated, malformed, the wrong shapes, NaN or ∞ values). */
 export class CheckpointError extends UserError {
@@ -48,10 +71,14 @@ export function writeSafetensors(
   tensors: Iterable<readonly [string, Tensor]>,
   metadata: Record<string, string> = {},
 ): void {
-  const header: Record<string, TensorEntry | Record<string, string>> = { __metadata__: metadata };
   const list = [...tensors];
+  const checksums: Record<string, string> = { [METADATA_ENTRY]: metadataChecksum(metadata) };
+  const header: Record<string, TensorEntry | Record<string, string>> = {
+    __metadata__: { ...metadata, [CHECKSUMS_KEY]: "" },
+  };
   let offset = 0;
   for (const [name, t] of list) {
+    if (name === METADATA_ENTRY) throw new CheckpointError(`${path}: a tensor cannot be named '${METADATA_ENTRY}'`);
     const bad = firstNonFinite(t.data);
     if (bad) {
       throw new CheckpointError(
@@ -60,8 +87,10 @@ export function writeSafetensors(
     }
     const bytes = t.data.length * 4;
     header[name] = { dtype: "F32", shape: [...t.shape], data_offsets: [offset, offset + bytes] };
+    checksums[name] = sha256(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength));
     offset += bytes;
   }
+  (header.__metadata__ as Record<string, string>)[CHECKSUMS_KEY] = JSON.stringify(checksums);
   let json = JSON.stringify(header);
   // pad the header with spaces so the data starts 8-byte aligned, as the format recommends
   json += " ".repeat((8 - ((8 + Buffer.byteLength(json)) % 8)) % 8);
@@ -77,16 +106,33 @@ export function writeSafetensors(
   writeFileAtomic(path, out);
 }
 
+/** What `readSafetensors` returns. */
+export interface SafetensorsFile {
+  tensors: Map<string, Tensor>;
+  /** The metadata, without the checksums. */
+  metadata: Record<string, string>;
+  /** Whether the file carried checksums (and they matched); false for a file of an older vpps or another tool. */
+  checksummed: boolean;
+}
+
+const DAMAGED =
+  "the file changed after vpps wrote it (a flipped bit, a partial copy); restore it from a copy or use an " +
+  "earlier checkpoint, or start the run afresh (--out with --force)";
+
 /**
- * Every tensor and the metadata of a safetensors file, checked: a readable file, a header that fits and parses,
- * F32 tensors whose offsets fit their shapes and the file, and finite values. Throws CheckpointError naming the
- * file and the tensor.
+ * Every tensor and the metadata of a safetensors file, checked: a readable regular file, a header that fits and
+ * parses, F32 tensors whose offsets fit their shapes and the file, the checksums vpps recorded (when present), and
+ * finite values. Throws CheckpointError naming the file and the tensor.
  */
-export function readSafetensors(path: string): { tensors: Map<string, Tensor>; metadata: Record<string, string> } {
+export function readSafetensors(path: string): SafetensorsFile {
   let buf: Buffer;
   try {
+    if (!statSync(path).isFile()) {
+      throw new CheckpointError(`${path} is not a regular file (a directory, a pipe or a device); give a checkpoint`);
+    }
     buf = readFileSync(path);
   } catch (e) {
+    if (e instanceof CheckpointError) throw e;
     throw new CheckpointError(`${path} cannot be read (${fsErrorReason(e)})`);
   }
   if (buf.length < 8)
@@ -106,12 +152,24 @@ export function readSafetensors(path: string): { tensors: Map<string, Tensor>; m
   }
   const data = 8 + n;
   const tensors = new Map<string, Tensor>();
-  let metadata: Record<string, string> = {};
-  for (const [name, entry] of Object.entries(header as Record<string, unknown>)) {
-    if (name === "__metadata__") {
-      metadata = checkMetadata(path, entry);
-      continue;
+  const entries = header as Record<string, unknown>;
+  const metadata: Record<string, string> =
+    entries.__metadata__ === undefined ? {} : { ...checkMetadata(path, entries.__metadata__) };
+  const checksums = readChecksums(path, metadata);
+  delete metadata[CHECKSUMS_KEY];
+  if (checksums) {
+    const recorded = checksums[METADATA_ENTRY];
+    if (recorded !== metadataChecksum(metadata)) {
+      throw new CheckpointError(`${path}: the metadata do not match the checksum written with them; ${DAMAGED}`);
     }
+    for (const name of Object.keys(checksums)) {
+      if (name !== METADATA_ENTRY && !(name in entries)) {
+        throw new CheckpointError(`${path}: tensor '${cut(name)}' was written but is not in the file; ${DAMAGED}`);
+      }
+    }
+  }
+  for (const [name, entry] of Object.entries(entries)) {
+    if (name === "__metadata__") continue;
     const t = entry as Partial<TensorEntry> | null;
     if (t?.dtype !== "F32")
       throw new CheckpointError(`${path}: tensor '${name}' has dtype ${cut(String(t?.dtype))}; expected F32`);
@@ -129,8 +187,22 @@ export function readSafetensors(path: string): { tensors: Map<string, Tensor>; m
           `(${buf.length - data} data bytes)`,
       );
     }
+    const bytes = buf.subarray(data + b, data + e);
+    if (checksums) {
+      const recorded = checksums[name];
+      if (recorded === undefined) {
+        throw new CheckpointError(`${path}: tensor '${cut(name)}' has no checksum (it was added later); ${DAMAGED}`);
+      }
+      const now = sha256(bytes);
+      if (now !== recorded) {
+        throw new CheckpointError(
+          `${path}: tensor '${cut(name)}' does not match its checksum (sha256 ${recorded.slice(0, 12)}… written, ` +
+            `${now.slice(0, 12)}… read); ${DAMAGED}`,
+        );
+      }
+    }
     const values = new Float32Array(size);
-    new Uint8Array(values.buffer).set(buf.subarray(data + b, data + e));
+    new Uint8Array(values.buffer).set(bytes);
     const bad = firstNonFinite(values);
     if (bad) {
       throw new CheckpointError(
@@ -140,7 +212,29 @@ export function readSafetensors(path: string): { tensors: Map<string, Tensor>; m
     }
     tensors.set(name, { shape, data: values });
   }
-  return { tensors, metadata };
+  return { tensors, metadata, checksummed: checksums !== undefined };
+}
+
+/** The checksums recorded in `metadata`, or undefined when it has none; malformed ones are a CheckpointError. */
+function readChecksums(path: string, metadata: Record<string, string>): Record<string, string> | undefined {
+  const text = metadata[CHECKSUMS_KEY];
+  if (text === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (
+    typeof parsed !== "object" ||
+    parsed === null ||
+    Array.isArray(parsed) ||
+    !Object.values(parsed).every((v) => typeof v === "string" && /^[0-9a-f]{64}$/.test(v)) ||
+    !(METADATA_ENTRY in parsed)
+  ) {
+    throw new CheckpointError(`${path}: metadata '${CHECKSUMS_KEY}' is not a set of SHA-256 checksums; ${DAMAGED}`);
+  }
+  return parsed as Record<string, string>;
 }
 
 function checkMetadata(path: string, entry: unknown): Record<string, string> {

@@ -6,9 +6,12 @@
 //    order (so every rank gets bit-identical sums) and sends the result back; several may be outstanding (the main
 //    thread need not wait for one before asking for the next), and they finish in the order asked;
 //  - watches the connections: a peer that closes without saying goodbye ends this process within a moment, with one
-//    line naming the rank (rank 0 first tells the others why), because a main thread blocked in CUDA cannot.
+//    line naming the rank (rank 0 first tells the others why), because a main thread blocked in CUDA cannot;
+//  - watches the launcher (`--gpus N`, VPPS_LAUNCHER_PID): when it is gone (SIGKILL leaves it no chance to stop the
+//    ranks), this rank stops too, instead of training on as an orphan holding the run directory's lock;
+//  - when it stops the rank, removes the files the rank holds (the lock: `releaseOnDeath`), if they are still its.
 
-import { writeSync } from "node:fs";
+import { readFileSync, rmSync, writeSync } from "node:fs";
 import { connect, createServer, type Socket } from "node:net";
 import { type MessagePort, workerData } from "node:worker_threads";
 import {
@@ -83,9 +86,44 @@ function die(message: string): void {
   } catch {
     // stderr closed: the exit status still tells
   }
+  releaseFiles();
   setTimeout(() => process.kill(process.pid, "SIGTERM"), rank === 0 ? 100 : 0);
   setTimeout(() => process.kill(process.pid, "SIGKILL"), 3000).unref();
 }
+
+/** Removes the files of `releaseOnDeath` that this process still owns (a lock file holding its pid first). */
+function releaseFiles(): void {
+  for (const path of data.releaseOnDeath ?? []) {
+    try {
+      if (readFileSync(path, "utf8").split(/\s+/)[0] === String(process.pid)) rmSync(path, { force: true });
+    } catch {
+      // gone, or not readable: nothing of ours to remove
+    }
+  }
+}
+
+/**
+ * Watches the launcher: it started this process, so it is gone when this process's parent changes (re-parented to
+ * init or a subreaper) or no process has its pid. Polled every 200 ms on this thread's own event loop.
+ */
+function watchLauncher(pid: number): void {
+  const timer = setInterval(() => {
+    let alive = process.ppid === pid;
+    if (alive) {
+      try {
+        process.kill(pid, 0);
+      } catch (e) {
+        alive = (e as NodeJS.ErrnoException).code === "EPERM";
+      }
+    }
+    if (alive) return;
+    clearInterval(timer);
+    die(`the launcher (vpps train --gpus ${worldSize}, pid ${pid}) is gone: it was killed or exited`);
+  }, 200);
+  timer.unref();
+}
+
+if (data.launcherPid !== undefined) watchLauncher(data.launcherPid);
 
 function lost(peer: Peer, why: string): void {
   if (peer.bye || closing || dying) return;

@@ -15,6 +15,8 @@ export interface RankEnv {
   /** Rank 0's host and port, where the others connect. */
   masterAddr: string;
   masterPort: number;
+  /** The pid of vpps's own launcher (VPPS_LAUNCHER_PID), which the rank watches: it stops when the launcher is gone. */
+  launcherPid?: number;
 }
 
 /** The variables a rank reads (torchrun's names). */
@@ -52,7 +54,15 @@ export function rankEnvFrom(env: Readonly<Record<string, string | undefined>> = 
   const masterAddr = env.MASTER_ADDR?.trim() || "127.0.0.1";
   const masterPort = env.MASTER_PORT === undefined ? 29500 : integerVar(env, "MASTER_PORT", 1);
   if (masterPort > 65535) throw new RankEnvError(`MASTER_PORT must be a TCP port (1 … 65535); got ${masterPort}`);
-  return { rank, worldSize, localRank, masterAddr, masterPort };
+  const launcher = Number(env.VPPS_LAUNCHER_PID);
+  return {
+    rank,
+    worldSize,
+    localRank,
+    masterAddr,
+    masterPort,
+    ...(Number.isSafeInteger(launcher) && launcher > 1 ? { launcherPid: launcher } : {}),
+  };
 }
 
 /** The environment of rank `rank` of a job of `worldSize` processes on this host. */
@@ -64,6 +74,8 @@ export function rankEnvironment(rank: number, worldSize: number, masterPort: num
     LOCAL_WORLD_SIZE: String(worldSize),
     MASTER_ADDR: "127.0.0.1",
     MASTER_PORT: String(masterPort),
+    // the ranks watch the launcher, and stop when it is gone (killed: it cannot take them down itself)
+    VPPS_LAUNCHER_PID: String(process.pid),
   };
 }
 

@@ -32,6 +32,11 @@ export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 120_000;
 export interface ProcessGroupOptions {
   /** The rendezvous's limit (default: VPPS_RENDEZVOUS_TIMEOUT seconds, else 120 s). */
   timeoutMs?: number;
+  /**
+   * Files of this process (the run directory's lock) that the communication thread removes when it stops the rank
+   * (a peer or the launcher gone), since the main thread may be blocked where no JavaScript runs.
+   */
+  releaseOnDeath?: readonly string[];
 }
 
 /** The rendezvous limit from VPPS_RENDEZVOUS_TIMEOUT (seconds), or the default. */
@@ -95,6 +100,8 @@ export class ProcessGroup implements GradientReducer {
       masterAddr: env.masterAddr,
       masterPort: env.masterPort,
       timeoutMs,
+      ...(env.launcherPid !== undefined ? { launcherPid: env.launcherPid } : {}),
+      ...(options.releaseOnDeath ? { releaseOnDeath: [...options.releaseOnDeath] } : {}),
     };
     const { entry, tsx } = siblingModule(import.meta.url, "comm-worker");
     const worker = new Worker(BOOTSTRAP, {

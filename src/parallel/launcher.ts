@@ -27,6 +27,11 @@ export interface LaunchSpec {
   graceMs?: number;
   /** MASTER_PORT; default: a free port of this host. */
   masterPort?: number;
+  /**
+   * Called once every rank has ended, however (done, failed, the launcher interrupted), with the ranks' pids: to
+   * remove what a rank killed by a signal could not (the run directory's lock).
+   */
+  afterRanks?: (pids: readonly number[]) => void;
 }
 
 /** A TCP port nobody listens on now (the kernel's choice), for the ranks' rendezvous. */
@@ -119,6 +124,7 @@ export async function launchRanks(spec: LaunchSpec): Promise<void> {
     clearTimeout(killTimer);
     process.removeListener("SIGINT", onInt);
     process.removeListener("SIGTERM", onTerm);
+    spec.afterRanks?.(children.map((c) => c.pid).filter((p): p is number => p !== undefined));
   }
   if (failure) {
     const stopped = failure.stopped.length > 0 ? `; stopped rank(s) ${failure.stopped.join(", ")}` : "";

@@ -119,4 +119,8 @@ export interface CommWorkerConfig {
   masterPort: number;
   /** How long rank 0 waits for the others, and the others try to reach rank 0. */
   timeoutMs: number;
+  /** The launcher's pid (`--gpus N`): when it is gone (killed), this rank stops too. */
+  launcherPid?: number;
+  /** Files this process owns (the run directory's lock) to remove when the rank is stopped from its thread. */
+  releaseOnDeath?: string[];
 }

@@ -3,6 +3,13 @@
  * and v as tensors `adam.m/<parameter>`, `adam.v/<parameter>`; the step count in the metadata), and the run state
  * as of that epoch (the metadata's `run`: what state.json holds), so that a resumed Adam run equals an
  * uninterrupted one and a checkpoint alone can continue the run when state.json was lost.
+ *
+ * Integrity, checked on every read (resume, eval): the SHA-256 of every tensor (model/safetensors.ts: a changed bit
+ * is refused, naming the tensor); every weight and first moment finite and of magnitude below 2^64 (`MAX_MAGNITUDE`:
+ * beyond it its square, which Adam's second moment, the gradient norm and every dot product form, overflows float32
+ * — no trained weight is near it, so such a value is damage or divergence); and the run identity (run-state.ts:
+ * model, shape, optimiser, seed, data fingerprint) and epoch in its metadata equal to those of the run it is loaded
+ * into. A checkpoint of an older vpps, without checksums or identity, is accepted with a one-line notice.
  */
 import type { ParameterCollection } from "../model/parameters.js";
 import {
@@ -13,7 +20,25 @@ import {
   type Tensor,
 } from "../model/safetensors.js";
 import { AdamTrainer, type Trainer } from "../optim/trainers.js";
-import type { RunState } from "./run-state.js";
+import { identityDifferences, type RunIdentity, type RunState, runIdentity } from "./run-state.js";
+
+/**
+ * The largest magnitude (exclusive) of a weight or first moment in a checkpoint: 2^64 ≈ 1.8e19, the square root of
+ * float32's largest value, so that its square (Adam's second moment, the gradient norm, a dot product) stays finite.
+ */
+export const MAX_MAGNITUDE = 2 ** 64;
+
+/** The index and value of the first element of `data` that is not finite or of magnitude ≥ MAX_MAGNITUDE. */
+export function firstOutOfRange(data: Float32Array): { index: number; value: number } | null {
+  for (let k = 0; k < data.length; k++) {
+    const x = data[k]!;
+    if (!(x < MAX_MAGNITUDE && x > -MAX_MAGNITUDE)) return { index: k, value: x };
+  }
+  return null;
+}
+
+/** "beyond ±1.8e19 (2^64 …)": the rule, for messages. */
+export const RANGE_RULE = "beyond ±1.8e19 (2^64, where its square overflows float32)";
 
 const ADAM_M = "adam.m/";
 const ADAM_V = "adam.v/";
@@ -43,6 +68,7 @@ export function saveCheckpoint(
       epoch: String(epoch),
       optimizer: trainer.kind,
       updates: String(trainer.updates),
+      identity: JSON.stringify(runIdentity(run)),
       run: JSON.stringify(run),
     },
     extra,
@@ -58,11 +84,27 @@ export interface Checkpoint {
   readonly optimizer: { readonly kind: string; readonly updates: number } | undefined;
   /** The run state saved with it (unchecked JSON), or undefined in older checkpoints. */
   readonly run: unknown;
+  /** The run identity it was written with, or undefined in older checkpoints. */
+  readonly identity: RunIdentity | undefined;
+  /** The epoch it was written after, or undefined in older checkpoints. */
+  readonly epoch: number | undefined;
+  /** Whether its tensors carried checksums (verified); false for a checkpoint of an older vpps. */
+  readonly checksummed: boolean;
 }
 
 /** Reads and checks a checkpoint (CheckpointError naming the file and what is wrong). */
 export function readCheckpoint(path: string): Checkpoint {
-  const { tensors, metadata } = readSafetensors(path);
+  const { tensors, metadata, checksummed } = readSafetensors(path);
+  for (const [name, t] of tensors) {
+    if (name.startsWith(ADAM_V)) continue; // second moments are squares: finite and ≥ 0 (restoreCheckpoint)
+    const bad = firstOutOfRange(t.data);
+    if (bad) {
+      throw new CheckpointError(
+        `${path}: tensor '${name}' holds ${bad.value} at element ${bad.index}, ${RANGE_RULE}: the checkpoint is ` +
+          "corrupt or its run had diverged; use an earlier checkpoint, or start the run afresh (--out with --force)",
+      );
+    }
+  }
   let optimizer: Checkpoint["optimizer"];
   if (metadata.optimizer !== undefined) {
     const updates = Number(metadata.updates);
@@ -79,7 +121,64 @@ export function readCheckpoint(path: string): Checkpoint {
       throw new CheckpointError(`${path}: metadata 'run' is not valid JSON (${(e as Error).message})`);
     }
   }
-  return { path, tensors, metadata, optimizer, run };
+  let identity: RunIdentity | undefined;
+  if (metadata.identity !== undefined) {
+    try {
+      identity = JSON.parse(metadata.identity) as RunIdentity;
+    } catch (e) {
+      throw new CheckpointError(`${path}: metadata 'identity' is not valid JSON (${(e as Error).message})`);
+    }
+    const i = identity as Partial<RunIdentity> | null;
+    if (
+      typeof i !== "object" ||
+      i === null ||
+      typeof i.model !== "string" ||
+      typeof i.options !== "object" ||
+      i.options === null ||
+      typeof i.optimizer !== "string" ||
+      typeof i.seed !== "number"
+    ) {
+      throw new CheckpointError(`${path}: metadata 'identity' is not a run identity (model, options, optimizer, seed)`);
+    }
+  }
+  let epoch: number | undefined;
+  if (metadata.epoch !== undefined) {
+    epoch = Number(metadata.epoch);
+    if (!Number.isSafeInteger(epoch) || epoch < 1) {
+      throw new CheckpointError(`${path}: metadata 'epoch' must be an epoch ≥ 1; got '${metadata.epoch}'`);
+    }
+  }
+  return { path, tensors, metadata, optimizer, run, identity, epoch, checksummed };
+}
+
+/**
+ * Refuses checkpoint `ckpt` when it is not the one `state` (the run's state.json) names for `epoch`: another run's
+ * (its identity differs: one line naming every field that does) or another epoch's. Returns a one-line notice when
+ * it cannot be verified (an older vpps wrote it without checksums or identity), else null.
+ */
+export function checkCheckpointOf(ckpt: Checkpoint, state: RunState, epoch: number): string | null {
+  const missing: string[] = [];
+  if (ckpt.identity === undefined) missing.push("run identity");
+  else {
+    const diff = identityDifferences(ckpt.identity, runIdentity(state));
+    if (diff.length > 0) {
+      throw new CheckpointError(
+        `${ckpt.path} belongs to another run than the state.json beside it: ${diff.join("; ")}; put back this run's ` +
+          "checkpoint, or start a new run (--out with --force)",
+      );
+    }
+  }
+  if (ckpt.epoch !== undefined && ckpt.epoch !== epoch) {
+    throw new CheckpointError(
+      `${ckpt.path} holds epoch ${ckpt.epoch} of the run, but state.json names it as epoch ${epoch}; put back the ` +
+        "epoch's own checkpoint, or start a new run (--out with --force)",
+    );
+  }
+  if (!ckpt.checksummed) missing.push("checksums");
+  return missing.length === 0
+    ? null
+    : `${ckpt.path} has no ${missing.join(" and ")} (an older vpps wrote it): loaded with its values checked only ` +
+        "for being finite";
 }
 
 /**

@@ -19,10 +19,19 @@ import type { ProcessGroup } from "../parallel/index.js";
 import { rankShare } from "../parallel/index.js";
 import { UserError } from "../util/errors.js";
 import { writeFileAtomic } from "../util/files.js";
+import type { MemoryLimit } from "../util/memory-limit.js";
 import { deriveKey, RandomStream } from "../util/random.js";
-import { readCheckpoint, restoreCheckpoint, saveCheckpoint } from "./checkpoint.js";
+import {
+  checkCheckpointOf,
+  firstOutOfRange,
+  RANGE_RULE,
+  readCheckpoint,
+  restoreCheckpoint,
+  saveCheckpoint,
+} from "./checkpoint.js";
 import { type DivergencePlace, divergence, TrainingDivergedError } from "./errors.js";
 import { evaluate } from "./evaluate.js";
+import { checkRunMemory } from "./memory.js";
 import type { RunDir } from "./run-dir.js";
 import { bestDevAccuracy, type EpochResult, type RunSettings, type RunState } from "./run-state.js";
 
@@ -64,7 +73,13 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
    * Continue a run: load this checkpoint (weights, and the optimiser's state when it is of the same kind) and start
    * after `epochsDone` (earlier results are kept in the summary).
    */
-  resume?: { checkpoint: string; epochsDone: number; previous: readonly EpochResult[] };
+  resume?: {
+    checkpoint: string;
+    epochsDone: number;
+    previous: readonly EpochResult[];
+    /** The run's state (state.json): the checkpoint must be this run's, of epoch `epochsDone` (checkCheckpointOf). */
+    state?: RunState;
+  };
   /**
    * Which dev set `dev` is (a data directory, the synthetic task and its seed): recorded with every epoch, and the
    * best accuracy compares only epochs on the same one. Undefined: every epoch compares.
@@ -74,6 +89,12 @@ export interface TrainConfig<E, V, O extends ModelOptions, M extends TaskModel<E
   settings?: RunSettings;
   onProgress?: (p: TrainProgress) => void;
   onEpoch?: (e: EpochResult) => void;
+  /**
+   * Check the run's memory before training (train/memory.ts): what is in use, the gradients and optimiser state,
+   * and the activations of the largest batch (when `hostActivations`) against `limit`; refused in one line with the
+   * largest batch that fits. None: not checked.
+   */
+  memory?: { limit: MemoryLimit; hostActivations: boolean; sizeFlags: string; device?: MemoryLimit };
   /** Lines for the user: a stale lock taken over, leftover files removed, an optimiser state not continued. */
   onNote?: (line: string) => void;
   /**
@@ -144,8 +165,27 @@ export function train<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     clipThreshold: cfg.clipThreshold ?? 5,
   });
   if (cfg.resume) {
-    const line = restoreCheckpoint(readCheckpoint(cfg.resume.checkpoint), model.params, trainer);
+    const ckpt = readCheckpoint(cfg.resume.checkpoint);
+    if (cfg.resume.state !== undefined) {
+      const unverified = checkCheckpointOf(ckpt, cfg.resume.state, cfg.resume.epochsDone);
+      if (unverified !== null) note(unverified);
+    }
+    const line = restoreCheckpoint(ckpt, model.params, trainer);
     if (line !== null) note(line);
+  }
+  if (cfg.memory) {
+    const ranks = cfg.group?.worldSize ?? 1;
+    checkRunMemory({
+      model,
+      train: cfg.train,
+      batch: Math.ceil(cfg.batch / ranks),
+      extraBytesPerValue: cfg.optimizer === "adam" ? 12 : 4,
+      limit: cfg.memory.limit,
+      hostActivations: cfg.memory.hostActivations,
+      sharers: ranks,
+      sizeFlags: cfg.memory.sizeFlags,
+      ...(cfg.memory.device ? { device: cfg.memory.device } : {}),
+    });
   }
   const writer = (cfg.group?.rank ?? 0) === 0;
   const outDir = writer ? cfg.runDir?.path : undefined;
@@ -443,14 +483,19 @@ function checkInputs(cg: ComputationGraph, indices: readonly number[], at: Diver
 }
 
 /**
- * Refuses to checkpoint non-finite weights: an engine that updates inside its kernel (VPPS) applies an update
- * before its loss is seen, so a divergence can reach the weights there.
+ * Refuses to checkpoint weights that are not finite or are beyond ±2^64 (checkpoint.ts, MAX_MAGNITUDE: such a
+ * checkpoint could not be loaded again): an engine that updates inside its kernel (VPPS) applies an update before
+ * its loss is seen, so a divergence can reach the weights there.
  */
 function checkWeights(params: ParameterCollection, at: DivergencePlace): void {
   for (const p of params.all) {
-    const bad = firstNonFinite(p.value);
+    const bad = firstOutOfRange(p.value);
     if (bad) {
-      throw divergence(`parameter '${p.name}' holds ${bad.value} at element ${bad.index}; no checkpoint written`, at);
+      const why = Number.isFinite(bad.value) ? `, ${RANGE_RULE}` : "";
+      throw divergence(
+        `parameter '${p.name}' holds ${bad.value} at element ${bad.index}${why}; no checkpoint written`,
+        at,
+      );
     }
   }
 }

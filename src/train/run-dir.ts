@@ -6,6 +6,7 @@
 
 import {
   closeSync,
+  lstatSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -99,16 +100,30 @@ function prepareOutDir(dir: string, flag = "--out"): { path: string; created: st
       throw new RunDirError(`${flag} ${dir} cannot be created in ${dirname(d)} (${fsErrorReason(e)})`);
     }
   }
-  // the files a run writes must be writable as files: a directory in the place of state.json would stop the run
-  // only after its first epoch, at the rename
+  // the files a run writes must be writable as files: a directory (or a pipe, a device) in the place of state.json,
+  // a checkpoint or the lock would stop the run only after its first epoch, at the rename
+  let names: string[] = [];
   try {
-    if (statSync(join(path, "state.json")).isDirectory()) {
+    names = readdirSync(path);
+  } catch (e) {
+    removeCreated(created);
+    throw new RunDirError(`${flag} ${dir} cannot be listed (${fsErrorReason(e)})`);
+  }
+  for (const name of names) {
+    if (!(name === "state.json" || name === LOCK_FILE || CHECKPOINT.test(name) || isRunTemp(name))) continue;
+    let regular = true;
+    try {
+      regular = lstatSync(join(path, name)).isFile();
+    } catch {
+      // gone meanwhile
+    }
+    if (!regular) {
+      removeCreated(created);
       throw new RunDirError(
-        `${flag} ${dir}: ${join(path, "state.json")} is a directory; remove it (the run writes its state there)`,
+        `${flag} ${dir}: ${join(path, name)} is not a regular file (a directory or another kind); move it away or ` +
+          "choose another directory (vpps writes its own file under that name)",
       );
     }
-  } catch (e) {
-    if (e instanceof RunDirError) throw e;
   }
   return { path, created };
 }
@@ -183,7 +198,11 @@ class RunDirLock {
             ? `${flag} ${dir}: taking over the lock of process ${pid}, which is no longer running`
             : `${flag} ${dir}: taking over an unreadable lock file (left by an interrupted run)`,
         );
-        rmSync(path, { force: true });
+        try {
+          rmSync(path, { force: true });
+        } catch (e) {
+          throw new RunDirError(`${flag} ${dir}: the lock ${path} cannot be replaced (${fsErrorReason(e)})`);
+        }
         continue;
       }
       try {
@@ -227,6 +246,11 @@ function removeLeftoverTemps(dir: string): string[] {
   const removed: string[] = [];
   for (const name of readdirSync(dir)) {
     if (!isRunTemp(name)) continue;
+    try {
+      if (!lstatSync(join(dir, name)).isFile()) continue; // not what vpps writes: left alone
+    } catch {
+      continue;
+    }
     rmSync(join(dir, name), { force: true });
     removed.push(name);
   }

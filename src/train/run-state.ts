@@ -5,6 +5,8 @@
  * line's defaults. `checkRunState` refuses a malformed one naming the field, so that a corrupt file is reported as
  * such instead of training with a bogus rate or data path.
  */
+import { createHash } from "node:crypto";
+import { basename, relative } from "node:path";
 import { ENGINE_NAMES, ENGINE_OPTIONS } from "../engines/registry.js";
 import type { OptimizerName } from "../optim/trainers.js";
 
@@ -27,12 +29,106 @@ export interface EpochResult {
 }
 
 /**
+ * The data a run trained on, known by content: a SHA-256 of each file read (by its name relative to the data
+ * directory, so that the same data moved elsewhere have the same fingerprint) and one over all of them. The
+ * synthetic task's is its name and seed.
+ */
+export interface DataFingerprint {
+  /** `sha256:<hex>` over the files' names and checksums, or `synthetic seed <n>`. */
+  digest: string;
+  /** Each file read: its SHA-256, by name relative to the data directory. */
+  files: Record<string, string>;
+}
+
+/**
+ * The fingerprint of the data files `files` (path → SHA-256, as `recordDataReads` gives them) read from directory
+ * `dir`: by names relative to `dir`, so the same data moved elsewhere have the same one.
+ */
+export function dataFingerprint(dir: string, files: ReadonlyMap<string, string>): DataFingerprint {
+  const byName: Record<string, string> = {};
+  for (const [path, sum] of files) byName[(relative(dir, path) || basename(path)).split("\\").join("/")] = sum;
+  const names = Object.keys(byName).sort();
+  const hash = createHash("sha256");
+  for (const n of names) hash.update(`${n}\0${byName[n]}\n`);
+  const sorted: Record<string, string> = {};
+  for (const n of names) sorted[n] = byName[n]!;
+  return { digest: `sha256:${hash.digest("hex")}`, files: sorted };
+}
+
+/** The fingerprint of the synthetic task generated with `seed`. */
+export function syntheticFingerprint(seed: number): DataFingerprint {
+  return { digest: `synthetic seed ${seed}`, files: {} };
+}
+
+/**
+ * What a run is, as far as a checkpoint must match it: the model and its shape, the optimiser, the seed, and the
+ * data by content. Recorded in state.json and in every checkpoint's metadata (`identity`); a checkpoint whose
+ * identity differs from the run's state (one copied from another run) is refused on resume and eval.
+ */
+export interface RunIdentity {
+  model: string;
+  options: Record<string, unknown>;
+  optimizer: string;
+  seed: number;
+  /** Null in runs saved before the data's fingerprint was recorded. */
+  data: DataFingerprint | null;
+}
+
+/** The identity of the run `state` records (its model, shape, optimiser, seed and data fingerprint). */
+export function runIdentity(state: RunState): RunIdentity {
+  return {
+    model: state.model,
+    options: state.options,
+    optimizer: state.training.optimizer,
+    seed: state.training.seed,
+    data: state.training.dataFingerprint ?? null,
+  };
+}
+
+/**
+ * The fields in which identity `a` (a checkpoint's) differs from `b` (the run's), each as "its seed is 2, the
+ * run's 1"; empty when they are the same run. A data fingerprint missing on either side is not compared.
+ */
+export function identityDifferences(a: RunIdentity, b: RunIdentity): string[] {
+  const out: string[] = [];
+  const show = (x: unknown) => JSON.stringify(x);
+  if (a.model !== b.model) out.push(`its model is '${a.model}', the run's '${b.model}'`);
+  const keys = [...new Set([...Object.keys(a.options), ...Object.keys(b.options)])].sort();
+  for (const k of keys) {
+    if (show(a.options[k]) !== show(b.options[k])) {
+      out.push(`its ${k} is ${show(a.options[k])?.slice(0, 40)}, the run's ${show(b.options[k])?.slice(0, 40)}`);
+    }
+  }
+  if (a.optimizer !== b.optimizer) out.push(`its optimiser is ${a.optimizer}, the run's ${b.optimizer}`);
+  if (a.seed !== b.seed) out.push(`its seed is ${a.seed}, the run's ${b.seed}`);
+  if (a.data !== null && b.data !== null && a.data.digest !== b.data.digest) {
+    out.push(`it was trained on other data (${dataDifference(a.data, b.data)})`);
+  }
+  return out;
+}
+
+/** How data fingerprint `now` differs from `was`: the files that changed, appeared or went, or the digests. */
+export function dataDifference(now: DataFingerprint, was: DataFingerprint): string {
+  const parts: string[] = [];
+  for (const [name, sum] of Object.entries(now.files)) {
+    const old = was.files[name];
+    if (old === undefined) parts.push(`${name} is new`);
+    else if (old !== sum) parts.push(`${name} differs`);
+  }
+  for (const name of Object.keys(was.files)) if (!(name in now.files)) parts.push(`${name} is gone`);
+  if (parts.length === 0) parts.push(`${now.digest.slice(0, 19)} now, ${was.digest.slice(0, 19)} recorded`);
+  return parts.join(", ");
+}
+
+/**
  * The settings of a run that the training loop does not use itself but records for `--resume` (the command line's
  * data and engine); each is optional, absent in runs saved before it was recorded.
  */
 export interface RunSettings {
   /** The data directory (absolute), or null for the synthetic task. */
   data?: string | null;
+  /** The data's content (DataFingerprint); absent in runs saved before it was recorded. */
+  dataFingerprint?: DataFingerprint;
   /** The seed the synthetic task was generated with (the run's first seed; a later `--seed` does not change it). */
   dataSeed?: number;
   /** `--max-sentences`, or null for all. */
@@ -127,6 +223,17 @@ export function checkRunState(raw: unknown): RunState {
   oneOf("batching", ENGINE_OPTIONS.find((o) => o.key === "batching")?.choices ?? []);
   oneOf("shuffle", ["examples", "batches"]);
   string("device");
+  if (t.dataFingerprint !== undefined) {
+    const f = t.dataFingerprint;
+    if (
+      !isObject(f) ||
+      typeof f.digest !== "string" ||
+      !isObject(f.files) ||
+      !Object.values(f.files).every((v) => typeof v === "string")
+    ) {
+      fail("training.dataFingerprint", "{ digest, files }", f);
+    }
+  }
   if (t.modelOptions !== undefined) {
     if (!isObject(t.modelOptions)) fail("training.modelOptions", "an object", t.modelOptions);
     for (const [k, v] of Object.entries(t.modelOptions as object)) {

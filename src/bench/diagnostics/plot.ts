@@ -4,9 +4,10 @@
  * when present, else batching.json and vpps.json (two earlier runs, Tree-LSTM only), and writes
  * bench/results/<device>/<model>.svg (and prints a side-by-side table).
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { renderLogLogPlot, type Series } from "../../report/svg-plot.js";
+import { fsErrorReason } from "../../util/files.js";
 import { resultsDir } from "../device.js";
 import { BenchError } from "../errors.js";
 import type { BenchModel } from "../model.js";
@@ -41,11 +42,46 @@ function seriesFromSeparateRuns(batching: Result | null, vpps: Result | null): S
   return [...series.entries()].map(([name, points]) => ({ name, points }));
 }
 
+/**
+ * A results file, checked: a readable regular file of JSON, an object with `rows`, each row with a positive batch
+ * and a finite sentences/s. Anything else is a BenchError naming the file and the first bad field.
+ */
+export function readResult(path: string): Result {
+  let raw: unknown;
+  try {
+    if (!statSync(path).isFile()) throw new BenchError(`results file ${path} is not a regular file; move it away`);
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    if (e instanceof BenchError) throw e;
+    const why =
+      e instanceof SyntaxError
+        ? `is not valid JSON (${e.message.slice(0, 80)})`
+        : `cannot be read (${fsErrorReason(e)})`;
+    throw new BenchError(`results file ${path} ${why}; rerun the benchmark that writes it, or restore it from git`);
+  }
+  const bad = (what: string): never => {
+    throw new BenchError(`results file ${path}: ${what}; rerun the benchmark that writes it, or restore it from git`);
+  };
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) return bad("expected a JSON object");
+  const r = raw as Partial<Result>;
+  if (!Array.isArray(r.rows)) return bad("expected a list 'rows'");
+  r.rows.forEach((row: unknown, i) => {
+    const o = row as Partial<Row> | null;
+    if (typeof o !== "object" || o === null) bad(`rows[${i}] is not an object`);
+    else if (!(typeof o.batch === "number" && o.batch > 0)) bad(`rows[${i}].batch must be a positive number`);
+    else if (!(typeof o.sentencesPerSecond === "number" && Number.isFinite(o.sentencesPerSecond))) {
+      bad(`rows[${i}].sentencesPerSecond must be a number`);
+    }
+  });
+  if (r.device !== undefined && typeof r.device !== "string") bad("'device' must be a string");
+  return raw as Result;
+}
+
 export function runPlot(model: BenchModel<unknown>, o: { device: string; dir?: string }): number {
   const dir = o.dir ?? resultsDir(o.device);
   const read = (name: string): Result | null => {
     const p = join(dir, name);
-    return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as Result) : null;
+    return existsSync(p) ? readResult(p) : null;
   };
   const main = read(`${model.name}.json`);
   const hidden = main?.models?.[0]?.hidden ?? model.sizes[0]!.hidden;
