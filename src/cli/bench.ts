@@ -64,7 +64,8 @@ function addThroughputCommands(bench: Command): void {
         .addOption(
           new Option(
             "--hidden <list>",
-            `hidden sizes, the first every engine, the others the agenda engine with cuBLAS and VPPS at batch 1, 8, 128 (default: ${sizes})`,
+            `hidden sizes, the first every engine, the others the agenda engine with cuBLAS and VPPS at batch 1, 8, 128, ` +
+              `or the engines and batch sizes given by --engines and --batches (default: ${sizes})`,
           ).argParser((v) => {
             // the order matters (the first is the main size): not sorted
             const xs = v.split(",").map((x) => x.trim());
