@@ -52,9 +52,10 @@ function addThroughputCommands(bench: Command): void {
         )
         .addOption(new Option("--data <path>", model.dataHelp).argParser(existingPath("--data")))
         .addOption(
-          new Option("--engines <list>", `comma-separated, of: ${ids.join(", ")} (default: all)`).argParser(
-            choiceList("--engines", ids),
-          ),
+          new Option(
+            "--engines <list>",
+            `comma-separated, of: ${ids.join(", ")} (default: all but vpps-offchip, every matrix off chip)`,
+          ).argParser(choiceList("--engines", ids)),
         )
         .addOption(
           new Option("--batches <list>", "batch sizes (default: 1,8,32,128; --quick: 1,8,128)").argParser(
