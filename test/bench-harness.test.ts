@@ -8,6 +8,7 @@ import { cpuSlug, deviceSlug } from "../src/bench/device.js";
 import { runPlot } from "../src/bench/diagnostics/plot.js";
 import { checkFirstLoss } from "../src/bench/first-loss.js";
 import { benchModel } from "../src/bench/models/index.js";
+import { configsOf } from "../src/bench/throughput/config.js";
 import { engineSpecs } from "../src/bench/throughput/engines.js";
 import { runThroughput } from "../src/bench/throughput/suite.js";
 import { CpuEngine } from "../src/engines/cpu.js";
@@ -215,6 +216,34 @@ describe("vpps bench treelstm on the CPU", () => {
     assert.deepEqual(
       json.rows.map((r: { engine: string }) => r.engine),
       ["cpu"],
+    );
+  });
+});
+
+describe("vpps bench treelstm: the large Tree-LSTMs, VPPS with every matrix off chip", () => {
+  test("--hidden 1024,1536 --batches 1,8,32 --engines …: the named engines at every size and batch; vpps-offchip opt-in", () => {
+    const specs = engineSpecs(treeLstmBench);
+    const offChip = specs.find((s) => s.id === "vpps-offchip");
+    assert.ok(offChip && offChip.kind === "vpps" && offChip.offChip === "all" && offChip.variant === "fused");
+    const engines = ["autobatch-agenda", "autobatch-agenda-cublas", "vpps-fused", "vpps-offchip"];
+    const base = { command: "test", quick: false };
+    const configs = configsOf(treeLstmBench, { ...base, hidden: [1024, 1536], batches: [1, 8, 32], engines }, specs);
+    assert.deepEqual(
+      configs.map((c) => [c.hidden, c.embed, c.batches, c.engines.map((e) => e.id)]),
+      [
+        [1024, 1024, [1, 8, 32], engines],
+        [1536, 256, [1, 8, 32], engines],
+      ],
+    );
+    // by default the suite is unchanged: vpps-offchip does not run, the other sizes run the sweep's engines
+    const defaults = configsOf(treeLstmBench, base, specs);
+    assert.ok(defaults.every((c) => c.engines.every((e) => e.id !== "vpps-offchip")));
+    assert.deepEqual(
+      defaults.slice(1).map((c) => [c.hidden, c.batches, c.engines.map((e) => e.id)]),
+      [
+        [128, [1, 8, 128], ["autobatch-agenda-cublas", "vpps-fused"]],
+        [512, [1, 8, 128], ["autobatch-agenda-cublas", "vpps-fused"]],
+      ],
     );
   });
 });

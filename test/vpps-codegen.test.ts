@@ -210,26 +210,21 @@ describe("VPPS weight distribution (plan)", () => {
     assert.equal(planVpps(treeLstm(512, 256), H100_SXM).ctasPerSm, 1);
     const forced = planVpps(treeLstm(128, 128), H100_SXM, { gradients: "gemm" });
     assert.equal(forced.gradientRegs, 0);
-    assert.throws(
-      () => planVpps(treeLstm(512, 256), H100_SXM, { ctasPerSm: 2, gradients: "registers" }),
-      /does not fit/,
-    );
+    // at 2 CTAs/SM with every gradient in registers the largest matrices stay off chip instead of a refusal
+    const two = planVpps(treeLstm(512, 256), H100_SXM, { ctasPerSm: 2, gradients: "registers" });
+    assert.ok(two.offChip.length > 0);
+    assert.ok(two.weightRegs + two.gradientRegs <= two.budget.forParameters);
   });
 
-  test("refuses an oversized model with the budget, the need and the matrices that could stay off chip", () => {
-    assert.throws(
-      () => planVpps(treeLstm(2048, 1024), H100_SXM),
-      (e: Error) => {
-        assert.match(e.message, /does not fit in the registers of NVIDIA H100 SXM/);
-        assert.match(e.message, /budget is 183 \(255 per thread minus 72 reserved for the interpreter\)/);
-        assert.match(e.message, /needs 1216 registers per thread for weights alone/);
-        assert.equal(e.message.split("\n").length, 1, "one line");
-        const list = e.message.split("largest first: ")[1]!;
-        assert.ok(list.indexOf("U_iou [6144x4096]") < list.indexOf("W_iou [6144x1024]"), list);
-        assert.match(e.message, /keeping the first 3 of these off chip would let the rest fit/);
-        return true;
-      },
-    );
+  test("an oversized model is planned with its largest matrices off chip, the rest in registers", () => {
+    const plan = planVpps(treeLstm(2048, 1024), H100_SXM);
+    const off = plan.matrices.filter((m) => m.placement === "off-chip").map((m) => m.name);
+    assert.ok(off.includes("U_iou"), off.join());
+    assert.ok(off.length < plan.matrices.length, "something stays in registers");
+    assert.ok(plan.weightRegs + plan.gradientRegs <= plan.budget.forParameters);
+    for (const m of plan.matrices) {
+      if (m.placement === "off-chip") assert.match(m.placementReason, /^off chip: needed for the rest to fit/);
+    }
   });
 
   test("rejects bad input naming the field", () => {
@@ -282,7 +277,8 @@ describe("VPPS weight distribution (plan)", () => {
     assert.match(text, /255 limit - 72 interpreter = 183 for parameters; used 88 weights \+ 88 gradients = 176/);
     assert.match(text, /valid rows per warp for 1 CTA\(s\)\/SM: 1$/m);
     for (const name of ["W_iou", "U_iou", "U_f1", "U_f2", "W_out"]) assert.match(text, new RegExp(`^${name}\\s`, "m"));
-    assert.match(text, /^U_iou\s+1536x1024\s+32\s+192\s+0-131\s/m);
+    assert.match(text, /^U_iou\s+1536x1024\s+registers\s+32\s+192\s+0-131\s/m);
+    assert.match(text, /^ {2}U_iou: registers: fits$/m);
     assert.match(text, /^3\s+8\s+8\s+W_iou$/m);
   });
 });

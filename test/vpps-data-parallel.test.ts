@@ -159,6 +159,13 @@ const configs: { name: string; plan: PlanOptions; clip: number; adam: boolean }[
     clip: 1,
     adam: true,
   },
+  {
+    name: "SGD, clipping, U_iou and W_out off chip",
+    plan: { ctasPerSm: 1, rowsPerWarp: 1, offChip: ["U_iou", "W_out"] },
+    clip: 1,
+    adam: false,
+  },
+  { name: "Adam, clipping, every matrix off chip", plan: { rowsPerWarp: 1, offChip: "all" }, clip: 1, adam: true },
 ];
 
 describe("VPPS gradient-export mode (data-parallel) on the emulator", () => {

@@ -11,7 +11,7 @@
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import type { DeviceProperties } from "../cuda/index.js";
 import { CpuEngine } from "../engines/cpu.js";
-import { enumeratePlans, planVpps, type VariantInfo, Vpps } from "../engines/vpps/index.js";
+import { enumeratePlans, planVpps, type VariantInfo, Vpps, VppsPlanError } from "../engines/vpps/index.js";
 import { ComputationGraph } from "../graph/graph.js";
 import { onChipMatrices } from "../model/parameters.js";
 import type { BenchNet } from "./model.js";
@@ -60,8 +60,8 @@ export interface VppsRow {
 export function vppsPlannerRefusal(net: BenchNet<unknown>, props: DeviceProperties): string | null {
   const matrices = onChipMatrices(net.params);
   const device = deviceModelOfCuda(props);
-  if (enumeratePlans(matrices, device, "auto").length > 0) return null;
   try {
+    if (enumeratePlans(matrices, device, "auto").length > 0) return null;
     planVpps(matrices, device, { gradients: "auto" });
     return null;
   } catch (e) {
@@ -69,9 +69,9 @@ export function vppsPlannerRefusal(net: BenchNet<unknown>, props: DeviceProperti
   }
 }
 
-/** Whether an error from Vpps.create is the planner's refusal (the model does not fit), not a failure. */
+/** Whether an error from Vpps.create is the planner's refusal (a plan that cannot be made), not a failure. */
 export function isPlannerRefusal(e: unknown): boolean {
-  return e instanceof Error && /^(VPPS: the model does not fit|planVpps:)/.test(e.message);
+  return e instanceof VppsPlanError || (e instanceof Error && /^planVpps:/.test(e.message));
 }
 
 /** What compiling cost: every variant's info on the first create and on the second (cached), and both creates' ms. */
@@ -88,6 +88,8 @@ export interface VppsCreateOptions {
   log: (line: string) => void;
   /** Called while the first (JIT) instance is still alive, just before it is disposed (memory samples). */
   afterFirstCreate?: () => void;
+  /** Matrices forced off chip (the Vpps option `variants.offChip`). */
+  offChip?: readonly string[] | "all";
 }
 
 /**
@@ -99,7 +101,10 @@ export async function createVppsWithJit<N extends BenchNet<unknown>>(
   opts: VppsCreateOptions,
 ): Promise<{ vpps: Vpps; net: N; jit: VppsJit }> {
   const { cacheDir, log } = opts;
-  const workerOption = opts.workers === undefined ? {} : { host: { scheduleWorkers: opts.workers } };
+  const workerOption = {
+    ...(opts.workers === undefined ? {} : { host: { scheduleWorkers: opts.workers } }),
+    ...(opts.offChip === undefined ? {} : { variants: { offChip: opts.offChip } }),
+  };
   // JIT: the first create compiles every variant; a second one reads them from the cache. The kernels carry a
   // per-run name: NVRTC keeps its own cache of programs it has compiled (by preprocessed text), which would
   // otherwise serve a "first" compile of kernels an earlier run already built in a few ms instead of seconds.

@@ -52,9 +52,10 @@ function addThroughputCommands(bench: Command): void {
         )
         .addOption(new Option("--data <path>", model.dataHelp).argParser(existingPath("--data")))
         .addOption(
-          new Option("--engines <list>", `comma-separated, of: ${ids.join(", ")} (default: all)`).argParser(
-            choiceList("--engines", ids),
-          ),
+          new Option(
+            "--engines <list>",
+            `comma-separated, of: ${ids.join(", ")} (default: all but vpps-offchip, every matrix off chip)`,
+          ).argParser(choiceList("--engines", ids)),
         )
         .addOption(
           new Option("--batches <list>", "batch sizes (default: 1,8,32,128; --quick: 1,8,128)").argParser(
@@ -64,7 +65,8 @@ function addThroughputCommands(bench: Command): void {
         .addOption(
           new Option(
             "--hidden <list>",
-            `hidden sizes, the first every engine, the others the agenda engine with cuBLAS and VPPS at batch 1, 8, 128 (default: ${sizes})`,
+            `hidden sizes, the first every engine, the others the agenda engine with cuBLAS and VPPS at batch 1, 8, 128, ` +
+              `or the engines and batch sizes given by --engines and --batches (default: ${sizes})`,
           ).argParser((v) => {
             // the order matters (the first is the main size): not sorted
             const xs = v.split(",").map((x) => x.trim());

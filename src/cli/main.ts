@@ -10,7 +10,7 @@ import { addBenchCommand } from "./bench.js";
 import { addEngineOptions, addModelOptions } from "./commands.js";
 import type { EvalCommandOptions } from "./eval.js";
 import { invocation } from "./invocation.js";
-import { integer, nonNegativeNumber, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
+import { integer, nonNegativeNumber, offChipList, oneOf, pathName, positiveInt, positiveNumber } from "./options.js";
 import { isClosedPipe, OUTPUT_CLOSED_STATUS, OutputClosed, writeOut } from "./output.js";
 import type { PlanCommandOptions } from "./plan.js";
 import { addRnnCommands } from "./rnn.js";
@@ -117,8 +117,18 @@ function addTrainCommand(train: Command, task: AnyTask): void {
       1,
     )
     .option("--explain", "with --engine eager --streams auto: print GLP4NN's choice of streams and why", false)
+    .addOption(offChipOption())
     .option("--json", "print the final summary as one JSON object on stdout", false)
     .action((opts: TrainCommandOptions, cmd: Command) => runTrain(task, opts, (key) => cmd.getOptionValueSource(key)));
+}
+
+/** `--off-chip` of `vpps plan` and `vpps train --engine vpps`: the Vpps option `variants.offChip`. */
+function offChipOption(): Option {
+  return new Option(
+    "--off-chip <names>",
+    "vpps: weight matrices kept in global memory (products as tiles), comma-separated names or all; the planner " +
+      "adds the fewest that must (default: only those; `vpps plan <model>` lists them)",
+  ).argParser(offChipList("--off-chip"));
 }
 
 function addEvalCommand(evaluate: Command, task: AnyTask): void {
@@ -166,6 +176,7 @@ function addPlanCommand(plan: Command, task: AnyTask): void {
         .default("auto"),
     )
     .option("--transposed", "add transposed copies where registers allow (the Vpps option `transposed`)", false)
+    .addOption(offChipOption())
     .option("--json", "print the plan as JSON", false)
     .action(async (opts: PlanCommandOptions) => {
       const { runPlan } = await import("./plan.js");

@@ -106,3 +106,16 @@ export function deviceSpec(name: string): (v: string) => string {
     return v;
   };
 }
+
+/**
+ * `--off-chip <names|all>`: VPPS matrices kept in global memory whatever the registers hold ("all", or
+ * comma-separated weight matrix names; a name the model has not is refused by the planner, which lists them).
+ */
+export function offChipList(name: string): (v: string) => readonly string[] | "all" {
+  return (v) => {
+    if (v.trim() === "all") return "all";
+    const names = v.split(",").map((x) => x.trim());
+    if (names.some((x) => x === "")) refuse(name, "all or comma-separated matrix names", v);
+    return [...new Set(names)];
+  };
+}

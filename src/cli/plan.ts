@@ -14,6 +14,8 @@ export interface PlanCommandOptions {
   rpw?: number;
   gradients: "auto" | "registers" | "gemm";
   transposed: boolean;
+  /** Matrices forced off chip: "all", or names (`--off-chip U_iou,U_f1`). */
+  offChip?: readonly string[] | "all";
   json: boolean;
   [modelOption: string]: unknown;
 }
@@ -46,6 +48,7 @@ export function runPlan(task: AnyTask, opts: PlanCommandOptions): void {
     ...(opts.rpw ? { rowsPerWarp: opts.rpw } : {}),
     gradients: opts.gradients,
     transposed: opts.transposed,
+    ...(opts.offChip !== undefined ? { offChip: opts.offChip } : {}),
   });
   if (opts.json) {
     writeOut(`${JSON.stringify(plan)}\n`);

@@ -47,6 +47,11 @@ export interface TrainCommandOptions {
   streams?: string;
   /** Print GLP4NN's choice of streams and why (with --streams auto). */
   explain?: boolean;
+  /**
+   * VPPS: matrices forced off chip (`--off-chip`). Like the stream pool, this invocation's and not the run's: it
+   * changes where weights live and the order of fp32 sums, not what is computed.
+   */
+  offChip?: readonly string[] | "all";
   [modelOption: string]: unknown;
 }
 

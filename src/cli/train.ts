@@ -34,6 +34,9 @@ export function runTrain(
   if (opts.explain && (opts.streams ?? "1") !== "auto") {
     throw new CliError("--explain prints GLP4NN's choice of streams: give it with --engine eager --streams auto");
   }
+  if (opts.offChip !== undefined && opts.engine !== "vpps" && opts.resume === undefined) {
+    throw new CliError(`--off-chip places VPPS's weight matrices: give it with --engine vpps (not ${opts.engine})`);
+  }
   if (opts.data !== undefined && opts.data.trim() === "") {
     throw new CliError("--data is empty; give a data directory, or leave --data out for the synthetic task");
   }
@@ -131,6 +134,7 @@ export function runTrain(
           device,
           // the stream pool changes no result (bit for bit), so it is this invocation's, not the run's
           ...(s.engine === "eager" && opts.streams !== undefined ? { streams: opts.streams } : {}),
+          ...(s.engine === "vpps" && opts.offChip !== undefined ? { offChip: opts.offChip } : {}),
           ...(opts.explain ? { explain: (text: string) => note(text) } : {}),
         }),
       ...(group ? { group } : {}),

@@ -25,6 +25,8 @@ export interface CreateEngineOptions {
   streams?: string;
   /** With `streams` "auto": where the analyser's choice and its reasons go (`--explain`). */
   explain?: (text: string) => void;
+  /** VPPS: weight matrices kept off chip (the Vpps option `variants.offChip`; `--off-chip`). */
+  offChip?: readonly string[] | "all";
 }
 
 /** `--streams`: "auto" or a whole number 1 … MAX_EAGER_STREAMS; a RangeError of one line otherwise. */
@@ -156,7 +158,12 @@ const ENGINE_TABLE = [
       createGpuEngine(
         "vpps",
         opts.device ?? "auto",
-        () => new VppsEngine(params, { device: opts.device ?? "auto", name: "model" }),
+        () =>
+          new VppsEngine(params, {
+            device: opts.device ?? "auto",
+            name: "model",
+            ...(opts.offChip !== undefined ? { variants: { offChip: opts.offChip } } : {}),
+          }),
       ),
   },
 ] as const satisfies readonly EngineEntry[];

@@ -87,11 +87,18 @@ export interface EngineRun {
   weightFloats: number | null;
 }
 
+/**
+ * One configuration per hidden size. By default the first size runs every engine at every batch size and the others
+ * the sweep's engines at the sweep's batch sizes; engines named by `engines` run at every size, and batch sizes
+ * given by `batches` are used at every size (`--hidden 1024,1536 --batches 1,8,32 --engines …` compares the same
+ * engines at the same points on both sizes).
+ */
 export function configsOf(model: BenchModel<unknown>, o: ThroughputOptions, specs: readonly EngineSpec[]): Config[] {
-  const picked = o.engines === undefined ? specs : specs.filter((s) => o.engines!.includes(s.id));
-  const sweep = sweepEngineIds(model);
+  const picked =
+    o.engines === undefined ? specs.filter((s) => !s.optIn) : specs.filter((s) => o.engines!.includes(s.id));
+  const sweep = o.engines === undefined ? sweepEngineIds(model) : picked.map((s) => s.id);
   const batches = [...(o.batches ?? (o.quick ? QUICK_BATCHES : DEFAULT_BATCHES))];
-  const sweepBatches = SWEEP_BATCHES.filter((b) => batches.includes(b));
+  const sweepBatches = o.batches === undefined ? SWEEP_BATCHES.filter((b) => batches.includes(b)) : batches;
   const hidden = o.hidden ?? model.sizes.map((s) => s.hidden);
   const out: Config[] = [];
   hidden.forEach((h, i) => {

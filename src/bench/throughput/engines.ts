@@ -19,6 +19,10 @@ export interface EngineSpec {
   variant: string;
   /** Opens a baseline engine; the engine named `id` when absent (a test plants a wrong engine through this). */
   open?: (params: ParameterCollection) => OpenedEngine;
+  /** VPPS: matrices forced off chip (the Vpps option `variants.offChip`); the planner's placement when absent. */
+  offChip?: "all";
+  /** Runs only when `--engines` names it (not part of the default suite). */
+  optIn?: boolean;
 }
 
 const BASELINE_LABELS: Readonly<Record<BaselineKind, string>> = {
@@ -33,6 +37,12 @@ const BASELINE_LABELS: Readonly<Record<BaselineKind, string>> = {
 
 /** The agenda engines VPPS's speedup is taken over (the better of the two at each point). */
 export const AGENDA_ENGINES: readonly string[] = ["autobatch-agenda", "autobatch-agenda-cublas"];
+
+/**
+ * The VPPS engine with every matrix forced off chip (products as tiles over the master copy in global memory), in
+ * the model's first formulation: what registers gain over it (`--engines vpps-offchip`; not run by default).
+ */
+export const VPPS_OFF_CHIP_ID = "vpps-offchip";
 
 /** `vpps-fused`, `vpps-ops` for a model of two formulations; `vpps` for a model of one. */
 export function vppsEngineIds(model: BenchModel<unknown>): string[] {
@@ -58,7 +68,21 @@ export function engineSpecs(model: BenchModel<unknown>): EngineSpec[] {
       variant: model.variants[i]!.name,
     }),
   );
-  return [...GPU_BASELINES.map((id) => baseline(id, true)), ...vpps, ...CPU_BASELINES.map((id) => baseline(id, false))];
+  const offChip: EngineSpec = {
+    id: VPPS_OFF_CHIP_ID,
+    label: "vpps, all off chip",
+    kind: "vpps",
+    onGpu: true,
+    variant: main,
+    offChip: "all",
+    optIn: true,
+  };
+  return [
+    ...GPU_BASELINES.map((id) => baseline(id, true)),
+    ...vpps,
+    offChip,
+    ...CPU_BASELINES.map((id) => baseline(id, false)),
+  ];
 }
 
 /** The engines run at the sweep's other sizes: the agenda engine with cuBLAS and VPPS in its first formulation. */

@@ -293,6 +293,7 @@ export class ThroughputSuite<T> {
     let created: Awaited<ReturnType<typeof createVppsWithJit<BenchNet<T>>>>;
     try {
       created = await createVppsWithJit(makeNet, {
+        ...(spec.offChip !== undefined ? { offChip: spec.offChip } : {}),
         cacheDir: this.cacheDir,
         workers: this.o.workers,
         log: (l) => console.log(l),

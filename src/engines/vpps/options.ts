@@ -48,6 +48,13 @@ export interface VppsVariantOptions {
    */
   readonly transposed?: boolean | "profile";
   /**
+   * Matrices kept off chip whether or not they fit in registers (names of the model's weight matrices, or "all"):
+   * their products run as tile instructions over the master copy in global memory and their gradients are summed
+   * in device memory (plan/types.ts Placement). The planner adds the fewest others without which the rest does not
+   * fit; default none forced. A name that is not a weight matrix is refused by `create`, naming the valid ones.
+   */
+  readonly offChip?: readonly string[] | "all";
+  /**
    * Lists of at least this many products of one matrix in one step run as tile instructions (small GEMMs over the
    * master copy, spread over all CTAs) instead of on the matrix's holders; 0 never tiles. Default:
    * schedule/steps.ts DEFAULT_TILE_ENTRIES.
@@ -145,6 +152,7 @@ export interface ResolvedVariants {
   readonly gradients: GradientStrategy | "auto";
   /** A fixed rpw fixes the variant: no profile unless asked for. */
   readonly transposed: boolean | "profile";
+  readonly offChip: readonly string[] | "all" | undefined;
   readonly tileEntries: number | undefined;
   readonly profileBatches: number;
   readonly profileNodes: number;
@@ -199,6 +207,7 @@ export function resolveOptions(o: VppsOptions = {}): ResolvedOptions {
       ctasPerSm: v.ctasPerSm,
       gradients: v.gradients ?? "auto",
       transposed: v.transposed ?? (typeof v.rowsPerWarp === "number" ? false : "profile"),
+      offChip: v.offChip,
       tileEntries: v.tileEntries,
       profileBatches: v.profileBatches ?? 4,
       profileNodes: v.profileNodes ?? DEFAULT_PROFILE_NODES,
@@ -275,6 +284,10 @@ export function checkOptions(o: VppsOptions): void {
   const tr = v.transposed;
   if (tr !== undefined && tr !== true && tr !== false && tr !== "profile") {
     throw new RangeError(`Vpps: variants.transposed must be true, false or "profile"; got ${JSON.stringify(tr)}`);
+  }
+  const off = v.offChip;
+  if (off !== undefined && off !== "all" && !(Array.isArray(off) && off.every((n) => typeof n === "string"))) {
+    throw new RangeError(`Vpps: variants.offChip must be "all" or a list of matrix names; got ${JSON.stringify(off)}`);
   }
   wholeAtLeast("variants.profileBatches", v.profileBatches, 1);
   wholeAtLeast("variants.profileNodes", v.profileNodes, 0);

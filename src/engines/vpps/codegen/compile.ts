@@ -45,19 +45,20 @@ const SPILL_ADVICE =
  */
 export function plansFor(matrices: MatrixSpec[], device: DeviceModel, v: ResolvedVariants): VppsPlan[] {
   const { gradients, transposed: mode } = v;
+  const offChip = v.offChip !== undefined ? { offChip: v.offChip } : {};
   const pick = v.ctasPerSm !== undefined ? { ctasPerSm: v.ctasPerSm } : {};
   const kinds = mode === "profile" ? [false, true] : [mode];
   const plans: VppsPlan[] = [];
   for (const transposed of kinds) {
     const found =
       typeof v.rowsPerWarp === "number"
-        ? [planVpps(matrices, device, { rowsPerWarp: v.rowsPerWarp, gradients, transposed, ...pick })]
-        : enumeratePlans(matrices, device, gradients, transposed).filter(
+        ? [planVpps(matrices, device, { rowsPerWarp: v.rowsPerWarp, gradients, transposed, ...pick, ...offChip })]
+        : enumeratePlans(matrices, device, gradients, transposed, v.offChip).filter(
             (p) => v.ctasPerSm === undefined || p.ctasPerSm === v.ctasPerSm,
           );
     plans.push(...found.filter((p) => !(mode === "profile" && transposed && p.transposed.length === 0)));
   }
-  if (plans.length === 0) return [planVpps(matrices, device, { gradients, ...pick })]; // throws the refusal
+  if (plans.length === 0) return [planVpps(matrices, device, { gradients, ...pick, ...offChip })]; // throws the refusal
   return plans;
 }
 

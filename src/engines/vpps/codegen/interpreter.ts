@@ -232,8 +232,16 @@ function renderUpdateCases(): string {
   if (OPCODES[O.Adam]!.fixed.join() !== OPCODES[O.AdamMaster]!.fixed.join()) {
     throw new Error("kernel template: adam and adam.master must have the same operands");
   }
-  return `      case ${opcodeConstant(O.Norm2)}: { // norm2: acc += sum g^2, one atomic per warp
-        const float* g = ${P(O.Norm2, "g")};
+  // norm2 and norm2.grads, sgd and sgd.master share a case the same way
+  if (
+    OPCODES[O.Norm2]!.fixed.join() !== OPCODES[O.Norm2Grads]!.fixed.join() ||
+    OPCODES[O.Sgd]!.fixed.join() !== OPCODES[O.SgdMaster]!.fixed.join()
+  ) {
+    throw new Error("kernel template: norm2/norm2.grads and sgd/sgd.master must have the same operands");
+  }
+  return `      case ${opcodeConstant(O.Norm2)}:
+      case ${opcodeConstant(O.Norm2Grads)}: { // norm2, norm2.grads: acc += sum g^2 (pool, gradient buffer), one atomic per warp
+        const float* g = (op == ${opcodeConstant(O.Norm2Grads)} ? grads : pool) + ${W(O.Norm2, "g")};
         float s = 0.f;
 #pragma unroll 1
         for (u32 i = threadIdx.x; i < n; i += kThreads) s += g[i] * g[i];
@@ -261,8 +269,11 @@ function renderUpdateCases(): string {
           v[i] = vi;
         }
       } break;
-      case ${opcodeConstant(O.Sgd)}: { // sgd: p -= lr * scale * g
-        float* p = ${P(O.Sgd, "p")}; const float* g = ${P(O.Sgd, "g")};
+      case ${opcodeConstant(O.Sgd)}:
+      case ${opcodeConstant(O.SgdMaster)}: { // sgd, sgd.master: p -= lr * scale * g (pool; master copy and gradient buffer)
+        const bool off = op == ${opcodeConstant(O.SgdMaster)};
+        float* p = (off ? master : pool) + ${W(O.Sgd, "p")};
+        const float* g = (off ? grads : pool) + ${W(O.Sgd, "g")};
         const float step = lr * clip_scale(pool, ${W(O.Sgd, "acc")}, clip);
 #pragma unroll 1
         for (u32 i = threadIdx.x; i < n; i += kThreads) p[i] -= step * g[i];

@@ -60,7 +60,9 @@ function matVecCase(plan: VppsPlan, o: Opcode.MatVec | Opcode.MatVecAcc): string
   checkEntryLayout();
   const acc = o === Opcode.MatVecAcc;
   const at = (name: string) => LIST_ENTRIES[o]!.indexOf(name);
-  const held: HeldMatrix[] = acc ? [...plan.matrices, ...plan.transposed] : [...plan.matrices];
+  // off-chip matrices have no holders: their products are tiles only
+  const inRegisters = plan.matrices.filter((m) => m.placement === "registers");
+  const held: HeldMatrix[] = acc ? [...inRegisters, ...plan.transposed] : inRegisters;
   const cases = held.map((m) => {
     if (forwardStage(m, plan) > 0) return matVecStaged(m, plan, acc);
     const M = matrixStruct(m);
@@ -183,7 +185,10 @@ function matVecBwdCase(plan: VppsPlan): string {
         const u32* list = table + ${W(o, "list")};
         const u32 count = ${W(o, "count")};
         switch (n) {
-${plan.matrices.map((m) => matVecBwdMatrix(m, plan)).join("\n")}
+${plan.matrices
+  .filter((m) => m.placement === "registers")
+  .map((m) => matVecBwdMatrix(m, plan))
+  .join("\n")}
           default: report_error(status, kErrBadMatrix, (int)n, 0, 0, (int)(pc + at)); s_abort = 1;
         }
       } break;`;

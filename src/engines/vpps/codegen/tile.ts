@@ -229,10 +229,13 @@ __device__ __forceinline__ void tile_frag(const float* p, float (&v)[2]) {
 // k runs as k = 8 kk + j with j outer: the swizzle of tile_at depends on j only, so each j costs one address per
 // operand and the kk steps are immediate offsets (the order of a sum's terms does not matter here). The kk loop is
 // unrolled only in fast mode: unrolling lets the compiler load ahead, which takes registers (tileMode).
-__device__ __forceinline__ void tile_mma(float* sa, float* sb, u32 tid) {
+// A thread whose 4 rows of A are all at or past arows (entries the tile does not have: a short list, as an off-chip
+// matrix's at small batches) has only zeros to add and skips the products: with 8 entries one warp of 8 computes.
+__device__ __forceinline__ void tile_mma(float* sa, float* sb, u32 tid, u32 arows) {
   constexpr int kR = 4 / kTilePasses;
   static_assert(kTilePasses == 1 || kTilePasses == 2, "kTilePasses: 1 or 2");
   const int tx = tid & 15, ty = tid >> 4;
+  if (4u * (u32)ty >= arows) return;
 #pragma unroll 1
   for (int pass = 0; pass < kTilePasses; ++pass) {
     const int ii0 = kR * pass; // this pass's rows: ii in [ii0, ii0 + kR)
@@ -300,7 +303,7 @@ template <class Op> __device__ __forceinline__ void tile_product(Op& op, float* 
       op.b().fetch(vb, k0 + kTileK, tid);
     }
     op.hook(sa, k0);
-    tile_mma(sa, sb, opaque_tid());
+    tile_mma(sa, sb, opaque_tid(), op.arows());
     __syncthreads(); // the next chunk overwrites sa and sb
   }
 }
@@ -321,6 +324,7 @@ struct TileForward {
   const float* pool;
   const float* master;
   __device__ __forceinline__ u32 K() const { return g.cols; }
+  __device__ __forceinline__ u32 arows() const { return g.count; } // A's rows: the entries
   __device__ __forceinline__ TileAlongK<TileEntryVectors> a() const { return {{pool, ent, ${fw}, ${F("x")}, -1, g.count, 0u}, g.cols}; }
   __device__ __forceinline__ TileAlongK<TileMatrixRows> b() const { return {{master, g.offset, g.rows, g.cols, g.r0, 0u}, g.cols}; }
   __device__ __forceinline__ void hook(const float*, u32) const {}
@@ -357,6 +361,7 @@ struct TileXbar {
   __device__ __forceinline__ u32 K() const { // the case checked r0 < rows
     return g.rows - g.r0 < kTileXbarRows ? g.rows - g.r0 : kTileXbarRows;
   }
+  __device__ __forceinline__ u32 arows() const { return g.count; } // A's rows: the entries
   __device__ __forceinline__ TileAlongK<TileEntryVectors> a() const {
     return {{pool, ent, ${xw}, ${X("ybar")}, ${X("xbar")}, g.count, g.r0}, K()};
   }
@@ -400,6 +405,7 @@ struct TileWbar {
   float* pool;
   float sum; // this thread's row of ybar, summed over the chunks seen so far (when g.bias is not NONE)
   __device__ __forceinline__ u32 K() const { return g.count; }
+  __device__ __forceinline__ u32 arows() const { return kTileDim; } // A's rows: the tile's rows of the gradient
   __device__ __forceinline__ TileAlongI<TileEntryVectors> a() const {
     return {{pool, ent, ${gw}, ${G("ybar")}, -1, g.count, g.r0}, g.r0 < g.rows ? g.rows - g.r0 : 0u};
   }

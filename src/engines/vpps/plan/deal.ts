@@ -34,17 +34,21 @@ export interface Deal {
   readonly slotMatrices: readonly (readonly number[])[];
   /** Sources of the transposed copies, in the order of their matrix numbers. */
   readonly transposed: readonly number[];
+  /** Per plan matrix: true when it stays off chip (no partitions: partitionCount 0, in no slot). */
+  readonly offChip: readonly boolean[];
 }
 
 /**
  * Deals the plan matrices, then transposed copies of the matrices `transposed` (after all of them, so that a copy
- * never moves a plan matrix to other CTAs: plans with and without copies hold W on the same processors).
+ * never moves a plan matrix to other CTAs: plans with and without copies hold W on the same processors). A matrix
+ * with `offChip[i]` true gets no partition.
  */
 export function deal(
   matrices: readonly MatrixSpec[],
   ctas: number,
   rpw: number,
   transposed: readonly number[] = [],
+  offChip: readonly boolean[] = matrices.map(() => false),
 ): Deal {
   const chunks = matrices.map((m) => ceilDiv(m.cols, 32));
   // Widest rows first (stable), so that slots shared by two matrices at a boundary rarely mix very different widths.
@@ -64,7 +68,7 @@ export function deal(
     next += partitionCount[i]!;
     dealt.push(i);
   };
-  for (const i of order) place(i, matrices[i]!.rows);
+  for (const i of order) if (!offChip[i]) place(i, matrices[i]!.rows);
   for (const k of tOrder) place(matrices.length + k, matrices[transposed[k]!]!.cols);
   const slotCount = ceilDiv(next, ctas);
   const slotMatrices: number[][] = Array.from({ length: slotCount }, () => []);
@@ -73,7 +77,7 @@ export function deal(
     const last = Math.floor((firstPartition[i]! + partitionCount[i]! - 1) / ctas);
     for (let s = first; s <= last; s++) slotMatrices[s]!.push(i);
   }
-  return { ctas, rpw, order, firstPartition, partitionCount, totalPartitions: next, slotMatrices, transposed };
+  return { ctas, rpw, order, firstPartition, partitionCount, totalPartitions: next, slotMatrices, transposed, offChip };
 }
 
 /**
@@ -81,9 +85,16 @@ export function deal(
  * costs its widest partition's `rpw * chunks`, at least the mean over the `ctas` partitions it holds. A model far too
  * large is refused from it without dealing (a deal's arrays grow with the rows: `vpps plan --hidden 100000000`).
  */
-export function weightRegistersAtLeast(matrices: readonly MatrixSpec[], ctas: number, rpw: number): number {
+export function weightRegistersAtLeast(
+  matrices: readonly MatrixSpec[],
+  ctas: number,
+  rpw: number,
+  offChip?: readonly boolean[],
+): number {
   let sum = 0;
-  for (const m of matrices) sum += ceilDiv(m.rows, WARPS_PER_CTA * rpw) * rpw * ceilDiv(m.cols, 32);
+  for (const [i, m] of matrices.entries()) {
+    if (offChip?.[i] !== true) sum += ceilDiv(m.rows, WARPS_PER_CTA * rpw) * rpw * ceilDiv(m.cols, 32);
+  }
   return Math.ceil(sum / ctas);
 }
 
@@ -127,6 +138,7 @@ export function addTransposed(
       d.ctas,
       d.rpw,
       [...chosen, i].sort((a, b) => a - b),
+      d.offChip,
     );
     const regs = registersOf(trial, chunksOf(matrices, trial), placed.registerGrad);
     if (limitPerThread - regs.weightRegs - regs.gradientRegs < TRANSPOSED_RESERVE) continue;
@@ -147,13 +159,15 @@ export function placeGradients(
   mode: GradientStrategy | "auto",
 ): { registerGrad: boolean[]; weightRegs: number; gradientRegs: number } | undefined {
   const chunks = matrices.map((m) => ceilDiv(m.cols, 32));
-  const registerGrad = matrices.map(() => mode !== "gemm");
+  // an off-chip matrix's gradient is in device memory (tile.wbar), never in registers or by GEMM
+  const registerGrad = matrices.map((_, i) => mode !== "gemm" && !d.offChip[i]);
   let regs = registersOf(d, chunks, registerGrad);
   if (regs.weightRegs > forParameters) return undefined;
   if (mode === "auto") {
     const bySize = matrices.map((_, i) => i).sort((a, b) => sizeOf(matrices[b]!) - sizeOf(matrices[a]!) || a - b);
     for (const i of bySize) {
       if (regs.weightRegs + regs.gradientRegs <= forParameters) break;
+      if (d.offChip[i]) continue;
       registerGrad[i] = false;
       regs = registersOf(d, chunks, registerGrad);
     }
@@ -177,6 +191,7 @@ export function buildPlan(
   d: Deal,
   placed: { registerGrad: boolean[]; weightRegs: number; gradientRegs: number },
   valid: readonly number[],
+  reasons: readonly string[],
 ): VppsPlan {
   const rowsPerPartition = WARPS_PER_CTA * d.rpw;
   let masterFloats = 0;
@@ -226,7 +241,9 @@ export function buildPlan(
   };
   const matrixPlans: MatrixPlan[] = matrices.map((m, i) => ({
     ...held(i, m.name, m.rows, m.cols, masterOffsets[i]!),
-    gradients: placed.registerGrad[i] ? "registers" : "gemm",
+    gradients: d.offChip[i] ? "device" : placed.registerGrad[i] ? "registers" : "gemm",
+    placement: d.offChip[i] ? "off-chip" : "registers",
+    placementReason: reasons[i]!,
   }));
   const transposed: TransposedPlan[] = d.transposed.map((src, k) => {
     const m = matrices[src]!;
@@ -258,6 +275,7 @@ export function buildPlan(
     matrices: matrixPlans,
     transposed,
     slots,
+    offChip: matrices.flatMap((_, i) => (d.offChip[i] ? [i] : [])),
     masterFloats,
   };
 }

@@ -41,17 +41,20 @@ export function formatPlan(plan: VppsPlan): string {
     const perCta = new Map<number, number>();
     for (const p of m.partitions) perCta.set(p.cta, (perCta.get(p.cta) ?? 0) + p.rowCount);
     const counts = [...perCta.values()];
+    const offChip = "placement" in m && m.placement === "off-chip";
     return [
       m.name,
       `${m.rows}x${m.cols}`,
-      `${m.chunks}`,
+      offChip ? "off chip" : "registers",
+      offChip ? "-" : `${m.chunks}`,
       `${m.partitionCount}`,
-      ranges(m.partitions.map((p) => p.cta)),
-      ranges(m.slots),
-      `${Math.min(...counts)}-${Math.max(...counts)}`,
+      offChip ? "any (tiles)" : ranges(m.partitions.map((p) => p.cta)),
+      offChip ? "-" : ranges(m.slots),
+      offChip ? "-" : `${Math.min(...counts)}-${Math.max(...counts)}`,
       "gradients" in m ? m.gradients : "none (copy)",
     ];
   });
+  const why = plan.matrices.map((m) => `  ${m.name}: ${m.placementReason}`);
   const slotRows = plan.slots.map((s) => [
     `${s.index}`,
     `${s.weightRegs}`,
@@ -61,7 +64,15 @@ export function formatPlan(plan: VppsPlan): string {
   return [
     ...head,
     "",
-    table(["matrix", "shape", "regs/row", "partitions", "CTAs", "slots", "rows/CTA", "gradient"], matrixRows),
+    table(
+      ["matrix", "shape", "lives in", "regs/row", "partitions", "CTAs", "slots", "rows/CTA", "gradient"],
+      matrixRows,
+    ),
+    "",
+    "where each matrix lives, and why (lookup tables and vectors stay in global memory; an off-chip matrix is read",
+    "from its master copy in global memory by tile instructions on any CTA, and its gradient ('device') is summed",
+    "in the gradient buffer):",
+    ...why,
     "",
     table(["slot", "weight regs", "gradient regs", "matrices"], slotRows),
   ].join("\n");

@@ -25,6 +25,19 @@ export interface MatrixSpec {
 /** Where a matrix's gradient is formed: in registers (outer products in the kernel) or by one GEMM after it. */
 export type GradientStrategy = "registers" | "gemm";
 
+/**
+ * Where a plan matrix's gradient is formed: a GradientStrategy for a matrix held in registers, or "device" for a
+ * matrix kept off chip, whose W̄ the tile.wbar instructions add into the gradient buffer in device memory.
+ */
+export type MatrixGradients = GradientStrategy | "device";
+
+/**
+ * Where a plan matrix lives during a launch: in the registers of its holders, or off chip — in global memory (the
+ * master copy, read through L2 by the tile instructions, which any processor runs), with its gradient in the
+ * gradient buffer. Lookup tables and vectors always stay in global memory and are not plan matrices.
+ */
+export type Placement = "registers" | "off-chip";
+
 export interface PlanOptions {
   /** Persistent CTAs per SM; default: 2 when the whole model (with gradients) fits that way, else 1. */
   readonly ctasPerSm?: 1 | 2;
@@ -37,6 +50,11 @@ export interface PlanOptions {
    * below): short backward lists then form x̄ = Wᵀȳ as a forward-style product on the copy's holders.
    */
   readonly transposed?: boolean;
+  /**
+   * Matrices forced off chip (names, or "all"); default none. The planner adds to them the fewest matrices without
+   * which the rest does not fit (plan.ts chooseOffChip).
+   */
+  readonly offChip?: readonly string[] | "all";
 }
 
 /**
@@ -117,7 +135,11 @@ export interface TransposedPlan extends HeldMatrix {
 }
 
 export interface MatrixPlan extends HeldMatrix {
-  readonly gradients: GradientStrategy;
+  readonly gradients: MatrixGradients;
+  /** Registers (then `partitions` says where) or off chip (no partitions: every product runs as tiles). */
+  readonly placement: Placement;
+  /** Why it lives there, for `vpps plan` ("forced by offChip", "the rest fits only without it", ...). */
+  readonly placementReason: string;
 }
 
 export interface SlotLayout {
@@ -157,6 +179,8 @@ export interface VppsPlan {
   /** Transposed copies (matrix numbers `matrices.length + k`), dealt after every plan matrix; empty when none fit. */
   readonly transposed: readonly TransposedPlan[];
   readonly slots: readonly SlotLayout[];
+  /** Plan matrices kept off chip (placement "off-chip"), by index; empty when every matrix is in registers. */
+  readonly offChip: readonly number[];
   /** Floats in the parameter buffer (master copies of all matrices, each aligned to 32 floats). */
   readonly masterFloats: number;
 }

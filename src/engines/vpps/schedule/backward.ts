@@ -33,8 +33,10 @@ export interface Emitter {
   /** Per cell node: the concatenation its lstm instruction also stores h into, or -1; and h's offset there. */
   readonly fusedConcat: Int32Array;
   readonly fusedOffset: Int32Array;
-  /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy. */
+  /** Per plan matrix: 1 when its gradient lives in registers, 0 for the GEMM strategy or off chip. */
   readonly registerGrad: Uint8Array;
+  /** Per plan matrix: 1 when it stays off chip (its products are tiles, its W̄ in the gradient buffer). */
+  readonly offChip: Uint8Array;
   matrixOf(g: ComputationGraph, i: number, w: number): number;
 }
 
@@ -42,7 +44,7 @@ const gradOrNone = (L: BatchLayout, node: number): number => (L.needGrad[node] =
 
 /** Whether the product W_m·x of node i has backward work in the kernel (x̄, b̄ or a register gradient). */
 function productHasWork(E: Emitter, L: BatchLayout, m: number, x: number, b: number): boolean {
-  return E.registerGrad[m] === 1 || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
+  return E.registerGrad[m] === 1 || E.offChip[m] === 1 || L.needGrad[x] === 1 || (b >= 0 && L.needGrad[b] === 1);
 }
 
 /**
@@ -86,6 +88,10 @@ function productBackward(
 ): void {
   const t = E.t;
   const gy = L.grad[i]!;
+  if (E.offChip[m] === 1) {
+    offChipBackward(E, g, L, i, m, x, b);
+    return;
+  }
   if (productHasWork(E, L, m, x, b)) {
     let gx = gradOrNone(L, x);
     const gb = b >= 0 ? gradOrNone(L, b) : NONE;
@@ -106,6 +112,34 @@ function productBackward(
     if (gb !== NONE) t.wroteGrad(b, -(m + 1));
   }
   if (E.registerGrad[m] === 0) gemmRows(E, L, i, m, x, collected);
+}
+
+/**
+ * The backward of W_m·x for an off-chip matrix m, whose products are all tiles over the master copy: x̄ += Wᵀȳ as an
+ * entry of this step's list (x̄ tiles only), W̄ += ȳxᵀ held back to the step after the backward pass, where all of
+ * the batch's entries of m form one list of W̄ tiles into the gradient buffer (per level, the W̄ tiles of a large
+ * matrix would be thousands of tiles of a few entries each). A parameter's b̄ goes with the W̄ tiles (the c0 = 0
+ * tiles add it); a computed bias's b̄, which its producer's backward reads in a later step of the backward pass,
+ * is added here by an elementwise acc (b̄ += ȳ).
+ */
+function offChipBackward(E: Emitter, g: ComputationGraph, L: BatchLayout, i: number, m: number, x: number, b: number) {
+  const t = E.t;
+  const gy = L.grad[i]!;
+  const gx = gradOrNone(L, x);
+  let gb = b >= 0 ? gradOrNone(L, b) : NONE;
+  if (gx !== NONE) {
+    t.listEntry(Opcode.MatVecBwd, m, 4, gy, L.value[x]!, gx, NONE, t.gradBuffer(i), t.valueBuffer(x));
+    t.wroteGrad(x, -(m + 1));
+  }
+  if (gb !== NONE && g.op[b] !== Op.Parameter) {
+    const rows = E.model.plan.matrices[m]!.rows;
+    const q = t.leastLoaded(3 * rows);
+    t.needGrad(q, i);
+    t.writer.ins2(q, Opcode.Acc, rows, gb, gy);
+    t.wroteGrad(b, q);
+    gb = NONE;
+  }
+  E.deferred.push(m, gy, L.value[x]!, b, gb, t.gradBuffer(i), t.valueBuffer(x));
 }
 
 /**
@@ -144,6 +178,7 @@ export class DeferredWbar {
     const t = E.t;
     const w = this.words;
     t.startStep(s);
+    t.wbarStep = true; // off-chip matrices' lists make their W̄ tiles here
     if (this.counts.length < E.registerGrad.length) this.counts = new Int32Array(E.registerGrad.length);
     const counts = this.counts;
     for (let k = 0; k < this.length; k += 7) counts[w[k]!]!++;
@@ -158,6 +193,7 @@ export class DeferredWbar {
       if (gb !== NONE) t.wroteGrad(w[k + 3]!, -(m + 1));
     }
     t.endStep();
+    t.wbarStep = false;
     this.length = 0;
     return s + 1;
   }

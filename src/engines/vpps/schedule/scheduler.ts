@@ -77,6 +77,7 @@ export class VppsScheduler implements Emitter {
   fusedConcat = new Int32Array(0);
   fusedOffset = new Int32Array(0);
   readonly registerGrad: Uint8Array;
+  readonly offChip: Uint8Array;
   /**
    * Products per (level, matrix), forward and backward (index level · matrices + m), counted in the first pass over
    * the nodes and announced per step (see announce). Counting them there, in graph order, rather than in an extra
@@ -102,7 +103,9 @@ export class VppsScheduler implements Emitter {
     this.backwardProducts = new Int32Array(64 * plan.matrices.length);
     this.collected = new Int32Array(plan.matrices.length);
     this.registerGrad = Uint8Array.from(plan.matrices, (m) => (m.gradients === "registers" ? 1 : 0));
-    const inKernel = options.update !== "host" && plan.matrices.every((m) => m.gradients === "registers");
+    this.offChip = Uint8Array.from(plan.matrices, (m) => (m.placement === "off-chip" ? 1 : 0));
+    // the kernel updates unless a gradient is formed by GEMM after it (off-chip gradients are in device memory)
+    const inKernel = options.update !== "host" && plan.matrices.every((m) => m.gradients !== "gemm");
     this.update = inKernel ? "kernel" : "host";
     const withGrad = new Set<number>();
     for (const m of plan.matrices) if (m.gradients === "registers") for (const p of m.partitions) withGrad.add(p.cta);
@@ -167,7 +170,10 @@ export class VppsScheduler implements Emitter {
       update: this.update,
       lossOffset: L.value[lossId]!,
       liveNodes: liveCount,
-      zeroGradients: t.wbarTiles > 0,
+      // an off-chip matrix the batch does not use has no W̄ tiles: the host or an export would read its region
+      zeroGradients:
+        t.wbarTiles > 0 ||
+        (this.model.plan.offChip.length > 0 && (this.update === "host" || this.options.exportGradients === true)),
     };
     if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
     return result;

@@ -48,6 +48,14 @@ export class StepTracker {
   private readonly rows: Int32Array;
   /** Per matrix: 1 when its gradient lives in registers (its backward lists may become tiles). */
   private readonly registerGrad: Uint8Array;
+  /**
+   * Per matrix: 1 when it stays off chip (plan/types.ts Placement): it has no holders, every list of it runs as
+   * tiles, and a backward list makes x̄ tiles only — its W̄ tiles run in the step after the backward pass
+   * (`wbarStep`), where backward.ts DeferredWbar puts its entries.
+   */
+  readonly offChip: Uint8Array;
+  /** True while the step of the held-back W̄ entries is being emitted (backward.ts DeferredWbar.emit). */
+  wbarStep = false;
   /** Plan matrices (numbers below this); the transposed copies come after them. */
   private readonly planMatrices: number;
   /** Per plan matrix: the matrix number of its transposed copy, or -1. */
@@ -60,6 +68,10 @@ export class StepTracker {
   private tiledMask = new Uint32Array(0);
   /** tile.wbar instructions of this batch: the gradient buffer must be zeroed and imported by the holders. */
   wbarTiles = 0;
+  /** tile.wbar instructions of register-gradient matrices in this batch (their holders import the buffer). */
+  registerWbarTiles = 0;
+  /** Bit m set when off-chip matrix m got W̄ tiles in this batch (its gradient region holds this batch's W̄). */
+  offChipGradients = 0;
   /** The tiles of the list being flushed. */
   private readonly tileList: TileList;
 
@@ -121,6 +133,7 @@ export class StepTracker {
     this.cols = Int32Array.from(held, (m) => m.cols);
     this.rows = Int32Array.from(held, (m) => m.rows);
     this.registerGrad = Uint8Array.from(held, (m) => ("gradients" in m && m.gradients === "registers" ? 1 : 0));
+    this.offChip = Uint8Array.from(held, (m) => ("placement" in m && m.placement === "off-chip" ? 1 : 0));
     this.planMatrices = plan.matrices.length;
     this.transposedOf = new Int32Array(plan.matrices.length).fill(-1);
     for (const t of plan.transposed) this.transposedOf[t.source] = t.index;
@@ -159,6 +172,9 @@ export class StepTracker {
       this.batch = 1;
     }
     this.wbarTiles = 0;
+    this.registerWbarTiles = 0;
+    this.offChipGradients = 0;
+    this.wbarStep = false;
     if (this.tiledMask.length < steps) this.tiledMask = new Uint32Array(steps * 2);
     this.tiledMask.fill(0, 0, steps);
     if (this.usedGroups.length < steps) {
@@ -308,6 +324,7 @@ export class StepTracker {
 
   /** Whether a list of `entries` products of matrix m with opcode op runs as tile instructions. */
   tiles(m: number, entries: number, op: Opcode): boolean {
+    if (this.offChip[m] === 1) return true; // no holders: every product is a tile over the master copy
     return this.tileEntries > 0 && entries >= this.tileEntries && (op === Opcode.MatVec || this.registerGrad[m] === 1);
   }
 
@@ -413,9 +430,20 @@ export class StepTracker {
   private flushTiles(m: number, op: Opcode, at: number, count: number, group: number): void {
     const tiles = this.tileList;
     const loads = this.loads;
-    this.wbarTiles += tiles.cut(op, at, count, this.rows[m]!, this.cols[m]!, this.lists.words[m]!, (load) =>
-      loads.take(load),
+    const offChip = this.offChip[m] === 1;
+    const wbar = tiles.cut(
+      op,
+      at,
+      count,
+      this.rows[m]!,
+      this.cols[m]!,
+      this.lists.words[m]!,
+      (load) => loads.take(load),
+      !offChip || this.wbarStep,
     );
+    this.wbarTiles += wbar;
+    if (this.registerGrad[m] === 1) this.registerWbarTiles += wbar;
+    if (offChip && wbar > 0) this.offChipGradients |= 1 << m;
     this.tiledMask[this.step]! |= 1 << m;
     tiles.emit(
       this.writer,

@@ -37,7 +37,8 @@ export class TileList {
 
   /**
    * Cuts the list of a rows × cols matrix (`count` entries at table offset `at`, entry words `words`; `op` MatVec
-   * or MatVecBwd) into tiles, placing each by `place(load)`; returns how many tile.wbar tiles it made.
+   * or MatVecBwd) into tiles, placing each by `place(load)`; returns how many tile.wbar tiles it made. `wbar`
+   * false: a backward list makes x̄ tiles only (an off-chip matrix's W̄ is formed after the backward pass).
    */
   cut(
     op: Opcode,
@@ -47,6 +48,7 @@ export class TileList {
     cols: number,
     words: Uint32Array,
     place: (load: number) => number,
+    wbar = true,
   ): number {
     this.tileCount = 0;
     let wbarTiles = 0;
@@ -72,7 +74,7 @@ export class TileList {
         }
       }
     }
-    for (let e0 = 0; e0 < count; e0 += TILE.wbarEntries) {
+    for (let e0 = 0; wbar && e0 < count; e0 += TILE.wbarEntries) {
       const k = Math.min(TILE.wbarEntries, count - e0);
       for (let r0 = 0; r0 < rows; r0 += TILE.rows) {
         for (let c0 = 0; c0 < cols; c0 += TILE.cols) {

@@ -16,6 +16,11 @@ import type { Emitter } from "./backward.js";
  * slot: g = NONE, its moments decay), and of the lookup tables only the touched rows. The register-held matrices are
  * updated by `adam.master` over their master copy with the gradients their holders exported before the grid
  * barrier, in pieces of at most one partition placed like any other instruction.
+ *
+ * Off-chip matrices (plan/types.ts Placement) have their W̄ in the gradient buffer already (tile.wbar): their norm
+ * is `norm2.grads`, their step `sgd.master` or `adam.master`, in pieces over their rows on the least-loaded
+ * processors. One the batch did not use has no W̄ (its region was not written): no norm, no SGD step, and Adam
+ * moves it by its moments (g = NONE), as the AdamTrainer moves an unused parameter.
  */
 export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
   const t = E.t;
@@ -26,9 +31,11 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
   const acc = clip ? L.normOffset : NONE;
   const params = E.model.params;
   const rows = L.lookupRows;
-  const imported = t.wbarTiles > 0;
-  if (imported) {
+  const imported = t.registerWbarTiles > 0;
+  const offChip = offChipPieces(E, t.offChipGradients);
+  if (t.wbarTiles > 0) {
     // tile.wbar instructions added W̄ into the gradient buffer: all of them finish before the holders fold it in
+    // and before anyone reads an off-chip matrix's gradient
     t.gridBarrier(s);
     s++;
   }
@@ -57,6 +64,7 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
       t.touch(q);
       w.ins1(q, Opcode.GradNorm2, 0, acc);
     }
+    for (const p of offChip) if (p.used) w.ins2(t.leastLoaded(p.n), Opcode.Norm2Grads, p.n, acc, p.at);
   }
   if (E.options.exportGradients === true || !kernelUpdate || adam) {
     for (const q of E.registerGradCtas) {
@@ -98,6 +106,10 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
         w.ins5(t.leastLoaded(2 * n), Opcode.AdamMaster, n, at, at, mo.masterM + at, mo.masterV + at, acc);
       }
     }
+    for (const p of offChip) {
+      const g = p.used ? p.at : NONE;
+      w.ins5(t.leastLoaded(2 * p.n), Opcode.AdamMaster, p.n, p.at, g, mo.masterM + p.at, mo.masterV + p.at, acc);
+    }
     return s + 3;
   }
   for (let p = 0; p < params.length; p++) {
@@ -115,5 +127,26 @@ export function emitUpdate(E: Emitter, L: BatchLayout, s: number): number {
     t.touch(q);
     w.ins1(q, Opcode.UpdateRegs, 0, acc);
   }
+  for (const p of offChip) if (p.used) w.ins3(t.leastLoaded(p.n), Opcode.SgdMaster, p.n, p.at, p.at, acc);
   return s + 3;
+}
+
+/** Floats of an off-chip matrix one norm or update instruction covers (a piece per processor). */
+const OFF_CHIP_PIECE = 16384;
+
+/**
+ * The off-chip matrices in pieces of at most OFF_CHIP_PIECE floats (offsets in the master copy, which the gradient
+ * buffer shares), each with whether its matrix got W̄ tiles in this batch (bit m of `withGradient`).
+ */
+function offChipPieces(E: Emitter, withGradient: number): { at: number; n: number; used: boolean }[] {
+  const pieces: { at: number; n: number; used: boolean }[] = [];
+  for (const m of E.model.plan.matrices) {
+    if (m.placement !== "off-chip") continue;
+    const used = ((withGradient >>> m.index) & 1) === 1;
+    const size = m.rows * m.cols;
+    for (let o = 0; o < size; o += OFF_CHIP_PIECE) {
+      pieces.push({ at: m.masterOffset + o, n: Math.min(OFF_CHIP_PIECE, size - o), used });
+    }
+  }
+  return pieces;
 }

@@ -103,7 +103,8 @@ export function readBatchResults(
     const size = p.rows * p.cols;
     if (m >= 0) {
       const mp = plan.matrices[m]!;
-      if (mp.gradients === "registers") return grads.slice(mp.masterOffset, mp.masterOffset + size);
+      // register gradients exported there, off-chip ones summed there by tile.wbar
+      if (mp.gradients !== "gemm") return grads.slice(mp.masterOffset, mp.masterOffset + size);
       return gemmGradient(pool, L.collectY[m]!, L.collectX[m]!, L.collectCount[m]!, mp.rows, mp.cols);
     }
     const out = new Float32Array(size);

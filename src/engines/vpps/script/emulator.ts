@@ -362,9 +362,11 @@ export class VppsEmulator {
         }
         return;
       }
-      case Opcode.Norm2: {
+      case Opcode.Norm2:
+      case Opcode.Norm2Grads: {
+        const g = op === Opcode.Norm2 ? pool : mem.grads;
         let acc = 0;
-        for (let i = 0; i < n; i++) acc += pool[a(2) + i]! ** 2;
+        for (let i = 0; i < n; i++) acc += g[a(2) + i]! ** 2;
         pool[a(1)]! += acc;
         return;
       }
@@ -374,9 +376,11 @@ export class VppsEmulator {
         pool[a(1)]! += acc;
         return;
       }
-      case Opcode.Sgd: {
+      case Opcode.Sgd:
+      case Opcode.SgdMaster: {
         const step = o.learningRate * clipScale(pool, a(3), o.clip);
-        for (let i = 0; i < n; i++) pool[a(1) + i]! -= step * pool[a(2) + i]!;
+        const [p, g] = op === Opcode.Sgd ? [pool, pool] : [mem.master, mem.grads];
+        for (let i = 0; i < n; i++) p[a(1) + i]! -= step * g[a(2) + i]!;
         return;
       }
       case Opcode.UpdateRegs: {

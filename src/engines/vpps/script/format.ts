@@ -146,6 +146,16 @@ export enum Opcode {
    * steps instead of delaying every CTA's first forward instruction.
    */
   LoadTransposed = 38,
+  /**
+   * acc += Σ G² over n floats of the gradient buffer from offset g: the norm (for clipping) of an off-chip matrix's
+   * gradient, which tile.wbar summed there
+   */
+  Norm2Grads = 39,
+  /**
+   * W −= lr·s·G on n elements of an off-chip matrix: p an offset in the master copy, g one in the gradient buffer
+   * (s as for `sgd`)
+   */
+  SgdMaster = 40,
 }
 
 /**
@@ -218,6 +228,8 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.ImportGrads, "import.grads", "unused", []),
   info(Opcode.MatVecAcc, "matvec.acc", "matrix", ["list", "count"]),
   info(Opcode.LoadTransposed, "load.t", "unused", []),
+  info(Opcode.Norm2Grads, "norm2.grads", "length", ["acc", "g"]),
+  info(Opcode.SgdMaster, "sgd.master", "length", ["p", "g", "acc"]),
 ];
 
 export const OPCODE_COUNT = OPCODES.length;
