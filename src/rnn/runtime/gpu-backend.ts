@@ -121,7 +121,7 @@ export class GpuRnnBackend implements RnnBackend {
   /** The pruned layers (cell/H/density) already announced as running on the dense kernels. */
   private readonly announced = new Set<string>();
   private readonly sparse: SparseRnnLayerOptions | false;
-  /** The sparse layers by cell/H. */
+  /** The sparse layers by cell/H/layer/direction. */
   private readonly sparseLayers = new Map<string, SparsePersistentRnnLayer>();
 
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
@@ -166,7 +166,8 @@ export class GpuRnnBackend implements RnnBackend {
    */
   private sparseLayer(a: RnnForwardLayerArgs, dense: RnnLayerBase): SparsePersistentRnnLayer | null {
     if (!a.mask || this.sparse === false || dense.path !== "persistent" || this.precision !== "fp32") return null;
-    const key = `${a.cell}/${a.hidden}`;
+    // one per (layer, direction): each holds its own pairs, which the backward of its forward uses
+    const key = `${a.cell}/${a.hidden}/${a.layer}/${a.direction}`;
     let l = this.sparseLayers.get(key);
     if (!l) {
       l = new SparsePersistentRnnLayer(this.gpu, a.cell, a.hidden, this.sparse);

@@ -101,6 +101,9 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
    * line where the mask's layer does not fit at `batch` sequences (the caller runs another path), else null.
    */
   setWeights(weights: Float32Array, mask: Uint8Array, batch = 4): string | null {
+    if (this.hidden % 4 !== 0) {
+      return `the sparse kernels load h in 16-byte pieces: hidden ${this.hidden} is not a multiple of 4`;
+    }
     const G = gatesOf(this.cell);
     const csr = sparseRowsOf(weights, mask, G * this.hidden, this.hidden);
     const r = sparsePlanFor(this.cell, this.hidden, this.model, batch, csr);
@@ -108,19 +111,6 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     this.csr = csr;
     this.version++;
     return null;
-  }
-
-  /** Whether a mask fits at `batch` sequences (the reason where not), without keeping it. */
-  fits(weights: Float32Array, mask: Uint8Array, batch: number): string | null {
-    const G = gatesOf(this.cell);
-    const r = sparsePlanFor(
-      this.cell,
-      this.hidden,
-      this.model,
-      batch,
-      sparseRowsOf(weights, mask, G * this.hidden, this.hidden),
-    );
-    return r.fits ? null : r.reason;
   }
 
   /** The build of the tile a launch over `batch` sequences uses, its pairs uploaded for the current weights. */
