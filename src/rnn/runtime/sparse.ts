@@ -11,7 +11,7 @@
  */
 import { PersistentKernelError, readStatusError, STATUS_WORDS } from "../../codegen/grid-barrier.js";
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { type CudaKernel, type DevicePtr, karg, loadModule } from "../../cuda/index.js";
+import { type CudaKernel, type CudaModule, type DevicePtr, karg, loadModule } from "../../cuda/index.js";
 import {
   indexWords,
   kernelArgs,
@@ -35,7 +35,6 @@ import {
   sparsePairsPerRow,
   sparseRowsOf,
   transposeSparseRows,
-  type WideLoad,
 } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
@@ -63,21 +62,25 @@ export function sparsePlanFor(
   });
 }
 
-interface TileBuild {
-  readonly plan: { readonly forward: SparseRnnKernelPlan; readonly backward: SparseRnnKernelPlan };
-  readonly fwd: CudaKernel;
-  readonly bwd: CudaKernel;
+type Kind = "forward" | "backward";
+
+/** The compiled kernel of one kind and batch tile, and its pairs uploaded for the weights of `version`. */
+interface KernelBuild {
+  readonly plan: SparseRnnKernelPlan;
+  readonly fn: CudaKernel;
   readonly fill: CudaKernel;
-  /** The uploaded pairs of this tile's plans, for the weights of `version`. */
-  pairs?: { version: number; fv: DevicePtr; fi: DevicePtr; bv: DevicePtr; bi: DevicePtr };
+  readonly module: CudaModule;
+  pairs?: { version: number; values: DevicePtr; indices: DevicePtr };
 }
 
 export class SparsePersistentRnnLayer extends RnnLayerBase {
   readonly path = "persistent" as const;
   readonly model: DeviceModel;
   readonly options: Required<SparseRnnLayerOptions>;
-  private readonly builds = new Map<WideLoad, TileBuild>();
+  /** By kind and batch tile (`${kind}/${bt}`), compiled when a launch first needs one. */
+  private readonly builds = new Map<string, KernelBuild>();
   private csr: SparseRows | null = null;
+  private transposed: SparseRows | null = null;
   private version = 0;
   /** The grid barrier's step counter (barrier builds). */
   private readonly bar: DevicePtr;
@@ -101,98 +104,93 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
    * line where the mask's layer does not fit at `batch` sequences (the caller runs another path), else null.
    */
   setWeights(weights: Float32Array, mask: Uint8Array, batch = 4): string | null {
+    return this.setRows(sparseRowsOf(weights, mask, gatesOf(this.cell) * this.hidden, this.hidden), batch);
+  }
+
+  /**
+   * W_hh's kept entries as rows (CSR, [G·H, H]): the pairs of the next launches, or the reason in one line where
+   * the layer does not fit at `batch` sequences.
+   */
+  setRows(csr: SparseRows, batch = 4): string | null {
     if (this.hidden % 4 !== 0) {
       return `the sparse kernels load h in 16-byte pieces: hidden ${this.hidden} is not a multiple of 4`;
     }
-    const G = gatesOf(this.cell);
-    const csr = sparseRowsOf(weights, mask, G * this.hidden, this.hidden);
     const r = sparsePlanFor(this.cell, this.hidden, this.model, batch, csr);
     if (!r.fits) return r.reason;
     this.csr = csr;
+    this.transposed = null;
     this.version++;
     return null;
   }
 
-  /** The build of the tile a launch over `batch` sequences uses, its pairs uploaded for the current weights. */
-  private buildFor(batch: number): TileBuild {
+  /** The build of one kind for a launch over `batch` sequences, its pairs uploaded for the current weights. */
+  private buildFor(kind: Kind, batch: number): KernelBuild {
     const csr = this.csr;
     if (csr === null) throw new Error("SparsePersistentRnnLayer: setWeights before a launch");
     const bt = batchTileFor(Math.max(1, batch));
-    let b = this.builds.get(bt);
-    if (b?.pairs && b.pairs.version !== this.version) {
-      // a new mask may need other plans (its pairs per row): rebuild where they differ
-      const r = sparsePlanFor(this.cell, this.hidden, this.model, bt, csr);
-      if (!r.fits || !samePlan(r.forward, b.plan.forward) || !samePlan(r.backward, b.plan.backward)) {
-        this.dropBuild(bt, b);
-        b = undefined;
-      }
+    const key = `${kind}/${bt}`;
+    let b = this.builds.get(key);
+    const r = b?.pairs?.version === this.version ? null : sparsePlanFor(this.cell, this.hidden, this.model, bt, csr);
+    if (r && !r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
+    const plan = r?.fits ? r[kind] : b!.plan;
+    // a new mask may need another plan (its pairs per row)
+    if (b && !samePlan(plan, b.plan)) {
+      this.dropBuild(key, b);
+      b = undefined;
     }
     if (!b) {
-      const r = sparsePlanFor(this.cell, this.hidden, this.model, bt, csr);
-      if (!r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
-      const plan = { forward: r.forward, backward: r.backward };
       const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
-      const tag = `${this.cell}_${this.hidden}_${bt}`;
-      const mf = loadModule(
-        this.compile(`rnn_sparse_fwd_${tag}`, sparseForwardSource(plan.forward, opts)).cubin,
-        "rnn sparse forward",
-      );
-      this.modules.push(mf);
-      const mb = loadModule(
-        this.compile(`rnn_sparse_bwd_${tag}`, sparseBackwardSource(plan.backward, opts)).cubin,
-        "rnn sparse backward",
-      );
-      this.modules.push(mb);
-      const fwd = mf.getFunction(SPARSE_KERNEL_NAMES.forward);
-      const bwd = mb.getFunction(SPARSE_KERNEL_NAMES.backward);
-      fwd.setMaxDynamicSharedBytes(sparseSharedBytes(plan.forward));
-      bwd.setMaxDynamicSharedBytes(sparseSharedBytes(plan.backward));
-      for (const [k, p] of [
-        [fwd, plan.forward],
-        [bwd, plan.backward],
-      ] as const) {
-        const a = k.attributes();
-        if (a.localBytes > 0)
-          throw new Error(`SparsePersistentRnnLayer: the ${p.kind} kernel spills (${a.localBytes} bytes per thread)`);
-        if (k.maxActiveBlocksPerSm(p.threads, sparseSharedBytes(p)) < 1) {
-          throw new Error(`SparsePersistentRnnLayer: the ${p.kind} kernel's CTA cannot be resident`);
-        }
+      const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
+      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${bt}`;
+      const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
+      this.modules.push(module);
+      const fn = module.getFunction(SPARSE_KERNEL_NAMES[kind]);
+      const bytes = sparseSharedBytes(plan);
+      fn.setMaxDynamicSharedBytes(bytes);
+      const attrs = fn.attributes();
+      if (attrs.localBytes > 0) {
+        throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel spills (${attrs.localBytes} bytes per thread)`);
       }
-      b = { plan, fwd, bwd, fill: mf.getFunction(RNN_KERNEL_NAMES.fill) };
-      this.builds.set(bt, b);
+      if (fn.maxActiveBlocksPerSm(plan.threads, bytes) < 1) {
+        throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel's CTA cannot be resident`);
+      }
+      b = { plan, fn, fill: module.getFunction(RNN_KERNEL_NAMES.fill), module };
+      this.builds.set(key, b);
     }
-    if (!b.pairs || b.pairs.version !== this.version) {
+    if (b.pairs?.version !== this.version) {
       this.freePairs(b);
-      const up = (p: SparseRnnKernelPlan, m: SparseRows) => {
-        let layout = packSparsePairs(m, p);
-        if (this.options.order === "bank-aware")
-          layout = bankAwareOrder(p, layout, this.options.wideLoads ? p.batchTile : 1);
-        const d = this.gpu.device.driver;
-        const v = d.memAlloc(layout.values.byteLength);
-        d.memcpyHtoD(v, layout.values);
-        const i = d.memAlloc(Math.max(4, 4 * indexWords(p) * p.threads * p.ctas));
-        const words = new Uint32Array(layout.indices.buffer, layout.indices.byteOffset, layout.indices.byteLength / 4);
-        d.memcpyHtoD(i, words);
-        return [v, i] as const;
-      };
-      const [fv, fi] = up(b.plan.forward, csr);
-      const [bv, bi] = up(b.plan.backward, transposeSparseRows(csr));
-      b.pairs = { version: this.version, fv, fi, bv, bi };
+      if (kind === "backward") this.transposed ??= transposeSparseRows(csr);
+      let layout = packSparsePairs(kind === "forward" ? csr : this.transposed!, plan);
+      if (this.options.order === "bank-aware") {
+        layout = bankAwareOrder(plan, layout, this.options.wideLoads ? plan.batchTile : 1);
+      }
+      const d = this.gpu.device.driver;
+      const values = d.memAlloc(layout.values.byteLength);
+      d.memcpyHtoD(values, layout.values);
+      const indices = d.memAlloc(Math.max(4, 4 * indexWords(plan) * plan.threads * plan.ctas));
+      d.memcpyHtoD(
+        indices,
+        new Uint32Array(layout.indices.buffer, layout.indices.byteOffset, layout.indices.byteLength / 4),
+      );
+      b.pairs = { version: this.version, values, indices };
     }
     return b;
   }
 
-  private freePairs(b: TileBuild): void {
+  private freePairs(b: KernelBuild): void {
     if (!b.pairs) return;
     const d = this.gpu.device.driver;
     this.gpu.stream.synchronize();
-    for (const p of [b.pairs.fv, b.pairs.fi, b.pairs.bv, b.pairs.bi]) d.memFree(p);
+    d.memFree(b.pairs.values);
+    d.memFree(b.pairs.indices);
     b.pairs = undefined;
   }
 
-  private dropBuild(bt: WideLoad, b: TileBuild): void {
+  private dropBuild(key: string, b: KernelBuild): void {
     this.freePairs(b);
-    this.builds.delete(bt);
+    this.builds.delete(key);
+    this.modules.splice(this.modules.indexOf(b.module), 1);
+    b.module.unload();
   }
 
   private fillPending(fill: CudaKernel, p: DevicePtr, rows: number, cols: number, ld: number): void {
@@ -214,16 +212,16 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
 
   forwardRecurrent(a: ForwardArgs): void {
     const { total, batchSizes } = a.steps;
-    const b = this.buildFor(batchSizes[0] ?? 1);
-    const p = b.plan.forward;
+    const b = this.buildFor("forward", batchSizes[0] ?? 1);
+    const p = b.plan;
     this.last.forward = p;
     if (this.options.sync === "lamport") this.fillPending(b.fill, a.y, total, this.hidden, a.ldy);
     this.resetSync(a.ws);
     const args = kernelArgs(
       SPARSE_FORWARD_PARAMS,
       {
-        values: b.pairs!.fv,
-        indices: b.pairs!.fi,
+        values: b.pairs!.values,
+        indices: b.pairs!.indices,
         xw: a.ws.xw,
         bhn: a.weights.bhh + 4 * 2 * this.hidden, // GRU's b_hn (unused otherwise)
         h0: a.h0,
@@ -244,14 +242,14 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       },
       SPARSE_KERNEL_NAMES.forward,
     );
-    b.fwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+    b.fn.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
   }
 
   backwardRecurrent(a: BackwardArgs): void {
     const { total, batchSizes } = a.steps;
     const GH = this.G * this.hidden;
-    const b = this.buildFor(batchSizes[0] ?? 1);
-    const p = b.plan.backward;
+    const b = this.buildFor("backward", batchSizes[0] ?? 1);
+    const p = b.plan;
     this.last.backward = p;
     if (this.options.sync === "lamport") this.fillPending(b.fill, a.ws.dpreH, total, GH, GH);
     this.resetSync(a.ws);
@@ -261,8 +259,8 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     const args = kernelArgs(
       SPARSE_BACKWARD_PARAMS,
       {
-        values: b.pairs!.bv,
-        indices: b.pairs!.bi,
+        values: b.pairs!.values,
+        indices: b.pairs!.indices,
         saved: a.ws.saved,
         y: a.y,
         ldy: a.ldy,
@@ -286,7 +284,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       },
       SPARSE_KERNEL_NAMES.backward,
     );
-    b.bwd.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+    b.fn.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
   }
 
   checkStatus(ws: RnnWorkspace): void {
@@ -305,7 +303,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   }
 
   override dispose(): void {
-    for (const [bt, b] of [...this.builds]) this.dropBuild(bt, b);
+    for (const [key, b] of [...this.builds]) this.dropBuild(key, b);
     this.gpu.device.driver.memFree(this.bar);
     super.dispose();
   }
