@@ -44,6 +44,7 @@ ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   float* hs = reinterpret_cast<float*>(smem4); // the tile's h(t−1) [K·BT]
   float* rs = hs + K * BT;                     // row sums [PR][BT]
   float* pb = rs + PR * BT;                    // partial sums [NT][RW][BT] (a reduction through shared memory)
+  float* xs = pb + (${"32 % T == 0 ? 0 : NT * RW * BT"}); // the cell threads' inputs [UC·BT][G + 1]
   (void)pb;
   const int tid = threadIdx.x;
 ${LOAD_PAIRS}
@@ -66,6 +67,15 @@ ${LOAD_PAIRS}
     const int nnext = last_step_all ? 0 : batch_sizes[reverse ? t - 1 : t + 1];
     for (int b0 = 0; b0 < nb; b0 += BT) {
       const int nt = min(BT, nb - b0);
+      // the cell thread's inputs, copied into its own slot of xs while the vector is polled
+      const int bb = b0 + cb;
+      const bool active = cell_thread && cb < nt;
+      float* xin = xs + tid * (G + 1);
+      if (active) {
+        #pragma unroll
+        for (int g = 0; g < G; g++) cp_async4(xin + g, xw + (size_t)(off + bb) * (G * H) + g * H + unit);
+${st ? `        if (bb >= nprev) cp_async4(xin + G, ${st.initial} + (size_t)bb * H + unit);` : ""}
+      }
       __syncthreads(); // the previous tile's readers are done with hs and rs
 ${loadVector(
   (j) => `y + (size_t)(offp + b0 + ${j}) * ldy`,
@@ -74,14 +84,11 @@ ${loadVector(
   "t",
 )}
 ${productCode(plan)}
-      // the cell, its inputs read after the product (live across it, they would take registers the pairs need)
-      const int bb = b0 + cb;
-      const bool active = cell_thread && cb < nt;
+      // the cell, its inputs from xs (in shared memory across the product, not in the registers the pairs need)
       if (active) {
-        float xg[G];
-        #pragma unroll
-        for (int g = 0; g < G; g++) xg[g] = xw[(size_t)(off + bb) * (G * H) + g * H + unit];
-${st ? `        const float ${st.name}init = bb >= nprev ? ${st.initial}[(size_t)bb * H + unit] : 0.f;` : ""}
+        cp_async_wait();
+        const float* xg = xin;
+${st ? `        const float ${st.name}init = xin[G];` : ""}
         const size_t row = (size_t)(off + bb);
         const float hprev = WIDE ? hs[unit * BT + cb] : hs[cb * K + unit];
         float h;

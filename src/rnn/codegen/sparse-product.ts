@@ -53,7 +53,9 @@ export function sparseSharedFloats(plan: SparseRnnKernelPlan): number {
   const bt = plan.batchTile;
   const pr = plan.rowGroups * plan.rowsPerThread;
   const pb = shuffleReduction(plan) ? 0 : plan.threads * plan.rowsPerThread * bt;
-  return plan.cols * bt + pr * bt + pb;
+  // the forward's cell inputs, copied asynchronously while the vector is polled: G input projections and the state
+  const xs = plan.kind === "forward" ? plan.unitsPerCta * bt * (gatesOf(plan.cell) + 1) : 0;
+  return plan.cols * bt + pr * bt + pb + xs;
 }
 
 export const sparseSharedBytes = (plan: SparseRnnKernelPlan) => 4 * sparseSharedFloats(plan);
@@ -93,11 +95,10 @@ __device__ __forceinline__ u32 pair_index(const u32 (&wi)[SW], int s) {
   return r;
 }
 
-// Four floats another CTA writes. Lamport: polled until none is the pending mark (−0.0; a computed −0.0 is published
-// as +0.0), bounded; false (and the status block's error) when they never arrive. Barrier: read once (the step's grid
-// barrier ordered the writes before).
-__device__ __forceinline__ bool vec_load(const float* p, float4& v, int* status, int step, int row, int col) {
-  v = ld_poll4(p);
+// Four floats another CTA writes, v their first load. Lamport: re-loaded while any is the pending mark (−0.0; a
+// computed −0.0 is published as +0.0), bounded; false (and the status block's error) when they never arrive. Barrier:
+// as loaded (the step's grid barrier ordered the writes before).
+__device__ __forceinline__ bool settle(const float* p, float4& v, int* status, int step, int row, int col) {
   if (!LAMPORT) return true;
   u32 spins = 0;
   while (pending4(v)) {
@@ -109,6 +110,12 @@ __device__ __forceinline__ bool vec_load(const float* p, float4& v, int* status,
   }
   return true;
 }
+
+// A float from global to shared memory without a register (cp.async: waited for by cp_async_wait, by this thread).
+__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // The grid barrier that ends step s in the barrier build (all threads call it; thread 0 signals and waits). Lamport
 // builds need none. False when a CTA failed or the wait timed out.
@@ -133,10 +140,14 @@ export const LOAD_PAIRS = `  // this thread's pairs, loaded once: slot s at valu
   #pragma unroll
   for (int q = 0; q < SW; q++) wi[q] = __ldcg(indices + ((size_t)blockIdx.x * SW + q) * NT + tid);`;
 
+/** float4 loads of the vector a thread has in flight at once (each then re-polled while pending). */
+export const VECTOR_LOADS_IN_FLIGHT = 4;
+
 /**
  * The load of a tile's vector into hs: column j < nt is `src(j)` (a row of K floats another CTA wrote, polled) where
- * `polled(j)`, else `own(j)` (the caller's initial state, or null: zeros); columns past nt are zeros. Ends with
- * `if (__syncthreads_or(!ok)) return;`.
+ * `polled(j)`, else `own(j)` (the caller's initial state, or null: zeros); columns past nt are zeros. A thread issues
+ * VECTOR_LOADS_IN_FLIGHT 16-byte loads before it looks at any (one L2 round trip for them all), then re-polls those
+ * still pending. Ends with `if (__syncthreads_or(!ok)) return;`.
  */
 export function loadVector(
   rowOf: (j: string) => string,
@@ -147,20 +158,31 @@ export function loadVector(
   const ownV = own("j");
   return `      {
         bool ok = true;
-        for (int e = tid; e < BT * (K / 4); e += NT) {
-          const int j = e / (K / 4), k = (e - j * (K / 4)) * 4;
-          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (j < nt) {
-            if (${polled("j")}) ok &= vec_load(${rowOf("j")} + k, v, status, ${step}, b0 + j, k);
-            ${ownV === null ? "" : `else v = *reinterpret_cast<const float4*>(${ownV} + k);`}
+        constexpr int NV = BT * (K / 4), VCH = ${VECTOR_LOADS_IN_FLIGHT};
+        for (int e0 = tid; e0 < NV; e0 += NT * VCH) {
+          float4 v[VCH];
+          #pragma unroll
+          for (int q = 0; q < VCH; q++) {
+            const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
+            v[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e < NV && j < nt) {
+              if (${polled("j")}) v[q] = ld_poll4(${rowOf("j")} + k);
+              ${ownV === null ? "" : `else v[q] = *reinterpret_cast<const float4*>(${ownV} + k);`}
+            }
           }
-          if (WIDE) {
-            hs[(k + 0) * BT + j] = v.x;
-            hs[(k + 1) * BT + j] = v.y;
-            hs[(k + 2) * BT + j] = v.z;
-            hs[(k + 3) * BT + j] = v.w;
-          } else {
-            reinterpret_cast<float4*>(hs + j * K)[k / 4] = v;
+          #pragma unroll
+          for (int q = 0; q < VCH; q++) {
+            const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
+            if (e >= NV) break;
+            if (j < nt && ${polled("j")}) ok &= settle(${rowOf("j")} + k, v[q], status, ${step}, b0 + j, k);
+            if (WIDE) {
+              hs[(k + 0) * BT + j] = v[q].x;
+              hs[(k + 1) * BT + j] = v[q].y;
+              hs[(k + 2) * BT + j] = v[q].z;
+              hs[(k + 3) * BT + j] = v[q].w;
+            } else {
+              reinterpret_cast<float4*>(hs + j * K)[k / 4] = v[q];
+            }
           }
         }
         if (__syncthreads_or(!ok)) return;
@@ -234,6 +256,7 @@ function reductionCode(plan: SparseRnnKernelPlan): string {
       for (int e = tid; e < PR * BT; e += NT) {
         const int lr = e / BT, j = e - lr * BT, g = lr / RW, r = lr - g * RW;
         float sum = 0.f;
+        #pragma unroll
         for (int q = 0; q < T; q++) sum += pb[((g * T + q) * RW + r) * BT + j];
         rs[e] = sum;
       }`;
