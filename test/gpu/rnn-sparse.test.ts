@@ -15,6 +15,7 @@
 
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
+import { runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { PersistentRnn, type PersistentRnnOptions } from "../../src/rnn/layer.js";
 import type { RnnPruning } from "../../src/rnn/prune.js";
@@ -296,5 +297,31 @@ describe("the sparse persistent kernels against the masked CPU reference", { ski
       );
       assert.ok(Object.is(ref.y[0]![0], -0), "the reference computes −0.0");
     }
+  });
+});
+
+describe("vpps bench rnn --density on a GPU (small)", { skip }, () => {
+  test("every rung and the dense layer are timed at hidden 256 and the largest sparse layer at 30%", () => {
+    const res = runSparseRnnBench({
+      cells: ["rnn-tanh"],
+      hiddens: [256],
+      batches: [1, 3],
+      densities: [0.1, 0.3],
+      steps: 16,
+      repeats: 2,
+      ladder: true,
+      device: 0,
+    });
+    const at = (r: SparseRnnBenchRow) => `${r.cell} ${r.hidden} b${r.batch} ${r.density} ${r.rung}`;
+    for (const r of res.rows) assert.ok(r.reason === undefined && r.recurrentMs! > 0, `${at(r)}: ${r.reason}`);
+    for (const cell of ["rnn-tanh"] as const) {
+      for (const batch of [1, 3]) {
+        const of = res.rows.filter((r) => r.cell === cell && r.batch === batch && r.hidden === 256);
+        assert.equal(of.length, 1 + 2 * 4, `${cell} batch ${batch}: dense and 4 rungs at 2 densities`);
+        const big = res.largest[`${cell}/0.3`]!;
+        assert.ok(res.rows.some((r) => r.cell === cell && r.hidden === big && r.batch === batch && r.density === 0.3));
+      }
+    }
+    for (const r of res.rows.filter((x) => x.rung === "lamport")) assert.ok(r.backwardRecurrentMs! > 0, at(r));
   });
 });
