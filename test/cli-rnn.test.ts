@@ -192,3 +192,52 @@ test("vpps plan rnn refuses what training refuses, with a finite reason: a hidde
     assert.doesNotMatch(r.stdout, /Infinity|NaN/);
   }
 });
+
+test("vpps bench rnn --density: --ladder and --torch need it, sparse layers are fp32; one line each, no trace", async () => {
+  for (const [args, code, re] of [
+    [["bench", "rnn", "--ladder"], 2, /--ladder and --torch apply with --density/],
+    [["bench", "rnn", "--torch", "x.jsonl"], 2, /--ladder and --torch apply with --density/],
+    [["bench", "rnn", "--density", "0"], 2, /--density: expected kept fractions of W_hh in \(0, 1\]/],
+    [["bench", "rnn", "--density", "10%", "--precision", "fp16"], 2, /sparse layers hold fp32 values/],
+  ] as const) {
+    const r = await cli(...args);
+    assert.equal(r.code, code, `${args.join(" ")}: ${r.stderr}`);
+    assert.match(r.stderr, re);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+    assert.ok(!hasTrace(r.stderr));
+  }
+});
+
+test("the sparse benchmark's report: speed-ups over the dense layer and PyTorch's rows of the same shape, the ladder", async () => {
+  const { sparseRnnBenchMarkdown, parseTorchSparseRows } = await import("../src/bench/rnn-sparse.js");
+  const base = { cell: "rnn-tanh", hidden: 1792, batch: 4, steps: 256 } as const;
+  const rows = [
+    { ...base, density: null, rung: "dense", recurrentMs: 0.72 },
+    { ...base, density: 0.1, rung: "naive", recurrentMs: 0.9 },
+    { ...base, density: 0.1, rung: "wide-loads", recurrentMs: 0.6 },
+    { ...base, density: 0.1, rung: "bank-aware", recurrentMs: 0.5 },
+    { ...base, density: 0.1, rung: "lamport", recurrentMs: 0.36, backwardRecurrentMs: 0.8 },
+    { ...base, hidden: 5920, density: 0.1, rung: "lamport", recurrentMs: 1.2 },
+    { ...base, density: 0.3, rung: "lamport", reason: "does not fit here" },
+  ] as const;
+  const torch = parseTorchSparseRows(
+    [
+      { hidden: 1792, batch: 4, steps: 256, density: null, impl: "cublas", ms: 2.16 },
+      { hidden: 1792, batch: 4, steps: 256, density: 0.1, impl: "cusparse", ms: 7.2 },
+      { hidden: 1792, batch: 4, steps: 256, density: 0.05, impl: "cusparse", ms: 5 },
+    ]
+      .map((r) => JSON.stringify(r))
+      .join("\n\n"),
+  );
+  const md = sparseRnnBenchMarkdown("NVIDIA H100", rows, torch, { "rnn-tanh/0.1": 5920 });
+  assert.match(md, /Largest sparse layers \(training, batch 4\): rnn-tanh 10%: 5920\./);
+  // dense 0.72 / 0.36 = 2×; cuBLAS 2.16 / 0.36 = 6×; cuSPARSE (the 10% row, not the 5%) 7.2 / 0.36 = 20×
+  assert.match(
+    md,
+    /\| rnn-tanh \| 1792 \| 4 \| 10% \| 0\.720 \| 0\.360 \| 2\.00× \| 0\.800 \| 2\.160 \| 6\.00× \| 7\.200 \| 20\.00× \|/,
+  );
+  // a size with no dense row and no PyTorch row
+  assert.match(md, /\| rnn-tanh \| 5920 \| 4 \| 10% \| — \| 1\.200 \| — \| — \| — \| — \| — \| — \|/);
+  assert.match(md, /\| rnn-tanh \| 1792 \| 4 \| 10% \| 0\.900 \| 0\.600 \| 0\.500 \| 0\.360 \|/);
+  assert.match(md, /- rnn-tanh 1792 batch 4 30% lamport: does not fit here/);
+});

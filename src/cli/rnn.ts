@@ -181,6 +181,9 @@ interface BenchFlags {
   reference?: string;
   phases: boolean;
   out?: string;
+  density?: number[];
+  ladder: boolean;
+  torch?: string;
 }
 
 /** Registers `vpps plan rnn` under `plan` and `vpps bench rnn` under `bench`. */
@@ -254,9 +257,27 @@ export function addRnnCommands(plan: Command, bench: Command): void {
         "also an instrumented build's clock cycles per step in each kernel phase (sync, poll, matvec, cell), for kernel work",
         false,
       )
-      .addOption(new Option("--out <dir>", "write rnn.json and rnn.md there").argParser(folder("--out")))
+      .addOption(
+        new Option(
+          "--density <d>",
+          "sparse layers instead, beside the dense ones: kept fractions of W_hh (a list: 1%,5%,10%,20%,30%); the largest sparse layer of each density is added to --hidden",
+        ).argParser(densityOption),
+      )
+      .option(
+        "--ladder",
+        "with --density: time each rung of the ladder (naive, wide loads, bank-aware, Lamport)",
+        false,
+      )
+      .option("--torch <file>", "with --density: the JSON lines of bench/pytorch/sparse_rnn.py (cuBLAS, cuSPARSE)")
+      .addOption(
+        new Option("--out <dir>", "write rnn.json and rnn.md there (rnn-sparse.* with --density)").argParser(
+          folder("--out"),
+        ),
+      )
       .action(
         run(async (f: BenchFlags) => {
+          if (f.density) return runSparseBench(f, f.density);
+          if (f.ladder || f.torch) throw new BenchUsageError("--ladder and --torch apply with --density");
           const { runRnnBench } = await import("../bench/rnn.js");
           const { readCudnnRows, rnnBenchMarkdown } = await import("../bench/rnn-report.js");
           const { requireGpu } = await import("../bench/device.js");
@@ -294,4 +315,38 @@ export function addRnnCommands(plan: Command, bench: Command): void {
         }),
       ),
   );
+}
+
+/** `vpps bench rnn --density …`: the sparse layers beside the dense ones (src/bench/rnn-sparse.ts). */
+async function runSparseBench(f: BenchFlags, densities: number[]): Promise<number> {
+  const { parseTorchSparseRows, runSparseRnnBench, sparseRnnBenchMarkdown } = await import("../bench/rnn-sparse.js");
+  const { requireGpu } = await import("../bench/device.js");
+  const { readFileSync } = await import("node:fs");
+  if (f.precision !== "fp32") throw new BenchUsageError("--precision: sparse layers hold fp32 values");
+  if (f.reference || f.phases)
+    throw new BenchUsageError("--reference and --phases apply to dense layers (no --density)");
+  const torch = f.torch ? parseTorchSparseRows(readFileSync(f.torch, "utf8")) : [];
+  requireGpu("vpps bench rnn");
+  const res = runSparseRnnBench(
+    {
+      cells: f.cells,
+      hiddens: f.hidden,
+      batches: f.batch,
+      densities,
+      steps: f.steps,
+      repeats: f.repeats,
+      ladder: f.ladder,
+      device: 0,
+    },
+    (line) => process.stderr.write(`${line}\n`),
+  );
+  const md = sparseRnnBenchMarkdown(res.device, res.rows, torch, res.largest);
+  writeOut(md);
+  if (f.out) {
+    mkdirSync(f.out, { recursive: true });
+    const json = { device: res.device, command: commandLine(), largest: res.largest, rows: res.rows, torch };
+    writeFileSync(join(f.out, "rnn-sparse.json"), `${JSON.stringify(json, null, 1)}\n`);
+    writeFileSync(join(f.out, "rnn-sparse.md"), md);
+  }
+  return 0;
 }

@@ -12,7 +12,7 @@ export type {
 } from "./backend.js";
 // For the GPU engines' rnn node, `vpps plan rnn` and `vpps bench rnn`: the planner's answers (layouts, the largest
 // layer, the launch a batch gets) and the layers of one direction on a device context.
-export { clustered } from "./codegen/index.js";
+export { clustered, SPARSE_LADDER, type SparseRung } from "./codegen/index.js";
 export {
   PersistentRnn,
   type PersistentRnnOptions,
@@ -130,6 +130,7 @@ export {
   type RnnLayerBase,
   RnnMaskKernel,
   RnnWorkspace,
+  SparsePersistentRnnLayer,
   StepwiseRnnLayer,
 } from "./runtime/index.js";
 export {

@@ -1,18 +1,25 @@
-// Pruned (sparse) W_hh on a GPU, while there is no sparse kernel: PersistentRnn with `density` (or a given `mask`) on
-// 'cuda:0' runs the dense persistent kernels on W_hh ⊙ mask and keeps dW_hh at the kept weights only. Compared with the
-// masked CPU reference — forward (y, hn, cn) and backward (dx, dh0, dc0, every weight gradient) within the fp32 GPU
-// tests' tolerances (test/gpu/rnn.test.ts) — for LSTM, GRU and RNN, row-balanced and plain pruning, a bidirectional
-// 2-layer stack, and re-pruning during training; the pruned weights' gradients are exactly zero; the backend says
-// once, in one line, that a density runs on the dense kernel. (The rnn graph op's pruned cases run on the GPU engines
-// in test/gpu/op-engines.test.ts, from test/op-cases.ts.)
-// Skipped, with the reason printed, without a GPU.
+// Pruned (sparse) W_hh on a GPU. PersistentRnn with `density` (or a given `mask`) on 'cuda:0' runs the sparse
+// persistent kernels (src/rnn/runtime/sparse.ts) where the mask's layer fits them, and keeps dW_hh at the kept weights
+// only. Compared with the masked CPU reference — forward (y, hn, cn) and backward (dx, dh0, dc0, every weight
+// gradient) within the fp32 GPU tests' tolerances (test/gpu/rnn.test.ts):
+// - the sparse kernels for every cell at batches 1, 2, 3, 4, 8 and 16 (the tiles of 1, 2 and 4 columns, partial tiles)
+//   and several lengths, both directions, row-balanced and plain masks, reductions by shuffles and through shared
+//   memory; Lamport synchronisation against the grid-barrier build (bit for bit: the same sums in the same order), wide
+//   against scalar loads (bit for bit), the bank-aware against the naive order (each within tolerance of the
+//   reference); a GRU whose h is exactly −0.0 at every step (Lamport's pending mark: published as +0.0, never waited
+//   for);
+// - with the sparse kernels turned off, the dense persistent kernels on W_hh ⊙ mask, which the backend says once, in
+//   one line, for LSTM, GRU and RNN, a bidirectional 2-layer stack, and re-pruning during training.
+// The pruned weights' gradients are exactly zero. (The rnn graph op's pruned cases run on the GPU engines in
+// test/gpu/op-engines.test.ts, from test/op-cases.ts.) Skipped, with the reason printed, without a GPU.
 
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
+import { runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { PersistentRnn, type PersistentRnnOptions } from "../../src/rnn/layer.js";
 import type { RnnPruning } from "../../src/rnn/prune.js";
-import { GpuRnnBackend } from "../../src/rnn/runtime/gpu-backend.js";
+import { GpuRnnBackend, type GpuRnnBackendOptions } from "../../src/rnn/runtime/gpu-backend.js";
 import type { RnnCell } from "../../src/rnn/spec.js";
 import { RandomStream } from "../../src/util/random.js";
 import { close, randoms } from "./rnn-compare.js";
@@ -35,11 +42,18 @@ after(() => {
 });
 
 /** A CPU and a GPU layer with the same parameters and pruning; the GPU backend's notices collected. */
-function pairOf(spec: Stack, sparsity: Pick<PersistentRnnOptions, "density" | "pruning" | "reprune">) {
+function pairOf(
+  spec: Stack,
+  sparsity: Pick<PersistentRnnOptions, "density" | "pruning" | "reprune">,
+  backend: GpuRnnBackendOptions = { sparse: false },
+) {
   const notices: string[] = [];
   const opts: PersistentRnnOptions = { ...spec, ...sparsity, seed: 7 };
   const cpu = new PersistentRnn({ ...opts, device: "cpu" });
-  const gpu = new PersistentRnn({ ...opts, backend: new GpuRnnBackend(0, { notice: (l) => notices.push(l) }) });
+  const gpu = new PersistentRnn({
+    ...opts,
+    backend: new GpuRnnBackend(0, { ...backend, notice: (l) => notices.push(l) }),
+  });
   made.push(cpu, gpu);
   // loading re-prunes the GPU layer from the CPU layer's weights: the same masks
   gpu.loadParameters(cpu.parameters());
@@ -48,14 +62,21 @@ function pairOf(spec: Stack, sparsity: Pick<PersistentRnnOptions, "density" | "p
 }
 
 /** One forward and backward of both layers over packed `lengths`, compared; the pruned weights' gradients are 0. */
-function compare(p: ReturnType<typeof pairOf>, spec: Stack, lengths: readonly number[], seed: number, tol = 5e-5) {
+function compare(
+  p: ReturnType<typeof pairOf>,
+  spec: Stack,
+  lengths: readonly number[],
+  seed: number,
+  tol = 5e-5,
+  initial?: { h0: Float32Array },
+) {
   const { cpu, gpu } = p;
   const rng = new RandomStream(seed);
   const D = spec.bidirectional ? 2 : 1;
   const states = spec.layers * D * lengths.length * spec.hidden;
   const lstm = spec.cell === "lstm";
   const seqs = lengths.map((n) => randoms(rng, n * spec.inputSize));
-  const h0 = randoms(rng, states, 0.5);
+  const h0 = initial?.h0 ?? randoms(rng, states, 0.5);
   const c0 = lstm ? randoms(rng, states, 0.5) : null;
   const dys = lengths.map((n) => randoms(rng, n * D * spec.hidden));
   const dhn = randoms(rng, states);
@@ -81,12 +102,17 @@ function compare(p: ReturnType<typeof pairOf>, spec: Stack, lengths: readonly nu
     const g = wb[name]!;
     for (let i = 0; i < g.length; i++) if (!masks[k]![i]) assert.equal(g[i], 0, `${name}[${i}] is pruned`);
   });
+  // copies (gradients() are live views), for comparing two GPU builds with each other
+  const grads = Object.fromEntries(Object.entries(wb).map(([n, v]) => [n, Float32Array.from(v)]));
+  return { y: b.y, hn: b.hn, cn: b.cn, dx: gb.dx, dh0: gb.dh0, dc0: gb.dc0, grads };
 }
 
 const BATCH_4 = [13, 10, 10, 4];
 const BATCH_16 = [12, 12, 11, 11, 10, 9, 9, 8, 7, 6, 5, 5, 4, 3, 2, 1];
 
-describe("pruned W_hh on a GPU (the dense kernels on W_hh ⊙ mask) against the masked CPU reference", { skip }, () => {
+describe("pruned W_hh on a GPU, sparse kernels off (the dense kernels on W_hh ⊙ mask) against the masked CPU reference", {
+  skip,
+}, () => {
   for (const cell of ["lstm", "gru", "rnn-tanh"] as const) {
     for (const [density, pruning] of [
       [0.1, "row-balanced"],
@@ -100,7 +126,7 @@ describe("pruned W_hh on a GPU (the dense kernels on W_hh ⊙ mask) against the 
         const shown = Number(p.gpu.density.toPrecision(3));
         assert.deepEqual(p.notices, [
           `vpps: persistent ${cell} 256: density ${shown} runs on the dense kernel with the pruned weights stored as ` +
-            "zeros (no sparse kernel for it yet)",
+            "zeros (the sparse kernels are turned off)",
         ]);
       });
     }
@@ -125,7 +151,12 @@ describe("pruned W_hh on a GPU (the dense kernels on W_hh ⊙ mask) against the 
       return m;
     });
     const cpu = new PersistentRnn({ ...spec, seed: 7, mask });
-    const gpu = new PersistentRnn({ ...spec, seed: 7, mask, backend: new GpuRnnBackend(0, { notice: () => {} }) });
+    const gpu = new PersistentRnn({
+      ...spec,
+      seed: 7,
+      mask,
+      backend: new GpuRnnBackend(0, { sparse: false, notice: () => {} }),
+    });
     made.push(cpu, gpu);
     compare({ cpu, gpu, notices: [] }, spec, [5, 7, 1, 5, 2], 13);
   });
@@ -155,5 +186,142 @@ describe("pruned W_hh on a GPU (the dense kernels on W_hh ⊙ mask) against the 
       // continue from the CPU's weights (and so its masks) on both
       p.gpu.loadParameters(p.cpu.parameters());
     }
+  });
+});
+
+/** Packed lengths of a batch of `b` sequences, decreasing, the longest `longest`. */
+function lengthsOf(b: number, longest: number): number[] {
+  return Array.from({ length: b }, (_, i) => Math.max(1, longest - Math.floor((i * longest) / (b + 1))));
+}
+
+const same = (a: ArrayLike<number> | null, b: ArrayLike<number> | null, what: string) => {
+  assert.ok((a === null) === (b === null), what);
+  if (a === null || b === null) return;
+  assert.equal(a.length, b.length, what);
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] !== b[i]) assert.fail(`${what}[${i}]: ${a[i]} vs ${b[i]}`);
+  }
+};
+
+/** Two GPU runs bit for bit: outputs, input gradients and every weight gradient. */
+function sameRuns(a: ReturnType<typeof compare>, b: ReturnType<typeof compare>, what: string) {
+  for (const [i, y] of a.y.entries()) same(y, b.y[i]!, `${what}: y of sequence ${i}`);
+  same(a.hn, b.hn, `${what}: hn`);
+  same(a.cn, b.cn, `${what}: cn`);
+  for (const [i, d] of (a.dx ?? []).entries()) same(d, b.dx![i]!, `${what}: dx of sequence ${i}`);
+  same(a.dh0, b.dh0, `${what}: dh0`);
+  same(a.dc0, b.dc0, `${what}: dc0`);
+  for (const n of Object.keys(a.grads)) same(a.grads[n]!, b.grads[n]!, `${what}: gradient of ${n}`);
+}
+
+describe("the sparse persistent kernels against the masked CPU reference", { skip }, () => {
+  for (const cell of ["rnn-tanh", "rnn-relu", "lstm", "gru"] as const) {
+    test(`${cell}: hidden 256 at 10%, batches 1, 2, 3, 4, 8, 16, several lengths; no notice (the sparse kernel runs)`, () => {
+      const spec = { cell, inputSize: 48, hidden: 256, layers: 1, bidirectional: false };
+      const p = pairOf(spec, { density: 0.1 }, {});
+      [1, 2, 3, 4, 8, 16].forEach((b, i) => {
+        compare(p, spec, lengthsOf(b, 5 + 3 * i), 100 + i);
+      });
+      compare(p, spec, [1], 99); // one step
+      assert.deepEqual(p.notices, []);
+    });
+  }
+
+  test("lstm 1024 at 10% (reductions through shared memory) and gru 132 at 30%, plain masks: batch 4 and 16", () => {
+    for (const [cell, hidden, density] of [
+      ["lstm", 1024, 0.1],
+      ["gru", 132, 0.3],
+    ] as const) {
+      const spec = { cell, inputSize: 32, hidden, layers: 1, bidirectional: false };
+      const p = pairOf(spec, { density, pruning: "plain" }, {});
+      compare(p, spec, BATCH_4, 31, 1e-4);
+      compare(p, spec, BATCH_16, 32, 1e-4);
+      assert.deepEqual(p.notices, []);
+    }
+  });
+
+  test("lstm: 2 bidirectional layers (both directions' kernels), hidden 128 at 20%", () => {
+    const spec = { cell: "lstm", inputSize: 24, hidden: 128, layers: 2, bidirectional: true } as const;
+    const p = pairOf(spec, { density: 0.2 }, {});
+    compare(p, spec, [9, 7, 7, 3, 1], 41);
+    assert.deepEqual(p.notices, []);
+  });
+
+  test("Lamport synchronisation equals the grid-barrier build, and wide loads scalar loads, bit for bit", () => {
+    for (const cell of ["lstm", "gru", "rnn-tanh"] as const) {
+      const spec = { cell, inputSize: 32, hidden: 384, layers: 1, bidirectional: false };
+      for (const lengths of [BATCH_4, BATCH_16, [6, 4, 1]]) {
+        const runs = ([{ sync: "lamport" }, { sync: "barrier" }, { sync: "barrier", wideLoads: false }] as const).map(
+          (o) => compare(pairOf(spec, { density: 0.1 }, { sparse: o }), spec, lengths, 51),
+        );
+        sameRuns(runs[0]!, runs[1]!, `${cell} Lamport vs barrier`);
+        sameRuns(runs[1]!, runs[2]!, `${cell} wide vs scalar loads`);
+      }
+    }
+  });
+
+  test("the bank-aware order and the naive order each match the reference", () => {
+    for (const cell of ["lstm", "rnn-tanh"] as const) {
+      const spec = { cell, inputSize: 32, hidden: 512, layers: 1, bidirectional: false };
+      for (const order of ["naive", "bank-aware"] as const) {
+        const p = pairOf(spec, { density: 0.1 }, { sparse: { order } });
+        compare(p, spec, BATCH_16, 61, 1e-4);
+        assert.deepEqual(p.notices, []);
+      }
+    }
+  });
+
+  test("−0.0: a GRU whose h is exactly −0.0 every step (z = 1, h0 = −0.0) runs with Lamport flags and publishes +0.0", () => {
+    const spec = { cell: "gru", inputSize: 8, hidden: 256, layers: 1, bidirectional: false } as const;
+    for (const sync of ["lamport", "barrier"] as const) {
+      const p = pairOf(spec, { density: 0.1 }, { sparse: { sync } });
+      const w = p.cpu.parameters();
+      // W_ih = 0; b_ih: r 0, z 200 (σ = 1 exactly), n −1: h = (1 − 1)·tanh(−1 + r·(W_hn h + b_hn)) + 1·h(t−1) = −0.0
+      w.weight_ih_l0!.fill(0);
+      const bih = w.bias_ih_l0!;
+      bih.fill(0);
+      bih.fill(200, 256, 512);
+      bih.fill(-1, 512, 768);
+      w.bias_hh_l0!.fill(0);
+      p.gpu.loadParameters(w);
+      const lengths = [7, 5, 5, 2];
+      const h0 = new Float32Array(lengths.length * 256).fill(-0);
+      const r = compare(p, spec, lengths, 71, 5e-5, { h0 });
+      // the reference's h is −0.0; the kernel's published value is +0.0 (never the pending mark)
+      r.y.forEach((y, i) => {
+        for (let k = 0; k < y.length; k++) assert.ok(Object.is(y[k], 0), `${sync}: y of sequence ${i}[${k}] = ${y[k]}`);
+      });
+      const ref = p.cpu.forward(
+        lengths.map((n) => new Float32Array(n * 8)),
+        h0,
+      );
+      assert.ok(Object.is(ref.y[0]![0], -0), "the reference computes −0.0");
+    }
+  });
+});
+
+describe("vpps bench rnn --density on a GPU (small)", { skip }, () => {
+  test("every rung and the dense layer are timed at hidden 256 and the largest sparse layer at 30%", () => {
+    const res = runSparseRnnBench({
+      cells: ["rnn-tanh"],
+      hiddens: [256],
+      batches: [1, 3],
+      densities: [0.1, 0.3],
+      steps: 16,
+      repeats: 2,
+      ladder: true,
+      device: 0,
+    });
+    const at = (r: SparseRnnBenchRow) => `${r.cell} ${r.hidden} b${r.batch} ${r.density} ${r.rung}`;
+    for (const r of res.rows) assert.ok(r.reason === undefined && r.recurrentMs! > 0, `${at(r)}: ${r.reason}`);
+    for (const cell of ["rnn-tanh"] as const) {
+      for (const batch of [1, 3]) {
+        const of = res.rows.filter((r) => r.cell === cell && r.batch === batch && r.hidden === 256);
+        assert.equal(of.length, 1 + 2 * 4, `${cell} batch ${batch}: dense and 4 rungs at 2 densities`);
+        const big = res.largest[`${cell}/0.3`]!;
+        assert.ok(res.rows.some((r) => r.cell === cell && r.hidden === big && r.batch === batch && r.density === 0.3));
+      }
+    }
+    for (const r of res.rows.filter((x) => x.rung === "lamport")) assert.ok(r.backwardRecurrentMs! > 0, at(r));
   });
 });

@@ -16,11 +16,13 @@
  * (VPPS_RNN_CONCURRENT=0 turns this off). Its dx GEMM, which accumulates into the same buffer as direction 0's, runs
  * after the join.
  *
- * A node with a pruned W_hh (`density` < 1) runs on the dense kernels, as there is no sparse kernel yet: its forward
- * reads W_hh back to the host (waiting for the stream), derives the mask there with the op's own code (so that every
- * engine keeps the same weights), uploads W_hh ⊙ mask (the pruned weights as stored zeros) and the mask, and runs the
- * layer on them; its backward computes dW_hh into a buffer of its own and adds it at the kept weights only
- * (RnnMaskKernel). It says so once per layer size and density, in one line.
+ * A node with a pruned W_hh (`density` < 1): its forward reads W_hh back to the host (waiting for the stream) and
+ * derives the mask there with the op's own code (so that every engine keeps the same weights). Each direction runs on
+ * the sparse persistent kernels (src/rnn/runtime/sparse.ts, one layer per node and direction holding its pairs)
+ * where its mask fits them — the directions then run in turn, each launch on all SMs — else on the dense kernels with
+ * W_hh ⊙ mask uploaded (the pruned weights as stored zeros), which it says once per layer size and density, in one
+ * line with the reason. Either way the backward computes dW_hh into a buffer of its own and adds it at the kept
+ * weights only (RnnMaskKernel).
  */
 import { deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import {
@@ -44,6 +46,7 @@ import {
   type RnnLayerBase,
   RnnMaskKernel,
   RnnWorkspace,
+  SparsePersistentRnnLayer,
   StepwiseRnnLayer,
 } from "../../rnn/index.js";
 
@@ -118,6 +121,8 @@ interface NodeState {
 export class GpuRnnNodes {
   private readonly gpu: RnnGpu;
   private readonly layers = new Map<string, RnnLayerBase>();
+  /** The sparse layers of pruned nodes by `cell/H/node/direction` (each holds its own pairs). */
+  private readonly sparseLayers = new Map<string, SparsePersistentRnnLayer>();
   /** Direction pairs by `cell/H` (null: the layer has no layout within half the SMs, or concurrency is off). */
   private readonly pairs = new Map<string, DirectionPair | null>();
   private lane: Lane | undefined;
@@ -262,7 +267,36 @@ export class GpuRnnNodes {
    * A pruned direction's buffers, filled: W_hh read back from `whh` (after the stream's earlier work, the last update
    * among it), its mask derived on the host as the op's CPU code derives it, and W_hh ⊙ mask and the mask uploaded.
    */
-  private prune(r: RnnNode, whh: DevicePtr, layer: RnnLayerBase): PrunedBuffers {
+  private readMask(r: RnnNode, whh: DevicePtr): { host: Float32Array; mask: Uint8Array } {
+    const host = new Float32Array(gatesOf(r.cell) * r.hidden * r.hidden);
+    this.ctx.stream.synchronize();
+    this.ctx.device.driver.memcpyDtoH(host, whh);
+    return { host, mask: rnnNodeMask(r, host)! };
+  }
+
+  /** The sparse layer of a pruned direction with its pairs set, or the reason it runs on the dense kernels. */
+  private sparseFor(
+    r: RnnNode,
+    node: number,
+    d: number,
+    w: { host: Float32Array; mask: Uint8Array },
+  ): SparsePersistentRnnLayer | string {
+    if (process.env.VPPS_RNN_SPARSE === "0") return "VPPS_RNN_SPARSE=0";
+    const key = `${r.cell}/${r.hidden}/${node}/${d}`;
+    let l = this.sparseLayers.get(key);
+    if (!l) {
+      l = new SparsePersistentRnnLayer(this.gpu, r.cell, r.hidden);
+      this.sparseLayers.set(key, l);
+    }
+    return l.setWeights(w.host, w.mask, r.batchSizes[0]!) ?? l;
+  }
+
+  private prune(
+    r: RnnNode,
+    w: { host: Float32Array; mask: Uint8Array },
+    layer: RnnLayerBase,
+    why: string | null,
+  ): PrunedBuffers {
     const floats = gatesOf(r.cell) * r.hidden * r.hidden;
     const driver = this.ctx.device.driver;
     const k = this.freePruned.findIndex((b) => b.floats === floats);
@@ -272,18 +306,14 @@ export class GpuRnnNodes {
       const alloc = () => driver.memAlloc(4 * floats);
       b = { floats, masked: alloc(), mask: alloc(), grad: alloc() };
     }
-    const host = new Float32Array(floats);
-    this.ctx.stream.synchronize();
-    driver.memcpyDtoH(host, whh);
-    const mask = rnnNodeMask(r, host)!;
     // synchronous copies: the host arrays are this call's
-    driver.memcpyHtoD(b.masked, applyMask(host, mask));
-    driver.memcpyHtoD(b.mask, Float32Array.from(mask));
-    this.announce(r, layer);
+    driver.memcpyHtoD(b.masked, applyMask(w.host, w.mask));
+    driver.memcpyHtoD(b.mask, Float32Array.from(w.mask));
+    if (why !== null) this.announce(r, layer, why);
     return b;
   }
 
-  private announce(r: RnnNode, layer: RnnLayerBase): void {
+  private announce(r: RnnNode, layer: RnnLayerBase, why: string): void {
     const density = Number(r.sparsity!.density.toPrecision(3));
     const key = `${r.cell}/${r.hidden}/${density}/${r.sparsity!.pruning}`;
     if (this.announced.has(key)) return;
@@ -292,7 +322,7 @@ export class GpuRnnNodes {
     const plain = r.sparsity!.pruning === "plain" ? " (plain pruning)" : "";
     const line =
       `vpps: rnn op: persistent ${r.cell} ${r.hidden}: density ${density}${plain} runs on ${where} with the pruned ` +
-      "weights stored as zeros (no sparse kernel for it yet)";
+      `weights stored as zeros (${why})`;
     this.notices.push(line);
     process.stderr.write(`${line}\n`);
   }
@@ -325,9 +355,19 @@ export class GpuRnnNodes {
       [w0!.W_ih, w0!.W_hh, w0!.b_ih, w0!.b_hh].some(
         (id) => id >= 0 && [w1.W_ih, w1.W_hh, w1.b_ih, w1.b_hh].includes(id),
       );
-    const pair = D === 2 && !shared ? this.pair(r.cell, H) : null;
-    const layer = pair ? null : this.layer(r.cell, H);
-    const layers = pair ? [pair.a, pair.b] : [layer!, layer!];
+    // pruned W_hh, read back before direction 1 forks (the read waits for the engine's stream); each direction on a
+    // sparse layer where its mask fits one (then the directions run in turn: a sparse launch takes every SM)
+    const hostMasks = r.sparsity ? r.weights.map((w) => this.readMask(r, valPtr[w.W_hh]!)) : [];
+    const sparse = hostMasks.map((m, d) => this.sparseFor(r, i, d, m));
+    const onSparse = sparse.map((s) => typeof s !== "string");
+    const pair = D === 2 && !shared && !onSparse.some((x) => x) ? this.pair(r.cell, H) : null;
+    const dense = pair || (onSparse.every((x) => x) && onSparse.length === D) ? null : this.layer(r.cell, H);
+    const layers = pair
+      ? [pair.a, pair.b]
+      : Array.from({ length: D }, (_, d) => {
+          const s = sparse[d];
+          return s !== undefined && typeof s !== "string" ? s : dense!;
+        });
     const offsets = new Int32Array(batchSizes.length);
     for (let t = 1; t < batchSizes.length; t++) offsets[t] = offsets[t - 1]! + batchSizes[t - 1]!;
     // synchronous: the host arrays must not change before the copies are done (they are this call's)
@@ -340,8 +380,10 @@ export class GpuRnnNodes {
       for (const w of earlier.ws) this.release(w);
       this.freePruned.push(...earlier.pruned);
     }
-    // pruned W_hh, read back and masked before direction 1 forks (the read waits for the engine's stream)
-    const pruned = r.sparsity ? r.weights.map((w, d) => this.prune(r, valPtr[w.W_hh]!, layers[d]!)) : [];
+    const pruned = hostMasks.map((m, d) => {
+      const s = sparse[d]!;
+      return this.prune(r, m, layers[d]!, typeof s === "string" ? s : null);
+    });
     const ws: RnnWorkspace[] = [];
     if (pair) this.fork();
     for (let d = 0; d < D; d++) {
@@ -360,7 +402,8 @@ export class GpuRnnNodes {
           y: space.y,
           ldy: H,
           hn: sink,
-          cn: sink,
+          // a sparse layer keeps LSTM's c there between steps: the direction's own scratch, not the shared sink
+          cn: onSparse[d] ? space.stepCarry : sink,
           steps: { ...steps, total: N },
           reverse: d === 1,
           train: true,
@@ -454,6 +497,8 @@ export class GpuRnnNodes {
     }
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
+    for (const l of this.sparseLayers.values()) l.dispose();
+    this.sparseLayers.clear();
     for (const p of this.pairs.values()) {
       p?.a.dispose();
       p?.b.dispose();

@@ -19,8 +19,8 @@
 // params.ts (each kernel's parameter table), kernel-options.ts and prelude.ts (what every module shares),
 // vector-loads.ts (the polled loads of a step's vector, whatever holds the matrix), dense-*.ts (the dense persistent
 // kernels: register mat-vec, forward, backward, their pipelined loops, shared memory), stepwise.ts (the
-// non-persistent path's element-wise kernels). A sparse persistent kernel would sit beside dense-* as sparse-*,
-// rendering the same cells and loads.
+// non-persistent path's element-wise kernels), sparse-*.ts (the sparse persistent kernels: pairs in registers, the
+// shared product and its ladder of build options in sparse-product.ts), rendering the same cells.
 export { CELLS, type CellCode, savedFloats } from "./cells/index.js";
 export { backwardKernelSource } from "./dense-backward.js";
 export { forwardKernelSource } from "./dense-forward.js";
@@ -45,8 +45,21 @@ export {
   type ParamTable,
   PERSISTENT_BACKWARD_PARAMS,
   PERSISTENT_FORWARD_PARAMS,
+  SPARSE_BACKWARD_PARAMS,
+  SPARSE_FORWARD_PARAMS,
   STEPWISE_BACKWARD_PARAMS,
   STEPWISE_FORWARD_PARAMS,
 } from "./params.js";
 export { TMA_CUDA } from "./prelude.js";
+export { sparseBackwardSource } from "./sparse-backward.js";
+export { sparseForwardSource } from "./sparse-forward.js";
+export {
+  indexWords,
+  SPARSE_KERNEL_NAMES,
+  SPARSE_LADDER,
+  type SparseKernelOptions,
+  type SparseRung,
+  type SparseSync,
+  sparseSharedBytes,
+} from "./sparse-product.js";
 export { STEPWISE_KERNEL_NAMES, stepwiseKernelSource } from "./stepwise.js";

@@ -5,9 +5,10 @@
  * the saved state between the two. A layer too large for the registers is refused by PersistentRnnLayer.create with
  * the largest size that fits.
  *
- * A pruned layer (a call with a `mask`) runs on the dense kernels with W_hh ⊙ mask uploaded (the pruned weights
- * stored as zeros), and its downloaded dW_hh is added at the kept weights only; there is no sparse kernel yet, and
- * the backend says so once per layer size and density through `notice`.
+ * A pruned layer (a call with a `mask`) runs on the sparse persistent kernels (sparse.ts) where the mask's layer fits
+ * them; otherwise (too large, fp16 storage, the stepwise path, or `sparse: false`) on the dense kernels with
+ * W_hh ⊙ mask uploaded (the pruned weights stored as zeros), which the backend says once per layer size and density
+ * through `notice`, with the reason. Either way its downloaded dW_hh is added at the kept weights only.
  */
 import type { CudaDevice, DevicePtr } from "../../cuda/index.js";
 import { addMasked, applyMask, maskCounts, type WeightMask } from "../../ops/prune.js";
@@ -33,6 +34,7 @@ import {
   RnnWorkspace,
 } from "./layer-base.js";
 import { PersistentRnnLayer } from "./persistent.js";
+import { SparsePersistentRnnLayer, type SparseRnnLayerOptions } from "./sparse.js";
 import { StepwiseRnnLayer } from "./stepwise.js";
 
 /**
@@ -54,6 +56,12 @@ export interface GpuRnnBackendOptions {
   readonly replicas?: number;
   /** The pipelined tile loops for batches of several tiles (PersistentRnnOptions.pipeline); unset: on. */
   readonly pipeline?: boolean;
+  /**
+   * A pruned layer (a call with a mask) on the persistent path: the sparse kernels (runtime/sparse.ts) with these
+   * options (default: Lamport synchronisation, wide loads, the bank-aware order) where the mask's layer fits, else
+   * the dense kernel on W_hh ⊙ mask (said once); false: always the dense kernel.
+   */
+  readonly sparse?: SparseRnnLayerOptions | false;
 }
 
 /** Device buffers of one call, freed together. */
@@ -87,6 +95,8 @@ interface GpuSaved extends RnnSavedState {
   readonly y: DevicePtr;
   readonly h0: DevicePtr;
   readonly c0: DevicePtr;
+  /** The layer that ran the forward (the sparse one for a pruned layer that fits it): the backward runs on it too. */
+  readonly layer: RnnLayerBase;
 }
 
 function stepsOf(b: Buffers, batchSizes: Int32Array): PackedSteps {
@@ -110,6 +120,9 @@ export class GpuRnnBackend implements RnnBackend {
   private readonly pipeline: boolean | undefined;
   /** The pruned layers (cell/H/density) already announced as running on the dense kernels. */
   private readonly announced = new Set<string>();
+  private readonly sparse: SparseRnnLayerOptions | false;
+  /** The sparse layers by cell/H/layer/direction. */
+  private readonly sparseLayers = new Map<string, SparsePersistentRnnLayer>();
 
   constructor(index: number, options: GpuRnnBackendOptions = {}) {
     this.precision = validateRnnPrecision(options.precision, "GpuRnnBackend");
@@ -117,6 +130,7 @@ export class GpuRnnBackend implements RnnBackend {
     // checked here, before the device is opened: a bad value is refused in one line on any machine
     this.pipeline = options.pipeline === undefined ? undefined : rnnPipelineSetting(options.pipeline, undefined);
     this.path = options.path ?? "auto";
+    this.sparse = options.sparse ?? {};
     this.notice = options.notice ?? ((line) => process.stderr.write(`${line}\n`));
     this.device = `cuda:${index}`;
     this.gpu = openRnnGpu(index);
@@ -146,14 +160,34 @@ export class GpuRnnBackend implements RnnBackend {
   }
 
   /**
+   * The sparse layer of a pruned layer's call, its pairs set from W_hh and the mask, or null: not pruned, not on the
+   * persistent path, fp16 storage, sparse kernels off, or the mask's layer does not fit (said once, with the reason, as
+   * the dense kernel then runs it).
+   */
+  private sparseLayer(a: RnnForwardLayerArgs, dense: RnnLayerBase): SparsePersistentRnnLayer | null {
+    if (!a.mask || this.sparse === false || dense.path !== "persistent" || this.precision !== "fp32") return null;
+    // one per (layer, direction): each holds its own pairs, which the backward of its forward uses
+    const key = `${a.cell}/${a.hidden}/${a.layer}/${a.direction}`;
+    let l = this.sparseLayers.get(key);
+    if (!l) {
+      l = new SparsePersistentRnnLayer(this.gpu, a.cell, a.hidden, this.sparse);
+      this.sparseLayers.set(key, l);
+    }
+    const why = l.setWeights(a.weights.weightHh, a.mask, a.batchSizes[0] ?? 1);
+    if (why === null) return l;
+    this.announceMask(a, a.mask, dense, why);
+    return null;
+  }
+
+  /**
    * W_hh as the kernels get it: ⊙ the mask for a pruned layer (the pruned weights stored as zeros; said once per
    * layer size and density), rounded to fp16 on the stepwise path with fp16 storage.
    */
-  private hostWeights(a: RnnForwardLayerArgs, layer: RnnLayerBase): HostWeights {
+  private hostWeights(a: RnnForwardLayerArgs, layer: RnnLayerBase, sparse: boolean): HostWeights {
     let weightHh = a.weights.weightHh;
     if (a.mask) {
       weightHh = applyMask(weightHh, a.mask);
-      this.announceMask(a, a.mask, layer);
+      if (!sparse) this.announceMask(a, a.mask, layer, null);
     }
     // the stepwise path multiplies by W_hh in fp32 GEMMs: with fp16 storage it gets W_hh rounded as the persistent
     // kernels' registers hold it, so that a layer computes the same numbers on either path (and as the CPU's fp16)
@@ -161,15 +195,22 @@ export class GpuRnnBackend implements RnnBackend {
     return weightHh === a.weights.weightHh ? a.weights : { ...a.weights, weightHh };
   }
 
-  private announceMask(a: RnnForwardLayerArgs, mask: WeightMask, layer: RnnLayerBase): void {
+  private announceMask(a: RnnForwardLayerArgs, mask: WeightMask, layer: RnnLayerBase, why: string | null): void {
     const density = Number(maskCounts(mask, layer.G * a.hidden, a.hidden).density.toPrecision(3));
     const key = `${a.cell}/${a.hidden}/${density}`;
     if (this.announced.has(key)) return;
     this.announced.add(key);
     const where = layer.path === "persistent" ? "the dense kernel" : "the dense stepwise path";
+    const because =
+      why ??
+      (layer.path !== "persistent"
+        ? "the layer is too large for the persistent kernels"
+        : this.precision !== "fp32"
+          ? "the sparse kernels hold fp32 values only"
+          : "the sparse kernels are turned off");
     this.notice(
       `vpps: persistent ${a.cell} ${a.hidden}: density ${density} runs on ${where} with the pruned weights stored ` +
-        "as zeros (no sparse kernel for it yet)",
+        `as zeros (${because})`,
     );
   }
 
@@ -181,14 +222,16 @@ export class GpuRnnBackend implements RnnBackend {
   }
 
   forwardLayer(a: RnnForwardLayerArgs): RnnForwardLayerResult {
-    const layer = this.layer(a);
+    const dense = this.layer(a);
+    const sparse = this.sparseLayer(a, dense);
+    const layer: RnnLayerBase = sparse ?? dense;
     const H = a.hidden;
     const B = a.batchSizes[0] ?? 0;
     const b = new Buffers(this.gpu.device);
     try {
       const steps = stepsOf(b, a.batchSizes);
       const N = steps.total;
-      const weights = uploadWeights(b, this.hostWeights(a, layer));
+      const weights = uploadWeights(b, this.hostWeights(a, dense, sparse !== null));
       const x = b.upload(a.x);
       const h0 = a.h0 ? b.upload(a.h0) : b.zeros(B * H);
       const c0 = a.c0 ? b.upload(a.c0) : b.zeros(B * H);
@@ -218,6 +261,7 @@ export class GpuRnnBackend implements RnnBackend {
         y,
         h0,
         c0,
+        layer,
         dispose() {
           ws.dispose();
           b.free();
@@ -231,8 +275,8 @@ export class GpuRnnBackend implements RnnBackend {
   }
 
   backwardLayer(a: RnnBackwardLayerArgs): RnnBackwardLayerResult {
-    const layer = this.layer(a);
     const s = a.saved as GpuSaved;
+    const layer = s.layer;
     const H = a.hidden;
     const B = a.batchSizes[0] ?? 0;
     const N = s.steps.total;
@@ -299,6 +343,8 @@ export class GpuRnnBackend implements RnnBackend {
   dispose(): void {
     for (const l of this.layers.values()) l.dispose();
     this.layers.clear();
+    for (const l of this.sparseLayers.values()) l.dispose();
+    this.sparseLayers.clear();
     this.gpu.dispose();
   }
 }

@@ -1,0 +1,380 @@
+/**
+ * `vpps bench rnn --density …`: the sparse persistent layers (src/rnn/runtime/sparse.ts) beside the dense persistent
+ * ones in the same run. Per (cell, hidden, batch): the dense layer's recurrent forward, then per density the sparse
+ * layer's (W_hh pruned to a random row-balanced mask: round(d·H) kept per row), and its recurrent backward; with
+ * `ladder`, each rung of the paper's ladder (naive → wide loads → bank-aware → Lamport: codegen/sparse-product.ts)
+ * timed on its own. Besides the sizes asked for, the largest sparse layer of each (cell, density) that fits
+ * (`largestSparseHidden`, forward and backward, batch 4). Medians of CUDA-event timings after warm-up, all buffers on
+ * the device. The PyTorch script bench/pytorch/sparse_rnn.py times cuBLAS and cuSPARSE per step on the same shapes;
+ * its JSON lines are merged into the report (`torch`).
+ */
+
+import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
+import { CudaEvent, type DevicePtr } from "../cuda/index.js";
+import {
+  type BackwardArgs,
+  gatesOf,
+  largestSparseHidden,
+  openRnnGpu,
+  PersistentRnnLayer,
+  type RnnCellName,
+  RnnDoesNotFitError,
+  RnnWorkspace,
+  randomRowBalancedRows,
+  SPARSE_LADDER,
+  SparsePersistentRnnLayer,
+  type SparseRows,
+  type SparseRung,
+} from "../rnn/index.js";
+
+export interface SparseRnnBenchOptions {
+  readonly cells: readonly RnnCellName[];
+  readonly hiddens: readonly number[];
+  readonly batches: readonly number[];
+  readonly densities: readonly number[];
+  readonly steps: number;
+  readonly repeats: number;
+  /** Time every rung of the ladder (else the last, the production kernel, alone). */
+  readonly ladder: boolean;
+  /** Also time the sparse recurrent backward (the production rung). Default true. */
+  readonly backward?: boolean;
+  readonly device: number;
+}
+
+export interface SparseRnnBenchRow {
+  readonly cell: RnnCellName;
+  readonly hidden: number;
+  readonly batch: number;
+  readonly steps: number;
+  /** null: the dense row of this (cell, hidden, batch). */
+  readonly density: number | null;
+  readonly rung: SparseRung | "dense";
+  /** Why it was not timed (a layer that does not fit). */
+  readonly reason?: string;
+  /** Medians, ms: the recurrent forward (the input projection done before), and the recurrent backward. */
+  readonly recurrentMs?: number;
+  readonly backwardRecurrentMs?: number;
+  /** The sparse kernel's layout at this batch. */
+  readonly layout?: {
+    batchTile: number;
+    threads: number;
+    threadsPerRowGroup: number;
+    rowsPerThread: number;
+    pairsPerThread: number;
+  };
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[s.length >> 1]!;
+};
+
+/** The sizes of one cell: those asked for, and the largest sparse layer of each density (marked). */
+function sizesOf(o: SparseRnnBenchOptions, cell: RnnCellName, largest: Record<string, number>): number[] {
+  const out = new Set(o.hiddens);
+  for (const d of o.densities) out.add(largest[`${cell}/${d}`]!);
+  return [...out].sort((a, b) => a - b);
+}
+
+export function runSparseRnnBench(
+  o: SparseRnnBenchOptions,
+  log: (line: string) => void = () => {},
+): { device: string; rows: SparseRnnBenchRow[]; largest: Record<string, number> } {
+  const gpu = openRnnGpu(o.device);
+  const { device, stream } = gpu;
+  const d = device.driver;
+  const model = deviceModelOfCuda(device.props);
+  const rows: SparseRnnBenchRow[] = [];
+  const largest: Record<string, number> = {};
+  for (const cell of o.cells) {
+    for (const density of o.densities) largest[`${cell}/${density}`] = largestSparseHidden(cell, density, model, 4);
+  }
+  const rungs = o.ladder ? SPARSE_LADDER : SPARSE_LADDER.slice(-1);
+  const start = CudaEvent.create({ timing: true });
+  const end = CudaEvent.create({ timing: true });
+  const time = (f: () => void): number => {
+    start.record(stream);
+    f();
+    end.record(stream);
+    end.synchronize();
+    return end.elapsedMsSince(start);
+  };
+  const timed = (f: () => void): number => {
+    for (let i = 0; i < 2; i++) f();
+    const xs: number[] = [];
+    for (let r = 0; r < o.repeats; r++) xs.push(time(f));
+    return median(xs);
+  };
+  for (const cell of o.cells) {
+    const G = gatesOf(cell);
+    for (const hidden of sizesOf(o, cell, largest)) {
+      const H = hidden;
+      const isLargest = (density: number) => largest[`${cell}/${density}`] === H;
+      const densities = o.densities.filter((dd) => o.hiddens.includes(H) || isLargest(dd));
+      let dense: PersistentRnnLayer | null = null;
+      let denseReason: string | undefined;
+      try {
+        dense = PersistentRnnLayer.create(gpu, cell, H, "fp32");
+      } catch (e) {
+        if (!(e instanceof RnnDoesNotFitError)) throw e;
+        denseReason = e.message;
+      }
+      // the masks, one per density (values scaled so that the products stay O(1))
+      const masks = new Map<number, SparseRows>();
+      for (const density of densities) {
+        const m = randomRowBalancedRows(G * H, H, Math.max(1, Math.round(density * H)), 17);
+        const scale = 1 / Math.sqrt(Math.max(1, Math.round(density * H)));
+        for (let i = 0; i < m.value.length; i++) m.value[i]! *= scale;
+        masks.set(density, m);
+      }
+      // the sparse layers by density and rung, kept over the batches (their builds are per batch tile)
+      const layers = new Map<string, SparsePersistentRnnLayer | string>();
+      const layerOf = (density: number, rung: (typeof SPARSE_LADDER)[number], batch: number) => {
+        const key = `${density}/${rung.name}`;
+        let l = layers.get(key);
+        if (l === undefined) {
+          const s = new SparsePersistentRnnLayer(gpu, cell, H, {
+            sync: rung.sync,
+            wideLoads: rung.wideLoads,
+            order: rung.order,
+          });
+          const why = s.setRows(masks.get(density)!, batch);
+          if (why !== null) s.dispose();
+          l = why ?? s;
+          layers.set(key, l);
+        }
+        return l;
+      };
+      for (const batch of o.batches) {
+        const N = batch * o.steps;
+        const ptrs: DevicePtr[] = [];
+        const alloc = (floats: number, value = 0.01) => {
+          const p = d.memAlloc(Math.max(1, floats) * 4);
+          ptrs.push(p);
+          const host = Float32Array.from(
+            { length: Math.min(floats, 1 << 22) },
+            (_, i) => (value * (((i * 37) % 17) - 8)) / 8,
+          );
+          for (let off = 0; off < floats; off += host.length) {
+            const n = Math.min(host.length, floats - off);
+            d.memcpyHtoD(p + 4 * off, host.subarray(0, n));
+          }
+          return p;
+        };
+        const ws = new RnnWorkspace(gpu, cell, H, N, batch);
+        try {
+          const scale = 1 / Math.sqrt(H);
+          // W_ih is [G·H, H] (input size H, as `vpps bench rnn`); W_hh is dense for the dense layer only
+          const weights = {
+            wih: alloc(G * H * H, scale),
+            whh: dense ? alloc(G * H * H, scale) : alloc(1),
+            bih: alloc(G * H),
+            bhh: alloc(G * H),
+          };
+          const batchSizes = new Int32Array(o.steps).fill(batch);
+          const offsets = Int32Array.from({ length: o.steps }, (_, t) => t * batch);
+          const dB = alloc(o.steps);
+          const dO = alloc(o.steps);
+          d.memcpyHtoD(dB, batchSizes);
+          d.memcpyHtoD(dO, offsets);
+          const a: BackwardArgs = {
+            weights,
+            x: alloc(N * H, 1),
+            h0: alloc(batch * H),
+            c0: alloc(batch * H),
+            y: alloc(N * H),
+            ldy: H,
+            hn: alloc(batch * H),
+            cn: alloc(batch * H),
+            steps: { batchSizes, offsets, total: N, dBatchSizes: dB, dOffsets: dO },
+            reverse: false,
+            train: true,
+            ws,
+            grads: { wih: alloc(1), whh: alloc(1), bih: alloc(1), bhh: alloc(1) },
+            dy: alloc(N * H, 0.1),
+            lddy: H,
+            dhn: alloc(batch * H),
+            dcn: alloc(batch * H),
+            dx: alloc(1),
+            dxAccumulate: false,
+            dh0: alloc(batch * H),
+            dc0: alloc(batch * H),
+          };
+          const base = { cell, hidden: H, batch, steps: o.steps };
+          if (dense && o.hiddens.includes(H)) {
+            dense.inputProjection(a, H);
+            const ms = timed(() => dense.forwardRecurrent(a));
+            dense.checkStatus(ws);
+            const row: SparseRnnBenchRow = { ...base, density: null, rung: "dense", recurrentMs: ms };
+            rows.push(row);
+            log(JSON.stringify(row));
+          } else if (o.hiddens.includes(H)) {
+            const row: SparseRnnBenchRow = { ...base, density: null, rung: "dense", reason: denseReason! };
+            rows.push(row);
+            log(JSON.stringify(row));
+          }
+          for (const density of densities) {
+            for (const rung of rungs) {
+              const l = layerOf(density, rung, batch);
+              if (typeof l === "string") {
+                const row: SparseRnnBenchRow = { ...base, density, rung: rung.name, reason: l };
+                rows.push(row);
+                log(JSON.stringify(row));
+                continue;
+              }
+              l.inputProjection(a, H);
+              let ms: number;
+              try {
+                ms = timed(() => l.forwardRecurrent(a));
+              } catch (e) {
+                // a layer that fits at the first batch but whose kernel of this batch's tile does not (one line)
+                if (!(e instanceof Error) || !e.message.startsWith("SparsePersistentRnnLayer:")) throw e;
+                const row: SparseRnnBenchRow = { ...base, density, rung: rung.name, reason: e.message };
+                rows.push(row);
+                log(JSON.stringify(row));
+                continue;
+              }
+              l.checkStatus(ws);
+              const production = rung.name === SPARSE_LADDER.at(-1)!.name;
+              let bms: number | undefined;
+              if (production && o.backward !== false) {
+                bms = timed(() => l.backwardRecurrent(a));
+                l.checkStatus(ws);
+              }
+              const p = l.last.forward!;
+              const row: SparseRnnBenchRow = {
+                ...base,
+                density,
+                rung: rung.name,
+                recurrentMs: ms,
+                ...(bms === undefined ? {} : { backwardRecurrentMs: bms }),
+                layout: {
+                  batchTile: p.batchTile,
+                  threads: p.threads,
+                  threadsPerRowGroup: p.threadsPerRowGroup,
+                  rowsPerThread: p.rowsPerThread,
+                  pairsPerThread: p.pairsPerThread,
+                },
+              };
+              rows.push(row);
+              log(JSON.stringify(row));
+            }
+          }
+        } finally {
+          ws.dispose();
+          for (const p of ptrs) d.memFree(p);
+        }
+      }
+      for (const l of layers.values()) if (typeof l !== "string") l.dispose();
+      dense?.dispose();
+    }
+  }
+  start.destroy();
+  end.destroy();
+  gpu.dispose();
+  return { device: device.props.name, rows, largest };
+}
+
+/** One JSON line of bench/pytorch/sparse_rnn.py: cuBLAS GEMM or cuSPARSE SpMM per step, in a CUDA graph. */
+export interface TorchSparseRow {
+  readonly hidden: number;
+  readonly batch: number;
+  readonly steps: number;
+  /** null: the dense GEMM. */
+  readonly density: number | null;
+  readonly impl: "cublas" | "cusparse";
+  readonly ms: number;
+}
+
+const fmt = (ms: number | undefined) => (ms === undefined ? "—" : ms < 10 ? ms.toFixed(3) : ms.toFixed(1));
+
+/** The report: per (cell, hidden, batch) dense and each density's sparse ms, speed-ups, the ladder, PyTorch's rows. */
+export function sparseRnnBenchMarkdown(
+  device: string,
+  rows: readonly SparseRnnBenchRow[],
+  torch: readonly TorchSparseRow[] = [],
+  largest: Record<string, number> = {},
+): string {
+  const out: string[] = [
+    `# Sparse persistent RNN layers on ${device}`,
+    "",
+    "Recurrent forward (the input projection done before), fp32, medians in ms; `sparse` is the production kernel",
+    "(Lamport, wide loads, bank-aware order), `×dense` its speed-up over the dense persistent layer of the same size and",
+    "batch in the same run; `bwd` the sparse recurrent backward. cuBLAS / cuSPARSE: bench/pytorch/sparse_rnn.py (a GEMM",
+    "or torch.sparse CSR SpMM per step plus the cell's pointwise ops, captured in a CUDA graph), where merged.",
+    "",
+  ];
+  const largestLine = Object.entries(largest)
+    .map(([k, h]) => `${k.replace(/\/(.*)$/, (_, dd) => ` ${Number((100 * Number(dd)).toPrecision(3))}%`)}: ${h}`)
+    .join(", ");
+  if (largestLine) out.push(`Largest sparse layers (training, batch 4): ${largestLine}.`, "");
+  const torchMs = (impl: "cublas" | "cusparse", h: number, b: number, s: number, dd: number | null) =>
+    torch.find((t) => t.impl === impl && t.hidden === h && t.batch === b && t.steps === s && t.density === dd)?.ms;
+  out.push(
+    "| cell | hidden | batch | density | dense | sparse | ×dense | bwd | cuBLAS | ×cuBLAS | cuSPARSE | ×cuSPARSE |",
+    "| ---- | -----: | ----: | ------: | ----: | -----: | -----: | --: | -----: | ------: | -------: | --------: |",
+  );
+  const prod = SPARSE_LADDER.at(-1)!.name;
+  for (const r of rows) {
+    if (r.rung !== prod) continue;
+    const dense = rows.find(
+      (x) => x.rung === "dense" && x.cell === r.cell && x.hidden === r.hidden && x.batch === r.batch,
+    );
+    const ratio = (a?: number, b?: number) => (a !== undefined && b !== undefined ? `${(a / b).toFixed(2)}×` : "—");
+    const cublas = r.cell.startsWith("rnn") ? torchMs("cublas", r.hidden, r.batch, r.steps, null) : undefined;
+    const cusparse = r.cell.startsWith("rnn") ? torchMs("cusparse", r.hidden, r.batch, r.steps, r.density) : undefined;
+    out.push(
+      `| ${r.cell} | ${r.hidden} | ${r.batch} | ${Number((100 * r.density!).toPrecision(3))}% | ${fmt(dense?.recurrentMs)} | ` +
+        `${r.reason ? `does not fit` : fmt(r.recurrentMs)} | ${ratio(dense?.recurrentMs, r.recurrentMs)} | ` +
+        `${fmt(r.backwardRecurrentMs)} | ${fmt(cublas)} | ${ratio(cublas, r.recurrentMs)} | ${fmt(cusparse)} | ` +
+        `${ratio(cusparse, r.recurrentMs)} |`,
+    );
+  }
+  const ladder = rows.filter((r) => r.rung !== "dense" && r.rung !== prod);
+  if (ladder.length > 0) {
+    out.push(
+      "",
+      "## The ladder",
+      "",
+      "Each rung adds one step to the one before: naive (scalar loads of h, naive order, a grid barrier per step) →",
+      "wide loads (one ld.shared.v{2,4} per pair) → bank-aware order → Lamport flags instead of the barrier.",
+      "",
+      `| cell | hidden | batch | density | ${SPARSE_LADDER.map((r) => r.name).join(" | ")} |`,
+      `| ---- | -----: | ----: | ------: | ${SPARSE_LADDER.map(() => "---:").join(" | ")} |`,
+    );
+    const keys = new Set(ladder.map((r) => `${r.cell}/${r.hidden}/${r.batch}/${r.density}`));
+    for (const k of keys) {
+      const [cell, h, b, dd] = k.split("/");
+      const at = (name: string) =>
+        rows.find(
+          (r) =>
+            r.rung === name &&
+            r.cell === cell &&
+            r.hidden === Number(h) &&
+            r.batch === Number(b) &&
+            r.density === Number(dd),
+        );
+      out.push(
+        `| ${cell} | ${h} | ${b} | ${Number((100 * Number(dd)).toPrecision(3))}% | ${SPARSE_LADDER.map((r) => fmt(at(r.name)?.recurrentMs)).join(" | ")} |`,
+      );
+    }
+  }
+  const missing = rows.filter((r) => r.reason);
+  if (missing.length > 0) {
+    out.push("", "Not timed:", "");
+    for (const r of missing) {
+      out.push(
+        `- ${r.cell} ${r.hidden} batch ${r.batch}${r.density === null ? " dense" : ` ${Number((100 * r.density).toPrecision(3))}% ${r.rung}`}: ${r.reason}`,
+      );
+    }
+  }
+  return `${out.join("\n")}\n`;
+}
+
+/** The JSON lines of bench/pytorch/sparse_rnn.py (blank lines skipped). */
+export function parseTorchSparseRows(text: string): TorchSparseRow[] {
+  return text
+    .split("\n")
+    .filter((l) => l.trim() !== "")
+    .map((l) => JSON.parse(l) as TorchSparseRow);
+}

@@ -1,0 +1,263 @@
+/**
+ * What the sparse persistent kernels (sparse-forward.ts, sparse-backward.ts) share: the constants of a plan, the
+ * build options (the paper's ladder: naive → wide loads → bank-aware → Lamport), the load of a thread's
+ * ⟨index, value⟩ pairs into registers, the load of a tile's vector into shared memory (polled for Lamport flags, or
+ * plain after a grid barrier), the product over the pairs, the reduction of a row's partial sums over its row group,
+ * and the grid barrier of a step.
+ *
+ * Shared memory (floats, dynamic): the tile's vector hs [K·BT] — wide loads: interleaved [K][BT], so one
+ * ld.shared.v{BT} per pair loads all of the tile's columns; without: [BT][K], one scalar load per pair and column —
+ * then the row sums rs [PR][BT] (PR = row groups · rows per thread), then, for a reduction through shared memory,
+ * every thread's partial sums pb [NT][RW][BT].
+ */
+import type { SparseRnnKernelPlan } from "../plan/index.js";
+import { gatesOf } from "../spec.js";
+
+/** The synchronisation between steps: Lamport flags (−0.0 = not yet written) or a grid barrier per step. */
+export type SparseSync = "lamport" | "barrier";
+
+/** Build options of a sparse kernel: the rungs of the paper's ladder that change the code. */
+export interface SparseKernelOptions {
+  /** Default "lamport". */
+  readonly sync?: SparseSync;
+  /** One ld.shared.v{BT} per pair (h interleaved [K][BT]); false: one scalar load per pair and column. Default true. */
+  readonly wideLoads?: boolean;
+}
+
+/**
+ * The rungs of the ladder in order, each the one before plus one step. Bank-aware is the pair arrays' order, not the
+ * code: a rung's `order` says which arrays the host loads.
+ */
+export const SPARSE_LADDER = [
+  { name: "naive", sync: "barrier", wideLoads: false, order: "naive" },
+  { name: "wide-loads", sync: "barrier", wideLoads: true, order: "naive" },
+  { name: "bank-aware", sync: "barrier", wideLoads: true, order: "bank-aware" },
+  { name: "lamport", sync: "lamport", wideLoads: true, order: "bank-aware" },
+] as const satisfies readonly (Required<SparseKernelOptions> & { name: string; order: "naive" | "bank-aware" })[];
+
+export type SparseRung = (typeof SPARSE_LADDER)[number]["name"];
+
+/** Kernel names of a sparse module (beside the pending fill of the common prelude). */
+export const SPARSE_KERNEL_NAMES = { forward: "rnn_sparse_forward", backward: "rnn_sparse_backward" } as const;
+
+/** Words of a thread's index registers: ⌈S/2⌉ (16-bit, two a word) or S. */
+export function indexWords(plan: SparseRnnKernelPlan): number {
+  return plan.indexBits === 16 ? Math.ceil(plan.pairsPerThread / 2) : plan.pairsPerThread;
+}
+
+/** Whether the row group's partial sums are combined by warp shuffles (the group divides a warp). */
+export const shuffleReduction = (plan: SparseRnnKernelPlan) => 32 % plan.threadsPerRowGroup === 0;
+
+/** Floats of dynamic shared memory a kernel of this plan uses. */
+export function sparseSharedFloats(plan: SparseRnnKernelPlan): number {
+  const bt = plan.batchTile;
+  const pr = plan.rowGroups * plan.rowsPerThread;
+  const pb = shuffleReduction(plan) ? 0 : plan.threads * plan.rowsPerThread * bt;
+  // the forward's cell inputs, copied asynchronously while the vector is polled: G input projections and the state
+  const xs = plan.kind === "forward" ? plan.unitsPerCta * bt * (gatesOf(plan.cell) + 1) : 0;
+  return plan.cols * bt + pr * bt + pb + xs;
+}
+
+export const sparseSharedBytes = (plan: SparseRnnKernelPlan) => 4 * sparseSharedFloats(plan);
+
+/** The constants of a kernel of this plan. */
+export function sparseConstants(plan: SparseRnnKernelPlan, opts: SparseKernelOptions): string {
+  const G = gatesOf(plan.cell);
+  return `constexpr int H = ${plan.hidden};
+constexpr int G = ${G};
+constexpr int UC = ${plan.unitsPerCta};  // units per CTA
+constexpr int NT = ${plan.threads};  // threads per CTA
+constexpr int BT = ${plan.batchTile};  // batch columns of a tile
+constexpr int K = ${plan.cols};  // the vector's length (a pair's index range)
+constexpr int S = ${plan.pairsPerThread};  // pair slots per thread
+constexpr int SW = ${indexWords(plan)};  // index words per thread
+constexpr int P = ${plan.pairsPerPiece};  // slots of one row's piece
+constexpr int RW = ${plan.rowsPerThread};  // rows per thread
+constexpr int T = ${plan.threadsPerRowGroup};  // threads of a row group
+constexpr int RG = ${plan.rowGroups};  // row groups
+constexpr int PR = RG * RW;  // rows with padding
+constexpr bool IDX16 = ${plan.indexBits === 16};
+constexpr bool WIDE = ${opts.wideLoads !== false};
+constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
+static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");`;
+}
+
+/** Device helpers: a thread's index of slot s, the polled vector load, the step barrier. */
+export const SPARSE_HELPERS = `
+// the index of slot s (a compile-time constant in the unrolled loops): 16-bit, two to a register, low half even.
+// Unpacked in a volatile asm, every step: the unpacked indices are loop-invariant, and ptxas would otherwise hoist them
+// out of the step loop, a register per index instead of half of one, and spill.
+__device__ __forceinline__ u32 pair_index(const u32 (&wi)[SW], int s) {
+  if (!IDX16) return wi[s];
+  u32 r;
+  if (s & 1) asm volatile("shr.u32 %0, %1, 16;" : "=r"(r) : "r"(wi[s >> 1]));
+  else asm volatile("and.b32 %0, %1, 65535;" : "=r"(r) : "r"(wi[s >> 1]));
+  return r;
+}
+
+// Four floats another CTA writes, v their first load. Lamport: re-loaded while any is the pending mark (−0.0; a
+// computed −0.0 is published as +0.0), bounded; false (and the status block's error) when they never arrive. Barrier:
+// as loaded (the step's grid barrier ordered the writes before).
+__device__ __forceinline__ bool settle(const float* p, float4& v, int* status, int step, int row, int col) {
+  if (!LAMPORT) return true;
+  u32 spins = 0;
+  while (pending4(v)) {
+    if (++spins > kBarrierSpinLimit) {
+      report_error(status, kErrPollTimeout, step, row, col, -1);
+      return false;
+    }
+    v = ld_poll4(p);
+  }
+  return true;
+}
+
+// A float from global to shared memory without a register (cp.async: waited for by cp_async_wait, by this thread).
+__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// The grid barrier that ends step s in the barrier build (all threads call it; thread 0 signals and waits). Lamport
+// builds need none. False when a CTA failed or the wait timed out.
+__device__ __forceinline__ bool step_barrier(u32* bar, int s, int* status) {
+  if (LAMPORT) return true;
+  __syncthreads();
+  bool ok = true;
+  if (threadIdx.x == 0) {
+    vpps_signal(bar);
+    ok = vpps_wait(bar, (u32)(s + 1) * gridDim.x, status, (u32)s, s);
+  }
+  return !__syncthreads_or(!ok);
+}`;
+
+/** The load of a thread's pairs into registers (once per launch), in the arrays' coalesced order (sparse-pairs.ts). */
+export const LOAD_PAIRS = `  // this thread's pairs, loaded once: slot s at values[(cta·S + s)·NT + tid], its index word at (cta·SW + ⌊s/2⌋)·NT + tid.
+  // Coherent loads (__ldcg), never the read-only path, which ptxas may re-load inside the step loop.
+  float wv[S];
+  u32 wi[SW];
+  #pragma unroll
+  for (int s = 0; s < S; s++) wv[s] = __ldcg(values + ((size_t)blockIdx.x * S + s) * NT + tid);
+  #pragma unroll
+  for (int q = 0; q < SW; q++) wi[q] = __ldcg(indices + ((size_t)blockIdx.x * SW + q) * NT + tid);`;
+
+/** float4 loads of the vector a thread has in flight at once (each then re-polled while pending). */
+export const VECTOR_LOADS_IN_FLIGHT = 4;
+
+/**
+ * The load of a tile's vector into hs: column j < nt is `src(j)` (a row of K floats another CTA wrote, polled) where
+ * `polled(j)`, else `own(j)` (the caller's initial state, or null: zeros); columns past nt are zeros. A thread issues
+ * VECTOR_LOADS_IN_FLIGHT 16-byte loads before it looks at any (one L2 round trip for them all), then re-polls those
+ * still pending. Ends with `if (__syncthreads_or(!ok)) return;`.
+ */
+export function loadVector(
+  rowOf: (j: string) => string,
+  polled: (j: string) => string,
+  own: (j: string) => string | null,
+  step: string,
+): string {
+  const ownV = own("j");
+  return `      {
+        bool ok = true;
+        constexpr int NV = BT * (K / 4), VCH = ${VECTOR_LOADS_IN_FLIGHT};
+        for (int e0 = tid; e0 < NV; e0 += NT * VCH) {
+          float4 v[VCH];
+          #pragma unroll
+          for (int q = 0; q < VCH; q++) {
+            const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
+            v[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e < NV && j < nt) {
+              if (${polled("j")}) v[q] = ld_poll4(${rowOf("j")} + k);
+              ${ownV === null ? "" : `else v[q] = *reinterpret_cast<const float4*>(${ownV} + k);`}
+            }
+          }
+          #pragma unroll
+          for (int q = 0; q < VCH; q++) {
+            const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
+            if (e >= NV) break;
+            if (j < nt && ${polled("j")}) ok &= settle(${rowOf("j")} + k, v[q], status, ${step}, b0 + j, k);
+            if (WIDE) {
+              hs[(k + 0) * BT + j] = v[q].x;
+              hs[(k + 1) * BT + j] = v[q].y;
+              hs[(k + 2) * BT + j] = v[q].z;
+              hs[(k + 3) * BT + j] = v[q].w;
+            } else {
+              reinterpret_cast<float4*>(hs + j * K)[k / 4] = v[q];
+            }
+          }
+        }
+        if (__syncthreads_or(!ok)) return;
+      }`;
+}
+
+/** The product of a thread's pairs with the tile's vector, one accumulator per (row, column). */
+export function productCode(plan: SparseRnnKernelPlan): string {
+  const bt = plan.batchTile;
+  const wide =
+    bt === 4
+      ? `const float4 hv = reinterpret_cast<const float4*>(hs)[ix];
+            acc[r][0] = fmaf(wv[s], hv.x, acc[r][0]);
+            acc[r][1] = fmaf(wv[s], hv.y, acc[r][1]);
+            acc[r][2] = fmaf(wv[s], hv.z, acc[r][2]);
+            acc[r][3] = fmaf(wv[s], hv.w, acc[r][3]);`
+      : bt === 2
+        ? `const float2 hv = reinterpret_cast<const float2*>(hs)[ix];
+            acc[r][0] = fmaf(wv[s], hv.x, acc[r][0]);
+            acc[r][1] = fmaf(wv[s], hv.y, acc[r][1]);`
+        : "acc[r][0] = fmaf(wv[s], hs[ix], acc[r][0]);";
+  return `      // the product: slot s belongs to the thread's row ⌊s / P⌋
+      float acc[RW][BT];
+      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        #pragma unroll
+        for (int j = 0; j < BT; j++) acc[r][j] = 0.f;
+      }
+      #pragma unroll
+      for (int s = 0; s < S; s++) {
+        const int r = s / P;
+        const u32 ix = pair_index(wi, s);
+        if (WIDE) {
+          ${wide}
+        } else {
+          #pragma unroll
+          for (int j = 0; j < BT; j++) acc[r][j] = fmaf(wv[s], hs[j * K + ix], acc[r][j]);
+        }
+      }
+${reductionCode(plan)}
+      __syncthreads();`;
+}
+
+/** The reduction of a row's partial sums over its row group into rs [PR][BT]. */
+function reductionCode(plan: SparseRnnKernelPlan): string {
+  if (shuffleReduction(plan)) {
+    return `      // the row group's T threads (consecutive lanes of one warp): butterfly shuffles, in the same order everywhere
+      #pragma unroll
+      for (int o = T / 2; o > 0; o >>= 1) {
+        #pragma unroll
+        for (int r = 0; r < RW; r++) {
+          #pragma unroll
+          for (int j = 0; j < BT; j++) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], o);
+        }
+      }
+      if (tid % T == 0 && tid / T < RG) {
+        #pragma unroll
+        for (int r = 0; r < RW; r++) {
+          #pragma unroll
+          for (int j = 0; j < BT; j++) rs[((tid / T) * RW + r) * BT + j] = acc[r][j];
+        }
+      }`;
+  }
+  return `      // the row group's T threads span warps: every thread's partial sums through shared memory, summed in thread order
+      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        #pragma unroll
+        for (int j = 0; j < BT; j++) pb[(tid * RW + r) * BT + j] = acc[r][j];
+      }
+      __syncthreads();
+      for (int e = tid; e < PR * BT; e += NT) {
+        const int lr = e / BT, j = e - lr * BT, g = lr / RW, r = lr - g * RW;
+        float sum = 0.f;
+        #pragma unroll
+        for (int q = 0; q < T; q++) sum += pb[((g * T + q) * RW + r) * BT + j];
+        rs[e] = sum;
+      }`;
+}

@@ -1,0 +1,322 @@
+/**
+ * One sparse persistent recurrent layer direction on a GPU (codegen/sparse-*.ts; docs/RNN.md, "The sparse kernels"):
+ * W_hh pruned by a mask, held as ⟨index, value⟩ pairs in the registers of one persistent launch per direction and
+ * pass. The input projection and the weight-gradient GEMMs are the dense layer's (layer-base.ts); W_hh's gradient is
+ * computed dense by the GEMM and kept at the kept weights by the caller's mask.
+ *
+ * The pairs come from the host: `setWeights(W_hh, mask)` before a forward (or after W_hh changed), the forward's pairs
+ * (rows of W_hh) and the backward's (its columns) packed for the plan of each batch tile the launches use (the widest
+ * wide load a batch fills: batchTileFor), in the naive or the bank-aware order, and uploaded when a launch first needs
+ * them. The plans are built for the mask's own pairs per row (sparsePairsPerRow), so any mask fits its plan.
+ */
+import { PersistentKernelError, readStatusError, STATUS_WORDS } from "../../codegen/grid-barrier.js";
+import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import { type CudaKernel, type CudaModule, type DevicePtr, karg, loadModule } from "../../cuda/index.js";
+import {
+  indexWords,
+  kernelArgs,
+  RNN_KERNEL_NAMES,
+  SPARSE_BACKWARD_PARAMS,
+  SPARSE_FORWARD_PARAMS,
+  SPARSE_KERNEL_NAMES,
+  type SparseKernelOptions,
+  sparseBackwardSource,
+  sparseForwardSource,
+  sparseSharedBytes,
+} from "../codegen/index.js";
+import {
+  bankAwareOrder,
+  batchTileFor,
+  packSparsePairs,
+  planSparseRnnLayer,
+  type RnnCellName,
+  type SparseRnnKernelPlan,
+  type SparseRows,
+  sparsePairsPerRow,
+  sparseRowsOf,
+  transposeSparseRows,
+} from "../plan/index.js";
+import { gatesOf } from "../spec.js";
+import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
+
+/** Build options of a sparse layer: the kernels' (the ladder's code switches) and the pairs' order. */
+export interface SparseRnnLayerOptions extends SparseKernelOptions {
+  /** The order of each thread's pairs (default "bank-aware": plan/sparse-banks.ts's warp order). */
+  readonly order?: "naive" | "bank-aware";
+}
+
+/** A mask's sparse layer does not fit the registers (or shared memory) of this GPU: the reason, in one line. */
+export function sparsePlanFor(
+  cell: RnnCellName,
+  hidden: number,
+  model: DeviceModel,
+  batch: number,
+  csr: SparseRows,
+): ReturnType<typeof planSparseRnnLayer> {
+  const density = csr.start[csr.rows]! / (csr.rows * csr.cols);
+  return planSparseRnnLayer(cell, hidden, model, {
+    density: Math.max(density, 1 / (csr.rows * csr.cols)),
+    batch,
+    forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
+    backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
+  });
+}
+
+type Kind = "forward" | "backward";
+
+/** The compiled kernel of one kind and batch tile, and its pairs uploaded for the weights of `version`. */
+interface KernelBuild {
+  readonly plan: SparseRnnKernelPlan;
+  readonly fn: CudaKernel;
+  readonly fill: CudaKernel;
+  readonly module: CudaModule;
+  pairs?: { version: number; values: DevicePtr; indices: DevicePtr };
+}
+
+export class SparsePersistentRnnLayer extends RnnLayerBase {
+  readonly path = "persistent" as const;
+  readonly model: DeviceModel;
+  readonly options: Required<SparseRnnLayerOptions>;
+  /** By kind and batch tile (`${kind}/${bt}`), compiled when a launch first needs one. */
+  private readonly builds = new Map<string, KernelBuild>();
+  private csr: SparseRows | null = null;
+  private transposed: SparseRows | null = null;
+  private version = 0;
+  /** The grid barrier's step counter (barrier builds). */
+  private readonly bar: DevicePtr;
+  private readonly statusBack = new Int32Array(STATUS_WORDS);
+  /** The plans of the last launch of each kind (tests and the benchmark). */
+  readonly last: { forward?: SparseRnnKernelPlan; backward?: SparseRnnKernelPlan } = {};
+
+  constructor(gpu: RnnGpu, cell: RnnCellName, hidden: number, options: SparseRnnLayerOptions = {}) {
+    super(gpu, cell, hidden);
+    this.model = deviceModelOfCuda(gpu.device.props);
+    this.options = {
+      sync: options.sync ?? "lamport",
+      wideLoads: options.wideLoads ?? true,
+      order: options.order ?? "bank-aware",
+    };
+    this.bar = gpu.device.driver.memAlloc(4);
+  }
+
+  /**
+   * W_hh [G·H, H] (row-major) and its mask (nonzero: kept): the pairs of the next launches. Returns the reason in one
+   * line where the mask's layer does not fit at `batch` sequences (the caller runs another path), else null.
+   */
+  setWeights(weights: Float32Array, mask: Uint8Array, batch = 4): string | null {
+    return this.setRows(sparseRowsOf(weights, mask, gatesOf(this.cell) * this.hidden, this.hidden), batch);
+  }
+
+  /**
+   * W_hh's kept entries as rows (CSR, [G·H, H]): the pairs of the next launches, or the reason in one line where
+   * the layer does not fit at `batch` sequences.
+   */
+  setRows(csr: SparseRows, batch = 4): string | null {
+    if (this.hidden % 4 !== 0) {
+      return `the sparse kernels load h in 16-byte pieces: hidden ${this.hidden} is not a multiple of 4`;
+    }
+    const r = sparsePlanFor(this.cell, this.hidden, this.model, batch, csr);
+    if (!r.fits) return r.reason;
+    this.csr = csr;
+    this.transposed = null;
+    this.version++;
+    return null;
+  }
+
+  /** The build of one kind for a launch over `batch` sequences, its pairs uploaded for the current weights. */
+  private buildFor(kind: Kind, batch: number): KernelBuild {
+    const csr = this.csr;
+    if (csr === null) throw new Error("SparsePersistentRnnLayer: setWeights before a launch");
+    const bt = batchTileFor(Math.max(1, batch));
+    const key = `${kind}/${bt}`;
+    let b = this.builds.get(key);
+    const r = b?.pairs?.version === this.version ? null : sparsePlanFor(this.cell, this.hidden, this.model, bt, csr);
+    if (r && !r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
+    const plan = r?.fits ? r[kind] : b!.plan;
+    // a new mask may need another plan (its pairs per row)
+    if (b && !samePlan(plan, b.plan)) {
+      this.dropBuild(key, b);
+      b = undefined;
+    }
+    if (!b) {
+      const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
+      const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
+      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${bt}`;
+      const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
+      this.modules.push(module);
+      const fn = module.getFunction(SPARSE_KERNEL_NAMES[kind]);
+      const bytes = sparseSharedBytes(plan);
+      fn.setMaxDynamicSharedBytes(bytes);
+      const attrs = fn.attributes();
+      if (attrs.localBytes > 0) {
+        throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel spills (${attrs.localBytes} bytes per thread)`);
+      }
+      if (fn.maxActiveBlocksPerSm(plan.threads, bytes) < 1) {
+        throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel's CTA cannot be resident`);
+      }
+      b = { plan, fn, fill: module.getFunction(RNN_KERNEL_NAMES.fill), module };
+      this.builds.set(key, b);
+    }
+    if (b.pairs?.version !== this.version) {
+      this.freePairs(b);
+      if (kind === "backward") this.transposed ??= transposeSparseRows(csr);
+      let layout = packSparsePairs(kind === "forward" ? csr : this.transposed!, plan);
+      if (this.options.order === "bank-aware") {
+        layout = bankAwareOrder(plan, layout, this.options.wideLoads ? plan.batchTile : 1);
+      }
+      const d = this.gpu.device.driver;
+      const values = d.memAlloc(layout.values.byteLength);
+      d.memcpyHtoD(values, layout.values);
+      const indices = d.memAlloc(Math.max(4, 4 * indexWords(plan) * plan.threads * plan.ctas));
+      d.memcpyHtoD(
+        indices,
+        new Uint32Array(layout.indices.buffer, layout.indices.byteOffset, layout.indices.byteLength / 4),
+      );
+      b.pairs = { version: this.version, values, indices };
+    }
+    return b;
+  }
+
+  private freePairs(b: KernelBuild): void {
+    if (!b.pairs) return;
+    const d = this.gpu.device.driver;
+    this.gpu.stream.synchronize();
+    d.memFree(b.pairs.values);
+    d.memFree(b.pairs.indices);
+    b.pairs = undefined;
+  }
+
+  private dropBuild(key: string, b: KernelBuild): void {
+    this.freePairs(b);
+    this.builds.delete(key);
+    this.modules.splice(this.modules.indexOf(b.module), 1);
+    b.module.unload();
+  }
+
+  private fillPending(fill: CudaKernel, p: DevicePtr, rows: number, cols: number, ld: number): void {
+    const n = rows * cols;
+    if (n === 0) return;
+    fill.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
+      karg.ptr(p),
+      karg.i32(rows),
+      karg.i32(cols),
+      karg.i32(ld),
+    ]);
+  }
+
+  private resetSync(ws: RnnWorkspace): void {
+    const d = this.gpu.device.driver;
+    d.memsetD32Async(ws.status, 0, STATUS_WORDS, this.stream.handle);
+    d.memsetD32Async(this.bar, 0, 1, this.stream.handle);
+  }
+
+  forwardRecurrent(a: ForwardArgs): void {
+    const { total, batchSizes } = a.steps;
+    const b = this.buildFor("forward", batchSizes[0] ?? 1);
+    const p = b.plan;
+    this.last.forward = p;
+    if (this.options.sync === "lamport") this.fillPending(b.fill, a.y, total, this.hidden, a.ldy);
+    this.resetSync(a.ws);
+    const args = kernelArgs(
+      SPARSE_FORWARD_PARAMS,
+      {
+        values: b.pairs!.values,
+        indices: b.pairs!.indices,
+        xw: a.ws.xw,
+        bhn: a.weights.bhh + 4 * 2 * this.hidden, // GRU's b_hn (unused otherwise)
+        h0: a.h0,
+        c0: a.c0,
+        y: a.y,
+        ldy: a.ldy,
+        hn: a.hn,
+        cn: a.cn,
+        saved: a.ws.saved,
+        train: a.train ? 1 : 0,
+        batch_sizes: a.steps.dBatchSizes,
+        offsets: a.steps.dOffsets,
+        steps: batchSizes.length,
+        total,
+        reverse: a.reverse ? 1 : 0,
+        status: a.ws.status,
+        bar: this.bar,
+      },
+      SPARSE_KERNEL_NAMES.forward,
+    );
+    b.fn.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+  }
+
+  backwardRecurrent(a: BackwardArgs): void {
+    const { total, batchSizes } = a.steps;
+    const GH = this.G * this.hidden;
+    const b = this.buildFor("backward", batchSizes[0] ?? 1);
+    const p = b.plan;
+    this.last.backward = p;
+    if (this.options.sync === "lamport") this.fillPending(b.fill, a.ws.dpreH, total, GH, GH);
+    this.resetSync(a.ws);
+    // the carries between steps [2, B, H]: the workspace's stepwise carries (zeroed: a sequence's last step reads none)
+    const B = batchSizes[0] ?? 0;
+    this.gpu.device.driver.memsetD32Async(a.ws.stepCarry, 0, 2 * B * this.hidden, this.stream.handle);
+    const args = kernelArgs(
+      SPARSE_BACKWARD_PARAMS,
+      {
+        values: b.pairs!.values,
+        indices: b.pairs!.indices,
+        saved: a.ws.saved,
+        y: a.y,
+        ldy: a.ldy,
+        c0: a.c0,
+        dy: a.dy,
+        lddy: a.lddy,
+        dhn: a.dhn,
+        dcn: a.dcn,
+        dpre_h: a.ws.dpreH,
+        dpre_x: a.ws.dpreX,
+        dh0: a.dh0,
+        dc0: a.dc0,
+        carry: a.ws.stepCarry,
+        batch_sizes: a.steps.dBatchSizes,
+        offsets: a.steps.dOffsets,
+        steps: batchSizes.length,
+        total,
+        reverse: a.reverse ? 1 : 0,
+        status: a.ws.status,
+        bar: this.bar,
+      },
+      SPARSE_KERNEL_NAMES.backward,
+    );
+    b.fn.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+  }
+
+  checkStatus(ws: RnnWorkspace): void {
+    this.stream.synchronize();
+    this.gpu.device.driver.memcpyDtoH(this.statusBack, ws.status);
+    const e = readStatusError(this.statusBack);
+    if (!e) return;
+    const what = `sparse persistent ${this.cell} kernel, CTA ${e.cta}`;
+    throw new PersistentKernelError(
+      `${what}: step ${e.a} failed with code ${e.code} (row ${e.b}, column ${e.c}): a value another CTA writes never arrived`,
+      e.code,
+      e.cta,
+      -1,
+      e.words,
+    );
+  }
+
+  override dispose(): void {
+    for (const [key, b] of [...this.builds]) this.dropBuild(key, b);
+    this.gpu.device.driver.memFree(this.bar);
+    super.dispose();
+  }
+}
+
+function samePlan(a: SparseRnnKernelPlan, b: SparseRnnKernelPlan): boolean {
+  return (
+    a.pairsPerRow === b.pairsPerRow &&
+    a.pairsPerThread === b.pairsPerThread &&
+    a.threads === b.threads &&
+    a.rowsPerThread === b.rowsPerThread &&
+    a.threadsPerRowGroup === b.threadsPerRowGroup &&
+    a.batchTile === b.batchTile &&
+    a.indexBits === b.indexBits
+  );
+}
