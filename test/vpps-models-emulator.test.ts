@@ -59,7 +59,14 @@ function longSentences(count: number, min: number, max: number, seed: number): T
         tags.push(p.tags[j]!);
       }
     }
-    out.push({ words, tags, file: "long synthetic", line: i + 1 });
+    // the columns of the tags as if the sentence were a line `word|TAG word|TAG …` of a file
+    const tagColumns: number[] = [];
+    let column = 1;
+    for (const [k, w] of words.entries()) {
+      tagColumns.push(column + [...w].length + 1);
+      column += [...w].length + 1 + tags[k]!.length + 1;
+    }
+    out.push({ words, tags, file: "long synthetic", line: i + 1, tagColumns });
   }
   return out;
 }
