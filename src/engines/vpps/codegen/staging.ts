@@ -25,10 +25,12 @@ export const STAGE_ENTRY_WORDS = 4 * MAX_STAGE_ENTRIES;
 
 /**
  * Registers a plan leaves free beyond what the unstaged routines were measured to need: the staged forward product
- * keeps one bias per staged entry and a group of x loads in flight in registers, so tight plans stage fewer.
+ * keeps one bias per staged entry and a group of x loads in flight in registers, so tight plans stage fewer. The
+ * headroom a spill re-plan keeps free (plan/types.ts PlanOptions.headroom) counts as used here too, so a re-planned
+ * kernel also stages more frugally.
  */
 function stagingHeadroom(plan: VppsPlan): number {
-  return plan.budget.limitPerThread - plan.weightRegs - plan.gradientRegs - 64;
+  return plan.budget.limitPerThread - plan.budget.headroom - plan.weightRegs - plan.gradientRegs - 64;
 }
 
 /**

@@ -55,13 +55,14 @@ export {
  */
 export class VppsPlanError extends UserError {}
 
-/** The registers per thread of a 256-thread CTA at `ctasPerSm`, less the interpreter's reserve. */
-export function registerBudget(device: DeviceModel, ctasPerSm: 1 | 2): RegisterBudget {
+/** The registers per thread of a 256-thread CTA at `ctasPerSm`, less the interpreter's reserve and `headroom`. */
+export function registerBudget(device: DeviceModel, ctasPerSm: 1 | 2, headroom = 0): RegisterBudget {
   const limitPerThread = registersPerThread(device, THREADS_PER_CTA, ctasPerSm);
   return {
     limitPerThread,
     interpreterReserve: INTERPRETER_RESERVED_REGS,
-    forParameters: Math.max(0, limitPerThread - INTERPRETER_RESERVED_REGS),
+    headroom,
+    forParameters: Math.max(0, limitPerThread - INTERPRETER_RESERVED_REGS - headroom),
   };
 }
 
@@ -89,9 +90,10 @@ export function validRowsPerWarp(
   device: DeviceModel,
   ctasPerSm: 1 | 2,
   gradients: GradientStrategy | "auto" = "auto",
+  headroom = 0,
 ): number[] {
   validateMatrices(matrices);
-  const budget = registerBudget(device, ctasPerSm);
+  const budget = registerBudget(device, ctasPerSm, headroom);
   const ctas = device.smCount * ctasPerSm;
   const finest = placeGradients(matrices, deal(matrices, ctas, 1), budget.forParameters, gradients);
   if (finest === undefined) return [];
@@ -115,23 +117,27 @@ export function planVpps(matrices: readonly MatrixSpec[], device: DeviceModel, o
   if (options.rowsPerWarp !== undefined && (!Number.isInteger(options.rowsPerWarp) || options.rowsPerWarp < 1)) {
     throw new Error(`planVpps: rowsPerWarp must be a positive integer; got ${options.rowsPerWarp}`);
   }
+  const headroom = options.headroom ?? 0;
+  if (!Number.isInteger(headroom) || headroom < 0) {
+    throw new Error(`planVpps: headroom must be a non-negative integer; got ${options.headroom}`);
+  }
   const fits = (c: 1 | 2) =>
     weightRegistersAtLeast(matrices, device.smCount * c, options.rowsPerWarp ?? 1) <=
-    registerBudget(device, c).forParameters;
+    registerBudget(device, c, headroom).forParameters;
   const tried = options.ctasPerSm ? [options.ctasPerSm] : ([1, 2] as const);
   if (!tried.some(fits)) {
-    throw new VppsPlanError(refusal(matrices, device, tried[0]!, options.rowsPerWarp ?? 1, gradients));
+    throw new VppsPlanError(refusal(matrices, device, tried[0]!, options.rowsPerWarp ?? 1, gradients, headroom));
   }
-  const ctasPerSm = options.ctasPerSm ?? chooseCtasPerSm(matrices, device, gradients);
-  const budget = registerBudget(device, ctasPerSm);
+  const ctasPerSm = options.ctasPerSm ?? chooseCtasPerSm(matrices, device, gradients, headroom);
+  const budget = registerBudget(device, ctasPerSm, headroom);
   const ctas = device.smCount * ctasPerSm;
-  const valid = validRowsPerWarp(matrices, device, ctasPerSm, gradients);
+  const valid = validRowsPerWarp(matrices, device, ctasPerSm, gradients, headroom);
   const rpw = options.rowsPerWarp ?? valid[0] ?? 1;
   const d = deal(matrices, ctas, rpw);
   const placed = placeGradients(matrices, d, budget.forParameters, gradients);
-  if (placed === undefined) throw new VppsPlanError(refusal(matrices, device, ctasPerSm, rpw, gradients));
+  if (placed === undefined) throw new VppsPlanError(refusal(matrices, device, ctasPerSm, rpw, gradients, headroom));
   if (options.transposed !== true) return buildPlan(matrices, device, ctasPerSm, budget, d, placed, valid);
-  const withCopies = addTransposed(matrices, d, placed, budget.limitPerThread);
+  const withCopies = addTransposed(matrices, d, placed, budget.limitPerThread - headroom);
   return buildPlan(matrices, device, ctasPerSm, budget, withCopies.deal, { ...placed, ...withCopies }, valid);
 }
 
@@ -140,8 +146,9 @@ function chooseCtasPerSm(
   matrices: readonly MatrixSpec[],
   device: DeviceModel,
   gradients: GradientStrategy | "auto",
+  headroom: number,
 ): 1 | 2 {
-  const budget = registerBudget(device, 2);
+  const budget = registerBudget(device, 2, headroom);
   const placed = placeGradients(matrices, deal(matrices, device.smCount * 2, 1), budget.forParameters, gradients);
   const allInRegisters = placed !== undefined && (gradients === "gemm" || placed.registerGrad.every((r) => r));
   return allInRegisters ? 2 : 1;
@@ -156,8 +163,9 @@ function refusal(
   ctasPerSm: 1 | 2,
   rpw: number,
   gradients: GradientStrategy | "auto",
+  headroom: number,
 ): string {
-  const budget = registerBudget(device, ctasPerSm);
+  const budget = registerBudget(device, ctasPerSm, headroom);
   const ctas = device.smCount * ctasPerSm;
   // A model of millions of partitions is described from arithmetic alone: dealing its rows would take long, or fail.
   const partitions = matrices.reduce((n, m) => n + ceilDiv(m.rows, WARPS_PER_CTA * rpw), 0);
@@ -197,7 +205,8 @@ function refusal(
   return (
     `VPPS: the model does not fit in the registers of ${device.name} with ${ctasPerSm} CTA(s)/SM and ${rpw} row(s) ` +
     `per warp: it needs ${needText}, but the budget is ${budget.forParameters} ` +
-    `(${budget.limitPerThread} per thread minus ${budget.interpreterReserve} reserved for the interpreter). ` +
+    `(${budget.limitPerThread} per thread minus ${budget.interpreterReserve} reserved for the interpreter` +
+    `${headroom > 0 ? ` and ${headroom} kept free after a spill` : ""}). ` +
     `Matrices that could stay off chip, largest first: ${lines.join(", ")} (${advice})`
   );
 }

@@ -37,6 +37,12 @@ export interface PlanOptions {
    * below): short backward lists then form x̄ = Wᵀȳ as a forward-style product on the copy's holders.
    */
   readonly transposed?: boolean;
+  /**
+   * Registers per thread kept free beyond the interpreter's reserve (default 0): the JIT plans a variant again with
+   * some when ptxas spilled its kernel (codegen/compile.ts), so that fewer gradients (or weights) are held and the
+   * kernel's staging choices (codegen/staging.ts) are more frugal.
+   */
+  readonly headroom?: number;
 }
 
 /**
@@ -136,7 +142,9 @@ export interface RegisterBudget {
   /** What one thread may use (src/cuda/hw/device-model.ts registersPerThread: 255 at 1 CTA/SM, 128 at 2). */
   readonly limitPerThread: number;
   readonly interpreterReserve: number;
-  /** `limitPerThread - interpreterReserve`: what weights and gradients may fill. */
+  /** Registers kept free beyond the interpreter's reserve (PlanOptions.headroom; 0 unless a kernel spilled). */
+  readonly headroom: number;
+  /** `limitPerThread - interpreterReserve - headroom`: what weights and gradients may fill. */
   readonly forParameters: number;
 }
 
