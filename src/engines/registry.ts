@@ -11,7 +11,7 @@ import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine, MAX_EAGER_STREAMS, parseStreams } from "./eager/engine.js";
 import type { Engine, EngineCapabilities } from "./engine.js";
-import { VppsEngine } from "./vpps/index.js";
+import { Vpps, VppsEngine } from "./vpps/index.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */
@@ -25,6 +25,8 @@ export interface CreateEngineOptions {
   streams?: string;
   /** With `streams` "auto": where the analyser's choice and its reasons go (`--explain`). */
   explain?: (text: string) => void;
+  /** Where an engine's progress lines go while it is made (VPPS: each kernel variant compiled, a re-plan). */
+  progress?: (line: string) => void;
 }
 
 /** `--streams`: "auto" or a whole number 1 … MAX_EAGER_STREAMS; a RangeError of one line otherwise. */
@@ -81,6 +83,12 @@ export interface EngineEntry {
    */
   readonly evaluatedBy?: readonly string[];
   create(params: ParameterCollection, opts: CreateEngineOptions): Engine;
+  /**
+   * Work `create` would otherwise do synchronously that can run first without blocking (VPPS: the JIT of every
+   * kernel variant into the kernel cache, on worker threads), for a caller that can await it (the command line,
+   * which prints its progress and can be stopped meanwhile).
+   */
+  prepare?(params: ParameterCollection, opts: CreateEngineOptions): Promise<void>;
 }
 
 const FULL: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
@@ -156,8 +164,29 @@ const ENGINE_TABLE = [
       createGpuEngine(
         "vpps",
         opts.device ?? "auto",
-        () => new VppsEngine(params, { device: opts.device ?? "auto", name: "model" }),
+        () =>
+          new VppsEngine(params, {
+            device: opts.device ?? "auto",
+            name: "model",
+            ...(opts.progress ? { log: opts.progress } : {}),
+          }),
       ),
+    // the same options as `create`, so that its synchronous JIT finds every variant in the kernel cache
+    prepare: async (params, opts) => {
+      const progress = opts.progress ?? (() => {});
+      let announced = false;
+      await Vpps.compileKernels(params, { device: opts.device ?? "auto", name: "model" }, (p) => {
+        if (p.cached && p.done < p.total) return;
+        if (!announced && !p.cached) {
+          announced = true;
+          progress(`vpps: compiling the persistent kernel's ${p.total} plan variants (NVRTC, once per model and size)`);
+        }
+        progress(
+          `vpps: kernel variant ${p.done} of ${p.total} ${p.cached ? "in the cache" : "compiled"}: ${p.name}` +
+            ` (${(p.ms / 1000).toFixed(1)} s; ${(p.elapsedMs / 1000).toFixed(1)} s elapsed)`,
+        );
+      });
+    },
   },
 ] as const satisfies readonly EngineEntry[];
 

@@ -19,16 +19,17 @@
  * every earlier batch whose script is ready, so that building graphs, scheduling them and running kernels overlap.
  */
 
-import type { DeviceModel } from "../../cuda/hw/device-model.js";
-import type { GpuContext, PoolStats } from "../../cuda/index.js";
+import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
+import type { PoolStats } from "../../cuda/index.js";
+import { GpuContext } from "../../cuda/runtime/context.js";
 import type { BuildRequest, GraphBuilderSpec } from "../../graph/builder.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
-import type { ParameterCollection } from "../../model/parameters.js";
+import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
 import { argumentError } from "../../ops/common.js";
 import { UserError } from "../../util/errors.js";
 import type { GradientReducer } from "../data-parallel.js";
 import { requireScalar } from "../engine.js";
-import { compileVariantsAsync, type VariantInfo } from "./codegen/compile.js";
+import { type CompileProgress, compileVariantsAsync, plansFor, type VariantInfo } from "./codegen/compile.js";
 import { TRACE_SLOTS } from "./codegen/template.js";
 import { HostTrace } from "./instrument/host-trace.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
@@ -36,6 +37,7 @@ import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
 import {
   checkStepSettings,
   type ResolvedOptions,
+  resolveOptions,
   scheduleOptions,
   type VppsHooks,
   type VppsOptions,
@@ -57,7 +59,7 @@ import { VppsScheduler } from "./schedule/scheduler.js";
 import { assembleVpps, closeVpps, openVpps, type Variant, type VppsSetup } from "./setup.js";
 import { VariantProfiler } from "./tune/profiler.js";
 
-export type { VariantInfo } from "./codegen/compile.js";
+export type { CompileProgress, VariantInfo } from "./codegen/compile.js";
 export type {
   VppsHooks,
   VppsHostOptions,
@@ -183,6 +185,32 @@ export class Vpps {
     } catch (e) {
       closeVpps(setup);
       throw e;
+    }
+  }
+
+  /**
+   * Compiles every plan variant `create` (or `createSync`) with these options would, NVRTC on worker threads, into
+   * the kernel cache, and loads nothing else: no pool, no workers, no weights. A synchronous creation afterwards
+   * finds every kernel in the cache. The event loop stays free meanwhile (`onProgress` hears of each variant as it
+   * finishes; the command line prints it and can be stopped). A variant that spills is found out by the creation.
+   */
+  static async compileKernels(
+    params: ParameterCollection,
+    options: VppsOptions = {},
+    onProgress?: (p: CompileProgress) => void,
+  ): Promise<{ variants: number }> {
+    const o = resolveOptions(options);
+    const ctx = GpuContext.open({
+      device: o.device,
+      poolBytes: null,
+      ...(o.cacheDir !== undefined ? { cacheDir: o.cacheDir } : {}),
+    });
+    try {
+      const plans = plansFor(onChipMatrices(params), deviceModelOfCuda(ctx.device.props), o.variants);
+      await compileVariantsAsync(ctx, plans, o, onProgress);
+      return { variants: plans.length };
+    } finally {
+      ctx.dispose();
     }
   }
 

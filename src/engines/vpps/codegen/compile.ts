@@ -72,17 +72,45 @@ export function variantSource(plan: VppsPlan, o: ResolvedOptions): { name: strin
   return { name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
 }
 
+/** One variant compiled (or found in the kernel cache) by compileVariantsAsync: `done` of `total` so far. */
+export interface CompileProgress {
+  readonly done: number;
+  readonly total: number;
+  readonly name: string;
+  /** This variant's NVRTC milliseconds (the cache read when `cached`). */
+  readonly ms: number;
+  readonly cached: boolean;
+  /** Milliseconds since the compile of all variants started. */
+  readonly elapsedMs: number;
+}
+
 /**
  * Compiles every variant at once (NVRTC on worker threads, or the kernel cache), so that loadVariants finds them
- * loaded. All settle before the first failure is thrown: a failed variant must not leave others compiling into a
- * context that the caller then closes.
+ * loaded; `onProgress` hears of each as it finishes. All settle before the first failure is thrown: a failed variant
+ * must not leave others compiling into a context that the caller then closes.
  */
-export async function compileVariantsAsync(ctx: GpuContext, plans: readonly VppsPlan[], o: ResolvedOptions) {
+export async function compileVariantsAsync(
+  ctx: GpuContext,
+  plans: readonly VppsPlan[],
+  o: ResolvedOptions,
+  onProgress?: (p: CompileProgress) => void,
+) {
   const started = performance.now();
+  let done = 0;
   const settled = await Promise.allSettled(
-    plans.map((plan) => {
+    plans.map(async (plan) => {
       const k = variantSource(plan, o);
-      return ctx.kernelsAsync(`${k.name}.cu`, k.source, [k.name]);
+      const set = await ctx.kernelsAsync(`${k.name}.cu`, k.source, [k.name]);
+      done++;
+      onProgress?.({
+        done,
+        total: plans.length,
+        name: k.name,
+        ms: set.compile.ms,
+        cached: set.compile.fromCache,
+        elapsedMs: performance.now() - started,
+      });
+      return set;
     }),
   );
   const failed = settled.find((r) => r.status === "rejected");
