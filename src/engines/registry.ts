@@ -173,19 +173,36 @@ const ENGINE_TABLE = [
       ),
     // the same options as `create`, so that its synchronous JIT finds every variant in the kernel cache
     prepare: async (params, opts) => {
+      checkGpuUsable("vpps", opts.device ?? "auto");
       const progress = opts.progress ?? (() => {});
-      let announced = false;
-      await Vpps.compileKernels(params, { device: opts.device ?? "auto", name: "model" }, (p) => {
-        if (p.cached && p.done < p.total) return;
-        if (!announced && !p.cached) {
-          announced = true;
-          progress(`vpps: compiling the persistent kernel's ${p.total} plan variants (NVRTC, once per model and size)`);
+      const started = performance.now();
+      let done = 0;
+      let total = 0;
+      // between two finished variants (NVRTC takes seconds to a minute each), a line every 10 s
+      const heartbeat = setInterval(() => {
+        const s = ((performance.now() - started) / 1000).toFixed(0);
+        progress(`vpps: still compiling the kernel variants: ${done} of ${total} done, ${s} s elapsed`);
+      }, 10_000);
+      heartbeat.unref();
+      const compiled = Vpps.compileKernels(params, { device: opts.device ?? "auto", name: "model" }, (p) => {
+        ({ done, total } = p);
+        if (p.done === 0) {
+          progress(
+            `vpps: the persistent kernel's ${p.total} plan variants: compiled at once by NVRTC (the first run of a ` +
+              "model and size), or read from the kernel cache",
+          );
+        } else if (!p.cached || p.done === p.total) {
+          progress(
+            `vpps: kernel variant ${p.done} of ${p.total} ${p.cached ? "in the cache" : "compiled"}: ${p.name}` +
+              ` (${(p.ms / 1000).toFixed(1)} s; ${(p.elapsedMs / 1000).toFixed(1)} s elapsed)`,
+          );
         }
-        progress(
-          `vpps: kernel variant ${p.done} of ${p.total} ${p.cached ? "in the cache" : "compiled"}: ${p.name}` +
-            ` (${(p.ms / 1000).toFixed(1)} s; ${(p.elapsedMs / 1000).toFixed(1)} s elapsed)`,
-        );
       });
+      await compiled
+        .catch((e: unknown) => {
+          throw gpuLibraryError(e, "vpps");
+        })
+        .finally(() => clearInterval(heartbeat));
     },
   },
 ] as const satisfies readonly EngineEntry[];
@@ -320,6 +337,16 @@ export class ForwardPasses {
  * use instead. `--device cpu` with a CUDA engine is refused: the two ask for different things.
  */
 function createGpuEngine(name: string, device: string, make: () => Engine, instead = "Use --engine cpu."): Engine {
+  checkGpuUsable(name, device, instead);
+  try {
+    return make();
+  } catch (e) {
+    throw gpuLibraryError(e, name, instead);
+  }
+}
+
+/** Refuses `--device cpu` for a GPU engine, and a machine where no GPU can be used, in one line. */
+function checkGpuUsable(name: string, device: string, instead = "Use --engine cpu."): void {
   if (device.trim().toLowerCase() === "cpu") {
     throw new EngineUnavailableError(
       `the '${name}' engine runs on a GPU and cannot run with --device cpu; use --engine cpu, or --device auto or cuda:N`,
@@ -331,12 +358,11 @@ function createGpuEngine(name: string, device: string, make: () => Engine, inste
       `the '${name}' engine needs a CUDA GPU, and none can be used here: ${available.reason}. ${instead}`,
     );
   }
-  try {
-    return make();
-  } catch (e) {
-    if (e instanceof CudaLibraryNotFoundError) {
-      throw new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. ${instead}`);
-    }
-    throw e;
-  }
+}
+
+/** A missing CUDA library as the engine's one-line refusal; any other error as it is. */
+function gpuLibraryError(e: unknown, name: string, instead = "Use --engine cpu."): unknown {
+  return e instanceof CudaLibraryNotFoundError
+    ? new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. ${instead}`)
+    : e;
 }

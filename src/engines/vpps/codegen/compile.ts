@@ -72,7 +72,10 @@ export function variantSource(plan: VppsPlan, o: ResolvedOptions): { name: strin
   return { name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
 }
 
-/** One variant compiled (or found in the kernel cache) by compileVariantsAsync: `done` of `total` so far. */
+/**
+ * One variant compiled (or found in the kernel cache) by compileVariantsAsync: `done` of `total` so far. The first
+ * report, before any variant is done, has `done` 0 and an empty `name`.
+ */
 export interface CompileProgress {
   readonly done: number;
   readonly total: number;
@@ -97,6 +100,7 @@ export async function compileVariantsAsync(
 ) {
   const started = performance.now();
   let done = 0;
+  onProgress?.({ done, total: plans.length, name: "", ms: 0, cached: false, elapsedMs: 0 });
   const settled = await Promise.allSettled(
     plans.map(async (plan) => {
       const k = variantSource(plan, o);
