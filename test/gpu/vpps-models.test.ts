@@ -18,6 +18,7 @@ import type { ParameterCollection } from "../../src/model/parameters.js";
 import { findModel } from "../../src/models/registry.js";
 import type { AnyTask } from "../../src/models/task.js";
 import { AdamTrainer } from "../../src/optim/trainers.js";
+import { isUserError } from "../../src/util/errors.js";
 import { compareAdamBatch, referenceAdamBatch, referenceSgdBatch, tensorDifference } from "../vpps-reference.js";
 import { cacheDir } from "./engines.js";
 
@@ -170,4 +171,66 @@ describe("VPPS trains the six models at the paper's sizes as the CPU engine does
       }
     });
   }
+});
+
+describe("VPPS's device-memory limits are one line that says what to do", { skip }, () => {
+  const MiB = 1024 ** 2;
+  // two pipeline slots take 2 × 16 MiB of script regions from the pool (setup.ts SCRIPT_WORDS)
+  const host = { pipelineSlots: 2, scheduleWorkers: 0 };
+
+  test("a model region larger than the device pool left: create refuses it", async () => {
+    const m = paperModel("treelstm", { cell: "fused" }, 3);
+    await assert.rejects(
+      Vpps.create(m.params, {
+        cacheDir,
+        name: "treelstm",
+        log: () => {},
+        variants: { rowsPerWarp: 1 },
+        host,
+        poolBytes: 33 * MiB,
+      }),
+      (e: unknown) => {
+        assert.ok(isUserError(e), String(e));
+        assert.ok(!e.message.includes("\n"), e.message);
+        assert.match(
+          e.message,
+          /^VPPS: the model region needs .* of the device pool, and only .* are left .*: use a GPU with more free memory/,
+        );
+        return true;
+      },
+    );
+  });
+
+  test("a batch larger than the device pool: fb refuses it, naming its bytes and --batch", async () => {
+    const m = paperModel("treelstm", { cell: "fused" }, 3);
+    const v = await Vpps.create(m.params, {
+      cacheDir,
+      name: "treelstm",
+      log: () => {},
+      variants: { rowsPerWarp: 1 },
+      host,
+      poolBytes: 48 * MiB,
+    });
+    try {
+      const small = new ComputationGraph();
+      v.fb(small, m.build(small, 0, 1));
+      await v.syncLatestLoss(); // a batch of one fits
+      const cg = new ComputationGraph();
+      const big = m.build(cg, 0, 256);
+      await assert.rejects(
+        (async () => {
+          v.fb(cg, big);
+          await v.syncLatestLoss();
+        })(),
+        (e: unknown) => {
+          assert.ok(isUserError(e), String(e));
+          assert.ok(!e.message.includes("\n"), e.message);
+          assert.match(e.message, /^VPPS: the batch needs .* of the device pool .* train with a smaller --batch/);
+          return true;
+        },
+      );
+    } finally {
+      v.dispose();
+    }
+  });
 });
