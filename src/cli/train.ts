@@ -1,7 +1,7 @@
 import { join, resolve } from "node:path";
 import { cudaAvailable, getDriver, parseDeviceSpec, queryDeviceProperties } from "../cuda/index.js";
 import { recordDataReads } from "../data/text-file.js";
-import { checkEngineOptions, createEngine } from "../engines/registry.js";
+import { checkEngineOptions, createEngine, engineEntry } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
 import type { ProcessGroup } from "../parallel/index.js";
 import { type RankEnv, rankEnvFrom } from "../parallel/index.js";
@@ -16,6 +16,7 @@ import { writeOut } from "./output.js";
 import { checkLaunch, joinJob, launchTrain, runsOnGpu } from "./parallel.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { readRun, type SavedRun } from "./run-state.js";
+import { stoppable } from "./stop-signals.js";
 import { type RunSettingsResolved, resolveRunSettings, type TrainCommandOptions } from "./train-settings.js";
 
 export type { TrainCommandOptions } from "./train-settings.js";
@@ -25,11 +26,11 @@ export type { TrainCommandOptions } from "./train-settings.js";
  * option's value came from (commander's getOptionValueSource: "cli", "default", …): with `--resume`, the run's
  * recorded settings stand unless a flag is given explicitly (train-settings.ts says what each flag may do).
  */
-export function runTrain(
+export async function runTrain(
   task: AnyTask,
   opts: TrainCommandOptions,
   source: (key: string) => string | undefined = () => "cli",
-): void | Promise<void> {
+): Promise<void> {
   checkEngineOptions(opts.engine, { batching: opts.batching, device: opts.device, streams: opts.streams });
   if (opts.explain && (opts.streams ?? "1") !== "auto") {
     throw new CliError("--explain prints GLP4NN's choice of streams: give it with --engine eager --streams auto");
@@ -110,6 +111,16 @@ export function runTrain(
       log(
         `data-parallel: ${parallel.worldSize} ranks, ${s.batch / parallel.worldSize} ${noun} each per batch of ` +
           `${s.batch}${runsOnGpu(s.engine, s.device) ? " (NCCL)" : " (gradients summed on the host, over TCP)"}`,
+      );
+    }
+    const entry = engineEntry(s.engine);
+    if (entry.prepare !== undefined && !parallel) {
+      // VPPS's JIT on worker threads, before the synchronous training loop: progress lines, and Ctrl-C / SIGTERM
+      // end the process at once (the parameters' shapes are all it reads)
+      const shapes = task.create(s.options, vocab, s.seed).params;
+      const prepare = entry.prepare.bind(entry);
+      await stoppable("compiling the VPPS kernels (those compiled stay in the kernel cache)", () =>
+        prepare(shapes, { device, progress: note }),
       );
     }
     const metrics = task.metrics;

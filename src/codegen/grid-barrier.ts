@@ -14,6 +14,7 @@
  * [code, cta, a, b, c, pc]), the barrier-timeout code, and the decoding of an error into a PersistentKernelError.
  * A kernel numbers its own error codes from FIRST_KERNEL_ERROR on.
  */
+import { UserError } from "../util/errors.js";
 
 /** Words of the status block a kernel writes on an error: [code, cta, a, b, c, pc]. */
 export const STATUS_WORDS = 6;
@@ -124,12 +125,17 @@ export function readStatusError(status: ArrayLike<number>): StatusError | undefi
 export function barrierTimeoutMessage(e: StatusError, where: string): string {
   return (
     `timed out waiting on barrier ${e.a} at ${where}: expected ${e.c} signals, saw ${e.b} ` +
-    "(a processor failed earlier, the grid is not co-resident, or the schedule forgot a signal)"
+    "(a processor failed earlier, the grid is not co-resident, or the schedule forgot a signal); run it with the GPU " +
+    "to itself (no other process or MPS client on it), and if it happens again report it with VPPS_DUMP=<dir>"
   );
 }
 
-/** A failure a persistent kernel reported through its status block. */
-export class PersistentKernelError extends Error {
+/**
+ * A failure a persistent kernel reported through its status block: one line naming the processor, the barrier or
+ * the instruction, and what to do (a UserError: the command line prints it without a trace; a barrier timeout is
+ * most often a GPU shared with other work).
+ */
+export class PersistentKernelError extends UserError {
   override readonly name: string = "PersistentKernelError";
   constructor(
     message: string,

@@ -11,7 +11,7 @@ import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine, MAX_EAGER_STREAMS, parseStreams } from "./eager/engine.js";
 import type { Engine, EngineCapabilities } from "./engine.js";
-import { VppsEngine } from "./vpps/index.js";
+import { Vpps, VppsEngine } from "./vpps/index.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */
@@ -27,6 +27,8 @@ export interface CreateEngineOptions {
   explain?: (text: string) => void;
   /** VPPS: weight matrices kept off chip (the Vpps option `variants.offChip`; `--off-chip`). */
   offChip?: readonly string[] | "all";
+  /** Where an engine's progress lines go while it is made (VPPS: each kernel variant compiled, a re-plan). */
+  progress?: (line: string) => void;
 }
 
 /** `--streams`: "auto" or a whole number 1 … MAX_EAGER_STREAMS; a RangeError of one line otherwise. */
@@ -83,6 +85,12 @@ export interface EngineEntry {
    */
   readonly evaluatedBy?: readonly string[];
   create(params: ParameterCollection, opts: CreateEngineOptions): Engine;
+  /**
+   * Work `create` would otherwise do synchronously that can run first without blocking (VPPS: the JIT of every
+   * kernel variant into the kernel cache, on worker threads), for a caller that can await it (the command line,
+   * which prints its progress and can be stopped meanwhile).
+   */
+  prepare?(params: ParameterCollection, opts: CreateEngineOptions): Promise<void>;
 }
 
 const FULL: EngineCapabilities = { forwardOnly: true, nodeGradients: true };
@@ -163,8 +171,47 @@ const ENGINE_TABLE = [
             device: opts.device ?? "auto",
             name: "model",
             ...(opts.offChip !== undefined ? { variants: { offChip: opts.offChip } } : {}),
+            ...(opts.progress ? { log: opts.progress } : {}),
           }),
       ),
+    // the same options as `create`, so that its synchronous JIT finds every variant in the kernel cache
+    prepare: async (params, opts) => {
+      checkGpuUsable("vpps", opts.device ?? "auto");
+      const progress = opts.progress ?? (() => {});
+      const started = performance.now();
+      let done = 0;
+      let total = 0;
+      // between two finished variants (NVRTC takes seconds to a minute each), a line every 10 s
+      const heartbeat = setInterval(() => {
+        const s = ((performance.now() - started) / 1000).toFixed(0);
+        progress(`vpps: still compiling the kernel variants: ${done} of ${total} done, ${s} s elapsed`);
+      }, 10_000);
+      heartbeat.unref();
+      const compileOptions = {
+        device: opts.device ?? "auto",
+        name: "model",
+        ...(opts.offChip !== undefined ? { variants: { offChip: opts.offChip } } : {}),
+      };
+      const compiled = Vpps.compileKernels(params, compileOptions, (p) => {
+        ({ done, total } = p);
+        if (p.done === 0) {
+          progress(
+            `vpps: the persistent kernel's ${p.total} plan variants: compiled at once by NVRTC (the first run of a ` +
+              "model and size), or read from the kernel cache",
+          );
+        } else if (!p.cached || p.done === p.total) {
+          progress(
+            `vpps: kernel variant ${p.done} of ${p.total} ${p.cached ? "in the cache" : "compiled"}: ${p.name}` +
+              ` (${(p.ms / 1000).toFixed(1)} s; ${(p.elapsedMs / 1000).toFixed(1)} s elapsed)`,
+          );
+        }
+      });
+      await compiled
+        .catch((e: unknown) => {
+          throw gpuLibraryError(e, "vpps");
+        })
+        .finally(() => clearInterval(heartbeat));
+    },
   },
 ] as const satisfies readonly EngineEntry[];
 
@@ -298,6 +345,16 @@ export class ForwardPasses {
  * use instead. `--device cpu` with a CUDA engine is refused: the two ask for different things.
  */
 function createGpuEngine(name: string, device: string, make: () => Engine, instead = "Use --engine cpu."): Engine {
+  checkGpuUsable(name, device, instead);
+  try {
+    return make();
+  } catch (e) {
+    throw gpuLibraryError(e, name, instead);
+  }
+}
+
+/** Refuses `--device cpu` for a GPU engine, and a machine where no GPU can be used, in one line. */
+function checkGpuUsable(name: string, device: string, instead = "Use --engine cpu."): void {
   if (device.trim().toLowerCase() === "cpu") {
     throw new EngineUnavailableError(
       `the '${name}' engine runs on a GPU and cannot run with --device cpu; use --engine cpu, or --device auto or cuda:N`,
@@ -309,12 +366,11 @@ function createGpuEngine(name: string, device: string, make: () => Engine, inste
       `the '${name}' engine needs a CUDA GPU, and none can be used here: ${available.reason}. ${instead}`,
     );
   }
-  try {
-    return make();
-  } catch (e) {
-    if (e instanceof CudaLibraryNotFoundError) {
-      throw new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. ${instead}`);
-    }
-    throw e;
-  }
+}
+
+/** A missing CUDA library as the engine's one-line refusal; any other error as it is. */
+function gpuLibraryError(e: unknown, name: string, instead = "Use --engine cpu."): unknown {
+  return e instanceof CudaLibraryNotFoundError
+    ? new EngineUnavailableError(`the '${name}' engine needs ${e.summary}. ${instead}`)
+    : e;
 }

@@ -32,8 +32,9 @@ export interface Variant extends CompiledVariant {
 export interface VppsSetup {
   readonly ctx: GpuContext;
   readonly device: DeviceModel;
-  readonly plans: VppsPlan[];
-  readonly pool: SchedulePool<BatchTag> | undefined;
+  /** Replaced by assembleVpps when a variant was planned again after a spill. */
+  plans: VppsPlan[];
+  pool: SchedulePool<BatchTag> | undefined;
   readonly o: ResolvedOptions;
 }
 
@@ -49,21 +50,27 @@ export function openVpps(params: ParameterCollection, options: VppsOptions): Vpp
   try {
     const device = deviceModelOfCuda(ctx.device.props);
     const plans = plansFor(onChipMatrices(params), device, o.variants);
-    const workers = o.host.scheduleWorkers;
-    const pool =
-      workers > 0
-        ? new SchedulePool<BatchTag>({
-            workers,
-            params: params.all,
-            plans,
-            schedule: scheduleOptions(o, o.training.optimizer),
-          })
-        : undefined;
-    return { ctx, device, plans, pool, o };
+    return { ctx, device, plans, pool: startPool(params, plans, o), o };
   } catch (e) {
     ctx.dispose();
     throw e;
   }
+}
+
+/** The schedule workers of `plans` (none when `host.scheduleWorkers` is 0). */
+function startPool(
+  params: ParameterCollection,
+  plans: readonly VppsPlan[],
+  o: ResolvedOptions,
+): SchedulePool<BatchTag> | undefined {
+  const workers = o.host.scheduleWorkers;
+  if (workers === 0) return undefined;
+  return new SchedulePool<BatchTag>({
+    workers,
+    params: params.all,
+    plans,
+    schedule: scheduleOptions(o, o.training.optimizer),
+  });
 }
 
 /** Releases what `openVpps` made, when creating the engine failed after it. */
@@ -72,17 +79,30 @@ export function closeVpps(setup: VppsSetup): void {
   setup.ctx.dispose();
 }
 
-/** Loads and checks every variant (compile.ts), uploads the weights (and zeroes Adam's moments). */
+/**
+ * Loads and checks every variant (compile.ts), uploads the weights (and zeroes Adam's moments). When a variant was
+ * planned again after a spill, the plans change and the schedule workers are started again with them (`setup` is
+ * updated: closeVpps then releases the new pool).
+ */
 export function assembleVpps(
   setup: VppsSetup,
   params: ParameterCollection,
 ): { variants: Variant[]; runtime: VppsRuntime } {
-  const { ctx, plans, o } = setup;
+  const { ctx, o } = setup;
   const schedule = scheduleOptions(o, o.training.optimizer);
-  const variants: Variant[] = loadVariants(ctx, params, plans, o).map((v) => ({
+  const variants: Variant[] = loadVariants(ctx, params, setup.plans, o).map((v) => ({
     ...v,
     scheduler: new VppsScheduler(v.model, schedule),
   }));
+  if (variants.some((v) => v.plan !== setup.plans[v.index])) {
+    const plans = setup.plans.slice();
+    for (const v of variants) plans[v.index] = v.plan;
+    setup.pool?.dispose();
+    setup.pool = undefined;
+    setup.plans = plans;
+    setup.pool = startPool(params, plans, o);
+  }
+  const plans = setup.plans;
   const first = variants[0]!;
   const runtime = new VppsRuntime(ctx, {
     masterFloats: first.plan.masterFloats,

@@ -5,11 +5,12 @@
  * it runs: its persistent grid fits on the device, and nothing spilled to local memory.
  */
 import type { DeviceModel } from "../../../cuda/hw/device-model.js";
-import { checkNoSpills, type GpuContext, type KernelSet } from "../../../cuda/index.js";
+import { checkNoSpills, type GpuContext, type KernelSet, KernelSpillError } from "../../../cuda/index.js";
 import type { ParameterCollection } from "../../../model/parameters.js";
 import type { ResolvedOptions, ResolvedVariants } from "../options.js";
 import { createModelLayout } from "../plan/layout.js";
 import { enumeratePlans, type MatrixSpec, planVpps, type VppsPlan } from "../plan/plan.js";
+import { planUntilNoSpill } from "./spill-retry.js";
 import { generateKernelSource, kernelName } from "./template.js";
 import type { KernelVariant } from "./variant.js";
 
@@ -33,10 +34,9 @@ export interface CompiledVariant extends KernelVariant {
   readonly info: VariantInfo;
 }
 
-/** What to do when a variant spills (the advice of the refusal). */
+/** What to do when a variant spills even after it was planned again (the advice of the last refusal). */
 const SPILL_ADVICE =
-  "choose a plan with fewer registers per thread (variants.rowsPerWarp 1, variants.ctasPerSm 1, " +
-  'variants.gradients "gemm") or a smaller model';
+  'choose a plan with fewer registers per thread (variants.rowsPerWarp 1, variants.gradients "gemm") or a smaller model';
 
 /**
  * The plans to compile: the one of a fixed rpw, or every valid one (of the CTAs per SM asked for); with
@@ -74,16 +74,48 @@ export function variantSource(plan: VppsPlan, o: ResolvedOptions): { name: strin
 }
 
 /**
- * Compiles every variant at once (NVRTC on worker threads, or the kernel cache), so that loadVariants finds them
- * loaded. All settle before the first failure is thrown: a failed variant must not leave others compiling into a
- * context that the caller then closes.
+ * One variant compiled (or found in the kernel cache) by compileVariantsAsync: `done` of `total` so far. The first
+ * report, before any variant is done, has `done` 0 and an empty `name`.
  */
-export async function compileVariantsAsync(ctx: GpuContext, plans: readonly VppsPlan[], o: ResolvedOptions) {
+export interface CompileProgress {
+  readonly done: number;
+  readonly total: number;
+  readonly name: string;
+  /** This variant's NVRTC milliseconds (the cache read when `cached`). */
+  readonly ms: number;
+  readonly cached: boolean;
+  /** Milliseconds since the compile of all variants started. */
+  readonly elapsedMs: number;
+}
+
+/**
+ * Compiles every variant at once (NVRTC on worker threads, or the kernel cache), so that loadVariants finds them
+ * loaded; `onProgress` hears of each as it finishes. All settle before the first failure is thrown: a failed variant
+ * must not leave others compiling into a context that the caller then closes.
+ */
+export async function compileVariantsAsync(
+  ctx: GpuContext,
+  plans: readonly VppsPlan[],
+  o: ResolvedOptions,
+  onProgress?: (p: CompileProgress) => void,
+) {
   const started = performance.now();
+  let done = 0;
+  onProgress?.({ done, total: plans.length, name: "", ms: 0, cached: false, elapsedMs: 0 });
   const settled = await Promise.allSettled(
-    plans.map((plan) => {
+    plans.map(async (plan) => {
       const k = variantSource(plan, o);
-      return ctx.kernelsAsync(`${k.name}.cu`, k.source, [k.name]);
+      const set = await ctx.kernelsAsync(`${k.name}.cu`, k.source, [k.name]);
+      done++;
+      onProgress?.({
+        done,
+        total: plans.length,
+        name: k.name,
+        ms: set.compile.ms,
+        cached: set.compile.fromCache,
+        elapsedMs: performance.now() - started,
+      });
+      return set;
     }),
   );
   const failed = settled.find((r) => r.status === "rejected");
@@ -97,8 +129,10 @@ export async function compileVariantsAsync(ctx: GpuContext, plans: readonly Vpps
 
 /**
  * Compiles (or loads what compileVariantsAsync compiled) and checks every plan's kernel. A variant whose kernel
- * spills is dropped with a log line when there are others to profile; when none is left, or the only one spills,
- * its refusal is thrown (a spilling kernel would run, slowly: the point of VPPS is weights in registers).
+ * spills is dropped with a log line when others load; when none is left, the spilled plans are planned again with
+ * registers kept free and recompiled (spill-retry.ts), in order, until one loads without spilling — a spilling kernel
+ * would run, slowly (the point of VPPS is weights in registers), and a refusal would leave the user nothing to do.
+ * A variant planned again has another plan than `plans[index]`: the caller gives the schedule workers the new one.
  */
 export function loadVariants(
   ctx: GpuContext,
@@ -107,52 +141,77 @@ export function loadVariants(
   o: ResolvedOptions,
 ): CompiledVariant[] {
   const variants: CompiledVariant[] = [];
-  let refusal: unknown;
+  const spilled: number[] = [];
   for (const [index, plan] of plans.entries()) {
-    const { name, source } = variantSource(plan, o);
-    const set = ctx.kernels(`${name}.cu`, source, [name]);
-    const kernel = set.kernels[name];
-    const attr = kernel.attributes();
-    const resident = kernel.maxActiveBlocksPerSm(plan.threadsPerCta, 0);
-    if (resident < plan.ctasPerSm) {
-      throw new Error(
-        `VPPS: kernel ${name} needs ${plan.ctasPerSm} resident CTA(s) per SM for its persistent grid, but the ` +
-          `device fits ${resident} (${attr.numRegs} registers/thread, ${attr.sharedBytes} B shared)`,
-      );
-    }
-    const info: VariantInfo = {
-      name,
-      ctasPerSm: plan.ctasPerSm,
-      rowsPerWarp: plan.rowsPerWarp,
-      jitMs: set.compile.ms,
-      cacheHit: set.compile.fromCache,
-      registers: attr.numRegs,
-      localBytes: attr.localBytes,
-    };
-    o.log(
-      `vpps: ${name}: ${info.cacheHit ? "kernel cache hit" : "JIT"} ${info.jitMs.toFixed(0)} ms, ` +
-        `${attr.numRegs} registers, ${attr.localBytes} B local`,
-    );
     try {
-      checkNoSpills(name, attr, SPILL_ADVICE);
+      variants.push(loadVariant(ctx, params, plan, index, o));
     } catch (e) {
-      if (plans.length === 1) throw e;
-      refusal ??= e;
-      o.log(`vpps: ${name}: dropped from the profile: ${e instanceof Error ? e.message : String(e)}`);
-      continue;
+      if (!(e instanceof KernelSpillError)) throw e;
+      spilled.push(index);
+      if (plans.length > 1) o.log(`vpps: ${e.kernel}: dropped from the profile: ${e.message}`);
     }
-    const model = createModelLayout(params.all, plan);
-    variants.push({
-      plan,
-      model,
-      kernel,
-      name,
-      index,
-      info,
-      profiled: o.instrument.profileKernel,
-      traced: o.instrument.traceKernel,
-    });
   }
-  if (variants.length === 0) throw refusal;
-  return variants;
+  if (variants.length > 0) return variants;
+  let last: unknown;
+  for (const index of spilled) {
+    try {
+      const { result } = planUntilNoSpill(
+        plans[index]!,
+        o.variants.gradients,
+        (plan) => loadVariant(ctx, params, plan, index, o),
+        o.log,
+      );
+      return [result];
+    } catch (e) {
+      if (!(e instanceof KernelSpillError)) throw e;
+      last = e;
+    }
+  }
+  throw last;
+}
+
+/** Compiles (or finds compiled) and checks one plan's kernel: its grid fits, nothing spilled (KernelSpillError). */
+function loadVariant(
+  ctx: GpuContext,
+  params: ParameterCollection,
+  plan: VppsPlan,
+  index: number,
+  o: ResolvedOptions,
+): CompiledVariant {
+  const { name, source } = variantSource(plan, o);
+  const set = ctx.kernels(`${name}.cu`, source, [name]);
+  const kernel = set.kernels[name];
+  const attr = kernel.attributes();
+  const resident = kernel.maxActiveBlocksPerSm(plan.threadsPerCta, 0);
+  if (resident < plan.ctasPerSm) {
+    throw new Error(
+      `VPPS: kernel ${name} needs ${plan.ctasPerSm} resident CTA(s) per SM for its persistent grid, but the ` +
+        `device fits ${resident} (${attr.numRegs} registers/thread, ${attr.sharedBytes} B shared)`,
+    );
+  }
+  const info: VariantInfo = {
+    name,
+    ctasPerSm: plan.ctasPerSm,
+    rowsPerWarp: plan.rowsPerWarp,
+    jitMs: set.compile.ms,
+    cacheHit: set.compile.fromCache,
+    registers: attr.numRegs,
+    localBytes: attr.localBytes,
+  };
+  o.log(
+    `vpps: ${name}: ${info.cacheHit ? "kernel cache hit" : "JIT"} ${info.jitMs.toFixed(0)} ms, ` +
+      `${attr.numRegs} registers, ${attr.localBytes} B local`,
+  );
+  checkNoSpills(name, attr, SPILL_ADVICE);
+  const model = createModelLayout(params.all, plan);
+  return {
+    plan,
+    model,
+    kernel,
+    name,
+    index,
+    info,
+    profiled: o.instrument.profileKernel,
+    traced: o.instrument.traceKernel,
+  };
 }

@@ -27,12 +27,21 @@ export const STAGE_ENTRY_WORDS = 4 * MAX_STAGE_ENTRIES;
  * Registers a plan leaves free beyond what the unstaged routines were measured to need: the staged forward product
  * keeps one bias per staged entry and a group of x loads in flight in registers, so tight plans stage fewer. Rows
  * wider than 16 chunks (512 columns) cost one more register each per chunk beyond (measured: a Tree-LSTM of hidden
- * and embedding 1024, rows of 32 chunks, spilled 8 bytes with 31 registers of headroom counted without them).
+ * and embedding 1024, rows of 32 chunks, spilled 8 bytes with 31 registers of headroom counted without them). The
+ * headroom a spill re-plan keeps free (plan/types.ts PlanOptions.headroom) counts as used here too, so a re-planned
+ * kernel also stages more frugally.
  */
 function stagingHeadroom(plan: VppsPlan): number {
   let widest = 0;
   for (const m of [...plan.matrices, ...plan.transposed]) if (m.partitionCount > 0) widest = Math.max(widest, m.chunks);
-  return plan.budget.limitPerThread - plan.weightRegs - plan.gradientRegs - 64 - Math.max(0, widest - 16);
+  return (
+    plan.budget.limitPerThread -
+    plan.budget.headroom -
+    plan.weightRegs -
+    plan.gradientRegs -
+    64 -
+    Math.max(0, widest - 16)
+  );
 }
 
 /**

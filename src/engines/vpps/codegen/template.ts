@@ -107,7 +107,9 @@ export function kernelSharedBytes(spec: KernelSpec): number {
 export function kernelName(plan: VppsPlan, spec: KernelSpec): string {
   const model = spec.model.replace(/[^A-Za-z0-9_]/g, "_");
   const copies = plan.transposed.length > 0 ? "_t" : "";
-  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${copies}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
+  // a plan made again after a spill is another program (the context loads programs by name)
+  const margin = plan.budget.headroom > 0 ? `_h${plan.budget.headroom}` : "";
+  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${copies}${margin}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
 }
 
 /** A short content hash of the plan's geometry, stated in the header so a dumped source names what it was for. */
@@ -131,9 +133,9 @@ function header(plan: VppsPlan, spec: KernelSpec, name: string): string {
    spec.scriptChunkWords ?? DEFAULT_SCRIPT_CHUNK_WORDS
  }, barrierSpinLimit: ${spec.barrierSpinLimit ?? DEFAULT_BARRIER_SPIN_LIMIT} }
  * device: ${plan.device.name} (${plan.device.arch}), ${plan.ctas} persistent CTAs x ${plan.threadsPerCta} threads; plan ${planDigest(plan)}
- * register budget per thread: ${b.limitPerThread} limit - ${b.interpreterReserve} reserved for the interpreter = ${
-   b.forParameters
- } for parameters;
+ * register budget per thread: ${b.limitPerThread} limit - ${b.interpreterReserve} reserved for the interpreter ${
+   b.headroom > 0 ? `- ${b.headroom} kept free after a spill ` : ""
+ }= ${b.forParameters} for parameters;
  *   used: ${plan.weightRegs} weights + ${plan.gradientRegs} gradients = ${plan.weightRegs + plan.gradientRegs}
  * matrices held in registers:
 ${matrices}

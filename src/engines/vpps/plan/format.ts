@@ -31,7 +31,8 @@ export function formatPlan(plan: VppsPlan): string {
   const head = [
     `VPPS plan for ${plan.device.name}: ${plan.device.smCount} SMs x ${plan.ctasPerSm} CTA(s) = ${plan.ctas} ` +
       `persistent CTAs of ${plan.threadsPerCta} threads, ${plan.rowsPerWarp} row(s) per warp per partition`,
-    `registers per thread: ${budget.limitPerThread} limit - ${budget.interpreterReserve} interpreter = ` +
+    `registers per thread: ${budget.limitPerThread} limit - ${budget.interpreterReserve} interpreter ` +
+      `${budget.headroom > 0 ? `- ${budget.headroom} kept free after a spill ` : ""}= ` +
       `${budget.forParameters} for parameters; used ${plan.weightRegs} weights + ${plan.gradientRegs} gradients = ` +
       `${used} (${percent}%)`,
     `valid rows per warp for ${plan.ctasPerSm} CTA(s)/SM: ${plan.validRowsPerWarp.join(", ") || "none"}`,

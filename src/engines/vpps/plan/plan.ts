@@ -56,16 +56,27 @@ export {
 export class VppsPlanError extends UserError {}
 
 /**
- * The registers per thread of a 256-thread CTA at `ctasPerSm`, less the interpreter's reserve. `widestChunks`: the
+ * The registers per thread of a 256-thread CTA at `ctasPerSm`, less the interpreter's reserve and `headroom` (registers
+ * kept free after a spill: codegen/spill-retry.ts). `widestChunks`: the
  * registers per lane per row of the widest matrix kept in registers. The reserve was measured with rows of at most
  * 32 chunks (1024 columns); a matrix routine holds per-row vectors of its matrix's width, so each chunk beyond 32
  * adds one register to the reserve (measured: a Tree-LSTM of hidden 1536, rows of 48 chunks, spilled 4 bytes with
  * the plain reserve).
  */
-export function registerBudget(device: DeviceModel, ctasPerSm: 1 | 2, widestChunks = 0): RegisterBudget {
+export function registerBudget(
+  device: DeviceModel,
+  ctasPerSm: 1 | 2,
+  widestChunks = 0,
+  headroom = 0,
+): RegisterBudget {
   const limitPerThread = registersPerThread(device, THREADS_PER_CTA, ctasPerSm);
   const interpreterReserve = INTERPRETER_RESERVED_REGS + Math.max(0, widestChunks - WIDE_ROW_CHUNKS);
-  return { limitPerThread, interpreterReserve, forParameters: Math.max(0, limitPerThread - interpreterReserve) };
+  return {
+    limitPerThread,
+    interpreterReserve,
+    headroom,
+    forParameters: Math.max(0, limitPerThread - interpreterReserve - headroom),
+  };
 }
 
 /** Chunks per row up to which the interpreter's reserve was measured (registerBudget). */
@@ -96,7 +107,7 @@ function validateMatrices(matrices: readonly MatrixSpec[]): void {
  * rpw values worth compiling for one ctasPerSm and gradient option: the deal fits, keeps enough CTAs busy, and
  * keeps in registers every gradient that rpw = 1 keeps there. A larger rpw saves some atomics and x̄ traffic; a
  * gradient moved off chip costs a collection copy per use and a GEMM per batch, so such an rpw is not offered.
- * `offChip`: the matrices kept off chip (chooseOffChip), which take no registers.
+ * `offChip`: the matrices kept off chip (chooseOffChip), which take no registers; `headroom`: registers kept free.
  */
 export function validRowsPerWarp(
   matrices: readonly MatrixSpec[],
@@ -104,9 +115,10 @@ export function validRowsPerWarp(
   ctasPerSm: 1 | 2,
   gradients: GradientStrategy | "auto" = "auto",
   offChip: readonly boolean[] = matrices.map(() => false),
+  headroom = 0,
 ): number[] {
   validateMatrices(matrices);
-  const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, offChip));
+  const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, offChip), headroom);
   const ctas = device.smCount * ctasPerSm;
   if (weightRegistersAtLeast(matrices, ctas, 1, offChip) > budget.forParameters) return [];
   const finest = placeGradients(matrices, deal(matrices, ctas, 1, [], offChip), budget.forParameters, gradients);
@@ -167,16 +179,18 @@ export function chooseOffChip(
     offChip?: readonly string[] | "all";
     ctasPerSm?: 1 | 2;
     rowsPerWarp?: number;
+    headroom?: number;
   } = {},
 ): OffChipChoice {
   validateMatrices(matrices);
   const gradients = options.gradients ?? "auto";
   const ctasPerSm = options.ctasPerSm ?? 1;
   const rpw = options.rowsPerWarp ?? 1;
+  const headroom = options.headroom ?? 0;
   const ctas = device.smCount * ctasPerSm;
   const forced = forcedOffChip(matrices, options.offChip);
   const fits = (off: readonly boolean[]) => {
-    const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, off));
+    const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, off), headroom);
     return (
       weightRegistersAtLeast(matrices, ctas, rpw, off) <= budget.forParameters &&
       placeGradients(matrices, deal(matrices, ctas, rpw, [], off), budget.forParameters, gradients) !== undefined
@@ -202,7 +216,7 @@ export function chooseOffChip(
     if (forced[i]) return options.offChip === "all" ? "off chip: forced (offChip all)" : "off chip: forced (offChip)";
     if (!off[i]) return "registers: fits";
     const back = off.map((o, k) => o && k !== i);
-    const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, back));
+    const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, back), headroom);
     const need =
       weightRegistersAtLeast(matrices, ctas, rpw, back) +
       (gradients === "registers" ? weightRegistersAtLeast(matrices, ctas, rpw, back) : 0);
@@ -229,9 +243,14 @@ export function planVpps(matrices: readonly MatrixSpec[], device: DeviceModel, o
   if (options.rowsPerWarp !== undefined && (!Number.isInteger(options.rowsPerWarp) || options.rowsPerWarp < 1)) {
     throw new Error(`planVpps: rowsPerWarp must be a positive integer; got ${options.rowsPerWarp}`);
   }
+  const headroom = options.headroom ?? 0;
+  if (!Number.isInteger(headroom) || headroom < 0) {
+    throw new Error(`planVpps: headroom must be a non-negative integer; got ${options.headroom}`);
+  }
   checkMasterSize(matrices);
   const choice = chooseOffChip(matrices, device, {
     gradients,
+    headroom,
     ...(options.offChip !== undefined ? { offChip: options.offChip } : {}),
     ...(options.ctasPerSm !== undefined ? { ctasPerSm: options.ctasPerSm } : {}),
     ...(options.rowsPerWarp !== undefined ? { rowsPerWarp: options.rowsPerWarp } : {}),
@@ -258,11 +277,12 @@ function planWith(
   choice: OffChipChoice,
 ): VppsPlan {
   const gradients = options.gradients ?? "auto";
+  const headroom = options.headroom ?? 0;
   const off = choice.offChip;
-  const ctasPerSm = options.ctasPerSm ?? chooseCtasPerSm(matrices, device, gradients, off);
-  const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, off));
+  const ctasPerSm = options.ctasPerSm ?? chooseCtasPerSm(matrices, device, gradients, off, headroom);
+  const budget = registerBudget(device, ctasPerSm, widestOnChip(matrices, off), headroom);
   const ctas = device.smCount * ctasPerSm;
-  const valid = validRowsPerWarp(matrices, device, ctasPerSm, gradients, off);
+  const valid = validRowsPerWarp(matrices, device, ctasPerSm, gradients, off, headroom);
   const rpw = options.rowsPerWarp ?? valid[0] ?? 1;
   const fitsAtAll = weightRegistersAtLeast(matrices, ctas, rpw, off) <= budget.forParameters;
   const d = deal(matrices, ctas, rpw, [], off);
@@ -276,7 +296,7 @@ function planWith(
   }
   if (options.transposed !== true)
     return buildPlan(matrices, device, ctasPerSm, budget, d, placed, valid, choice.reasons);
-  const withCopies = addTransposed(matrices, d, placed, budget.limitPerThread);
+  const withCopies = addTransposed(matrices, d, placed, budget.limitPerThread - headroom);
   return buildPlan(
     matrices,
     device,
@@ -295,8 +315,9 @@ function chooseCtasPerSm(
   device: DeviceModel,
   gradients: GradientStrategy | "auto",
   offChip: readonly boolean[],
+  headroom = 0,
 ): 1 | 2 {
-  const budget = registerBudget(device, 2, widestOnChip(matrices, offChip));
+  const budget = registerBudget(device, 2, widestOnChip(matrices, offChip), headroom);
   const ctas = device.smCount * 2;
   if (weightRegistersAtLeast(matrices, ctas, 1, offChip) > budget.forParameters) return 1;
   const placed = placeGradients(matrices, deal(matrices, ctas, 1, [], offChip), budget.forParameters, gradients);

@@ -55,6 +55,12 @@ export interface PlanOptions {
    * which the rest does not fit (plan.ts chooseOffChip).
    */
   readonly offChip?: readonly string[] | "all";
+  /**
+   * Registers per thread kept free beyond the interpreter's reserve (default 0): the JIT plans a variant again with
+   * some when ptxas spilled its kernel (codegen/compile.ts), so that fewer gradients (or weights) are held and the
+   * kernel's staging choices (codegen/staging.ts) are more frugal.
+   */
+  readonly headroom?: number;
 }
 
 /**
@@ -158,7 +164,9 @@ export interface RegisterBudget {
   /** What one thread may use (src/cuda/hw/device-model.ts registersPerThread: 255 at 1 CTA/SM, 128 at 2). */
   readonly limitPerThread: number;
   readonly interpreterReserve: number;
-  /** `limitPerThread - interpreterReserve`: what weights and gradients may fill. */
+  /** Registers kept free beyond the interpreter's reserve (PlanOptions.headroom; 0 unless a kernel spilled). */
+  readonly headroom: number;
+  /** `limitPerThread - interpreterReserve - headroom`: what weights and gradients may fill. */
   readonly forParameters: number;
 }
 

@@ -14,8 +14,9 @@
  *   rest    data-parallel mode only (dp-lists.ts): the other gradients the ranks sum, taken from the pool's end
  * Adam's moments are a device allocation of their own (moments.ts layout), made only when Adam starts.
  */
-import type { DevicePtr, GpuContext } from "../../../cuda/index.js";
+import { type DevicePtr, formatBytes, type GpuContext } from "../../../cuda/index.js";
 import type { GraphParameter } from "../../../graph/graph.js";
+import { UserError } from "../../../util/errors.js";
 import { PROFILE_WORDS, TRACE_SLOTS } from "../codegen/template.js";
 import type { ModelLayout } from "../plan/layout.js";
 import { momentLayout } from "../plan/moments.js";
@@ -85,8 +86,10 @@ export class DeviceRegions {
     const left = p.arena.capacityFloats - Math.ceil(p.arena.usedFloats / 64) * 64;
     this.poolFloats = sizes.poolFloats ?? left;
     if (this.poolFloats < sizes.modelFloats) {
-      throw new Error(
-        `VPPS: the model region needs ${sizes.modelFloats} floats of device pool; only ${this.poolFloats} are left`,
+      throw new UserError(
+        `VPPS: the model region needs ${formatBytes(4 * sizes.modelFloats)} of the device pool, and only ` +
+          `${formatBytes(4 * this.poolFloats)} are left after the scripts' regions: use a GPU with more free memory ` +
+          "(other processes on it take some), or a smaller model",
       );
     }
     this.pool = p.alloc(this.poolFloats, "VPPS script pool");

@@ -12,7 +12,16 @@
  * again after one is reported. Each copy or memset taken off the kernel stream this way is GPU time between two
  * kernels saved, which is what small batches are made of (docs/journal/vpps.md).
  */
-import { CudaEvent, CudaStream, type GpuContext, karg, PinnedBuffer, type PoolStats } from "../../../cuda/index.js";
+import {
+  CudaEvent,
+  CudaStream,
+  formatBytes,
+  type GpuContext,
+  karg,
+  PinnedBuffer,
+  type PoolStats,
+} from "../../../cuda/index.js";
+import { UserError } from "../../../util/errors.js";
 import type { GradientReducer } from "../../data-parallel.js";
 import { STATUS_LOSS, STATUS_WORDS } from "../codegen/interpreter.js";
 import { adamArgs, type KernelVariant } from "../codegen/variant.js";
@@ -284,10 +293,16 @@ export class VppsRuntime {
     const host = s.update === "host" && this.dp === undefined;
     if (adam !== undefined && R.moments === 0) throw new Error("VPPS: an Adam batch before resetMoments()");
     if (L.poolFloats > R.poolFloats) {
-      throw new Error(`VPPS: the batch needs ${L.poolFloats} floats of pool; the device pool has ${R.poolFloats}`);
+      throw new UserError(
+        `VPPS: the batch needs ${formatBytes(4 * L.poolFloats)} of the device pool (its values and gradients), and ` +
+          `the pool holds ${formatBytes(4 * R.poolFloats)}: train with a smaller --batch, or on a GPU with more free memory`,
+      );
     }
     if (s.barriers > MAX_BARRIERS) {
-      throw new Error(`VPPS: the batch uses ${s.barriers} barriers; at most ${MAX_BARRIERS}`);
+      throw new UserError(
+        `VPPS: the batch uses ${s.barriers} barriers (one per step and producer class: its depth sets them); at most ` +
+          `${MAX_BARRIERS}: train with a smaller --batch or shallower examples`,
+      );
     }
     if (L.poolFloats > this.peakPoolFloats) this.peakPoolFloats = L.poolFloats;
     // the ranks' touched rows, before the slot is taken: when not in yet, this waits for every rank to reach this batch
@@ -305,9 +320,9 @@ export class VppsRuntime {
     const scriptWords = s.script.length;
     const listMax = host ? this.hostUpdate.listWords(variant.model, s, adam !== undefined) : (dpBatch?.words ?? 0);
     if (scriptWords + listMax > R.scriptWords) {
-      throw new Error(
+      throw new UserError(
         `VPPS: the batch script has ${scriptWords + listMax} words; the device region holds ${R.scriptWords} ` +
-          "(vpps.ts SCRIPT_WORDS): split the batch into smaller ones",
+          "(vpps.ts SCRIPT_WORDS): train with a smaller --batch",
       );
     }
     const inputSize = inputs.length;
