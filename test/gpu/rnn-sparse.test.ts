@@ -317,6 +317,8 @@ describe("vpps bench rnn --density on a GPU (small)", { skip }, () => {
       steps: 16,
       repeats: 2,
       ladder: true,
+      largest: true,
+      backward: true,
       device: 0,
     });
     const at = (r: SparseRnnBenchRow) => `${r.cell} ${r.hidden} b${r.batch} ${r.density} ${r.rung}`;
