@@ -193,10 +193,11 @@ test("vpps plan rnn refuses what training refuses, with a finite reason: a hidde
   }
 });
 
-test("vpps bench rnn --density: --ladder and --torch need it, sparse layers are fp32; one line each, no trace", async () => {
+test("vpps bench rnn --density: --ladder, --largest, --backward and --torch need it, sparse layers are fp32; one line each, no trace", async () => {
   for (const [args, code, re] of [
-    [["bench", "rnn", "--ladder"], 2, /--ladder and --torch apply with --density/],
-    [["bench", "rnn", "--torch", "x.jsonl"], 2, /--ladder and --torch apply with --density/],
+    [["bench", "rnn", "--ladder"], 2, /--ladder, --largest, --backward and --torch apply with --density/],
+    [["bench", "rnn", "--torch", "x.jsonl"], 2, /--ladder, --largest, --backward and --torch apply with --density/],
+    [["bench", "rnn", "--largest"], 2, /apply with --density/],
     [["bench", "rnn", "--density", "0"], 2, /--density: expected kept fractions of W_hh in \(0, 1\]/],
     [["bench", "rnn", "--density", "10%", "--precision", "fp16"], 2, /sparse layers hold fp32 values/],
   ] as const) {

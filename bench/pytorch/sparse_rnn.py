@@ -13,7 +13,8 @@ either as
 each whole sequence captured in one CUDA graph (torch.cuda.graph) and replayed, so that no launch overhead of Python
 is timed; the median of --repeats replays (CUDA events) after --warmup. One JSON line per configuration on stdout
 (and appended to --out), the rows `vpps bench rnn --density … --torch FILE` merges:
-{"hidden", "batch", "steps", "density" (null for cublas), "impl", "ms", "device", "torch"}.
+{"hidden", "batch", "steps", "density" (null for cublas), "impl", "ms", "graph" (false where the capture failed and
+the loop was timed without a graph), "device", "torch"}.
 
 Exit status 1 with one line for an option error, 3 when torch cannot be imported.
 """
@@ -80,28 +81,38 @@ def row_balanced_csr(torch, hidden, density, device, seed=17):
     return torch.sparse_csr_tensor(crow, cols.reshape(-1), values, size=(hidden, hidden)).to(device)
 
 
-def graph_ms(torch, body, warmup, repeats):
-    """body() captured in one CUDA graph, then the median ms of `repeats` replays after `warmup`."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        body()  # warm-up outside the capture (workspaces, cuSPARSE descriptors)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
+def event_ms(torch, run, warmup, repeats):
     for _ in range(warmup):
-        graph.replay()
+        run()
     times = []
     for _ in range(repeats):
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
-        graph.replay()
+        run()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
     return statistics.median(times)
+
+
+def graph_ms(torch, body, warmup, repeats):
+    """(ms, graphed): body() captured in one CUDA graph, the median of `repeats` replays after `warmup`; where the
+    capture fails (a library call that cannot be captured), body() itself, graphed = False."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        body()  # warm-up outside the capture (workspaces, cuSPARSE descriptors)
+    torch.cuda.current_stream().wait_stream(s)
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+    except RuntimeError as e:
+        print(f"sparse_rnn.py: CUDA graph capture failed ({str(e).splitlines()[0]}); timing without a graph", file=sys.stderr)
+        torch.cuda.synchronize()
+        return event_ms(torch, body, warmup, repeats), False
+    return event_ms(torch, graph.replay, warmup, repeats), True
 
 
 def bench(torch, args, emit):
@@ -125,7 +136,8 @@ def bench(torch, args, emit):
                     y[t].copy_(h)
 
             base = {"hidden": hidden, "batch": batch, "steps": args.steps, "device": name, "torch": torch.__version__}
-            emit({**base, "density": None, "impl": "cublas", "ms": graph_ms(torch, run_dense, args.warmup, args.repeats)})
+            ms, graphed = graph_ms(torch, run_dense, args.warmup, args.repeats)
+            emit({**base, "density": None, "impl": "cublas", "ms": ms, "graph": graphed})
             for d, w in sparse.items():
                 # [H, B] column-major activations: W (CSR) · hᵀ is cuSPARSE's SpMM
                 xwt = xw.transpose(1, 2).contiguous()
@@ -138,7 +150,8 @@ def bench(torch, args, emit):
                         h = torch.tanh(torch.sparse.mm(w, h) + xwt[t])
                         yt[t].copy_(h)
 
-                emit({**base, "density": d, "impl": "cusparse", "ms": graph_ms(torch, run_sparse, args.warmup, args.repeats)})
+                ms, graphed = graph_ms(torch, run_sparse, args.warmup, args.repeats)
+                emit({**base, "density": d, "impl": "cusparse", "ms": ms, "graph": graphed})
 
 
 def main(argv):

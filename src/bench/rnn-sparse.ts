@@ -1,10 +1,10 @@
 /**
  * `vpps bench rnn --density …`: the sparse persistent layers (src/rnn/runtime/sparse.ts) beside the dense persistent
  * ones in the same run. Per (cell, hidden, batch): the dense layer's recurrent forward, then per density the sparse
- * layer's (W_hh pruned to a random row-balanced mask: round(d·H) kept per row), and its recurrent backward; with
- * `ladder`, each rung of the paper's ladder (naive → wide loads → bank-aware → Lamport: codegen/sparse-product.ts)
- * timed on its own. Besides the sizes asked for, the largest sparse layer of each (cell, density) that fits
- * (`largestSparseHidden`, forward and backward, batch 4). Medians of CUDA-event timings after warm-up, all buffers on
+ * layer's (W_hh pruned to a random row-balanced mask: round(d·H) kept per row), and with `backward` its recurrent
+ * backward; with `ladder`, each rung of the paper's ladder (naive → wide loads → bank-aware → Lamport:
+ * codegen/sparse-product.ts) timed on its own. With `largest`, besides the sizes asked for, the largest sparse layer
+ * of each (cell, density) that fits (`largestSparseHidden`, forward and backward, batch 4). Medians of CUDA-event timings after warm-up, all buffers on
  * the device. The PyTorch script bench/pytorch/sparse_rnn.py times cuBLAS and cuSPARSE per step on the same shapes;
  * its JSON lines are merged into the report (`torch`).
  */
@@ -36,8 +36,10 @@ export interface SparseRnnBenchOptions {
   readonly repeats: number;
   /** Time every rung of the ladder (else the last, the production kernel, alone). */
   readonly ladder: boolean;
-  /** Also time the sparse recurrent backward (the production rung). Default true. */
-  readonly backward?: boolean;
+  /** Also time the sparse recurrent backward (the production rung; its kernels compiled too). */
+  readonly backward: boolean;
+  /** Add the largest sparse layer of each (cell, density) to the sizes. */
+  readonly largest: boolean;
   readonly device: number;
 }
 
@@ -72,7 +74,7 @@ const median = (xs: number[]): number => {
 /** The sizes of one cell: those asked for, and the largest sparse layer of each density (marked). */
 function sizesOf(o: SparseRnnBenchOptions, cell: RnnCellName, largest: Record<string, number>): number[] {
   const out = new Set(o.hiddens);
-  for (const d of o.densities) out.add(largest[`${cell}/${d}`]!);
+  if (o.largest) for (const d of o.densities) out.add(largest[`${cell}/${d}`]!);
   return [...out].sort((a, b) => a - b);
 }
 
@@ -109,7 +111,7 @@ export function runSparseRnnBench(
     const G = gatesOf(cell);
     for (const hidden of sizesOf(o, cell, largest)) {
       const H = hidden;
-      const isLargest = (density: number) => largest[`${cell}/${density}`] === H;
+      const isLargest = (density: number) => o.largest && largest[`${cell}/${density}`] === H;
       const densities = o.densities.filter((dd) => o.hiddens.includes(H) || isLargest(dd));
       let dense: PersistentRnnLayer | null = null;
       let denseReason: string | undefined;
@@ -237,7 +239,7 @@ export function runSparseRnnBench(
               l.checkStatus(ws);
               const production = rung.name === SPARSE_LADDER.at(-1)!.name;
               let bms: number | undefined;
-              if (production && o.backward !== false) {
+              if (production && o.backward) {
                 bms = timed(() => l.backwardRecurrent(a));
                 l.checkStatus(ws);
               }

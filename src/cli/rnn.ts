@@ -183,6 +183,8 @@ interface BenchFlags {
   out?: string;
   density?: number[];
   ladder: boolean;
+  largest: boolean;
+  backward: boolean;
   torch?: string;
 }
 
@@ -260,7 +262,7 @@ export function addRnnCommands(plan: Command, bench: Command): void {
       .addOption(
         new Option(
           "--density <d>",
-          "sparse layers instead, beside the dense ones: kept fractions of W_hh (a list: 1%,5%,10%,20%,30%); the largest sparse layer of each density is added to --hidden",
+          "sparse layers instead, beside the dense ones: kept fractions of W_hh (a list: 1%,5%,10%,20%,30%)",
         ).argParser(densityOption),
       )
       .option(
@@ -268,6 +270,8 @@ export function addRnnCommands(plan: Command, bench: Command): void {
         "with --density: time each rung of the ladder (naive, wide loads, bank-aware, Lamport)",
         false,
       )
+      .option("--largest", "with --density: add the largest sparse layer of each density to --hidden", false)
+      .option("--backward", "with --density: time the sparse recurrent backward too", false)
       .option("--torch <file>", "with --density: the JSON lines of bench/pytorch/sparse_rnn.py (cuBLAS, cuSPARSE)")
       .addOption(
         new Option("--out <dir>", "write rnn.json and rnn.md there (rnn-sparse.* with --density)").argParser(
@@ -277,7 +281,9 @@ export function addRnnCommands(plan: Command, bench: Command): void {
       .action(
         run(async (f: BenchFlags) => {
           if (f.density) return runSparseBench(f, f.density);
-          if (f.ladder || f.torch) throw new BenchUsageError("--ladder and --torch apply with --density");
+          if (f.ladder || f.torch || f.largest || f.backward) {
+            throw new BenchUsageError("--ladder, --largest, --backward and --torch apply with --density");
+          }
           const { runRnnBench } = await import("../bench/rnn.js");
           const { readCudnnRows, rnnBenchMarkdown } = await import("../bench/rnn-report.js");
           const { requireGpu } = await import("../bench/device.js");
@@ -336,6 +342,8 @@ async function runSparseBench(f: BenchFlags, densities: number[]): Promise<numbe
       steps: f.steps,
       repeats: f.repeats,
       ladder: f.ladder,
+      largest: f.largest,
+      backward: f.backward,
       device: 0,
     },
     (line) => process.stderr.write(`${line}\n`),

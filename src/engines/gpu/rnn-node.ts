@@ -288,7 +288,7 @@ export class GpuRnnNodes {
       l = new SparsePersistentRnnLayer(this.gpu, r.cell, r.hidden);
       this.sparseLayers.set(key, l);
     }
-    return l.setWeights(w.host, w.mask, r.batchSizes[0]!) ?? l;
+    return l.setWeights(w.host, w.mask, r.batchSizes[0]!) ?? l.prepare(r.batchSizes[0]!) ?? l;
   }
 
   private prune(

@@ -71,6 +71,7 @@ ${LOAD_PAIRS}
       const int nt = min(BT, nrows - b0);
       __syncthreads(); // the previous tile's readers are done with hs and rs
 ${loadVector(
+  plan,
   (j) => `dpre_h + (size_t)(offp + b0 + ${j}) * (G * H)`,
   (j) => `b0 + ${j} < np`,
   () => null,

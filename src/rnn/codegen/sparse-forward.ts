@@ -78,6 +78,7 @@ ${st ? `        if (bb >= nprev) cp_async4(xin + G, ${st.initial} + (size_t)bb *
       }
       __syncthreads(); // the previous tile's readers are done with hs and rs
 ${loadVector(
+  plan,
   (j) => `y + (size_t)(offp + b0 + ${j}) * ldy`,
   (j) => `b0 + ${j} < nprev`,
   (j) => `h0 + (size_t)(b0 + ${j}) * H`,

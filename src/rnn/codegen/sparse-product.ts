@@ -95,22 +95,6 @@ __device__ __forceinline__ u32 pair_index(const u32 (&wi)[SW], int s) {
   return r;
 }
 
-// Four floats another CTA writes, v their first load. Lamport: re-loaded while any is the pending mark (−0.0; a
-// computed −0.0 is published as +0.0), bounded; false (and the status block's error) when they never arrive. Barrier:
-// as loaded (the step's grid barrier ordered the writes before).
-__device__ __forceinline__ bool settle(const float* p, float4& v, int* status, int step, int row, int col) {
-  if (!LAMPORT) return true;
-  u32 spins = 0;
-  while (pending4(v)) {
-    if (++spins > kBarrierSpinLimit) {
-      report_error(status, kErrPollTimeout, step, row, col, -1);
-      return false;
-    }
-    v = ld_poll4(p);
-  }
-  return true;
-}
-
 // A float from global to shared memory without a register (cp.async: waited for by cp_async_wait, by this thread).
 __device__ __forceinline__ void cp_async4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
@@ -140,16 +124,23 @@ export const LOAD_PAIRS = `  // this thread's pairs, loaded once: slot s at valu
   #pragma unroll
   for (int q = 0; q < SW; q++) wi[q] = __ldcg(indices + ((size_t)blockIdx.x * SW + q) * NT + tid);`;
 
-/** float4 loads of the vector a thread has in flight at once (each then re-polled while pending). */
-export const VECTOR_LOADS_IN_FLIGHT = 4;
+/**
+ * 16-byte loads of the vector a thread has in flight at once: 4, or 2 where the plan's register estimate leaves no
+ * room for 16 more registers beside the pairs (the tightest layouts, whose pairs are live during the loads).
+ */
+export function vectorLoadsInFlight(plan: SparseRnnKernelPlan): 2 | 4 {
+  return plan.registersEstimate + 16 <= plan.registerLimit ? 4 : 2;
+}
 
 /**
  * The load of a tile's vector into hs: column j < nt is `src(j)` (a row of K floats another CTA wrote, polled) where
  * `polled(j)`, else `own(j)` (the caller's initial state, or null: zeros); columns past nt are zeros. A thread issues
- * VECTOR_LOADS_IN_FLIGHT 16-byte loads before it looks at any (one L2 round trip for them all), then re-polls those
- * still pending. Ends with `if (__syncthreads_or(!ok)) return;`.
+ * `vectorLoadsInFlight` 16-byte loads before it looks at any (one L2 round trip for them all), then re-issues all
+ * of those still pending at once (Lamport builds), until none is (bounded: a value that never arrives ends the launch
+ * with an error in the status block). Ends with `if (__syncthreads_or(!ok)) return;`.
  */
 export function loadVector(
+  plan: SparseRnnKernelPlan,
   rowOf: (j: string) => string,
   polled: (j: string) => string,
   own: (j: string) => string | null,
@@ -158,23 +149,46 @@ export function loadVector(
   const ownV = own("j");
   return `      {
         bool ok = true;
-        constexpr int NV = BT * (K / 4), VCH = ${VECTOR_LOADS_IN_FLIGHT};
+        constexpr int NV = BT * (K / 4), VCH = ${vectorLoadsInFlight(plan)};
         for (int e0 = tid; e0 < NV; e0 += NT * VCH) {
           float4 v[VCH];
+          u32 wait = 0; // bit q: v[q] is polled
           #pragma unroll
           for (int q = 0; q < VCH; q++) {
             const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
             v[q] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (e < NV && j < nt) {
-              if (${polled("j")}) v[q] = ld_poll4(${rowOf("j")} + k);
+              if (${polled("j")}) {
+                v[q] = ld_poll4(${rowOf("j")} + k);
+                wait |= 1u << q;
+              }
               ${ownV === null ? "" : `else v[q] = *reinterpret_cast<const float4*>(${ownV} + k);`}
+            }
+          }
+          if (LAMPORT) {
+            for (u32 spins = 0;; spins++) {
+              u32 pending = 0;
+              #pragma unroll
+              for (int q = 0; q < VCH; q++) {
+                if ((wait >> q & 1u) && pending4(v[q])) {
+                  const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
+                  v[q] = ld_poll4(${rowOf("j")} + k); // all re-issued before any is looked at again
+                  pending |= 1u << q;
+                }
+              }
+              if (pending == 0) break;
+              if (spins > kBarrierSpinLimit) {
+                const int q = __ffs(pending) - 1, e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
+                report_error(status, kErrPollTimeout, ${step}, b0 + j, k, -1);
+                ok = false;
+                break;
+              }
             }
           }
           #pragma unroll
           for (int q = 0; q < VCH; q++) {
             const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
             if (e >= NV) break;
-            if (j < nt && ${polled("j")}) ok &= settle(${rowOf("j")} + k, v[q], status, ${step}, b0 + j, k);
             if (WIDE) {
               hs[(k + 0) * BT + j] = v[q].x;
               hs[(k + 1) * BT + j] = v[q].y;

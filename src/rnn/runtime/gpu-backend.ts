@@ -173,7 +173,9 @@ export class GpuRnnBackend implements RnnBackend {
       l = new SparsePersistentRnnLayer(this.gpu, a.cell, a.hidden, this.sparse);
       this.sparseLayers.set(key, l);
     }
-    const why = l.setWeights(a.weights.weightHh, a.mask, a.batchSizes[0] ?? 1);
+    const B = a.batchSizes[0] ?? 1;
+    const why =
+      l.setWeights(a.weights.weightHh, a.mask, B) ?? l.prepare(B, a.training ? ["forward", "backward"] : ["forward"]);
     if (why === null) return l;
     this.announceMask(a, a.mask, dense, why);
     return null;

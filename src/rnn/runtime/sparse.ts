@@ -123,6 +123,22 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     return null;
   }
 
+  /**
+   * Compiles the kernels a launch over `batch` sequences runs (of `kinds`) and uploads their pairs, or returns the
+   * reason in one line where a kernel cannot run (it spills under this GPU's compiler, or its CTA cannot be resident).
+   */
+  prepare(batch: number, kinds: readonly Kind[] = ["forward", "backward"]): string | null {
+    try {
+      for (const kind of kinds) this.buildFor(kind, batch);
+      return null;
+    } catch (e) {
+      if (e instanceof Error && e.message.startsWith("SparsePersistentRnnLayer: ")) {
+        return e.message.slice("SparsePersistentRnnLayer: ".length);
+      }
+      throw e;
+    }
+  }
+
   /** The build of one kind for a launch over `batch` sequences, its pairs uploaded for the current weights. */
   private buildFor(kind: Kind, batch: number): KernelBuild {
     const csr = this.csr;
