@@ -54,6 +54,7 @@ describe("checkpoint integrity and run identity", () => {
       data: fp,
     });
     assert.equal(ckpt.epoch, 2);
+    assert.deepEqual(s.identity, ckpt.identity, "state.json records the same identity");
     s.training.epochs = 3;
     writeFileSync(join(base, "state.json"), JSON.stringify(s));
   });

@@ -419,7 +419,7 @@ describe("item 11: sizes", () => {
     oneLine(
       await cli("train", "treelstm", "--hidden", "100000", "--max-sentences", "5"),
       1,
-      /the model is too large: parameter 'U_iou' \[300000x200000\] would hold 60,000,000,000 values; one parameter holds at most 4,294,967,296 \(the length limit of a JavaScript typed array\); lower --hidden or --embed$/,
+      /the model is too large: parameter 'U_iou' \[300000x200000\] would hold 60,000,000,000 values; one parameter holds at most 4,294,967,296 \(the length limit of a JavaScript typed array\); lower --hidden or --embed; the largest --hidden that fits is \d+$/,
     );
     assert.ok(performance.now() - t0 < 5000, "refused from the shapes");
     // the API names the parameter too

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { closeSync, mkdirSync, openSync, symlinkSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { gzipSync } from "node:zlib";
@@ -177,6 +177,50 @@ describe("operating-system errors end in one line", () => {
         await cli("train", "treelstm", "--data", data, ...TINY, "--out", out),
         /is not a regular file \(a directory or another kind\); move it away or choose another directory/,
       );
+    }
+  });
+
+  test("a full disk under --out (a tiny tmpfs, where this user may mount one): one line at the lock, checkpoint or state", async (t) => {
+    const mnt = tempDir("full");
+    const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt], { encoding: "utf8" });
+    if (mounted.status !== 0) {
+      t.skip(`cannot mount a tmpfs here (${(mounted.stderr || mounted.error?.message || "").trim().split("\n")[0]})`);
+      return;
+    }
+    try {
+      const data = dataDir(12);
+      // generated fill levels: from a full disk (the lock cannot be written) to room for the lock but not a checkpoint
+      const free = [0, 100 + int(2000), 2000 + int(20_000), 64 * 1024 - 100 - int(3000)];
+      for (const room of free) {
+        const fill = join(mnt, "fill");
+        writeFileSync(fill, Buffer.alloc(Math.max(0, 64 * 1024 - room)));
+        const out = join(mnt, name());
+        const r = await cli(
+          "train",
+          "treelstm",
+          "--data",
+          data,
+          ...TINY,
+          "--hidden",
+          String(4 + 4 * int(8)),
+          "--out",
+          out,
+        );
+        if (r.code === 0) continue; // it fitted
+        oneLine(
+          r,
+          /cannot write the lock .* \(no space left on the device\); free space there|cannot write .*(epoch-1\.safetensors|state\.json): no space left on the device; free space/,
+        );
+        // nothing half-written is left: no temporary file, no lock
+        const left = spawnSync("find", [mnt, "-name", "*.tmp-*", "-o", "-name", "vpps.lock"], {
+          encoding: "utf8",
+        }).stdout;
+        assert.equal(left.trim(), "", left);
+        rmSync(fill);
+        rmSync(out, { recursive: true, force: true });
+      }
+    } finally {
+      spawnSync("umount", [mnt]);
     }
   });
 

@@ -103,12 +103,15 @@ function releaseFiles(): void {
 }
 
 /**
- * Watches the launcher: it started this process, so it is gone when this process's parent changes (re-parented to
- * init or a subreaper) or no process has its pid. Polled every 200 ms on this thread's own event loop.
+ * Watches the launcher: it started this process (directly or through a wrapper), so it is gone when this process's
+ * parent changes (re-parented to init or a subreaper) or no process has its pid. Polled every 200 ms on this
+ * thread's own event loop.
  */
 function watchLauncher(pid: number): void {
+  // the parent as this thread starts (the launcher, or a wrapper it ran the rank through)
+  const parent = process.ppid;
   const timer = setInterval(() => {
-    let alive = process.ppid === pid;
+    let alive = process.ppid === parent;
     if (alive) {
       try {
         process.kill(pid, 0);

@@ -33,7 +33,7 @@ import { type DivergencePlace, divergence, TrainingDivergedError } from "./error
 import { evaluate } from "./evaluate.js";
 import { checkRunMemory } from "./memory.js";
 import type { RunDir } from "./run-dir.js";
-import { bestDevAccuracy, type EpochResult, type RunSettings, type RunState } from "./run-state.js";
+import { bestDevAccuracy, type EpochResult, type RunSettings, type RunState, runIdentity } from "./run-state.js";
 
 export type { EpochResult, RunSettings, RunState } from "./run-state.js";
 
@@ -505,7 +505,7 @@ function runState<E, V, O extends ModelOptions, M extends TaskModel<E>>(
   model: M,
   epochs: EpochResult[],
 ): RunState {
-  return {
+  const state: RunState = {
     model: cfg.task.name,
     options: cfg.task.savedOptions(cfg.options, model),
     training: {
@@ -520,4 +520,5 @@ function runState<E, V, O extends ModelOptions, M extends TaskModel<E>>(
     epochs,
     vocabulary: cfg.task.vocabulary.toJSON(cfg.vocab),
   };
+  return { ...state, identity: runIdentity(state) };
 }

@@ -207,9 +207,15 @@ class RunDirLock {
       }
       try {
         writeSync(fd, me);
-      } finally {
+      } catch (e) {
+        // a full disk or quota: the lock cannot be written, so the run could not save either
         closeSync(fd);
+        rmSync(path, { force: true });
+        throw new RunDirError(
+          `${flag} ${dir}: cannot write the lock ${path} (${fsErrorReason(e)}); free space there or choose another directory`,
+        );
       }
+      closeSync(fd);
       held.set(dir, 1);
       return new RunDirLock(dir);
     }

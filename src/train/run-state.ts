@@ -164,6 +164,11 @@ export interface RunState {
   epochs: EpochResult[];
   /** `task.vocabulary.toJSON`. */
   vocabulary: unknown;
+  /**
+   * The run's identity (`runIdentity` of the fields above), written for people and tools reading state.json; the
+   * checks derive it from the fields themselves. Absent in runs saved before it was written.
+   */
+  identity?: RunIdentity;
 }
 
 const isObject = (x: unknown): x is Record<string, unknown> => typeof x === "object" && x !== null && !Array.isArray(x);

@@ -29,7 +29,9 @@ export function writeFileAtomic(path: string, data: string | Uint8Array): void {
   } catch (e) {
     rmSync(tmp, { force: true });
     // a run's files that cannot be written are the user's to fix (a full disk, a directory in the file's place)
-    throw new UserError(`cannot write ${path}: ${fsErrorReason(e)}`, { cause: e });
+    const code = (e as NodeJS.ErrnoException).code;
+    const advice = code !== undefined && code in OS_ADVICE ? `; ${OS_ADVICE[code]}` : "";
+    throw new UserError(`cannot write ${path}: ${fsErrorReason(e)}${advice}`, { cause: e });
   }
 }
 
