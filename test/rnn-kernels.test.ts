@@ -1,14 +1,11 @@
 // The persistent RNN kernels without a GPU: the planner derives layouts and the largest layer from the device model
-// (not tables), and the generated CUDA of the tightest configuration of every cell compiles with nvcc for sm_90 with
-// no stack frame and no spill — the weights really stay in registers.
+// (not tables), and the generated CUDA of a sample of the tightest configurations (one of each kind; the rest in
+// test/sweeps/rnn-kernels.test.ts, test/rnn-nvcc.ts) compiles with nvcc for sm_90 with no stack frame and no spill —
+// the weights really stay in registers.
 
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, test } from "node:test";
-import { assertNoSpills, KernelSpillError, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
+import { KernelSpillError } from "../src/cuda/compile/ptxas-report.js";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { backwardKernelSource, forwardKernelSource, sharedBytes } from "../src/rnn/codegen/index.js";
 import {
@@ -28,9 +25,7 @@ import {
 } from "../src/rnn/plan/index.js";
 import { GpuRnnBackend } from "../src/rnn/runtime/index.js";
 import { gatesOf, RNN_CELLS } from "../src/rnn/spec.js";
-
-const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
-const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
+import { describeRnnCompile, rnnNvccCases } from "./rnn-nvcc.js";
 
 describe("the persistent RNN planner", () => {
   test("the largest fp32 layers on an H100 are the paper's sizes (RNN 2304, LSTM 1152)", () => {
@@ -297,94 +292,21 @@ describe("the persistent RNN planner", () => {
   });
 });
 
-describe("the tightest persistent RNN kernels under nvcc", () => {
-  const cases = [
-    ...RNN_CELLS.flatMap((cell) => {
-      const hidden = largestPersistentHidden(cell, H100_SXM);
-      const most = rnnLayouts(cell, 512, H100_SXM).at(-1)!;
-      return [
-        { cell, what: `at the largest hidden (${hidden})`, plan: planRnnLayer(cell, hidden, H100_SXM) },
-        {
-          cell,
-          what: `at hidden 512 with the most replicas (${most.forward.replicas} × ${most.forward.ctas} CTAs)`,
-          plan: { fits: true as const, ...most },
-        },
-      ];
-    }),
-    // clustered (pairs of CTAs sharing the poll by multicast) from 112 weight registers on, as RNN 1792 is
-    { cell: "rnn-tanh" as const, what: "at hidden 1792 (clustered)", plan: planRnnLayer("rnn-tanh", 1792, H100_SXM) },
-    // replicated layouts that spilled under nvcc 13.0 at the limit of 168 registers before its margin (a sweep of
-    // every planned layout): LSTM 640's backward with 15 units per CTA (20 bytes), GRU 896's forward with 14 (4 bytes)
-    ...(
-      [
-        ["lstm", 640, 15],
-        ["gru", 896, 14],
-      ] as const
-    ).map(([cell, hidden, units]) => {
-      const layout = rnnLayouts(cell, hidden, H100_SXM).find((l) => l.forward.unitsPerCta === units);
-      assert.ok(layout, `${cell} ${hidden}: a layout of ${units} units per CTA`);
-      return {
-        cell,
-        what: `at hidden ${hidden}, ${units} units per CTA (a margin at 168 registers)`,
-        plan: { fits: true as const, ...layout! },
-      };
-    }),
-    // the layout the JIT re-plans LSTM 1024 to where ptxas spills the planned one (nvcc 13.0: the backward's 384
-    // threads and the forward's pipelined build at 512, 8 bytes each): 16 registers per thread kept free
-    {
-      cell: "lstm" as const,
-      what: "at hidden 1024 planned with 16 registers of headroom",
-      plan: planRnnLayer("lstm", 1024, H100_SXM, "fp32", 1, 0, 16),
-    },
-    // fp16 weight storage (two per register) at its largest hidden: ptxas must pack the weights as they arrive, not
-    // hold the loaded floats (these layouts spilled 16–728 bytes before the packs were fenced by barriers)
-    ...RNN_CELLS.map((cell) => {
-      const hidden = largestPersistentHidden(cell, H100_SXM, "fp16");
-      return {
-        cell,
-        what: `with fp16 weights at the largest hidden (${hidden})`,
-        plan: planRnnLayer(cell, hidden, H100_SXM, "fp16"),
-      };
-    }),
-  ];
-  for (const { cell, what, plan } of cases) {
-    test(`${cell}: forward and backward ${what} compile for sm_90 with no spill`, {
-      skip: noNvcc,
-    }, () => {
-      assert.ok(plan.fits);
-      if (!plan.fits) return;
-      const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));
-      try {
-        // the builds with deferred cells (launches of one replica over more than two tiles) too
-        const sources = [
-          ["forward", "forward", forwardKernelSource(plan.forward)],
-          ["forward", "forward-pipelined", forwardKernelSource(plan.forward, { pipelinedForward: true })],
-          ["backward", "backward", backwardKernelSource(plan.backward)],
-          ["backward", "backward-deferred", backwardKernelSource(plan.backward, { deferredBackward: true })],
-        ] as const;
-        if (what.includes("clustered")) {
-          for (const [, file, src] of sources) assert.match(src, /__cluster_dims__\(2, 1, 1\)/, `${file} clustered`);
-        }
-        for (const [kind, file, src] of sources) {
-          writeFileSync(join(dir, `${file}.cu`), src);
-          const r = spawnSync(
-            "nvcc",
-            ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${file}.cubin`, `${file}.cu`],
-            { cwd: dir, encoding: "utf8" },
-          );
-          assert.equal(r.status, 0, `nvcc failed for ${cell} ${file}:\n${r.stderr}`);
-          const report = parsePtxasReport(r.stderr).find((f) => f.name.includes(`rnn_${kind}`));
-          assert.ok(report, `no ptxas report for rnn_${kind}:\n${r.stderr}`);
-          assertNoSpills(report);
-          const expected = kind === "forward" ? plan.forward : plan.backward;
-          assert.ok(
-            report.registers <= schedulerRegisterLimit(H100_SXM, expected.threads),
-            `${report.registers} registers`,
-          );
-        }
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
-    });
-  }
+describe("npm test's nvcc sample of the sweep", () => {
+  test("one case of each kind: fp32 at the largest hidden, clustered, the 168-register margin, fp16", () => {
+    const cases = rnnNvccCases();
+    const sample = cases.filter((c) => c.sample).map((c) => `${c.cell} ${c.what}`);
+    assert.deepEqual(sample, [
+      "lstm at the largest hidden (1152)",
+      "rnn-tanh at hidden 1792 (clustered)",
+      "lstm at hidden 640, 15 units per CTA (a margin at 168 registers)",
+      "gru with fp16 weights at the largest hidden (1792)",
+    ]);
+    assert.equal(cases.length, 16, "the sweep compiles the other 12");
+  });
 });
+
+describeRnnCompile(
+  "the tightest persistent RNN kernels under nvcc: a sample",
+  rnnNvccCases().filter((c) => c.sample),
+);

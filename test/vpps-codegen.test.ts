@@ -1,10 +1,5 @@
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { availableParallelism, tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, test } from "node:test";
-import { promisify } from "node:util";
 import { assertNoSpills, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
 import { deviceModelFromProperties, H100_SXM, H200 } from "../src/cuda/hw/device-model.js";
 import { opcodeConstant } from "../src/engines/vpps/codegen/operands.js";
@@ -29,21 +24,13 @@ import {
 } from "../src/engines/vpps/plan/plan.js";
 import { OPCODES, Opcode, TILE } from "../src/engines/vpps/script/format.js";
 import { RandomStream } from "../src/util/random.js";
-
-const run = promisify(execFile);
-
-/** The Tree-LSTM model's matrices exactly as the lead builds the model (vectors and E stay off chip). */
-function treeLstm(H: number, E: number): MatrixSpec[] {
-  return [
-    { name: "W_iou", rows: 3 * H, cols: E },
-    { name: "U_iou", rows: 3 * H, cols: 2 * H },
-    { name: "U_f1", rows: H, cols: H },
-    { name: "U_f2", rows: H, cols: H },
-    { name: "W_out", rows: 5, cols: H },
-  ];
-}
-
-const TREE_LSTM_SIZES = [128, 256, 512].flatMap((H) => [128, 256].map((E) => ({ H, E })));
+import {
+  describeTreeLstmCompile,
+  TREE_LSTM_SIZES,
+  transposedTreeLstmPlans,
+  treeLstm,
+  treeLstmKernels,
+} from "./vpps-nvcc.js";
 
 function randomMatrices(seed: number): MatrixSpec[] {
   const r = new RandomStream(seed);
@@ -62,13 +49,6 @@ function plansUnderTest(): VppsPlan[] {
     plans.push(...enumeratePlans(randomMatrices(seed), H100_SXM, "auto", seed % 2 === 0));
   }
   return plans;
-}
-
-/** The Tree-LSTM plans that get transposed copies when asked for them (Vpps option `transposed`). */
-function transposedTreeLstmPlans(): VppsPlan[] {
-  return TREE_LSTM_SIZES.flatMap(({ H, E }) => enumeratePlans(treeLstm(H, E), H100_SXM, "auto", true)).filter(
-    (p) => p.transposed.length > 0,
-  );
 }
 
 function describePlan(p: VppsPlan): string {
@@ -372,7 +352,7 @@ describe("VPPS kernel source", () => {
     assert.match(tightSource, /constexpr int kTilePasses = 2;/);
     assert.match(tightSource, /constexpr bool kTileFast = false;/);
     assert.match(generateKernelSource(roomy, { model: "treelstm" }), /constexpr bool kTileFast = true;/);
-    // the nvcc test below compiles plans of every kind: two passes, one pass, fast
+    // the nvcc tests compile plans of every kind: two passes, one pass, fast (npm test's sample holds one of each)
     const kinds = new Set(
       TREE_LSTM_SIZES.flatMap(({ H, E }) => enumeratePlans(treeLstm(H, E), H100_SXM)).map((p) =>
         JSON.stringify(tileMode(p)),
@@ -412,88 +392,38 @@ ptxas info    : Used 255 registers, used 1 barriers, 96 bytes cumulative stack s
   });
 });
 
-const NVCC = process.env["NVCC"] ?? "nvcc";
-
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const { stdout } = await run(NVCC, ["--version"]);
-    return stdout.trim().split("\n").pop();
-  } catch {
-    return undefined;
-  }
-}
-
-describe("VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v)", async () => {
-  const version = await nvccVersion();
-  if (version === undefined) {
-    test("nvcc", { skip: `nvcc not found (tried '${NVCC}'): cannot compile the generated CUDA here` }, () => {});
-    return;
-  }
-
-  test(`every Tree-LSTM plan (H 128/256/512, E 128/256, every valid rpw and CTAs/SM) — ${version}`, async () => {
-    const kernels = TREE_LSTM_SIZES.flatMap(({ H, E }) =>
-      enumeratePlans(treeLstm(H, E), H100_SXM).map((plan) => {
-        const spec = { model: `treelstm_h${H}_e${E}` };
-        return { plan, name: kernelName(plan, spec), source: generateKernelSource(plan, spec) };
-      }),
-    );
-    // and, per hidden size, the plan with transposed copies that leaves the fewest registers free (copies add
-    // load.t and matvec.acc, and take registers; compiling every such plan would add minutes to CI)
-    const tightest = new Map<number, VppsPlan>();
-    for (const plan of transposedTreeLstmPlans()) {
-      const H = plan.matrices[2]!.rows;
-      const used = (p: VppsPlan) => p.weightRegs + p.gradientRegs - p.budget.limitPerThread;
-      const best = tightest.get(H);
-      if (best === undefined || used(plan) > used(best)) tightest.set(H, plan);
-    }
-    for (const plan of tightest.values()) {
-      const cols = plan.matrices[0]!.cols;
-      const spec = { model: `treelstm_t_h${plan.matrices[2]!.rows}_e${cols}` };
-      kernels.push({ plan, name: kernelName(plan, spec), source: generateKernelSource(plan, spec) });
-    }
-    // the cycle-counting build (`profile: true`) of the tightest plan must not spill either
-    const tight = planVpps(treeLstm(256, 256), H100_SXM, { ctasPerSm: 1, rowsPerWarp: 3 });
-    const profiled = { model: "treelstm_profiled", profile: true };
-    kernels.push({ plan: tight, name: kernelName(tight, profiled), source: generateKernelSource(tight, profiled) });
-    // and the timeline build (`trace: true`)
-    const traced = { model: "treelstm_traced", trace: true };
-    kernels.push({ plan: tight, name: kernelName(tight, traced), source: generateKernelSource(tight, traced) });
-    assert.equal(new Set(kernels.map((k) => k.name)).size, kernels.length, "kernel names must be unique");
-    // One translation unit per core (each kernel in its own namespace) pays nvcc's front end once per core.
-    const units = Math.max(1, Math.min(availableParallelism(), 4, kernels.length));
-    const sources: string[][] = Array.from({ length: units }, () => []);
-    for (const [i, k] of kernels.entries()) sources[i % units]!.push(`namespace plan${i} {\n${k.source}\n}`);
-    const dir = await mkdtemp(join(tmpdir(), "vpps-codegen-"));
-    try {
-      const logs = await Promise.all(
-        sources.map(async (parts, u) => {
-          const file = join(dir, `unit${u}.cu`);
-          await writeFile(file, parts.join("\n"));
-          const args = ["-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", join(dir, `unit${u}.cubin`), file];
-          try {
-            const { stdout, stderr } = await run(NVCC, args, { maxBuffer: 1 << 24 });
-            return stdout + stderr;
-          } catch (e) {
-            const err = e as { stderr?: string; message: string };
-            throw new Error(`nvcc failed on ${file}: ${err.stderr ?? err.message}`);
-          }
-        }),
+describe("the nvcc kernels: npm test's sample and the sweep", () => {
+  test("sample and sweep together are every kernel once; the sample holds each tile mode's tightest plan", () => {
+    const kernels = treeLstmKernels();
+    const sample = kernels.filter((k) => k.sample);
+    const held = (k: { plan: VppsPlan }) => k.plan.weightRegs + k.plan.gradientRegs;
+    assert.ok(sample.length >= 5 && sample.length <= 7, `a sample of ${sample.length} of ${kernels.length} kernels`);
+    assert.ok(kernels.length >= 3 * sample.length, `the sweep holds the most: ${kernels.length}`);
+    const plain = kernels.filter((k) => k.plan.transposed.length === 0 && /^vpps_treelstm_h/.test(k.name));
+    const modes = new Set(plain.map((k) => JSON.stringify(tileMode(k.plan))));
+    for (const mode of modes) {
+      const ofMode = plain.filter((k) => JSON.stringify(tileMode(k.plan)) === mode);
+      const most = Math.max(...ofMode.map(held));
+      assert.ok(
+        ofMode.some((k) => k.sample && held(k) === most),
+        `tile mode ${mode}: the sample holds a plan with the most parameter registers (${most})`,
       );
-      const reports = new Map(parsePtxasReport(logs.join("\n")).map((r) => [r.name, r]));
-      const summary: string[] = [];
-      for (const k of kernels) {
-        const r = reports.get(k.name);
-        assert.ok(r, `no ptxas report for ${k.name}`);
-        assertNoSpills(r);
-        assert.ok(r.registers <= k.plan.budget.limitPerThread, `${k.name}: ${r.registers} registers`);
-        summary.push(`${k.name}: ${k.plan.weightRegs}+${k.plan.gradientRegs} parameter regs, ${r.registers} used`);
-      }
-      console.log(`compiled ${kernels.length} kernels without spills:\n  ${summary.join("\n  ")}`);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
     }
+    const transposed = kernels.filter((k) => k.plan.transposed.length > 0);
+    assert.ok(transposed.some((k) => k.sample && held(k) === Math.max(...transposed.map(held))));
+    assert.ok(sample.some((k) => k.name.endsWith("_prof")) && sample.some((k) => k.name.endsWith("_trace")));
+    assert.ok(
+      sample.some((k) => k.plan.weightRegs + k.plan.gradientRegs === Math.max(...kernels.map(held))),
+      "the sample holds the tightest kernel of all",
+    );
   });
 });
+
+describeTreeLstmCompile(
+  "VPPS kernels compile for sm_90 without spills (nvcc -Xptxas -v): a sample",
+  "the tightest Tree-LSTM plans, plain and with transposed copies, and the profiled and traced builds",
+  treeLstmKernels().filter((k) => k.sample),
+);
 
 describe("VPPS kernel profile summary", () => {
   test("shares per opcode class from the raw counters, most cycles first", () => {

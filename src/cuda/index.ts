@@ -34,8 +34,11 @@ export {
   rowMajorStridedBatchedGemm,
 } from "./ffi/cublas.js";
 export {
+  CUDA_USER_FAILURES,
+  CudaDeviceError,
   CudaDriver,
   CudaError,
+  cudaFailure,
   type DevicePtr,
   type Dim3,
   FunctionAttribute,

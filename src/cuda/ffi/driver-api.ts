@@ -13,6 +13,7 @@
 //   calls so that no call allocates.
 
 import type { LibraryHandle } from "koffi";
+import { UserError } from "../../util/errors.js";
 
 /** A device address (CUdeviceptr), exact as a number: see the note at the top of this file. */
 export type DevicePtr = number;
@@ -108,9 +109,12 @@ export const CUDA_RESULT_NAMES: Readonly<Record<number, string>> = {
   46: "CUDA_ERROR_DEVICE_UNAVAILABLE",
   100: "CUDA_ERROR_NO_DEVICE",
   101: "CUDA_ERROR_INVALID_DEVICE",
+  102: "CUDA_ERROR_DEVICE_NOT_LICENSED",
   200: "CUDA_ERROR_INVALID_IMAGE",
   201: "CUDA_ERROR_INVALID_CONTEXT",
   209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+  214: "CUDA_ERROR_ECC_UNCORRECTABLE",
+  216: "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
   218: "CUDA_ERROR_INVALID_PTX",
   222: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
   400: "CUDA_ERROR_INVALID_HANDLE",
@@ -122,9 +126,77 @@ export const CUDA_RESULT_NAMES: Readonly<Record<number, string>> = {
   716: "CUDA_ERROR_MISALIGNED_ADDRESS",
   719: "CUDA_ERROR_LAUNCH_FAILED",
   720: "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+  800: "CUDA_ERROR_NOT_PERMITTED",
   801: "CUDA_ERROR_NOT_SUPPORTED",
+  802: "CUDA_ERROR_SYSTEM_NOT_READY",
+  803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+  804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+  805: "CUDA_ERROR_MPS_CONNECTION_FAILED",
   999: "CUDA_ERROR_UNKNOWN",
 };
+
+const FREE_THE_GPU = "nvidia-smi lists the processes on it";
+/**
+ * The failures a user can cause or fix — a model or batch too large for the device, no GPU, a GPU another process
+ * holds, a driver too old, a GPU that failed — by CUresult code: what happened and what to do, in words. Every other
+ * code (an invalid value or address, a bad handle) is a bug in vpps and stays a `CudaError` with its trace.
+ */
+export const CUDA_USER_FAILURES: Readonly<Record<number, string>> = {
+  2: `the GPU is out of memory: use a smaller --batch or --hidden, or free the GPU (${FREE_THE_GPU})`,
+  35: "the NVIDIA driver is older than the CUDA 13 libraries vpps uses: update the driver (nvidia-smi shows its version)",
+  46: `the GPU is busy or unavailable (another process may hold it in exclusive mode): wait, free it (${FREE_THE_GPU}) or choose another with --device`,
+  100: "no CUDA GPU is visible: check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --engine cpu",
+  101: "no such GPU: check --device against nvidia-smi and CUDA_VISIBLE_DEVICES",
+  102: "the GPU is not licensed for compute: choose another with --device (nvidia-smi lists them)",
+  209: "a kernel was built for another GPU architecture: empty vpps's kernel cache ($VPPS_CACHE_DIR, else ~/.cache/vpps/kernels) and rerun",
+  214: "the GPU reported an uncorrectable memory (ECC) error: check nvidia-smi -q, and rerun on a healthy GPU",
+  216: `the GPU is in use by another thread or process in exclusive mode: wait, free it (${FREE_THE_GPU}) or choose another with --device`,
+  222: "the NVIDIA driver is older than the NVRTC that compiled the kernels: update the driver",
+  701: "a kernel needs more registers or shared memory than the GPU gives it: use a smaller --hidden or --batch",
+  702: "a kernel ran past the display watchdog's time limit: use a GPU without a display, or a smaller --batch",
+  719: "a kernel failed on the GPU and its context is lost: check nvidia-smi and the system log for Xid errors, then rerun (with --resume where a run was saved)",
+  720: `a persistent kernel needs more of the GPU than is free (another process or MPS may hold SMs): free the GPU (${FREE_THE_GPU}) or use a smaller --hidden`,
+  800: "the operation is not permitted on this GPU (a restricted or MIG instance?): check nvidia-smi, or choose another with --device",
+  802: "the GPU system is not ready (on NVSwitch systems, is nvidia-fabricmanager running?): check nvidia-smi",
+  803: "the NVIDIA driver library and kernel module versions differ: reload the driver or reboot",
+  804: "this GPU does not support the forward-compatibility driver in use: use the system's NVIDIA driver",
+  805: "the MPS server cannot be reached: start nvidia-cuda-mps-control, or unset CUDA_MPS_PIPE_DIRECTORY",
+};
+
+/**
+ * A CUDA failure the user can act on (see CUDA_USER_FAILURES): printed by the command line as one line, what happened
+ * and what to do, then the call and the CUresult name, e.g. `the GPU is out of memory: use a smaller --batch or
+ * --hidden, or free the GPU (…) [cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2), asked for 90.0 GiB; …]`.
+ */
+export class CudaDeviceError extends UserError {
+  constructor(
+    readonly call: string,
+    readonly code: number,
+    readonly codeName: string,
+    readonly advice: string,
+    readonly context?: string,
+  ) {
+    super(`${advice} [${call}: ${codeName} (${code})${context ? `, ${oneLine(context)}` : ""}]`);
+  }
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, " ").trim();
+}
+
+/** The error a failed driver call throws: CudaDeviceError where the user can act on `code`, else CudaError (a bug). */
+export function cudaFailure(
+  call: string,
+  code: number,
+  codeName: string,
+  description?: string,
+  context?: string,
+): CudaDeviceError | CudaError {
+  const advice = CUDA_USER_FAILURES[code];
+  return advice === undefined
+    ? new CudaError(call, code, codeName, description, context)
+    : new CudaDeviceError(call, code, codeName, advice, context);
+}
 
 /** A failed driver call: `cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory — asked for 90.0 GiB`. */
 export class CudaError extends Error {

@@ -11,7 +11,7 @@ import {
   CUDA_ERROR_NOT_READY,
   CUDA_RESULT_NAMES,
   CUDA_SUCCESS,
-  CudaError,
+  cudaFailure,
   type DevicePtr,
   type Dim3,
   EventFlags,
@@ -32,8 +32,11 @@ import { type LoadedLibrary, loadCudaLibrary } from "./find.js";
 
 export {
   CUDA_RESULT_NAMES,
+  CUDA_USER_FAILURES,
+  CudaDeviceError,
   CudaError,
   cudaErrorMessage,
+  cudaFailure,
   DeviceAttribute,
   type DevicePtr,
   type Dim3,
@@ -99,10 +102,13 @@ export class CudaDriver {
     return undefined;
   }
 
-  /** Throws CudaError for a non-zero result; `context` is only evaluated on failure. */
+  /**
+   * Throws for a non-zero result: CudaDeviceError where the user can act on it (out of memory, no or busy device, a
+   * failed launch: CUDA_USER_FAILURES), CudaError otherwise; `context` is only evaluated on failure.
+   */
   check(code: number, call: string, context?: () => string): void {
     if (code !== CUDA_SUCCESS) {
-      throw new CudaError(call, code, this.errorName(code), this.errorString(code), context?.());
+      throw cudaFailure(call, code, this.errorName(code), this.errorString(code), context?.());
     }
   }
 

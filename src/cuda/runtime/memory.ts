@@ -4,6 +4,7 @@
 // (tested without a GPU); DevicePool adds the device block and copies. PinnedBuffer is page-locked host memory seen
 // through typed arrays, for asynchronous copies.
 
+import { UserError } from "../../util/errors.js";
 import { type CudaDriver, type DevicePtr, floatBits, getDriver, type Handle, type HostPtr } from "../ffi/driver.js";
 import { formatBytes } from "../units.js";
 
@@ -23,9 +24,11 @@ export interface PoolStats {
   persistentBytes: number;
 }
 
-/** An allocation did not fit. The message names the request, the offset it would start at and the pool's state. */
-export class DevicePoolOutOfMemory extends Error {
-  override readonly name = "DevicePoolOutOfMemory";
+/**
+ * An allocation did not fit: a batch or model too large for the device pool, which the user can make smaller. The
+ * message, one line, names the request, the offset it would start at, the pool's state and what to do.
+ */
+export class DevicePoolOutOfMemory extends UserError {
   constructor(
     readonly requestedBytes: number,
     /** Float offset where the allocation would have started. */
@@ -36,7 +39,8 @@ export class DevicePoolOutOfMemory extends Error {
     super(
       `asked for ${formatBytes(requestedBytes)}${what ? ` for ${what}` : ""} at offset ${offset}, ` +
         `pool ${formatBytes(stats.capacityBytes)}, ${formatBytes(stats.usedBytes)} in use ` +
-        `(${formatBytes(stats.persistentBytes)} persistent), peak ${formatBytes(stats.peakBytes)}`,
+        `(${formatBytes(stats.persistentBytes)} persistent), peak ${formatBytes(stats.peakBytes)}: ` +
+        "the batch or model does not fit the GPU's memory pool; use a smaller --batch or --hidden",
     );
   }
 }
