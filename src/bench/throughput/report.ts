@@ -11,7 +11,7 @@ import type { BenchModel, BenchTask } from "../model.js";
 import { markdownTable, type Transcript, writeJson, writeOutput } from "../output.js";
 import type { VppsRow } from "../vpps-timing.js";
 import { type Config, LOSS_TOLERANCE, type ThroughputOptions } from "./config.js";
-import { AGENDA_ENGINES, engineSpecs, vppsEngineIds } from "./engines.js";
+import { AGENDA_ENGINES, engineSpecs, VPPS_OFF_CHIP_ID, vppsEngineIds } from "./engines.js";
 import { REFERENCE_ENGINE, REFERENCE_LABEL, type ReferenceRow } from "./reference.js";
 import type { ThroughputSuite } from "./suite.js";
 
@@ -76,6 +76,9 @@ export function printTables(
     const hasSpeedup = vppsCols.length > 0 && cols.some((e) => AGENDA_ENGINES.includes(e));
     const head = ["batch", ...cols.map(label)];
     if (hasSpeedup) head.push(...vppsCols.map((e) => `${label(e)} / best agenda`));
+    // what registers gain: VPPS's placement over the same model with every matrix off chip
+    const overOffChip = cols.includes(VPPS_OFF_CHIP_ID) ? vppsCols : [];
+    head.push(...overOffChip.map((e) => `${label(e)} / all off chip`));
     const rows = c.batches.map((b) => {
       const cells = [String(b), ...cols.map((e) => f0Or(suite.at(e, c.hidden, b)?.sentencesPerSecond))];
       if (hasSpeedup) {
@@ -84,6 +87,11 @@ export function printTables(
           const r = suite.at(e, c.hidden, b);
           cells.push(r && best ? `${f2(r.sentencesPerSecond / best.sentencesPerSecond)}×` : "–");
         }
+      }
+      const off = suite.at(VPPS_OFF_CHIP_ID, c.hidden, b);
+      for (const e of overOffChip) {
+        const r = suite.at(e, c.hidden, b);
+        cells.push(r && off ? `${f2(r.sentencesPerSecond / off.sentencesPerSecond)}×` : "–");
       }
       return cells;
     });
@@ -116,7 +124,7 @@ export function printTables(
         ],
         vppsRows.map((r) => [
           String(r.hidden),
-          r.cell,
+          r.engine === VPPS_OFF_CHIP_ID ? `${r.cell}, all off chip` : r.cell,
           String(r.batch),
           f3(r.msPerBatch),
           f3(r.buildMs),

@@ -299,6 +299,25 @@ function tileCases(plan: VppsPlan): string {
       "tile_wbar",
       "grads",
     ),
+    // tile.acc only where some matrix is off chip: its routine's registers made the tightest plan (Tree-LSTM 512/256,
+    // nothing off chip) spill 4 bytes; a script never has it otherwise, and the case reports a bad opcode
+    ...(plan.offChip.length > 0
+      ? [
+          tileCase(
+            plan,
+            o.TileAcc,
+            "kTileEntries",
+            `entries (y, x, b); y += (c0 == 0 ? b : 0) + W x over columns [c0, c0 + ${TILE.splitCols}), rows [r0, r0 + 64) (atomics)`,
+            "tile_forward_acc",
+            "master",
+          ),
+        ]
+      : [
+          `      case ${opcodeConstant(o.TileAcc)}: // tile.acc: no matrix of this plan is off chip
+        if (threadIdx.x == 0) report_error(status, kErrBadOpcode, (int)op, 0, 0, (int)(pc + at));
+        s_abort = 1;
+        break;`,
+        ]),
     `      case ${opcodeConstant(o.ImportGrads)}: // import.grads: Wbar += the gradient buffer's rows (tile.wbar's sums)
 ${importGrads.join("\n")}
         break;`,

@@ -34,7 +34,15 @@ function checkTileShape(): void {
       `kernel template: tile routines compute ${TILE_DIM} x ${TILE_DIM} blocks; TILE has entries ${entries}, rows ${rows}, cols ${cols}`,
     );
   }
-  const words = Math.max(...[Opcode.Tile, Opcode.TileXbar, Opcode.TileWbar].map((o) => LIST_ENTRIES[o]!.length));
+  const words = Math.max(
+    ...[Opcode.Tile, Opcode.TileAcc, Opcode.TileXbar, Opcode.TileWbar].map((o) => LIST_ENTRIES[o]!.length),
+  );
+  if (LIST_ENTRIES[Opcode.TileAcc]!.join() !== LIST_ENTRIES[Opcode.Tile]!.join()) {
+    throw new Error("kernel template: tile.acc entries must be tile's (y, x, b)");
+  }
+  if (TILE.splitCols % TILE_K !== 0) {
+    throw new Error(`kernel template: TILE.splitCols (${TILE.splitCols}) must be a multiple of the chunk K ${TILE_K}`);
+  }
   if (words * Math.max(entries, wbarEntries) > STAGE_YBAR_FLOATS) {
     throw new Error(
       `kernel template: ${wbarEntries} tile entries of ${words} words do not fit the ${STAGE_YBAR_FLOATS}-word s_gy`,
@@ -93,6 +101,7 @@ export function tileRoutines(plan: VppsPlan): string {
 constexpr int kTileEntries = ${TILE.entries}, kTileRows = ${TILE.rows}, kTileCols = ${TILE.cols}; // per tile (script.ts TILE)
 constexpr int kTileWbarEntries = ${TILE.wbarEntries};  // entries of one tile.wbar (its K)
 constexpr int kTileXbarRows = ${TILE.xbarRows};     // rows one tile.xbar sums over (its K)
+constexpr int kTileSplitCols = ${TILE.splitCols};    // columns one tile.acc sums over (its K)
 constexpr int kTileDim = ${TILE_DIM};          // outputs per side of a tile block
 constexpr int kTileK = ${TILE_K};            // K of one staged chunk
 constexpr int kTileChunk = kTileK * kTileDim;  // floats of one operand's staged chunk
@@ -345,6 +354,44 @@ __device__ __forceinline__ void tile_forward(const TileArgs& g, const u32* ent, 
     for (int jj = 0; jj < 4; ++jj) {
       const u32 r = r0 + 4 * tx + jj;
       if (r < rows) y[r] = (bo != kNone ? (pool + bo)[r] : 0.f) + *tile_acc(sa, sb, 4 * ii + jj, tid);
+    }
+  }
+}
+
+// tile.acc: as tile over the columns c = c0 + k < min(c0 + kTileSplitCols, cols) only, added into y atomically (the
+// other column slices' tiles add to the same rows; y was zeroed in step 0), the bias by the c0 = 0 tiles:
+// y_e[r] += (c0 == 0 && b_e ? b_e[r] : 0) + sum_c W[r][c] x_e[c] (A[e][k] = x_e[c0 + k], B[k][j] = W[r0 + j][c0 + k]).
+struct TileForwardAcc {
+  const TileArgs& g;
+  const u32* ent;
+  const float* pool;
+  const float* master;
+  __device__ __forceinline__ u32 K() const { // the case checked c0 < cols
+    return g.cols - g.c0 < kTileSplitCols ? g.cols - g.c0 : kTileSplitCols;
+  }
+  __device__ __forceinline__ u32 arows() const { return g.count; } // A's rows: the entries
+  __device__ __forceinline__ TileAlongK<TileEntryVectors> a() const { return {{pool, ent, ${fw}, ${F("x")}, -1, g.count, g.c0}, K()}; }
+  __device__ __forceinline__ TileAlongK<TileMatrixRows> b() const { return {{master, g.offset, g.rows, g.cols, g.r0, g.c0}, K()}; }
+  __device__ __forceinline__ void hook(const float*, u32) const {}
+};
+__device__ __forceinline__ void tile_forward_acc(const TileArgs& g, const u32* ent, float* pool, const float* master, float* sa, float* sb) {
+  TileForwardAcc op{g, ent, pool, master};
+  tile_product(op, sa, sb);
+  const u32 tid = opaque_tid();
+  const int tx = tid & 15, ty = tid >> 4;
+  const u32 count = g.count, r0 = g.r0, rows = g.rows;
+  const bool first = g.c0 == 0u;
+#pragma unroll 1
+  for (int ii = 0; ii < 4; ++ii) {
+    const u32 e = 4 * ty + ii;
+    if (e >= count) continue;
+    float* y = pool + ent[${fw} * e + ${F("y")}];
+    const u32 bo = first ? ent[${fw} * e + ${F("b")}] : kNone;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const u32 r = r0 + 4 * tx + jj;
+      const float v = (bo != kNone && r < rows ? (pool + bo)[r] : 0.f) + *tile_acc(sa, sb, 4 * ii + jj, tid);
+      if (r < rows && v != 0.f) atomicAdd(y + r, v);
     }
   }
 }

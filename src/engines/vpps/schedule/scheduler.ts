@@ -158,6 +158,7 @@ export class VppsScheduler implements Emitter {
       t.writer.ins2(q, Opcode.Set, 1, L.grad[lossId]!, ONE_BITS);
       t.wroteGrad(lossId, q);
     }
+    if (this.model.plan.offChip.length > 0) this.zeroSplitOutputs(g, L, n);
     t.endStep();
     this.forwardPass(g, L, maxLevel);
     let s = this.backwardPass(g, L, maxLevel);
@@ -177,6 +178,39 @@ export class VppsScheduler implements Emitter {
     };
     if (this.dumpTo !== undefined) dumpBatch(this.dumpTo, this.dumped++, g, result, t.ctas, this.trace!);
     return result;
+  }
+
+  /**
+   * Step 0: zeroes the outputs of the products that split forward lists of off-chip matrices will add into
+   * (steps.ts splitsForward: from the products per level and matrix that countLevels counted).
+   */
+  private zeroSplitOutputs(g: ComputationGraph, L: BatchLayout, n: number): void {
+    const t = this.t;
+    const matrices = this.registerGrad.length;
+    const { op, depth, argCount } = g;
+    const zero = (y: number, len: number): number => {
+      const q = t.leastLoaded(len);
+      t.writer.ins2(q, Opcode.Set, len, y, ZERO_BITS);
+      t.zeroedInStepZero(q);
+      return q;
+    };
+    for (let i = 0; i < n; i++) {
+      const o = op[i]!;
+      if (L.live[i] === 0 || (o !== Op.MatVec && o !== Op.Affine)) continue;
+      const base = depth[i]! * matrices;
+      const len = g.rows[i]! * g.cols[i]!;
+      if (o === Op.MatVec || argCount[i] === 3) {
+        const m = this.matrixOf(g, i, g.arg(i, o === Op.MatVec ? 0 : 1));
+        if (t.splitsForward(m, this.forwardProducts[base + m]!)) t.wroteValue(i, zero(L.value[i]!, len));
+        continue;
+      }
+      for (let k = 1; k < argCount[i]!; k += 2) {
+        const m = this.matrixOf(g, i, g.arg(i, k));
+        if (t.splitsForward(m, this.forwardProducts[base + m]!)) {
+          t.wroteTemp(i, zero(L.temp[i]! + ((k - 1) >> 1) * len, len));
+        }
+      }
+    }
   }
 
   /** The deepest level of the last countLevels. */
@@ -359,3 +393,5 @@ function growTo(a: Int32Array, length: number): Int32Array {
 
 /** The bit pattern of 1.0f, the seed of the loss gradient. */
 const ONE_BITS = floatBits(1);
+/** The bit pattern of 0.0f: the outputs split forward lists add into. */
+const ZERO_BITS = floatBits(0);

@@ -16,7 +16,7 @@
  */
 import type { BatchLayout } from "../plan/layout.js";
 import type { VppsPlan } from "../plan/plan.js";
-import { Opcode } from "../script/format.js";
+import { Opcode, TILE } from "../script/format.js";
 import { ScriptWriter } from "../script/writer.js";
 import { StepLists } from "./lists.js";
 import { MATRIX_LOAD_WEIGHT, StepLoads } from "./loads.js";
@@ -56,6 +56,9 @@ export class StepTracker {
   readonly offChip: Uint8Array;
   /** True while the step of the held-back W̄ entries is being emitted (backward.ts DeferredWbar.emit). */
   wbarStep = false;
+  /** CTAs that zeroed the outputs of split forward lists in step 0 (splitsForward), and how many. */
+  private zeroCtas: Int32Array = new Int32Array(0);
+  private zeroCount = 0;
   /** Plan matrices (numbers below this); the transposed copies come after them. */
   private readonly planMatrices: number;
   /** Per plan matrix: the matrix number of its transposed copy, or -1. */
@@ -172,6 +175,7 @@ export class StepTracker {
       this.batch = 1;
     }
     this.wbarTiles = 0;
+    this.zeroCount = 0;
     this.registerWbarTiles = 0;
     this.offChipGradients = 0;
     this.wbarStep = false;
@@ -322,6 +326,26 @@ export class StepTracker {
     return (this.tiledMask[st]! >>> m) & 1 ? -1 : this.soleHolder[m]!;
   }
 
+  /**
+   * Whether the forward list of `entries` products of matrix m runs as tile.acc tiles over column slices (an off-chip
+   * matrix's short list, whose full-width tiles would be long chains of latency-bound chunks): its outputs must be
+   * zeroed in step 0 (zeroedInStepZero).
+   */
+  splitsForward(m: number, entries: number): boolean {
+    return this.offChip[m] === 1 && entries < TILE.entries;
+  }
+
+  /** CTA q zeroed outputs of split forward lists in step 0: every CTA running split tiles waits for it. */
+  zeroedInStepZero(q: number): void {
+    for (let k = 0; k < this.zeroCount; k++) if (this.zeroCtas[k] === q) return;
+    if (this.zeroCount === this.zeroCtas.length) {
+      const grown = new Int32Array(Math.max(4, 2 * this.zeroCount));
+      grown.set(this.zeroCtas);
+      this.zeroCtas = grown;
+    }
+    this.zeroCtas[this.zeroCount++] = q;
+  }
+
   /** Whether a list of `entries` products of matrix m with opcode op runs as tile instructions. */
   tiles(m: number, entries: number, op: Opcode): boolean {
     if (this.offChip[m] === 1) return true; // no holders: every product is a tile over the master copy
@@ -401,6 +425,10 @@ export class StepTracker {
           this.listDependency(writeStep(wr[e]!), writeWho(wr[e]!), sole, stamp);
         }
       }
+      // split forward tiles add into outputs zeroed in step 0: they wait for the processors that zeroed them
+      if (tiled && op === Opcode.MatVec && this.splitsForward(m, count)) {
+        for (let k = 0; k < this.zeroCount; k++) this.listDependency(0, this.zeroCtas[k]!, sole, stamp);
+      }
       const at = writer.appendTable(lists.words[m]!, length);
       const bit = 1 << m;
       const group = this.step * this.barriersPerStep + 1 + m;
@@ -440,6 +468,7 @@ export class StepTracker {
       this.lists.words[m]!,
       (load) => loads.take(load),
       !offChip || this.wbarStep,
+      op === Opcode.MatVec && this.splitsForward(m, count),
     );
     this.wbarTiles += wbar;
     if (this.registerGrad[m] === 1) this.registerWbarTiles += wbar;

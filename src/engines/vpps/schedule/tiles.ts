@@ -39,6 +39,7 @@ export class TileList {
    * Cuts the list of a rows × cols matrix (`count` entries at table offset `at`, entry words `words`; `op` MatVec
    * or MatVecBwd) into tiles, placing each by `place(load)`; returns how many tile.wbar tiles it made. `wbar`
    * false: a backward list makes x̄ tiles only (an off-chip matrix's W̄ is formed after the backward pass).
+   * `split`: a forward list makes tile.acc tiles over TILE.splitCols columns each (its outputs zeroed in step 0).
    */
   cut(
     op: Opcode,
@@ -49,9 +50,22 @@ export class TileList {
     words: Uint32Array,
     place: (load: number) => number,
     wbar = true,
+    split = false,
   ): number {
     this.tileCount = 0;
     let wbarTiles = 0;
+    if (op === Opcode.MatVec && split) {
+      for (let e0 = 0; e0 < count; e0 += TILE.entries) {
+        const k = Math.min(TILE.entries, count - e0);
+        for (let r0 = 0; r0 < rows; r0 += TILE.rows) {
+          for (let c0 = 0; c0 < cols; c0 += TILE.splitCols) {
+            const work = k * Math.min(TILE.rows, rows - r0) * Math.min(TILE.splitCols, cols - c0);
+            this.add(place, Opcode.TileAcc, at + MATVEC_ENTRY * e0, k, r0, c0, work);
+          }
+        }
+      }
+      return 0;
+    }
     if (op === Opcode.MatVec) {
       for (let e0 = 0; e0 < count; e0 += TILE.entries) {
         const k = Math.min(TILE.entries, count - e0);

@@ -201,6 +201,21 @@ export class VppsEmulator {
         }
         return;
       }
+      case Opcode.TileAcc: {
+        const m = tileMatrix(this.plan, op, n, a(2), TILE.entries, cta);
+        const [rBegin, rEnd] = tileRange(op, "r0", a(3), TILE.rows, m.rows, cta);
+        const [cBegin, cEnd] = tileRange(op, "c0", a(4), TILE.splitCols, m.cols, cta);
+        const W = mem.master;
+        for (let e = table + a(1), end = e + 3 * a(2); e < end; e += 3) {
+          const [y, x, b] = [s[e]!, s[e + 1]!, s[e + 2]!];
+          for (let r = rBegin; r < rEnd; r++) {
+            let acc = cBegin === 0 && b !== NONE ? pool[b + r]! : 0;
+            for (let c = cBegin, w = m.masterOffset + r * m.cols; c < cEnd; c++) acc += W[w + c]! * pool[x + c]!;
+            pool[y + r]! += acc;
+          }
+        }
+        return;
+      }
       case Opcode.TileXbar: {
         const m = tileMatrix(this.plan, op, n, a(2), TILE.entries, cta);
         const [cBegin, cEnd] = tileRange(op, "c0", a(3), TILE.cols, m.cols, cta);

@@ -156,6 +156,13 @@ export enum Opcode {
    * (s as for `sgd`)
    */
   SgdMaster = 40,
+  /**
+   * A forward tile over a slice of the columns, for a short list of an off-chip matrix: for the `count` < TILE.entries
+   * entries (y, x, b), y[r] += (c0 = 0 and b ? b[r] : 0) + Σ_{c ∈ [c0, c0 + TILE.splitCols)} W_n[r][c]·x[c] (atomics)
+   * for the rows r in [r0, r0 + TILE.rows); y is zeroed in step 0. Splitting the columns spreads a long row over
+   * several processors: a full-width tile of a few entries is a chain of cols / 32 latency-bound chunks.
+   */
+  TileAcc = 41,
 }
 
 /**
@@ -163,7 +170,7 @@ export enum Opcode {
  * matrix; an x̄ tile up to `entries` entries, `cols` columns and `xbarRows` rows (the sum's range); a W̄ tile covers
  * `rows` × `cols` of the gradient over up to `wbarEntries` entries.
  */
-export const TILE = { entries: 64, rows: 64, cols: 64, wbarEntries: 256, xbarRows: 256 } as const;
+export const TILE = { entries: 64, rows: 64, cols: 64, wbarEntries: 256, xbarRows: 256, splitCols: 256 } as const;
 
 /** What the 24-bit field of an opcode's preamble means. */
 export type PreambleField = "length" | "matrix" | "barrier" | "hidden" | "classes" | "unused";
@@ -230,6 +237,7 @@ export const OPCODES: readonly OpcodeInfo[] = [
   info(Opcode.LoadTransposed, "load.t", "unused", []),
   info(Opcode.Norm2Grads, "norm2.grads", "length", ["acc", "g"]),
   info(Opcode.SgdMaster, "sgd.master", "length", ["p", "g", "acc"]),
+  info(Opcode.TileAcc, "tile.acc", "matrix", ["list", "count", "r0", "c0"]),
 ];
 
 export const OPCODE_COUNT = OPCODES.length;
@@ -239,6 +247,7 @@ export const LIST_ENTRIES: Readonly<Partial<Record<Opcode, readonly string[]>>> 
   [Opcode.MatVec]: ["y", "x", "b"],
   [Opcode.MatVecBwd]: ["ybar", "x", "xbar", "bbar"],
   [Opcode.Tile]: ["y", "x", "b"],
+  [Opcode.TileAcc]: ["y", "x", "b"],
   [Opcode.TileXbar]: ["ybar", "x", "xbar", "bbar"],
   [Opcode.TileWbar]: ["ybar", "x", "xbar", "bbar"],
   [Opcode.MatVecAcc]: ["y", "x", "b"],
