@@ -5,7 +5,7 @@
 // from a seeded generator, so a new seed is a new probe of the same classes. The CLI runs in-process.
 
 import assert from "node:assert/strict";
-import { cpSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { cpSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { CheckpointError } from "../src/model/safetensors.js";
@@ -150,6 +150,41 @@ describe("checkpoint integrity and run identity", () => {
       refused(await train("--resume", run), pattern);
       refused(await cli("eval", "treelstm", "--run", run, "--data", join(data, "dev.txt")), pattern);
     }
+  });
+
+  test("a state.json changed after it was written is refused naming the field; without it the checkpoint continues", async () => {
+    // generated edits: a setting, a result of an epoch, a word of the vocabulary
+    const edits: [(s: RunState) => void, RegExp][] = [
+      [
+        (s) => void (s.training.learningRate *= 1 + int(9)),
+        /its training\.learningRate is [\d.e-]+, the checkpoint's 0\.001/,
+      ],
+      [(s) => void (s.training.batch = 9 + int(50)), /its training\.batch is \d+, the checkpoint's 8/],
+      [
+        (s) => void (s.epochs[int(2)]!.trainLoss += 0.5),
+        /its epochs\[[01]\]\.trainLoss is [\d.]+, the checkpoint's [\d.]+/,
+      ],
+      [
+        (s) => void ((s.vocabulary as string[])[1 + int(5)] = "zzz"),
+        /its vocabulary\[\d\] is "zzz", the checkpoint's "[^"]+"/,
+      ],
+    ];
+    for (const [change, what] of edits) {
+      const run = copyRun(base);
+      const s = state(run);
+      change(s);
+      writeFileSync(join(run, "state.json"), JSON.stringify(s));
+      const pattern = new RegExp(
+        `^vpps: state\\.json beside .*epoch-2\\.safetensors is not what the run wrote with it: ${what.source}`,
+      );
+      refused(await cli("eval", "treelstm", "--run", run, "--data", join(data, "dev.txt")), pattern);
+      refused(await train("--resume", run), pattern);
+    }
+    const run = copyRun(base);
+    rmSync(join(run, "state.json"));
+    const r = await train("--resume", run, "--epochs", "3");
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /state\.json is missing; continuing from the newest intact checkpoint/);
   });
 
   test("another epoch's checkpoint of the same run is refused", async () => {

@@ -152,6 +152,39 @@ export function readCheckpoint(path: string): Checkpoint {
 }
 
 /**
+ * The first field in which `state` (state.json) differs from `saved` (the run state the checkpoint was written
+ * with, at the same moment): "training.learningRate is 0.003, the checkpoint's 0.001"; null when they agree or the
+ * checkpoint has none (older vpps). The target number of epochs (`training.epochs`) and the derived identity are not
+ * compared: the first is the user's to change, the second is checked on its own.
+ */
+export function stateDifference(state: RunState, saved: unknown): string | null {
+  if (typeof saved !== "object" || saved === null) return null;
+  const show = (x: unknown) => (x === undefined ? "absent" : (JSON.stringify(x) ?? String(x)).slice(0, 60));
+  const walk = (a: unknown, b: unknown, path: string): string | null => {
+    if (JSON.stringify(a) === JSON.stringify(b)) return null;
+    const bothObjects =
+      typeof a === "object" &&
+      a !== null &&
+      typeof b === "object" &&
+      b !== null &&
+      Array.isArray(a) === Array.isArray(b);
+    if (bothObjects) {
+      const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])];
+      for (const k of keys) {
+        if (path === "training" && k === "epochs") continue;
+        if (path === "" && k === "identity") continue;
+        const at = Array.isArray(a) ? `${path}[${k}]` : path === "" ? k : `${path}.${k}`;
+        const d = walk((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], at);
+        if (d !== null) return d;
+      }
+      return null;
+    }
+    return `${path} is ${show(a)}, the checkpoint's ${show(b)}`;
+  };
+  return walk(state, saved, "");
+}
+
+/**
  * Refuses checkpoint `ckpt` when it is not the one `state` (the run's state.json) names for `epoch`: another run's
  * (its identity differs: one line naming every field that does) or another epoch's. Returns a one-line notice when
  * it cannot be verified (an older vpps wrote it without checksums or identity), else null.
@@ -172,6 +205,13 @@ export function checkCheckpointOf(ckpt: Checkpoint, state: RunState, epoch: numb
     throw new CheckpointError(
       `${ckpt.path} holds epoch ${ckpt.epoch} of the run, but state.json names it as epoch ${epoch}; put back the ` +
         "epoch's own checkpoint, or start a new run (--out with --force)",
+    );
+  }
+  const changed = stateDifference(state, ckpt.run);
+  if (changed !== null) {
+    throw new CheckpointError(
+      `state.json beside ${ckpt.path} is not what the run wrote with it: its ${changed}; state.json was changed ` +
+        "afterwards (a flipped bit, an edit): restore it, or remove it to continue from the checkpoint's own record",
     );
   }
   if (!ckpt.checksummed) missing.push("checksums");
