@@ -20,13 +20,20 @@ import { workerBuildFromEnv } from "../src/engines/vpps/options.js";
 import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import { type PlanOptions, planVpps, type VppsPlan } from "../src/engines/vpps/plan/plan.js";
 import { detachSchedule, type ScheduledBatch } from "../src/engines/vpps/schedule/batch.js";
-import { defaultScheduleWorkers, SchedulePool, ScheduleWorkerError } from "../src/engines/vpps/schedule/pool.js";
+import {
+  defaultScheduleWorkers,
+  SchedulePool,
+  ScheduleRefusal,
+  ScheduleWorkerError,
+} from "../src/engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import { ComputationGraph, type Expression, snapshotInputs } from "../src/graph/graph.js";
 import { onChipMatrices, ParameterCollection } from "../src/model/parameters.js";
 import { treeLstmBuilderSpec } from "../src/models/treelstm/graph-builder.js";
 import { TreeLstmModel } from "../src/models/treelstm/model.js";
 import { add, input, matVec, parameter, pickNegLogSoftmax, tanh } from "../src/ops/index.js";
+import { affineRows, lookupRows, pickNegLogSoftmaxRows } from "../src/ops/rows.js";
+import { isUserError } from "../src/util/errors.js";
 import { buildRandomVppsGraph, type RandomVppsModel, randomVppsModel } from "./random-graph.js";
 
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
@@ -300,6 +307,27 @@ describe("schedule workers", () => {
       const m: { pc: ParameterCollection; build: RandomVppsModel } = randomVppsModel(seed);
       compareWithPool(m.pc, 6, (cg, k) => buildRandomVppsGraph(cg, m.build, 100 * seed + k), 1);
     }
+  });
+
+  test("a worker's refusal of the user's graph (an op VPPS cannot run) comes back as one-line user error, no trace", () => {
+    const pc = new ParameterCollection({ seed: 1 });
+    const E = pc.addLookupParameters(10, 8, undefined, "E");
+    const W = pc.addParameters([5, 8], undefined, "W");
+    const b = pc.addParameters([5], undefined, "b");
+    const plans = [planVpps(onChipMatrices(pc), SMALL, {})];
+    const pool = newPool(pc, plans, 1);
+    const cg = new ComputationGraph();
+    const x = lookupRows(cg, E, [1, 2, 3]);
+    pool.post(cg, pickNegLogSoftmaxRows(affineRows(parameter(cg, b), parameter(cg, W), x), [0, 4, 2]), 0, 0);
+    assert.throws(
+      () => pool.take(true),
+      (e: unknown) =>
+        e instanceof ScheduleRefusal &&
+        isUserError(e) &&
+        !e.message.includes("\n") &&
+        e.workerErrorName === "UnsupportedOpError" &&
+        /op 'lookupRows' is not supported: .*--rnn steps/.test(e.message),
+    );
   });
 
   test("a scheduling error in a worker comes back with its message; later batches go on", () => {

@@ -1,5 +1,5 @@
 import { join, resolve } from "node:path";
-import { cudaAvailable, getDriver, parseDeviceSpec, queryDeviceProperties } from "../cuda/index.js";
+import { cudaAvailable, defaultPoolBytes, getDriver, parseDeviceSpec, queryDeviceProperties } from "../cuda/index.js";
 import { recordDataReads } from "../data/text-file.js";
 import { checkEngineOptions, createEngine, engineEntry } from "../engines/registry.js";
 import type { AnyTask } from "../models/task.js";
@@ -226,14 +226,21 @@ export async function runTrain(
   }
 }
 
-/** The memory of the GPU `device` names (cuda:N, else the first), when the run is on a GPU that can be queried. */
+/**
+ * The device memory a GPU run can use on the GPU `device` names (cuda:N, else the first), when it can be queried: the
+ * engines allocate from one device pool of min(¼ of the free memory, 4 GiB) (src/cuda/runtime/context.ts
+ * defaultPoolBytes), so that pool, taken at the GPU's total memory, is the limit, not the whole GPU.
+ */
 function deviceMemory(gpu: boolean, device: string): { device?: MemoryLimit } {
   if (!gpu || !cudaAvailable().ok) return {};
   const spec = parseDeviceSpec(device);
   const index = spec.kind === "cuda" ? spec.index : 0;
   try {
     const p = queryDeviceProperties(getDriver(), index);
-    return { device: { bytes: p.totalMemory, source: `the memory of GPU ${index}, ${p.name}` } };
+    const bytes = defaultPoolBytes(p.totalMemory);
+    return {
+      device: { bytes, source: `the engines' device pool of GPU ${index}, ${p.name}: ¼ of its memory, at most 4 GiB` },
+    };
   } catch {
     return {}; // a device that cannot be queried: the engine says why when it starts
   }

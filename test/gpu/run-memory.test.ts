@@ -63,7 +63,7 @@ describe("the memory estimate against the GPU's memory", { skip }, () => {
     assert.match(
       err[0]!,
       new RegExp(
-        `^vpps: the run needs about .* of weights, .* of activations of the largest batch of 4 — more than the memory limit, .* \\(the memory of GPU 0, ${gpu.name.replace(/[()[\]]/g, ".")}\\); the largest training example alone \\(#7, .*\\) does not fit`,
+        `^vpps: the run needs about .* of weights, .* of activations of the largest batch of 4 — more than the memory limit, .* \\(the engines' device pool of GPU 0, ${gpu.name.replace(/[()[\]]/g, ".")}: .*\\); the largest training example alone \\(#7, .*\\) does not fit`,
       ),
     );
     console.log(`refused in ${Date.now() - t0} ms: ${err[0]}`);

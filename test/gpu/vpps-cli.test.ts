@@ -121,8 +121,24 @@ describe("stopping a run", { skip }, () => {
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
       child.on("exit", (code, signal) => resolve({ code, signal, at: performance.now() })),
     );
-    // TD-LSTM compiles its variants for much longer than this on an empty cache
-    await new Promise((r) => setTimeout(r, 5000));
+    // SIGTERM one second after the compile's first progress line (TD-LSTM compiles its variants for much longer)
+    const compiling = await Promise.race([
+      new Promise<boolean>((resolve) => {
+        const poll = setInterval(() => {
+          if (/plan variants/.test(stderr)) {
+            clearInterval(poll);
+            resolve(true);
+          }
+        }, 50);
+        exited.then(() => {
+          clearInterval(poll);
+          resolve(false);
+        });
+      }),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 60_000)),
+    ]);
+    assert.ok(compiling, `vpps train never said it was compiling (or ended first); stderr:\n${stderr}`);
+    await new Promise((r) => setTimeout(r, 1000));
     const sent = performance.now();
     child.kill("SIGTERM");
     const end = await Promise.race([exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), 10_000))]);
@@ -131,7 +147,7 @@ describe("stopping a run", { skip }, () => {
     const ms = end.at - sent;
     console.log(`  exited ${ms.toFixed(0)} ms after SIGTERM (code ${end.code}, signal ${end.signal})`);
     assert.ok(ms <= 2000, `took ${ms.toFixed(0)} ms`);
-    assert.equal(end.signal, "SIGTERM", `exit code ${end.code}`);
+    assert.equal(end.signal, "SIGTERM", `exit code ${end.code}; stderr:\n${stderr}`);
     assert.match(stderr, /^vpps: stopped by SIGTERM while compiling the VPPS kernels .*\n$/m);
     noTrace("SIGTERM", stderr);
   });

@@ -175,7 +175,9 @@ describe("VPPS trains the six models at the paper's sizes as the CPU engine does
 
 describe("VPPS's device-memory limits are one line that says what to do", { skip }, () => {
   const MiB = 1024 ** 2;
-  // two pipeline slots take 2 × 16 MiB of script regions from the pool (setup.ts SCRIPT_WORDS)
+  // Two pipeline slots take 2 × 16 MiB of script regions from the pool (setup.ts SCRIPT_WORDS), after about 13.5 MiB
+  // the runtime takes first (measured on an H100 at this model: the scripts' request failed in a 33 MiB pool with
+  // 13.5 MiB in use); the Tree-LSTM's model region then needs 2.6 MiB (it failed with 2.5 MiB left in 48 MiB).
   const host = { pipelineSlots: 2, scheduleWorkers: 0 };
 
   test("a model region larger than the device pool left: create refuses it", async () => {
@@ -187,7 +189,7 @@ describe("VPPS's device-memory limits are one line that says what to do", { skip
         log: () => {},
         variants: { rowsPerWarp: 1 },
         host,
-        poolBytes: 33 * MiB,
+        poolBytes: 47 * MiB,
       }),
       (e: unknown) => {
         assert.ok(isUserError(e), String(e));
@@ -209,7 +211,7 @@ describe("VPPS's device-memory limits are one line that says what to do", { skip
       log: () => {},
       variants: { rowsPerWarp: 1 },
       host,
-      poolBytes: 48 * MiB,
+      poolBytes: 64 * MiB,
     });
     try {
       const small = new ComputationGraph();

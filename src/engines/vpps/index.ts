@@ -11,7 +11,7 @@ export { formatPlan } from "./plan/format.js";
 export { createModelLayout } from "./plan/layout.js";
 export { enumeratePlans, planVpps, VppsPlanError } from "./plan/plan.js";
 export { VppsKernelError } from "./runtime/pipeline.js";
-export { SchedulePool, ScheduleWorkerError } from "./schedule/pool.js";
+export { SchedulePool, ScheduleRefusal, ScheduleWorkerError } from "./schedule/pool.js";
 export { VppsScheduler } from "./schedule/scheduler.js";
 export { DEFAULT_TILE_ENTRIES } from "./schedule/steps.js";
 export {

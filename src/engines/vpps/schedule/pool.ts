@@ -92,6 +92,8 @@ export type ScheduleReply =
       readonly name: string;
       readonly message: string;
       readonly stack: string;
+      /** Whether the worker's error was a UserError (src/util/errors.ts): a refusal of the graph, not a bug. */
+      readonly user: boolean;
       readonly inputs: ArrayBuffer;
     }
   | { readonly kind: "fatal"; readonly message: string; readonly stack: string }
@@ -99,6 +101,20 @@ export type ScheduleReply =
   | { readonly kind: "builder-failed"; readonly message: string; readonly stack: string };
 
 /** An error thrown by the scheduler in a worker (its message ends with "(in schedule worker)"), or a dead worker. */
+/**
+ * A schedule worker's refusal of the user's graph (a UserError there: an op VPPS cannot run, a shape it cannot
+ * lower), raised again on the main thread as one line without a trace.
+ */
+export class ScheduleRefusal extends UserError {
+  constructor(
+    message: string,
+    /** The original error's class name in the worker. */
+    readonly workerErrorName: string,
+  ) {
+    super(message);
+  }
+}
+
 export class ScheduleWorkerError extends Error {
   override readonly name = "ScheduleWorkerError";
   constructor(
@@ -427,6 +443,7 @@ export class SchedulePool<T = undefined> {
     if (r.kind === "failed") {
       job.release();
       this.recycle(r.inputs);
+      if (r.user) throw new ScheduleRefusal(r.message, r.name);
       throw new ScheduleWorkerError(`${r.message} (in schedule worker)`, r.name, r.stack);
     }
     throw new Error(`VPPS: unexpected reply '${r.kind}' for batch ${job.id}`);

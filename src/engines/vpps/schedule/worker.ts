@@ -15,6 +15,7 @@ import type { BuildBatch, GraphBuilderModule, GraphBuilderSpec } from "../../../
 import { ComputationGraph } from "../../../graph/graph.js";
 import { Op } from "../../../graph/opcodes.js";
 import { firstNonFinite } from "../../../model/safetensors.js";
+import { isUserError } from "../../../util/errors.js";
 import { createModelLayout } from "../plan/layout.js";
 import { detachSchedule, scheduledBuffers } from "./batch.js";
 import type { BuilderMessage, ScheduleJob, ScheduleReply, ScheduleWorkerData } from "./pool.js";
@@ -157,7 +158,9 @@ function run(job: ScheduleJob): void {
     ]);
   } catch (e) {
     const err = e instanceof Error ? e : new Error(String(e));
-    reply({ kind: "failed", id: job.id, name: err.name, message: err.message, stack: err.stack ?? "", inputs }, [
+    // a refusal of the user's graph (an op VPPS cannot run, a bad shape) stays a one-line user error on the main thread
+    const user = isUserError(err);
+    reply({ kind: "failed", id: job.id, name: err.name, message: err.message, stack: err.stack ?? "", user, inputs }, [
       inputs,
     ]);
   }
