@@ -1,5 +1,5 @@
 /**
- * Issue 17's command line cases: the one error handler (known errors as one line `vpps: …`, usage errors, bugs with
+ * The command line's error cases: the one error handler (known errors as one line `vpps: …`, usage errors, bugs with
  * their trace), --version, devices, empty paths, damaged data files, checkpoints and state.json, sizes, the VPPS
  * plan's refusal, a closed stdout, and long tokens cut. Run in-process (test/cli-harness.ts) except where a real
  * process is the point (a pipe closed by its reader).

@@ -1,4 +1,4 @@
-// Issue 17, item 1: `vpps train --resume <dir>` continues the run that was saved — its data, optimiser, rate, seed,
+// Resuming: `vpps train --resume <dir>` continues the run that was saved — its data, optimiser, rate, seed,
 // batch, clip, engine and model options come from the run, not from the command line's defaults — and a flag given
 // explicitly either overrides with a printed line or is refused (the data, the model's shape). `--epochs` is the
 // run's total. The CLI runs in this process (test/cli-inprocess.ts) on a tiny Tree-LSTM.

@@ -1,4 +1,4 @@
-// Issue 17, items 1, 3 and 10 at the training loop (test/toy-task.ts's tagger, CPU engine): a resumed Adam run
+// Resuming, non-finite values and faults at the training loop (test/toy-task.ts's tagger, CPU engine): a resumed Adam run
 // equals an uninterrupted one (moments and step count travel with the checkpoint); a NaN or ∞ input, loss or
 // gradient never reaches the weights, and the error says whether the learning rate or the starting weights are at
 // fault; a checkpoint holding NaN or ∞ (or a negative second moment) is refused on load, naming the tensor.

@@ -1,4 +1,4 @@
-// Issue 17 on a real GPU: a resumed Adam run equals an uninterrupted one on the engines that keep Adam's moments on
+// Resuming on a real GPU: a resumed Adam run equals an uninterrupted one on the engines that keep Adam's moments on
 // the device (eager and autobatch: DeviceParameters; VPPS: inside its kernel) — the moments are read back into the
 // trainer for the checkpoint and uploaded again on resume; and the device update refuses a NaN or ∞ gradient (its
 // kernels check the global norm first and change nothing), reported at the next update or sync, naming the
