@@ -21,15 +21,6 @@ function vpps(...args: string[]): { code: number; stdout: string; stderr: string
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** Exactly one line on stderr, `vpps: …`, matching `message`, with status 1. */
-function oneLine(r: { code: number; stderr: string }, message: RegExp): void {
-  assert.equal(r.code, 1, r.stderr);
-  const lines = r.stderr.split("\n");
-  assert.equal(lines.length, 2, r.stderr);
-  assert.match(lines[0]!, /^vpps: /);
-  assert.match(lines[0]!, message);
-}
-
 describe("vpps on a GPU: refusals in one line", { skip }, () => {
   test("vpps train treelstm --engine vpps --hidden 1536 trains: the matrices registers cannot hold stay off chip", () => {
     const r = vpps(

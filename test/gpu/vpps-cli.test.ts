@@ -143,7 +143,10 @@ describe("stopping a run", { skip }, () => {
       }),
       new Promise<boolean>((r) => setTimeout(() => r(false), 60_000)),
     ]);
-    assert.ok(compiling, `vpps train never said it was compiling (or ended first); stdout:\n${stdout}\nstderr:\n${stderr}`);
+    assert.ok(
+      compiling,
+      `vpps train never said it was compiling (or ended first); stdout:\n${stdout}\nstderr:\n${stderr}`,
+    );
     await new Promise((r) => setTimeout(r, 1000));
     const sent = performance.now();
     child.kill("SIGTERM");
