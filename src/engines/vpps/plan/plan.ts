@@ -63,12 +63,7 @@ export class VppsPlanError extends UserError {}
  * adds one register to the reserve (measured: a Tree-LSTM of hidden 1536, rows of 48 chunks, spilled 4 bytes with
  * the plain reserve).
  */
-export function registerBudget(
-  device: DeviceModel,
-  ctasPerSm: 1 | 2,
-  widestChunks = 0,
-  headroom = 0,
-): RegisterBudget {
+export function registerBudget(device: DeviceModel, ctasPerSm: 1 | 2, widestChunks = 0, headroom = 0): RegisterBudget {
   const limitPerThread = registersPerThread(device, THREADS_PER_CTA, ctasPerSm);
   const interpreterReserve = INTERPRETER_RESERVED_REGS + Math.max(0, widestChunks - WIDE_ROW_CHUNKS);
   return {
