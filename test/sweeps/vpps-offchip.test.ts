@@ -1,6 +1,6 @@
 // The exhaustive nvcc sweep of the VPPS kernels with matrices off chip (`npm run test:sweeps`; .ci/run runs it after
 // `npm test`): every kernel of test/vpps-offchip-nvcc.ts that `npm test`'s sample (test/vpps-offchip.test.ts) does
-// not compile, so the two together compile each once. About 120 CPU seconds of nvcc (two translation units at once).
+// not compile, so the two together compile each once. About 30 seconds on 2 cores (a translation unit per core).
 
 import { describeTreeLstmCompile } from "../vpps-nvcc.js";
 import { offChipKernels } from "../vpps-offchip-nvcc.js";
