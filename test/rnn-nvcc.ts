@@ -4,11 +4,12 @@
 // stack frame, no spill, and within the per-scheduler register limit.
 
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { promisify } from "node:util";
 import { assertNoSpills, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { backwardKernelSource, forwardKernelSource } from "../src/rnn/codegen/index.js";
@@ -87,13 +88,39 @@ export function rnnNvccCases(): RnnNvccCase[] {
 
 const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
 const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
+const run = promisify(execFile);
+
+/**
+ * Compiles each source in `dir` with nvcc for sm_90 (-Xptxas -v), as many at once as there are cores, and returns
+ * ptxas's report of each, in order; a failed compile throws naming the file with nvcc's message.
+ */
+export async function compileForSm90(dir: string, units: readonly { file: string; src: string }[]): Promise<string[]> {
+  const out: string[] = new Array(units.length);
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < units.length; i = next++) {
+      const { file, src } = units[i]!;
+      writeFileSync(join(dir, `${file}.cu`), src);
+      const args = ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${file}.cubin`, `${file}.cu`];
+      try {
+        const { stdout, stderr } = await run("nvcc", args, { cwd: dir, maxBuffer: 1 << 24 });
+        out[i] = stdout + stderr;
+      } catch (e) {
+        const err = e as { stderr?: string; message: string };
+        throw new Error(`nvcc failed for ${file}:\n${err.stderr ?? err.message}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(availableParallelism(), units.length)) }, worker));
+  return out;
+}
 
 /** A suite that compiles every case's four builds with nvcc for sm_90 and checks ptxas's report (skipped without). */
 export function describeRnnCompile(title: string, cases: readonly RnnNvccCase[]): void {
   describe(title, () => {
     test("there are cases", () => assert.ok(cases.length > 0));
     for (const { cell, what, plan } of cases) {
-      test(`${cell}: forward and backward ${what} compile for sm_90 with no spill`, { skip: noNvcc }, () => {
+      test(`${cell}: forward and backward ${what} compile for sm_90 with no spill`, { skip: noNvcc }, async () => {
         assert.ok(plan.fits);
         if (!plan.fits) return;
         const dir = mkdtempSync(join(tmpdir(), "vpps-rnn-"));
@@ -108,16 +135,13 @@ export function describeRnnCompile(title: string, cases: readonly RnnNvccCase[])
           if (what.includes("clustered")) {
             for (const [, file, src] of sources) assert.match(src, /__cluster_dims__\(2, 1, 1\)/, `${file} clustered`);
           }
-          for (const [kind, file, src] of sources) {
-            writeFileSync(join(dir, `${file}.cu`), src);
-            const r = spawnSync(
-              "nvcc",
-              ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${file}.cubin`, `${file}.cu`],
-              { cwd: dir, encoding: "utf8" },
-            );
-            assert.equal(r.status, 0, `nvcc failed for ${cell} ${file}:\n${r.stderr}`);
-            const report = parsePtxasReport(r.stderr).find((f) => f.name.includes(`rnn_${kind}`));
-            assert.ok(report, `no ptxas report for rnn_${kind}:\n${r.stderr}`);
+          const reports = await compileForSm90(
+            dir,
+            sources.map(([, file, src]) => ({ file, src })),
+          );
+          for (const [i, [kind, file]] of sources.entries()) {
+            const report = parsePtxasReport(reports[i]!).find((f) => f.name.includes(`rnn_${kind}`));
+            assert.ok(report, `no ptxas report for rnn_${kind} (${cell} ${file}):\n${reports[i]}`);
             assertNoSpills(report);
             const expected = kind === "forward" ? plan.forward : plan.backward;
             assert.ok(

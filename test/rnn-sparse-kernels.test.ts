@@ -1,17 +1,12 @@
 // The sparse persistent kernels' generated CUDA (src/rnn/codegen/sparse-*.ts): the ladder's switches change what
-// they say and nothing else, the parameter tables match the signatures, and every plan the planner offers at the
-// densities of the benchmark — the largest hidden that fits per cell and density, and the benchmark's sizes — compiles
-// with nvcc for sm_90 with no stack frame and no spill, under the per-thread register limit (the pairs really stay in
-// registers). Each nvcc run takes about a second: the sweep is capped at the sizes below.
+// they say and nothing else, the parameter tables match the signatures, and, compiled with nvcc for sm_90, a sample of
+// the plans the planner offers (per cell kind, the largest layer whose kernels hold the most pairs per thread) has no
+// stack frame, no spill, and registers under the per-thread limit. test/rnn-sparse-nvcc.ts lists every plan; the
+// rest compile in test/sweeps/rnn-sparse-kernels.test.ts (`npm run test:sweeps`).
 
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, test } from "node:test";
-import { assertNoSpills, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
-import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
+import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { SPARSE_BACKWARD_PARAMS, SPARSE_FORWARD_PARAMS } from "../src/rnn/codegen/params.js";
 import { sparseBackwardSource } from "../src/rnn/codegen/sparse-backward.js";
 import { sparseForwardSource } from "../src/rnn/codegen/sparse-forward.js";
@@ -21,21 +16,10 @@ import {
   type SparseKernelOptions,
   sparseSharedBytes,
 } from "../src/rnn/codegen/sparse-product.js";
-import {
-  largestSparseHidden,
-  planSparseRnnLayer,
-  type RnnCellName,
-  type SparseRnnKernelPlan,
-} from "../src/rnn/plan/index.js";
+import { largestSparseHidden, planSparseRnnLayer } from "../src/rnn/plan/index.js";
+import { describeSparseCompile, pairsHeld, sparseLayer, sparseNvccCases } from "./rnn-sparse-nvcc.js";
 
-const nvcc = spawnSync("nvcc", ["--version"], { encoding: "utf8" });
-const noNvcc = nvcc.status === 0 ? false : "nvcc is not on PATH";
-
-function layer(cell: RnnCellName, hidden: number, density: number, batch = 4) {
-  const r = planSparseRnnLayer(cell, hidden, H100_SXM, { density, batch });
-  assert.ok(r.fits, `${cell} ${hidden} at ${density}: ${r.fits ? "" : r.reason}`);
-  return r as Extract<typeof r, { fits: true }>;
-}
+const layer = sparseLayer;
 
 const signature = (src: string, name: string) => {
   const m = src.match(new RegExp(`${name}\\(([^)]*)\\)`));
@@ -138,64 +122,23 @@ describe("sparse kernels: generated source", () => {
   });
 });
 
-/** The sweep: (cell, hidden, density, batch) of the benchmark and the largest sparse layers. */
-function sweep(): { cell: RnnCellName; hidden: number; density: number; batch: number; why: string }[] {
-  const out: { cell: RnnCellName; hidden: number; density: number; batch: number; why: string }[] = [];
-  for (const cell of ["rnn-tanh", "lstm", "gru"] as const) {
-    for (const density of [0.01, 0.05, 0.1, 0.2, 0.3]) {
-      out.push({ cell, hidden: largestSparseHidden(cell, density, H100_SXM, 4), density, batch: 4, why: "largest" });
-    }
-  }
-  // the benchmark's targets, and the narrower tiles of batch 1 and 2
-  for (const hidden of [1152, 1792, 2304]) out.push({ cell: "rnn-tanh", hidden, density: 0.1, batch: 4, why: "bench" });
-  out.push({ cell: "rnn-tanh", hidden: 5760, density: 0.1, batch: 4, why: "bench" });
-  out.push({ cell: "rnn-relu", hidden: 1792, density: 0.1, batch: 1, why: "batch 1" });
-  out.push({ cell: "lstm", hidden: 1152, density: 0.1, batch: 2, why: "batch 2" });
-  return out;
-}
-
-function compileOne(dir: string, file: string, src: string, kernel: string, plan: SparseRnnKernelPlan): void {
-  writeFileSync(join(dir, `${file}.cu`), src);
-  const r = spawnSync(
-    "nvcc",
-    ["-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", `${file}.cubin`, `${file}.cu`],
-    {
-      cwd: dir,
-      encoding: "utf8",
-    },
-  );
-  assert.equal(r.status, 0, `nvcc failed for ${file}:\n${r.stderr}`);
-  const report = parsePtxasReport(r.stderr).find((f) => f.name.includes(kernel));
-  assert.ok(report, `no ptxas report for ${kernel}:\n${r.stderr}`);
-  assertNoSpills(report);
-  assert.ok(report.registers <= schedulerRegisterLimit(H100_SXM, plan.threads), `${file}: ${report.registers}`);
-}
-
-describe("sparse kernels under nvcc: no stack, no spill", { skip: noNvcc }, () => {
-  for (const { cell, hidden, density, batch, why } of sweep()) {
-    test(`${cell} ${hidden} at ${100 * density}%, batch ${batch} (${why}): forward and backward`, () => {
-      const l = layer(cell, hidden, density, batch);
-      const dir = mkdtempSync(join(tmpdir(), "vpps-sparse-"));
-      try {
-        compileOne(dir, "forward", sparseForwardSource(l.forward), SPARSE_KERNEL_NAMES.forward, l.forward);
-        compileOne(dir, "backward", sparseBackwardSource(l.backward), SPARSE_KERNEL_NAMES.backward, l.backward);
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
-    });
-  }
-
-  test("the ladder's other builds (barrier sync, scalar loads) at the tightest: LSTM 3008 at 10%", () => {
-    const l = layer("lstm", largestSparseHidden("lstm", 0.1, H100_SXM, 4), 0.1);
-    const dir = mkdtempSync(join(tmpdir(), "vpps-sparse-"));
-    try {
-      for (const opts of [{ sync: "barrier" }, { wideLoads: false, sync: "barrier" }] as const) {
-        const tag = `${opts.sync}-${"wideLoads" in opts ? "scalar" : "wide"}`;
-        compileOne(dir, `f-${tag}`, sparseForwardSource(l.forward, opts), SPARSE_KERNEL_NAMES.forward, l.forward);
-        compileOne(dir, `b-${tag}`, sparseBackwardSource(l.backward, opts), SPARSE_KERNEL_NAMES.backward, l.backward);
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
+describe("sparse kernels under nvcc: npm test's sample and the sweep", () => {
+  test("the sample is, per cell kind, the largest layer whose kernels hold the most pairs per thread", () => {
+    const cases = sparseNvccCases();
+    const sample = cases.filter((c) => c.sample);
+    assert.deepEqual(sample.map((c) => c.cell).sort(), ["gru", "lstm", "rnn-tanh"]);
+    assert.ok(cases.length >= 3 * sample.length, `the sweep holds the most: ${cases.length}`);
+    for (const s of sample) {
+      assert.equal(s.why, "largest");
+      assert.equal(s.hidden, largestSparseHidden(s.cell, s.density, H100_SXM, 4));
+      const ofCell = cases.filter((c) => c.cell === s.cell && c.why === "largest");
+      assert.equal(pairsHeld(s), Math.max(...ofCell.map(pairsHeld)), `${s.cell}: ${s.density}`);
     }
   });
 });
+
+describeSparseCompile(
+  "sparse kernels under nvcc: no stack, no spill (a sample)",
+  sparseNvccCases().filter((c) => c.sample),
+  false,
+);

@@ -79,7 +79,7 @@ describe("VPPS golden output (scripts, disassembly, CUDA)", () => {
   test("every hash equals the one recorded on the old code", () => {
     const got = computeHashes();
     if (process.env["VPPS_GOLDEN_WRITE"] === "1") {
-      writeFileSync(FILE, `${JSON.stringify(got, null, 1)}\n`);
+      writeFileSync(FILE, `${JSON.stringify(got, null, 2)}\n`); // as biome formats it
       return;
     }
     const want = JSON.parse(readFileSync(FILE, "utf8")) as Record<string, string>;

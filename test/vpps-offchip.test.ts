@@ -1,26 +1,20 @@
 /**
  * Matrices kept off chip (plan/types.ts Placement): the planner's choice and its reasons, the offChip option, and
  * the emulator against the CPU engine with some or all matrices off chip — Tree-LSTM fused and from plain ops, random
- * graphs over every op, SGD and Adam, random interleavings.
+ * graphs over every op, SGD and Adam, random interleavings; and, compiled with nvcc, the off-chip kernel that leaves
+ * the fewest registers free (the other off-chip kernels compile in test/sweeps/vpps-offchip.test.ts, `npm run
+ * test:sweeps`; test/vpps-offchip-nvcc.ts lists them).
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { availableParallelism, tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, test } from "node:test";
-import { promisify } from "node:util";
-import { assertNoSpills, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
 import { type DeviceModel, H100_SXM, H200 } from "../src/cuda/hw/device-model.js";
 import { syntheticTrees } from "../src/data/synthetic.js";
 import { Vocabulary } from "../src/data/vocab.js";
-import { generateKernelSource, kernelName } from "../src/engines/vpps/codegen/template.js";
 import { formatPlan } from "../src/engines/vpps/plan/format.js";
 import { createModelLayout } from "../src/engines/vpps/plan/layout.js";
 import {
   chooseOffChip,
   enumeratePlans,
-  type MatrixSpec,
   type PlanOptions,
   planVpps,
   VppsPlanError,
@@ -31,19 +25,15 @@ import { instructionWords, Opcode } from "../src/engines/vpps/script/format.js";
 import { ComputationGraph, type Expression } from "../src/graph/graph.js";
 import { onChipMatrices, type ParameterCollection } from "../src/model/parameters.js";
 import { type CellFormulation, TreeLstmModel } from "../src/models/treelstm/model.js";
-import { treeLstmTask } from "../src/models/treelstm/task.js";
 import { buildRandomVppsGraph, randomVppsModel } from "./random-graph.js";
+import { describeTreeLstmCompile } from "./vpps-nvcc.js";
+import { freeRegisters, OFF_CHIP_CASES, offChipKernels, offChipKernelsOf, treeLstm } from "./vpps-offchip-nvcc.js";
 import { tensorDifference as firstDifference, referenceSgdBatch, type SgdReference } from "./vpps-reference.js";
 import { adamTrajectories } from "./vpps-trajectories.js";
 
 /** A small GPU: few CTAs, so that the on-chip matrices spread over several slots and processors share work. */
 const SMALL: DeviceModel = { ...H100_SXM, name: "small test GPU", smCount: 3 };
 const LR = 0.1;
-
-/** The Tree-LSTM's matrices exactly as the model builds them (the fused cell's shapes; E and vectors stay off chip). */
-function treeLstm(H: number, E: number): MatrixSpec[] {
-  return onChipMatrices(treeLstmTask.parameterShapes({ hidden: H, embed: E, cell: "fused", dropout: 0 }, 1));
-}
 
 const names = (plan: { matrices: readonly { name: string; placement: string }[] }) =>
   plan.matrices.filter((m) => m.placement === "off-chip").map((m) => m.name);
@@ -315,81 +305,39 @@ describe("VPPS emulator with matrices off chip, against the CPU engine", () => {
   });
 });
 
-const NVCC = process.env["NVCC"] ?? "nvcc";
-const run = promisify(execFile);
-
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const { stdout } = await run(NVCC, ["--version"]);
-    return stdout.trim().split("\n").pop();
-  } catch {
-    return undefined;
-  }
-}
-
 /** A kernel source without its header's device name and plan digest (the only lines a device model changes). */
 const withoutDevice = (source: string, device: DeviceModel) =>
   source.replaceAll(device.name, "DEVICE").replace(/plan [0-9a-f]{12}/g, "plan DIGEST");
 
-describe("VPPS kernels with matrices off chip compile for sm_90 without spills (nvcc -Xptxas -v)", async () => {
-  const version = await nvccVersion();
-  if (version === undefined) {
-    test("nvcc", { skip: `nvcc not found (tried '${NVCC}'): cannot compile the generated CUDA here` }, () => {});
-    return;
-  }
-  test(`Tree-LSTM 1024/1024 and 1536/256 (default placement), 256/256 all off chip; every variant, H100 and H200 — ${version}`, async () => {
-    const cases = [
-      { H: 1024, E: 1024, offChip: undefined },
-      { H: 1536, E: 256, offChip: undefined },
-      { H: 256, E: 256, offChip: "all" as const },
-    ];
-    const kernels: { name: string; source: string; limit: number }[] = [];
-    for (const { H, E, offChip } of cases) {
-      const spec = { model: `treelstm_h${H}_e${E}${offChip ? "_offchip" : ""}` };
-      const of = (device: DeviceModel) =>
-        enumeratePlans(treeLstm(H, E), device, "auto", false, offChip).map((plan) => ({
-          plan,
-          name: kernelName(plan, spec),
-          source: generateKernelSource(plan, spec),
-        }));
-      const h100 = of(H100_SXM);
-      const h200 = of(H200);
-      assert.ok(h100.length > 0, `${H}/${E}: no plan`);
+describe("VPPS kernels with matrices off chip under nvcc: npm test's sample and the sweep", () => {
+  test("the H200's kernels are the H100's (compiling once covers both), each with a matrix off chip", () => {
+    for (const c of OFF_CHIP_CASES) {
+      const h100 = offChipKernelsOf(c, H100_SXM);
+      const h200 = offChipKernelsOf(c, H200);
+      assert.ok(h100.length > 0, `${c.H}/${c.E}: no plan`);
       // the H200 model is the H100's SM with another name: the same kernels, which compiling once covers
       assert.deepEqual(
         h200.map((k) => withoutDevice(k.source, H200)),
         h100.map((k) => withoutDevice(k.source, H100_SXM)),
-        `${H}/${E}: H200 kernels differ from the H100's beyond the header`,
+        `${c.H}/${c.E}: H200 kernels differ from the H100's beyond the header`,
       );
-      for (const k of h100) {
-        assert.ok(k.plan.offChip.length > 0, `${k.name}: nothing off chip`);
-        kernels.push({ name: k.name, source: k.source, limit: k.plan.budget.limitPerThread });
-      }
-    }
-    const dir = await mkdtemp(join(tmpdir(), "vpps-offchip-"));
-    try {
-      const units = Math.max(1, Math.min(availableParallelism(), 4, kernels.length));
-      const sources: string[][] = Array.from({ length: units }, () => []);
-      for (const [i, k] of kernels.entries()) sources[i % units]!.push(`namespace plan${i} {\n${k.source}\n}`);
-      const logs = await Promise.all(
-        sources.map(async (parts, u) => {
-          const file = join(dir, `unit${u}.cu`);
-          await writeFile(file, parts.join("\n"));
-          const args = ["-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", join(dir, `unit${u}.cubin`), file];
-          const { stdout, stderr } = await run(NVCC, args, { maxBuffer: 1 << 24 });
-          return stdout + stderr;
-        }),
-      );
-      const reports = new Map(parsePtxasReport(logs.join("\n")).map((r) => [r.name, r]));
-      for (const k of kernels) {
-        const r = reports.get(k.name);
-        assert.ok(r, `no ptxas report for ${k.name}`);
-        assertNoSpills(r);
-        assert.ok(r.registers <= k.limit, `${k.name}: ${r.registers} registers`);
-      }
-      console.log(`compiled ${kernels.length} kernels without spills: ${kernels.map((k) => k.name).join(", ")}`);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
+      for (const k of h100) assert.ok(k.plan.offChip.length > 0, `${k.name}: nothing off chip`);
     }
   });
+
+  test("sample and sweep together are every kernel once; the sample is one that leaves the fewest registers free", () => {
+    const kernels = offChipKernels();
+    const sample = kernels.filter((k) => k.sample);
+    assert.equal(sample.length, 1);
+    assert.equal(kernels.length, OFF_CHIP_CASES.flatMap((c) => offChipKernelsOf(c, H100_SXM)).length);
+    assert.ok(kernels.length >= 3 * sample.length, `the sweep holds the most: ${kernels.length}`);
+    assert.equal(freeRegisters(sample[0]!.plan), Math.min(...kernels.map((k) => freeRegisters(k.plan))));
+    assert.ok(sample[0]!.plan.offChip.length > 0);
+  });
 });
+
+describeTreeLstmCompile(
+  "VPPS kernels with matrices off chip compile for sm_90 without spills (nvcc -Xptxas -v): a sample",
+  "the off-chip Tree-LSTM plan that leaves the fewest registers free",
+  offChipKernels().filter((k) => k.sample),
+);

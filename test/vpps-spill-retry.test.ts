@@ -1,19 +1,13 @@
 // A VPPS kernel that spills is planned again with registers kept free and recompiled, never refused
 // (src/engines/vpps/codegen/spill-retry.ts): the sequence of plans the retry walks, and, compiled with nvcc
-// (-Xptxas -v, as test/vpps-codegen.test.ts does), the six models at the paper's sizes end with a kernel of zero
-// spill bytes — the BiLSTM tagger with characters, whose first plan spills, after one plan more.
+// (-Xptxas -v, test/vpps-spill-nvcc.ts), the BiLSTM tagger with characters at the paper's sizes — whose first plan
+// holds the most parameter registers of the six models and spills — ends with a kernel of zero spill bytes after one
+// plan more. The other five models compile in the sweep (test/sweeps/vpps-spill-retry.test.ts, `npm run test:sweeps`).
 
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, test } from "node:test";
-import { promisify } from "node:util";
-import { parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
-import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { KernelSpillError } from "../src/cuda/index.js";
-import { plansFor, variantSource } from "../src/engines/vpps/codegen/compile.js";
+import { variantSource } from "../src/engines/vpps/codegen/compile.js";
 import {
   MAX_SPILL_REPLANS,
   moreFrugalPlan,
@@ -23,20 +17,7 @@ import {
 } from "../src/engines/vpps/codegen/spill-retry.js";
 import { resolveOptions } from "../src/engines/vpps/options.js";
 import type { VppsPlan } from "../src/engines/vpps/plan/plan.js";
-import { onChipMatrices } from "../src/model/parameters.js";
-import { MODELS } from "../src/models/registry.js";
-
-const run = promisify(execFile);
-const NVCC = process.env["NVCC"] ?? "nvcc";
-
-/** The six models' variant plans at the paper's sizes (their tasks' defaults), as `Vpps.create` plans them. */
-function paperPlans(): { model: string; plans: VppsPlan[] }[] {
-  const o = resolveOptions({});
-  return MODELS.filter((t) => t.name !== "cnn").map((task) => ({
-    model: task.name,
-    plans: plansFor(onChipMatrices(task.parameterShapes(task.defaults as never, 1000)), H100_SXM, o.variants),
-  }));
-}
+import { describeSpillRetryCompile, paperPlans, SPILL_RETRY_SAMPLE } from "./vpps-spill-nvcc.js";
 
 describe("planned again after a spill", () => {
   test("each plan keeps more registers free, and its kernel differs from the one before; the last is undefined", () => {
@@ -123,66 +104,20 @@ describe("planned again after a spill", () => {
   });
 });
 
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const { stdout } = await run(NVCC, ["--version"]);
-    return stdout.trim().split("\n").pop();
-  } catch {
-    return undefined;
-  }
-}
-
-describe("every model at the paper's sizes compiles without spills after the retry (nvcc -Xptxas -v)", async () => {
-  const version = await nvccVersion();
-  if (version === undefined) {
-    test("nvcc", { skip: `nvcc not found (tried '${NVCC}'): cannot compile the generated CUDA here` }, () => {});
-    return;
-  }
-
-  test(`the first variant of each of the six models (the one the JIT plans again when all spill) — ${version}`, async () => {
-    // rounds: every model's current plan compiled at once (two translation units), then the spilled ones again
-    let current = paperPlans().map(({ model, plans }) => ({ model, plan: plans[0]!, replans: 0 }));
-    const done: string[] = [];
-    const notices: string[] = [];
-    const dir = await mkdtemp(join(tmpdir(), "vpps-spill-"));
-    try {
-      for (let round = 0; current.length > 0; round++) {
-        assert.ok(round <= MAX_SPILL_REPLANS, "more rounds than replans");
-        const kernels = current.map((c) => ({ ...c, ...variantSource(c.plan, resolveOptions({ name: c.model })) }));
-        const units = [kernels.filter((_, i) => i % 2 === 0), kernels.filter((_, i) => i % 2 === 1)].filter(
-          (u) => u.length > 0,
-        );
-        const logs = await Promise.all(
-          units.map(async (u, k) => {
-            const file = join(dir, `round${round}-unit${k}.cu`);
-            await writeFile(file, u.map((x, i) => `namespace k${i} {\n${x.source}\n}`).join("\n"));
-            const args = ["-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", join(dir, `r${round}u${k}.cubin`), file];
-            const { stdout, stderr } = await run(NVCC, args, { maxBuffer: 1 << 24 });
-            return stdout + stderr;
-          }),
-        );
-        const reports = new Map(parsePtxasReport(logs.join("\n")).map((r) => [r.name, r]));
-        const next: typeof current = [];
-        for (const k of kernels) {
-          const r = reports.get(k.name);
-          assert.ok(r, `no ptxas report for ${k.name}`);
-          const local = r.stackFrameBytes + r.spillStoreBytes + r.spillLoadBytes;
-          if (local === 0) {
-            assert.ok(r.registers <= k.plan.budget.limitPerThread, `${k.name}: ${r.registers} registers`);
-            done.push(`${k.model}: ${k.name}, ${r.registers} registers, planned again ${k.replans} time(s)`);
-            continue;
-          }
-          const spill = new KernelSpillError(`${k.name}: spilled`, k.name, r.registers, local);
-          // throws (failing the test) when nothing more frugal is left
-          const plan = planAfterSpill(k.plan, k.replans, "auto", spill, (l) => notices.push(l));
-          next.push({ model: k.model, plan, replans: k.replans + 1 });
-        }
-        current = next;
-      }
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-    console.log(`${notices.join("\n")}\nwithout spills:\n  ${done.join("\n  ")}`);
-    assert.equal(done.length, 6);
+describe("the spill retry under nvcc: npm test's sample and the sweep", () => {
+  test("the sample is the model whose first variant holds the most parameter registers of the six", () => {
+    const held = (p: VppsPlan) => p.weightRegs + p.gradientRegs;
+    const firsts = paperPlans().map(({ model, plans }) => ({ model, held: held(plans[0]!) }));
+    assert.equal(firsts.length, 6);
+    const most = Math.max(...firsts.map((f) => f.held));
+    const sample = firsts.find((f) => f.model === SPILL_RETRY_SAMPLE);
+    assert.ok(sample, `${SPILL_RETRY_SAMPLE} is not among ${firsts.map((f) => f.model).join(", ")}`);
+    assert.equal(sample.held, most, firsts.map((f) => `${f.model} ${f.held}`).join(", "));
   });
 });
+
+describeSpillRetryCompile(
+  "the tightest model at the paper's sizes compiles without spills after the retry (nvcc -Xptxas -v): a sample",
+  [SPILL_RETRY_SAMPLE],
+  2, // its first plan and the one planned after its spill, at once
+);
