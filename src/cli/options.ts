@@ -112,10 +112,15 @@ export function deviceSpec(name: string): (v: string) => string {
  * comma-separated weight matrix names; a name the model has not is refused by the planner, which lists them).
  */
 export function offChipList(name: string): (v: string) => readonly string[] | "all" {
+  const what = "all or comma-separated matrix names";
   return (v) => {
+    // a NUL or other control character is in no matrix name; a list longer than a path names no model's matrices
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused
+    if (/[\u0000-\u001f\u007f]/.test(v)) refuse(name, `${what} (printable characters)`, v);
+    if (v.length > MAX_PATH_LENGTH) refuse(name, `${what} of at most ${MAX_PATH_LENGTH} characters`, v);
     if (v.trim() === "all") return "all";
     const names = v.split(",").map((x) => x.trim());
-    if (names.some((x) => x === "")) refuse(name, "all or comma-separated matrix names", v);
+    if (names.some((x) => x === "")) refuse(name, what, v);
     return [...new Set(names)];
   };
 }
