@@ -40,7 +40,8 @@ describe("planned again after a spill", () => {
             current.matrices.map((m) => m.partitions.reduce((n, p) => n + p.rowCount, 0)),
             first.matrices.map((m, i) => (current.offChip.includes(i) ? 0 : m.rows)),
           );
-          for (const i of first.offChip) assert.ok(current.offChip.includes(i), `${name}: matrix ${i} came back on chip`);
+          for (const i of first.offChip)
+            assert.ok(current.offChip.includes(i), `${name}: matrix ${i} came back on chip`);
           assert.ok(plan.weightRegs + plan.gradientRegs <= plan.budget.forParameters, name);
           if (steps > 0) assert.match(source, /kept free after a spill/, name);
           const next = moreFrugalPlan(plan, "auto");
