@@ -26,6 +26,7 @@ import {
   type SparseRows,
   type SparseRung,
 } from "../rnn/index.js";
+import { sawtoothAllocator } from "./rnn.js";
 
 export interface SparseRnnBenchOptions {
   readonly cells: readonly RnnCellName[];
@@ -150,19 +151,7 @@ export function runSparseRnnBench(
       for (const batch of o.batches) {
         const N = batch * o.steps;
         const ptrs: DevicePtr[] = [];
-        const alloc = (floats: number, value = 0.01) => {
-          const p = d.memAlloc(Math.max(1, floats) * 4);
-          ptrs.push(p);
-          const host = Float32Array.from(
-            { length: Math.min(floats, 1 << 22) },
-            (_, i) => (value * (((i * 37) % 17) - 8)) / 8,
-          );
-          for (let off = 0; off < floats; off += host.length) {
-            const n = Math.min(host.length, floats - off);
-            d.memcpyHtoD(p + 4 * off, host.subarray(0, n));
-          }
-          return p;
-        };
+        const alloc = sawtoothAllocator(d, ptrs);
         const ws = new RnnWorkspace(gpu, cell, H, N, batch);
         try {
           const scale = 1 / Math.sqrt(H);

@@ -8,7 +8,7 @@
  */
 
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
-import { CudaEvent, type DevicePtr } from "../cuda/index.js";
+import { type CudaDriver, CudaEvent, type DevicePtr } from "../cuda/index.js";
 import {
   type BackwardArgs,
   gatesOf,
@@ -76,6 +76,29 @@ const median = (xs: number[]): number => {
   return s[s.length >> 1]!;
 };
 
+/**
+ * Allocates device buffers of `floats` small deterministic values (a sawtooth of amplitude `value`, which keeps
+ * activations away from saturation), recording each in `ptrs` for the caller to free.
+ */
+export function sawtoothAllocator(
+  d: Pick<CudaDriver, "memAlloc" | "memcpyHtoD">,
+  ptrs: DevicePtr[],
+): (floats: number, value?: number) => DevicePtr {
+  return (floats, value = 0.01) => {
+    const p = d.memAlloc(Math.max(1, floats) * 4);
+    ptrs.push(p);
+    const host = Float32Array.from(
+      { length: Math.min(floats, 1 << 22) },
+      (_, i) => (value * (((i * 37) % 17) - 8)) / 8,
+    );
+    for (let off = 0; off < floats; off += host.length) {
+      const n = Math.min(host.length, floats - off);
+      d.memcpyHtoD(p + 4 * off, host.subarray(0, n));
+    }
+    return p;
+  };
+}
+
 export function runRnnBench(
   o: RnnBenchOptions,
   log: (line: string) => void = () => {},
@@ -122,20 +145,7 @@ export function runRnnBench(
       for (const batch of o.batches) {
         const N = batch * o.steps;
         const ptrs: DevicePtr[] = [];
-        const alloc = (floats: number, value = 0.01) => {
-          const p = d.memAlloc(Math.max(1, floats) * 4);
-          ptrs.push(p);
-          // small deterministic values: a sawtooth keeps activations away from saturation
-          const host = Float32Array.from(
-            { length: Math.min(floats, 1 << 22) },
-            (_, i) => (value * (((i * 37) % 17) - 8)) / 8,
-          );
-          for (let off = 0; off < floats; off += host.length) {
-            const n = Math.min(host.length, floats - off);
-            d.memcpyHtoD(p + 4 * off, host.subarray(0, n));
-          }
-          return p;
-        };
+        const alloc = sawtoothAllocator(d, ptrs);
         const ws = new RnnWorkspace(gpu, cell, H, N, batch);
         try {
           const scale = 1 / Math.sqrt(H);
