@@ -11,7 +11,7 @@ import { AutobatchGpuEngine } from "./autobatch/gpu-engine.js";
 import { CpuEngine } from "./cpu.js";
 import { EagerEngine, MAX_EAGER_STREAMS, parseStreams } from "./eager/engine.js";
 import type { Engine, EngineCapabilities } from "./engine.js";
-import { Vpps, VppsEngine } from "./vpps/index.js";
+import { compileVppsKernels, VppsEngine } from "./vpps/index.js";
 
 export interface CreateEngineOptions {
   /** Autobatching strategy ("agenda" by default). */
@@ -192,7 +192,7 @@ const ENGINE_TABLE = [
         name: "model",
         ...(opts.offChip !== undefined ? { variants: { offChip: opts.offChip } } : {}),
       };
-      const compiled = Vpps.compileKernels(params, compileOptions, (p) => {
+      const compiled = compileVppsKernels(params, compileOptions, (p) => {
         ({ done, total } = p);
         if (p.done === 0) {
           progress(

@@ -4,6 +4,7 @@
  * (`vpps bench vpps ...`) drive directly — the layout, the scheduler and its worker pool, the instrumented
  * kernels' reports.
  */
+export { compileVppsKernels } from "./codegen/ahead.js";
 export { VppsEngine } from "./engine.js";
 export { formatKernelProfile, type KernelProfile } from "./instrument/profile.js";
 export { formatKernelTrace, type TraceAnalysis } from "./instrument/trace.js";

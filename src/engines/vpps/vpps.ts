@@ -19,24 +19,16 @@
  * every earlier batch whose script is ready, so that building graphs, scheduling them and running kernels overlap.
  */
 
-import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { KernelSpillError, type PoolStats } from "../../cuda/index.js";
-import { GpuContext } from "../../cuda/runtime/context.js";
+import type { DeviceModel } from "../../cuda/hw/device-model.js";
+import type { GpuContext, PoolStats } from "../../cuda/index.js";
 import type { BuildRequest, GraphBuilderSpec } from "../../graph/builder.js";
 import { ComputationGraph, type Expression } from "../../graph/graph.js";
-import { onChipMatrices, type ParameterCollection } from "../../model/parameters.js";
+import type { ParameterCollection } from "../../model/parameters.js";
 import { argumentError } from "../../ops/common.js";
 import { UserError } from "../../util/errors.js";
 import type { GradientReducer } from "../data-parallel.js";
 import { requireScalar } from "../engine.js";
-import {
-  type CompileProgress,
-  compileVariantsAsync,
-  plansFor,
-  type VariantInfo,
-  variantSource,
-} from "./codegen/compile.js";
-import { planAfterSpill } from "./codegen/spill-retry.js";
+import { compileVariantsAsync, type VariantInfo } from "./codegen/compile.js";
 import { TRACE_SLOTS } from "./codegen/template.js";
 import { HostTrace } from "./instrument/host-trace.js";
 import { type KernelProfile, summarizeKernelProfile } from "./instrument/profile.js";
@@ -44,7 +36,6 @@ import { analyzeKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
 import {
   checkStepSettings,
   type ResolvedOptions,
-  resolveOptions,
   scheduleOptions,
   type VppsHooks,
   type VppsOptions,
@@ -192,34 +183,6 @@ export class Vpps {
     } catch (e) {
       closeVpps(setup);
       throw e;
-    }
-  }
-
-  /**
-   * Compiles every plan variant `create` (or `createSync`) with these options would, NVRTC on worker threads, into
-   * the kernel cache, and loads nothing else: no pool, no workers, no weights. A synchronous creation afterwards
-   * finds every kernel in the cache. The event loop stays free meanwhile (`onProgress` hears of each variant as it
-   * finishes; the command line prints it and can be stopped). When every variant spills, the re-plans the creation
-   * will make are compiled here too.
-   */
-  static async compileKernels(
-    params: ParameterCollection,
-    options: VppsOptions = {},
-    onProgress?: (p: CompileProgress) => void,
-  ): Promise<{ variants: number }> {
-    const o = resolveOptions(options);
-    const ctx = GpuContext.open({
-      device: o.device,
-      poolBytes: null,
-      ...(o.cacheDir !== undefined ? { cacheDir: o.cacheDir } : {}),
-    });
-    try {
-      const plans = plansFor(onChipMatrices(params), deviceModelOfCuda(ctx.device.props), o.variants);
-      await compileVariantsAsync(ctx, plans, o, onProgress);
-      await compileReplans(ctx, plans, o);
-      return { variants: plans.length };
-    } finally {
-      ctx.dispose();
     }
   }
 
@@ -632,32 +595,6 @@ export class Vpps {
       } finally {
         this.ctx.dispose();
       }
-    }
-  }
-}
-
-/**
- * When every variant compileVariantsAsync compiled (and loaded into `ctx`) spills, what loadVariants will do next —
- * plan the first one again with registers kept free until its kernel does not spill (codegen/spill-retry.ts) —
- * compiled here too, on a worker thread, so that the synchronous creation finds those kernels in the cache as well.
- * Stops quietly where loadVariants would go on or give up: that creation reports it.
- */
-async function compileReplans(ctx: GpuContext, plans: readonly VppsPlan[], o: ResolvedOptions): Promise<void> {
-  const localBytes = async (plan: VppsPlan) => {
-    const { name, source } = variantSource(plan, o);
-    const set = await ctx.kernelsAsync(`${name}.cu`, source, [name]);
-    return { name, attr: set.kernels[name].attributes() };
-  };
-  for (const plan of plans) if ((await localBytes(plan)).attr.localBytes === 0) return;
-  let plan = plans[0]!;
-  for (let replans = 0; ; replans++) {
-    const { name, attr } = await localBytes(plan);
-    if (attr.localBytes === 0) return;
-    try {
-      const spill = new KernelSpillError(`${name}: spilled`, name, attr.numRegs, attr.localBytes);
-      plan = planAfterSpill(plan, replans, o.variants.gradients, spill, () => {});
-    } catch {
-      return;
     }
   }
 }
