@@ -107,23 +107,26 @@ export const STEPWISE_BACKWARD_PARAMS = paramTable([
 
 /**
  * The sparse persistent forward kernel (rnn_sparse_forward, sparse-forward.ts): the pair arrays (sparse-pairs.ts;
- * coherent loads, so not __restrict__), the dense forward's buffers, and the barrier build's step counter.
+ * coherent loads, so not __restrict__), the dense forward's buffers, the exchange buffer of the steps' vectors
+ * (sparse-product.ts: [steps][tiles][K·BT] in the layout of the tile's vector in shared memory, −0.0 before the
+ * launch), the replicas the launch runs, and the barrier build's step counter.
  */
 export const SPARSE_FORWARD_PARAMS = paramTable([
   ["const float* values", "const u32* indices", "const float* __restrict__ xw", "const float* __restrict__ bhn"],
   ["const float* __restrict__ h0", "const float* __restrict__ c0", "float* y", "int ldy", "float* hn", "float* cn"],
   ["float* saved", "int train", "const int* __restrict__ batch_sizes", "const int* __restrict__ offsets", "int steps"],
-  ["int total", "int reverse", "int* status", "u32* bar"],
+  ["int total", "int reverse", "float* xh", "int tiles", "int nrep", "int* status", "u32* bar"],
 ]);
 
 /**
  * The sparse persistent backward kernel (rnn_sparse_backward, sparse-backward.ts): the pairs of W_hhᵀ, the dense
- * backward's buffers, the carries between steps in global memory [2, B, H] (LSTM dc, GRU dh ⊙ z), the step counter.
+ * backward's buffers, the carries between steps in global memory [2, B, H] (LSTM dc, GRU dh ⊙ z), the exchange buffer
+ * of the steps' gate gradients (as the forward's), the replicas, the step counter.
  */
 export const SPARSE_BACKWARD_PARAMS = paramTable([
   ["const float* values", "const u32* indices", "const float* __restrict__ saved", "const float* __restrict__ y"],
   ["int ldy", "const float* __restrict__ c0", "const float* __restrict__ dy", "int lddy"],
   ["const float* __restrict__ dhn", "const float* __restrict__ dcn", "float* dpre_h", "float* dpre_x", "float* dh0"],
   ["float* dc0", "float* carry", "const int* __restrict__ batch_sizes", "const int* __restrict__ offsets", "int steps"],
-  ["int total", "int reverse", "int* status", "u32* bar"],
+  ["int total", "int reverse", "float* xh", "int tiles", "int nrep", "int* status", "u32* bar"],
 ]);

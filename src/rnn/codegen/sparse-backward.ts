@@ -18,6 +18,7 @@ import {
   LOAD_PAIRS,
   loadVector,
   productCode,
+  regionOf,
   SPARSE_HELPERS,
   SPARSE_KERNEL_NAMES,
   type SparseKernelOptions,
@@ -35,9 +36,9 @@ ${COMMON}
 ${sparseConstants(plan, opts)}
 ${SPARSE_HELPERS}
 
-// dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 by rnn_fill for Lamport builds; what
-// W_hh's gradient and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by
-// r).
+// dpre_h [N, G·H]: gradients of the recurrent pre-activations (what W_hh's gradient reads; the step before reads
+// them from the exchange buffer xh, filled with −0.0 by rnn_fill for Lamport builds); dpre_x [N, G·H]: those of the
+// input side (GRU only: its n gate differs by r).
 extern "C" __global__ void __launch_bounds__(NT, 1) ${SPARSE_KERNEL_NAMES.backward}(
 ${renderParams(SPARSE_BACKWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
@@ -49,7 +50,7 @@ ${renderParams(SPARSE_BACKWARD_PARAMS)}) {
 ${LOAD_PAIRS}
   // the cell thread of (unit u, tile column b): local row u of the product is its unit's
   const int cu = tid / BT, cb = tid - cu * BT;
-  const int unit = blockIdx.x * UC + cu;
+  const int unit = cta * UC + cu;
   const bool cell_thread = cu < UC && unit < H;
   const float* sgates = saved;
   const float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
@@ -65,18 +66,12 @@ ${LOAD_PAIRS}
     const int t = s < steps ? (reverse ? s : steps - 1 - s) : -1;
     const int tp = s > 0 ? (reverse ? s - 1 : steps - s) : -1;
     const int nb = t >= 0 ? batch_sizes[t] : 0, off = t >= 0 ? offsets[t] : 0;
-    const int np = tp >= 0 ? batch_sizes[tp] : 0, offp = tp >= 0 ? offsets[tp] : 0;
+    const int np = tp >= 0 ? batch_sizes[tp] : 0;
     const int nrows = max(nb, np);
-    for (int b0 = 0; b0 < nrows; b0 += BT) {
+    for (int b0 = rep * BT; b0 < nrows; b0 += nrep * BT) {
       const int nt = min(BT, nrows - b0);
       __syncthreads(); // the previous tile's readers are done with hs and rs
-${loadVector(
-  plan,
-  (j) => `dpre_h + (size_t)(offp + b0 + ${j}) * (G * H)`,
-  (j) => `b0 + ${j} < np`,
-  () => null,
-  "tp",
-)}
+${loadVector(regionOf("tp"), "min(nt, max(0, np - b0))", null, "tp")}
 ${productCode(plan)}
       // the cell, its inputs read after the product (live across it, they would take registers the pairs need)
       const int bb = b0 + cb; // the cell thread's sequence
@@ -95,6 +90,7 @@ ${productCode(plan)}
           (void)prow;
           const float dh = dy[row * lddy + unit] + (from_next ? ${code.hFromNext(k, "rec")} : dhn[ci]);
           float* dp = dpre_h + row * (G * H) + unit;
+          float* xo = ${regionOf("t")} + hs_at(unit, cb); // gate g at hs_at(g·H + unit, cb) = xo + (g·H)·(WIDE ? BT : 1)
 ${indented(code.backward(k), 10)}
         }
       }
@@ -124,7 +120,13 @@ function backwardSite(cell: CellCode): BackwardSite {
       return `${cell.state!.lastGrad}[ci]`;
     },
     carry: (which) => `carry_${which}[ci]`,
-    gateGrads: (values) => values.map((v, g) => `st_publish(dp${g === 0 ? "" : ` + ${gateOffset(g)}`}, ${v});`),
+    // each gate gradient to dpre_h (W_hh's gradient) and, published, to the exchange buffer (the step before)
+    gateGrads: (values) =>
+      values.flatMap((v, g) => [
+        `const float gg${g} = ${v};`,
+        `dp[${gateOffset(g)}] = gg${g};`,
+        `st_publish(xo${g === 0 ? "" : ` + (${gateOffset(g)}) * (WIDE ? BT : 1)`}, gg${g});`,
+      ]),
     stores: (lines) => [...lines],
   };
 }

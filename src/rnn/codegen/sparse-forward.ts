@@ -6,8 +6,9 @@
  * grid barrier), multiplies (sparse-product.ts), reduces each row over its row group, and its cell threads run the
  * cell (cells/, the dense kernels' math) and publish h (a computed −0.0 as +0.0, so that it never reads as pending).
  *
- * Any batch: a step's sequences run in tiles of BT columns (the last one partial). LSTM's c stays in `cn` between a
- * sequence's steps (its cell thread is the same every step: column b of unit u is thread u·BT + b mod BT).
+ * Any batch: a step's sequences run in tiles of BT columns (the last one partial), the tiles of a step side by side on
+ * the launch's replicas (sparse-product.ts). LSTM's c stays in `cn` between a sequence's steps (its cell thread is the
+ * same every step: column b of unit u is thread u·BT + b mod BT of a CTA of the tile's replica).
  */
 import type { SparseRnnKernelPlan } from "../plan/index.js";
 import { CELLS, type CellCode } from "./cells/index.js";
@@ -18,6 +19,7 @@ import {
   LOAD_PAIRS,
   loadVector,
   productCode,
+  regionOf,
   SPARSE_HELPERS,
   SPARSE_KERNEL_NAMES,
   type SparseKernelOptions,
@@ -35,9 +37,9 @@ ${COMMON}
 ${sparseConstants(plan, opts)}
 ${SPARSE_HELPERS}
 
-// y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill for Lamport builds); saved when 'train': LSTM gates
-// [N, 4H], c [N, H]; GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H]. bar: the barrier
-// build's step counter (zero at launch).
+// y [N, ldy] (this direction's columns); saved when 'train': LSTM gates [N, 4H], c [N, H]; GRU r, z, n [N, 3H],
+// W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H]. xh: the exchange buffer of the steps' h (filled with −0.0 by
+// rnn_fill for Lamport builds). bar: the barrier build's step counter (zero at launch).
 extern "C" __global__ void __launch_bounds__(NT, 1) ${SPARSE_KERNEL_NAMES.forward}(
 ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
@@ -50,7 +52,7 @@ ${renderParams(SPARSE_FORWARD_PARAMS)}) {
 ${LOAD_PAIRS}
   // the cell thread of (unit u, tile column b): local row g·UC + u of the product is gate g of its unit
   const int cu = tid / BT, cb = tid - cu * BT;
-  const int unit = blockIdx.x * UC + cu;
+  const int unit = cta * UC + cu;
   const bool cell_thread = cu < UC && unit < H;
   float* sgates = saved;
   float* sstate = saved + (size_t)total * H * (G == 1 ? 0 : G);
@@ -62,10 +64,9 @@ ${LOAD_PAIRS}
     const int nb = batch_sizes[t], off = offsets[t];
     const int tp = reverse ? t + 1 : t - 1;
     const int nprev = (s == 0) ? 0 : batch_sizes[tp];
-    const int offp = (s == 0) ? 0 : offsets[tp];
     const bool last_step_all = reverse ? (t == 0) : (t == steps - 1);
     const int nnext = last_step_all ? 0 : batch_sizes[reverse ? t - 1 : t + 1];
-    for (int b0 = 0; b0 < nb; b0 += BT) {
+    for (int b0 = rep * BT; b0 < nb; b0 += nrep * BT) {
       const int nt = min(BT, nb - b0);
       // the cell thread's inputs, copied into its own slot of xs while the vector is polled
       const int bb = b0 + cb;
@@ -77,13 +78,7 @@ ${LOAD_PAIRS}
 ${st ? `        if (bb >= nprev) cp_async4(xin + G, ${st.initial} + (size_t)bb * H + unit);` : ""}
       }
       __syncthreads(); // the previous tile's readers are done with hs and rs
-${loadVector(
-  plan,
-  (j) => `y + (size_t)(offp + b0 + ${j}) * ldy`,
-  (j) => `b0 + ${j} < nprev`,
-  (j) => `h0 + (size_t)(b0 + ${j}) * H`,
-  "t",
-)}
+${loadVector(regionOf("tp"), "min(nt, max(0, nprev - b0))", (j, k) => `h0[(size_t)(b0 + ${j}) * H + ${k}]`, "t")}
 ${productCode(plan)}
       // the cell, its inputs from xs (in shared memory across the product, not in the registers the pairs need)
       if (active) {
@@ -91,10 +86,11 @@ ${productCode(plan)}
         const float* xg = xin;
 ${st ? `        const float ${st.name}init = xin[G];` : ""}
         const size_t row = (size_t)(off + bb);
-        const float hprev = WIDE ? hs[unit * BT + cb] : hs[cb * K + unit];
+        const float hprev = hs[hs_at(unit, cb)];
         float h;
 ${indented(code.forward(forwardSite(code)), 8)}
-        st_publish(y + row * ldy + unit, h);
+        y[row * ldy + unit] = h;
+        if (!last_step_all) st_publish(${regionOf("t")} + hs_at(unit, cb), h);
         if (train) shprev[row * H + unit] = hprev;
         if (bb >= nnext) hn[(size_t)bb * H + unit] = h;
       }

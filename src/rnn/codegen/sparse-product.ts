@@ -9,6 +9,15 @@
  * ld.shared.v{BT} per pair loads all of the tile's columns; without: [BT][K], one scalar load per pair and column —
  * then the row sums rs [PR][BT] (PR = row groups · rows per thread), then, for a reduction through shared memory,
  * every thread's partial sums pb [NT][RW][BT].
+ *
+ * Between steps the vectors travel through an exchange buffer in global memory, xh [steps][tiles][K·BT]: the region of
+ * (step, tile) holds the tile's vector in hs's own layout, written value by value by the cell threads that compute
+ * it (a computed −0.0 as +0.0) and read by every CTA the step after as 16-byte cp.async copies straight into hs — no
+ * registers, every copy in flight at once, no transposing stores. Lamport builds fill xh with −0.0 before the launch
+ * and copy again the pieces that still hold a −0.0 in a column another CTA writes.
+ *
+ * Replicas: a launch of `nrep` copies of the layer (CPG CTAs each, nrep·CPG in all) runs the tiles of a step side by
+ * side, replica r the tiles r, r + nrep, …; the replicas share nothing but the grid barrier of barrier builds.
  */
 import type { SparseRnnKernelPlan } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
@@ -66,6 +75,7 @@ export function sparseConstants(plan: SparseRnnKernelPlan, opts: SparseKernelOpt
   return `constexpr int H = ${plan.hidden};
 constexpr int G = ${G};
 constexpr int UC = ${plan.unitsPerCta};  // units per CTA
+constexpr int CPG = ${plan.ctas};  // CTAs of one replica
 constexpr int NT = ${plan.threads};  // threads per CTA
 constexpr int BT = ${plan.batchTile};  // batch columns of a tile
 constexpr int K = ${plan.cols};  // the vector's length (a pair's index range)
@@ -79,7 +89,11 @@ constexpr int PR = RG * RW;  // rows with padding
 constexpr bool IDX16 = ${plan.indexBits === 16};
 constexpr bool WIDE = ${opts.wideLoads !== false};
 constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
-static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");`;
+static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");
+// element (k, column j) of a tile's vector, in shared memory and in its region of the exchange buffer
+__device__ __forceinline__ int hs_at(int k, int j) { return WIDE ? k * BT + j : j * K + k; }
+__device__ __forceinline__ int hs_col(int e) { return WIDE ? e % BT : e / K; }
+__device__ __forceinline__ int hs_k(int e) { return WIDE ? e / BT : e % K; }`;
 }
 
 /** Device helpers: a thread's index of slot s, the polled vector load, the step barrier. */
@@ -100,6 +114,19 @@ __device__ __forceinline__ void cp_async4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// 16 bytes from global to shared memory through L2 only (.cg: never a stale line of this SM's L1; what a poll needs)
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+// Whether 16-byte piece c of a tile's vector holds a column another CTA writes (columns [0, np) are polled)
+__device__ __forceinline__ bool piece_polled(int c, int np) { return WIDE ? np > 0 : hs_col(4 * c) < np; }
+// Whether piece c, copied to hs, still holds a pending −0.0 in a polled column
+__device__ __forceinline__ bool piece_pending(const float* hs, int c, int np) {
+  const float4 v = reinterpret_cast<const float4*>(hs)[c];
+  if (!WIDE || BT == 1) return pending4(v); // one column (polled: piece_polled)
+  if (BT == 4) return (np > 0 && pending1(v.x)) | (np > 1 && pending1(v.y)) | (np > 2 && pending1(v.z)) | (np > 3 && pending1(v.w));
+  return (np > 0 && (pending1(v.x) | pending1(v.z))) | (np > 1 && (pending1(v.y) | pending1(v.w))); // [k, k+1][2]
+}
 
 // The grid barrier that ends step s in the barrier build (all threads call it; thread 0 signals and waits). Lamport
 // builds need none. False when a CTA failed or the wait timed out.
@@ -115,87 +142,71 @@ __device__ __forceinline__ bool step_barrier(u32* bar, int s, int* status) {
 }`;
 
 /** The load of a thread's pairs into registers (once per launch), in the arrays' coalesced order (sparse-pairs.ts). */
-export const LOAD_PAIRS = `  // this thread's pairs, loaded once: slot s at values[(cta·S + s)·NT + tid], its index word at (cta·SW + ⌊s/2⌋)·NT + tid.
-  // Coherent loads (__ldcg), never the read-only path, which ptxas may re-load inside the step loop.
+export const LOAD_PAIRS = `  // the replica of this CTA and its CTA within the replica (the pairs and units of every replica are the same)
+  const int rep = blockIdx.x / CPG, cta = blockIdx.x - rep * CPG;
+  // this thread's pairs, loaded once: slot s at values[(cta·S + s)·NT + tid], its index word at (cta·SW + ⌊s/2⌋)·NT + tid.
+  // Coherent loads (__ldcg), never the read-only path, which ptxas may re-load inside the step loop. From one base
+  // pointer each: with the 64-bit offset of every load computed from cta, ptxas kept them live and spilled (the
+  // tightest layouts, LSTM 1792 at 30%).
   float wv[S];
   u32 wi[SW];
+  const float* vbase = values + (size_t)cta * S * NT + tid;
+  const u32* ibase = indices + (size_t)cta * SW * NT + tid;
   #pragma unroll
-  for (int s = 0; s < S; s++) wv[s] = __ldcg(values + ((size_t)blockIdx.x * S + s) * NT + tid);
+  for (int s = 0; s < S; s++) wv[s] = __ldcg(vbase + s * NT);
   #pragma unroll
-  for (int q = 0; q < SW; q++) wi[q] = __ldcg(indices + ((size_t)blockIdx.x * SW + q) * NT + tid);`;
+  for (int q = 0; q < SW; q++) wi[q] = __ldcg(ibase + q * NT);`;
+
+/** The exchange region of (time index `t`, the tile at `b0`): where a step's vector is published and read. */
+export const regionOf = (t: string) => `xh + ((size_t)(${t}) * tiles + b0 / BT) * (K * BT)`;
 
 /**
- * 16-byte loads of the vector a thread has in flight at once: 4, or 2 where the plan's register estimate leaves no
- * room for 16 more registers beside the pairs (the tightest layouts, whose pairs are live during the loads).
- */
-export function vectorLoadsInFlight(plan: SparseRnnKernelPlan): 2 | 4 {
-  return plan.registersEstimate + 16 <= plan.registerLimit ? 4 : 2;
-}
-
-/**
- * The load of a tile's vector into hs: column j < nt is `src(j)` (a row of K floats another CTA wrote, polled) where
- * `polled(j)`, else `own(j)` (the caller's initial state, or null: zeros); columns past nt are zeros. A thread issues
- * `vectorLoadsInFlight` 16-byte loads before it looks at any (one L2 round trip for them all), then re-issues all
- * of those still pending at once (Lamport builds), until none is (bounded: a value that never arrives ends the launch
- * with an error in the status block). Ends with `if (__syncthreads_or(!ok)) return;`.
+ * The load of a tile's vector into hs from the exchange region `region` of the step before (sparse-product.ts's
+ * header): columns [0, npl) with npl = `polled` are copied (and, in Lamport builds, polled until none holds −0.0),
+ * columns from npl to nt are `own(j, k)` (sequences that start at this step: the caller's initial state; null: zeros),
+ * columns past nt zeros. A value that never arrives ends the launch with an error in the status block. Ends with
+ * `if (__syncthreads_or(!ok)) return;`.
  */
 export function loadVector(
-  plan: SparseRnnKernelPlan,
-  rowOf: (j: string) => string,
-  polled: (j: string) => string,
-  own: (j: string) => string | null,
+  region: string,
+  polled: string,
+  own: ((j: string, k: string) => string) | null,
   step: string,
 ): string {
-  const ownV = own("j");
   return `      {
         bool ok = true;
-        constexpr int NV = BT * (K / 4), VCH = ${vectorLoadsInFlight(plan)};
-        for (int e0 = tid; e0 < NV; e0 += NT * VCH) {
-          float4 v[VCH];
-          u32 wait = 0; // bit q: v[q] is polled
-          #pragma unroll
-          for (int q = 0; q < VCH; q++) {
-            const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
-            v[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (e < NV && j < nt) {
-              if (${polled("j")}) {
-                v[q] = ld_poll4(${rowOf("j")} + k);
-                wait |= 1u << q;
-              }
-              ${ownV === null ? "" : `else v[q] = *reinterpret_cast<const float4*>(${ownV} + k);`}
-            }
-          }
-          if (LAMPORT) {
-            for (u32 spins = 0;; spins++) {
-              u32 pending = 0;
-              #pragma unroll
-              for (int q = 0; q < VCH; q++) {
-                if ((wait >> q & 1u) && pending4(v[q])) {
-                  const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
-                  v[q] = ld_poll4(${rowOf("j")} + k); // all re-issued before any is looked at again
-                  pending |= 1u << q;
-                }
-              }
-              if (pending == 0) break;
-              if (spins > kBarrierSpinLimit) {
-                const int q = __ffs(pending) - 1, e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
-                report_error(status, kErrPollTimeout, ${step}, b0 + j, k, -1);
-                ok = false;
-                break;
+        constexpr int NC = K * BT / 4; // 16-byte pieces of the tile's vector
+        const int npl = ${polled};
+        const float* src = npl > 0 ? ${region} : xh;
+        for (int c = tid; c < NC; c += NT) {
+          if (piece_polled(c, npl)) cp_async16(hs + 4 * c, src + 4 * c);
+        }
+        cp_async_wait();
+        if (LAMPORT && npl > 0) {
+          for (u32 spins = 0;; spins++) {
+            int pending = -1;
+            for (int c = tid; c < NC; c += NT) {
+              if (piece_polled(c, npl) && piece_pending(hs, c, npl)) {
+                cp_async16(hs + 4 * c, src + 4 * c); // every pending piece copied again before any is looked at
+                pending = c;
               }
             }
+            if (pending < 0) break;
+            cp_async_wait();
+            if (spins > kBarrierSpinLimit) {
+              report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
+              ok = false;
+              break;
+            }
           }
-          #pragma unroll
-          for (int q = 0; q < VCH; q++) {
-            const int e = e0 + q * NT, j = e / (K / 4), k = (e - j * (K / 4)) * 4;
-            if (e >= NV) break;
-            if (WIDE) {
-              hs[(k + 0) * BT + j] = v[q].x;
-              hs[(k + 1) * BT + j] = v[q].y;
-              hs[(k + 2) * BT + j] = v[q].z;
-              hs[(k + 3) * BT + j] = v[q].w;
-            } else {
-              reinterpret_cast<float4*>(hs + j * K)[k / 4] = v[q];
+        }
+        if (npl < nt || nt < BT) {
+          for (int c = tid; c < NC; c += NT) {
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+              const int e = 4 * c + i, j = hs_col(e), k = hs_k(e);
+              (void)k;
+              if (j >= npl) hs[e] = j < nt ? ${own === null ? "0.f" : own("j", "k")} : 0.f;
             }
           }
         }

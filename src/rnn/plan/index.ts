@@ -56,6 +56,7 @@ export {
   largestSparseHidden,
   planSparseRnnForward,
   planSparseRnnLayer,
+  planSparseRnnWidest,
   type SparseLayerOptions,
   type SparseLayerResult,
   type SparseLimit,

@@ -22,6 +22,8 @@ export interface SparseLayerOptions {
   /** From a mask (`sparsePairsPerRow`); defaults as in SparsePlanOptions. */
   readonly forwardPairsPerRow?: number;
   readonly backwardPairsPerRow?: number;
+  /** Copies of the layer a launch runs side by side (SparsePlanOptions.replicas; default 1). */
+  readonly replicas?: number;
 }
 
 /** The widest wide load a batch of `batch` sequences fills. */
@@ -36,7 +38,7 @@ export type SparseLayerResult =
   | SparseMiss;
 
 /** One kernel of a layer with the widest wide load that fits (see planSparseRnnLayer). */
-function planWidest(
+export function planSparseRnnWidest(
   cell: RnnCellName,
   hidden: number,
   kind: RnnKernelKind,
@@ -52,6 +54,7 @@ function planWidest(
       batchTile: bt,
       indexBits: options.indexBits,
       pairsPerRow: kind === "forward" ? options.forwardPairsPerRow : options.backwardPairsPerRow,
+      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
     });
     if (r.fits) return r;
     miss = r;
@@ -67,7 +70,7 @@ export function planSparseRnnForward(
   device: DeviceModel,
   options: SparseLayerOptions,
 ): SparseRnnPlanResult {
-  return planWidest(cell, hidden, "forward", device, options);
+  return planSparseRnnWidest(cell, hidden, "forward", device, options);
 }
 
 /**
@@ -82,9 +85,9 @@ export function planSparseRnnLayer(
   device: DeviceModel,
   options: SparseLayerOptions,
 ): SparseLayerResult {
-  const f = planWidest(cell, hidden, "forward", device, options);
+  const f = planSparseRnnWidest(cell, hidden, "forward", device, options);
   if (!f.fits) return f;
-  const b = planWidest(cell, hidden, "backward", device, options);
+  const b = planSparseRnnWidest(cell, hidden, "backward", device, options);
   if (!b.fits) return b;
   return { fits: true, forward: f.plan, backward: b.plan };
 }

@@ -77,6 +77,11 @@ export interface SparsePlanOptions {
    * pruning), backward `columnPairsEstimate`.
    */
   readonly pairsPerRow?: number;
+  /**
+   * Copies of the layer a launch runs side by side, each on its own tiles of a step (default 1): the layer is spread
+   * over ⌊SMs / replicas⌋ CTAs, so each holds about `replicas` times the pairs of a one-replica layout.
+   */
+  readonly replicas?: number;
 }
 
 export interface SparseRnnKernelPlan {
@@ -271,6 +276,9 @@ function checkOptions(where: string, hidden: number, o: SparsePlanOptions): void
   if (o.indexBits !== undefined && o.indexBits !== 16 && o.indexBits !== 32) {
     throw new RangeError(`${where}: indexBits must be 16 or 32; got ${o.indexBits}`);
   }
+  if (o.replicas !== undefined && !(Number.isInteger(o.replicas) && o.replicas >= 1)) {
+    throw new RangeError(`${where}: replicas must be a positive integer; got ${o.replicas}`);
+  }
 }
 
 /**
@@ -293,7 +301,8 @@ export function planSparseRnnKernel(
   const { density } = options;
   const bt = options.batchTile ?? 4;
   const G = gatesOf(cell);
-  const unitsPerCta = Math.ceil(hidden / device.smCount);
+  const ctaBudget = Math.max(1, Math.floor(device.smCount / (options.replicas ?? 1)));
+  const unitsPerCta = Math.ceil(hidden / ctaBudget);
   const ctas = Math.ceil(hidden / unitsPerCta);
   const rows = kind === "forward" ? unitsPerCta * G : unitsPerCta;
   const cols = kind === "forward" ? hidden : G * hidden;

@@ -7,7 +7,10 @@
  * The pairs come from the host: `setWeights(W_hh, mask)` before a forward (or after W_hh changed), the forward's pairs
  * (rows of W_hh) and the backward's (its columns) packed for the plan of each batch tile the launches use (the widest
  * wide load a batch fills: batchTileFor), in the naive or the bank-aware order, and uploaded when a launch first needs
- * them. The plans are built for the mask's own pairs per row (sparsePairsPerRow), so any mask fits its plan.
+ * them. The plans are built for the mask's own pairs per row (sparsePairsPerRow), so any mask fits its plan. A launch
+ * over more sequences than one tile runs the most replicas of its layout that keep the tile (each replica on its own
+ * tiles of a step, the layer spread over fewer CTAs), and the steps' vectors travel through the layer's exchange
+ * buffer (sparse-product.ts).
  */
 import { PersistentKernelError, readStatusError, STATUS_WORDS } from "../../codegen/grid-barrier.js";
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
@@ -29,6 +32,7 @@ import {
   batchTileFor,
   packSparsePairs,
   planSparseRnnLayer,
+  planSparseRnnWidest,
   type RnnCellName,
   type SparseRnnKernelPlan,
   type SparseRows,
@@ -64,9 +68,39 @@ export function sparsePlanFor(
 
 type Kind = "forward" | "backward";
 
-/** The compiled kernel of one kind and batch tile, and its pairs uploaded for the weights of `version`. */
+/**
+ * The plan of one kernel of a mask's layer for a launch over `batch` sequences: the most replicas (at most one per
+ * tile of the widest wide load the batch fills) whose layout keeps that tile, else one replica with the widest load
+ * that fits (planSparseRnnWidest), or the reason none fits.
+ */
+export function sparseKernelPlanFor(
+  cell: RnnCellName,
+  hidden: number,
+  model: DeviceModel,
+  kind: Kind,
+  batch: number,
+  csr: SparseRows,
+): ReturnType<typeof planSparseRnnWidest> {
+  const density = Math.max(csr.start[csr.rows]! / (csr.rows * csr.cols), 1 / (csr.rows * csr.cols));
+  const options = {
+    density,
+    batch,
+    forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
+    backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
+  };
+  const bt = batchTileFor(batch);
+  for (let replicas = Math.min(Math.ceil(batch / bt), model.smCount); replicas > 1; replicas--) {
+    const r = planSparseRnnWidest(cell, hidden, kind, model, { ...options, replicas });
+    if (r.fits && r.plan.batchTile === bt) return r;
+  }
+  return planSparseRnnWidest(cell, hidden, kind, model, options);
+}
+
+/** The compiled kernel of one kind, batch tile and replica count, and its pairs uploaded for the weights of `version`. */
 interface KernelBuild {
   readonly plan: SparseRnnKernelPlan;
+  /** Replicas a launch of this build runs at most (one per tile). */
+  readonly replicas: number;
   readonly fn: CudaKernel;
   readonly fill: CudaKernel;
   readonly module: CudaModule;
@@ -77,8 +111,11 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   readonly path = "persistent" as const;
   readonly model: DeviceModel;
   readonly options: Required<SparseRnnLayerOptions>;
-  /** By kind and batch tile (`${kind}/${bt}`), compiled when a launch first needs one. */
+  /** By kind and batch (`${kind}/${batch}`), compiled when a launch first needs one. */
   private readonly builds = new Map<string, KernelBuild>();
+  /** The exchange buffer of the steps' vectors (grown to the largest launch). */
+  private xh: DevicePtr | null = null;
+  private xhBytes = 0;
   private csr: SparseRows | null = null;
   private transposed: SparseRows | null = null;
   private version = 0;
@@ -143,12 +180,15 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   private buildFor(kind: Kind, batch: number): KernelBuild {
     const csr = this.csr;
     if (csr === null) throw new Error("SparsePersistentRnnLayer: setWeights before a launch");
-    const bt = batchTileFor(Math.max(1, batch));
-    const key = `${kind}/${bt}`;
+    batch = Math.max(1, batch);
+    const key = `${kind}/${batch}`;
     let b = this.builds.get(key);
-    const r = b?.pairs?.version === this.version ? null : sparsePlanFor(this.cell, this.hidden, this.model, bt, csr);
+    const r =
+      b?.pairs?.version === this.version
+        ? null
+        : sparseKernelPlanFor(this.cell, this.hidden, this.model, kind, batch, csr);
     if (r && !r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
-    const plan = r?.fits ? r[kind] : b!.plan;
+    const plan = r?.fits ? r.plan : b!.plan;
     // a new mask may need another plan (its pairs per row)
     if (b && !samePlan(plan, b.plan)) {
       this.dropBuild(key, b);
@@ -157,7 +197,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     if (!b) {
       const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
       const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
-      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${bt}`;
+      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}`;
       const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
       this.modules.push(module);
       const fn = module.getFunction(SPARSE_KERNEL_NAMES[kind]);
@@ -170,7 +210,8 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       if (fn.maxActiveBlocksPerSm(plan.threads, bytes) < 1) {
         throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel's CTA cannot be resident`);
       }
-      b = { plan, fn, fill: module.getFunction(RNN_KERNEL_NAMES.fill), module };
+      const replicas = Math.min(Math.ceil(batch / plan.batchTile), plan.replicas);
+      b = { plan, replicas, fn, fill: module.getFunction(RNN_KERNEL_NAMES.fill), module };
       this.builds.set(key, b);
     }
     if (b.pairs?.version !== this.version) {
@@ -191,6 +232,27 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       b.pairs = { version: this.version, values, indices };
     }
     return b;
+  }
+
+  /**
+   * The exchange buffer of a launch of `b` over `steps` steps of at most `batch` sequences, [steps][tiles][K·BT],
+   * filled with −0.0 (the pending mark; barrier builds copy only what was written): its pointer and tiles per step.
+   */
+  private exchange(b: KernelBuild, steps: number, batch: number): { xh: DevicePtr; tiles: number } {
+    const tiles = Math.max(1, Math.ceil(batch / b.plan.batchTile));
+    const floatsPerStep = tiles * b.plan.cols * b.plan.batchTile;
+    const bytes = Math.max(16, 4 * steps * floatsPerStep);
+    const d = this.gpu.device.driver;
+    if (this.xh === null || this.xhBytes < bytes) {
+      if (this.xh !== null) {
+        this.gpu.stream.synchronize();
+        d.memFree(this.xh);
+      }
+      this.xh = d.memAlloc(bytes);
+      this.xhBytes = bytes;
+    }
+    if (this.options.sync === "lamport") this.fillPending(b.fill, this.xh, steps * tiles, floatsPerStep, floatsPerStep);
+    return { xh: this.xh, tiles };
   }
 
   private freePairs(b: KernelBuild): void {
@@ -228,10 +290,11 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
 
   forwardRecurrent(a: ForwardArgs): void {
     const { total, batchSizes } = a.steps;
-    const b = this.buildFor("forward", batchSizes[0] ?? 1);
+    const batch = Math.max(1, ...batchSizes);
+    const b = this.buildFor("forward", batch);
     const p = b.plan;
     this.last.forward = p;
-    if (this.options.sync === "lamport") this.fillPending(b.fill, a.y, total, this.hidden, a.ldy);
+    const { xh, tiles } = this.exchange(b, batchSizes.length, batch);
     this.resetSync(a.ws);
     const args = kernelArgs(
       SPARSE_FORWARD_PARAMS,
@@ -253,21 +316,25 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
         steps: batchSizes.length,
         total,
         reverse: a.reverse ? 1 : 0,
+        xh,
+        tiles,
+        nrep: b.replicas,
         status: a.ws.status,
         bar: this.bar,
       },
       SPARSE_KERNEL_NAMES.forward,
     );
-    b.fn.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+    const grid = p.ctas * b.replicas;
+    b.fn.launch({ grid, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
   }
 
   backwardRecurrent(a: BackwardArgs): void {
     const { total, batchSizes } = a.steps;
-    const GH = this.G * this.hidden;
-    const b = this.buildFor("backward", batchSizes[0] ?? 1);
+    const batch = Math.max(1, ...batchSizes);
+    const b = this.buildFor("backward", batch);
     const p = b.plan;
     this.last.backward = p;
-    if (this.options.sync === "lamport") this.fillPending(b.fill, a.ws.dpreH, total, GH, GH);
+    const { xh, tiles } = this.exchange(b, batchSizes.length, batch);
     this.resetSync(a.ws);
     // the carries between steps [2, B, H]: the workspace's stepwise carries (zeroed: a sequence's last step reads none)
     const B = batchSizes[0] ?? 0;
@@ -295,12 +362,16 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
         steps: batchSizes.length,
         total,
         reverse: a.reverse ? 1 : 0,
+        xh,
+        tiles,
+        nrep: b.replicas,
         status: a.ws.status,
         bar: this.bar,
       },
       SPARSE_KERNEL_NAMES.backward,
     );
-    b.fn.launch({ grid: p.ctas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+    const grid = p.ctas * b.replicas;
+    b.fn.launch({ grid, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
   }
 
   checkStatus(ws: RnnWorkspace): void {
@@ -320,6 +391,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
 
   override dispose(): void {
     for (const [key, b] of [...this.builds]) this.dropBuild(key, b);
+    if (this.xh !== null) this.gpu.device.driver.memFree(this.xh);
     this.gpu.device.driver.memFree(this.bar);
     super.dispose();
   }
@@ -333,6 +405,7 @@ function samePlan(a: SparseRnnKernelPlan, b: SparseRnnKernelPlan): boolean {
     a.rowsPerThread === b.rowsPerThread &&
     a.threadsPerRowGroup === b.threadsPerRowGroup &&
     a.batchTile === b.batchTile &&
+    a.ctas === b.ctas &&
     a.indexBits === b.indexBits
   );
 }
