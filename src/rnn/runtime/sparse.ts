@@ -89,7 +89,10 @@ export function sparseKernelPlanFor(
     backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
   };
   const bt = batchTileFor(batch);
-  for (let replicas = Math.min(Math.ceil(batch / bt), model.smCount); replicas > 1; replicas--) {
+  // VPPS_RNN_SPARSE_REPLICAS=N: at most N replicas (comparisons; 1 = a step's tiles in turn on one layout)
+  const most = Number.parseInt(process.env.VPPS_RNN_SPARSE_REPLICAS ?? "", 10);
+  const cap = Number.isInteger(most) && most >= 1 ? most : model.smCount;
+  for (let replicas = Math.min(Math.ceil(batch / bt), cap); replicas > 1; replicas--) {
     const r = planSparseRnnWidest(cell, hidden, kind, model, { ...options, replicas });
     if (r.fits && r.plan.batchTile === bt) return r;
   }
