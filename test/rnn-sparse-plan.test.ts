@@ -16,6 +16,7 @@ import {
   emptyPairArrays,
   indexOffset,
   layoutProduct,
+  packPairsWithSlots,
   packSparsePairs,
   packSparseRows,
   pairAt,
@@ -23,9 +24,11 @@ import {
   planSparseRnnLayer,
   randomOrderWavefronts,
   randomRowBalancedRows,
+  refillPairValues,
   rowBalancedPairs,
   type SparsePairLayout,
   type SparseRnnKernelPlan,
+  samePattern,
   sampleBankConflicts,
   slotOffset,
   sparseLimit,
@@ -325,6 +328,35 @@ describe("pair format", () => {
     }
     assert.equal(slotOffset(plan, 1, 2, 3), (S + 2) * NT + 3);
     assert.equal(indexOffset(plan, 1, 3, 5), 2 * ((Math.ceil(S / 2) + 1) * NT + 5) + 1);
+  });
+
+  test("while a mask stays, refilling the values in place equals packing and ordering again (both kernels)", () => {
+    const hidden = 400; // 3 units per CTA, pieces of several pairs: the bank-aware order moves pairs
+    const m = randomRowBalancedRows(4 * hidden, hidden, 120, 7);
+    const rng = new RandomStream(11);
+    const next = { ...m, value: Float32Array.from(m.value, () => 2 * rng.uniform() - 1) };
+    assert.ok(samePattern(m, next));
+    assert.ok(!samePattern(m, randomRowBalancedRows(4 * hidden, hidden, 20, 8)));
+    for (const kind of ["forward", "backward"] as const) {
+      const rows = kind === "forward" ? m : transposeSparseRows(m);
+      const again = kind === "forward" ? next : transposeSparseRows(next);
+      const plan = fitting("lstm", hidden, kind, { density: 0.3, pairsPerRow: sparsePairsPerRow(m, kind) });
+      const order = (l: SparsePairLayout) => bankAwareOrder(plan, l, 4);
+      const { layout, slots } = packPairsWithSlots(rows, plan, order);
+      const fresh = order(packSparsePairs(rows, plan));
+      assert.deepEqual(layout.values, fresh.values);
+      assert.deepEqual(layout.indices, fresh.indices);
+      assert.deepEqual(layout.padding, fresh.padding);
+      refillPairValues(layout.values, slots, again);
+      assert.deepEqual(layout.values, order(packSparsePairs(again, plan)).values, kind);
+      // a control: the map of another order misplaces values
+      const naive = packPairsWithSlots(rows, plan).slots;
+      assert.notDeepEqual(naive, slots);
+    }
+    assert.throws(
+      () => refillPairValues(new Float32Array(8), new Int32Array(3), m),
+      /refillPairValues: 192000 values for a slot map of 3 entries/,
+    );
   });
 
   test("a row keeping more than the plan holds is refused, naming the row and the pairs per row to plan with", () => {

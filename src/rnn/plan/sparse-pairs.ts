@@ -221,6 +221,56 @@ export function packSparsePairs(m: SparseRows, plan: SparseRnnKernelPlan): Spars
   return { plan, order: "naive", wideLoad: null, values, indices, padding };
 }
 
+/** Whether two sparse matrices keep the same entries (shape, row starts and indices; values aside). */
+export function samePattern(a: SparseRows, b: SparseRows): boolean {
+  if (a.rows !== b.rows || a.cols !== b.cols || a.index.length !== b.index.length) return false;
+  for (let r = 0; r <= a.rows; r++) if (a.start[r] !== b.start[r]) return false;
+  for (let e = 0; e < a.index.length; e++) if (a.index[e] !== b.index[e]) return false;
+  return true;
+}
+
+/** Entries a slot map can number exactly (their numbers travel as fp32 values through the packing). */
+export const PAIR_SLOTS_LIMIT = 1 << 24;
+
+/**
+ * `order(packSparsePairs(m, plan))`, and where each kept entry of `m` lands in its `values`: slots[e] for entry e
+ * (CSR order). An order that permutes pairs by their indices alone (the naive order, `bankAwareOrder`) gives the same
+ * map for every matrix of m's pattern, so while a mask stays the pairs' values can be refreshed in place
+ * (`refillPairValues`) instead of packed and ordered again. Found by packing the entries' numbers as values.
+ */
+export function packPairsWithSlots(
+  m: SparseRows,
+  plan: SparseRnnKernelPlan,
+  order: (layout: SparsePairLayout) => SparsePairLayout = (l) => l,
+): { layout: SparsePairLayout; slots: Int32Array } {
+  const n = m.index.length;
+  if (n >= PAIR_SLOTS_LIMIT) {
+    throw new RangeError(
+      `packPairsWithSlots: ${n} entries; numbering them as fp32 values reaches ${PAIR_SLOTS_LIMIT - 1}`,
+    );
+  }
+  const numbers = new Float32Array(n);
+  for (let e = 0; e < n; e++) numbers[e] = e + 1;
+  const numbered = order(packSparsePairs({ ...m, value: numbers }, plan));
+  const slots = new Int32Array(n).fill(-1);
+  numbered.values.forEach((v, o) => {
+    if (numbered.padding[o] === 0) slots[v - 1] = o;
+  });
+  const lost = slots.indexOf(-1);
+  if (lost >= 0) throw new Error(`packPairsWithSlots: entry ${lost} has no slot in the ordered layout`);
+  const values = new Float32Array(numbered.values.length);
+  refillPairValues(values, slots, m);
+  return { layout: { ...numbered, values }, slots };
+}
+
+/** Writes the values of `m` (of the pattern `slots` was made for) into a layout's `values` at their slots. */
+export function refillPairValues(values: Float32Array, slots: Int32Array, m: SparseRows): void {
+  if (m.value.length !== slots.length) {
+    throw new RangeError(`refillPairValues: ${m.value.length} values for a slot map of ${slots.length} entries`);
+  }
+  for (let e = 0; e < slots.length; e++) values[slots[e]!] = m.value[e]!;
+}
+
 /**
  * `packSparsePairs` from W_hh [G·H, H] (row-major, PyTorch's weight_hh) and its mask (nonzero: kept), for either
  * kernel of the plan: the backward's pairs are the mask's columns.

@@ -30,12 +30,15 @@ import {
 import {
   bankAwareOrder,
   batchTileFor,
-  packSparsePairs,
+  packPairsWithSlots,
   planSparseRnnLayer,
   planSparseRnnWidest,
   type RnnCellName,
+  refillPairValues,
+  type SparsePairLayout,
   type SparseRnnKernelPlan,
   type SparseRows,
+  samePattern,
   sparsePairsPerRow,
   sparseRowsOf,
   transposeSparseRows,
@@ -107,7 +110,16 @@ interface KernelBuild {
   readonly fn: CudaKernel;
   readonly fill: CudaKernel;
   readonly module: CudaModule;
-  pairs?: { version: number; values: DevicePtr; indices: DevicePtr };
+  pairs?: {
+    /** The weights (`version`) and mask (`pattern`) they were uploaded for. */
+    version: number;
+    pattern: number;
+    values: DevicePtr;
+    indices: DevicePtr;
+    /** Where each kept entry sits in `host` (pairSlots), and the values as uploaded (for refills in place). */
+    slots: Int32Array;
+    host: Float32Array;
+  };
 }
 
 export class SparsePersistentRnnLayer extends RnnLayerBase {
@@ -121,7 +133,11 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   private xhBytes = 0;
   private csr: SparseRows | null = null;
   private transposed: SparseRows | null = null;
+  /** The weights' version (every setRows) and the mask's (a setRows whose entries differ from the last). */
   private version = 0;
+  private pattern = 0;
+  /** The batch the current mask was last found to fit (setRows plans only when the mask or the batch changes). */
+  private fitBatch = -1;
   /** The grid barrier's step counter (barrier builds). */
   private readonly bar: DevicePtr;
   private readonly statusBack = new Int32Array(STATUS_WORDS);
@@ -155,8 +171,14 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     if (this.hidden % 4 !== 0) {
       return `the sparse kernels load h in 16-byte pieces: hidden ${this.hidden} is not a multiple of 4`;
     }
-    const r = sparsePlanFor(this.cell, this.hidden, this.model, batch, csr);
-    if (!r.fits) return r.reason;
+    const same = this.csr !== null && samePattern(this.csr, csr);
+    if (!same || batch !== this.fitBatch) {
+      const r = sparsePlanFor(this.cell, this.hidden, this.model, batch, csr);
+      if (!r.fits) return r.reason;
+      this.fitBatch = batch;
+    }
+    // the same mask keeps its plans and the pairs' order: the next launches refill the values in place
+    if (!same) this.pattern++;
     this.csr = csr;
     this.transposed = null;
     this.version++;
@@ -186,8 +208,9 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     batch = Math.max(1, batch);
     const key = `${kind}/${batch}`;
     let b = this.builds.get(key);
+    // the plan depends on the mask alone: planned again only when it changed
     const r =
-      b?.pairs?.version === this.version
+      b?.pairs?.pattern === this.pattern
         ? null
         : sparseKernelPlanFor(this.cell, this.hidden, this.model, kind, batch, csr);
     if (r && !r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
@@ -218,21 +241,30 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       this.builds.set(key, b);
     }
     if (b.pairs?.version !== this.version) {
-      this.freePairs(b);
       if (kind === "backward") this.transposed ??= transposeSparseRows(csr);
-      let layout = packSparsePairs(kind === "forward" ? csr : this.transposed!, plan);
-      if (this.options.order === "bank-aware") {
-        layout = bankAwareOrder(plan, layout, this.options.wideLoads ? plan.batchTile : 1);
-      }
+      const rows = kind === "forward" ? csr : this.transposed!;
       const d = this.gpu.device.driver;
-      const values = d.memAlloc(layout.values.byteLength);
-      d.memcpyHtoD(values, layout.values);
-      const indices = d.memAlloc(Math.max(4, 4 * indexWords(plan) * plan.threads * plan.ctas));
-      d.memcpyHtoD(
-        indices,
-        new Uint32Array(layout.indices.buffer, layout.indices.byteOffset, layout.indices.byteLength / 4),
-      );
-      b.pairs = { version: this.version, values, indices };
+      if (b.pairs?.pattern === this.pattern) {
+        // the same mask: new values into their slots of the same order, and only the values uploaded
+        refillPairValues(b.pairs.host, b.pairs.slots, rows);
+        d.memcpyHtoD(b.pairs.values, b.pairs.host);
+        b.pairs.version = this.version;
+      } else {
+        this.freePairs(b);
+        const order = (l: SparsePairLayout) =>
+          this.options.order === "bank-aware"
+            ? bankAwareOrder(plan, l, this.options.wideLoads ? plan.batchTile : 1)
+            : l;
+        const { layout, slots } = packPairsWithSlots(rows, plan, order);
+        const values = d.memAlloc(layout.values.byteLength);
+        d.memcpyHtoD(values, layout.values);
+        const indices = d.memAlloc(Math.max(4, 4 * indexWords(plan) * plan.threads * plan.ctas));
+        d.memcpyHtoD(
+          indices,
+          new Uint32Array(layout.indices.buffer, layout.indices.byteOffset, layout.indices.byteLength / 4),
+        );
+        b.pairs = { version: this.version, pattern: this.pattern, values, indices, slots, host: layout.values };
+      }
     }
     return b;
   }
