@@ -240,6 +240,33 @@ describe("the sparse persistent kernels against the masked CPU reference", { ski
     }
   });
 
+  test("new weights under the same mask (values refilled in place) and under a new mask (packed again), batch 16", () => {
+    const spec = { cell: "gru", inputSize: 32, hidden: 128, layers: 1, bidirectional: false } as const;
+    const p = pairOf(spec, { density: 0.2 }, {});
+    compare(p, spec, BATCH_16, 51);
+    const scaled = (f: (name: string, i: number, v: number) => number) =>
+      Object.fromEntries(
+        Object.entries(p.cpu.parameters()).map(([n, v]) => [n, Float32Array.from(v, (x, i) => f(n, i, x))]),
+      );
+    // every weight × 0.9: the ranking of |w| in each row stays, so the masks stay and the GPU layer only refills
+    const masks = p.gpu.masks!.map((m) => Uint8Array.from(m));
+    const same = scaled((_, __, x) => 0.9 * x);
+    p.cpu.loadParameters(same);
+    p.gpu.loadParameters(same);
+    assert.deepEqual(p.gpu.masks, masks);
+    compare(p, spec, BATCH_16, 52);
+    // W_hh reversed within each row: a new mask, packed and ordered again
+    const H = spec.hidden;
+    const other = scaled((n, i, x) =>
+      n.startsWith("weight_hh") ? p.cpu.parameters()[n]![i - (i % H) + (H - 1 - (i % H))]! : x,
+    );
+    p.cpu.loadParameters(other);
+    p.gpu.loadParameters(other);
+    assert.notDeepEqual(p.gpu.masks, masks);
+    compare(p, spec, BATCH_16, 53);
+    assert.deepEqual(p.notices, []);
+  });
+
   test("lstm: 2 bidirectional layers (both directions' kernels), hidden 128 at 20%", () => {
     const spec = { cell: "lstm", inputSize: 24, hidden: 128, layers: 2, bidirectional: true } as const;
     const p = pairOf(spec, { density: 0.2 }, {});
