@@ -286,7 +286,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       this.xh = d.memAlloc(bytes);
       this.xhBytes = bytes;
     }
-    if (this.options.sync === "lamport") this.fillPending(b.fill, this.xh, steps * tiles, floatsPerStep, floatsPerStep);
+    if (this.options.sync === "lamport") this.fillPending(b.fill, this.xh, steps, floatsPerStep, floatsPerStep);
     return { xh: this.xh, tiles };
   }
 
