@@ -6,8 +6,8 @@
 //   and several lengths, both directions, row-balanced and plain masks, reductions by shuffles and through shared
 //   memory; Lamport synchronisation against the grid-barrier build (bit for bit: the same sums in the same order), wide
 //   against scalar loads (bit for bit), the bank-aware against the naive order (each within tolerance of the
-//   reference); a GRU whose h is exactly −0.0 at every step (Lamport's pending mark: published as +0.0, never waited
-//   for);
+//   reference); new weights under the same mask (refilled in place) and a new mask; a GRU whose h is exactly −0.0 at
+//   every step (Lamport's pending mark: published to the exchange buffer as +0.0, never waited for);
 // - with the sparse kernels turned off, the dense persistent kernels on W_hh ⊙ mask, which the backend says once, in
 //   one line, for LSTM, GRU and RNN, a bidirectional 2-layer stack, and re-pruning during training.
 // The pruned weights' gradients are exactly zero. (The rnn graph op's pruned cases run on the GPU engines in
@@ -321,9 +321,12 @@ describe("the sparse persistent kernels against the masked CPU reference", { ski
       const lengths = [7, 5, 5, 2];
       const h0 = new Float32Array(lengths.length * 256).fill(-0);
       const r = compare(p, spec, lengths, 71, 5e-5, { h0 });
-      // the reference's h is −0.0; the kernel's published value is +0.0 (never the pending mark)
+      // the reference's h is −0.0 and so is y (the cell's value as computed): only the exchange buffer that the next
+      // step reads carries it as +0.0, never the pending mark — a Lamport run that waited for it would time out
       r.y.forEach((y, i) => {
-        for (let k = 0; k < y.length; k++) assert.ok(Object.is(y[k], 0), `${sync}: y of sequence ${i}[${k}] = ${y[k]}`);
+        for (let k = 0; k < y.length; k++) {
+          assert.ok(Object.is(y[k], -0), `${sync}: y of sequence ${i}[${k}] = ${Object.is(y[k], 0) ? "+0" : y[k]}`);
+        }
       });
       const ref = p.cpu.forward(
         lengths.map((n) => new Float32Array(n * 8)),
