@@ -11,6 +11,7 @@ import { SPARSE_BACKWARD_PARAMS, SPARSE_FORWARD_PARAMS } from "../src/rnn/codege
 import { sparseBackwardSource } from "../src/rnn/codegen/sparse-backward.js";
 import { sparseForwardSource } from "../src/rnn/codegen/sparse-forward.js";
 import {
+  exchangeShape,
   SPARSE_KERNEL_NAMES,
   SPARSE_LADDER,
   type SparseKernelOptions,
@@ -118,6 +119,29 @@ describe("sparse kernels: generated source", () => {
       const bytes = sparseSharedBytes(p);
       assert.ok(bytes >= 4 * p.cols * p.batchTile + 4 * p.rows * p.batchTile);
       assert.ok(bytes <= H100_SXM.sharedPerBlock, `${p.kind}: ${bytes}`);
+    }
+  });
+});
+
+describe("sparse kernels: the exchange buffer", () => {
+  test("the last (step, tile) region ends where the buffer does, and the pending fill covers it exactly", () => {
+    for (const batch of [1, 2, 3, 4, 5, 8, 13, 16, 64]) {
+      for (const kind of ["forward", "backward"] as const) {
+        const l = planSparseRnnLayer("lstm", 256, H100_SXM, { density: 0.1, batch, replicas: Math.ceil(batch / 4) });
+        assert.ok(l.fits, l.fits ? "" : l.reason);
+        const plan = l[kind];
+        for (const steps of [1, 7, 256]) {
+          const x = exchangeShape(plan, steps, batch);
+          const region = plan.cols * plan.batchTile;
+          // regionOf: xh + (t·tiles + b0 / BT)·(K·BT), for the last tile of the last step
+          const lastTile = Math.ceil(batch / plan.batchTile) - 1;
+          assert.equal(x.tiles, lastTile + 1);
+          const end = ((steps - 1) * x.tiles + lastTile) * region + region;
+          assert.equal(4 * end, x.bytes, `${kind} batch ${batch} steps ${steps}`);
+          assert.equal(x.floatsPerStep, x.tiles * region);
+          assert.equal(4 * x.rows * x.floatsPerStep, x.bytes, "the fill writes the buffer and nothing past it");
+        }
+      }
     }
   });
 });

@@ -54,6 +54,7 @@ export { TMA_CUDA } from "./prelude.js";
 export { sparseBackwardSource } from "./sparse-backward.js";
 export { sparseForwardSource } from "./sparse-forward.js";
 export {
+  exchangeShape,
   indexWords,
   SPARSE_KERNEL_NAMES,
   SPARSE_LADDER,

@@ -157,6 +157,21 @@ export const LOAD_PAIRS = `  // the replica of this CTA and its CTA within the r
   #pragma unroll
   for (int q = 0; q < SW; q++) wi[q] = __ldcg(ibase + q * NT);`;
 
+/**
+ * The exchange buffer of a launch over `steps` steps of at most `batch` sequences: `tiles` regions per step of
+ * `floatsPerStep / tiles` floats each ([steps][tiles][K·BT], `regionOf`), `steps` rows of `floatsPerStep` floats for
+ * the pending fill, `bytes` in all.
+ */
+export function exchangeShape(
+  plan: Pick<SparseRnnKernelPlan, "cols" | "batchTile">,
+  steps: number,
+  batch: number,
+): { tiles: number; floatsPerStep: number; rows: number; bytes: number } {
+  const tiles = Math.max(1, Math.ceil(batch / plan.batchTile));
+  const floatsPerStep = tiles * plan.cols * plan.batchTile;
+  return { tiles, floatsPerStep, rows: steps, bytes: Math.max(16, 4 * steps * floatsPerStep) };
+}
+
 /** The exchange region of (time index `t`, the tile at `b0`): where a step's vector is published and read. */
 export const regionOf = (t: string) => `xh + ((size_t)(${t}) * tiles + b0 / BT) * (K * BT)`;
 

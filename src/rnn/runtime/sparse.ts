@@ -16,6 +16,7 @@ import { PersistentKernelError, readStatusError, STATUS_WORDS } from "../../code
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
 import { type CudaKernel, type CudaModule, type DevicePtr, karg, loadModule } from "../../cuda/index.js";
 import {
+  exchangeShape,
   indexWords,
   kernelArgs,
   RNN_KERNEL_NAMES,
@@ -274,9 +275,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
    * filled with −0.0 (the pending mark; barrier builds copy only what was written): its pointer and tiles per step.
    */
   private exchange(b: KernelBuild, steps: number, batch: number): { xh: DevicePtr; tiles: number } {
-    const tiles = Math.max(1, Math.ceil(batch / b.plan.batchTile));
-    const floatsPerStep = tiles * b.plan.cols * b.plan.batchTile;
-    const bytes = Math.max(16, 4 * steps * floatsPerStep);
+    const { tiles, floatsPerStep, rows, bytes } = exchangeShape(b.plan, steps, batch);
     const d = this.gpu.device.driver;
     if (this.xh === null || this.xhBytes < bytes) {
       if (this.xh !== null) {
@@ -286,7 +285,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       this.xh = d.memAlloc(bytes);
       this.xhBytes = bytes;
     }
-    if (this.options.sync === "lamport") this.fillPending(b.fill, this.xh, steps, floatsPerStep, floatsPerStep);
+    if (this.options.sync === "lamport") this.fillPending(b.fill, this.xh, rows, floatsPerStep, floatsPerStep);
     return { xh: this.xh, tiles };
   }
 
