@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { H100_SXM, H200 } from "../src/cuda/hw/device-model.js";
 import { MAX_PROFILED_VARIANTS, plansFor, spread } from "../src/engines/vpps/codegen/compile.js";
+import { kernelName } from "../src/engines/vpps/codegen/template.js";
 import { resolveOptions } from "../src/engines/vpps/options.js";
 import { enumeratePlans } from "../src/engines/vpps/plan/plan.js";
 import { onChipMatrices } from "../src/model/parameters.js";
@@ -41,4 +42,36 @@ describe("VPPS plan variants compiled per model", () => {
       assert.ok(capped >= 1, "some model has more valid variants than the cap (TD-LSTM: 19 on an H100)");
     });
   }
+
+  test("where the planner keeps matrices off chip, the plans with every matrix off chip are profiled beside them", () => {
+    const treelstm = MODELS.find((t) => t.name === "treelstm")!;
+    const sizes = [
+      { hidden: 1024, embed: 1024 },
+      { hidden: 1536, embed: 256 },
+    ];
+    for (const size of sizes) {
+      const shapes = treelstm.parameterShapes({ ...treelstm.defaults, ...size } as never, 1000);
+      const matrices = onChipMatrices(shapes);
+      const plans = plansFor(matrices, H100_SXM, resolveOptions({}).variants);
+      assert.ok(plans.length <= MAX_PROFILED_VARIANTS, `${size.hidden}: ${plans.length}`);
+      const everyOff = plans.filter((p) => p.offChip.length === p.matrices.length);
+      assert.deepEqual(
+        everyOff.map((p) => p.ctasPerSm),
+        [1, 2],
+        `${size.hidden}: one of each CTAs per SM`,
+      );
+      assert.ok(
+        plans.some((p) => p.offChip.length > 0 && p.offChip.length < p.matrices.length),
+        "the planner's own placement stays",
+      );
+      const names = plans.map((p) => kernelName(p, { model: "m" }));
+      assert.equal(new Set(names).size, names.length, `names apart: ${names.join(", ")}`);
+      // a placement the user forces (U_iou, and what must join it) is compiled alone: no every-matrix plan added
+      const forced = plansFor(matrices, H100_SXM, resolveOptions({ variants: { offChip: ["U_iou"] } }).variants);
+      assert.ok(forced.every((p) => p.offChip.length > 0 && p.offChip.length < p.matrices.length));
+    }
+    // at the paper's size everything is in registers: no off-chip variant
+    const small = onChipMatrices(treelstm.parameterShapes(treelstm.defaults, 1000));
+    assert.ok(plansFor(small, H100_SXM, resolveOptions({}).variants).every((p) => p.offChip.length === 0));
+  });
 });

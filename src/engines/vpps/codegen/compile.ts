@@ -59,7 +59,30 @@ export function plansFor(matrices: MatrixSpec[], device: DeviceModel, v: Resolve
     plans.push(...found.filter((p) => !(mode === "profile" && transposed && p.transposed.length === 0)));
   }
   if (plans.length === 0) return [planVpps(matrices, device, { gradients, ...pick, ...offChip })]; // throws the refusal
-  return spread(plans, MAX_PROFILED_VARIANTS);
+  const allOff = everyMatrixOffChip(matrices, device, v, plans);
+  return [...spread(plans, MAX_PROFILED_VARIANTS - allOff.length), ...allOff];
+}
+
+/**
+ * Where the planner keeps some matrices off chip (and the user forced none), the plans with every matrix off chip
+ * too — one per CTAs per SM — so that the profile can choose them: keeping the rest in registers need not pay. Measured
+ * on an H100 (bench/results/h100/treelstm-large.md): the Tree-LSTM at hidden 1024 and 1536 ran 1.6–2.3× faster with
+ * every matrix off chip (two CTAs per SM, fast tiles, in-kernel updates) than with the planner's placement.
+ */
+function everyMatrixOffChip(
+  matrices: MatrixSpec[],
+  device: DeviceModel,
+  v: ResolvedVariants,
+  plans: readonly VppsPlan[],
+): VppsPlan[] {
+  const some = plans.some((p) => p.offChip.length > 0);
+  const all = plans.every((p) => p.offChip.length === p.matrices.length);
+  if (v.offChip !== undefined || !some || all || typeof v.rowsPerWarp === "number") return [];
+  const found = enumeratePlans(matrices, device, v.gradients, false, "all").filter(
+    (p) => v.ctasPerSm === undefined || p.ctasPerSm === v.ctasPerSm,
+  );
+  // the finest of each CTAs per SM (rows per warp do not matter: no matrix has partitions)
+  return [1, 2].flatMap((c) => found.filter((p) => p.ctasPerSm === c).slice(0, 1));
 }
 
 /**

@@ -109,7 +109,9 @@ export function kernelName(plan: VppsPlan, spec: KernelSpec): string {
   const copies = plan.transposed.length > 0 ? "_t" : "";
   // a plan made again after a spill is another program (the context loads programs by name)
   const margin = plan.budget.headroom > 0 ? `_h${plan.budget.headroom}` : "";
-  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${copies}${margin}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
+  // the variants of one model keep the planner's off-chip matrices or every one (codegen/compile.ts): named apart
+  const off = plan.offChip.length > 0 ? `_off${plan.offChip.length}` : "";
+  return `vpps_${model}_cta${plan.ctasPerSm}_rpw${plan.rowsPerWarp}${off}${copies}${margin}${spec.profile ? "_prof" : ""}${spec.trace ? "_trace" : ""}`;
 }
 
 /** A short content hash of the plan's geometry, stated in the header so a dumped source names what it was for. */
