@@ -219,9 +219,8 @@ export function loadVector(
           for (int c = tid; c < NC; c += NT) {
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-              const int e = 4 * c + i, j = hs_col(e), k = hs_k(e);
-              (void)k;
-              if (j >= npl) hs[e] = j < nt ? ${own === null ? "0.f" : own("j", "k")} : 0.f;
+              const int e = 4 * c + i, j = hs_col(e);
+              if (j >= npl) hs[e] = ${own === null ? "0.f" : `j < nt ? ${own("j", "hs_k(e)")} : 0.f`};
             }
           }
         }

@@ -322,14 +322,31 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     d.memsetD32Async(this.bar, 0, 1, this.stream.handle);
   }
 
+  /**
+   * What every launch of `kind` over packed steps starts with: its build (compiled, pairs uploaded), the exchange
+   * buffer (filled) and the status block and step counter reset. A packed batch's first step holds every sequence.
+   */
+  private begin(kind: Kind, batchSizes: ArrayLike<number>, ws: RnnWorkspace) {
+    const batch = Math.max(1, batchSizes[0] ?? 1);
+    const b = this.buildFor(kind, batch);
+    this.last[kind] = b.plan;
+    const { xh, tiles } = this.exchange(b, batchSizes.length, batch);
+    this.resetSync(ws);
+    return { b, xh, tiles };
+  }
+
+  /** The persistent grid of a build: its CTAs times the replicas a launch runs. */
+  private launch(b: KernelBuild, args: ReturnType<typeof kernelArgs>): void {
+    const p = b.plan;
+    b.fn.launch(
+      { grid: p.ctas * b.replicas, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream },
+      args,
+    );
+  }
+
   forwardRecurrent(a: ForwardArgs): void {
     const { total, batchSizes } = a.steps;
-    const batch = Math.max(1, ...batchSizes);
-    const b = this.buildFor("forward", batch);
-    const p = b.plan;
-    this.last.forward = p;
-    const { xh, tiles } = this.exchange(b, batchSizes.length, batch);
-    this.resetSync(a.ws);
+    const { b, xh, tiles } = this.begin("forward", batchSizes, a.ws);
     const args = kernelArgs(
       SPARSE_FORWARD_PARAMS,
       {
@@ -358,18 +375,12 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       },
       SPARSE_KERNEL_NAMES.forward,
     );
-    const grid = p.ctas * b.replicas;
-    b.fn.launch({ grid, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+    this.launch(b, args);
   }
 
   backwardRecurrent(a: BackwardArgs): void {
     const { total, batchSizes } = a.steps;
-    const batch = Math.max(1, ...batchSizes);
-    const b = this.buildFor("backward", batch);
-    const p = b.plan;
-    this.last.backward = p;
-    const { xh, tiles } = this.exchange(b, batchSizes.length, batch);
-    this.resetSync(a.ws);
+    const { b, xh, tiles } = this.begin("backward", batchSizes, a.ws);
     // the carries between steps [2, B, H]: the workspace's stepwise carries (zeroed: a sequence's last step reads none)
     const B = batchSizes[0] ?? 0;
     this.gpu.device.driver.memsetD32Async(a.ws.stepCarry, 0, 2 * B * this.hidden, this.stream.handle);
@@ -404,8 +415,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       },
       SPARSE_KERNEL_NAMES.backward,
     );
-    const grid = p.ctas * b.replicas;
-    b.fn.launch({ grid, block: p.threads, sharedBytes: sparseSharedBytes(p), stream: this.stream }, args);
+    this.launch(b, args);
   }
 
   checkStatus(ws: RnnWorkspace): void {
