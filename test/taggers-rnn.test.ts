@@ -16,7 +16,7 @@ import type { ParameterCollection } from "../src/model/parameters.js";
 import { swapGateOrder } from "../src/models/bilstm/packed.js";
 import { biLstmTask, type TaggerTaskModel } from "../src/models/bilstm/task.js";
 import { charBiLstmTask } from "../src/models/bilstm-char/task.js";
-import { SimpleSGDTrainer } from "../src/optim/trainers.js";
+import { AdamTrainer, SimpleSGDTrainer } from "../src/optim/trainers.js";
 import { keptPerRow, maskCounts, pruneByMagnitude } from "../src/rnn/index.js";
 import { gradientCheck } from "./helpers.js";
 import { CPU_SIDE_ENGINES, compareWithCpu } from "./op-suite.js";
@@ -172,9 +172,16 @@ describe("taggers with --rnn persistent", () => {
       assert.equal(recurrent.length, task === charBiLstmTask ? 4 : 2, "every BiLSTM's W_hh is pruned");
       const trainer = new SimpleSGDTrainer({ learningRate: 0.5 });
       const engine = new CpuEngine(sparse.params);
+      // pruned at initialisation: the pruned weights are 0, and the mask the op derives stays the first one
+      const first = recurrent.map((p) => pruneByMagnitude(p.value, p.rows, p.cols, 0.5, "row-balanced"));
+      recurrent.forEach((p, k) => {
+        assert.ok(first[k]!.some((m) => m === 0));
+        first[k]!.forEach((m, i) => m === 0 && assert.equal(p.value[i], 0, `${p.name}[${i}] pruned but not 0`));
+      });
       for (let s = 0; s < 3; s++) {
         const batch = SENTENCES.slice(4 * s, 4 * s + 4);
         const masks = recurrent.map((p) => pruneByMagnitude(p.value, p.rows, p.cols, 0.5, "row-balanced"));
+        assert.deepEqual(masks, first, `step ${s}: the mask moved`);
         masks.forEach((m, k) => {
           const H = recurrent[k]!.cols;
           assert.ok(maskCounts(m, 4 * H, H).rowCounts.every((c) => c === keptPerRow(0.5, H)));
@@ -206,6 +213,25 @@ describe("taggers with --rnn persistent", () => {
       }
     });
   }
+
+  test("--density 0.1 under Adam: the pruned weights stay 0 and the mask stays the initial one", () => {
+    const vocab = biLstmTask.vocabulary.build(SENTENCES, TINY);
+    const model = biLstmTask.create({ ...TINY, hidden: 10, rnn: "persistent", density: 0.1 }, vocab, 3) as TaggerTaskModel;
+    const recurrent = model.params.all.filter((p) => /^Wh_[fb]$/.test(p.name));
+    const first = recurrent.map((p) => pruneByMagnitude(p.value, p.rows, p.cols, 0.1, "row-balanced"));
+    const engine = new CpuEngine(model.params);
+    const trainer = new AdamTrainer({ learningRate: 0.05 });
+    for (let s = 0; s < 4; s++) {
+      lossAndGradients(model.params, engine, (cg) => model.buildBatchLoss(cg, SENTENCES.slice(4 * s, 4 * s + 4)));
+      engine.update(trainer);
+    }
+    recurrent.forEach((p, k) => {
+      const kept = first[k]!.reduce((a, m) => a + m, 0);
+      assert.equal(kept, 4 * 10 * keptPerRow(0.1, 10));
+      first[k]!.forEach((m, i) => m === 0 && assert.equal(p.value[i], 0, `${p.name}[${i}] moved off 0`));
+      assert.deepEqual(pruneByMagnitude(p.value, p.rows, p.cols, 0.1, "row-balanced"), first[k], `${p.name}'s mask`);
+    });
+  });
 
   test("--density needs --rnn persistent; a bad density is refused in one line", () => {
     const vocab = biLstmTask.vocabulary.build(SENTENCES, TINY);

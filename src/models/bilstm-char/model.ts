@@ -19,7 +19,7 @@ import {
   type SpelledSentence,
   shapesOf,
 } from "../bilstm/model.js";
-import { type Packing, packedBiLstm, packedNodes, packLengths, packValues } from "../bilstm/packed.js";
+import { type Packing, packedBiLstm, packedNodes, packLengths, packValues, pruneInitialWeights } from "../bilstm/packed.js";
 
 export interface CharTaggerOptions extends BiLstmTaggerOptions {
   /** Rows of the character table: the characters and the unknown character (index 0). */
@@ -81,6 +81,7 @@ export class CharBiLstmTagger extends BiLstmTagger<SpelledSentence> {
     const H = charHidden(opts.embed);
     this.charForward = { Wx: p.Wx_cf, Wh: p.Wh_cf, b: p.b_cf, hidden: H };
     this.charBackward = { Wx: p.Wx_cb, Wh: p.Wh_cb, b: p.b_cb, hidden: H };
+    pruneInitialWeights([this.charForward, this.charBackward], this.density);
   }
 
   /**

@@ -15,7 +15,7 @@ import { affine5Node, affineNode } from "../../ops/linear.js";
 import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
 import { affineRows, lookupRows, pickNegLogSoftmaxRows } from "../../ops/rows.js";
 import { concat2Node, input, lookupNode, pickRange, pickRangeNode, sumNode } from "../../ops/structure.js";
-import { type Packing, packedBiLstm, packLengths, packValues, TAGGER_RNNS, type TaggerRnn } from "./packed.js";
+import { type Packing, packedBiLstm, packLengths, pruneInitialWeights, packValues, TAGGER_RNNS, type TaggerRnn } from "./packed.js";
 
 /** A sentence as the network reads it: each word's row of the word table, and each word's tag (to train on it). */
 export interface EncodedSentence {
@@ -53,7 +53,7 @@ export interface BiLstmTaggerOptions {
   rnn?: TaggerRnn;
   /**
    * With `rnn: "persistent"`: the fraction of each BiLSTM's recurrent weights kept, 0 < d ≤ 1 (1, the default:
-   * dense); row-balanced magnitude pruning, re-derived from the dense weights at every update (./packed.ts).
+   * dense); row-balanced magnitude pruning, of the initial weights (the pruned ones are 0 from then on; ./packed.ts).
    */
   density?: number;
 }
@@ -218,6 +218,7 @@ export class BiLstmTagger<S extends EncodedSentence = EncodedSentence> {
     const p = addDense(pc, s, ["Wx_f", "Wh_f", "b_f", "Wx_b", "Wh_b", "b_b", "W_mlp", "b_mlp", "W_out", "b_out"]);
     this.forward = { Wx: p.Wx_f, Wh: p.Wh_f, b: p.b_f, hidden: opts.hidden };
     this.backward = { Wx: p.Wx_b, Wh: p.Wh_b, b: p.b_b, hidden: opts.hidden };
+    pruneInitialWeights([this.forward, this.backward], density);
     this.W_mlp = p.W_mlp;
     this.b_mlp = p.b_mlp;
     this.W_out = p.W_out;

@@ -9,6 +9,7 @@
  * bias). `swapGateOrder` converts a matrix or bias between the two; docs/MODELS.md says so.
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
+import { pruneByMagnitude } from "../../ops/prune.js";
 import { rnn } from "../../ops/recurrent-op.js";
 import { sortByLength, stepOffsets } from "../../rnn/index.js";
 import type { LstmWeights } from "./model.js";
@@ -58,8 +59,9 @@ export function packValues(p: Packing, value: (s: number, t: number) => number):
 /**
  * A forward and a backward LSTM over the packed batch x (its rows [N, in], or their N·in values as a vector) as one
  * rnn op: y = [f | b] per packed row, [N, 2H]. With `density` < 1 (`--density`) each W_hh is pruned by magnitude,
- * row-balanced: the op derives the masks from the current weights in every forward, so the taggers re-prune at every
- * update from the dense weights (the master copy) and a checkpoint needs only the weights.
+ * row-balanced: the op derives the masks from the current weights in every forward. The taggers prune their initial
+ * weights (`pruneInitialWeights`), so the mask the op derives never changes: a pruned weight is zero and its
+ * gradient is zero under every optimiser the trainers offer, and a checkpoint needs only the weights.
  */
 export function packedBiLstm(
   x: Expression,
@@ -78,6 +80,21 @@ export function packedBiLstm(
     ],
     { density, pruning: "row-balanced" },
   );
+}
+
+/**
+ * Prunes the LSTMs' initial W_hh in place to `density`, row-balanced by magnitude (the op's own pruning): the pruned
+ * weights become 0. The op re-derives its mask from the weights at every forward; with the pruned weights at 0 (and
+ * their gradients 0: the op's gradient is masked) every later mask is this one, so a GPU engine keeps its sparse
+ * kernels' pairs and only refills their values (re-deriving a mask that moves with every update would pack and order
+ * the pairs again for each batch). Density 1 leaves the weights as they are.
+ */
+export function pruneInitialWeights(lstms: readonly LstmWeights[], density: number): void {
+  if (density >= 1) return;
+  for (const { Wh } of lstms) {
+    const mask = pruneByMagnitude(Wh.value, Wh.rows, Wh.cols, density, "row-balanced");
+    for (let i = 0; i < mask.length; i++) if (mask[i] === 0) Wh.value[i] = 0;
+  }
 }
 
 /** Node ids of `g` in packed order as rows [N, dim] (a concat of vectors, each a row, read as the rnn's x). */

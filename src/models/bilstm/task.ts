@@ -111,7 +111,7 @@ export const TAGGER_OPTIONS: readonly ModelOption[] = [
     flag: "--density <d>",
     help:
       "with --rnn persistent: keep this fraction of each BiLSTM's recurrent weights W_hh, the largest of every row, " +
-      "re-pruned from the dense weights at every update (docs/RNN.md)",
+      "pruned once, from the initial weights (the pruned ones become 0 and stay 0; docs/RNN.md)",
     type: { kind: "density" },
   },
 ];
@@ -205,7 +205,7 @@ export function taggerTask<O extends TaggerOptions>(
 
 /** The log line's words for a pruned tagger ("" when dense). */
 export function describeDensity(o: TaggerOptions): string {
-  return o.density < 1 ? `, recurrent weights pruned to density ${o.density} (row-balanced, every update)` : "";
+  return o.density < 1 ? `, recurrent weights pruned to density ${o.density} (row-balanced, pruned at initialisation)` : "";
 }
 
 export const biLstmTask = taggerTask<TaggerOptions>({
