@@ -216,7 +216,11 @@ describe("taggers with --rnn persistent", () => {
 
   test("--density 0.1 under Adam: the pruned weights stay 0 and the mask stays the initial one", () => {
     const vocab = biLstmTask.vocabulary.build(SENTENCES, TINY);
-    const model = biLstmTask.create({ ...TINY, hidden: 10, rnn: "persistent", density: 0.1 }, vocab, 3) as TaggerTaskModel;
+    const model = biLstmTask.create(
+      { ...TINY, hidden: 10, rnn: "persistent", density: 0.1 },
+      vocab,
+      3,
+    ) as TaggerTaskModel;
     const recurrent = model.params.all.filter((p) => /^Wh_[fb]$/.test(p.name));
     const first = recurrent.map((p) => pruneByMagnitude(p.value, p.rows, p.cols, 0.1, "row-balanced"));
     const engine = new CpuEngine(model.params);

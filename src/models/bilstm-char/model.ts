@@ -19,7 +19,14 @@ import {
   type SpelledSentence,
   shapesOf,
 } from "../bilstm/model.js";
-import { type Packing, packedBiLstm, packedNodes, packLengths, packValues, pruneInitialWeights } from "../bilstm/packed.js";
+import {
+  type Packing,
+  packedBiLstm,
+  packedNodes,
+  packLengths,
+  packValues,
+  pruneInitialWeights,
+} from "../bilstm/packed.js";
 
 export interface CharTaggerOptions extends BiLstmTaggerOptions {
   /** Rows of the character table: the characters and the unknown character (index 0). */

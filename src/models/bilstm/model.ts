@@ -15,7 +15,15 @@ import { affine5Node, affineNode } from "../../ops/linear.js";
 import { pickNegLogSoftmaxNode } from "../../ops/loss.js";
 import { affineRows, lookupRows, pickNegLogSoftmaxRows } from "../../ops/rows.js";
 import { concat2Node, input, lookupNode, pickRange, pickRangeNode, sumNode } from "../../ops/structure.js";
-import { type Packing, packedBiLstm, packLengths, pruneInitialWeights, packValues, TAGGER_RNNS, type TaggerRnn } from "./packed.js";
+import {
+  type Packing,
+  packedBiLstm,
+  packLengths,
+  packValues,
+  pruneInitialWeights,
+  TAGGER_RNNS,
+  type TaggerRnn,
+} from "./packed.js";
 
 /** A sentence as the network reads it: each word's row of the word table, and each word's tag (to train on it). */
 export interface EncodedSentence {

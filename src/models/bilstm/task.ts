@@ -205,7 +205,9 @@ export function taggerTask<O extends TaggerOptions>(
 
 /** The log line's words for a pruned tagger ("" when dense). */
 export function describeDensity(o: TaggerOptions): string {
-  return o.density < 1 ? `, recurrent weights pruned to density ${o.density} (row-balanced, pruned at initialisation)` : "";
+  return o.density < 1
+    ? `, recurrent weights pruned to density ${o.density} (row-balanced, pruned at initialisation)`
+    : "";
 }
 
 export const biLstmTask = taggerTask<TaggerOptions>({
