@@ -137,6 +137,30 @@ describe("the taggers' --rnn persistent path on the GPU autobatch engine against
     });
   }
 
+  for (const task of TASKS) {
+    test(`${task.name} --density 0.25: 3 Adam steps equal the CPU's; one sparse layer per W_hh across batches`, () => {
+      const opts = { ...PERSISTENT, density: 0.25 };
+      const vocab = task.vocabulary.build(synthetic, opts);
+      const want = trainSteps(task, opts, vocab, "adam", (p) => new CpuEngine(p));
+      const layers: number[] = [];
+      const got = trainSteps(task, opts, vocab, "adam", (p) => {
+        const e = createEngine("autobatch", p);
+        // after each update: the sparse layers the engine's rnn nodes hold (private; read for this test)
+        const update = e.update.bind(e);
+        e.update = (t) => {
+          update(t);
+          layers.push((e as unknown as { rnn?: { sparseLayerCount: number } }).rnn?.sparseLayerCount ?? 0);
+        };
+        return e;
+      });
+      console.log(`  ${task.name} --density 0.25 on autobatch: sparse layers after each step ${layers}`);
+      assertTrainedLike("autobatch --density 0.25", got, want, "adam");
+      const recurrent = got.params.all.filter((p) => /^Wh_c?[fb]$/.test(p.name)).length;
+      assert.ok(layers[0]! >= 1 && layers[0]! <= recurrent, `${layers[0]} sparse layers for ${recurrent} W_hh`);
+      assert.deepEqual(layers, [layers[0], layers[0], layers[0]], "a new batch made new sparse layers");
+    });
+  }
+
   test("WikiNER, the paper's sizes (256): a batch of 32 sentences on agenda (cuBLAS)", {
     skip: WIKINER ? false : "WikiNER not found",
   }, async () => {

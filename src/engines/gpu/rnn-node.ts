@@ -99,6 +99,9 @@ interface StepTable {
   readonly ints: number;
 }
 
+/** The sparse layers an engine keeps at most (their W_hh at addresses that move: computed in the graph). */
+const SPARSE_LAYERS = 8;
+
 /** A pruned direction's device buffers, [G·H, H] floats each: W_hh ⊙ mask, the mask (0.0 / 1.0), dW_hh scratch. */
 interface PrunedBuffers {
   readonly floats: number;
@@ -121,7 +124,12 @@ interface NodeState {
 export class GpuRnnNodes {
   private readonly gpu: RnnGpu;
   private readonly layers = new Map<string, RnnLayerBase>();
-  /** The sparse layers of pruned nodes by `cell/H/node/direction` (each holds its own pairs). */
+  /**
+   * The sparse layers of pruned directions by `cell/H/address of W_hh` (each holds its own pairs), most recently used
+   * last. A parameter's address is the same in every graph, so one layer serves its W_hh in every batch (a key by
+   * node id made a new layer, plan and pair upload for almost every batch, and kept them all); W_hh computed in the
+   * graph moves, so at most SPARSE_LAYERS are kept, the least recently used not in use dropped first.
+   */
   private readonly sparseLayers = new Map<string, SparsePersistentRnnLayer>();
   /** Direction pairs by `cell/H` (null: the layer has no layout within half the SMs, or concurrency is off). */
   private readonly pairs = new Map<string, DirectionPair | null>();
@@ -277,18 +285,37 @@ export class GpuRnnNodes {
   /** The sparse layer of a pruned direction with its pairs set, or the reason it runs on the dense kernels. */
   private sparseFor(
     r: RnnNode,
-    node: number,
-    d: number,
+    whh: DevicePtr,
     w: { host: Float32Array; mask: Uint8Array },
   ): SparsePersistentRnnLayer | string {
     if (process.env.VPPS_RNN_SPARSE === "0") return "VPPS_RNN_SPARSE=0";
-    const key = `${r.cell}/${r.hidden}/${node}/${d}`;
+    const key = `${r.cell}/${r.hidden}/${String(whh)}`;
     let l = this.sparseLayers.get(key);
-    if (!l) {
+    if (l) this.sparseLayers.delete(key);
+    else {
+      this.dropSparseLayers(SPARSE_LAYERS - 1);
       l = new SparsePersistentRnnLayer(this.gpu, r.cell, r.hidden);
-      this.sparseLayers.set(key, l);
     }
+    this.sparseLayers.set(key, l);
     return l.setWeights(w.host, w.mask, r.batchSizes[0]!) ?? l.prepare(r.batchSizes[0]!) ?? l;
+  }
+
+  /** Drops the least recently used sparse layers not in use by this graph's nodes until at most `keep` are left. */
+  private dropSparseLayers(keep: number): void {
+    const inUse = new Set<RnnLayerBase>();
+    for (const s of this.live.values()) for (const l of s.layers) inUse.add(l);
+    for (const [key, l] of this.sparseLayers) {
+      if (this.sparseLayers.size <= keep) break;
+      if (inUse.has(l)) continue;
+      this.ctx.stream.synchronize();
+      l.dispose();
+      this.sparseLayers.delete(key);
+    }
+  }
+
+  /** The sparse layers this engine holds (their count: a test reads it). */
+  get sparseLayerCount(): number {
+    return this.sparseLayers.size;
   }
 
   private prune(
@@ -358,7 +385,7 @@ export class GpuRnnNodes {
     // pruned W_hh, read back before direction 1 forks (the read waits for the engine's stream); each direction on a
     // sparse layer where its mask fits one (then the directions run in turn: a sparse launch takes every SM)
     const hostMasks = r.sparsity ? r.weights.map((w) => this.readMask(r, valPtr[w.W_hh]!)) : [];
-    const sparse = hostMasks.map((m, d) => this.sparseFor(r, i, d, m));
+    const sparse = hostMasks.map((m, d) => this.sparseFor(r, valPtr[r.weights[d]!.W_hh]!, m));
     const onSparse = sparse.map((s) => typeof s !== "string");
     const pair = D === 2 && !shared && !onSparse.some((x) => x) ? this.pair(r.cell, H) : null;
     const dense = pair || (onSparse.every((x) => x) && onSparse.length === D) ? null : this.layer(r.cell, H);
