@@ -693,3 +693,21 @@ describe("vpps plan rnn --density", () => {
     assert.equal(table, r.stdout);
   });
 });
+
+describe("the planner's threads per row group, given", () => {
+  test("only layouts of that width; the widths the planner would choose among all run", () => {
+    const free = planSparseRnnKernel("rnn-tanh", 2304, "forward", H100, { density: 0.1, replicas: 4 });
+    assert.ok(free.fits);
+    for (const t of [8, 10, 16]) {
+      const r = planSparseRnnKernel("rnn-tanh", 2304, "forward", H100, {
+        density: 0.1,
+        replicas: 4,
+        threadsPerRowGroup: t,
+      });
+      assert.ok(r.fits, `t = ${t}: ${r.fits ? "" : r.reason}`);
+      assert.equal(r.plan.threadsPerRowGroup, t);
+      assert.equal(r.plan.ctas, free.plan.ctas);
+      assert.ok(r.plan.costCycles >= free.plan.costCycles, `t = ${t} costs less than the planner's own choice`);
+    }
+  });
+});

@@ -313,11 +313,6 @@ export class GpuRnnNodes {
     }
   }
 
-  /** The sparse layers this engine holds (their count: a test reads it). */
-  get sparseLayerCount(): number {
-    return this.sparseLayers.size;
-  }
-
   private prune(
     r: RnnNode,
     w: { host: Float32Array; mask: Uint8Array },

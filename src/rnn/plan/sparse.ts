@@ -82,6 +82,8 @@ export interface SparsePlanOptions {
    * over ⌊SMs / replicas⌋ CTAs, so each holds about `replicas` times the pairs of a one-replica layout.
    */
   readonly replicas?: number;
+  /** Only layouts with this many threads per row group (comparisons of the planner's choice); default: any. */
+  readonly threadsPerRowGroup?: number;
 }
 
 export interface SparseRnnKernelPlan {
@@ -370,6 +372,7 @@ export function planSparseRnnKernel(
     const rowGroups = Math.ceil(rows / rw);
     if (rowGroups * rw - rows >= rw) continue; // a whole row group of padding
     for (let t = 1; t <= pairsPerRow && rowGroups * t <= 1024; t++) {
+      if (options.threadsPerRowGroup !== undefined && t !== options.threadsPerRowGroup) continue;
       const piece = Math.ceil(pairsPerRow / t);
       if ((piece - 1) * t >= pairsPerRow) continue; // a whole slot of padding in every thread of the group
       const active = rowGroups * t;

@@ -92,6 +92,9 @@ export function sparseKernelPlanFor(
     forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
     backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
   };
+  // VPPS_RNN_SPARSE_GROUP=T: only layouts of T threads per row group (comparisons of the planner's choice)
+  const group = Number.parseInt(process.env.VPPS_RNN_SPARSE_GROUP ?? "", 10);
+  if (Number.isInteger(group) && group >= 1) Object.assign(options, { threadsPerRowGroup: group });
   const bt = batchTileFor(batch);
   // VPPS_RNN_SPARSE_REPLICAS=N: at most N replicas (comparisons; 1 = a step's tiles in turn on one layout)
   const most = Number.parseInt(process.env.VPPS_RNN_SPARSE_REPLICAS ?? "", 10);
@@ -124,6 +127,8 @@ interface KernelBuild {
 }
 
 export class SparsePersistentRnnLayer extends RnnLayerBase {
+  /** Sparse layers made and not yet disposed in this process (a diagnostic: each holds compiled kernels and pairs). */
+  static alive = 0;
   readonly path = "persistent" as const;
   readonly model: DeviceModel;
   readonly options: Required<SparseRnnLayerOptions>;
@@ -147,6 +152,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
 
   constructor(gpu: RnnGpu, cell: RnnCellName, hidden: number, options: SparseRnnLayerOptions = {}) {
     super(gpu, cell, hidden);
+    SparsePersistentRnnLayer.alive++;
     this.model = deviceModelOfCuda(gpu.device.props);
     this.options = {
       sync: options.sync ?? "lamport",
@@ -437,6 +443,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     for (const [key, b] of [...this.builds]) this.dropBuild(key, b);
     if (this.xh !== null) this.gpu.device.driver.memFree(this.xh);
     this.gpu.device.driver.memFree(this.bar);
+    SparsePersistentRnnLayer.alive--;
     super.dispose();
   }
 }
