@@ -24,6 +24,8 @@ export interface SparseLayerOptions {
   readonly backwardPairsPerRow?: number;
   /** Copies of the layer a launch runs side by side (SparsePlanOptions.replicas; default 1). */
   readonly replicas?: number;
+  /** Only layouts of this many threads per row group (SparsePlanOptions.threadsPerRowGroup; default: any). */
+  readonly threadsPerRowGroup?: number;
 }
 
 /** The widest wide load a batch of `batch` sequences fills. */
@@ -55,6 +57,7 @@ export function planSparseRnnWidest(
       indexBits: options.indexBits,
       pairsPerRow: kind === "forward" ? options.forwardPairsPerRow : options.backwardPairsPerRow,
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+      ...(options.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: options.threadsPerRowGroup }),
     });
     if (r.fits) return r;
     miss = r;

@@ -86,15 +86,15 @@ export function sparseKernelPlanFor(
   csr: SparseRows,
 ): ReturnType<typeof planSparseRnnWidest> {
   const density = Math.max(csr.start[csr.rows]! / (csr.rows * csr.cols), 1 / (csr.rows * csr.cols));
+  // VPPS_RNN_SPARSE_GROUP=T: only layouts of T threads per row group (comparisons of the planner's choice)
+  const group = Number.parseInt(process.env.VPPS_RNN_SPARSE_GROUP ?? "", 10);
   const options = {
     density,
     batch,
     forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
     backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
+    ...(Number.isInteger(group) && group >= 1 ? { threadsPerRowGroup: group } : {}),
   };
-  // VPPS_RNN_SPARSE_GROUP=T: only layouts of T threads per row group (comparisons of the planner's choice)
-  const group = Number.parseInt(process.env.VPPS_RNN_SPARSE_GROUP ?? "", 10);
-  if (Number.isInteger(group) && group >= 1) Object.assign(options, { threadsPerRowGroup: group });
   const bt = batchTileFor(batch);
   // VPPS_RNN_SPARSE_REPLICAS=N: at most N replicas (comparisons; 1 = a step's tiles in turn on one layout)
   const most = Number.parseInt(process.env.VPPS_RNN_SPARSE_REPLICAS ?? "", 10);
