@@ -43,6 +43,34 @@ const oneLine =
     e instanceof RnnArgumentError && re.test(e.message) && !e.message.includes("\n");
 
 describe("magnitude pruning of W_hh", () => {
+  test("the selection equals sorting by (|w| descending, index): many ties, zeros of both signs, NaN; both modes", () => {
+    const rng = new RandomStream(17);
+    const pool = [0, -0, 0.5, -0.5, 1, -1, 2, Number.NaN, 3, -3];
+    const sorted = (w: Float32Array, from: number, n: number, keep: number) => {
+      const mag = (x: number) => (Number.isNaN(x) ? Number.POSITIVE_INFINITY : Math.abs(x));
+      const idx = Array.from({ length: n }, (_, j) => from + j);
+      idx.sort((a, b) => mag(w[b]!) - mag(w[a]!) || a - b);
+      return new Set(idx.slice(0, keep));
+    };
+    for (let trial = 0; trial < 60; trial++) {
+      const rows = 1 + Math.floor(rng.uniform() * 6);
+      const cols = 1 + Math.floor(rng.uniform() * 40);
+      const ties = trial % 2 === 0;
+      const w = Float32Array.from({ length: rows * cols }, () =>
+        ties ? pool[Math.floor(rng.uniform() * pool.length)]! : rng.uniform() - 0.5,
+      );
+      const kept = 1 + Math.floor(rng.uniform() * cols);
+      const rb = pruneKeeping(w, rows, cols, kept, "row-balanced");
+      for (let r = 0; r < rows; r++) {
+        const want = sorted(w, r * cols, cols, kept);
+        for (let j = 0; j < cols; j++) assert.equal(rb[r * cols + j], want.has(r * cols + j) ? 1 : 0, `trial ${trial}`);
+      }
+      const plain = pruneKeeping(w, rows, cols, kept, "plain");
+      const want = sorted(w, 0, rows * cols, kept * rows);
+      for (let i = 0; i < rows * cols; i++) assert.equal(plain[i], want.has(i) ? 1 : 0, `trial ${trial} plain`);
+    }
+  });
+
   test("row-balanced keeps exactly k = max(1, round(d·H)) per row: the largest |w|, ties to the lower column", () => {
     const w = Float32Array.from([
       // row 0: |−4| and 3 are the largest

@@ -28,8 +28,41 @@ export function keptPerRow(density: number, cols: number): number {
 const magnitude = (w: number): number => (Number.isNaN(w) ? Number.POSITIVE_INFINITY : Math.abs(w));
 
 /**
+ * The value at index `kth` of `a` sorted ascending (quickselect with a three-way partition, so that runs of equal
+ * values — the zeros of a pruned matrix — cost one pass; median-of-three pivots). Reorders `a`. No NaN in `a`.
+ */
+function selectAscending(a: Float64Array, kth: number): number {
+  let lo = 0;
+  let hi = a.length - 1;
+  while (lo < hi) {
+    const x = a[lo]!;
+    const y = a[(lo + hi) >>> 1]!;
+    const z = a[hi]!;
+    const pivot = Math.max(Math.min(x, y), Math.min(Math.max(x, y), z)); // the median of the three
+    // [lo, lt) < pivot, [lt, i) = pivot, (gt, hi] > pivot
+    let lt = lo;
+    let i = lo;
+    let gt = hi;
+    while (i <= gt) {
+      const v = a[i]!;
+      if (v < pivot) {
+        a[i++] = a[lt]!;
+        a[lt++] = v;
+      } else if (v > pivot) {
+        a[i] = a[gt]!;
+        a[gt--] = v;
+      } else i++;
+    }
+    if (kth < lt) hi = lt - 1;
+    else if (kth > gt) lo = gt + 1;
+    else return pivot;
+  }
+  return a[kth]!;
+}
+
+/**
  * Marks in `mask` (over the index range [from, from + n) of `w`) the `keep` entries of largest |w|, ties to the
- * lower index; `scratch` holds ≥ n values.
+ * lower index; `scratch` holds ≥ 2n values.
  */
 function keepLargest(
   w: ArrayLike<number>,
@@ -45,8 +78,9 @@ function keepLargest(
   }
   const mags = scratch.subarray(0, n);
   for (let j = 0; j < n; j++) mags[j] = magnitude(w[from + j]!);
-  const sorted = Float64Array.from(mags).sort();
-  const threshold = sorted[n - keep]!; // the keep-th largest
+  const work = scratch.subarray(n, 2 * n);
+  work.set(mags);
+  const threshold = selectAscending(work, n - keep); // the keep-th largest
   let above = 0;
   for (let j = 0; j < n; j++) if (mags[j]! > threshold) above++;
   let equal = keep - above; // entries at the threshold still to keep, lowest index first
@@ -70,10 +104,10 @@ export function pruneKeeping<T extends Buf>(
   const k = Math.min(cols, Math.max(1, kept));
   const mask = new Uint8Array(rows * cols);
   if (mode === "plain") {
-    keepLargest(w, 0, rows * cols, k * rows, mask, new Float64Array(rows * cols));
+    keepLargest(w, 0, rows * cols, k * rows, mask, new Float64Array(2 * rows * cols));
     return mask;
   }
-  const scratch = new Float64Array(cols);
+  const scratch = new Float64Array(2 * cols);
   for (let r = 0; r < rows; r++) keepLargest(w, r * cols, cols, k, mask, scratch);
   return mask;
 }
