@@ -417,8 +417,11 @@ describe("fuzz: damaged checkpoints and state.json", async () => {
     });
   });
 
-  test("the run itself is intact: it evaluates", async () => {
+  test("the run itself is intact: it evaluates; --split is refused in one line (the Tree-LSTM splits no file)", async () => {
     const r = await cli("eval", "treelstm", "--run", run, "--data", dev);
     assert.equal(r.code, 0, r.stderr);
+    const split = await cli("eval", "treelstm", "--run", run, "--data", dev, "--split", "test");
+    assert.equal(notOneLine(split, [1]), null, split.stderr);
+    assert.match(split.stderr, /--split test: treelstm does not split a single file .* give the file of that part/);
   });
 });

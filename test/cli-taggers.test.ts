@@ -200,6 +200,18 @@ describe("vpps train and eval for the taggers", atOnce, () => {
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /split by --split-seed 2 \(train 1356, dev 182, test 158\)/);
     assert.match(r.stdout, /^epoch 2: /m);
+    // eval --split: the part of the file the run's split seed gives (dev: training's dev F1 of the last epoch)
+    const devF1 = /^epoch 2: .*dev entity F1 ([\d.]+)%/m.exec(r.stdout)![1];
+    const dev = await vpps("eval", "bilstm-char", "--run", out, "--data", join(WIKINER, "dev.txt"), "--split", "dev");
+    assert.equal(dev.code, 0, dev.stderr);
+    assert.match(dev.stdout, /^data: .*dev\.txt \(its dev part, --split-seed 2\): 182 sentences; engine /m);
+    assert.match(dev.stdout, new RegExp(`^entity F1 ${devF1!.replace(".", "\\.")}%`, "m"));
+    const test = await vpps("eval", "bilstm-char", "--run", out, "--data", join(WIKINER, "dev.txt"), "--split", "test");
+    assert.equal(test.code, 0, test.stderr);
+    assert.match(test.stdout, /\(its test part, --split-seed 2\): 158 sentences; /);
+    const bad = await vpps("eval", "bilstm-char", "--run", out, "--data", join(WIKINER, "dev.txt"), "--split", "x");
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /--split <part>.*'x' is invalid. Allowed choices are train, dev, test/);
   });
 
   test("the synthetic task without --data, and vpps bench bilstm through the throughput suite", async () => {

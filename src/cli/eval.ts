@@ -1,5 +1,6 @@
 import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
+import { type SplitPart, splitBySeed } from "../data/tagged-split.js";
 import { checkEngineOptions, createEvaluationEngine } from "../engines/registry.js";
 import { assignParameters } from "../model/safetensors.js";
 import type { AnyTask } from "../models/task.js";
@@ -17,6 +18,8 @@ export interface EvalCommandOptions {
   batching: "depth" | "agenda";
   device: string;
   batch: number;
+  /** Only this part of the file, split by the run's split seed (as train splits a single file). */
+  split?: SplitPart;
   json: boolean;
 }
 
@@ -43,7 +46,15 @@ export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
   const unverified = checkCheckpointOf(ckpt, run.state, last.epoch);
   if (unverified !== null) process.stderr.write(`vpps: ${unverified}\n`);
   assignParameters(model.params, ckpt.tensors, ckpt.path);
-  const examples = task.data.fromFile(opts.data);
+  const all = task.data.fromFile(opts.data);
+  const splitSeed = (run.options as { splitSeed?: unknown }).splitSeed;
+  if (opts.split !== undefined && typeof splitSeed !== "number") {
+    throw new CliError(
+      `--split ${opts.split}: ${task.name} does not split a single file (it reads separate train, dev and test ` +
+        "files); give the file of that part to --data",
+    );
+  }
+  const examples = opts.split === undefined ? all : splitBySeed(all, splitSeed as number)[opts.split];
   const engine = createEvaluationEngine(opts.engine, model.params, { batching: opts.batching, device: opts.device });
   let metrics: Record<string, number>;
   try {
@@ -58,6 +69,7 @@ export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
       epoch: last.epoch,
       checkpoint: run.checkpoint,
       data: resolve(opts.data),
+      ...(opts.split === undefined ? {} : { split: opts.split, splitSeed }),
       examples: examples.length,
       engine: engine.name,
       metrics,
@@ -67,7 +79,8 @@ export function runEval(task: AnyTask, opts: EvalCommandOptions): void {
   }
   writeOut(
     `run: ${resolve(opts.run)}, epoch ${last.epoch} (${run.checkpoint})\n` +
-      `data: ${resolve(opts.data)}: ${examples.length} ${noun}; engine ${engine.name}\n` +
+      `data: ${resolve(opts.data)}${opts.split === undefined ? "" : ` (its ${opts.split} part, --split-seed ${splitSeed})`}: ` +
+      `${examples.length} ${noun}; engine ${engine.name}\n` +
       `${task.metrics.map((m) => `${m.name} ${(100 * metrics[m.key]!).toFixed(2)}%`).join("  ")}\n`,
   );
 }

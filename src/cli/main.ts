@@ -147,6 +147,13 @@ function addEvalCommand(evaluate: Command, task: AnyTask): void {
     );
   addEngineOptions(command, "execution engine (one that cannot run forward passes is evaluated on another)")
     .option("--batch <n>", `${task.data.noun} per forward pass`, positiveInt("--batch"), 64)
+    .addOption(
+      new Option(
+        "--split <part>",
+        "only this part of --data, split as training split a single file (the run's --split-seed): the held-out " +
+          "test part of a file that train split",
+      ).choices(["train", "dev", "test"]),
+    )
     .option("--json", "print the result as one JSON object on stdout", false)
     .action(async (opts: EvalCommandOptions) => {
       const { runEval } = await import("./eval.js");
