@@ -38,6 +38,7 @@ import {
   unpackSparseRows,
   type WideLoad,
 } from "../src/rnn/plan/index.js";
+import { sparseKernelPlanFor } from "../src/rnn/runtime/sparse.js";
 import { gatesOf, RNN_CELLS, type RnnCell } from "../src/rnn/spec.js";
 import { RandomStream } from "../src/util/random.js";
 import { cli, hasTrace } from "./cli-harness.js";
@@ -709,5 +710,24 @@ describe("the planner's threads per row group, given", () => {
       assert.equal(r.plan.ctas, free.plan.ctas);
       assert.ok(r.plan.costCycles >= free.plan.costCycles, `t = ${t} costs less than the planner's own choice`);
     }
+  });
+});
+
+describe("replicas of a launch over several tiles (sparseKernelPlanFor)", () => {
+  const planAt = (hidden: number, density: number, batch: number) => {
+    const csr = randomRowBalancedRows(hidden, hidden, Math.round(density * hidden), 1);
+    const r = sparseKernelPlanFor("rnn-tanh", hidden, H100, "forward", batch, csr);
+    assert.ok(r.fits, r.fits ? "" : r.reason);
+    return r.plan;
+  };
+  test("one replica per tile where that fits; else the fewest replicas that take as few rounds", () => {
+    // 4 tiles: at 10 % four replicas of 33 CTAs fit (one round per step)
+    const p10 = planAt(2304, 0.1, 16);
+    assert.deepEqual([p10.ctas, p10.replicas], [33, 4]);
+    // at 20 % at most three fit: two rounds either way, so two replicas of 66 CTAs, not three of 44
+    const p20 = planAt(2304, 0.2, 16);
+    assert.deepEqual([p20.ctas, p20.replicas], [66, 2]);
+    // one tile: one layout over every SM
+    assert.equal(planAt(2304, 0.2, 4).replicas, 1);
   });
 });

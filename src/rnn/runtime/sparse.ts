@@ -99,9 +99,18 @@ export function sparseKernelPlanFor(
   // VPPS_RNN_SPARSE_REPLICAS=N: at most N replicas (comparisons; 1 = a step's tiles in turn on one layout)
   const most = Number.parseInt(process.env.VPPS_RNN_SPARSE_REPLICAS ?? "", 10);
   const cap = Number.isInteger(most) && most >= 1 ? most : model.smCount;
-  for (let replicas = Math.min(Math.ceil(batch / bt), cap); replicas > 1; replicas--) {
+  const tiles = Math.ceil(batch / bt);
+  const planOf = (replicas: number) => {
     const r = planSparseRnnWidest(cell, hidden, kind, model, { ...options, replicas });
-    if (r.fits && r.plan.batchTile === bt) return r;
+    return r.fits && r.plan.batchTile === bt ? r : null;
+  };
+  for (let replicas = Math.min(tiles, cap); replicas > 1; replicas--) {
+    const r = planOf(replicas);
+    if (r === null) continue;
+    // the most replicas that fit take ⌈tiles / replicas⌉ rounds per step; the fewest replicas with as many rounds
+    // spread each over more CTAs (fewer pairs per CTA): 4 tiles on 3 replicas are 2 rounds, as on 2 replicas
+    const fewest = Math.ceil(tiles / Math.ceil(tiles / replicas));
+    return (fewest < replicas ? planOf(fewest) : null) ?? r;
   }
   return planSparseRnnWidest(cell, hidden, kind, model, options);
 }
