@@ -64,6 +64,9 @@ export interface SparseRnnBenchRow {
     threadsPerRowGroup: number;
     rowsPerThread: number;
     pairsPerThread: number;
+    /** CTAs of one replica, and the replicas a launch at this batch runs (one per tile, or tiles in turn). */
+    ctas: number;
+    replicas: number;
   };
 }
 
@@ -245,6 +248,8 @@ export function runSparseRnnBench(
                   threadsPerRowGroup: p.threadsPerRowGroup,
                   rowsPerThread: p.rowsPerThread,
                   pairsPerThread: p.pairsPerThread,
+                  ctas: p.ctas,
+                  replicas: Math.min(Math.ceil(base.batch / p.batchTile), p.replicas),
                 },
               };
               rows.push(row);
