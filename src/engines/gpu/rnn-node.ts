@@ -287,22 +287,26 @@ export class GpuRnnNodes {
     r: RnnNode,
     whh: DevicePtr,
     w: { host: Float32Array; mask: Uint8Array },
+    node: ReadonlySet<RnnLayerBase>,
   ): SparsePersistentRnnLayer | string {
     if (process.env.VPPS_RNN_SPARSE === "0") return "VPPS_RNN_SPARSE=0";
     const key = `${r.cell}/${r.hidden}/${String(whh)}`;
     let l = this.sparseLayers.get(key);
     if (l) this.sparseLayers.delete(key);
     else {
-      this.dropSparseLayers(SPARSE_LAYERS - 1);
+      this.dropSparseLayers(SPARSE_LAYERS - 1, node);
       l = new SparsePersistentRnnLayer(this.gpu, r.cell, r.hidden);
     }
     this.sparseLayers.set(key, l);
     return l.setWeights(w.host, w.mask, r.batchSizes[0]!) ?? l.prepare(r.batchSizes[0]!) ?? l;
   }
 
-  /** Drops the least recently used sparse layers not in use by this graph's nodes until at most `keep` are left. */
-  private dropSparseLayers(keep: number): void {
-    const inUse = new Set<RnnLayerBase>();
+  /**
+   * Drops the least recently used sparse layers not in use — by this graph's nodes or by `node` (the node being
+   * computed) — until at most `keep` are left.
+   */
+  private dropSparseLayers(keep: number, node: ReadonlySet<RnnLayerBase>): void {
+    const inUse = new Set<RnnLayerBase>(node);
     for (const s of this.live.values()) for (const l of s.layers) inUse.add(l);
     for (const [key, l] of this.sparseLayers) {
       if (this.sparseLayers.size <= keep) break;
@@ -380,7 +384,12 @@ export class GpuRnnNodes {
     // pruned W_hh, read back before direction 1 forks (the read waits for the engine's stream); each direction on a
     // sparse layer where its mask fits one (then the directions run in turn: a sparse launch takes every SM)
     const hostMasks = r.sparsity ? r.weights.map((w) => this.readMask(r, valPtr[w.W_hh]!)) : [];
-    const sparse = hostMasks.map((m, d) => this.sparseFor(r, valPtr[r.weights[d]!.W_hh]!, m));
+    const chosen = new Set<RnnLayerBase>();
+    const sparse = hostMasks.map((m, d) => {
+      const s = this.sparseFor(r, valPtr[r.weights[d]!.W_hh]!, m, chosen);
+      if (typeof s !== "string") chosen.add(s);
+      return s;
+    });
     const onSparse = sparse.map((s) => typeof s !== "string");
     const pair = D === 2 && !shared && !onSparse.some((x) => x) ? this.pair(r.cell, H) : null;
     const dense = pair || (onSparse.every((x) => x) && onSparse.length === D) ? null : this.layer(r.cell, H);
