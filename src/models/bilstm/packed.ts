@@ -9,7 +9,7 @@
  * bias). `swapGateOrder` converts a matrix or bias between the two; docs/MODELS.md says so.
  */
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
-import { pruneByMagnitude } from "../../ops/prune.js";
+import { applyMask, pruneByMagnitude } from "../../ops/prune.js";
 import { rnn } from "../../ops/recurrent-op.js";
 import { sortByLength, stepOffsets } from "../../rnn/index.js";
 import type { LstmWeights } from "./model.js";
@@ -92,8 +92,7 @@ export function packedBiLstm(
 export function pruneInitialWeights(lstms: readonly LstmWeights[], density: number): void {
   if (density >= 1) return;
   for (const { Wh } of lstms) {
-    const mask = pruneByMagnitude(Wh.value, Wh.rows, Wh.cols, density, "row-balanced");
-    for (let i = 0; i < mask.length; i++) if (mask[i] === 0) Wh.value[i] = 0;
+    Wh.value.set(applyMask(Wh.value, pruneByMagnitude(Wh.value, Wh.rows, Wh.cols, density, "row-balanced")));
   }
 }
 
