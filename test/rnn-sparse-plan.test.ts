@@ -103,13 +103,22 @@ describe("sparse planner", () => {
       for (const hidden of [40, 300, 1152, 2304, 4000]) {
         for (const density of [0.01, 0.1, 0.3]) {
           for (const kind of ["forward", "backward"] as const) {
-            for (const batchTile of [1, 2, 4] as const) {
-              const r = planSparseRnnKernel(cell, hidden, kind, H100, { density, batchTile });
+            for (const [batchTile, ctasPerSm] of [
+              [1, 1],
+              [2, 1],
+              [4, 1],
+              [2, 2],
+              [4, 2],
+            ] as const) {
+              const r = planSparseRnnKernel(cell, hidden, kind, H100, { density, batchTile, ctasPerSm });
               if (!r.fits) continue;
               const p = r.plan;
               const G = gatesOf(cell);
-              const at = `${cell} ${hidden} ${density} ${kind} v${batchTile}`;
-              assert.equal(p.registerLimit, schedulerRegisterLimit(H100, p.threads), at);
+              const at = `${cell} ${hidden} ${density} ${kind} v${batchTile} ×${ctasPerSm}`;
+              assert.equal(p.ctasPerSm, ctasPerSm, at);
+              assert.equal(p.registerLimit, schedulerRegisterLimit(H100, p.threads, ctasPerSm), at);
+              assert.ok(p.threads * ctasPerSm <= H100.maxThreadsPerSm, at);
+              assert.ok(ctasPerSm * (p.sharedBytes + H100.reservedSharedPerBlock) <= H100.sharedPerSm, at);
               assert.ok(p.registersEstimate + registerMargin(p.registerLimit) <= p.registerLimit, at);
               const n = p.pairsPerThread;
               assert.equal(n, p.rowsPerThread * p.pairsPerPiece, at);
@@ -126,7 +135,8 @@ describe("sparse planner", () => {
                 at,
               );
               assert.ok(p.unitsPerCta * batchTile <= p.threads, at);
-              assert.ok(p.ctas <= H100.smCount && p.ctas * p.unitsPerCta >= hidden, at);
+              assert.ok(p.ctas <= H100.smCount * ctasPerSm && p.ctas * p.unitsPerCta >= hidden, at);
+              assert.equal(p.replicas, Math.floor((H100.smCount * ctasPerSm) / p.ctas), at);
               assert.ok((p.ctas - 1) * p.unitsPerCta < hidden, at);
               assert.equal(p.rows, kind === "forward" ? G * p.unitsPerCta : p.unitsPerCta, at);
               assert.equal(p.cols, kind === "forward" ? hidden : G * hidden, at);
@@ -174,7 +184,7 @@ describe("sparse planner", () => {
     assert.equal(wide.pairRegisters, 2 * wide.pairsPerThread);
     // a device with ample shared memory: 32-bit indices past 65,536, and then the cell's thread per (unit, batch
     // column) is what stops it
-    const big = { ...H100, sharedPerBlock: 1 << 30 };
+    const big = { ...H100, sharedPerBlock: 1 << 30, sharedPerSm: 1 << 30 };
     const r32 = planSparseRnnKernel("rnn-tanh", 70000, "forward", big, { density: 0.0002, batchTile: 1 });
     assert.ok(r32.fits && r32.plan.indexBits === 32, r32.fits ? "" : r32.reason);
     const threads = planSparseRnnKernel("rnn-tanh", 140000, "forward", big, { density: 0.0001, batchTile: 1 });
@@ -710,6 +720,27 @@ describe("the planner's threads per row group, given", () => {
       assert.equal(r.plan.ctas, free.plan.ctas);
       assert.ok(r.plan.costCycles >= free.plan.costCycles, `t = ${t} costs less than the planner's own choice`);
     }
+  });
+});
+
+describe("two CTAs per SM", () => {
+  test("a replica spreads over twice the CTAs, each under half an SM's registers", () => {
+    const one = planSparseRnnKernel("rnn-tanh", 2304, "forward", H100, { density: 0.1, replicas: 4 });
+    const two = planSparseRnnKernel("rnn-tanh", 2304, "forward", H100, { density: 0.1, replicas: 4, ctasPerSm: 2 });
+    assert.ok(one.fits && two.fits);
+    assert.deepEqual([one.plan.ctas, one.plan.unitsPerCta, one.plan.ctasPerSm], [33, 70, 1]);
+    assert.deepEqual([two.plan.ctas, two.plan.unitsPerCta, two.plan.ctasPerSm], [66, 35, 2]);
+    assert.equal(two.plan.replicas, 4);
+    // 256 threads, two CTAs: 16 warps share the register file, 128 registers each (ptxas's __launch_bounds__(256, 2))
+    assert.equal(two.plan.threads, 256);
+    assert.equal(two.plan.registerLimit, 128);
+    assert.ok(two.plan.pairsPerThread * two.plan.threads >= 35 * two.plan.pairsPerRow);
+  });
+  test("ctasPerSm other than 1 or 2 is refused", () => {
+    assert.throws(
+      () => planSparseRnnKernel("rnn-tanh", 256, "forward", H100, { density: 0.1, ctasPerSm: 3 as 1 }),
+      /ctasPerSm must be 1 or 2; got 3/,
+    );
   });
 });
 

@@ -67,6 +67,8 @@ export interface SparseRnnBenchRow {
     /** CTAs of one replica, and the replicas a launch at this batch runs (one per tile, or tiles in turn). */
     ctas: number;
     replicas: number;
+    /** CTAs resident on one SM. */
+    ctasPerSm: number;
   };
 }
 
@@ -250,6 +252,7 @@ export function runSparseRnnBench(
                   pairsPerThread: p.pairsPerThread,
                   ctas: p.ctas,
                   replicas: Math.min(Math.ceil(base.batch / p.batchTile), p.replicas),
+                  ctasPerSm: p.ctasPerSm,
                 },
               };
               rows.push(row);

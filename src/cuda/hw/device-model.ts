@@ -190,14 +190,15 @@ export function registersPerThread(device: DeviceModel, threadsPerCta: number, c
 }
 
 /**
- * Registers one thread of a `threads`-thread CTA may use, one CTA per SM, as ptxas enforces it. Besides the SM-wide budget
+ * Registers one thread of a `threads`-thread CTA may use, `ctasPerSm` CTAs per SM (default one), as ptxas enforces it. Besides the SM-wide budget
  * (registersPerThread), the register file is split evenly between the SM's four schedulers and a warp's registers
  * come from its scheduler's quarter, so the scheduler with the most warps (⌈warps / 4⌉) bounds them: 9 warps get 168
  * registers, not 224 (__launch_bounds__(288, 1)). The persistent RNN planner uses it; VPPS's 256-thread CTAs are
  * not affected (8 warps: the two limits agree).
  */
-export function schedulerRegisterLimit(device: DeviceModel, threads: number): number {
+export function schedulerRegisterLimit(device: DeviceModel, threads: number, ctasPerSm = 1): number {
   const warps = threads / device.warpSize;
-  const perScheduler = device.regsPerSm / 4 / (Math.ceil(warps / 4) * device.warpSize);
-  return Math.min(registersPerThread(device, threads, 1), Math.floor(perScheduler / 8) * 8);
+  // each CTA's warps spread over the four schedulers: its busiest holds ⌈warps / 4⌉, once per resident CTA
+  const perScheduler = device.regsPerSm / 4 / (Math.ceil(warps / 4) * ctasPerSm * device.warpSize);
+  return Math.min(registersPerThread(device, threads, ctasPerSm), Math.floor(perScheduler / 8) * 8);
 }

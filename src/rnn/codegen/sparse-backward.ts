@@ -39,7 +39,7 @@ ${SPARSE_HELPERS}
 // dpre_h [N, G·H]: gradients of the recurrent pre-activations (what W_hh's gradient reads; the step before reads
 // them from the exchange buffer xh, filled with −0.0 by rnn_fill for Lamport builds); dpre_x [N, G·H]: those of the
 // input side (GRU only: its n gate differs by r).
-extern "C" __global__ void __launch_bounds__(NT, 1) ${SPARSE_KERNEL_NAMES.backward}(
+extern "C" __global__ void __launch_bounds__(NT, CPS) ${SPARSE_KERNEL_NAMES.backward}(
 ${renderParams(SPARSE_BACKWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
   float* hs = reinterpret_cast<float*>(smem4); // the tile's gate gradients [K·BT]

@@ -40,7 +40,7 @@ ${SPARSE_HELPERS}
 // y [N, ldy] (this direction's columns); saved when 'train': LSTM gates [N, 4H], c [N, H]; GRU r, z, n [N, 3H],
 // W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H]. xh: the exchange buffer of the steps' h (filled with −0.0 by
 // rnn_fill for Lamport builds). bar: the barrier build's step counter (zero at launch).
-extern "C" __global__ void __launch_bounds__(NT, 1) ${SPARSE_KERNEL_NAMES.forward}(
+extern "C" __global__ void __launch_bounds__(NT, CPS) ${SPARSE_KERNEL_NAMES.forward}(
 ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
   float* hs = reinterpret_cast<float*>(smem4); // the tile's h(t−1) [K·BT]

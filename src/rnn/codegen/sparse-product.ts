@@ -76,6 +76,7 @@ export function sparseConstants(plan: SparseRnnKernelPlan, opts: SparseKernelOpt
 constexpr int G = ${G};
 constexpr int UC = ${plan.unitsPerCta};  // units per CTA
 constexpr int CPG = ${plan.ctas};  // CTAs of one replica
+constexpr int CPS = ${plan.ctasPerSm};  // CTAs resident on one SM
 constexpr int NT = ${plan.threads};  // threads per CTA
 constexpr int BT = ${plan.batchTile};  // batch columns of a tile
 constexpr int K = ${plan.cols};  // the vector's length (a pair's index range)

@@ -5,6 +5,7 @@
 import type { DeviceModel } from "../../cuda/hw/device-model.js";
 import type { RnnCellName, RnnKernelKind } from "./dense.js";
 import {
+  type CtasPerSm,
   planSparseRnnKernel,
   type SparseBound,
   type SparseIndexBits,
@@ -26,6 +27,10 @@ export interface SparseLayerOptions {
   readonly replicas?: number;
   /** Only layouts of this many threads per row group (SparsePlanOptions.threadsPerRowGroup; default: any). */
   readonly threadsPerRowGroup?: number;
+  /** CTAs resident on one SM (SparsePlanOptions.ctasPerSm; default 1). */
+  readonly ctasPerSm?: CtasPerSm;
+  /** The widest batch tile to try (default: the widest the batch fills). */
+  readonly maxBatchTile?: WideLoad;
 }
 
 /** The widest wide load a batch of `batch` sequences fills. */
@@ -47,7 +52,7 @@ export function planSparseRnnWidest(
   device: DeviceModel,
   options: SparseLayerOptions,
 ): SparseRnnPlanResult {
-  const widest = batchTileFor(options.batch ?? 4);
+  const widest = Math.min(batchTileFor(options.batch ?? 4), options.maxBatchTile ?? 4);
   let miss: SparseMiss | undefined;
   for (const bt of [4, 2, 1] as const) {
     if (bt > widest) continue;
@@ -58,6 +63,7 @@ export function planSparseRnnWidest(
       pairsPerRow: kind === "forward" ? options.forwardPairsPerRow : options.backwardPairsPerRow,
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(options.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: options.threadsPerRowGroup }),
+      ...(options.ctasPerSm === undefined ? {} : { ctasPerSm: options.ctasPerSm }),
     });
     if (r.fits) return r;
     miss = r;

@@ -84,7 +84,16 @@ export interface SparsePlanOptions {
   readonly replicas?: number;
   /** Only layouts with this many threads per row group (comparisons of the planner's choice); default: any. */
   readonly threadsPerRowGroup?: number;
+  /**
+   * CTAs resident on one SM (default 1): 2 spreads a replica over twice the CTAs, each with half an SM's registers and
+   * shared memory, so that two CTAs of different replicas share an SM and one computes while the other waits for its
+   * vector.
+   */
+  readonly ctasPerSm?: CtasPerSm;
 }
+
+/** CTAs of a sparse kernel resident on one SM. */
+export type CtasPerSm = 1 | 2;
 
 export interface SparseRnnKernelPlan {
   readonly cell: RnnCellName;
@@ -96,8 +105,10 @@ export interface SparseRnnKernelPlan {
   readonly batchTile: WideLoad;
   /** CTAs of one replica, one per SM at most; CTA c owns units [c·unitsPerCta, (c+1)·unitsPerCta) ∩ [0, hidden). */
   readonly ctas: number;
-  /** The most copies of the layer a launch could run at once, one CTA per SM: ⌊SMs / ctas⌋. */
+  /** The most copies of the layer a launch could run at once: ⌊SMs · ctasPerSm / ctas⌋. */
   readonly replicas: number;
+  /** CTAs resident on one SM (the kernel's __launch_bounds__ minimum). */
+  readonly ctasPerSm: CtasPerSm;
   readonly unitsPerCta: number;
   /** Rows of the CTA's matrix: unitsPerCta·G (forward, gate-major: local row g·unitsPerCta + u) or unitsPerCta. */
   readonly rows: number;
@@ -281,6 +292,9 @@ function checkOptions(where: string, hidden: number, o: SparsePlanOptions): void
   if (o.replicas !== undefined && !(Number.isInteger(o.replicas) && o.replicas >= 1)) {
     throw new RangeError(`${where}: replicas must be a positive integer; got ${o.replicas}`);
   }
+  if (o.ctasPerSm !== undefined && o.ctasPerSm !== 1 && o.ctasPerSm !== 2) {
+    throw new RangeError(`${where}: ctasPerSm must be 1 or 2; got ${o.ctasPerSm}`);
+  }
 }
 
 /**
@@ -303,7 +317,8 @@ export function planSparseRnnKernel(
   const { density } = options;
   const bt = options.batchTile ?? 4;
   const G = gatesOf(cell);
-  const ctaBudget = Math.max(1, Math.floor(device.smCount / (options.replicas ?? 1)));
+  const cps = options.ctasPerSm ?? 1;
+  const ctaBudget = Math.max(1, Math.floor((device.smCount * cps) / (options.replicas ?? 1)));
   const unitsPerCta = Math.ceil(hidden / ctaBudget);
   const ctas = Math.ceil(hidden / unitsPerCta);
   const rows = kind === "forward" ? unitsPerCta * G : unitsPerCta;
@@ -378,17 +393,21 @@ export function planSparseRnnKernel(
       const active = rowGroups * t;
       const threads = Math.ceil(active / 32) * 32;
       if (unitsPerCta * bt > threads) continue; // the cell needs a thread per (unit, batch column) of a tile
+      if (threads * cps > device.maxThreadsPerSm) continue;
       const n = rw * piece;
       const pairRegisters = n + (indexBits === 16 ? Math.ceil(n / 2) : n);
       const estimate = pairRegisters + acc + extra;
-      const limit = schedulerRegisterLimit(device, threads);
+      const limit = schedulerRegisterLimit(device, threads, cps);
       const over = estimate + registerMargin(limit) - limit;
       tightest = Math.min(tightest, over);
       if (over > 0) continue;
       const reduction = reductionOf(t);
       const paddedRows = rowGroups * rw;
       const sharedBytes = hBytes + 4 * (reductionFloats(reduction, threads, paddedRows, rw, bt) + stateFloats);
-      if (sharedBytes > device.sharedPerBlock) {
+      if (
+        sharedBytes > device.sharedPerBlock ||
+        cps * (sharedBytes + device.reservedSharedPerBlock) > device.sharedPerSm
+      ) {
         sharedMiss = sharedBytes;
         continue;
       }
@@ -410,7 +429,8 @@ export function planSparseRnnKernel(
           indexBits,
           batchTile: bt,
           ctas,
-          replicas: Math.floor(device.smCount / ctas),
+          replicas: Math.floor((device.smCount * cps) / ctas),
+          ctasPerSm: cps,
           unitsPerCta,
           rows,
           cols,

@@ -31,6 +31,7 @@ import {
 import {
   bankAwareOrder,
   batchTileFor,
+  type CtasPerSm,
   packPairsWithSlots,
   planSparseRnnLayer,
   planSparseRnnWidest,
@@ -43,6 +44,7 @@ import {
   sparsePairsPerRow,
   sparseRowsOf,
   transposeSparseRows,
+  type WideLoad,
 } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
@@ -88,14 +90,19 @@ export function sparseKernelPlanFor(
   const density = Math.max(csr.start[csr.rows]! / (csr.rows * csr.cols), 1 / (csr.rows * csr.cols));
   // VPPS_RNN_SPARSE_GROUP=T: only layouts of T threads per row group (comparisons of the planner's choice)
   const group = Number.parseInt(process.env.VPPS_RNN_SPARSE_GROUP ?? "", 10);
+  // VPPS_RNN_SPARSE_CPS=1|2: CTAs per SM; VPPS_RNN_SPARSE_TILE=1|2|4: the widest batch tile (comparisons)
+  const cps = Number.parseInt(process.env.VPPS_RNN_SPARSE_CPS ?? "", 10);
+  const tile = Number.parseInt(process.env.VPPS_RNN_SPARSE_TILE ?? "", 10);
   const options = {
     density,
     batch,
     forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
     backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
     ...(Number.isInteger(group) && group >= 1 ? { threadsPerRowGroup: group } : {}),
+    ...(cps === 1 || cps === 2 ? { ctasPerSm: cps as CtasPerSm } : {}),
+    ...(tile === 1 || tile === 2 || tile === 4 ? { maxBatchTile: tile as WideLoad } : {}),
   };
-  const bt = batchTileFor(batch);
+  const bt = Math.min(batchTileFor(batch), options.maxBatchTile ?? 4);
   // VPPS_RNN_SPARSE_REPLICAS=N: at most N replicas (comparisons; 1 = a step's tiles in turn on one layout)
   const most = Number.parseInt(process.env.VPPS_RNN_SPARSE_REPLICAS ?? "", 10);
   const cap = Number.isInteger(most) && most >= 1 ? most : model.smCount;
@@ -239,7 +246,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     if (!b) {
       const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
       const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
-      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}`;
+      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}_${plan.ctasPerSm}`;
       const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
       this.modules.push(module);
       const fn = module.getFunction(SPARSE_KERNEL_NAMES[kind]);
@@ -249,8 +256,10 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       if (attrs.localBytes > 0) {
         throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel spills (${attrs.localBytes} bytes per thread)`);
       }
-      if (fn.maxActiveBlocksPerSm(plan.threads, bytes) < 1) {
-        throw new Error(`SparsePersistentRnnLayer: the ${kind} kernel's CTA cannot be resident`);
+      if (fn.maxActiveBlocksPerSm(plan.threads, bytes) < plan.ctasPerSm) {
+        throw new Error(
+          `SparsePersistentRnnLayer: the ${kind} kernel's ${plan.ctasPerSm === 1 ? "CTA" : `${plan.ctasPerSm} CTAs per SM`} cannot be resident`,
+        );
       }
       const replicas = Math.min(Math.ceil(batch / plan.batchTile), plan.replicas);
       b = { plan, replicas, fn, fill: module.getFunction(RNN_KERNEL_NAMES.fill), module };
@@ -466,6 +475,7 @@ function samePlan(a: SparseRnnKernelPlan, b: SparseRnnKernelPlan): boolean {
     a.threadsPerRowGroup === b.threadsPerRowGroup &&
     a.batchTile === b.batchTile &&
     a.ctas === b.ctas &&
+    a.ctasPerSm === b.ctasPerSm &&
     a.indexBits === b.indexBits
   );
 }
