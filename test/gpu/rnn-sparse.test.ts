@@ -240,6 +240,39 @@ describe("the sparse persistent kernels against the masked CPU reference", { ski
     }
   });
 
+  test("one or two CTAs per SM, tiles of 4, 2 and 1 (VPPS_RNN_SPARSE_CPS, _TILE): each matches the reference", () => {
+    const saved = [process.env.VPPS_RNN_SPARSE_CPS, process.env.VPPS_RNN_SPARSE_TILE];
+    try {
+      for (const [cell, hidden] of [
+        ["lstm", 256],
+        ["rnn-tanh", 1152],
+      ] as const) {
+        const spec = { cell, inputSize: 32, hidden, layers: 1, bidirectional: false };
+        for (const [cps, tile] of [
+          [1, 4],
+          [2, 4],
+          [2, 2],
+          [2, 1],
+        ]) {
+          process.env.VPPS_RNN_SPARSE_CPS = String(cps);
+          process.env.VPPS_RNN_SPARSE_TILE = String(tile);
+          const p = pairOf(spec, { density: 0.1 }, {});
+          compare(p, spec, BATCH_16, 40 + cps + tile, 1e-4);
+          compare(p, spec, BATCH_4, 50 + cps + tile, 1e-4);
+          assert.deepEqual(p.notices, [], `${cell} ${hidden}: ${cps} per SM, tile ${tile}`);
+        }
+      }
+    } finally {
+      for (const [k, v] of [
+        ["VPPS_RNN_SPARSE_CPS", saved[0]],
+        ["VPPS_RNN_SPARSE_TILE", saved[1]],
+      ] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  });
+
   test("new weights under the same mask (values refilled in place) and under a new mask (packed again), batch 16", () => {
     const spec = { cell: "gru", inputSize: 32, hidden: 128, layers: 1, bidirectional: false } as const;
     const p = pairOf(spec, { density: 0.2 }, {});
