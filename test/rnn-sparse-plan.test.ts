@@ -751,14 +751,35 @@ describe("replicas of a launch over several tiles (sparseKernelPlanFor)", () => 
     assert.ok(r.fits, r.fits ? "" : r.reason);
     return r.plan;
   };
-  test("one replica per tile where that fits; else the fewest replicas that take as few rounds", () => {
-    // 4 tiles: at 10 % four replicas of 33 CTAs fit (one round per step)
-    const p10 = planAt(2304, 0.1, 16);
-    assert.deepEqual([p10.ctas, p10.replicas], [33, 4]);
-    // at 20 % at most three fit: two rounds either way, so two replicas of 66 CTAs, not three of 44
-    const p20 = planAt(2304, 0.2, 16);
-    assert.deepEqual([p20.ctas, p20.replicas], [66, 2]);
-    // one tile: one layout over every SM
-    assert.equal(planAt(2304, 0.2, 4).replicas, 1);
+  test("the fewest rounds per step, then the least vector per SM, then two CTAs per SM", () => {
+    const launch = (p: ReturnType<typeof planAt>, batch: number) => {
+      const tiles = Math.ceil(batch / p.batchTile);
+      const replicas = Math.min(tiles, p.replicas);
+      return { tile: p.batchTile, perSm: p.ctasPerSm, ctas: p.ctas, replicas, rounds: Math.ceil(tiles / replicas) };
+    };
+    // 16 sequences at 10 %: four replicas of tile 4 (33 CTAs each) take one round; tile 2 would need eight
+    assert.deepEqual(launch(planAt(2304, 0.1, 16), 16), { tile: 4, perSm: 1, ctas: 33, replicas: 4, rounds: 1 });
+    // at 20 % at most two replicas of tile 4 fit (two rounds); four of tile 2 also take two, copying half the vector
+    assert.deepEqual(launch(planAt(2304, 0.2, 16), 16), { tile: 2, perSm: 1, ctas: 33, replicas: 4, rounds: 2 });
+    // 4 sequences: one round either way; four replicas of one column copy the least
+    assert.deepEqual(launch(planAt(2304, 0.1, 4), 4), { tile: 1, perSm: 1, ctas: 33, replicas: 4, rounds: 1 });
+    // one sequence: one replica over the SMs
+    assert.deepEqual(launch(planAt(2304, 0.1, 1), 1), { tile: 1, perSm: 1, ctas: 128, replicas: 1, rounds: 1 });
+  });
+  test("VPPS_RNN_SPARSE_CPS and _TILE pin the launch (comparisons)", () => {
+    const saved = [process.env.VPPS_RNN_SPARSE_CPS, process.env.VPPS_RNN_SPARSE_TILE];
+    try {
+      process.env.VPPS_RNN_SPARSE_CPS = "2";
+      process.env.VPPS_RNN_SPARSE_TILE = "4";
+      const p = planAt(2304, 0.1, 16);
+      assert.deepEqual([p.batchTile, p.ctasPerSm, p.ctas], [4, 2, 66]);
+      process.env.VPPS_RNN_SPARSE_TILE = "4"; // wider than 2 sequences fill: tile 2
+      assert.equal(planAt(2304, 0.1, 2).batchTile, 2);
+    } finally {
+      if (saved[0] === undefined) delete process.env.VPPS_RNN_SPARSE_CPS;
+      else process.env.VPPS_RNN_SPARSE_CPS = saved[0];
+      if (saved[1] === undefined) delete process.env.VPPS_RNN_SPARSE_TILE;
+      else process.env.VPPS_RNN_SPARSE_TILE = saved[1];
+    }
   });
 });
