@@ -653,6 +653,50 @@ describe("vpps plan rnn --density", () => {
     );
     assert.match(fits.stdout, /\n {2}backward +131 CTAs .*\(23 rows × 12000 columns of W_hhᵀ\)/);
     assert.match(fits.stdout, /naive \d+\.\d\d, Algorithm 1 \d+\.\d\d, bank-aware \d+\.\d\d; 4 without conflicts/);
+    // near its limit the layer runs one replica of tile 4
+    assert.match(
+      fits.stdout,
+      /\n {2}forward {2}launch at batch 4: tiles of 4 columns, 1 replica of 131 CTAs \(1 per SM\), 1 round per step, 46\.9 KiB of the vector copied per SM per step; 256 threads × 112 pairs\n/,
+    );
+    // RNN 2304 at 10 %: four replicas of one column at batch 4, of four columns at batch 16 (the benchmark's launches)
+    for (const [batch, line] of [
+      ["4", "tiles of 1 column, 4 replicas of 33 CTAs (1 per SM), 1 round per step, 9.0 KiB"],
+      ["16", "tiles of 4 columns, 4 replicas of 33 CTAs (1 per SM), 1 round per step, 36.0 KiB"],
+    ] as const) {
+      const out = await cli(
+        "plan",
+        "rnn",
+        "--cell",
+        "rnn-tanh",
+        "--hidden",
+        "2304",
+        "--density",
+        "10%",
+        "--batch",
+        batch,
+      );
+      assert.ok(out.stdout.includes(`forward  launch at batch ${batch}: ${line}`), out.stdout);
+      const j = JSON.parse(
+        (
+          await cli(
+            "plan",
+            "rnn",
+            "--cell",
+            "rnn-tanh",
+            "--hidden",
+            "2304",
+            "--density",
+            "10%",
+            "--batch",
+            batch,
+            "--json",
+          )
+        ).stdout,
+      );
+      const launch = j.densities[0].plans[0].launch.forward;
+      assert.equal(launch.replicas, 4);
+      assert.equal(launch.vectorBytesPerSm, 4 * 2304 * launch.batchTile);
+    }
     const j = JSON.parse(
       (await cli("plan", "rnn", "--cell", "gru", "--hidden", "512", "--density", "0.3", "--json")).stdout,
     );

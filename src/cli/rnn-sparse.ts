@@ -11,14 +11,19 @@ import {
   largestPersistentHidden,
   planSparseRnnLayer,
   type RnnCellName,
+  randomRowBalancedRows,
+  rowBalancedPairs,
   type SampledBankConflicts,
   type SparseIndexBits,
   type SparseLayerResult,
   type SparseLimit,
   type SparseRnnKernelPlan,
   sampleBankConflicts,
+  sparseLaunchPlan,
+  sparseLaunchShape,
   sparseLimit,
 } from "../rnn/index.js";
+import { gatesOf } from "../rnn/spec.js";
 import { quote } from "../util/text.js";
 import { writeOut } from "./output.js";
 
@@ -61,6 +66,29 @@ const PAIRS_FROM = {
   given: "given",
 } as const;
 
+/** How the layer's kernels run a batch of `batch` sequences on a random row-balanced mask of the density. */
+function launchesOf(cell: RnnCellName, hidden: number, density: number, batch: number, device: DeviceModel) {
+  const csr = randomRowBalancedRows(gatesOf(cell) * hidden, hidden, rowBalancedPairs(hidden, density), 1);
+  const one = (kind: "forward" | "backward") => {
+    const r = sparseLaunchPlan(cell, hidden, device, kind, batch, csr);
+    return r.fits ? { plan: r.plan, ...sparseLaunchShape(r.plan, batch) } : undefined;
+  };
+  return { forward: one("forward"), backward: one("backward") };
+}
+
+type Launch = NonNullable<ReturnType<typeof launchesOf>["forward"]>;
+
+function describeLaunch(kind: string, l: Launch | undefined, batch: number): string {
+  if (!l) return `  ${kind.padEnd(8)} launch at batch ${batch}: none fits a random mask of this density`;
+  const p = l.plan;
+  return (
+    `  ${kind.padEnd(8)} launch at batch ${batch}: tiles of ${p.batchTile} column${p.batchTile > 1 ? "s" : ""}, ` +
+    `${l.replicas} replica${l.replicas > 1 ? "s" : ""} of ${p.ctas} CTAs (${p.ctasPerSm} per SM), ${l.rounds} ` +
+    `round${l.rounds > 1 ? "s" : ""} per step, ${kib(4 * l.floatsPerSm)} of the vector copied per SM per step; ` +
+    `${p.threads} threads × ${p.pairsPerThread} pairs`
+  );
+}
+
 function describeSparseKernel(p: SparseRnnKernelPlan, c: SampledBankConflicts): string {
   const pad = " ".repeat(11);
   const reduction =
@@ -96,6 +124,8 @@ interface DensityResult {
     cell: RnnCellName;
     plan: SparseLayerResult;
     conflicts?: Record<"forward" | "backward", SampledBankConflicts>;
+    /** The launches at the flags' batch on a random row-balanced mask (sparseLaunchPlan). */
+    launch?: ReturnType<typeof launchesOf>;
   }[];
 }
 
@@ -116,7 +146,9 @@ function planDensity(f: SparsePlanFlags, device: DeviceModel, density: number): 
     const conflicts = plan.fits
       ? { forward: sampleBankConflicts(plan.forward), backward: sampleBankConflicts(plan.backward) }
       : undefined;
-    return { cell, plan, conflicts };
+    const launch =
+      plan.fits && f.indexBits === undefined ? launchesOf(cell, hidden, density, batch, device) : undefined;
+    return { cell, plan, conflicts, ...(launch ? { launch } : {}) };
   });
   return { density, limits, plans };
 }
@@ -143,10 +175,22 @@ function densityJson(r: DensityResult) {
     algorithm1: c.algorithm1,
     bankAware: c.warp,
   });
-  const plans = r.plans?.map(({ cell, plan, conflicts: c }) => ({
+  const launchJson = (l: Launch | undefined) =>
+    l && {
+      batchTile: l.plan.batchTile,
+      replicas: l.replicas,
+      ctas: l.plan.ctas,
+      ctasPerSm: l.plan.ctasPerSm,
+      rounds: l.rounds,
+      threads: l.plan.threads,
+      pairsPerThread: l.plan.pairsPerThread,
+      vectorBytesPerSm: 4 * l.floatsPerSm,
+    };
+  const plans = r.plans?.map(({ cell, plan, conflicts: c, launch }) => ({
     cell,
     plan,
     conflicts: c && { forward: conflicts(c.forward), backward: conflicts(c.backward) },
+    ...(launch ? { launch: { forward: launchJson(launch.forward), backward: launchJson(launch.backward) } } : {}),
   }));
   return { density: r.density, largest, ...(plans ? { plans } : {}) };
 }
@@ -205,7 +249,7 @@ export function runPlanRnnSparse(f: SparsePlanFlags, device: DeviceModel): void 
     return;
   }
   for (const r of results) {
-    for (const { cell, plan, conflicts } of r.plans!) {
+    for (const { cell, plan, conflicts, launch } of r.plans!) {
       const l = r.limits.find((x) => x.cell === cell)!;
       const what = `${cell}, hidden ${f.hidden}, density ${percent(r.density)}, batch ${f.batch}, on ${device.name}`;
       const largest = `the largest that fits is hidden ${l.training.hidden} (the forward alone: ${l.inference.hidden})`;
@@ -213,7 +257,10 @@ export function runPlanRnnSparse(f: SparsePlanFlags, device: DeviceModel): void 
         writeOut(
           `${what}: fits; ${denseEquivalentRatio(f.hidden, l.dense).toFixed(1)}× the dense-equivalent parameters of ` +
             `the largest dense layer (${l.dense}); ${largest}\n` +
-            `${describeSparseKernel(plan.forward, conflicts.forward)}\n${describeSparseKernel(plan.backward, conflicts.backward)}\n`,
+            `${describeSparseKernel(plan.forward, conflicts.forward)}\n${describeSparseKernel(plan.backward, conflicts.backward)}\n` +
+            (launch
+              ? `${describeLaunch("forward", launch.forward, f.batch)}\n${describeLaunch("backward", launch.backward, f.batch)}\n`
+              : ""),
         );
       } else if (!plan.fits) writeOut(`${what}: does not fit — ${plan.reason}; ${largest}\n`);
     }

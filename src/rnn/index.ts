@@ -47,6 +47,7 @@ export {
 // The sparse persistent layouts (docs/RNN.md, "Sparse layouts"): the planner and the largest layers, the pair format a
 // sparse kernel loads, the bank-aware order and the bank-conflict model.
 export {
+  type CtasPerSm,
   columnPairsEstimate,
   INDEX16_LIMIT,
   planSparseRnnKernel,
@@ -66,6 +67,7 @@ export {
   type SampledBankConflicts,
   sampleBankConflicts,
 } from "./plan/sparse-banks.js";
+export { type SparseLaunchPins, sparseLaunchPlan, sparseLaunchShape } from "./plan/sparse-launch.js";
 export {
   batchTileFor,
   denseEquivalentRatio,

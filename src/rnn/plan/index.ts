@@ -1,7 +1,7 @@
 // The planning room of the persistent RNN: the dense register layouts and the largest layer (dense.ts), a launch's
 // layout, replicas and loop (launch.ts), and re-planning where ptxas spills (spill-retry.ts); the sparse layouts
 // (sparse.ts) and largest layers (sparse-layer.ts), their pair format (sparse-pairs.ts) and bank-aware order
-// (sparse-banks.ts).
+// (sparse-banks.ts), and the launch of a batch (sparse-launch.ts).
 export {
   BATCH_TILE,
   largestPersistentHidden,
@@ -51,6 +51,7 @@ export {
   type SampledBankConflicts,
   sampleBankConflicts,
 } from "./sparse-banks.js";
+export { type SparseLaunchPins, sparseLaunchPlan, sparseLaunchShape } from "./sparse-launch.js";
 export {
   batchTileFor,
   denseEquivalentRatio,

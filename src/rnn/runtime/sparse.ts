@@ -30,21 +30,19 @@ import {
 } from "../codegen/index.js";
 import {
   bankAwareOrder,
-  batchTileFor,
-  type CtasPerSm,
   packPairsWithSlots,
   planSparseRnnLayer,
-  planSparseRnnWidest,
   type RnnCellName,
   refillPairValues,
   type SparsePairLayout,
   type SparseRnnKernelPlan,
+  type SparseRnnPlanResult,
   type SparseRows,
   samePattern,
+  sparseLaunchPlan,
   sparsePairsPerRow,
   sparseRowsOf,
   transposeSparseRows,
-  type WideLoad,
 } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
@@ -75,13 +73,9 @@ export function sparsePlanFor(
 type Kind = "forward" | "backward";
 
 /**
- * The plan of one kernel of a mask's layer for a launch over `batch` sequences, or the reason none fits. Each batch
- * tile (4, 2 or 1 columns, at most what the batch fills) and each count of CTAs per SM (1 or 2) offers a launch: the
- * most replicas (at most one per tile) whose layout keeps that tile, or, where the most take several rounds per step,
- * the fewest replicas with as few rounds (planSparseRnnWidest with `replicas`). Of these the launch takes the fewest
- * rounds per step, then the least vector each SM copies per step (CTAs per SM × K × tile: a step waits for that copy
- * from L2, which measured on an H100 as the largest cost that varies between launches), then two CTAs per SM (their
- * steps interleave). Without any, one replica with the widest load that fits.
+ * The launch of one kernel of a mask's layer over `batch` sequences (plan/sparse-launch.ts), with the comparison
+ * switches of the environment: VPPS_RNN_SPARSE_TILE=1|2|4, VPPS_RNN_SPARSE_CPS=1|2, VPPS_RNN_SPARSE_REPLICAS=N,
+ * VPPS_RNN_SPARSE_GROUP=T.
  */
 export function sparseKernelPlanFor(
   cell: RnnCellName,
@@ -90,59 +84,19 @@ export function sparseKernelPlanFor(
   kind: Kind,
   batch: number,
   csr: SparseRows,
-): ReturnType<typeof planSparseRnnWidest> {
-  const density = Math.max(csr.start[csr.rows]! / (csr.rows * csr.cols), 1 / (csr.rows * csr.cols));
-  // VPPS_RNN_SPARSE_GROUP=T: only layouts of T threads per row group (comparisons of the planner's choice)
-  const group = Number.parseInt(process.env.VPPS_RNN_SPARSE_GROUP ?? "", 10);
-  // VPPS_RNN_SPARSE_CPS=1|2: only launches of that many CTAs per SM; VPPS_RNN_SPARSE_TILE=1|2|4: only that batch
-  // tile (or the widest the batch fills, if narrower) (comparisons)
-  const cpsEnv = Number.parseInt(process.env.VPPS_RNN_SPARSE_CPS ?? "", 10);
-  const tileEnv = Number.parseInt(process.env.VPPS_RNN_SPARSE_TILE ?? "", 10);
-  const options = {
-    density,
-    batch,
-    forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
-    backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
-    ...(Number.isInteger(group) && group >= 1 ? { threadsPerRowGroup: group } : {}),
+): SparseRnnPlanResult {
+  const int = (name: string) => {
+    const v = Number.parseInt(process.env[name] ?? "", 10);
+    return Number.isInteger(v) && v >= 1 ? v : undefined;
   };
-  // VPPS_RNN_SPARSE_REPLICAS=N: at most N replicas (comparisons; 1 = a step's tiles in turn on one layout)
-  const most = Number.parseInt(process.env.VPPS_RNN_SPARSE_REPLICAS ?? "", 10);
-  const cap = Number.isInteger(most) && most >= 1 ? most : model.smCount * 2;
-  const widest = batchTileFor(batch);
-  const tilesToTry: WideLoad[] =
-    tileEnv === 1 || tileEnv === 2 || tileEnv === 4
-      ? [Math.min(widest, tileEnv) as WideLoad]
-      : ([4, 2, 1] as const).filter((t) => t <= widest);
-  const cpsToTry: CtasPerSm[] = cpsEnv === 1 || cpsEnv === 2 ? [cpsEnv] : [1, 2];
-  let best: { r: Extract<ReturnType<typeof planSparseRnnWidest>, { fits: true }>; key: number[] } | undefined;
-  for (const bt of tilesToTry) {
-    for (const ctasPerSm of cpsToTry) {
-      const tiles = Math.ceil(batch / bt);
-      const planOf = (replicas: number) => {
-        const r = planSparseRnnWidest(cell, hidden, kind, model, { ...options, maxBatchTile: bt, ctasPerSm, replicas });
-        return r.fits && r.plan.batchTile === bt ? r : null;
-      };
-      let r: ReturnType<typeof planOf> = null;
-      for (let replicas = Math.min(tiles, cap); replicas >= 1 && r === null; replicas--) {
-        r = planOf(replicas);
-        if (r === null || replicas === 1) continue;
-        // the most replicas that fit take ⌈tiles / replicas⌉ rounds per step; the fewest replicas with as many
-        // rounds spread each over more CTAs (fewer pairs per CTA): 4 tiles on 3 replicas are 2 rounds, as on 2
-        const fewest = Math.ceil(tiles / Math.ceil(tiles / replicas));
-        if (fewest < replicas) r = planOf(fewest) ?? r;
-      }
-      if (r === null) continue;
-      const replicas = Math.min(tiles, r.plan.replicas);
-      const key = [Math.ceil(tiles / replicas), ctasPerSm * r.plan.cols * bt, -ctasPerSm];
-      if (best === undefined || lexLess(key, best.key)) best = { r, key };
-    }
-  }
-  return best?.r ?? planSparseRnnWidest(cell, hidden, kind, model, options);
-}
-
-function lexLess(a: readonly number[], b: readonly number[]): boolean {
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! < b[i]!;
-  return false;
+  const tile = int("VPPS_RNN_SPARSE_TILE");
+  const cps = int("VPPS_RNN_SPARSE_CPS");
+  return sparseLaunchPlan(cell, hidden, model, kind, batch, csr, {
+    ...(tile === 1 || tile === 2 || tile === 4 ? { tile } : {}),
+    ...(cps === 1 || cps === 2 ? { ctasPerSm: cps } : {}),
+    ...(int("VPPS_RNN_SPARSE_REPLICAS") === undefined ? {} : { maxReplicas: int("VPPS_RNN_SPARSE_REPLICAS")! }),
+    ...(int("VPPS_RNN_SPARSE_GROUP") === undefined ? {} : { threadsPerRowGroup: int("VPPS_RNN_SPARSE_GROUP")! }),
+  });
 }
 
 /** The compiled kernel of one kind, batch tile and replica count, and its pairs uploaded for the weights of `version`. */
