@@ -8,6 +8,7 @@ import type { DeviceModel } from "../cuda/hw/device-model.js";
 import {
   type BankConflicts,
   denseEquivalentRatio,
+  gatesOf,
   largestPersistentHidden,
   planSparseRnnLayer,
   type RnnCellName,
@@ -23,7 +24,6 @@ import {
   sparseLaunchShape,
   sparseLimit,
 } from "../rnn/index.js";
-import { gatesOf } from "../rnn/spec.js";
 import { quote } from "../util/text.js";
 import { writeOut } from "./output.js";
 
