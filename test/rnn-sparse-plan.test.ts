@@ -663,36 +663,10 @@ describe("vpps plan rnn --density", () => {
       ["4", "tiles of 1 column, 4 replicas of 33 CTAs (1 per SM), 1 round per step, 9.0 KiB"],
       ["16", "tiles of 4 columns, 4 replicas of 33 CTAs (1 per SM), 1 round per step, 36.0 KiB"],
     ] as const) {
-      const out = await cli(
-        "plan",
-        "rnn",
-        "--cell",
-        "rnn-tanh",
-        "--hidden",
-        "2304",
-        "--density",
-        "10%",
-        "--batch",
-        batch,
-      );
+      const args = ["plan", "rnn", "--cell", "rnn-tanh", "--hidden", "2304", "--density", "10%", "--batch", batch];
+      const out = await cli(...args);
       assert.ok(out.stdout.includes(`forward  launch at batch ${batch}: ${line}`), out.stdout);
-      const j = JSON.parse(
-        (
-          await cli(
-            "plan",
-            "rnn",
-            "--cell",
-            "rnn-tanh",
-            "--hidden",
-            "2304",
-            "--density",
-            "10%",
-            "--batch",
-            batch,
-            "--json",
-          )
-        ).stdout,
-      );
+      const j = JSON.parse((await cli(...args, "--json")).stdout);
       const launch = j.densities[0].plans[0].launch.forward;
       assert.equal(launch.replicas, 4);
       assert.equal(launch.vectorBytesPerSm, 4 * 2304 * launch.batchTile);
