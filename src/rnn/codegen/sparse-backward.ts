@@ -48,9 +48,6 @@ ${renderParams(SPARSE_BACKWARD_PARAMS)}) {
   (void)pb;
   const int tid = threadIdx.x;
 ${LOAD_PAIRS}
-  vector_barrier_init();
-  u32 vphase = 0; // the parity of the bulk copy's next phase
-  (void)vphase;
   // the cell thread of (unit u, tile column b): local row u of the product is its unit's
   const int cu = tid / BT, cb = tid - cu * BT;
   const int unit = cta * UC + cu;
@@ -73,7 +70,6 @@ ${LOAD_PAIRS}
     const int nrows = max(nb, np);
     for (int b0 = rep * BT; b0 < nrows; b0 += nrep * BT) {
       const int nt = min(BT, nrows - b0);
-      bulk_fence();
       __syncthreads(); // the previous tile's readers are done with hs and rs
 ${loadVector(regionOf("tp"), "min(nt, max(0, np - b0))", null, "tp")}
 ${productCode(plan)}

@@ -50,9 +50,6 @@ ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   (void)pb;
   const int tid = threadIdx.x;
 ${LOAD_PAIRS}
-  vector_barrier_init();
-  u32 vphase = 0; // the parity of the bulk copy's next phase
-  (void)vphase;
   // the cell thread of (unit u, tile column b): local row g·UC + u of the product is gate g of its unit
   const int cu = tid / BT, cb = tid - cu * BT;
   const int unit = cta * UC + cu;
@@ -80,7 +77,6 @@ ${LOAD_PAIRS}
         for (int g = 0; g < G; g++) cp_async4(xin + g, xw + (size_t)(off + bb) * (G * H) + g * H + unit);
 ${st ? `        if (bb >= nprev) cp_async4(xin + G, ${st.initial} + (size_t)bb * H + unit);` : ""}
       }
-      bulk_fence();
       __syncthreads(); // the previous tile's readers are done with hs and rs
 ${loadVector(regionOf("tp"), "min(nt, max(0, nprev - b0))", (j, k) => `h0[(size_t)(b0 + ${j}) * H + ${k}]`, "t")}
 ${productCode(plan)}

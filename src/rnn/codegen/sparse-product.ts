@@ -31,11 +31,6 @@ export interface SparseKernelOptions {
   readonly sync?: SparseSync;
   /** One ld.shared.v{BT} per pair (h interleaved [K][BT]); false: one scalar load per pair and column. Default true. */
   readonly wideLoads?: boolean;
-  /**
-   * A step's vector copied by one TMA bulk copy (cp.async.bulk, counted on an mbarrier) before the pending pieces are
-   * copied again one by one; false: every 16-byte piece by its own cp.async. Default false.
-   */
-  readonly bulkLoads?: boolean;
 }
 
 /**
@@ -47,10 +42,7 @@ export const SPARSE_LADDER = [
   { name: "wide-loads", sync: "barrier", wideLoads: true, order: "naive" },
   { name: "bank-aware", sync: "barrier", wideLoads: true, order: "bank-aware" },
   { name: "lamport", sync: "lamport", wideLoads: true, order: "bank-aware" },
-] as const satisfies readonly (Required<Omit<SparseKernelOptions, "bulkLoads">> & {
-  name: string;
-  order: "naive" | "bank-aware";
-})[];
+] as const satisfies readonly (Required<SparseKernelOptions> & { name: string; order: "naive" | "bank-aware" })[];
 
 export type SparseRung = (typeof SPARSE_LADDER)[number]["name"];
 
@@ -72,12 +64,8 @@ export function sparseSharedFloats(plan: SparseRnnKernelPlan): number {
   const pb = shuffleReduction(plan) ? 0 : plan.threads * plan.rowsPerThread * bt;
   // the forward's cell inputs, copied asynchronously while the vector is polled: G input projections and the state
   const xs = plan.kind === "forward" ? plan.unitsPerCta * bt * (gatesOf(plan.cell) + 1) : 0;
-  // then the bulk copy's mbarrier, 16-byte aligned
-  return Math.ceil((plan.cols * bt + pr * bt + pb + xs) / 4) * 4 + 4;
+  return plan.cols * bt + pr * bt + pb + xs;
 }
-
-/** The float offset of the bulk copy's mbarrier in a kernel's dynamic shared memory (the last 16 bytes). */
-export const vectorBarrierOffset = (plan: SparseRnnKernelPlan) => sparseSharedFloats(plan) - 4;
 
 export const sparseSharedBytes = (plan: SparseRnnKernelPlan) => 4 * sparseSharedFloats(plan);
 
@@ -101,8 +89,6 @@ constexpr int RG = ${plan.rowGroups};  // row groups
 constexpr int PR = RG * RW;  // rows with padding
 constexpr bool IDX16 = ${plan.indexBits === 16};
 constexpr bool WIDE = ${opts.wideLoads !== false};
-constexpr bool BULK = ${opts.bulkLoads === true};
-constexpr int VBAR = ${vectorBarrierOffset(plan)};  // float offset of the bulk copy's mbarrier in shared memory
 constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
 static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");
 // element (k, column j) of a tile's vector, in shared memory and in its region of the exchange buffer
@@ -141,22 +127,6 @@ __device__ __forceinline__ bool piece_pending(const float* hs, int c, int np) {
   if (!WIDE || BT == 1) return pending4(v); // one column (polled: piece_polled)
   if (BT == 4) return (np > 0 && pending1(v.x)) | (np > 1 && pending1(v.y)) | (np > 2 && pending1(v.z)) | (np > 3 && pending1(v.w));
   return (np > 0 && (pending1(v.x) | pending1(v.z))) | (np > 1 && (pending1(v.y) | pending1(v.w))); // [k, k+1][2]
-}
-
-// Bulk builds: the mbarrier counting a step's bulk copy (initialised by thread 0 before the step loop) and its phase.
-__device__ __forceinline__ unsigned long long* vector_barrier() {
-  extern __shared__ float4 smem4[];
-  return reinterpret_cast<unsigned long long*>(reinterpret_cast<float*>(smem4) + VBAR);
-}
-__device__ __forceinline__ void vector_barrier_init() {
-  if (BULK && threadIdx.x == 0) {
-    mbar_init(vector_barrier());
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-}
-// Before the barrier that precedes a bulk copy: this thread's generic-proxy accesses of hs ordered before the copy's
-__device__ __forceinline__ void bulk_fence() {
-  if (BULK) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // The grid barrier that ends step s in the barrier build (all threads call it; thread 0 signals and waits). Lamport
@@ -224,30 +194,11 @@ export function loadVector(
         constexpr int NC = K * BT / 4; // 16-byte pieces of the tile's vector
         const int npl = ${polled};
         const float* src = npl > 0 ? ${region} : xh;
-        if (BULK && npl > 0) {
-          // one bulk copy of the polled columns (the whole interleaved tile, or the first npl columns [BT][K])
-          unsigned long long* vb = vector_barrier();
-          if (tid == 0) {
-            asm volatile("fence.proxy.async;" ::: "memory"); // what the grid barrier made visible, to the copy
-            const u32 bytes = 4u * (u32)K * (WIDE ? (u32)BT : (u32)npl);
-            mbar_arrive_expect(vb, bytes);
-            bulk_copy(hs, src, bytes, vb);
-          }
-          for (u32 spins = 0; !mbar_try_wait(vb, vphase);) {
-            if (++spins > kBarrierSpinLimit) {
-              report_error(status, kErrPollTimeout, ${step}, b0, -1, -1);
-              ok = false;
-              break;
-            }
-          }
-          vphase ^= 1u;
-        } else {
-          for (int c = tid; c < NC; c += NT) {
-            if (piece_polled(c, npl)) cp_async16(hs + 4 * c, src + 4 * c);
-          }
-          cp_async_wait();
+        for (int c = tid; c < NC; c += NT) {
+          if (piece_polled(c, npl)) cp_async16(hs + 4 * c, src + 4 * c);
         }
-        if (LAMPORT && npl > 0 && ok) {
+        cp_async_wait();
+        if (LAMPORT && npl > 0) {
           for (u32 spins = 0;; spins++) {
             int pending = -1;
             for (int c = tid; c < NC; c += NT) {

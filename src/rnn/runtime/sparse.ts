@@ -150,8 +150,6 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     this.options = {
       sync: options.sync ?? "lamport",
       wideLoads: options.wideLoads ?? true,
-      // VPPS_RNN_SPARSE_BULK=1|0: the bulk copy of each step's vector on or off (comparisons)
-      bulkLoads: options.bulkLoads ?? process.env.VPPS_RNN_SPARSE_BULK === "1",
       order: options.order ?? "bank-aware",
     };
     this.bar = gpu.device.driver.memAlloc(4);
@@ -223,13 +221,9 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       b = undefined;
     }
     if (!b) {
-      const opts: SparseKernelOptions = {
-        sync: this.options.sync,
-        wideLoads: this.options.wideLoads,
-        bulkLoads: this.options.bulkLoads,
-      };
+      const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
       const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
-      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}_${plan.ctasPerSm}${opts.bulkLoads ? "_bulk" : ""}`;
+      const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}_${plan.ctasPerSm}`;
       const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
       this.modules.push(module);
       const fn = module.getFunction(SPARSE_KERNEL_NAMES[kind]);
