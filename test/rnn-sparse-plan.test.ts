@@ -671,6 +671,21 @@ describe("vpps plan rnn --density", () => {
       assert.equal(launch.replicas, 4);
       assert.equal(launch.vectorBytesPerSm, 4 * 2304 * launch.batchTile);
     }
+    // 32-bit indices: the launch is planned with them too
+    const wide = await cli(
+      "plan",
+      "rnn",
+      "--cell",
+      "rnn-tanh",
+      "--hidden",
+      "2304",
+      "--density",
+      "10%",
+      "--index-bits",
+      "32",
+    );
+    assert.match(wide.stdout, /2 registers \(32-bit indices\)/);
+    assert.match(wide.stdout, /\n {2}forward {2}launch at batch 4: tiles of 1 column, 4 replicas of 33 CTAs/);
     const j = JSON.parse(
       (await cli("plan", "rnn", "--cell", "gru", "--hidden", "512", "--density", "0.3", "--json")).stdout,
     );

@@ -67,10 +67,11 @@ const PAIRS_FROM = {
 } as const;
 
 /** How the layer's kernels run a batch of `batch` sequences on a random row-balanced mask of the density. */
-function launchesOf(cell: RnnCellName, hidden: number, density: number, batch: number, device: DeviceModel) {
+function launchesOf(cell: RnnCellName, hidden: number, density: number, f: SparsePlanFlags, device: DeviceModel) {
   const csr = randomRowBalancedRows(gatesOf(cell) * hidden, hidden, rowBalancedPairs(hidden, density), 1);
+  const batch = f.batch;
   const one = (kind: "forward" | "backward") => {
-    const r = sparseLaunchPlan(cell, hidden, device, kind, batch, csr);
+    const r = sparseLaunchPlan(cell, hidden, device, kind, batch, csr, { indexBits: f.indexBits });
     return r.fits ? { plan: r.plan, ...sparseLaunchShape(r.plan, batch) } : undefined;
   };
   return { forward: one("forward"), backward: one("backward") };
@@ -146,8 +147,7 @@ function planDensity(f: SparsePlanFlags, device: DeviceModel, density: number): 
     const conflicts = plan.fits
       ? { forward: sampleBankConflicts(plan.forward), backward: sampleBankConflicts(plan.backward) }
       : undefined;
-    const launch =
-      plan.fits && f.indexBits === undefined ? launchesOf(cell, hidden, density, batch, device) : undefined;
+    const launch = plan.fits ? launchesOf(cell, hidden, density, f, device) : undefined;
     return { cell, plan, conflicts, ...(launch ? { launch } : {}) };
   });
   return { density, limits, plans };

@@ -9,7 +9,7 @@
  */
 import type { DeviceModel } from "../../cuda/hw/device-model.js";
 import type { RnnCellName, RnnKernelKind } from "./dense.js";
-import type { CtasPerSm, SparseRnnKernelPlan, SparseRnnPlanResult, WideLoad } from "./sparse.js";
+import type { CtasPerSm, SparseIndexBits, SparseRnnKernelPlan, SparseRnnPlanResult, WideLoad } from "./sparse.js";
 import { batchTileFor, planSparseRnnWidest } from "./sparse-layer.js";
 import { type SparseRows, sparsePairsPerRow } from "./sparse-pairs.js";
 
@@ -22,6 +22,8 @@ export interface SparseLaunchPins {
   readonly maxReplicas?: number;
   /** Only layouts of this many threads per row group. */
   readonly threadsPerRowGroup?: number;
+  /** The pairs' index width (default: 16 where the index range allows). */
+  readonly indexBits?: SparseIndexBits;
 }
 
 /** How a launch of `plan` runs `batch` sequences: tiles per step, replicas, rounds per step, floats an SM copies. */
@@ -53,6 +55,7 @@ export function sparseLaunchPlan(
     forwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "forward")),
     backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
     ...(pins.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: pins.threadsPerRowGroup }),
+    ...(pins.indexBits === undefined ? {} : { indexBits: pins.indexBits }),
   };
   const cap = pins.maxReplicas ?? model.smCount * 2;
   const widest = batchTileFor(batch);
