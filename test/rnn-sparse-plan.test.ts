@@ -436,6 +436,31 @@ function pairsByThread(layout: SparsePairLayout): string[] {
   return out;
 }
 
+/** The real (index, value) pairs of each row group's piece, sorted: what the balanced order keeps. */
+function pairsByRowGroup(layout: SparsePairLayout): string[] {
+  const { plan } = layout;
+  const out: string[] = [];
+  for (let c = 0; c < plan.ctas; c++) {
+    for (let rg = 0; rg * plan.threadsPerRowGroup < plan.threads; rg++) {
+      for (let r = 0; r < plan.rowsPerThread; r++) {
+        const piece: string[] = [];
+        for (
+          let i = rg * plan.threadsPerRowGroup;
+          i < Math.min(plan.threads, (rg + 1) * plan.threadsPerRowGroup);
+          i++
+        ) {
+          for (let q = 0; q < plan.pairsPerPiece; q++) {
+            const p = pairAt(layout, c, i, r * plan.pairsPerPiece + q);
+            if (!p.padding) piece.push(`${p.index}:${p.value}`);
+          }
+        }
+        out.push(piece.sort().join(","));
+      }
+    }
+  }
+  return out;
+}
+
 describe("bank-aware order", () => {
   test("a layout packed for another plan is refused, naming the field", () => {
     const a = fitting("gru", 300, "forward", { density: 0.1, batchTile: 4 });
@@ -544,7 +569,7 @@ describe("bank-aware order", () => {
     assert.deepEqual(pairsByThread(aware), pairsByThread(layout));
   });
 
-  test("both orders permute each thread's pairs within its pieces; the product changes only by the order of the sum", () => {
+  test("the per-thread orders permute each thread's pairs within its pieces, the balanced one a row group's; the product changes only by the order of the sum", () => {
     for (const [cell, hidden, density] of [
       ["lstm", 256, 0.1],
       ["rnn-tanh", 1152, 0.05],
@@ -568,6 +593,19 @@ describe("bank-aware order", () => {
             const y = layoutProduct(aware, x);
             for (let r = 0; r < y.length; r++) assert.ok(Math.abs(y[r]! - want[r]!) < 1e-12, `${at} row ${r}`);
           }
+          // the balanced order moves pairs between the threads of a row group only: each row's piece keeps its pairs
+          const balanced = bankAwareOrder(plan, naive, w, "balanced");
+          const at = `${cell} ${kind} balanced w${w}`;
+          assert.notDeepEqual(pairsByThread(balanced), pairsByThread(naive), `${at}: no pair moved`);
+          assert.deepEqual(pairsByRowGroup(balanced), pairsByRowGroup(naive), at);
+          assert.equal(
+            balanced.padding.reduce((a, b) => a + b, 0),
+            naive.padding.reduce((a, b) => a + b, 0),
+            at,
+          );
+          const y = layoutProduct(balanced, x);
+          for (let r = 0; r < y.length; r++) assert.ok(Math.abs(y[r]! - want[r]!) < 1e-12, `${at} row ${r}`);
+          assert.ok(wavefronts(balanced, w) <= wavefronts(bankAwareOrder(plan, naive, w, "warp"), w), at);
         }
         // and the naive layout's product is the masked matrix's
         for (let r = 0; r < km.rows; r++) {
@@ -604,9 +642,12 @@ describe("bank-aware order", () => {
         const at =
           `${cell} ${hidden} ${100 * density}% ${plan.kind} v${plan.batchTile}: naive ` +
           `${(c.naive.wavefronts / c.naive.loads).toFixed(2)}, Algorithm 1 ${(c.algorithm1.wavefronts / c.algorithm1.loads).toFixed(2)}, ` +
-          `warp ${(c.warp.wavefronts / c.warp.loads).toFixed(2)} wavefronts per load (−${Math.round(100 * cut)}% conflicts)`;
+          `warp ${(c.warp.wavefronts / c.warp.loads).toFixed(2)} wavefronts per load (−${Math.round(100 * cut)}% conflicts), ` +
+          `balanced ${(c.balanced.wavefronts / c.balanced.loads).toFixed(2)}`;
         assert.ok(cut >= 0.4, at);
         assert.ok(c.warp.wavefronts >= c.warp.ideal, at);
+        assert.ok(c.balanced.wavefronts <= c.warp.wavefronts && c.balanced.wavefronts >= c.balanced.ideal, at);
+        console.log(at);
       }
     }
   });

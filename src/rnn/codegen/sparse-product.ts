@@ -191,29 +191,50 @@ export function loadVector(
 ): string {
   return `      {
         bool ok = true;
-        constexpr int NC = K * BT / 4; // 16-byte pieces of the tile's vector
+        constexpr int NC = K * BT / 4;          // 16-byte pieces of the tile's vector
+        constexpr int PPT = (NC + NT - 1) / NT; // pieces of a thread: tid, tid + NT, …
+        constexpr int PW = (PPT + 31) / 32;     // words of its mask of pieces still to look at
         const int npl = ${polled};
         const float* src = npl > 0 ? ${region} : xh;
-        for (int c = tid; c < NC; c += NT) {
-          if (piece_polled(c, npl)) cp_async16(hs + 4 * c, src + 4 * c);
+        u32 pend[PW];
+        #pragma unroll
+        for (int w = 0; w < PW; w++) pend[w] = 0u;
+        #pragma unroll
+        for (int i = 0; i < PPT; i++) {
+          const int c = tid + i * NT;
+          if ((NC % NT == 0 || c < NC) && piece_polled(c, npl)) {
+            cp_async16(hs + 4 * c, src + 4 * c);
+            pend[i / 32] |= 1u << (i % 32);
+          }
         }
         cp_async_wait();
         if (LAMPORT && npl > 0) {
           for (u32 spins = 0;; spins++) {
-            int pending = -1;
-            for (int c = tid; c < NC; c += NT) {
-              if (piece_polled(c, npl) && piece_pending(hs, c, npl)) {
-                cp_async16(hs + 4 * c, src + 4 * c); // every pending piece copied again before any is looked at
-                pending = c;
-              }
+            // every copied piece looked at in one pass (its loads back to back: no copy is issued between them, so
+            // they wait for one shared-memory latency, not one each), then the pending ones copied again at once
+            u32 any = 0u;
+            #pragma unroll
+            for (int i = 0; i < PPT; i++) {
+              if (((pend[i / 32] >> (i % 32)) & 1u) && !piece_pending(hs, tid + i * NT, npl)) pend[i / 32] &= ~(1u << (i % 32));
             }
-            if (pending < 0) break;
-            cp_async_wait();
+            #pragma unroll
+            for (int w = 0; w < PW; w++) any |= pend[w];
+            if (any == 0u) break;
             if (spins > kBarrierSpinLimit) {
+              int pending = tid; // the first piece still pending, for the report
+              #pragma unroll
+              for (int i = PPT - 1; i >= 0; i--) {
+                if ((pend[i / 32] >> (i % 32)) & 1u) pending = tid + i * NT;
+              }
               report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
               ok = false;
               break;
             }
+            #pragma unroll
+            for (int i = 0; i < PPT; i++) {
+              if ((pend[i / 32] >> (i % 32)) & 1u) cp_async16(hs + 4 * (tid + i * NT), src + 4 * (tid + i * NT));
+            }
+            cp_async_wait();
           }
         }
         if (npl < nt || nt < BT) {

@@ -29,6 +29,7 @@ import {
   sparseSharedBytes,
 } from "../codegen/index.js";
 import {
+  type BankAwareMethod,
   bankAwareOrder,
   packPairsWithSlots,
   planSparseRnnLayer,
@@ -97,6 +98,17 @@ export function sparseKernelPlanFor(
     ...(int("VPPS_RNN_SPARSE_REPLICAS") === undefined ? {} : { maxReplicas: int("VPPS_RNN_SPARSE_REPLICAS")! }),
     ...(int("VPPS_RNN_SPARSE_GROUP") === undefined ? {} : { threadsPerRowGroup: int("VPPS_RNN_SPARSE_GROUP")! }),
   });
+}
+
+/**
+ * The bank-aware method of the comparison switch VPPS_RNN_SPARSE_BANKS=balanced|warp|algorithm-1 (default: balanced,
+ * plan/sparse-banks.ts); anything else is refused by name.
+ */
+function bankMethodSwitch(): BankAwareMethod | undefined {
+  const v = process.env.VPPS_RNN_SPARSE_BANKS;
+  if (v === undefined || v === "") return undefined;
+  if (v === "balanced" || v === "warp" || v === "algorithm-1") return v;
+  throw new RangeError(`VPPS_RNN_SPARSE_BANKS must be balanced, warp or algorithm-1; got '${v}'`);
 }
 
 /** The compiled kernel of one kind, batch tile and replica count, and its pairs uploaded for the weights of `version`. */
@@ -255,7 +267,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
         this.freePairs(b);
         const order = (l: SparsePairLayout) =>
           this.options.order === "bank-aware"
-            ? bankAwareOrder(plan, l, this.options.wideLoads ? plan.batchTile : 1)
+            ? bankAwareOrder(plan, l, this.options.wideLoads ? plan.batchTile : 1, bankMethodSwitch())
             : l;
         const { layout, slots } = packPairsWithSlots(rows, plan, order);
         const values = d.memAlloc(layout.values.byteLength);
