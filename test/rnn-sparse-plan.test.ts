@@ -9,6 +9,7 @@ import { describe, test } from "node:test";
 import { H100_SXM, schedulerRegisterLimit } from "../src/cuda/hw/device-model.js";
 import { largestPersistentHidden, registerMargin } from "../src/rnn/plan/dense.js";
 import {
+  autoSlack,
   bankAwareOrder,
   bankConflicts,
   columnPairsEstimate,
@@ -125,7 +126,10 @@ describe("sparse planner", () => {
               assert.equal(p.pairRegisters, n + (p.indexBits === 16 ? Math.ceil(n / 2) : n), at);
               assert.equal(p.accumulatorRegisters, p.rowsPerThread * batchTile, at);
               assert.ok(p.pairsPerPiece * p.threadsPerRowGroup >= p.pairsPerRow, at);
-              assert.ok((p.pairsPerPiece - 1) * p.threadsPerRowGroup < p.pairsPerRow, at);
+              // the slots a row needs, then the slack (at most autoSlack's)
+              const needed = p.pairsPerPiece - p.slackPairs;
+              assert.ok((needed - 1) * p.threadsPerRowGroup < p.pairsPerRow, at);
+              assert.ok(p.slackPairs >= 0 && p.slackPairs <= autoSlack(needed, batchTile), at);
               assert.ok(
                 p.rowGroups * p.rowsPerThread >= p.rows && p.rowGroups * p.rowsPerThread < p.rows + p.rowsPerThread,
               );
@@ -256,7 +260,7 @@ describe("sparse planner", () => {
     assert.ok(randomOrderWavefronts(2) / 2 < randomOrderWavefronts(1));
     assert.ok(randomOrderWavefronts(4) / 4 < randomOrderWavefronts(2) / 2);
     for (const w of [1, 2, 4] as const) {
-      const plan = fitting("lstm", 1152, "forward", { density: 0.3, batchTile: w });
+      const plan = fitting("lstm", 1152, "forward", { density: 0.3, batchTile: w, slack: 0 });
       const naive = packSparsePairs(randomRowBalancedRows(4 * 1152, 1152, rowBalancedPairs(1152, 0.3), 5), plan);
       const c = bankConflicts(naive);
       const measured = c.wavefronts / c.loads;
@@ -690,14 +694,17 @@ describe("vpps plan rnn --density", () => {
     );
     assert.match(
       fits.stdout,
-      /112 pairs per thread × 1\.5 registers \(16-bit indices\) = 168 registers \+ 16 accumulators/,
+      /120 pair slots per thread \(8 of them slack for the bank-aware order\) × 1\.5 registers \(16-bit indices\) = 180 registers \+ 16 accumulators/,
     );
     assert.match(fits.stdout, /\n {2}backward +131 CTAs .*\(23 rows × 12000 columns of W_hhᵀ\)/);
-    assert.match(fits.stdout, /naive \d+\.\d\d, Algorithm 1 \d+\.\d\d, bank-aware \d+\.\d\d; 4 without conflicts/);
+    assert.match(
+      fits.stdout,
+      /naive \d+\.\d\d, Algorithm 1 \d+\.\d\d, warp \d+\.\d\d, balanced \(the kernels'\) \d+\.\d\d; 4 without conflicts/,
+    );
     // near its limit the layer runs one replica of tile 4
     assert.match(
       fits.stdout,
-      /\n {2}forward {2}launch at batch 4: tiles of 4 columns, 1 replica of 131 CTAs \(1 per SM\), 1 round per step, 46\.9 KiB of the vector copied per SM per step; 256 threads × 112 pairs\n/,
+      /\n {2}forward {2}launch at batch 4: tiles of 4 columns, 1 replica of 131 CTAs \(1 per SM\), 1 round per step, 46\.9 KiB of the vector copied per SM per step; 256 threads × 120 pair slots \(8 slack\)\n/,
     );
     // RNN 2304 at 10 %: four replicas of one column at batch 4, of four columns at batch 16 (the benchmark's launches)
     for (const [batch, line] of [

@@ -86,7 +86,7 @@ function describeLaunch(kind: string, l: Launch | undefined, batch: number): str
     `  ${kind.padEnd(8)} launch at batch ${batch}: tiles of ${p.batchTile} column${p.batchTile > 1 ? "s" : ""}, ` +
     `${l.replicas} replica${l.replicas > 1 ? "s" : ""} of ${p.ctas} CTAs (${p.ctasPerSm} per SM), ${l.rounds} ` +
     `round${l.rounds > 1 ? "s" : ""} per step, ${kib(4 * l.floatsPerSm)} of the vector copied per SM per step; ` +
-    `${p.threads} threads × ${p.pairsPerThread} pairs`
+    `${p.threads} threads × ${p.pairsPerThread} pair slots${p.slackPairs > 0 ? ` (${p.slackPairs * p.rowsPerThread} slack)` : ""}`
   );
 }
 
@@ -100,13 +100,15 @@ function describeSparseKernel(p: SparseRnnKernelPlan, c: SampledBankConflicts): 
     `  ${p.kind.padEnd(8)} ${p.ctas} CTAs × ${p.threads} threads, ${p.unitsPerCta} units per CTA (${p.rows} rows × ` +
     `${p.cols} columns of W_hh${p.kind === "backward" ? "ᵀ" : ""}), ${p.pairsPerRow} pairs per row (${PAIRS_FROM[p.pairsPerRowFrom]})\n` +
     `${pad}row groups of ${p.threadsPerRowGroup} thread${p.threadsPerRowGroup > 1 ? "s" : ""}, ${p.rowsPerThread} ` +
-    `row${p.rowsPerThread > 1 ? "s" : ""} per thread: ${p.pairsPerThread} pairs per thread × ${p.registersPerPair} ` +
+    `row${p.rowsPerThread > 1 ? "s" : ""} per thread: ${p.pairsPerThread} pair slots per thread` +
+    `${p.slackPairs > 0 ? ` (${p.slackPairs * p.rowsPerThread} of them slack for the bank-aware order)` : ""} × ${p.registersPerPair} ` +
     `registers (${p.indexBits}-bit indices) = ${p.pairRegisters} registers + ${p.accumulatorRegisters} accumulators ` +
     `(≈ ${p.registersEstimate} of ${p.registerLimit})\n` +
     `${pad}batch tile ${p.batchTile} (${p.batchTile === 1 ? "ld.shared.f32" : `ld.shared.v${p.batchTile}`} of h ` +
     `[${p.cols}][${p.batchTile}]), ${kib(p.sharedBytes)} shared memory, ${reduction}; model cost ${Math.round(p.costCycles)} cycles per step and tile\n` +
     `${pad}shared-memory wavefronts per load on a random mask (CTAs 0–${c.ctas - 1}): naive ${perLoad(c.naive)}, ` +
-    `Algorithm 1 ${perLoad(c.algorithm1)}, bank-aware ${perLoad(c.warp)}; ${p.batchTile} without conflicts`
+    `Algorithm 1 ${perLoad(c.algorithm1)}, warp ${perLoad(c.warp)}, balanced (the kernels') ${perLoad(c.balanced)}; ` +
+    `${p.batchTile} without conflicts`
   );
 }
 

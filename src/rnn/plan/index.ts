@@ -26,6 +26,7 @@ export {
   stepCycles,
 } from "./launch.js";
 export {
+  autoSlack,
   type CtasPerSm,
   columnPairsEstimate,
   INDEX16_LIMIT,

@@ -24,6 +24,8 @@ export interface SparseLaunchPins {
   readonly threadsPerRowGroup?: number;
   /** The pairs' index width (default: 16 where the index range allows). */
   readonly indexBits?: SparseIndexBits;
+  /** Padding slots per piece (SparsePlanOptions.slack; default "auto"; 0 for the orders that cannot use them). */
+  readonly slack?: number | "auto";
 }
 
 /** How a launch of `plan` runs `batch` sequences: tiles per step, replicas, rounds per step, floats an SM copies. */
@@ -56,6 +58,7 @@ export function sparseLaunchPlan(
     backwardPairsPerRow: Math.max(1, sparsePairsPerRow(csr, "backward")),
     ...(pins.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: pins.threadsPerRowGroup }),
     ...(pins.indexBits === undefined ? {} : { indexBits: pins.indexBits }),
+    ...(pins.slack === undefined ? {} : { slack: pins.slack }),
   };
   const cap = pins.maxReplicas ?? model.smCount * 2;
   const widest = batchTileFor(batch);

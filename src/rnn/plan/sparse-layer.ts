@@ -31,6 +31,8 @@ export interface SparseLayerOptions {
   readonly ctasPerSm?: CtasPerSm;
   /** The widest batch tile to try (default: the widest the batch fills). */
   readonly maxBatchTile?: WideLoad;
+  /** Padding slots per piece for the balanced bank-aware order (SparsePlanOptions.slack; default "auto"). */
+  readonly slack?: number | "auto";
 }
 
 /** The widest wide load a batch of `batch` sequences fills. */
@@ -64,6 +66,7 @@ export function planSparseRnnWidest(
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(options.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: options.threadsPerRowGroup }),
       ...(options.ctasPerSm === undefined ? {} : { ctasPerSm: options.ctasPerSm }),
+      ...(options.slack === undefined ? {} : { slack: options.slack }),
     });
     if (r.fits) return r;
     miss = r;

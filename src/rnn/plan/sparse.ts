@@ -90,6 +90,47 @@ export interface SparsePlanOptions {
    * vector.
    */
   readonly ctasPerSm?: CtasPerSm;
+  /**
+   * Slots of padding added to every piece once the layout is chosen ("auto", the default: `autoSlack`; 0: none), as
+   * many as the registers allow. The balanced bank-aware order (sparse-banks.ts) moves pairs into them: with a few
+   * free slots per phase no bank group needs more slots than there are, and a load phase is conflict-free. The
+   * orders that keep each thread's pairs gain nothing from them (the naive order should plan with 0).
+   */
+  readonly slack?: number | "auto";
+}
+
+/**
+ * The slack "auto" asks for: ~6% of a piece for 4-column loads, ~12% for 1 and 2 columns (where B = 32 / w bank groups
+ * share a phase's slots, more groups, a fuller fullest one). Measured on the wavefront model (sampleBankConflicts) of
+ * RNN 1152–2304 and LSTM 1152 at 10%: the ratio of the best slack to a piece's slots was 0.04–0.09 (4 columns) and
+ * 0.1–0.25 (1, 2), with the wavefronts within 1–3% of the best over a wide range around it.
+ */
+export function autoSlack(pairsPerPiece: number, batchTile: WideLoad): number {
+  return Math.round(pairsPerPiece * (batchTile === 4 ? 0.06 : 0.12));
+}
+
+/** `plan` with up to `slack` slots added to every piece, as many as its registers allow (margin included). */
+function withSlack(plan: SparseRnnKernelPlan, slack: number | "auto", overhead: number): SparseRnnKernelPlan {
+  if (slack !== "auto" && (!Number.isInteger(slack) || slack < 0)) {
+    throw new RangeError(`planSparseRnnKernel: slack must be 'auto' or an integer ≥ 0; got ${String(slack)}`);
+  }
+  const want = slack === "auto" ? autoSlack(plan.pairsPerPiece, plan.batchTile) : slack;
+  for (let e = want; e > 0; e--) {
+    const piece = plan.pairsPerPiece + e;
+    const n = plan.rowsPerThread * piece;
+    const pairRegisters = n + (plan.indexBits === 16 ? Math.ceil(n / 2) : n);
+    const estimate = pairRegisters + plan.accumulatorRegisters + overhead;
+    if (estimate + registerMargin(plan.registerLimit) > plan.registerLimit) continue;
+    return {
+      ...plan,
+      pairsPerPiece: piece,
+      slackPairs: e,
+      pairsPerThread: n,
+      pairRegisters,
+      registersEstimate: estimate,
+    };
+  }
+  return plan;
 }
 
 /** CTAs of a sparse kernel resident on one SM. */
@@ -121,8 +162,12 @@ export interface SparseRnnKernelPlan {
   readonly rowGroups: number;
   /** Threads sharing a row's pairs (any width; a row group's threads are consecutive). */
   readonly threadsPerRowGroup: number;
-  /** Pairs of one row a thread holds: ⌈pairsPerRow / threadsPerRowGroup⌉ (the row's last piece padded). */
+  /**
+   * Slots of one row a thread holds: ⌈pairsPerRow / threadsPerRowGroup⌉ (the row's last piece padded) + slackPairs.
+   */
   readonly pairsPerPiece: number;
+  /** Slots of padding added to every piece for the balanced bank-aware order (SparsePlanOptions.slack). */
+  readonly slackPairs: number;
   /** rowsPerThread · pairsPerPiece: the load slots of the product, the same in every thread. */
   readonly pairsPerThread: number;
   /** Threads per CTA (whole warps); threads past rowGroups·threadsPerRowGroup hold padding only. */
@@ -440,6 +485,7 @@ export function planSparseRnnKernel(
           rowGroups,
           threadsPerRowGroup: t,
           pairsPerPiece: piece,
+          slackPairs: 0,
           pairsPerThread: n,
           threads,
           reduction,
@@ -454,7 +500,7 @@ export function planSparseRnnKernel(
       }
     }
   }
-  if (best) return { fits: true, plan: best };
+  if (best) return { fits: true, plan: withSlack(best, options.slack ?? "auto", extra) };
   if (tightest <= 0 && sharedMiss > 0) {
     return {
       fits: false,

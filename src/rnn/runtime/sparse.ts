@@ -50,7 +50,7 @@ import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type Rn
 
 /** Build options of a sparse layer: the kernels' (the ladder's code switches) and the pairs' order. */
 export interface SparseRnnLayerOptions extends SparseKernelOptions {
-  /** The order of each thread's pairs (default "bank-aware": plan/sparse-banks.ts's warp order). */
+  /** The order of the pairs (default "bank-aware": plan/sparse-banks.ts's balanced order). */
   readonly order?: "naive" | "bank-aware";
 }
 
@@ -76,7 +76,8 @@ type Kind = "forward" | "backward";
 /**
  * The launch of one kernel of a mask's layer over `batch` sequences (plan/sparse-launch.ts), with the comparison
  * switches of the environment: VPPS_RNN_SPARSE_TILE=1|2|4, VPPS_RNN_SPARSE_CPS=1|2, VPPS_RNN_SPARSE_REPLICAS=N,
- * VPPS_RNN_SPARSE_GROUP=T.
+ * VPPS_RNN_SPARSE_GROUP=T, VPPS_RNN_SPARSE_SLACK=N (padding slots per piece; `order` "naive" plans none: its pairs
+ * stay in their threads' first slots).
  */
 export function sparseKernelPlanFor(
   cell: RnnCellName,
@@ -85,11 +86,13 @@ export function sparseKernelPlanFor(
   kind: Kind,
   batch: number,
   csr: SparseRows,
+  order: "naive" | "bank-aware" = "bank-aware",
 ): SparseRnnPlanResult {
-  const int = (name: string) => {
+  const int = (name: string, least = 1) => {
     const v = Number.parseInt(process.env[name] ?? "", 10);
-    return Number.isInteger(v) && v >= 1 ? v : undefined;
+    return Number.isInteger(v) && v >= least ? v : undefined;
   };
+  const slack = order === "naive" ? 0 : (int("VPPS_RNN_SPARSE_SLACK", 0) ?? "auto");
   const tile = int("VPPS_RNN_SPARSE_TILE");
   const cps = int("VPPS_RNN_SPARSE_CPS");
   return sparseLaunchPlan(cell, hidden, model, kind, batch, csr, {
@@ -97,6 +100,7 @@ export function sparseKernelPlanFor(
     ...(cps === 1 || cps === 2 ? { ctasPerSm: cps } : {}),
     ...(int("VPPS_RNN_SPARSE_REPLICAS") === undefined ? {} : { maxReplicas: int("VPPS_RNN_SPARSE_REPLICAS")! }),
     ...(int("VPPS_RNN_SPARSE_GROUP") === undefined ? {} : { threadsPerRowGroup: int("VPPS_RNN_SPARSE_GROUP")! }),
+    slack,
   });
 }
 
@@ -224,7 +228,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     const r =
       b?.pairs?.pattern === this.pattern
         ? null
-        : sparseKernelPlanFor(this.cell, this.hidden, this.model, kind, batch, csr);
+        : sparseKernelPlanFor(this.cell, this.hidden, this.model, kind, batch, csr, this.options.order ?? "bank-aware");
     if (r && !r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
     const plan = r?.fits ? r.plan : b!.plan;
     // a new mask may need another plan (its pairs per row)
