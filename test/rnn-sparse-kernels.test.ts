@@ -11,7 +11,9 @@ import { SPARSE_BACKWARD_PARAMS, SPARSE_FORWARD_PARAMS } from "../src/rnn/codege
 import { sparseBackwardSource } from "../src/rnn/codegen/sparse-backward.js";
 import { sparseForwardSource } from "../src/rnn/codegen/sparse-forward.js";
 import {
+  batchedPoll,
   exchangeShape,
+  piecesPerThread,
   SPARSE_KERNEL_NAMES,
   SPARSE_LADDER,
   type SparseKernelOptions,
@@ -120,6 +122,26 @@ describe("sparse kernels: generated source", () => {
       assert.ok(bytes >= 4 * p.cols * p.batchTile + 4 * p.rows * p.batchTile);
       assert.ok(bytes <= H100_SXM.sharedPerBlock, `${p.kind}: ${bytes}`);
     }
+  });
+});
+
+describe("sparse kernels: the poll of a step's vector", () => {
+  test("one unrolled pass where the registers allow (the benchmark's batch 16), loops on the tightest layouts", () => {
+    const roomy = sparseLayer("rnn-tanh", 2304, 0.1, 16, { replicas: 4 }).forward;
+    assert.equal(piecesPerThread(roomy), 7);
+    assert.ok(batchedPoll(roomy));
+    const src = sparseForwardSource(roomy);
+    assert.match(src, /constexpr int PPT = \(NC \+ NT - 1\) \/ NT;/);
+    assert.doesNotMatch(src, /for \(int c = tid; c < NC; c \+= NT\) \{\n\s+if \(piece_polled/);
+    const tight = sparseLayer("lstm", largestSparseHidden("lstm", 0.1, H100_SXM, 4), 0.1, 4).backward;
+    assert.ok(!batchedPoll(tight), `${tight.registersEstimate} of ${tight.registerLimit}`);
+    const loop = sparseBackwardSource(tight);
+    assert.doesNotMatch(loop, /constexpr int PPT/);
+    assert.match(loop, /for \(int c = tid; c < NC; c \+= NT\) \{\n\s+if \(piece_polled/);
+    // more than 8 pieces a thread: loops whatever the registers
+    const wide = { ...roomy, cols: 8 * roomy.threads + 4, registersEstimate: 0 }; // tile 4: a piece per column
+    assert.equal(piecesPerThread(wide), 9);
+    assert.ok(!batchedPoll(wide));
   });
 });
 

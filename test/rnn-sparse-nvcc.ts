@@ -95,6 +95,15 @@ export function sparseNvccCases(): SparseNvccCase[] {
     spread: { replicas: 2, maxBatchTile: 2, ...two },
   });
   out.push({ cell: "lstm", hidden: 1152, density: 0.1, batch: 16, why: "2 per SM", spread: { replicas: 4, ...two } });
+  // the benchmark's launches (sparseLaunchPlan on an H100): replicas of tile 4 / 2 at batch 16, of tile 1 at batch 4
+  for (const [hidden, batch, replicas, maxBatchTile] of [
+    [2304, 16, 4, 4],
+    [1792, 16, 8, 2],
+    [2304, 4, 4, 1],
+    [1792, 4, 4, 1],
+  ] as const) {
+    out.push({ cell: "rnn-tanh", hidden, density: 0.1, batch, why: "launch", spread: { replicas, maxBatchTile } });
+  }
   const sampled = new Set<(typeof out)[number]>();
   for (const cell of ["rnn-tanh", "lstm", "gru"] as const) {
     const largest = out.filter((c) => c.cell === cell && c.why === "largest");

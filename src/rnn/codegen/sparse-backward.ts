@@ -71,7 +71,7 @@ ${LOAD_PAIRS}
     for (int b0 = rep * BT; b0 < nrows; b0 += nrep * BT) {
       const int nt = min(BT, nrows - b0);
       __syncthreads(); // the previous tile's readers are done with hs and rs
-${loadVector(regionOf("tp"), "min(nt, max(0, np - b0))", null, "tp")}
+${loadVector(plan, regionOf("tp"), "min(nt, max(0, np - b0))", null, "tp")}
 ${productCode(plan)}
       // the cell, its inputs read after the product (live across it, they would take registers the pairs need)
       const int bb = b0 + cb; // the cell thread's sequence

@@ -78,7 +78,7 @@ ${LOAD_PAIRS}
 ${st ? `        if (bb >= nprev) cp_async4(xin + G, ${st.initial} + (size_t)bb * H + unit);` : ""}
       }
       __syncthreads(); // the previous tile's readers are done with hs and rs
-${loadVector(regionOf("tp"), "min(nt, max(0, nprev - b0))", (j, k) => `h0[(size_t)(b0 + ${j}) * H + ${k}]`, "t")}
+${loadVector(plan, regionOf("tp"), "min(nt, max(0, nprev - b0))", (j, k) => `h0[(size_t)(b0 + ${j}) * H + ${k}]`, "t")}
 ${productCode(plan)}
       // the cell, its inputs from xs (in shared memory across the product, not in the registers the pairs need)
       if (active) {

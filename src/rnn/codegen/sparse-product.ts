@@ -176,23 +176,29 @@ export function exchangeShape(
 /** The exchange region of (time index `t`, the tile at `b0`): where a step's vector is published and read. */
 export const regionOf = (t: string) => `xh + ((size_t)(${t}) * tiles + b0 / BT) * (K * BT)`;
 
+/** Pieces of a tile's vector each thread copies (and polls): ⌈K·BT/4 / NT⌉. */
+export const piecesPerThread = (plan: SparseRnnKernelPlan) =>
+  Math.ceil((plan.cols * plan.batchTile) / 4 / plan.threads);
+
 /**
- * The load of a tile's vector into hs from the exchange region `region` of the step before (sparse-product.ts's
- * header): columns [0, npl) with npl = `polled` are copied (and, in Lamport builds, polled until none holds −0.0),
- * columns from npl to nt are `own(j, k)` (sequences that start at this step: the caller's initial state; null: zeros),
- * columns past nt zeros. A value that never arrives ends the launch with an error in the status block. Ends with
- * `if (__syncthreads_or(!ok)) return;`.
+ * Whether a kernel copies and looks at its pieces in one unrolled pass (batchedPollCode) rather than in loops over
+ * them (loopPollCode): where a thread has at most 8 pieces and registers for all of them in flight (4 each) beyond
+ * its estimate. On RNN 2304 at batch 16 (H100) the loop's look at the pieces was 16% of a step's stall samples, each
+ * piece's shared-memory load waiting for the one before; on the tightest layouts the unrolled pass made ptxas spill.
  */
-export function loadVector(
-  region: string,
-  polled: string,
-  own: ((j: string, k: string) => string) | null,
-  step: string,
-): string {
-  return `      {
-        bool ok = true;
-        constexpr int NC = K * BT / 4;          // 16-byte pieces of the tile's vector
-        constexpr int PPT = (NC + NT - 1) / NT; // pieces of a thread: tid, tid + NT, …
+export function batchedPoll(plan: SparseRnnKernelPlan): boolean {
+  const ppt = piecesPerThread(plan);
+  return ppt <= 8 && plan.registerLimit - plan.registersEstimate >= 4 * ppt + 8;
+}
+
+/**
+ * The copy of a thread's pieces (tid, tid + NT, …) and, in Lamport builds, the polls, unrolled: a mask of the pieces
+ * still to look at; each look loads every piece unconditionally (one out of range reads the thread's first), with no
+ * branch and no copy between the loads, so they wait for one shared-memory latency, not one each, and a piece's bit
+ * is only ever cleared; then the pending ones are copied again at once (rare: ~1% of steps at RNN 2304, batch 16).
+ */
+function batchedPollCode(region: string, polled: string, step: string): string {
+  return `        constexpr int PPT = (NC + NT - 1) / NT; // pieces of a thread: tid, tid + NT, …
         constexpr int PW = (PPT + 31) / 32;     // words of its mask of pieces still to look at
         const int npl = ${polled};
         const float* src = npl > 0 ? ${region} : xh;
@@ -210,13 +216,12 @@ export function loadVector(
         cp_async_wait();
         if (LAMPORT && npl > 0) {
           for (u32 spins = 0;; spins++) {
-            // every copied piece looked at in one pass (its loads back to back: no copy is issued between them, so
-            // they wait for one shared-memory latency, not one each), then the pending ones copied again at once
-            u32 any = 0u;
             #pragma unroll
             for (int i = 0; i < PPT; i++) {
-              if (((pend[i / 32] >> (i % 32)) & 1u) && !piece_pending(hs, tid + i * NT, npl)) pend[i / 32] &= ~(1u << (i % 32));
+              const int c = (NC % NT == 0 || tid + i * NT < NC) ? tid + i * NT : tid;
+              if (!piece_pending(hs, c, npl)) pend[i / 32] &= ~(1u << (i % 32));
             }
+            u32 any = 0u;
             #pragma unroll
             for (int w = 0; w < PW; w++) any |= pend[w];
             if (any == 0u) break;
@@ -236,7 +241,55 @@ export function loadVector(
             }
             cp_async_wait();
           }
+        }`;
+}
+
+/** The copy and polls in loops over the thread's pieces: fewest registers (the tightest layouts). */
+function loopPollCode(region: string, polled: string, step: string): string {
+  return `        const int npl = ${polled};
+        const float* src = npl > 0 ? ${region} : xh;
+        for (int c = tid; c < NC; c += NT) {
+          if (piece_polled(c, npl)) cp_async16(hs + 4 * c, src + 4 * c);
         }
+        cp_async_wait();
+        if (LAMPORT && npl > 0) {
+          for (u32 spins = 0;; spins++) {
+            int pending = -1;
+            for (int c = tid; c < NC; c += NT) {
+              if (piece_polled(c, npl) && piece_pending(hs, c, npl)) {
+                cp_async16(hs + 4 * c, src + 4 * c); // every pending piece copied again before any is looked at
+                pending = c;
+              }
+            }
+            if (pending < 0) break;
+            cp_async_wait();
+            if (spins > kBarrierSpinLimit) {
+              report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
+              ok = false;
+              break;
+            }
+          }
+        }`;
+}
+
+/**
+ * The load of a tile's vector into hs from the exchange region `region` of the step before (sparse-product.ts's
+ * header): columns [0, npl) with npl = `polled` are copied (and, in Lamport builds, polled until none holds −0.0),
+ * columns from npl to nt are `own(j, k)` (sequences that start at this step: the caller's initial state; null: zeros),
+ * columns past nt zeros. A value that never arrives ends the launch with an error in the status block. Ends with
+ * `if (__syncthreads_or(!ok)) return;`.
+ */
+export function loadVector(
+  plan: SparseRnnKernelPlan,
+  region: string,
+  polled: string,
+  own: ((j: string, k: string) => string) | null,
+  step: string,
+): string {
+  return `      {
+        bool ok = true;
+        constexpr int NC = K * BT / 4; // 16-byte pieces of the tile's vector
+${batchedPoll(plan) ? batchedPollCode(region, polled, step) : loopPollCode(region, polled, step)}
         if (npl < nt || nt < BT) {
           for (int c = tid; c < NC; c += NT) {
             #pragma unroll

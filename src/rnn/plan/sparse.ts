@@ -109,7 +109,14 @@ export function autoSlack(pairsPerPiece: number, batchTile: WideLoad): number {
   return Math.round(pairsPerPiece * (batchTile === 4 ? 0.06 : 0.12));
 }
 
-/** `plan` with up to `slack` slots added to every piece, as many as its registers allow (margin included). */
+/**
+ * Registers per thread slack never takes beyond the planner's margin: the margin was measured on the layouts the
+ * planner picks, whose estimate is rarely at the limit; slack fills a layout up to it, and under nvcc 13 layouts at
+ * the margin with slack spilled (the largest layers' backward kernels, RNN 5760 at 10%) where 16 more kept them clean.
+ */
+const SLACK_HEADROOM = 16;
+
+/** `plan` with up to `slack` slots added to every piece, as many as its registers allow (margin and headroom kept). */
 function withSlack(plan: SparseRnnKernelPlan, slack: number | "auto", overhead: number): SparseRnnKernelPlan {
   if (slack !== "auto" && (!Number.isInteger(slack) || slack < 0)) {
     throw new RangeError(`planSparseRnnKernel: slack must be 'auto' or an integer ≥ 0; got ${String(slack)}`);
@@ -120,7 +127,7 @@ function withSlack(plan: SparseRnnKernelPlan, slack: number | "auto", overhead: 
     const n = plan.rowsPerThread * piece;
     const pairRegisters = n + (plan.indexBits === 16 ? Math.ceil(n / 2) : n);
     const estimate = pairRegisters + plan.accumulatorRegisters + overhead;
-    if (estimate + registerMargin(plan.registerLimit) > plan.registerLimit) continue;
+    if (estimate + registerMargin(plan.registerLimit) + SLACK_HEADROOM > plan.registerLimit) continue;
     return {
       ...plan,
       pairsPerPiece: piece,
