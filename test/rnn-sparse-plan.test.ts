@@ -17,6 +17,7 @@ import {
   emptyPairArrays,
   indexOffset,
   layoutProduct,
+  localRowOf,
   packPairsWithSlots,
   packSparsePairs,
   packSparseRows,
@@ -27,6 +28,7 @@ import {
   randomRowBalancedRows,
   refillPairValues,
   rowBalancedPairs,
+  rowOrderOf,
   type SparsePairLayout,
   type SparseRnnKernelPlan,
   samePattern,
@@ -440,27 +442,24 @@ function pairsByThread(layout: SparsePairLayout): string[] {
   return out;
 }
 
-/** The real (index, value) pairs of each row group's piece, sorted: what the balanced order keeps. */
-function pairsByRowGroup(layout: SparsePairLayout): string[] {
+/** The real (index, value) pairs of each local row, sorted: what the balanced order keeps (it moves rows and pairs). */
+function pairsByRow(layout: SparsePairLayout): string[] {
   const { plan } = layout;
   const out: string[] = [];
   for (let c = 0; c < plan.ctas; c++) {
-    for (let rg = 0; rg * plan.threadsPerRowGroup < plan.threads; rg++) {
+    const rows: string[][] = Array.from({ length: plan.rowGroups * plan.rowsPerThread }, () => []);
+    for (let rg = 0; rg < plan.rowGroups; rg++) {
       for (let r = 0; r < plan.rowsPerThread; r++) {
-        const piece: string[] = [];
-        for (
-          let i = rg * plan.threadsPerRowGroup;
-          i < Math.min(plan.threads, (rg + 1) * plan.threadsPerRowGroup);
-          i++
-        ) {
+        const list = rows[localRowOf(layout, c, rg * plan.rowsPerThread + r)]!;
+        for (let i = rg * plan.threadsPerRowGroup; i < (rg + 1) * plan.threadsPerRowGroup; i++) {
           for (let q = 0; q < plan.pairsPerPiece; q++) {
             const p = pairAt(layout, c, i, r * plan.pairsPerPiece + q);
-            if (!p.padding) piece.push(`${p.index}:${p.value}`);
+            if (!p.padding) list.push(`${p.index}:${p.value}`);
           }
         }
-        out.push(piece.sort().join(","));
       }
     }
+    for (const list of rows) out.push(list.sort().join(","));
   }
   return out;
 }
@@ -597,11 +596,22 @@ describe("bank-aware order", () => {
             const y = layoutProduct(aware, x);
             for (let r = 0; r < y.length; r++) assert.ok(Math.abs(y[r]! - want[r]!) < 1e-12, `${at} row ${r}`);
           }
-          // the balanced order moves pairs between the threads of a row group only: each row's piece keeps its pairs
+          // the balanced order moves rows between row slots of a CTA and pairs between the threads of a row group
+          // only: each local row keeps its pairs, and its row order is a permutation of each CTA's row slots
           const balanced = bankAwareOrder(plan, naive, w, "balanced");
           const at = `${cell} ${kind} balanced w${w}`;
           assert.notDeepEqual(pairsByThread(balanced), pairsByThread(naive), `${at}: no pair moved`);
-          assert.deepEqual(pairsByRowGroup(balanced), pairsByRowGroup(naive), at);
+          assert.deepEqual(pairsByRow(balanced), pairsByRow(naive), at);
+          const pr = plan.rowGroups * plan.rowsPerThread;
+          const order = rowOrderOf(balanced);
+          for (let c = 0; c < plan.ctas; c++) {
+            const slots = Array.from(order.subarray(c * pr, (c + 1) * pr)).sort((a, b) => a - b);
+            assert.deepEqual(
+              slots,
+              Array.from({ length: pr }, (_, e) => e),
+              `${at} CTA ${c}`,
+            );
+          }
           assert.equal(
             balanced.padding.reduce((a, b) => a + b, 0),
             naive.padding.reduce((a, b) => a + b, 0),
@@ -694,7 +704,7 @@ describe("vpps plan rnn --density", () => {
     );
     assert.match(
       fits.stdout,
-      /120 pair slots per thread \(8 of them slack for the bank-aware order\) × 1\.5 registers \(16-bit indices\) = 180 registers \+ 16 accumulators/,
+      /116 pair slots per thread \(4 of them slack for the bank-aware order\) × 1\.5 registers \(16-bit indices\) = 174 registers \+ 16 accumulators/,
     );
     assert.match(fits.stdout, /\n {2}backward +131 CTAs .*\(23 rows × 12000 columns of W_hhᵀ\)/);
     assert.match(
@@ -704,7 +714,7 @@ describe("vpps plan rnn --density", () => {
     // near its limit the layer runs one replica of tile 4
     assert.match(
       fits.stdout,
-      /\n {2}forward {2}launch at batch 4: tiles of 4 columns, 1 replica of 131 CTAs \(1 per SM\), 1 round per step, 46\.9 KiB of the vector copied per SM per step; 256 threads × 120 pair slots \(8 slack\)\n/,
+      /\n {2}forward {2}launch at batch 4: tiles of 4 columns, 1 replica of 131 CTAs \(1 per SM\), 1 round per step, 46\.9 KiB of the vector copied per SM per step; 256 threads × 116 pair slots \(4 slack\)\n/,
     );
     // RNN 2304 at 10 %: four replicas of one column at batch 4, of four columns at batch 16 (the benchmark's launches)
     for (const [batch, line] of [

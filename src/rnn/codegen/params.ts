@@ -112,7 +112,13 @@ export const STEPWISE_BACKWARD_PARAMS = paramTable([
  * launch), the replicas the launch runs, and the barrier build's step counter.
  */
 export const SPARSE_FORWARD_PARAMS = paramTable([
-  ["const float* values", "const u32* indices", "const float* __restrict__ xw", "const float* __restrict__ bhn"],
+  [
+    "const float* values",
+    "const u32* indices",
+    "const int* __restrict__ rowmap",
+    "const float* __restrict__ xw",
+    "const float* __restrict__ bhn",
+  ],
   ["const float* __restrict__ h0", "const float* __restrict__ c0", "float* y", "int ldy", "float* hn", "float* cn"],
   ["float* saved", "int train", "const int* __restrict__ batch_sizes", "const int* __restrict__ offsets", "int steps"],
   ["int total", "int reverse", "float* xh", "int tiles", "int nrep", "int* status", "u32* bar"],
@@ -124,7 +130,13 @@ export const SPARSE_FORWARD_PARAMS = paramTable([
  * of the steps' gate gradients (as the forward's), the replicas, the step counter.
  */
 export const SPARSE_BACKWARD_PARAMS = paramTable([
-  ["const float* values", "const u32* indices", "const float* __restrict__ saved", "const float* __restrict__ y"],
+  [
+    "const float* values",
+    "const u32* indices",
+    "const int* __restrict__ rowmap",
+    "const float* __restrict__ saved",
+    "const float* __restrict__ y",
+  ],
   ["int ldy", "const float* __restrict__ c0", "const float* __restrict__ dy", "int lddy"],
   ["const float* __restrict__ dhn", "const float* __restrict__ dcn", "float* dpre_h", "float* dpre_x", "float* dh0"],
   ["float* dc0", "float* carry", "const int* __restrict__ batch_sizes", "const int* __restrict__ offsets", "int steps"],

@@ -23,6 +23,7 @@ import {
   SPARSE_KERNEL_NAMES,
   type SparseKernelOptions,
   sparseConstants,
+  sparseSharedFloats,
 } from "./sparse-product.js";
 
 /** The module of a sparse backward kernel (with the pending fill, rnn_fill). */
@@ -46,6 +47,7 @@ ${renderParams(SPARSE_BACKWARD_PARAMS)}) {
   float* rs = hs + K * BT;                     // row sums [PR][BT]
   float* pb = rs + PR * BT;                    // partial sums [NT][RW][BT] (a reduction through shared memory)
   (void)pb;
+  int* rmap = reinterpret_cast<int*>(hs) + ${sparseSharedFloats(plan) - plan.rowGroups * plan.rowsPerThread}; // the row order [PR]
   const int tid = threadIdx.x;
 ${LOAD_PAIRS}
   // the cell thread of (unit u, tile column b): local row u of the product is its unit's

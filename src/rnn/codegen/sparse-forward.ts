@@ -24,6 +24,7 @@ import {
   SPARSE_KERNEL_NAMES,
   type SparseKernelOptions,
   sparseConstants,
+  sparseSharedFloats,
 } from "./sparse-product.js";
 
 /** The module of a sparse forward kernel (with the pending fill, rnn_fill). */
@@ -48,6 +49,7 @@ ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   float* pb = rs + PR * BT;                    // partial sums [NT][RW][BT] (a reduction through shared memory)
   float* xs = pb + (${"32 % T == 0 ? 0 : NT * RW * BT"}); // the cell threads' inputs [UC·BT][G + 1]
   (void)pb;
+  int* rmap = reinterpret_cast<int*>(hs) + ${sparseSharedFloats(plan) - plan.rowGroups * plan.rowsPerThread}; // the row order [PR]
   const int tid = threadIdx.x;
 ${LOAD_PAIRS}
   // the cell thread of (unit u, tile column b): local row g·UC + u of the product is gate g of its unit

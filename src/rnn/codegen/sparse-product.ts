@@ -19,7 +19,7 @@
  * Replicas: a launch of `nrep` copies of the layer (CPG CTAs each, nrep·CPG in all) runs the tiles of a step side by
  * side, replica r the tiles r, r + nrep, …; the replicas share nothing but the grid barrier of barrier builds.
  */
-import type { SparseRnnKernelPlan } from "../plan/index.js";
+import { permutesRows, type SparseRnnKernelPlan } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 
 /** The synchronisation between steps: Lamport flags (−0.0 = not yet written) or a grid barrier per step. */
@@ -64,7 +64,7 @@ export function sparseSharedFloats(plan: SparseRnnKernelPlan): number {
   const pb = shuffleReduction(plan) ? 0 : plan.threads * plan.rowsPerThread * bt;
   // the forward's cell inputs, copied asynchronously while the vector is polled: G input projections and the state
   const xs = plan.kind === "forward" ? plan.unitsPerCta * bt * (gatesOf(plan.cell) + 1) : 0;
-  return plan.cols * bt + pr * bt + pb + xs;
+  return plan.cols * bt + pr * bt + pb + xs + pr; // then the row order rmap [PR] (ints)
 }
 
 export const sparseSharedBytes = (plan: SparseRnnKernelPlan) => 4 * sparseSharedFloats(plan);
@@ -89,6 +89,7 @@ constexpr int RG = ${plan.rowGroups};  // row groups
 constexpr int PR = RG * RW;  // rows with padding
 constexpr bool IDX16 = ${plan.indexBits === 16};
 constexpr bool WIDE = ${opts.wideLoads !== false};
+constexpr bool ROWMAP = ${permutesRows(plan)};  // row sums written through the row order (plan/sparse.ts, permutesRows)
 constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
 static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");
 // element (k, column j) of a tile's vector, in shared memory and in its region of the exchange buffer
@@ -156,7 +157,11 @@ export const LOAD_PAIRS = `  // the replica of this CTA and its CTA within the r
   #pragma unroll
   for (int s = 0; s < S; s++) wv[s] = __ldcg(vbase + s * NT);
   #pragma unroll
-  for (int q = 0; q < SW; q++) wi[q] = __ldcg(ibase + q * NT);`;
+  for (int q = 0; q < SW; q++) wi[q] = __ldcg(ibase + q * NT);
+  // the row order (which local row each row slot holds: rowmap [CPG][PR]) into rmap, at the end of shared memory
+  if (ROWMAP) {
+    for (int e = tid; e < PR; e += NT) rmap[e] = __ldcg(rowmap + cta * PR + e);
+  }`;
 
 /**
  * The exchange buffer of a launch over `steps` steps of at most `batch` sequences: `tiles` regions per step of
@@ -355,8 +360,9 @@ function reductionCode(plan: SparseRnnKernelPlan): string {
       if (tid % T == 0 && tid / T < RG) {
         #pragma unroll
         for (int r = 0; r < RW; r++) {
+          const int lr = ROWMAP ? rmap[(tid / T) * RW + r] : (tid / T) * RW + r; // this row slot's local row
           #pragma unroll
-          for (int j = 0; j < BT; j++) rs[((tid / T) * RW + r) * BT + j] = acc[r][j];
+          for (int j = 0; j < BT; j++) rs[lr * BT + j] = acc[r][j];
         }
       }`;
   }
@@ -372,6 +378,6 @@ function reductionCode(plan: SparseRnnKernelPlan): string {
         float sum = 0.f;
         #pragma unroll
         for (int q = 0; q < T; q++) sum += pb[((g * T + q) * RW + r) * BT + j];
-        rs[e] = sum;
+        rs[(ROWMAP ? rmap[lr] : lr) * BT + j] = sum; // row slot lr holds local row rmap[lr] (the row order)
       }`;
 }

@@ -22,13 +22,15 @@
  * different order, equal within fp32 rounding, not bit for bit (see layoutProduct, sparse-pairs.ts).
  */
 import { gatesOf } from "../spec.js";
-import { rowBalancedPairs, type SparseRnnKernelPlan, type WideLoad } from "./sparse.js";
+import { permutesRows, rowBalancedPairs, type SparseRnnKernelPlan, type WideLoad } from "./sparse.js";
 import {
   emptyPairArrays,
   indexOffset,
+  localRowOf,
   packSparsePairs,
   pairAt,
   randomRowBalancedRows,
+  rowOrderOf,
   type SparsePairLayout,
   slotOffset,
   sparsePairsPerRow,
@@ -99,23 +101,29 @@ export function bankAwareOrder(
   else if (method === "warp") warpColoring(plan, layout, wideLoad, out);
   else if (method === "balanced") {
     // the warp coloring of the balanced layout, CTA by CTA where it takes fewer wavefronts than the warp order's
-    warpColoring(plan, balanceRowGroups(plan, layout, wideLoad), wideLoad, out);
+    const balanced = balanceRowGroups(plan, layout, wideLoad);
+    warpColoring(plan, balanced, wideLoad, out);
     const warp = emptyPairArrays(plan);
     warpColoring(plan, layout, wideLoad, warp);
     const mine = ctaWavefronts(plan, out.indices, wideLoad);
     const theirs = ctaWavefronts(plan, warp.indices, wideLoad);
     const slots = plan.pairsPerThread * plan.threads;
     const words = (out.indices.length / plan.ctas) | 0;
+    const pr = plan.rowGroups * plan.rowsPerThread;
+    const rowOrder = rowOrderOf(balanced).slice();
+    const identity = rowOrderOf(layout);
     for (let c = 0; c < plan.ctas; c++) {
       if (theirs[c]! >= mine[c]!) continue;
       out.values.set(warp.values.subarray(c * slots, (c + 1) * slots), c * slots);
       out.padding.set(warp.padding.subarray(c * slots, (c + 1) * slots), c * slots);
       out.indices.set(warp.indices.subarray(c * words, (c + 1) * words), c * words);
+      rowOrder.set(identity.subarray(c * pr, (c + 1) * pr), c * pr);
     }
+    return { plan, order: "bank-aware", wideLoad, ...out, rowOrder };
   } else {
     throw new RangeError(`bankAwareOrder: method must be 'algorithm-1', 'warp' or 'balanced'; got ${String(method)}`);
   }
-  return { plan, order: "bank-aware", wideLoad, ...out };
+  return { plan, order: "bank-aware", wideLoad, ...out, ...(layout.rowOrder ? { rowOrder: layout.rowOrder } : {}) };
 }
 
 type PairArrays = ReturnType<typeof emptyPairArrays>;
@@ -179,11 +187,33 @@ function balanceRowGroups(plan: SparseRnnKernelPlan, layout: SparsePairLayout, w
   const B = 32 / wideLoad;
   const P = plan.pairsPerPiece;
   const T = plan.threadsPerRowGroup;
+  const RW = plan.rowsPerThread;
+  const PR = plan.rowGroups * RW;
   const phases = Math.ceil(plan.threads / B);
   const out = emptyPairArrays(plan);
+  const rowOrder = new Int32Array(plan.ctas * PR);
   const deg = new Int32Array(phases * B); // pairs of group g in phase p: deg[p·B + g]
+  // row groups whose first thread starts a phase begin a new block: no row group links them to the phases before
+  const block = new Int32Array(plan.rowGroups);
+  for (let rg = 1; rg < plan.rowGroups; rg++) block[rg] = block[rg - 1]! + ((rg * T) % B === 0 ? 1 : 0);
   for (let c = 0; c < plan.ctas; c++) {
-    for (let r = 0; r < plan.rowsPerThread; r++) {
+    // each local row's pairs, wherever the input layout holds them
+    const rowPairs: { index: number; value: number }[][] = Array.from({ length: PR }, () => []);
+    for (let rg = 0; rg < plan.rowGroups; rg++) {
+      for (let r = 0; r < RW; r++) {
+        const list = rowPairs[localRowOf(layout, c, rg * RW + r)]!;
+        for (let i = rg * T; i < (rg + 1) * T; i++) {
+          for (let q = 0; q < P; q++) {
+            const x = pairAt(layout, c, i, r * P + q);
+            if (!x.padding) list.push({ index: x.index, value: x.value });
+          }
+        }
+        list.sort((x, y) => x.index - y.index);
+      }
+    }
+    const order = chooseRowOrder(rowPairs);
+    rowOrder.set(order, c * PR);
+    for (let r = 0; r < RW; r++) {
       const o = r * P;
       deg.fill(0);
       // the row groups: their segments (a phase's threads of the group) and the pairs of each group
@@ -196,27 +226,25 @@ function balanceRowGroups(plan: SparseRnnKernelPlan, layout: SparsePairLayout, w
       for (let rg = 0; rg < plan.rowGroups; rg++) {
         const phase: number[] = [];
         const threads: number[][] = [];
-        const cnt0: number[][] = [];
-        const pairs: { index: number; value: number }[][] = Array.from({ length: B }, () => []);
         for (let i = rg * T; i < (rg + 1) * T; i++) {
           const p = Math.floor(i / B);
           if (phase.at(-1) !== p) {
             phase.push(p);
             threads.push([]);
-            cnt0.push(new Array<number>(B).fill(0));
           }
           threads.at(-1)!.push(i);
-          for (let q = 0; q < P; q++) {
-            const x = pairAt(layout, c, i, o + q);
-            if (x.padding) continue;
-            const g = x.index % B;
-            cnt0.at(-1)![g]!++;
-            deg[p * B + g]!++;
-            pairs[g]!.push({ index: x.index, value: x.value });
-          }
         }
-        for (const list of pairs) list.sort((a, b) => a.index - b.index);
-        groups.push({ phase, threads, cnt: Int32Array.from(cnt0.flat()), pairs });
+        // the row's pairs in index order fill the group's threads one after another, P each, to start from
+        const cnt = new Int32Array(phase.length * B);
+        const pairs: { index: number; value: number }[][] = Array.from({ length: B }, () => []);
+        rowPairs[order[rg * RW + r]!]!.forEach((x, n) => {
+          const g = x.index % B;
+          const k = phase.indexOf(Math.floor((rg * T + Math.floor(n / P)) / B));
+          cnt[k * B + g]!++;
+          deg[phase[k]! * B + g]!++;
+          pairs[g]!.push(x);
+        });
+        groups.push({ phase, threads, cnt, pairs });
       }
       for (let sweep = 0; sweep < 200; sweep++) {
         let moved = false;
@@ -260,7 +288,55 @@ function balanceRowGroups(plan: SparseRnnKernelPlan, layout: SparsePairLayout, w
       }
     }
   }
-  return { plan, order: "naive", wideLoad: null, ...out };
+  return { plan, order: "naive", wideLoad: null, ...out, rowOrder };
+
+  /**
+   * The rows of a CTA placed in its row slots so that each block's bank groups hold near equal pairs (a local search
+   * swapping two rows of different blocks while that lowers Σ size² over the blocks' groups): the trades between a
+   * block's phases can then even out its phases. With one block (one warp's phases, w = 1) the identity.
+   */
+  function chooseRowOrder(rowPairs: readonly { index: number }[][]): Int32Array {
+    const order = Int32Array.from({ length: PR }, (_, e) => e);
+    const blocks = (block[plan.rowGroups - 1]! + 1) * RW;
+    if (blocks <= RW || !permutesRows(plan)) return order;
+    const blockOf = (slot: number) => block[Math.floor(slot / RW)]! * RW + (slot % RW);
+    const n = rowPairs.map((list) => {
+      const v = new Int32Array(B);
+      for (const x of list) v[x.index % B]!++;
+      return v;
+    });
+    const N = new Int32Array(blocks * B);
+    for (let slot = 0; slot < PR; slot++) for (let g = 0; g < B; g++) N[blockOf(slot) * B + g]! += n[order[slot]!]![g]!;
+    for (let sweep = 0; sweep < 8; sweep++) {
+      let swapped = false;
+      for (let s1 = 0; s1 < PR; s1++) {
+        for (let s2 = s1 + 1; s2 < PR; s2++) {
+          const b1 = blockOf(s1);
+          const b2 = blockOf(s2);
+          if (b1 === b2) continue;
+          const v1 = n[order[s1]!]!;
+          const v2 = n[order[s2]!]!;
+          let d = 0;
+          for (let g = 0; g < B; g++) {
+            const x = v2[g]! - v1[g]!;
+            d += 2 * x * (N[b1 * B + g]! - N[b2 * B + g]!) + 2 * x * x;
+          }
+          if (d >= 0) continue;
+          for (let g = 0; g < B; g++) {
+            const x = v2[g]! - v1[g]!;
+            N[b1 * B + g]! += x;
+            N[b2 * B + g]! -= x;
+          }
+          const t = order[s1]!;
+          order[s1] = order[s2]!;
+          order[s2] = t;
+          swapped = true;
+        }
+      }
+      if (!swapped) break;
+    }
+    return order;
+  }
 
   /** The best trade of segment a's pairs for segment b's (or into b's padding), applied if it lowers Σ size². */
   function tradeBetween(rg: { phase: number[]; threads: number[][]; cnt: Int32Array }, a: number, b: number): boolean {

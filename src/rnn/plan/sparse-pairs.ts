@@ -40,6 +40,26 @@ export interface SparsePairLayout {
   readonly values: Float32Array;
   readonly indices: Uint16Array | Uint32Array;
   readonly padding: Uint8Array;
+  /**
+   * Which local row each row slot holds, per CTA: row group g's piece r (slot g·rowsPerThread + r) holds local row
+   * rowOrder[c·PR + slot] (PR = rowGroups·rowsPerThread). Absent: the identity (the naive layout). The balanced
+   * bank-aware order permutes rows within a CTA (sparse-banks.ts); the kernels write a row's sum to its local row.
+   */
+  readonly rowOrder?: Int32Array;
+}
+
+/** The local row that row slot `slot` (row group · rowsPerThread + piece) of CTA `cta` holds. */
+export function localRowOf(layout: SparsePairLayout, cta: number, slot: number): number {
+  const { plan } = layout;
+  return layout.rowOrder ? layout.rowOrder[cta * plan.rowGroups * plan.rowsPerThread + slot]! : slot;
+}
+
+/** The layout's row order as the kernels load it: [ctas][rowGroups·rowsPerThread], the identity where absent. */
+export function rowOrderOf(layout: SparsePairLayout): Int32Array {
+  const { plan } = layout;
+  const pr = plan.rowGroups * plan.rowsPerThread;
+  if (layout.rowOrder) return layout.rowOrder;
+  return Int32Array.from({ length: plan.ctas * pr }, (_, e) => e % pr);
 }
 
 /** Where slot `slot` of thread `thread` of CTA `cta` is in `values` and `padding` (and `indices`, 32-bit). */
@@ -308,9 +328,12 @@ export function unpackSparsePairs(layout: SparsePairLayout): SparseRows {
       for (let s = 0; s < plan.pairsPerThread; s++) {
         const p = pairAt(layout, c, i, s);
         if (p.padding) continue;
-        const localRow = Math.floor(i / t) * plan.rowsPerThread + Math.floor(s / plan.pairsPerPiece);
-        const row = matrixRowOf(plan, c, localRow);
-        if (row < 0 || i >= plan.rowGroups * t) {
+        if (i >= plan.rowGroups * t) {
+          throw new Error(`unpackSparsePairs: CTA ${c}, thread ${i}, slot ${s} holds a pair outside the matrix`);
+        }
+        const slot = Math.floor(i / t) * plan.rowsPerThread + Math.floor(s / plan.pairsPerPiece);
+        const row = matrixRowOf(plan, c, localRowOf(layout, c, slot));
+        if (row < 0) {
           throw new Error(`unpackSparsePairs: CTA ${c}, thread ${i}, slot ${s} holds a pair outside the matrix`);
         }
         entries[row]!.push([p.index, p.value]);
@@ -365,7 +388,7 @@ export function layoutProduct(layout: SparsePairLayout, x: Float64Array | Float3
   for (let c = 0; c < plan.ctas; c++) {
     for (let i = 0; i < plan.rowGroups * t; i++) {
       for (let r = 0; r < plan.rowsPerThread; r++) {
-        const row = matrixRowOf(plan, c, Math.floor(i / t) * plan.rowsPerThread + r);
+        const row = matrixRowOf(plan, c, localRowOf(layout, c, Math.floor(i / t) * plan.rowsPerThread + r));
         if (row < 0) continue;
         let acc = 0;
         for (let q = 0; q < plan.pairsPerPiece; q++) {

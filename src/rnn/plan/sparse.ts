@@ -140,6 +140,16 @@ function withSlack(plan: SparseRnnKernelPlan, slack: number | "auto", overhead: 
   return plan;
 }
 
+/**
+ * Whether the kernels of `plan` write each row's sum through a row order (sparse-pairs.ts, rowOrder): the balanced
+ * bank-aware order permutes a CTA's rows only for these. It costs the reduction a shared-memory load and a register or
+ * two, so the layouts within 8 registers of their limit (the largest layers' backward kernels) keep their rows in
+ * place: under nvcc 13 RNN 5760's backward at 10% spilled 4 bytes with it.
+ */
+export function permutesRows(plan: SparseRnnKernelPlan): boolean {
+  return plan.registerLimit - plan.registersEstimate >= 8;
+}
+
 /** CTAs of a sparse kernel resident on one SM. */
 export type CtasPerSm = 1 | 2;
 
@@ -455,7 +465,8 @@ export function planSparseRnnKernel(
       if (over > 0) continue;
       const reduction = reductionOf(t);
       const paddedRows = rowGroups * rw;
-      const sharedBytes = hBytes + 4 * (reductionFloats(reduction, threads, paddedRows, rw, bt) + stateFloats);
+      const sharedBytes =
+        hBytes + 4 * (reductionFloats(reduction, threads, paddedRows, rw, bt) + stateFloats + paddedRows);
       if (
         sharedBytes > device.sharedPerBlock ||
         cps * (sharedBytes + device.reservedSharedPerBlock) > device.sharedPerSm

@@ -35,6 +35,7 @@ import {
   planSparseRnnLayer,
   type RnnCellName,
   refillPairValues,
+  rowOrderOf,
   type SparsePairLayout,
   type SparseRnnKernelPlan,
   type SparseRnnPlanResult,
@@ -129,6 +130,8 @@ interface KernelBuild {
     pattern: number;
     values: DevicePtr;
     indices: DevicePtr;
+    /** The row order [ctas][rowGroups·rowsPerThread] (sparse-pairs.ts, rowOrder). */
+    rowmap: DevicePtr;
     /** Where each kept entry sits in `host` (pairSlots), and the values as uploaded (for refills in place). */
     slots: Int32Array;
     host: Float32Array;
@@ -281,7 +284,10 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
           indices,
           new Uint32Array(layout.indices.buffer, layout.indices.byteOffset, layout.indices.byteLength / 4),
         );
-        b.pairs = { version: this.version, pattern: this.pattern, values, indices, slots, host: layout.values };
+        const rowOrder = rowOrderOf(layout);
+        const rowmap = d.memAlloc(Math.max(4, rowOrder.byteLength));
+        d.memcpyHtoD(rowmap, rowOrder);
+        b.pairs = { version: this.version, pattern: this.pattern, values, indices, rowmap, slots, host: layout.values };
       }
     }
     return b;
@@ -312,6 +318,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     this.gpu.stream.synchronize();
     d.memFree(b.pairs.values);
     d.memFree(b.pairs.indices);
+    d.memFree(b.pairs.rowmap);
     b.pairs = undefined;
   }
 
@@ -369,6 +376,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       {
         values: b.pairs!.values,
         indices: b.pairs!.indices,
+        rowmap: b.pairs!.rowmap,
         xw: a.ws.xw,
         bhn: a.weights.bhh + 4 * 2 * this.hidden, // GRU's b_hn (unused otherwise)
         h0: a.h0,
@@ -406,6 +414,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       {
         values: b.pairs!.values,
         indices: b.pairs!.indices,
+        rowmap: b.pairs!.rowmap,
         saved: a.ws.saved,
         y: a.y,
         ldy: a.ldy,
