@@ -19,7 +19,7 @@ import {
   type SparseKernelOptions,
   sparseSharedBytes,
 } from "../src/rnn/codegen/sparse-product.js";
-import { largestSparseHidden, planSparseRnnLayer } from "../src/rnn/plan/index.js";
+import { largestSparseHidden, permutesRows, planSparseRnnLayer } from "../src/rnn/plan/index.js";
 import { describeSparseCompile, pairsHeld, sparseLayer, sparseNvccCases } from "./rnn-sparse-nvcc.js";
 
 const layer = sparseLayer;
@@ -142,6 +142,23 @@ describe("sparse kernels: the poll of a step's vector", () => {
     const wide = { ...roomy, cols: 8 * roomy.threads + 4, registersEstimate: 0 }; // tile 4: a piece per column
     assert.equal(piecesPerThread(wide), 9);
     assert.ok(!batchedPoll(wide));
+  });
+});
+
+describe("sparse kernels: the row order", () => {
+  test("row sums go through the row order where registers allow, in place on the tightest layouts", () => {
+    const roomy = sparseLayer("rnn-tanh", 2304, 0.1, 16, { replicas: 4 }).forward;
+    assert.ok(permutesRows(roomy));
+    assert.match(sparseForwardSource(roomy), /constexpr bool ROWMAP = true;/);
+    const tight = sparseLayer("rnn-tanh", 5760, 0.1, 4).backward;
+    assert.ok(!permutesRows(tight), `${tight.registersEstimate} of ${tight.registerLimit}`);
+    assert.match(sparseBackwardSource(tight), /constexpr bool ROWMAP = false;/);
+    // the row order sits at the end of shared memory, inside the kernel's dynamic shared memory
+    const pr = roomy.rowGroups * roomy.rowsPerThread;
+    assert.match(
+      sparseForwardSource(roomy),
+      new RegExp(`int\\* rmap = reinterpret_cast<int\\*>\\(hs\\) \\+ ${sparseSharedBytes(roomy) / 4 - pr};`),
+    );
   });
 });
 
