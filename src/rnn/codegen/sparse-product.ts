@@ -198,7 +198,7 @@ export function batchedPoll(plan: SparseRnnKernelPlan): boolean {
 
 /**
  * The copy of a thread's pieces (tid, tid + NT, …) and, in Lamport builds, the polls, unrolled: a mask of the pieces
- * still to look at; each look loads every piece unconditionally (one out of range reads the thread's first), with no
+ * still to look at; each look loads every piece unconditionally (one out of range reads piece 0), with no
  * branch and no copy between the loads, so they wait for one shared-memory latency, not one each, and a piece's bit
  * is only ever cleared; then the pending ones are copied again at once (rare: ~1% of steps at RNN 2304, batch 16).
  */
@@ -223,7 +223,7 @@ function batchedPollCode(region: string, polled: string, step: string): string {
           for (u32 spins = 0;; spins++) {
             #pragma unroll
             for (int i = 0; i < PPT; i++) {
-              const int c = (NC % NT == 0 || tid + i * NT < NC) ? tid + i * NT : tid;
+              const int c = (NC % NT == 0 || tid + i * NT < NC) ? tid + i * NT : 0; // (piece 0: always there)
               if (!piece_pending(hs, c, npl)) pend[i / 32] &= ~(1u << (i % 32));
             }
             u32 any = 0u;
