@@ -100,13 +100,13 @@ export interface SparsePlanOptions {
 }
 
 /**
- * The slack "auto" asks for: ~6% of a piece for 4-column loads, ~12% for 1 and 2 columns (where B = 32 / w bank groups
- * share a phase's slots, more groups, a fuller fullest one). Measured on the wavefront model (sampleBankConflicts) of
- * RNN 1152–2304 and LSTM 1152 at 10%: the ratio of the best slack to a piece's slots was 0.04–0.09 (4 columns) and
- * 0.1–0.25 (1, 2), with the wavefronts within 1–3% of the best over a wide range around it.
+ * The slack "auto" asks for: ~5% of a piece for 2- and 4-column loads, ~12% for 1 column (B = 32 bank groups share a
+ * warp's slots: more groups, a fuller fullest one). From the wavefront model (sampleBankConflicts) of the balanced
+ * order with its row order on the launches of RNN 1152–2304, LSTM and GRU 1152 at 10%, batch 4 and 16: the best slack
+ * was 4–5% of a piece at 2 and 4 columns and 10–20% at 1, and within 1% of the best wavefronts one slot either side.
  */
 export function autoSlack(pairsPerPiece: number, batchTile: WideLoad): number {
-  return Math.round(pairsPerPiece * (batchTile === 4 ? 0.06 : 0.12));
+  return Math.round(pairsPerPiece * (batchTile === 1 ? 0.12 : 0.05));
 }
 
 /**
