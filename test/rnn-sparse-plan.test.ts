@@ -41,7 +41,7 @@ import {
   unpackSparseRows,
   type WideLoad,
 } from "../src/rnn/plan/index.js";
-import { sparseKernelPlanFor } from "../src/rnn/runtime/sparse.js";
+import { bankMethodSwitch, sparseKernelPlanFor } from "../src/rnn/runtime/sparse.js";
 import { gatesOf, RNN_CELLS, type RnnCell } from "../src/rnn/spec.js";
 import { RandomStream } from "../src/util/random.js";
 import { cli, hasTrace } from "./cli-harness.js";
@@ -871,6 +871,59 @@ describe("replicas of a launch over several tiles (sparseKernelPlanFor)", () => 
       else process.env.VPPS_RNN_SPARSE_CPS = saved[0];
       if (saved[1] === undefined) delete process.env.VPPS_RNN_SPARSE_TILE;
       else process.env.VPPS_RNN_SPARSE_TILE = saved[1];
+    }
+  });
+  test("slack: autoSlack by default, VPPS_RNN_SPARSE_SLACK pins it, the naive order plans none, bad values refused", () => {
+    const csr = randomRowBalancedRows(2304, 2304, 230, 1);
+    const at = (order?: "naive" | "bank-aware") =>
+      sparseKernelPlanFor("rnn-tanh", 2304, H100, "forward", 16, csr, order);
+    const saved = process.env.VPPS_RNN_SPARSE_SLACK;
+    try {
+      delete process.env.VPPS_RNN_SPARSE_SLACK;
+      const auto = at();
+      assert.ok(auto.fits);
+      assert.equal(auto.plan.slackPairs, autoSlack(auto.plan.pairsPerPiece - auto.plan.slackPairs, 4));
+      assert.equal(auto.plan.slackPairs, 2);
+      const naive = at("naive");
+      assert.ok(naive.fits);
+      assert.equal(naive.plan.slackPairs, 0);
+      assert.equal(naive.plan.pairsPerPiece, auto.plan.pairsPerPiece - 2);
+      process.env.VPPS_RNN_SPARSE_SLACK = "5";
+      const pinned = at();
+      assert.ok(pinned.fits);
+      assert.deepEqual([pinned.plan.slackPairs, pinned.plan.pairsPerPiece], [5, naive.plan.pairsPerPiece + 5]);
+      process.env.VPPS_RNN_SPARSE_SLACK = "0";
+      const none = at();
+      assert.ok(none.fits);
+      assert.equal(none.plan.slackPairs, 0);
+    } finally {
+      if (saved === undefined) delete process.env.VPPS_RNN_SPARSE_SLACK;
+      else process.env.VPPS_RNN_SPARSE_SLACK = saved;
+    }
+    for (const slack of [-1, 1.5, Number.NaN]) {
+      assert.throws(
+        () => planSparseRnnKernel("rnn-tanh", 2304, "forward", H100, { density: 0.1, slack }),
+        /planSparseRnnKernel: slack must be 'auto' or an integer ≥ 0; got /,
+      );
+    }
+  });
+  test("VPPS_RNN_SPARSE_BANKS picks the bank-aware method; anything else is refused by name", () => {
+    const saved = process.env.VPPS_RNN_SPARSE_BANKS;
+    try {
+      delete process.env.VPPS_RNN_SPARSE_BANKS;
+      assert.equal(bankMethodSwitch(), undefined);
+      for (const m of ["balanced", "warp", "algorithm-1"] as const) {
+        process.env.VPPS_RNN_SPARSE_BANKS = m;
+        assert.equal(bankMethodSwitch(), m);
+      }
+      process.env.VPPS_RNN_SPARSE_BANKS = "greedy";
+      assert.throws(
+        () => bankMethodSwitch(),
+        /VPPS_RNN_SPARSE_BANKS must be balanced, warp or algorithm-1; got 'greedy'/,
+      );
+    } finally {
+      if (saved === undefined) delete process.env.VPPS_RNN_SPARSE_BANKS;
+      else process.env.VPPS_RNN_SPARSE_BANKS = saved;
     }
   });
 });

@@ -116,16 +116,16 @@ export function autoSlack(pairsPerPiece: number, batchTile: WideLoad): number {
  */
 const SLACK_HEADROOM = 16;
 
-/** `plan` with up to `slack` slots added to every piece, as many as its registers allow (margin and headroom kept). */
+/**
+ * `plan` with up to `slack` slots added to every piece, as many as its registers allow (margin and headroom kept);
+ * `slack` was checked by checkOptions.
+ */
 function withSlack(plan: SparseRnnKernelPlan, slack: number | "auto", overhead: number): SparseRnnKernelPlan {
-  if (slack !== "auto" && (!Number.isInteger(slack) || slack < 0)) {
-    throw new RangeError(`planSparseRnnKernel: slack must be 'auto' or an integer ≥ 0; got ${String(slack)}`);
-  }
   const want = slack === "auto" ? autoSlack(plan.pairsPerPiece, plan.batchTile) : slack;
   for (let e = want; e > 0; e--) {
     const piece = plan.pairsPerPiece + e;
     const n = plan.rowsPerThread * piece;
-    const pairRegisters = n + (plan.indexBits === 16 ? Math.ceil(n / 2) : n);
+    const pairRegisters = pairRegistersFor(n, plan.indexBits);
     const estimate = pairRegisters + plan.accumulatorRegisters + overhead;
     if (estimate + registerMargin(plan.registerLimit) + SLACK_HEADROOM > plan.registerLimit) continue;
     return {
@@ -357,7 +357,13 @@ function checkOptions(where: string, hidden: number, o: SparsePlanOptions): void
   if (o.ctasPerSm !== undefined && o.ctasPerSm !== 1 && o.ctasPerSm !== 2) {
     throw new RangeError(`${where}: ctasPerSm must be 1 or 2; got ${o.ctasPerSm}`);
   }
+  if (o.slack !== undefined && o.slack !== "auto" && !(Number.isInteger(o.slack) && o.slack >= 0)) {
+    throw new RangeError(`${where}: slack must be 'auto' or an integer ≥ 0; got ${String(o.slack)}`);
+  }
 }
+
+/** Value and index registers of `n` pair slots: one value each, 16-bit indices two to a register. */
+const pairRegistersFor = (n: number, indexBits: SparseIndexBits) => n + (indexBits === 16 ? Math.ceil(n / 2) : n);
 
 /**
  * The cheapest register layout of one kernel of a sparse layer, or why none fits (and what bounds it). The search
@@ -457,7 +463,7 @@ export function planSparseRnnKernel(
       if (unitsPerCta * bt > threads) continue; // the cell needs a thread per (unit, batch column) of a tile
       if (threads * cps > device.maxThreadsPerSm) continue;
       const n = rw * piece;
-      const pairRegisters = n + (indexBits === 16 ? Math.ceil(n / 2) : n);
+      const pairRegisters = pairRegistersFor(n, indexBits);
       const estimate = pairRegisters + acc + extra;
       const limit = schedulerRegisterLimit(device, threads, cps);
       const over = estimate + registerMargin(limit) - limit;

@@ -109,7 +109,7 @@ export function sparseKernelPlanFor(
  * The bank-aware method of the comparison switch VPPS_RNN_SPARSE_BANKS=balanced|warp|algorithm-1 (default: balanced,
  * plan/sparse-banks.ts); anything else is refused by name.
  */
-function bankMethodSwitch(): BankAwareMethod | undefined {
+export function bankMethodSwitch(): BankAwareMethod | undefined {
   const v = process.env.VPPS_RNN_SPARSE_BANKS;
   if (v === undefined || v === "") return undefined;
   if (v === "balanced" || v === "warp" || v === "algorithm-1") return v;
