@@ -217,8 +217,16 @@ test("the sparse benchmark's report: speed-ups over the dense layer and PyTorch'
     { ...base, density: 0.1, rung: "naive", recurrentMs: 0.9 },
     { ...base, density: 0.1, rung: "wide-loads", recurrentMs: 0.6 },
     { ...base, density: 0.1, rung: "bank-aware", recurrentMs: 0.5 },
-    { ...base, density: 0.1, rung: "lamport", recurrentMs: 0.36, backwardRecurrentMs: 0.8 },
-    { ...base, hidden: 5920, density: 0.1, rung: "lamport", recurrentMs: 1.2 },
+    { ...base, density: 0.1, rung: "lamport", recurrentMs: 0.36, backwardRecurrentMs: 0.8, maxError: 3e-7 },
+    { ...base, hidden: 5920, density: 0.1, rung: "lamport", recurrentMs: 1.2, maxError: 1.5e-6 },
+    {
+      ...base,
+      hidden: 2304,
+      density: 0.1,
+      rung: "lamport",
+      reason: "its output differs from the CPU reference",
+      maxError: 0.5,
+    },
     { ...base, density: 0.3, rung: "lamport", reason: "does not fit here" },
   ] as const;
   const torch = parseTorchSparseRows(
@@ -241,4 +249,27 @@ test("the sparse benchmark's report: speed-ups over the dense layer and PyTorch'
   assert.match(md, /\| rnn-tanh \| 5920 \| 4 \| 10% \| — \| 1\.200 \| — \| — \| — \| — \| — \| — \|/);
   assert.match(md, /\| rnn-tanh \| 1792 \| 4 \| 10% \| 0\.900 \| 0\.600 \| 0\.500 \| 0\.360 \|/);
   assert.match(md, /- rnn-tanh 1792 batch 4 30% lamport: does not fit here/);
+  // the check against the CPU reference: the worst of the checked rows, and the ones without a check counted
+  assert.match(
+    md,
+    /Checked: 2 timed launches' outputs .* largest max \|Δ\| 1\.50e-6 \(limit 0\.0001\); 4 not checked \(W_hh past 67,108,864 weights\)\./,
+  );
+  assert.match(md, /\| rnn-tanh \| 2304 \| 4 \| 10% \| — \| wrong output \|/);
+  assert.match(md, /- rnn-tanh 2304 batch 4 10% lamport: its output differs from the CPU reference/);
+});
+
+test("the sparse benchmark's check: W_hh of a row list, dense; the largest difference, NaN as infinite", async () => {
+  const { denseOfRows, maxAbsDiff } = await import("../src/bench/rnn-sparse.js");
+  const m = {
+    rows: 2,
+    cols: 3,
+    start: Uint32Array.of(0, 2, 3),
+    index: Uint32Array.of(2, 0, 1),
+    value: Float32Array.of(0.5, -1, 2),
+  };
+  assert.deepEqual([...denseOfRows(m)], [-1, 0, 0.5, 0, 2, 0]);
+  assert.equal(maxAbsDiff([1, 2, 3], [1, 2.5, 2], 3), 1);
+  assert.equal(maxAbsDiff([1, 2, 3], [1, 2.5, 2], 2), 0.5);
+  assert.equal(maxAbsDiff([Number.NaN, 0], [0, 0], 2), Number.POSITIVE_INFINITY);
+  assert.equal(maxAbsDiff([0, Number.NaN], [0, 0], 2), Number.POSITIVE_INFINITY);
 });

@@ -21,6 +21,7 @@ import {
   RnnDoesNotFitError,
   RnnWorkspace,
   randomRowBalancedRows,
+  referenceLayerForward,
   SPARSE_LADDER,
   SparsePersistentRnnLayer,
   type SparseRows,
@@ -57,6 +58,12 @@ export interface SparseRnnBenchRow {
   /** Medians, ms: the recurrent forward (the input projection done before), and the recurrent backward. */
   readonly recurrentMs?: number;
   readonly backwardRecurrentMs?: number;
+  /**
+   * max |Δ| of the timed kernel's output against the CPU reference over its first CHECKED_STEPS steps and
+   * CHECKED_SEQUENCES sequences (absent: the layer is past CHECK_MAX_WEIGHTS, not checked). Past CHECK_TOLERANCE
+   * the row has no time, and its reason says so.
+   */
+  readonly maxError?: number;
   /** The sparse kernel's layout at this batch. */
   readonly layout?: {
     batchTile: number;
@@ -70,6 +77,37 @@ export interface SparseRnnBenchRow {
     /** CTAs resident on one SM. */
     ctasPerSm: number;
   };
+}
+
+/**
+ * Steps of every timed launch's output compared with the CPU reference (float64, W_hh dense or W_hh ⊙ mask) before its
+ * time is kept: three cover the first step's own initial state and two exchanges of h between the CTAs.
+ */
+export const CHECKED_STEPS = 3;
+/** The largest |Δ| a timed output may differ from the reference by (fp32 sums of O(1) terms; the GPU tests' 5e-5 ×2). */
+export const CHECK_TOLERANCE = 1e-4;
+/** Sequences of a batch compared (each is independent of the others). */
+export const CHECKED_SEQUENCES = 4;
+/** W_hh sizes (G·H·H) up to which the reference runs: its dense float64 matrices, 0.5 GB each at the limit. */
+export const CHECK_MAX_WEIGHTS = 1 << 26;
+
+/** W_hh [rows, cols] of a row list, dense, in float64 (pruned weights 0). */
+export function denseOfRows(m: SparseRows): Float64Array {
+  const w = new Float64Array(m.rows * m.cols);
+  for (let r = 0; r < m.rows; r++) {
+    for (let e = m.start[r]!; e < m.start[r + 1]!; e++) w[r * m.cols + m.index[e]!] = m.value[e]!;
+  }
+  return w;
+}
+
+/** max |a − b| over the first n elements (NaN anywhere: Infinity). */
+export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>, n: number): number {
+  let m = 0;
+  for (let i = 0; i < n; i++) {
+    const e = Math.abs(a[i]! - b[i]!);
+    if (!(e <= m)) m = Number.isNaN(e) ? Number.POSITIVE_INFINITY : e;
+  }
+  return m;
 }
 
 const median = (xs: number[]): number => {
@@ -197,11 +235,64 @@ export function runSparseRnnBench(
             dc0: alloc(batch * H),
           };
           const base = { cell, hidden: H, batch, steps: o.steps };
+          // the CPU reference of the first CHECKED_STEPS steps of the first CHECKED_SEQUENCES sequences (the others
+          // are independent of them), from the same inputs (downloaded), per W_hh; none for layers too large for it
+          const c = Math.min(CHECKED_STEPS, o.steps);
+          const bs = Math.min(CHECKED_SEQUENCES, batch);
+          const checkable = G * H * H <= CHECK_MAX_WEIGHTS;
+          const download = (p: DevicePtr, floats: number) => {
+            const out = new Float32Array(floats);
+            d.memcpyDtoH(out, p, 4 * floats);
+            return out;
+          };
+          /** Rows [t·batch, t·batch + bs) of each of the first c steps of a [N, w] buffer, in float64. */
+          const firstSequences = (all: Float32Array, w: number) => {
+            const out = new Float64Array(c * bs * w);
+            for (let t = 0; t < c; t++) out.set(all.subarray(t * batch * w, (t * batch + bs) * w), t * bs * w);
+            return out;
+          };
+          let host: { x: Float64Array; xW: Float64Array | undefined; h0: Float64Array; c0: Float64Array } | null = null;
+          const f64 = (p: DevicePtr, floats: number) => Float64Array.from(download(p, floats));
+          const referenceY = (whh: Float64Array) => {
+            const layer = { cell, hidden: H, inputSize: H, batchSizes: new Array(c).fill(bs), reverse: false };
+            const biasIh = f64(weights.bih, G * H);
+            const biasHh = f64(weights.bhh, G * H);
+            host ??= {
+              x: firstSequences(download(a.x, c * batch * H), H),
+              xW: undefined,
+              h0: f64(a.h0, bs * H),
+              c0: f64(a.c0, bs * H),
+            };
+            const w = {
+              weightIh: host.xW ? new Float64Array(0) : f64(weights.wih, G * H * H),
+              weightHh: whh,
+              biasIh,
+              biasHh,
+            };
+            const r = referenceLayerForward(layer, host.x, w, host.h0, G === 4 ? host.c0 : null, host.xW);
+            host.xW = r.xW; // the input projection, the same for every W_hh
+            return r.y;
+          };
+          /** max |Δ| of the last launch's y (its first steps and sequences) against `ref`. */
+          const errorOf = (ref: Float64Array) =>
+            maxAbsDiff(firstSequences(download(a.y, c * batch * H), H), ref, ref.length);
+          const wrong = (err: number) =>
+            `its output differs from the CPU reference by ${err.toPrecision(3)} (> ${CHECK_TOLERANCE}) in the first ${c} steps: not timed`;
           if (dense && o.hiddens.includes(H)) {
             dense.inputProjection(a, H);
             const ms = timed(() => dense.forwardRecurrent(a));
             dense.checkStatus(ws);
-            const row: SparseRnnBenchRow = { ...base, density: null, rung: "dense", recurrentMs: ms };
+            const err = checkable ? errorOf(referenceY(f64(weights.whh, G * H * H))) : undefined;
+            const row: SparseRnnBenchRow =
+              err === undefined || err <= CHECK_TOLERANCE
+                ? {
+                    ...base,
+                    density: null,
+                    rung: "dense",
+                    recurrentMs: ms,
+                    ...(err === undefined ? {} : { maxError: err }),
+                  }
+                : { ...base, density: null, rung: "dense", reason: wrong(err), maxError: err };
             rows.push(row);
             log(JSON.stringify(row));
           } else if (o.hiddens.includes(H)) {
@@ -210,6 +301,7 @@ export function runSparseRnnBench(
             log(JSON.stringify(row));
           }
           for (const density of densities) {
+            let sparseRef: Float64Array | null = null;
             for (const rung of rungs) {
               const l = layerOf(density, rung, batch);
               if (typeof l === "string") {
@@ -231,6 +323,14 @@ export function runSparseRnnBench(
                 continue;
               }
               l.checkStatus(ws);
+              if (checkable) sparseRef ??= referenceY(denseOfRows(masks.get(density)!));
+              const err = sparseRef ? errorOf(sparseRef) : undefined;
+              if (err !== undefined && !(err <= CHECK_TOLERANCE)) {
+                const row: SparseRnnBenchRow = { ...base, density, rung: rung.name, reason: wrong(err), maxError: err };
+                rows.push(row);
+                log(JSON.stringify(row));
+                continue;
+              }
               const production = rung.name === SPARSE_LADDER.at(-1)!.name;
               let bms: number | undefined;
               if (production && o.backward) {
@@ -243,6 +343,7 @@ export function runSparseRnnBench(
                 density,
                 rung: rung.name,
                 recurrentMs: ms,
+                ...(err === undefined ? {} : { maxError: err }),
                 ...(bms === undefined ? {} : { backwardRecurrentMs: bms }),
                 layout: {
                   batchTile: p.batchTile,
@@ -307,6 +408,17 @@ export function sparseRnnBenchMarkdown(
     .map(([k, h]) => `${k.replace(/\/(.*)$/, (_, dd) => ` ${Number((100 * Number(dd)).toPrecision(3))}%`)}: ${h}`)
     .join(", ");
   if (largestLine) out.push(`Largest sparse layers (training, batch 4): ${largestLine}.`, "");
+  const checked = rows.filter((r) => r.recurrentMs !== undefined && r.maxError !== undefined);
+  const unchecked = rows.filter((r) => r.recurrentMs !== undefined && r.maxError === undefined);
+  if (checked.length > 0 || unchecked.length > 0) {
+    const worst = Math.max(0, ...checked.map((r) => r.maxError!));
+    out.push(
+      `Checked: ${checked.length} timed launches' outputs against the CPU reference (float64) over their ` +
+        `first ${CHECKED_STEPS} steps and ${CHECKED_SEQUENCES} sequences, largest max |Δ| ${worst.toExponential(2)} ` +
+        `(limit ${CHECK_TOLERANCE})${unchecked.length > 0 ? `; ${unchecked.length} not checked (W_hh past ${CHECK_MAX_WEIGHTS.toLocaleString("en")} weights)` : ""}.`,
+      "",
+    );
+  }
   const torchMs = (impl: "cublas" | "cusparse", h: number, b: number, s: number, dd: number | null) =>
     torch.find((t) => t.impl === impl && t.hidden === h && t.batch === b && t.steps === s && t.density === dd)?.ms;
   out.push(
@@ -324,7 +436,7 @@ export function sparseRnnBenchMarkdown(
     const cusparse = r.cell.startsWith("rnn") ? torchMs("cusparse", r.hidden, r.batch, r.steps, r.density) : undefined;
     out.push(
       `| ${r.cell} | ${r.hidden} | ${r.batch} | ${Number((100 * r.density!).toPrecision(3))}% | ${fmt(dense?.recurrentMs)} | ` +
-        `${r.reason ? `does not fit` : fmt(r.recurrentMs)} | ${ratio(dense?.recurrentMs, r.recurrentMs)} | ` +
+        `${r.reason ? (r.maxError !== undefined ? "wrong output" : "does not fit") : fmt(r.recurrentMs)} | ${ratio(dense?.recurrentMs, r.recurrentMs)} | ` +
         `${fmt(r.backwardRecurrentMs)} | ${fmt(cublas)} | ${ratio(cublas, r.recurrentMs)} | ${fmt(cusparse)} | ` +
         `${ratio(cusparse, r.recurrentMs)} |`,
     );

@@ -15,7 +15,7 @@
 
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import { runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
+import { CHECK_TOLERANCE, runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
 import { PersistentRnn, type PersistentRnnOptions } from "../../src/rnn/layer.js";
 import type { RnnPruning } from "../../src/rnn/prune.js";
@@ -389,6 +389,8 @@ describe("vpps bench rnn --density on a GPU (small)", { skip }, () => {
     });
     const at = (r: SparseRnnBenchRow) => `${r.cell} ${r.hidden} b${r.batch} ${r.density} ${r.rung}`;
     for (const r of res.rows) assert.ok(r.reason === undefined && r.recurrentMs! > 0, `${at(r)}: ${r.reason}`);
+    // every timed launch was compared with the CPU reference first
+    for (const r of res.rows) assert.ok(r.maxError! <= CHECK_TOLERANCE, `${at(r)}: max |Δ| ${r.maxError}`);
     for (const cell of ["rnn-tanh"] as const) {
       for (const batch of [1, 3]) {
         const of = res.rows.filter((r) => r.cell === cell && r.batch === batch && r.hidden === 256);
