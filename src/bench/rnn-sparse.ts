@@ -3,7 +3,8 @@
  * ones in the same run. Per (cell, hidden, batch): the dense layer's recurrent forward, then per density the sparse
  * layer's (W_hh pruned to a random row-balanced mask: round(d·H) kept per row), and with `backward` its recurrent
  * backward; with `ladder`, each rung of the paper's ladder (naive → wide loads → bank-aware → Lamport:
- * codegen/sparse-product.ts) timed on its own. With `largest`, besides the sizes asked for, the largest sparse layer
+ * codegen/sparse-product.ts) timed on its own, at the widest batch tile the batch fills (the launch rule may take a
+ * narrower one on more replicas). Every timed launch's output is first compared with the CPU reference. With `largest`, besides the sizes asked for, the largest sparse layer
  * of each (cell, density) that fits (`largestSparseHidden`, forward and backward, batch 4). Medians of CUDA-event timings after warm-up, all buffers on
  * the device. The PyTorch script bench/pytorch/sparse_rnn.py times cuBLAS and cuSPARSE per step on the same shapes;
  * its JSON lines are merged into the report (`torch`).
@@ -13,6 +14,7 @@ import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import { CudaEvent, type DevicePtr } from "../cuda/index.js";
 import {
   type BackwardArgs,
+  batchTileFor,
   gatesOf,
   largestSparseHidden,
   openRnnGpu,
@@ -26,6 +28,7 @@ import {
   SparsePersistentRnnLayer,
   type SparseRows,
   type SparseRung,
+  type WideLoad,
 } from "../rnn/index.js";
 import { sawtoothAllocator } from "./rnn.js";
 
@@ -53,6 +56,11 @@ export interface SparseRnnBenchRow {
   /** null: the dense row of this (cell, hidden, batch). */
   readonly density: number | null;
   readonly rung: SparseRung | "dense";
+  /**
+   * A rung of the ladder, launched at the widest batch tile the batch fills; absent: the production kernel (the last
+   * rung) at the launch rule's tile, the row the report's speed-ups use.
+   */
+  readonly ladder?: boolean;
   /** Why it was not timed (a layer that does not fit). */
   readonly reason?: string;
   /** Medians, ms: the recurrent forward (the input projection done before), and the recurrent backward. */
@@ -135,7 +143,13 @@ export function runSparseRnnBench(
   for (const cell of o.cells) {
     for (const density of o.densities) largest[`${cell}/${density}`] = largestSparseHidden(cell, density, model, 4);
   }
-  const rungs = o.ladder ? SPARSE_LADDER : SPARSE_LADDER.slice(-1);
+  const production = SPARSE_LADDER.at(-1)!;
+  // the production kernel at the launch rule's tile, then with `ladder` each rung at the widest tile the batch fills
+  // (the paper's wide loads: 4 columns at batch 4, where the rule may take a narrower tile on more replicas)
+  const runs: { rung: (typeof SPARSE_LADDER)[number]; ladder: boolean }[] = [
+    { rung: production, ladder: false },
+    ...(o.ladder ? SPARSE_LADDER.map((rung) => ({ rung, ladder: true })) : []),
+  ];
   const start = CudaEvent.create({ timing: true });
   const end = CudaEvent.create({ timing: true });
   const time = (f: () => void): number => {
@@ -175,14 +189,15 @@ export function runSparseRnnBench(
       }
       // the sparse layers by density and rung, kept over the batches (their builds are per batch tile)
       const layers = new Map<string, SparsePersistentRnnLayer | string>();
-      const layerOf = (density: number, rung: (typeof SPARSE_LADDER)[number], batch: number) => {
-        const key = `${density}/${rung.name}`;
+      const layerOf = (density: number, rung: (typeof SPARSE_LADDER)[number], batch: number, tile: WideLoad | null) => {
+        const key = `${density}/${rung.name}/${tile}`;
         let l = layers.get(key);
         if (l === undefined) {
           const s = new SparsePersistentRnnLayer(gpu, cell, H, {
             sync: rung.sync,
             wideLoads: rung.wideLoads,
             order: rung.order,
+            tile,
           });
           const why = s.setRows(masks.get(density)!, batch);
           if (why !== null) s.dispose();
@@ -302,10 +317,11 @@ export function runSparseRnnBench(
           }
           for (const density of densities) {
             let sparseRef: Float64Array | null = null;
-            for (const rung of rungs) {
-              const l = layerOf(density, rung, batch);
+            for (const { rung, ladder } of runs) {
+              const l = layerOf(density, rung, batch, ladder ? batchTileFor(batch) : null);
+              const of = { ...base, density, rung: rung.name, ...(ladder ? { ladder } : {}) };
               if (typeof l === "string") {
-                const row: SparseRnnBenchRow = { ...base, density, rung: rung.name, reason: l };
+                const row: SparseRnnBenchRow = { ...of, reason: l };
                 rows.push(row);
                 log(JSON.stringify(row));
                 continue;
@@ -317,7 +333,7 @@ export function runSparseRnnBench(
               } catch (e) {
                 // a layer that fits at the first batch but whose kernel of this batch's tile does not (one line)
                 if (!(e instanceof Error) || !e.message.startsWith("SparsePersistentRnnLayer:")) throw e;
-                const row: SparseRnnBenchRow = { ...base, density, rung: rung.name, reason: e.message };
+                const row: SparseRnnBenchRow = { ...of, reason: e.message };
                 rows.push(row);
                 log(JSON.stringify(row));
                 continue;
@@ -326,22 +342,19 @@ export function runSparseRnnBench(
               if (checkable) sparseRef ??= referenceY(denseOfRows(masks.get(density)!));
               const err = sparseRef ? errorOf(sparseRef) : undefined;
               if (err !== undefined && !(err <= CHECK_TOLERANCE)) {
-                const row: SparseRnnBenchRow = { ...base, density, rung: rung.name, reason: wrong(err), maxError: err };
+                const row: SparseRnnBenchRow = { ...of, reason: wrong(err), maxError: err };
                 rows.push(row);
                 log(JSON.stringify(row));
                 continue;
               }
-              const production = rung.name === SPARSE_LADDER.at(-1)!.name;
               let bms: number | undefined;
-              if (production && o.backward) {
+              if (!ladder && o.backward) {
                 bms = timed(() => l.backwardRecurrent(a));
                 l.checkStatus(ws);
               }
               const p = l.last.forward!;
               const row: SparseRnnBenchRow = {
-                ...base,
-                density,
-                rung: rung.name,
+                ...of,
                 recurrentMs: ms,
                 ...(err === undefined ? {} : { maxError: err }),
                 ...(bms === undefined ? {} : { backwardRecurrentMs: bms }),
@@ -427,7 +440,7 @@ export function sparseRnnBenchMarkdown(
   );
   const prod = SPARSE_LADDER.at(-1)!.name;
   for (const r of rows) {
-    if (r.rung !== prod) continue;
+    if (r.rung !== prod || r.ladder) continue;
     const dense = rows.find(
       (x) => x.rung === "dense" && x.cell === r.cell && x.hidden === r.hidden && x.batch === r.batch,
     );
@@ -441,32 +454,38 @@ export function sparseRnnBenchMarkdown(
         `${ratio(cusparse, r.recurrentMs)} |`,
     );
   }
-  const ladder = rows.filter((r) => r.rung !== "dense" && r.rung !== prod);
+  const ladder = rows.filter((r) => r.ladder);
   if (ladder.length > 0) {
     out.push(
       "",
       "## The ladder",
       "",
       "Each rung adds one step to the one before: naive (scalar loads of h, naive order, a grid barrier per step) →",
-      "wide loads (one ld.shared.v{2,4} per pair) → bank-aware order → Lamport flags instead of the barrier.",
+      "wide loads (one ld.shared.v{2,4} per pair) → bank-aware order → Lamport flags instead of the barrier. Every rung",
+      "runs at the widest batch tile the batch fills (the paper's wide loads: 4 columns from batch 4); `launch rule` is",
+      "the production kernel at the rule's launch, the `sparse` column above (at batch 4 the rule may take a narrower",
+      "tile on more replicas).",
       "",
-      `| cell | hidden | batch | density | ${SPARSE_LADDER.map((r) => r.name).join(" | ")} |`,
-      `| ---- | -----: | ----: | ------: | ${SPARSE_LADDER.map(() => "---:").join(" | ")} |`,
+      `| cell | hidden | batch | density | tile | ${SPARSE_LADDER.map((r) => r.name).join(" | ")} | launch rule |`,
+      `| ---- | -----: | ----: | ------: | ---: | ${SPARSE_LADDER.map(() => "---:").join(" | ")} | ---: |`,
     );
     const keys = new Set(ladder.map((r) => `${r.cell}/${r.hidden}/${r.batch}/${r.density}`));
     for (const k of keys) {
       const [cell, h, b, dd] = k.split("/");
-      const at = (name: string) =>
+      const at = (name: string, isLadder: boolean) =>
         rows.find(
           (r) =>
             r.rung === name &&
+            !!r.ladder === isLadder &&
             r.cell === cell &&
             r.hidden === Number(h) &&
             r.batch === Number(b) &&
             r.density === Number(dd),
         );
+      const tile = SPARSE_LADDER.map((r) => at(r.name, true)?.layout?.batchTile).find((t) => t !== undefined);
       out.push(
-        `| ${cell} | ${h} | ${b} | ${Number((100 * Number(dd)).toPrecision(3))}% | ${SPARSE_LADDER.map((r) => fmt(at(r.name)?.recurrentMs)).join(" | ")} |`,
+        `| ${cell} | ${h} | ${b} | ${Number((100 * Number(dd)).toPrecision(3))}% | ${tile ?? "—"} | ` +
+          `${SPARSE_LADDER.map((r) => fmt(at(r.name, true)?.recurrentMs)).join(" | ")} | ${fmt(at(prod, false)?.recurrentMs)} |`,
       );
     }
   }
@@ -475,7 +494,7 @@ export function sparseRnnBenchMarkdown(
     out.push("", "Not timed:", "");
     for (const r of missing) {
       out.push(
-        `- ${r.cell} ${r.hidden} batch ${r.batch}${r.density === null ? " dense" : ` ${Number((100 * r.density).toPrecision(3))}% ${r.rung}`}: ${r.reason}`,
+        `- ${r.cell} ${r.hidden} batch ${r.batch}${r.density === null ? " dense" : ` ${Number((100 * r.density).toPrecision(3))}% ${r.rung}${r.ladder ? " (ladder)" : ""}`}: ${r.reason}`,
       );
     }
   }

@@ -45,6 +45,7 @@ import {
   sparsePairsPerRow,
   sparseRowsOf,
   transposeSparseRows,
+  type WideLoad,
 } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
@@ -53,6 +54,12 @@ import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type Rn
 export interface SparseRnnLayerOptions extends SparseKernelOptions {
   /** The order of the pairs (default "bank-aware": plan/sparse-banks.ts's balanced order). */
   readonly order?: "naive" | "bank-aware";
+  /**
+   * Every launch at this batch tile (or the widest its batch fills, if narrower) instead of the launch rule's
+   * (plan/sparse-launch.ts): comparisons, e.g. the benchmark's ladder at the paper's wide loads of 4 columns.
+   * Default: none (the rule's).
+   */
+  readonly tile?: WideLoad | null;
 }
 
 /** A mask's sparse layer does not fit the registers (or shared memory) of this GPU: the reason, in one line. */
@@ -88,13 +95,14 @@ export function sparseKernelPlanFor(
   batch: number,
   csr: SparseRows,
   order: "naive" | "bank-aware" = "bank-aware",
+  pinnedTile: WideLoad | null = null,
 ): SparseRnnPlanResult {
   const int = (name: string, least = 1) => {
     const v = Number.parseInt(process.env[name] ?? "", 10);
     return Number.isInteger(v) && v >= least ? v : undefined;
   };
   const slack = order === "naive" ? 0 : (int("VPPS_RNN_SPARSE_SLACK", 0) ?? "auto");
-  const tile = int("VPPS_RNN_SPARSE_TILE");
+  const tile = pinnedTile ?? int("VPPS_RNN_SPARSE_TILE");
   const cps = int("VPPS_RNN_SPARSE_CPS");
   return sparseLaunchPlan(cell, hidden, model, kind, batch, csr, {
     ...(tile === 1 || tile === 2 || tile === 4 ? { tile } : {}),
@@ -170,6 +178,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       sync: options.sync ?? "lamport",
       wideLoads: options.wideLoads ?? true,
       order: options.order ?? "bank-aware",
+      tile: options.tile ?? null,
     };
     this.bar = gpu.device.driver.memAlloc(4);
   }
@@ -231,7 +240,16 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     const r =
       b?.pairs?.pattern === this.pattern
         ? null
-        : sparseKernelPlanFor(this.cell, this.hidden, this.model, kind, batch, csr, this.options.order ?? "bank-aware");
+        : sparseKernelPlanFor(
+            this.cell,
+            this.hidden,
+            this.model,
+            kind,
+            batch,
+            csr,
+            this.options.order,
+            this.options.tile,
+          );
     if (r && !r.fits) throw new Error(`SparsePersistentRnnLayer: ${r.reason}`);
     const plan = r?.fits ? r.plan : b!.plan;
     // a new mask may need another plan (its pairs per row)
