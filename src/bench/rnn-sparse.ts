@@ -4,7 +4,8 @@
  * layer's (W_hh pruned to a random row-balanced mask: round(d·H) kept per row), and with `backward` its recurrent
  * backward; with `ladder`, each rung of the paper's ladder (naive → wide loads → bank-aware → Lamport:
  * codegen/sparse-product.ts) timed on its own, at the widest batch tile the batch fills (the launch rule may take a
- * narrower one on more replicas). Every timed launch's output is first compared with the CPU reference. With `largest`, besides the sizes asked for, the largest sparse layer
+ * narrower one on more replicas). Every timed launch's output is compared with the CPU reference before its time is
+ * kept. With `largest`, besides the sizes asked for, the largest sparse layer
  * of each (cell, density) that fits (`largestSparseHidden`, forward and backward, batch 4). Medians of CUDA-event timings after warm-up, all buffers on
  * the device. The PyTorch script bench/pytorch/sparse_rnn.py times cuBLAS and cuSPARSE per step on the same shapes;
  * its JSON lines are merged into the report (`torch`).
@@ -92,8 +93,11 @@ export interface SparseRnnBenchRow {
  * time is kept: three cover the first step's own initial state and two exchanges of h between the CTAs.
  */
 export const CHECKED_STEPS = 3;
-/** The largest |Δ| a timed output may differ from the reference by (fp32 sums of O(1) terms; the GPU tests' 5e-5 ×2). */
-export const CHECK_TOLERANCE = 1e-4;
+/**
+ * The largest |Δ| a timed output (a tanh or sigmoid of it: in [−1, 1]) may differ from the reference by: fp32 sums of
+ * up to thousands of terms (the GPU tests' 5e-5 is for hidden ≤ 256); a wrong kernel misses by O(0.1).
+ */
+export const CHECK_TOLERANCE = 1e-3;
 /** Sequences of a batch compared (each is independent of the others). */
 export const CHECKED_SEQUENCES = 4;
 /** W_hh sizes (G·H·H) up to which the reference runs: its dense float64 matrices, 0.5 GB each at the limit. */
