@@ -873,6 +873,23 @@ describe("replicas of a launch over several tiles (sparseKernelPlanFor)", () => 
       else process.env.VPPS_RNN_SPARSE_TILE = saved[1];
     }
   });
+  test("a layer's tile pin: the ladder's launch at batch 4 takes one replica of tile 4; bad tiles refused by name", () => {
+    const csr = randomRowBalancedRows(2304, 2304, 230, 1);
+    const at = (batch: number, tile: 1 | 2 | 4 | null) =>
+      sparseKernelPlanFor("rnn-tanh", 2304, H100, "forward", batch, csr, "bank-aware", tile);
+    const rule = at(4, null);
+    const pinned = at(4, 4);
+    assert.ok(rule.fits && pinned.fits);
+    // the rule: four replicas of one column on 33 CTAs each; pinned: one replica of four columns over 128 CTAs
+    assert.deepEqual([rule.plan.batchTile, rule.plan.ctas, rule.plan.replicas], [1, 33, 4]);
+    assert.deepEqual([pinned.plan.batchTile, pinned.plan.ctas, pinned.plan.replicas], [4, 128, 1]);
+    const narrow = at(2, 4); // wider than 2 sequences fill: tile 2
+    assert.ok(narrow.fits);
+    assert.equal(narrow.plan.batchTile, 2);
+    for (const bad of [3, 8, 0]) {
+      assert.throws(() => at(4, bad as 4), /tile must be 1, 2 or 4 batch columns \(or null\); got /);
+    }
+  });
   test("slack: autoSlack by default, VPPS_RNN_SPARSE_SLACK pins it, the naive order plans none, bad values refused", () => {
     const csr = randomRowBalancedRows(2304, 2304, 230, 1);
     const at = (order?: "naive" | "bank-aware") =>

@@ -102,6 +102,11 @@ export function sparseKernelPlanFor(
     return Number.isInteger(v) && v >= least ? v : undefined;
   };
   const slack = order === "naive" ? 0 : (int("VPPS_RNN_SPARSE_SLACK", 0) ?? "auto");
+  if (pinnedTile !== null && pinnedTile !== 1 && pinnedTile !== 2 && pinnedTile !== 4) {
+    throw new RangeError(
+      `SparsePersistentRnnLayer: tile must be 1, 2 or 4 batch columns (or null); got ${String(pinnedTile)}`,
+    );
+  }
   const tile = pinnedTile ?? int("VPPS_RNN_SPARSE_TILE");
   const cps = int("VPPS_RNN_SPARSE_CPS");
   return sparseLaunchPlan(cell, hidden, model, kind, batch, csr, {
