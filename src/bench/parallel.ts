@@ -11,7 +11,7 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { getDriver, queryDeviceProperties } from "../cuda/index.js";
-import { PACKAGE_ROOT } from "./common.js";
+import { median, PACKAGE_ROOT } from "./common.js";
 import { gpuDevice, requireGpu, resultsDir } from "./device.js";
 import { BenchError } from "./errors.js";
 import { markdownTable, Transcript, writeJson, writeOutput } from "./output.js";
@@ -60,12 +60,6 @@ export interface ParallelRow {
   speedup: number | null;
   error?: string;
 }
-
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 interface TrainJson {
   epochs: { sentencesPerSecond: number; seconds: number }[];

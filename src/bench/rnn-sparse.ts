@@ -31,6 +31,7 @@ import {
   type SparseRung,
   type WideLoad,
 } from "../rnn/index.js";
+import { median } from "./common.js";
 import { sawtoothAllocator } from "./rnn.js";
 
 export interface SparseRnnBenchOptions {
@@ -121,11 +122,6 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>, n: number
   }
   return m;
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[s.length >> 1]!;
-};
 
 /** The sizes of one cell: those asked for, and the largest sparse layer of each density (marked). */
 function sizesOf(o: SparseRnnBenchOptions, cell: RnnCellName, largest: Record<string, number>): number[] {
@@ -270,23 +266,30 @@ export function runSparseRnnBench(
             for (let t = 0; t < c; t++) out.set(all.subarray(t * batch * w, (t * batch + bs) * w), t * bs * w);
             return out;
           };
-          let host: { x: Float64Array; xW: Float64Array | undefined; h0: Float64Array; c0: Float64Array } | null = null;
+          let host: {
+            x: Float64Array;
+            xW: Float64Array | undefined;
+            h0: Float64Array;
+            c0: Float64Array;
+            biasIh: Float64Array;
+            biasHh: Float64Array;
+          } | null = null;
           const f64 = (p: DevicePtr, floats: number) => Float64Array.from(download(p, floats));
           const referenceY = (whh: Float64Array) => {
             const layer = { cell, hidden: H, inputSize: H, batchSizes: new Array(c).fill(bs), reverse: false };
-            const biasIh = f64(weights.bih, G * H);
-            const biasHh = f64(weights.bhh, G * H);
             host ??= {
               x: firstSequences(download(a.x, c * batch * H), H),
               xW: undefined,
               h0: f64(a.h0, bs * H),
               c0: f64(a.c0, bs * H),
+              biasIh: f64(weights.bih, G * H),
+              biasHh: f64(weights.bhh, G * H),
             };
             const w = {
               weightIh: host.xW ? new Float64Array(0) : f64(weights.wih, G * H * H),
               weightHh: whh,
-              biasIh,
-              biasHh,
+              biasIh: host.biasIh,
+              biasHh: host.biasHh,
             };
             const r = referenceLayerForward(layer, host.x, w, host.h0, G === 4 ? host.c0 : null, host.xW);
             host.xW = r.xW; // the input projection, the same for every W_hh

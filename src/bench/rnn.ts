@@ -22,6 +22,7 @@ import {
   StepwiseRnnLayer,
   type WeightPrecision,
 } from "../rnn/index.js";
+import { median } from "./common.js";
 
 export interface RnnBenchOptions {
   readonly cells: readonly RnnCellName[];
@@ -70,11 +71,6 @@ export interface RnnBenchRow {
   /** VPPS_RNN_PHASES=1: clock cycles per step of each kernel phase (thread 0 of a CTA, averaged over CTAs). */
   readonly phases?: { forward: Record<string, number>; backward: Record<string, number> };
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[s.length >> 1]!;
-};
 
 /**
  * Allocates device buffers of `floats` small deterministic values (a sawtooth of amplitude `value`, which keeps
