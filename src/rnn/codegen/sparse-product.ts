@@ -31,7 +31,16 @@ export interface SparseKernelOptions {
   readonly sync?: SparseSync;
   /** One ld.shared.v{BT} per pair (h interleaved [K][BT]); false: one scalar load per pair and column. Default true. */
   readonly wideLoads?: boolean;
+  /**
+   * Forward kernels whose row groups reduce through shared memory: each cell thread sums its own rows' partial sums
+   * (no row-sum pass, one barrier fewer per step). Default true; false: the row sums pass (comparisons).
+   */
+  readonly fusedReduction?: boolean;
 }
+
+/** Whether a kernel's cell threads sum their rows' partial sums themselves (SparseKernelOptions.fusedReduction). */
+export const fusedCellSums = (plan: SparseRnnKernelPlan, opts: SparseKernelOptions) =>
+  plan.kind === "forward" && !shuffleReduction(plan) && opts.fusedReduction !== false;
 
 /**
  * The rungs of the ladder in order, each the one before plus one step. Bank-aware is the pair arrays' order, not the
@@ -42,7 +51,10 @@ export const SPARSE_LADDER = [
   { name: "wide-loads", sync: "barrier", wideLoads: true, order: "naive" },
   { name: "bank-aware", sync: "barrier", wideLoads: true, order: "bank-aware" },
   { name: "lamport", sync: "lamport", wideLoads: true, order: "bank-aware" },
-] as const satisfies readonly (Required<SparseKernelOptions> & { name: string; order: "naive" | "bank-aware" })[];
+] as const satisfies readonly (Required<Pick<SparseKernelOptions, "sync" | "wideLoads">> & {
+  name: string;
+  order: "naive" | "bank-aware";
+})[];
 
 export type SparseRung = (typeof SPARSE_LADDER)[number]["name"];
 
@@ -64,7 +76,7 @@ export function sparseSharedFloats(plan: SparseRnnKernelPlan): number {
   const pb = shuffleReduction(plan) ? 0 : plan.threads * plan.rowsPerThread * bt;
   // the forward's cell inputs, copied asynchronously while the vector is polled: G input projections and the state
   const xs = plan.kind === "forward" ? plan.unitsPerCta * bt * (gatesOf(plan.cell) + 1) : 0;
-  return plan.cols * bt + pr * bt + pb + xs + pr; // then the row order rmap [PR] (ints)
+  return plan.cols * bt * plan.vectorBuffers + pr * bt + pb + xs + pr; // then the row order rmap [PR] (ints)
 }
 
 export const sparseSharedBytes = (plan: SparseRnnKernelPlan) => 4 * sparseSharedFloats(plan);
@@ -91,6 +103,8 @@ constexpr bool IDX16 = ${plan.indexBits === 16};
 constexpr bool WIDE = ${opts.wideLoads !== false};
 constexpr bool ROWMAP = ${permutesRows(plan)};  // row sums written through the row order (plan/sparse.ts, permutesRows)
 constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
+constexpr int VB = ${plan.vectorBuffers};  // buffers of the tile's vector in shared memory (steps alternate)
+constexpr bool RINV = ${fusedCellSums(plan, opts)};  // rmap holds the inverse row order: each local row's row slot
 static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");
 // element (k, column j) of a tile's vector, in shared memory and in its region of the exchange buffer
 __device__ __forceinline__ int hs_at(int k, int j) { return WIDE ? k * BT + j : j * K + k; }
@@ -158,9 +172,14 @@ export const LOAD_PAIRS = `  // the replica of this CTA and its CTA within the r
   for (int s = 0; s < S; s++) wv[s] = __ldcg(vbase + s * NT);
   #pragma unroll
   for (int q = 0; q < SW; q++) wi[q] = __ldcg(ibase + q * NT);
-  // the row order (which local row each row slot holds: rowmap [CPG][PR]) into rmap, at the end of shared memory
+  // the row order (which local row each row slot holds: rowmap [CPG][PR], a permutation) into rmap, at the end of
+  // shared memory; RINV: its inverse (the row slot of each local row)
   if (ROWMAP) {
-    for (int e = tid; e < PR; e += NT) rmap[e] = __ldcg(rowmap + cta * PR + e);
+    for (int e = tid; e < PR; e += NT) {
+      const int v = __ldcg(rowmap + cta * PR + e);
+      if (RINV) rmap[v] = e;
+      else rmap[e] = v;
+    }
   }`;
 
 /**
@@ -308,8 +327,11 @@ ${batchedPoll(plan) ? batchedPollCode(region, polled, step) : loopPollCode(regio
       }`;
 }
 
-/** The product of a thread's pairs with the tile's vector, one accumulator per (row, column). */
-export function productCode(plan: SparseRnnKernelPlan): string {
+/**
+ * The product of a thread's pairs with the tile's vector, one accumulator per (row, column), then the reduction over
+ * the row group (with `fused`, only the partial sums into pb: the cell threads sum them, cellRowSums).
+ */
+export function productCode(plan: SparseRnnKernelPlan, fused = false): string {
   const bt = plan.batchTile;
   const wide =
     bt === 4
@@ -341,9 +363,31 @@ export function productCode(plan: SparseRnnKernelPlan): string {
           for (int j = 0; j < BT; j++) acc[r][j] = fmaf(wv[s], hs[j * K + ix], acc[r][j]);
         }
       }
-${reductionCode(plan)}
+${fused ? fusedReductionCode : reductionCode(plan)}
       __syncthreads();`;
 }
+
+const fusedReductionCode = `      // every thread's partial sums into pb; each cell thread sums its own rows (cellRowSums)
+      #pragma unroll
+      for (int r = 0; r < RW; r++) {
+        #pragma unroll
+        for (int j = 0; j < BT; j++) pb[(tid * RW + r) * BT + j] = acc[r][j];
+      }`;
+
+/**
+ * A forward cell thread's row sums rsum[G] from the partial sums in pb (the fused reduction): gate g of unit cu is
+ * local row g·UC + cu, held by row slot rmap[·] (RINV) — summed over its row group's threads in thread order, as the
+ * row sums pass does, so both give the same bits.
+ */
+export const cellRowSums = `        float rsum[G];
+        #pragma unroll
+        for (int g = 0; g < G; g++) {
+          const int lr = g * UC + cu, slot = ROWMAP ? rmap[lr] : lr, rg = slot / RW, r = slot - rg * RW;
+          float sum = 0.f;
+          #pragma unroll
+          for (int q = 0; q < T; q++) sum += pb[((rg * T + q) * RW + r) * BT + cb];
+          rsum[g] = sum;
+        }`;
 
 /** The reduction of a row's partial sums over its row group into rs [PR][BT]. */
 function reductionCode(plan: SparseRnnKernelPlan): string {

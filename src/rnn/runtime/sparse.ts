@@ -85,7 +85,8 @@ type Kind = "forward" | "backward";
  * The launch of one kernel of a mask's layer over `batch` sequences (plan/sparse-launch.ts), with the comparison
  * switches of the environment: VPPS_RNN_SPARSE_TILE=1|2|4, VPPS_RNN_SPARSE_CPS=1|2, VPPS_RNN_SPARSE_REPLICAS=N,
  * VPPS_RNN_SPARSE_GROUP=T, VPPS_RNN_SPARSE_SLACK=N (padding slots per piece; `order` "naive" plans none: its pairs
- * stay in their threads' first slots).
+ * stay in their threads' first slots), VPPS_RNN_SPARSE_BUFFERS=1 (one buffer of h), VPPS_RNN_SPARSE_INDEX=32 (32-bit
+ * pair indices).
  */
 export function sparseKernelPlanFor(
   cell: RnnCellName,
@@ -115,6 +116,8 @@ export function sparseKernelPlanFor(
     ...(int("VPPS_RNN_SPARSE_REPLICAS") === undefined ? {} : { maxReplicas: int("VPPS_RNN_SPARSE_REPLICAS")! }),
     ...(int("VPPS_RNN_SPARSE_GROUP") === undefined ? {} : { threadsPerRowGroup: int("VPPS_RNN_SPARSE_GROUP")! }),
     slack,
+    ...(int("VPPS_RNN_SPARSE_BUFFERS") === 1 ? { vectorBuffers: 1 as const } : {}),
+    ...(int("VPPS_RNN_SPARSE_INDEX") === 32 ? { indexBits: 32 as const } : {}),
   });
 }
 
@@ -184,6 +187,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       wideLoads: options.wideLoads ?? true,
       order: options.order ?? "bank-aware",
       tile: options.tile ?? null,
+      fusedReduction: options.fusedReduction ?? process.env.VPPS_RNN_SPARSE_FUSE !== "0",
     };
     this.bar = gpu.device.driver.memAlloc(4);
   }
@@ -263,7 +267,11 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       b = undefined;
     }
     if (!b) {
-      const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
+      const opts: SparseKernelOptions = {
+        sync: this.options.sync,
+        wideLoads: this.options.wideLoads,
+        fusedReduction: this.options.fusedReduction,
+      };
       const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
       const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}_${plan.ctasPerSm}`;
       const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
