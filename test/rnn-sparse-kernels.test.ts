@@ -157,60 +157,12 @@ describe("sparse kernels: the row order", () => {
     const pr = roomy.rowGroups * roomy.rowsPerThread;
     assert.match(
       sparseForwardSource(roomy),
-      new RegExp(`int\\* rmap = reinterpret_cast<int\\*>\\(hbuf\\) \\+ ${sparseSharedBytes(roomy) / 4 - pr};`),
+      new RegExp(`int\\* rmap = reinterpret_cast<int\\*>\\(hs\\) \\+ ${sparseSharedBytes(roomy) / 4 - pr};`),
     );
   });
 });
 
-describe("sparse kernels: two buffers of h, and the cell threads' own row sums", () => {
-  test("the forward takes two buffers where they fit (counted in its shared memory), the backward one", () => {
-    const l = sparseLayer("rnn-tanh", 2304, 0.1, 16, { replicas: 4 });
-    assert.equal(l.forward.vectorBuffers, 2);
-    assert.equal(l.backward.vectorBuffers, 1);
-    // the planner's count (which decides the fit) covers what the kernel takes, both buffers included
-    assert.ok(sparseSharedBytes(l.forward) <= l.forward.sharedBytes);
-    assert.ok(sparseSharedBytes(l.forward) > 2 * 4 * l.forward.cols * l.forward.batchTile);
-    assert.ok(sparseSharedBytes(l.backward) <= l.backward.sharedBytes);
-    const one = planSparseRnnLayer("rnn-tanh", 2304, H100_SXM, {
-      density: 0.1,
-      batch: 16,
-      replicas: 4,
-      vectorBuffers: 1,
-    });
-    assert.ok(one.fits);
-    assert.equal(one.forward.vectorBuffers, 1);
-    assert.equal(l.forward.sharedBytes - one.forward.sharedBytes, 4 * 2304 * 4, "the second buffer: K·BT floats");
-    // two buffers: no barrier before a tile's copy; one: the barrier stays
-    const two = sparseForwardSource(l.forward);
-    assert.match(two, /constexpr int VB = 2;/);
-    assert.match(two, /if \(VB == 1\) __syncthreads\(\);/);
-    assert.match(sparseForwardSource(one.forward), /constexpr int VB = 1;/);
-    // two exactly where the one-buffer layout's CTAs keep room for another h of a tile
-    let seen = 0;
-    for (const [cell, hidden, batch, ctasPerSm] of [
-      ["rnn-tanh", largestSparseHidden("rnn-tanh", 0.1, H100_SXM, 4), 4, 1],
-      ["lstm", 1152, 16, 2],
-      ["gru", 1152, 4, 2],
-      ["lstm", largestSparseHidden("lstm", 0.1, H100_SXM, 4), 4, 1],
-    ] as const) {
-      const o = { density: 0.1, batch, ctasPerSm };
-      const a = planSparseRnnLayer(cell, hidden, H100_SXM, o);
-      const b = planSparseRnnLayer(cell, hidden, H100_SXM, { ...o, vectorBuffers: 1 });
-      if (!a.fits || !b.fits) continue;
-      seen++;
-      const h = 4 * b.forward.cols * b.forward.batchTile;
-      const room =
-        b.forward.sharedBytes + h <= H100_SXM.sharedPerBlock &&
-        ctasPerSm * (b.forward.sharedBytes + h + H100_SXM.reservedSharedPerBlock) <= H100_SXM.sharedPerSm;
-      assert.equal(a.forward.vectorBuffers, room ? 2 : 1, `${cell} ${hidden}`);
-    }
-    assert.ok(seen >= 3);
-    assert.throws(
-      () => planSparseRnnLayer("rnn-tanh", 256, H100_SXM, { density: 0.1, vectorBuffers: 3 as 1 }),
-      /vectorBuffers must be 1 or 2; got 3/,
-    );
-  });
-
+describe("sparse kernels: the cell threads' own row sums", () => {
   test("reductions through shared memory: the cell threads sum their own rows, through the inverse row order", () => {
     const roomy = sparseLayer("rnn-tanh", 2304, 0.1, 16, { replicas: 4 }).forward;
     assert.ok(roomy.threadsPerRowGroup % 32 !== 0 && 32 % roomy.threadsPerRowGroup !== 0, "a shared reduction");

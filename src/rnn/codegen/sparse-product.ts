@@ -76,7 +76,7 @@ export function sparseSharedFloats(plan: SparseRnnKernelPlan): number {
   const pb = shuffleReduction(plan) ? 0 : plan.threads * plan.rowsPerThread * bt;
   // the forward's cell inputs, copied asynchronously while the vector is polled: G input projections and the state
   const xs = plan.kind === "forward" ? plan.unitsPerCta * bt * (gatesOf(plan.cell) + 1) : 0;
-  return plan.cols * bt * plan.vectorBuffers + pr * bt + pb + xs + pr; // then the row order rmap [PR] (ints)
+  return plan.cols * bt + pr * bt + pb + xs + pr; // then the row order rmap [PR] (ints)
 }
 
 export const sparseSharedBytes = (plan: SparseRnnKernelPlan) => 4 * sparseSharedFloats(plan);
@@ -103,7 +103,6 @@ constexpr bool IDX16 = ${plan.indexBits === 16};
 constexpr bool WIDE = ${opts.wideLoads !== false};
 constexpr bool ROWMAP = ${permutesRows(plan)};  // row sums written through the row order (plan/sparse.ts, permutesRows)
 constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
-constexpr int VB = ${plan.vectorBuffers};  // buffers of the tile's vector in shared memory (steps alternate)
 constexpr bool RINV = ${fusedCellSums(plan, opts)};  // rmap holds the inverse row order: each local row's row slot
 static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");
 // element (k, column j) of a tile's vector, in shared memory and in its region of the exchange buffer

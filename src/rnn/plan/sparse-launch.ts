@@ -26,8 +26,6 @@ export interface SparseLaunchPins {
   readonly indexBits?: SparseIndexBits;
   /** Padding slots per piece (SparsePlanOptions.slack; default "auto"; 0 for the orders that cannot use them). */
   readonly slack?: number | "auto";
-  /** At most this many buffers of h (SparsePlanOptions.vectorBuffers). */
-  readonly vectorBuffers?: 1 | 2;
 }
 
 /** How a launch of `plan` runs `batch` sequences: tiles per step, replicas, rounds per step, floats an SM copies. */
@@ -61,7 +59,6 @@ export function sparseLaunchPlan(
     ...(pins.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: pins.threadsPerRowGroup }),
     ...(pins.indexBits === undefined ? {} : { indexBits: pins.indexBits }),
     ...(pins.slack === undefined ? {} : { slack: pins.slack }),
-    ...(pins.vectorBuffers === undefined ? {} : { vectorBuffers: pins.vectorBuffers }),
   };
   const cap = pins.maxReplicas ?? model.smCount * 2;
   const widest = batchTileFor(batch);

@@ -33,8 +33,6 @@ export interface SparseLayerOptions {
   readonly maxBatchTile?: WideLoad;
   /** Padding slots per piece for the balanced bank-aware order (SparsePlanOptions.slack; default "auto"). */
   readonly slack?: number | "auto";
-  /** At most this many buffers of h (SparsePlanOptions.vectorBuffers; default 2 where they fit). */
-  readonly vectorBuffers?: 1 | 2;
 }
 
 /** The widest wide load a batch of `batch` sequences fills. */
@@ -69,7 +67,6 @@ export function planSparseRnnWidest(
       ...(options.threadsPerRowGroup === undefined ? {} : { threadsPerRowGroup: options.threadsPerRowGroup }),
       ...(options.ctasPerSm === undefined ? {} : { ctasPerSm: options.ctasPerSm }),
       ...(options.slack === undefined ? {} : { slack: options.slack }),
-      ...(options.vectorBuffers === undefined ? {} : { vectorBuffers: options.vectorBuffers }),
     });
     if (r.fits) return r;
     miss = r;

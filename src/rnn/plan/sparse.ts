@@ -97,11 +97,6 @@ export interface SparsePlanOptions {
    * orders that keep each thread's pairs gain nothing from them (the naive order should plan with 0).
    */
   readonly slack?: number | "auto";
-  /**
-   * Buffers of h in shared memory (SparseRnnKernelPlan.vectorBuffers): at most this many (default 2: two where the
-   * forward's CTAs keep room for them, else one; the backward always one).
-   */
-  readonly vectorBuffers?: 1 | 2;
 }
 
 /**
@@ -143,19 +138,6 @@ function withSlack(plan: SparseRnnKernelPlan, slack: number | "auto", overhead: 
     };
   }
   return plan;
-}
-
-/** `plan` with a second buffer of h where the options allow it and its CTAs keep room for it (see vectorBuffers). */
-function withBuffers(plan: SparseRnnKernelPlan, device: DeviceModel, options: SparsePlanOptions): SparseRnnKernelPlan {
-  if (plan.kind !== "forward" || options.vectorBuffers === 1) return plan;
-  const sharedBytes = plan.sharedBytes + 4 * plan.cols * plan.batchTile;
-  if (
-    sharedBytes > device.sharedPerBlock ||
-    plan.ctasPerSm * (sharedBytes + device.reservedSharedPerBlock) > device.sharedPerSm
-  ) {
-    return plan;
-  }
-  return { ...plan, sharedBytes, vectorBuffers: 2 };
 }
 
 /**
@@ -222,12 +204,6 @@ export interface SparseRnnKernelPlan {
    * of the tile's columns. Lamport double-buffering of h (the paper's pipeline over steps) adds 4·K·batchTile.
    */
   readonly sharedBytes: number;
-  /**
-   * Buffers of the tile's vector h in shared memory: 2 (the forward, where they fit) lets a step's copy of h start
-   * while the step before's slower cell threads still read theirs — no barrier between a step's cell and the next
-   * step's copy; 1 otherwise. `sharedBytes` counts them.
-   */
-  readonly vectorBuffers: 1 | 2;
   /** The model's cycles per step per batch tile (comparable to the dense plan's costCycles; not a time). */
   readonly costCycles: number;
 }
@@ -383,9 +359,6 @@ function checkOptions(where: string, hidden: number, o: SparsePlanOptions): void
   }
   if (o.slack !== undefined && o.slack !== "auto" && !(Number.isInteger(o.slack) && o.slack >= 0)) {
     throw new RangeError(`${where}: slack must be 'auto' or an integer ≥ 0; got ${String(o.slack)}`);
-  }
-  if (o.vectorBuffers !== undefined && o.vectorBuffers !== 1 && o.vectorBuffers !== 2) {
-    throw new RangeError(`${where}: vectorBuffers must be 1 or 2; got ${String(o.vectorBuffers)}`);
   }
 }
 
@@ -546,15 +519,12 @@ export function planSparseRnnKernel(
           registersEstimate: estimate,
           registerLimit: limit,
           sharedBytes,
-          vectorBuffers: 1,
           costCycles: cost,
         };
       }
     }
   }
-  if (best) {
-    return { fits: true, plan: withBuffers(withSlack(best, options.slack ?? "auto", extra), device, options) };
-  }
+  if (best) return { fits: true, plan: withSlack(best, options.slack ?? "auto", extra) };
   if (tightest <= 0 && sharedMiss > 0) {
     return {
       fits: false,

@@ -85,8 +85,7 @@ type Kind = "forward" | "backward";
  * The launch of one kernel of a mask's layer over `batch` sequences (plan/sparse-launch.ts), with the comparison
  * switches of the environment: VPPS_RNN_SPARSE_TILE=1|2|4, VPPS_RNN_SPARSE_CPS=1|2, VPPS_RNN_SPARSE_REPLICAS=N,
  * VPPS_RNN_SPARSE_GROUP=T, VPPS_RNN_SPARSE_SLACK=N (padding slots per piece; `order` "naive" plans none: its pairs
- * stay in their threads' first slots), VPPS_RNN_SPARSE_BUFFERS=1 (one buffer of h), VPPS_RNN_SPARSE_INDEX=32 (32-bit
- * pair indices).
+ * stay in their threads' first slots), VPPS_RNN_SPARSE_INDEX=32 (32-bit pair indices).
  */
 export function sparseKernelPlanFor(
   cell: RnnCellName,
@@ -116,7 +115,6 @@ export function sparseKernelPlanFor(
     ...(int("VPPS_RNN_SPARSE_REPLICAS") === undefined ? {} : { maxReplicas: int("VPPS_RNN_SPARSE_REPLICAS")! }),
     ...(int("VPPS_RNN_SPARSE_GROUP") === undefined ? {} : { threadsPerRowGroup: int("VPPS_RNN_SPARSE_GROUP")! }),
     slack,
-    ...(int("VPPS_RNN_SPARSE_BUFFERS") === 1 ? { vectorBuffers: 1 as const } : {}),
     ...(int("VPPS_RNN_SPARSE_INDEX") === 32 ? { indexBits: 32 as const } : {}),
   });
 }
