@@ -162,28 +162,6 @@ describe("sparse kernels: the row order", () => {
   });
 });
 
-describe("sparse kernels: the cell threads' own row sums", () => {
-  test("reductions through shared memory: the cell threads sum their own rows, through the inverse row order", () => {
-    const roomy = sparseLayer("rnn-tanh", 2304, 0.1, 16, { replicas: 4 }).forward;
-    assert.ok(roomy.threadsPerRowGroup % 32 !== 0 && 32 % roomy.threadsPerRowGroup !== 0, "a shared reduction");
-    const fused = sparseForwardSource(roomy);
-    assert.match(fused, /constexpr bool RINV = true;/);
-    assert.match(fused, /float rsum\[G\];/);
-    assert.match(fused, /const float pre = rsum\[0\] \+ xg\[0\];|rsum\[0\] \+ xg\[0\]/);
-    assert.doesNotMatch(fused, /rs\[\(ROWMAP \? rmap\[lr\] : lr\) \* BT \+ j\] = sum;/, "no row sums pass");
-    const passes = sparseForwardSource(roomy, { fusedReduction: false });
-    assert.match(passes, /constexpr bool RINV = false;/);
-    assert.match(passes, /rs\[\(ROWMAP \? rmap\[lr\] : lr\) \* BT \+ j\] = sum;/);
-    assert.doesNotMatch(passes, /float rsum\[G\];/);
-    // one barrier fewer per tile: count them
-    const barriers = (src: string) => src.split("__syncthreads()").length - 1;
-    assert.equal(barriers(passes) - barriers(fused), 1);
-    // the backward keeps its row sums pass
-    const back = sparseLayer("rnn-tanh", 2304, 0.1, 16, { replicas: 4 }).backward;
-    assert.match(sparseBackwardSource(back), /constexpr bool RINV = false;/);
-  });
-});
-
 describe("sparse kernels: the exchange buffer", () => {
   test("the last (step, tile) region ends where the buffer does, and the pending fill covers it exactly", () => {
     for (const batch of [1, 2, 3, 4, 5, 8, 13, 16, 64]) {

@@ -16,8 +16,6 @@ import { declLines, type ForwardSite, gateOffset, indented } from "./cells/site.
 import { renderParams, SPARSE_FORWARD_PARAMS } from "./params.js";
 import { COMMON } from "./prelude.js";
 import {
-  cellRowSums,
-  fusedCellSums,
   LOAD_PAIRS,
   loadVector,
   productCode,
@@ -35,7 +33,6 @@ export function sparseForwardSource(plan: SparseRnnKernelPlan, opts: SparseKerne
   const code = CELLS[plan.cell];
   const st = code.state;
   const sync = opts.sync ?? "lamport";
-  const fused = fusedCellSums(plan, opts);
   return `// sparse persistent ${plan.cell} forward, hidden ${plan.hidden}, density ${plan.density}, ${sync}, ${opts.wideLoads === false ? "scalar" : "wide"} loads (src/rnn/codegen/sparse-forward.ts)
 ${COMMON}
 ${sparseConstants(plan, opts)}
@@ -48,12 +45,11 @@ extern "C" __global__ void __launch_bounds__(NT, CPS) ${SPARSE_KERNEL_NAMES.forw
 ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
   float* hs = reinterpret_cast<float*>(smem4); // the tile's h(t−1) [K·BT]
-  float* rs = hs + K * BT;                     // row sums [PR][BT] (the row sums pass)
+  float* rs = hs + K * BT;                     // row sums [PR][BT]
   float* pb = rs + PR * BT;                    // partial sums [NT][RW][BT] (a reduction through shared memory)
   float* xs = pb + (${"32 % T == 0 ? 0 : NT * RW * BT"}); // the cell threads' inputs [UC·BT][G + 1]
   (void)pb;
   int* rmap = reinterpret_cast<int*>(hs) + ${sparseSharedFloats(plan) - plan.rowGroups * plan.rowsPerThread}; // the row order [PR]
-  (void)rs;
   const int tid = threadIdx.x;
 ${LOAD_PAIRS}
   // the cell thread of (unit u, tile column b): local row g·UC + u of the product is gate g of its unit
@@ -83,23 +79,18 @@ ${LOAD_PAIRS}
         for (int g = 0; g < G; g++) cp_async4(xin + g, xw + (size_t)(off + bb) * (G * H) + g * H + unit);
 ${st ? `        if (bb >= nprev) cp_async4(xin + G, ${st.initial} + (size_t)bb * H + unit);` : ""}
       }
-      // the previous tile's readers are done with hs and rs (or pb). Not a second buffer of h instead: a thread's copy
-      // issued as soon as its own cell is done finds more pieces pending and pays another round trip (RNN 2304, batch
-      // 16, H100, the ladder at tile 4: Lamport 0.908 ms against the barrier build's 0.971; with this barrier 0.802
-      // against 0.985)
-      __syncthreads();
+      __syncthreads(); // the previous tile's readers are done with hs and rs
 ${loadVector(plan, regionOf("tp"), "min(nt, max(0, nprev - b0))", (j, k) => `h0[(size_t)(b0 + ${j}) * H + ${k}]`, "t")}
-${productCode(plan, fused)}
+${productCode(plan)}
       // the cell, its inputs from xs (in shared memory across the product, not in the registers the pairs need)
       if (active) {
         cp_async_wait();
         const float* xg = xin;
-${fused ? cellRowSums : ""}
 ${st ? `        const float ${st.name}init = xin[G];` : ""}
         const size_t row = (size_t)(off + bb);
         const float hprev = hs[hs_at(unit, cb)];
         float h;
-${indented(code.forward(forwardSite(code, fused)), 8)}
+${indented(code.forward(forwardSite(code)), 8)}
         y[row * ldy + unit] = h;
         if (!last_step_all) st_publish(${regionOf("t")} + hs_at(unit, cb), h);
         if (train) shprev[row * H + unit] = hprev;
@@ -112,25 +103,20 @@ ${indented(code.forward(forwardSite(code, fused)), 8)}
 `;
 }
 
-/**
- * W_hh h(t−1) of gate g of the cell thread's unit: its row of the product (gate-major: g·UC + cu), from rs or, with the
- * fused reduction, the thread's own sums.
- */
-const rowSumOf = (fused: boolean) => (g: number) =>
-  fused ? `rsum[${g}]` : `rs[(${g === 0 ? "" : g === 1 ? "UC + " : `${g} * UC + `}cu) * BT + cb]`;
+/** W_hh h(t−1) of gate g of the cell thread's unit: its row of the product (gate-major: g·UC + cu). */
+const rowSumOf = (g: number) => `rs[(${g === 0 ? "" : g === 1 ? "UC + " : `${g} * UC + `}cu) * BT + cb]`;
 
 /** The sparse forward's site of the cells' math (cells/site.ts): LSTM's c kept in cn between steps. */
-function forwardSite(cell: CellCode, fused: boolean): ForwardSite {
-  const rowSum = rowSumOf(fused);
+function forwardSite(cell: CellCode): ForwardSite {
   return {
     unit: "unit",
     declare: (...decls) => declLines(decls, 1),
     get prevState() {
       return `bb >= nprev ? ${cell.state!.name}init : ${cell.state!.last}[(size_t)bb * H + unit]`;
     },
-    pre: (g) => `${rowSum(g)} + xg[${g}]`,
+    pre: (g) => `${rowSumOf(g)} + xg[${g}]`,
     x: (g) => `xg[${g}]`,
-    rec: rowSum,
+    rec: rowSumOf,
     keep: (state) => [`${cell.state!.last}[(size_t)bb * H + unit] = ${state};`],
     save: (gates, state) => [
       "if (train) {",

@@ -31,16 +31,7 @@ export interface SparseKernelOptions {
   readonly sync?: SparseSync;
   /** One ld.shared.v{BT} per pair (h interleaved [K][BT]); false: one scalar load per pair and column. Default true. */
   readonly wideLoads?: boolean;
-  /**
-   * Forward kernels whose row groups reduce through shared memory: each cell thread sums its own rows' partial sums
-   * (no row-sum pass, one barrier fewer per step). Default true; false: the row sums pass (comparisons).
-   */
-  readonly fusedReduction?: boolean;
 }
-
-/** Whether a kernel's cell threads sum their rows' partial sums themselves (SparseKernelOptions.fusedReduction). */
-export const fusedCellSums = (plan: SparseRnnKernelPlan, opts: SparseKernelOptions) =>
-  plan.kind === "forward" && !shuffleReduction(plan) && opts.fusedReduction !== false;
 
 /**
  * The rungs of the ladder in order, each the one before plus one step. Bank-aware is the pair arrays' order, not the
@@ -51,10 +42,7 @@ export const SPARSE_LADDER = [
   { name: "wide-loads", sync: "barrier", wideLoads: true, order: "naive" },
   { name: "bank-aware", sync: "barrier", wideLoads: true, order: "bank-aware" },
   { name: "lamport", sync: "lamport", wideLoads: true, order: "bank-aware" },
-] as const satisfies readonly (Required<Pick<SparseKernelOptions, "sync" | "wideLoads">> & {
-  name: string;
-  order: "naive" | "bank-aware";
-})[];
+] as const satisfies readonly (Required<SparseKernelOptions> & { name: string; order: "naive" | "bank-aware" })[];
 
 export type SparseRung = (typeof SPARSE_LADDER)[number]["name"];
 
@@ -103,7 +91,6 @@ constexpr bool IDX16 = ${plan.indexBits === 16};
 constexpr bool WIDE = ${opts.wideLoads !== false};
 constexpr bool ROWMAP = ${permutesRows(plan)};  // row sums written through the row order (plan/sparse.ts, permutesRows)
 constexpr bool LAMPORT = ${(opts.sync ?? "lamport") === "lamport"};
-constexpr bool RINV = ${fusedCellSums(plan, opts)};  // rmap holds the inverse row order: each local row's row slot
 static_assert(K % 4 == 0, "the vector is loaded in 16-byte pieces");
 // element (k, column j) of a tile's vector, in shared memory and in its region of the exchange buffer
 __device__ __forceinline__ int hs_at(int k, int j) { return WIDE ? k * BT + j : j * K + k; }
@@ -136,8 +123,12 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
 // Whether 16-byte piece c of a tile's vector holds a column another CTA writes (columns [0, np) are polled)
 __device__ __forceinline__ bool piece_polled(int c, int np) { return WIDE ? np > 0 : hs_col(4 * c) < np; }
 // Whether piece c, copied to hs, still holds a pending −0.0 in a polled column
+__device__ __forceinline__ bool value_pending(float4 v, int np);
 __device__ __forceinline__ bool piece_pending(const float* hs, int c, int np) {
-  const float4 v = reinterpret_cast<const float4*>(hs)[c];
+  return value_pending(reinterpret_cast<const float4*>(hs)[c], np);
+}
+// Whether a piece's value (loaded from the exchange buffer) holds a pending −0.0 in a polled column
+__device__ __forceinline__ bool value_pending(float4 v, int np) {
   if (!WIDE || BT == 1) return pending4(v); // one column (polled: piece_polled)
   if (BT == 4) return (np > 0 && pending1(v.x)) | (np > 1 && pending1(v.y)) | (np > 2 && pending1(v.z)) | (np > 3 && pending1(v.w));
   return (np > 0 && (pending1(v.x) | pending1(v.z))) | (np > 1 && (pending1(v.y) | pending1(v.w))); // [k, k+1][2]
@@ -171,14 +162,9 @@ export const LOAD_PAIRS = `  // the replica of this CTA and its CTA within the r
   for (int s = 0; s < S; s++) wv[s] = __ldcg(vbase + s * NT);
   #pragma unroll
   for (int q = 0; q < SW; q++) wi[q] = __ldcg(ibase + q * NT);
-  // the row order (which local row each row slot holds: rowmap [CPG][PR], a permutation) into rmap, at the end of
-  // shared memory; RINV: its inverse (the row slot of each local row)
+  // the row order (which local row each row slot holds: rowmap [CPG][PR]) into rmap, at the end of shared memory
   if (ROWMAP) {
-    for (int e = tid; e < PR; e += NT) {
-      const int v = __ldcg(rowmap + cta * PR + e);
-      if (RINV) rmap[v] = e;
-      else rmap[e] = v;
-    }
+    for (int e = tid; e < PR; e += NT) rmap[e] = __ldcg(rowmap + cta * PR + e);
   }`;
 
 /**
@@ -204,10 +190,9 @@ export const piecesPerThread = (plan: SparseRnnKernelPlan) =>
   Math.ceil((plan.cols * plan.batchTile) / 4 / plan.threads);
 
 /**
- * Whether a kernel copies and looks at its pieces in one unrolled pass (batchedPollCode) rather than in loops over
- * them (loopPollCode): where a thread has at most 8 pieces and registers for all of them in flight (4 each) beyond
- * its estimate. On RNN 2304 at batch 16 (H100) the loop's look at the pieces was 16% of a step's stall samples, each
- * piece's shared-memory load waiting for the one before; on the tightest layouts the unrolled pass made ptxas spill.
+ * Whether a kernel loads and looks at its pieces in one unrolled pass through registers (batchedPollCode) rather than
+ * copying them with cp.async in loops (loopPollCode): where a thread has at most 8 pieces and registers for all of them
+ * in flight (4 each) beyond its estimate. On the tightest layouts the unrolled pass made ptxas spill.
  */
 export function batchedPoll(plan: SparseRnnKernelPlan): boolean {
   const ppt = piecesPerThread(plan);
@@ -215,54 +200,55 @@ export function batchedPoll(plan: SparseRnnKernelPlan): boolean {
 }
 
 /**
- * The copy of a thread's pieces (tid, tid + NT, …) and, in Lamport builds, the polls, unrolled: a mask of the pieces
- * still to look at; each look loads every piece unconditionally (one out of range reads piece 0), with no
- * branch and no copy between the loads, so they wait for one shared-memory latency, not one each, and a piece's bit
- * is only ever cleared; then the pending ones are copied again at once (rare: ~1% of steps at RNN 2304, batch 16).
+ * The load of a thread's pieces (tid, tid + NT, …) through registers, unrolled: every piece loaded from L2 at once
+ * (ld.relaxed.gpu, 16 bytes), and, in Lamport builds, each one that holds no pending −0.0 stored to hs; the pending
+ * ones are loaded again together (rare: ~1% of steps at RNN 2304, batch 16). No look at hs after a copy: on RNN 2304
+ * at batch 16 (H100) copying with cp.async and then loading each piece back from shared memory to look at it took 17%
+ * of a step's stall samples (ptxas chained the look's loads through one register quad) and the copy's wait 14%.
  */
 function batchedPollCode(region: string, polled: string, step: string): string {
   return `        constexpr int PPT = (NC + NT - 1) / NT; // pieces of a thread: tid, tid + NT, …
-        constexpr int PW = (PPT + 31) / 32;     // words of its mask of pieces still to look at
+        constexpr int PW = (PPT + 31) / 32;     // words of its mask of pieces still pending
         const int npl = ${polled};
         const float* src = npl > 0 ? ${region} : xh;
+        float4* hs4 = reinterpret_cast<float4*>(hs);
         u32 pend[PW];
+        float4 pv[PPT];
         #pragma unroll
         for (int w = 0; w < PW; w++) pend[w] = 0u;
         #pragma unroll
         for (int i = 0; i < PPT; i++) {
           const int c = tid + i * NT;
           if ((NC % NT == 0 || c < NC) && piece_polled(c, npl)) {
-            cp_async16(hs + 4 * c, src + 4 * c);
+            pv[i] = ld_poll4(src + 4 * c);
             pend[i / 32] |= 1u << (i % 32);
           }
         }
-        cp_async_wait();
-        if (LAMPORT && npl > 0) {
-          for (u32 spins = 0;; spins++) {
-            #pragma unroll
-            for (int i = 0; i < PPT; i++) {
-              const int c = (NC % NT == 0 || tid + i * NT < NC) ? tid + i * NT : 0; // (piece 0: always there)
-              if (!piece_pending(hs, c, npl)) pend[i / 32] &= ~(1u << (i % 32));
+        for (u32 spins = 0;; spins++) {
+          #pragma unroll
+          for (int i = 0; i < PPT; i++) {
+            if (((pend[i / 32] >> (i % 32)) & 1u) && !(LAMPORT && value_pending(pv[i], npl))) {
+              hs4[tid + i * NT] = pv[i];
+              pend[i / 32] &= ~(1u << (i % 32));
             }
-            u32 any = 0u;
+          }
+          u32 any = 0u;
+          #pragma unroll
+          for (int w = 0; w < PW; w++) any |= pend[w];
+          if (any == 0u) break;
+          if (spins > kBarrierSpinLimit) {
+            int pending = tid; // the first piece still pending, for the report
             #pragma unroll
-            for (int w = 0; w < PW; w++) any |= pend[w];
-            if (any == 0u) break;
-            if (spins > kBarrierSpinLimit) {
-              int pending = tid; // the first piece still pending, for the report
-              #pragma unroll
-              for (int i = PPT - 1; i >= 0; i--) {
-                if ((pend[i / 32] >> (i % 32)) & 1u) pending = tid + i * NT;
-              }
-              report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
-              ok = false;
-              break;
+            for (int i = PPT - 1; i >= 0; i--) {
+              if ((pend[i / 32] >> (i % 32)) & 1u) pending = tid + i * NT;
             }
-            #pragma unroll
-            for (int i = 0; i < PPT; i++) {
-              if ((pend[i / 32] >> (i % 32)) & 1u) cp_async16(hs + 4 * (tid + i * NT), src + 4 * (tid + i * NT));
-            }
-            cp_async_wait();
+            report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
+            ok = false;
+            break;
+          }
+          #pragma unroll
+          for (int i = 0; i < PPT; i++) {
+            if ((pend[i / 32] >> (i % 32)) & 1u) pv[i] = ld_poll4(src + 4 * (tid + i * NT));
           }
         }`;
 }
@@ -326,11 +312,8 @@ ${batchedPoll(plan) ? batchedPollCode(region, polled, step) : loopPollCode(regio
       }`;
 }
 
-/**
- * The product of a thread's pairs with the tile's vector, one accumulator per (row, column), then the reduction over
- * the row group (with `fused`, only the partial sums into pb: the cell threads sum them, cellRowSums).
- */
-export function productCode(plan: SparseRnnKernelPlan, fused = false): string {
+/** The product of a thread's pairs with the tile's vector, one accumulator per (row, column). */
+export function productCode(plan: SparseRnnKernelPlan): string {
   const bt = plan.batchTile;
   const wide =
     bt === 4
@@ -362,31 +345,9 @@ export function productCode(plan: SparseRnnKernelPlan, fused = false): string {
           for (int j = 0; j < BT; j++) acc[r][j] = fmaf(wv[s], hs[j * K + ix], acc[r][j]);
         }
       }
-${fused ? fusedReductionCode : reductionCode(plan)}
+${reductionCode(plan)}
       __syncthreads();`;
 }
-
-const fusedReductionCode = `      // every thread's partial sums into pb; each cell thread sums its own rows (cellRowSums)
-      #pragma unroll
-      for (int r = 0; r < RW; r++) {
-        #pragma unroll
-        for (int j = 0; j < BT; j++) pb[(tid * RW + r) * BT + j] = acc[r][j];
-      }`;
-
-/**
- * A forward cell thread's row sums rsum[G] from the partial sums in pb (the fused reduction): gate g of unit cu is
- * local row g·UC + cu, held by row slot rmap[·] (RINV) — summed over its row group's threads in thread order, as the
- * row sums pass does, so both give the same bits.
- */
-export const cellRowSums = `        float rsum[G];
-        #pragma unroll
-        for (int g = 0; g < G; g++) {
-          const int lr = g * UC + cu, slot = ROWMAP ? rmap[lr] : lr, rg = slot / RW, r = slot - rg * RW;
-          float sum = 0.f;
-          #pragma unroll
-          for (int q = 0; q < T; q++) sum += pb[((rg * T + q) * RW + r) * BT + cb];
-          rsum[g] = sum;
-        }`;
 
 /** The reduction of a row's partial sums over its row group into rs [PR][BT]. */
 function reductionCode(plan: SparseRnnKernelPlan): string {

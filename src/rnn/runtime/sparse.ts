@@ -85,7 +85,7 @@ type Kind = "forward" | "backward";
  * The launch of one kernel of a mask's layer over `batch` sequences (plan/sparse-launch.ts), with the comparison
  * switches of the environment: VPPS_RNN_SPARSE_TILE=1|2|4, VPPS_RNN_SPARSE_CPS=1|2, VPPS_RNN_SPARSE_REPLICAS=N,
  * VPPS_RNN_SPARSE_GROUP=T, VPPS_RNN_SPARSE_SLACK=N (padding slots per piece; `order` "naive" plans none: its pairs
- * stay in their threads' first slots), VPPS_RNN_SPARSE_INDEX=32 (32-bit pair indices).
+ * stay in their threads' first slots).
  */
 export function sparseKernelPlanFor(
   cell: RnnCellName,
@@ -115,7 +115,6 @@ export function sparseKernelPlanFor(
     ...(int("VPPS_RNN_SPARSE_REPLICAS") === undefined ? {} : { maxReplicas: int("VPPS_RNN_SPARSE_REPLICAS")! }),
     ...(int("VPPS_RNN_SPARSE_GROUP") === undefined ? {} : { threadsPerRowGroup: int("VPPS_RNN_SPARSE_GROUP")! }),
     slack,
-    ...(int("VPPS_RNN_SPARSE_INDEX") === 32 ? { indexBits: 32 as const } : {}),
   });
 }
 
@@ -185,7 +184,6 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       wideLoads: options.wideLoads ?? true,
       order: options.order ?? "bank-aware",
       tile: options.tile ?? null,
-      fusedReduction: options.fusedReduction ?? process.env.VPPS_RNN_SPARSE_FUSE !== "0",
     };
     this.bar = gpu.device.driver.memAlloc(4);
   }
@@ -265,11 +263,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       b = undefined;
     }
     if (!b) {
-      const opts: SparseKernelOptions = {
-        sync: this.options.sync,
-        wideLoads: this.options.wideLoads,
-        fusedReduction: this.options.fusedReduction,
-      };
+      const opts: SparseKernelOptions = { sync: this.options.sync, wideLoads: this.options.wideLoads };
       const source = kind === "forward" ? sparseForwardSource(plan, opts) : sparseBackwardSource(plan, opts);
       const name = `rnn_sparse_${kind}_${this.cell}_${this.hidden}_${plan.batchTile}_${plan.ctas}_${plan.ctasPerSm}`;
       const module = loadModule(this.compile(name, source).cubin, `rnn sparse ${kind}`);
