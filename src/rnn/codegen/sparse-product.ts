@@ -123,12 +123,8 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
 // Whether 16-byte piece c of a tile's vector holds a column another CTA writes (columns [0, np) are polled)
 __device__ __forceinline__ bool piece_polled(int c, int np) { return WIDE ? np > 0 : hs_col(4 * c) < np; }
 // Whether piece c, copied to hs, still holds a pending −0.0 in a polled column
-__device__ __forceinline__ bool value_pending(float4 v, int np);
 __device__ __forceinline__ bool piece_pending(const float* hs, int c, int np) {
-  return value_pending(reinterpret_cast<const float4*>(hs)[c], np);
-}
-// Whether a piece's value (loaded from the exchange buffer) holds a pending −0.0 in a polled column
-__device__ __forceinline__ bool value_pending(float4 v, int np) {
+  const float4 v = reinterpret_cast<const float4*>(hs)[c];
   if (!WIDE || BT == 1) return pending4(v); // one column (polled: piece_polled)
   if (BT == 4) return (np > 0 && pending1(v.x)) | (np > 1 && pending1(v.y)) | (np > 2 && pending1(v.z)) | (np > 3 && pending1(v.w));
   return (np > 0 && (pending1(v.x) | pending1(v.z))) | (np > 1 && (pending1(v.y) | pending1(v.w))); // [k, k+1][2]
@@ -190,9 +186,10 @@ export const piecesPerThread = (plan: SparseRnnKernelPlan) =>
   Math.ceil((plan.cols * plan.batchTile) / 4 / plan.threads);
 
 /**
- * Whether a kernel loads and looks at its pieces in one unrolled pass through registers (batchedPollCode) rather than
- * copying them with cp.async in loops (loopPollCode): where a thread has at most 8 pieces and registers for all of them
- * in flight (4 each) beyond its estimate. On the tightest layouts the unrolled pass made ptxas spill.
+ * Whether a kernel copies and looks at its pieces in one unrolled pass (batchedPollCode) rather than in loops over
+ * them (loopPollCode): where a thread has at most 8 pieces and registers for all of them in flight (4 each) beyond
+ * its estimate. On RNN 2304 at batch 16 (H100) the loop's look at the pieces was 16% of a step's stall samples, each
+ * piece's shared-memory load waiting for the one before; on the tightest layouts the unrolled pass made ptxas spill.
  */
 export function batchedPoll(plan: SparseRnnKernelPlan): boolean {
   const ppt = piecesPerThread(plan);
@@ -200,55 +197,54 @@ export function batchedPoll(plan: SparseRnnKernelPlan): boolean {
 }
 
 /**
- * The load of a thread's pieces (tid, tid + NT, …) through registers, unrolled: every piece loaded from L2 at once
- * (ld.relaxed.gpu, 16 bytes), and, in Lamport builds, each one that holds no pending −0.0 stored to hs; the pending
- * ones are loaded again together (rare: ~1% of steps at RNN 2304, batch 16). No look at hs after a copy: on RNN 2304
- * at batch 16 (H100) copying with cp.async and then loading each piece back from shared memory to look at it took 17%
- * of a step's stall samples (ptxas chained the look's loads through one register quad) and the copy's wait 14%.
+ * The copy of a thread's pieces (tid, tid + NT, …) and, in Lamport builds, the polls, unrolled: a mask of the pieces
+ * still to look at; each look loads every piece unconditionally (one out of range reads piece 0), with no
+ * branch and no copy between the loads, so they wait for one shared-memory latency, not one each, and a piece's bit
+ * is only ever cleared; then the pending ones are copied again at once (rare: ~1% of steps at RNN 2304, batch 16).
  */
 function batchedPollCode(region: string, polled: string, step: string): string {
   return `        constexpr int PPT = (NC + NT - 1) / NT; // pieces of a thread: tid, tid + NT, …
-        constexpr int PW = (PPT + 31) / 32;     // words of its mask of pieces still pending
+        constexpr int PW = (PPT + 31) / 32;     // words of its mask of pieces still to look at
         const int npl = ${polled};
         const float* src = npl > 0 ? ${region} : xh;
-        float4* hs4 = reinterpret_cast<float4*>(hs);
         u32 pend[PW];
-        float4 pv[PPT];
         #pragma unroll
         for (int w = 0; w < PW; w++) pend[w] = 0u;
         #pragma unroll
         for (int i = 0; i < PPT; i++) {
           const int c = tid + i * NT;
           if ((NC % NT == 0 || c < NC) && piece_polled(c, npl)) {
-            pv[i] = ld_poll4(src + 4 * c);
+            cp_async16(hs + 4 * c, src + 4 * c);
             pend[i / 32] |= 1u << (i % 32);
           }
         }
-        for (u32 spins = 0;; spins++) {
-          #pragma unroll
-          for (int i = 0; i < PPT; i++) {
-            if (((pend[i / 32] >> (i % 32)) & 1u) && !(LAMPORT && value_pending(pv[i], npl))) {
-              hs4[tid + i * NT] = pv[i];
-              pend[i / 32] &= ~(1u << (i % 32));
-            }
-          }
-          u32 any = 0u;
-          #pragma unroll
-          for (int w = 0; w < PW; w++) any |= pend[w];
-          if (any == 0u) break;
-          if (spins > kBarrierSpinLimit) {
-            int pending = tid; // the first piece still pending, for the report
+        cp_async_wait();
+        if (LAMPORT && npl > 0) {
+          for (u32 spins = 0;; spins++) {
             #pragma unroll
-            for (int i = PPT - 1; i >= 0; i--) {
-              if ((pend[i / 32] >> (i % 32)) & 1u) pending = tid + i * NT;
+            for (int i = 0; i < PPT; i++) {
+              const int c = (NC % NT == 0 || tid + i * NT < NC) ? tid + i * NT : 0; // (piece 0: always there)
+              if (!piece_pending(hs, c, npl)) pend[i / 32] &= ~(1u << (i % 32));
             }
-            report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
-            ok = false;
-            break;
-          }
-          #pragma unroll
-          for (int i = 0; i < PPT; i++) {
-            if ((pend[i / 32] >> (i % 32)) & 1u) pv[i] = ld_poll4(src + 4 * (tid + i * NT));
+            u32 any = 0u;
+            #pragma unroll
+            for (int w = 0; w < PW; w++) any |= pend[w];
+            if (any == 0u) break;
+            if (spins > kBarrierSpinLimit) {
+              int pending = tid; // the first piece still pending, for the report
+              #pragma unroll
+              for (int i = PPT - 1; i >= 0; i--) {
+                if ((pend[i / 32] >> (i % 32)) & 1u) pending = tid + i * NT;
+              }
+              report_error(status, kErrPollTimeout, ${step}, b0 + hs_col(4 * pending), hs_k(4 * pending), -1);
+              ok = false;
+              break;
+            }
+            #pragma unroll
+            for (int i = 0; i < PPT; i++) {
+              if ((pend[i / 32] >> (i % 32)) & 1u) cp_async16(hs + 4 * (tid + i * NT), src + 4 * (tid + i * NT));
+            }
+            cp_async_wait();
           }
         }`;
 }
