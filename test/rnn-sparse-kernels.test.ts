@@ -5,7 +5,12 @@
 // rest compile in test/sweeps/rnn-sparse-kernels.test.ts (`npm run test:sweeps`).
 
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, test } from "node:test";
+import { assertNoSpills, parsePtxasReport } from "../src/cuda/compile/ptxas-report.js";
 import { H100_SXM } from "../src/cuda/hw/device-model.js";
 import { SPARSE_BACKWARD_PARAMS, SPARSE_FORWARD_PARAMS } from "../src/rnn/codegen/params.js";
 import { sparseBackwardSource } from "../src/rnn/codegen/sparse-backward.js";
@@ -20,6 +25,8 @@ import {
   sparseSharedBytes,
 } from "../src/rnn/codegen/sparse-product.js";
 import { largestSparseHidden, permutesRows, planSparseRnnLayer } from "../src/rnn/plan/index.js";
+import { PRUNED_LAYER_SOURCE } from "../src/rnn/runtime/masked-gradient.js";
+import { compileForSm90 } from "./rnn-nvcc.js";
 import { describeSparseCompile, pairsHeld, sparseLayer, sparseNvccCases } from "./rnn-sparse-nvcc.js";
 
 const layer = sparseLayer;
@@ -205,3 +212,22 @@ describeSparseCompile(
   sparseNvccCases().filter((c) => c.sample),
   false,
 );
+
+describe("the pruned layers' device module under nvcc", {
+  skip: spawnSync("nvcc", ["--version"]).status === 0 ? false : "nvcc is not on PATH",
+}, () => {
+  test("the masked gradient, the row-balanced mask and the pairs' gather compile for sm_90 with no stack or spill", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "vpps-pruned-"));
+    try {
+      const [log] = await compileForSm90(dir, [{ file: "pruned", src: PRUNED_LAYER_SOURCE }]);
+      const reports = parsePtxasReport(log!);
+      for (const kernel of ["rnn_masked_add", "rnn_prune_rows", "rnn_gather_pairs"]) {
+        const report = reports.find((f) => f.name.includes(kernel));
+        assert.ok(report, `no ptxas report for ${kernel}:\n${log}`);
+        assertNoSpills(report);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

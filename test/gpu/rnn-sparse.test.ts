@@ -17,9 +17,12 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { CHECK_TOLERANCE, runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
 import { cudaAvailable } from "../../src/cuda/index.js";
+import { pruneKeeping } from "../../src/ops/prune.js";
 import { PersistentRnn, type PersistentRnnOptions } from "../../src/rnn/layer.js";
 import type { RnnPruning } from "../../src/rnn/prune.js";
 import { GpuRnnBackend, type GpuRnnBackendOptions } from "../../src/rnn/runtime/gpu-backend.js";
+import { openRnnGpu } from "../../src/rnn/runtime/layer-base.js";
+import { RnnMaskKernel } from "../../src/rnn/runtime/masked-gradient.js";
 import type { RnnCell } from "../../src/rnn/spec.js";
 import { RandomStream } from "../../src/util/random.js";
 import { close, randoms } from "./rnn-compare.js";
@@ -369,6 +372,97 @@ describe("the sparse persistent kernels against the masked CPU reference", { ski
         h0,
       );
       assert.ok(Object.is(ref.y[0]![0], -0), "the reference computes −0.0");
+    }
+  });
+});
+
+describe("row-balanced masks derived on the device", { skip }, () => {
+  test("rnn_prune_rows keeps exactly what pruneKeeping keeps (ties, NaN, ±inf, −0; keep 1 … all) and says when a mask moved", () => {
+    const gpu = openRnnGpu(0);
+    const kernel = new RnnMaskKernel(gpu);
+    const d = gpu.device.driver;
+    const held: number[] = [];
+    const alloc = (bytes: number) => {
+      const p = d.memAlloc(Math.max(4, bytes));
+      held.push(p);
+      return p;
+    };
+    const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+    try {
+      const rand = new RandomStream(11);
+      const special = [
+        0,
+        -0,
+        0.5,
+        -0.5,
+        0.25,
+        -0.25,
+        1,
+        Number.POSITIVE_INFINITY,
+        Number.NEGATIVE_INFINITY,
+        Number.NaN,
+      ];
+      for (const [rows, cols, keep] of [
+        [8, 256, 26],
+        [12, 300, 1],
+        [4, 64, 64],
+        [16, 1000, 100],
+        [3, 5000, 499],
+        [4, 4, 3],
+      ] as const) {
+        const w = new Float32Array(rows * cols);
+        // even rows: a few values, many ties; odd rows: random magnitudes, some specials
+        for (let r = 0; r < rows; r++) {
+          for (let j = 0; j < cols; j++) {
+            const u = rand.uniform();
+            w[r * cols + j] =
+              r % 2 === 0
+                ? special[Math.floor(u * special.length)]!
+                : u < 0.02
+                  ? special[j % special.length]!
+                  : u - 0.5;
+          }
+        }
+        const n = rows * cols;
+        const wd = alloc(4 * n);
+        d.memcpyHtoD(wd, w);
+        const mask = alloc(4 * n);
+        const masked = alloc(4 * n);
+        const last = alloc(n);
+        const words = Math.ceil(n / 4);
+        d.memsetD32(last, 0x02020202, words);
+        const changed = alloc(4);
+        const run = () => {
+          d.memsetD32(changed, 0, 1);
+          kernel.pruneRows({ w: wd, rows, cols, keep, mask, masked, last, changed }, gpu.stream);
+          gpu.stream.synchronize();
+          const c = new Int32Array(1);
+          d.memcpyDtoH(c, changed);
+          return c[0];
+        };
+        const at = `rows ${rows}, cols ${cols}, keep ${keep}`;
+        assert.equal(run(), 1, `${at}: a first mask differs from nothing`);
+        const want = pruneKeeping(w, rows, cols, keep, "row-balanced");
+        const got = new Float32Array(n);
+        d.memcpyDtoH(got, mask);
+        const gotMasked = new Float32Array(n);
+        d.memcpyDtoH(gotMasked, masked);
+        const wantMasked = Float32Array.from(w, (v, i) => (want[i] ? v : 0));
+        for (let i = 0; i < n; i++) {
+          assert.equal(got[i], want[i], `${at}: entry ${i} (row ${Math.floor(i / cols)}, |w| ${Math.abs(w[i]!)})`);
+          assert.equal(bits(gotMasked)[i], bits(wantMasked)[i], `${at}: W ⊙ mask at ${i}`);
+        }
+        assert.equal(run(), 0, `${at}: the same weights, the same mask`);
+        // a kept weight of row 1 to 0 moves its row's mask (unless every weight is kept)
+        const r1 = want.subarray(cols, 2 * cols).indexOf(1);
+        w[cols + r1] = 0;
+        d.memcpyHtoD(wd, w);
+        assert.equal(run(), keep < cols ? 1 : 0, `${at}: a kept weight zeroed`);
+      }
+    } finally {
+      for (const p of held) d.memFree(p);
+      kernel.dispose();
+      gpu.dispose();
     }
   });
 });

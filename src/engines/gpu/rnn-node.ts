@@ -16,8 +16,12 @@
  * (VPPS_RNN_CONCURRENT=0 turns this off). Its dx GEMM, which accumulates into the same buffer as direction 0's, runs
  * after the join.
  *
- * A node with a pruned W_hh (`density` < 1): its forward reads W_hh back to the host (waiting for the stream) and
- * derives the mask there with the op's own code (so that every engine keeps the same weights). Each direction runs on
+ * A node with a pruned W_hh (`density` < 1): row-balanced masks are derived on the device (RnnMaskKernel.pruneRows,
+ * the op's order), compared there with the last mask of the same W_hh; only where one moved (or is new) does the
+ * forward read W_hh back to the host (waiting for the stream) and derive the mask with the op's own code, the one that
+ * decides (so that every engine keeps the same weights) — a training step whose masks did not move only gathers the
+ * sparse layers' values from W_hh on the device (SparsePersistentRnnLayer.refreshValues). Plain masks are derived on
+ * the host every forward. Each direction runs on
  * the sparse persistent kernels (src/rnn/runtime/sparse.ts, one layer per node and direction holding its pairs)
  * where its mask fits them — the directions then run in turn, each launch on all SMs — else on the dense kernels with
  * W_hh ⊙ mask uploaded (the pruned weights as stored zeros), which it says once per layer size and density, in one
@@ -102,6 +106,16 @@ interface StepTable {
 /** The sparse layers an engine keeps at most (their W_hh at addresses that move: computed in the graph). */
 const SPARSE_LAYERS = 8;
 
+/** The masks of pruned W_hh kept on the device at most (their W_hh at addresses that move: computed in the graph). */
+const DEVICE_MASKS = 16;
+
+/** A pruned W_hh's last mask on the device (bytes, what the prune kernel compares with) and what it ran on. */
+interface DeviceMask {
+  readonly last: DevicePtr;
+  /** Its sparse layer (the key of `sparseLayers`), or why it runs on the dense kernels; null before the first. */
+  choice: { readonly key: string; readonly layer: SparsePersistentRnnLayer } | string | null;
+}
+
 /** A pruned direction's device buffers, [G·H, H] floats each: W_hh ⊙ mask, the mask (0.0 / 1.0), dW_hh scratch. */
 interface PrunedBuffers {
   readonly floats: number;
@@ -131,6 +145,10 @@ export class GpuRnnNodes {
    * graph moves, so at most SPARSE_LAYERS are kept, the least recently used not in use dropped first.
    */
   private readonly sparseLayers = new Map<string, SparsePersistentRnnLayer>();
+  /** Row-balanced pruned W_hh's masks on the device by `cell/H/kept/address of W_hh`, most recently used last. */
+  private readonly deviceMasks = new Map<string, DeviceMask>();
+  /** The prune kernel's "changed" flags, one int per direction. */
+  private readonly flags: Grown;
   /** Direction pairs by `cell/H` (null: the layer has no layout within half the SMs, or concurrency is off). */
   private readonly pairs = new Map<string, DirectionPair | null>();
   private lane: Lane | undefined;
@@ -167,6 +185,7 @@ export class GpuRnnNodes {
     this.gpu = { device: ctx.device, stream: ctx.stream, cublas: ctx.cublas, cublasHandle: ctx.cublasHandle };
     this.zeros = new Grown(ctx.device);
     this.sink = new Grown(ctx.device);
+    this.flags = new Grown(ctx.device);
   }
 
   private layer(cell: RnnLayerBase["cell"], hidden: number): RnnLayerBase {
@@ -290,7 +309,7 @@ export class GpuRnnNodes {
     node: ReadonlySet<RnnLayerBase>,
   ): SparsePersistentRnnLayer | string {
     if (process.env.VPPS_RNN_SPARSE === "0") return "VPPS_RNN_SPARSE=0";
-    const key = `${r.cell}/${r.hidden}/${String(whh)}`;
+    const key = this.sparseKey(r, whh);
     let l = this.sparseLayers.get(key);
     if (l) this.sparseLayers.delete(key);
     else {
@@ -317,26 +336,117 @@ export class GpuRnnNodes {
     }
   }
 
-  private prune(
-    r: RnnNode,
-    w: { host: Float32Array; mask: Uint8Array },
-    layer: RnnLayerBase,
-    why: string | null,
-  ): PrunedBuffers {
-    const floats = gatesOf(r.cell) * r.hidden * r.hidden;
-    const driver = this.ctx.device.driver;
+  private takePruned(floats: number): PrunedBuffers {
     const k = this.freePruned.findIndex((b) => b.floats === floats);
-    let b: PrunedBuffers;
-    if (k >= 0) b = this.freePruned.splice(k, 1)[0]!;
+    if (k >= 0) return this.freePruned.splice(k, 1)[0]!;
+    const alloc = () => this.ctx.device.driver.memAlloc(4 * floats);
+    return { floats, masked: alloc(), mask: alloc(), grad: alloc() };
+  }
+
+  /** The device mask of a row-balanced pruned W_hh at `whh` (a new one compares as changed everywhere). */
+  private deviceMask(r: RnnNode, whh: DevicePtr): DeviceMask {
+    const key = `${r.cell}/${r.hidden}/${r.sparsity!.kept}/${String(whh)}`;
+    let m = this.deviceMasks.get(key);
+    if (m) this.deviceMasks.delete(key);
     else {
-      const alloc = () => driver.memAlloc(4 * floats);
-      b = { floats, masked: alloc(), mask: alloc(), grad: alloc() };
+      for (const [k, old] of this.deviceMasks) {
+        if (this.deviceMasks.size < DEVICE_MASKS) break;
+        this.ctx.stream.synchronize();
+        this.ctx.device.driver.memFree(old.last);
+        this.deviceMasks.delete(k);
+      }
+      const words = Math.max(1, Math.ceil((gatesOf(r.cell) * r.hidden * r.hidden) / 4));
+      const last = this.ctx.device.driver.memAlloc(4 * words);
+      this.ctx.device.driver.memsetD32(last, 0x02020202, words); // bytes of 2, neither 0 nor 1: every entry differs
+      m = { last, choice: null };
     }
-    // synchronous copies: the host arrays are this call's
-    driver.memcpyHtoD(b.masked, applyMask(w.host, w.mask));
-    driver.memcpyHtoD(b.mask, Float32Array.from(w.mask));
-    if (why !== null) this.announce(r, layer, why);
-    return b;
+    this.deviceMasks.set(key, m);
+    return m;
+  }
+
+  /**
+   * Each pruned direction's buffers (W_hh ⊙ mask and the mask, filled) and what it runs on: its sparse layer with the
+   * pairs set, or why the dense kernels run it. Row-balanced masks are derived on the device first; a direction whose
+   * mask did not move keeps its choice, its sparse layer's values gathered on the device. The others read W_hh back.
+   */
+  private pruneDirections(
+    r: RnnNode,
+    valPtr: Float64Array,
+  ): { sparse: (SparsePersistentRnnLayer | string)[]; pruned: PrunedBuffers[] } {
+    const driver = this.ctx.device.driver;
+    const rows = gatesOf(r.cell) * r.hidden;
+    const whhs = r.weights.map((w) => valPtr[w.W_hh]!);
+    const pruned = whhs.map(() => this.takePruned(rows * r.hidden));
+    const onDevice = r.sparsity!.pruning === "row-balanced" && process.env.VPPS_RNN_PRUNE_ON_HOST !== "1";
+    const masks = onDevice ? whhs.map((whh) => this.deviceMask(r, whh)) : [];
+    let moved = whhs.map(() => true);
+    if (onDevice) {
+      this.maskKernel ??= new RnnMaskKernel(this.gpu);
+      const flags = this.flags.atLeast(whhs.length);
+      driver.memsetD32Async(flags, 0, whhs.length, this.ctx.stream.handle);
+      for (let d = 0; d < whhs.length; d++) {
+        const b = pruned[d]!;
+        this.maskKernel.pruneRows(
+          {
+            w: whhs[d]!,
+            rows,
+            cols: r.hidden,
+            keep: r.sparsity!.kept,
+            mask: b.mask,
+            masked: b.masked,
+            last: masks[d]!.last,
+            changed: flags + 4 * d,
+          },
+          this.ctx.stream,
+        );
+      }
+      const changed = new Int32Array(whhs.length);
+      this.ctx.stream.synchronize();
+      driver.memcpyDtoH(changed, flags);
+      moved = masks.map((m, d) => changed[d] !== 0 || !this.choiceHolds(m));
+    }
+    const chosen = new Set<RnnLayerBase>();
+    const batch = r.batchSizes[0]!;
+    const sparse = whhs.map((whh, d) => {
+      const m = masks[d];
+      if (!moved[d] && m && m.choice !== null) {
+        if (typeof m.choice === "string") return m.choice;
+        const { key, layer } = m.choice;
+        this.sparseLayers.delete(key); // most recently used
+        this.sparseLayers.set(key, layer);
+        layer.refreshValues(whh, this.maskKernel!);
+        const why = layer.prepare(batch);
+        if (why === null) {
+          chosen.add(layer);
+          return layer;
+        }
+        m.choice = why;
+        return why;
+      }
+      // a new or moved mask: the host's derivation decides, and its buffers and the device's last mask follow it
+      const w = this.readMask(r, whh);
+      const s = this.sparseFor(r, whh, w, chosen);
+      if (typeof s !== "string") chosen.add(s);
+      // synchronous copies: the host arrays are this call's
+      driver.memcpyHtoD(pruned[d]!.masked, applyMask(w.host, w.mask));
+      driver.memcpyHtoD(pruned[d]!.mask, Float32Array.from(w.mask));
+      if (m) {
+        driver.memcpyHtoD(m.last, w.mask);
+        m.choice = typeof s === "string" ? s : { key: this.sparseKey(r, whh), layer: s };
+      }
+      return s;
+    });
+    return { sparse, pruned };
+  }
+
+  /** Whether a device mask's sparse layer is still kept (the least recently used are dropped). */
+  private choiceHolds(m: DeviceMask): boolean {
+    if (m.choice === null) return false;
+    return typeof m.choice === "string" || this.sparseLayers.get(m.choice.key) === m.choice.layer;
+  }
+
+  private sparseKey(r: RnnNode, whh: DevicePtr): string {
+    return `${r.cell}/${r.hidden}/${String(whh)}`;
   }
 
   private announce(r: RnnNode, layer: RnnLayerBase, why: string): void {
@@ -383,13 +493,13 @@ export class GpuRnnNodes {
       );
     // pruned W_hh, read back before direction 1 forks (the read waits for the engine's stream); each direction on a
     // sparse layer where its mask fits one (then the directions run in turn: a sparse launch takes every SM)
-    const hostMasks = r.sparsity ? r.weights.map((w) => this.readMask(r, valPtr[w.W_hh]!)) : [];
-    const chosen = new Set<RnnLayerBase>();
-    const sparse = hostMasks.map((m, d) => {
-      const s = this.sparseFor(r, valPtr[r.weights[d]!.W_hh]!, m, chosen);
-      if (typeof s !== "string") chosen.add(s);
-      return s;
-    });
+    // computed again in this graph (the engine started it over): the earlier run's workspaces go back first
+    const earlier = this.live.get(i);
+    if (earlier) {
+      for (const w of earlier.ws) this.release(w);
+      this.freePruned.push(...earlier.pruned);
+    }
+    const { sparse, pruned } = r.sparsity ? this.pruneDirections(r, valPtr) : { sparse: [], pruned: [] };
     const onSparse = sparse.map((s) => typeof s !== "string");
     const pair = D === 2 && !shared && !onSparse.some((x) => x) ? this.pair(r.cell, H) : null;
     const dense = pair || (onSparse.every((x) => x) && onSparse.length === D) ? null : this.layer(r.cell, H);
@@ -405,15 +515,8 @@ export class GpuRnnNodes {
     const steps = { batchSizes, offsets, dBatchSizes: this.upload(batchSizes), dOffsets: this.upload(offsets) };
     const zeros = this.zeros.atLeast(Math.max(B * H, GH));
     const sink = this.sink.atLeast(Math.max(B * H, GH));
-    // computed again in this graph (the engine started it over): the earlier run's workspaces go back first
-    const earlier = this.live.get(i);
-    if (earlier) {
-      for (const w of earlier.ws) this.release(w);
-      this.freePruned.push(...earlier.pruned);
-    }
-    const pruned = hostMasks.map((m, d) => {
-      const s = sparse[d]!;
-      return this.prune(r, m, layers[d]!, typeof s === "string" ? s : null);
+    sparse.forEach((s, d) => {
+      if (typeof s === "string") this.announce(r, layers[d]!, s);
     });
     const ws: RnnWorkspace[] = [];
     if (pair) this.fork();
@@ -542,7 +645,10 @@ export class GpuRnnNodes {
       this.lane.join.destroy();
       this.lane = undefined;
     }
+    for (const m of this.deviceMasks.values()) this.ctx.device.driver.memFree(m.last);
+    this.deviceMasks.clear();
     this.zeros.free();
     this.sink.free();
+    this.flags.free();
   }
 }

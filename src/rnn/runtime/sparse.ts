@@ -49,6 +49,7 @@ import {
 } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
 import { type BackwardArgs, type ForwardArgs, type RnnGpu, RnnLayerBase, type RnnWorkspace } from "./layer-base.js";
+import type { RnnMaskKernel } from "./masked-gradient.js";
 
 /** Build options of a sparse layer: the kernels' (the ladder's code switches) and the pairs' order. */
 export interface SparseRnnLayerOptions extends SparseKernelOptions {
@@ -148,6 +149,8 @@ interface KernelBuild {
     /** Where each kept entry sits in `host` (pairSlots), and the values as uploaded (for refills in place). */
     slots: Int32Array;
     host: Float32Array;
+    /** For refills from W_hh on the device (refreshValues): `slots` and each entry's element of W_hh, uploaded. */
+    gather?: { slots: DevicePtr; from: DevicePtr; n: number };
   };
 }
 
@@ -164,6 +167,11 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   private xhBytes = 0;
   private csr: SparseRows | null = null;
   private transposed: SparseRows | null = null;
+  /**
+   * Where refreshValues last read W_hh on the device: the host's values (`csr`) are stale until a build that needs them
+   * reads W_hh back from there.
+   */
+  private deviceWeights: DevicePtr | null = null;
   /** The weights' version (every setRows) and the mask's (a setRows whose entries differ from the last). */
   private version = 0;
   private pattern = 0;
@@ -214,8 +222,62 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     if (!same) this.pattern++;
     this.csr = csr;
     this.transposed = null;
+    this.deviceWeights = null;
     this.version++;
     return null;
+  }
+
+  /**
+   * New values of W_hh [G·H, H] at `whh` on the device under the current mask (the caller knows it did not move):
+   * every build's pairs gathered from there on the stream, no host round trip. A build made later (another batch)
+   * reads W_hh back from `whh` first, so it must still hold these values then (the same training step).
+   */
+  refreshValues(whh: DevicePtr, kernel: RnnMaskKernel): void {
+    const csr = this.csr;
+    if (csr === null) throw new Error("SparsePersistentRnnLayer: setWeights before refreshValues");
+    this.version++;
+    this.deviceWeights = whh;
+    const d = this.gpu.device.driver;
+    for (const [key, b] of this.builds) {
+      const pairs = b.pairs;
+      if (!pairs || pairs.pattern !== this.pattern) continue;
+      if (!pairs.gather) {
+        const rows = key.startsWith("forward/") ? csr : (this.transposed ??= transposeSparseRows(csr));
+        const from = new Uint32Array(pairs.slots.length);
+        const H = this.hidden;
+        for (let r = 0; r < rows.rows; r++) {
+          for (let e = rows.start[r]!; e < rows.start[r + 1]!; e++) {
+            // forward rows are W_hh's rows; the backward's are its columns, entry (column r, row index[e])
+            from[e] = rows === csr ? r * H + rows.index[e]! : rows.index[e]! * H + r;
+          }
+        }
+        const slots = d.memAlloc(Math.max(4, pairs.slots.byteLength));
+        d.memcpyHtoD(slots, pairs.slots);
+        const fromPtr = d.memAlloc(Math.max(4, from.byteLength));
+        d.memcpyHtoD(fromPtr, from);
+        pairs.gather = { slots, from: fromPtr, n: from.length };
+      }
+      kernel.gatherPairs(pairs.values, pairs.gather.slots, pairs.gather.from, whh, pairs.gather.n, this.stream);
+      pairs.version = this.version;
+    }
+  }
+
+  /** The host's values of the current mask read back from where refreshValues last read W_hh (see there). */
+  private pullWeights(): void {
+    const csr = this.csr;
+    if (this.deviceWeights === null || csr === null) return;
+    const G = gatesOf(this.cell);
+    const dense = new Float32Array(G * this.hidden * this.hidden);
+    this.gpu.stream.synchronize();
+    this.gpu.device.driver.memcpyDtoH(dense, this.deviceWeights);
+    const H = this.hidden;
+    const value = new Float32Array(csr.value.length);
+    for (let r = 0; r < csr.rows; r++) {
+      for (let e = csr.start[r]!; e < csr.start[r + 1]!; e++) value[e] = dense[r * H + csr.index[e]!]!;
+    }
+    this.csr = { ...csr, value };
+    this.transposed = null;
+    this.deviceWeights = null;
   }
 
   /**
@@ -285,6 +347,8 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       this.builds.set(key, b);
     }
     if (b.pairs?.version !== this.version) {
+      this.pullWeights();
+      const csr = this.csr!;
       if (kind === "backward") this.transposed ??= transposeSparseRows(csr);
       const rows = kind === "forward" ? csr : this.transposed!;
       const d = this.gpu.device.driver;
@@ -342,6 +406,10 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     d.memFree(b.pairs.values);
     d.memFree(b.pairs.indices);
     d.memFree(b.pairs.rowmap);
+    if (b.pairs.gather) {
+      d.memFree(b.pairs.gather.slots);
+      d.memFree(b.pairs.gather.from);
+    }
     b.pairs = undefined;
   }
 
