@@ -106,6 +106,23 @@ describe("vpps bench bilstm --rnn (the taggers' formulation)", () => {
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /^vpps: --rnn: expected one of steps, persistent; got 'fused'/);
   });
+
+  test("--density prunes each W_hh as vpps train does, says so and records it; a bad value is one line", () => {
+    const out = mkdtempSync(join(tmpdir(), "vpps-bench-density-"));
+    const r = vpps(
+      "bench",
+      "bilstm",
+      ...["--rnn", "persistent", "--density", "0.25", "--engines", "cpu", "--batches", "4", "--sentences", "4"],
+      ...["--hidden", "16", "--out", out],
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /; --rnn persistent; --density 0.25\n/);
+    const json = JSON.parse(readFileSync(join(out, "bilstm.json"), "utf8"));
+    assert.deepEqual(json.options.modelOptions, { rnn: "persistent", density: 0.25 });
+    const bad = vpps("bench", "bilstm", "--rnn", "persistent", "--density", "0");
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /^vpps: --density must be a number in \(0, 1\]; got '0'/);
+  });
 });
 
 describe("vpps bench treelstm on the CPU", () => {

@@ -35,15 +35,16 @@ export interface BenchTask<T> {
    * A fresh network (seed 1: every call has the same weights) in `variant` (a name of the model's `variants`), with
    * `options` (values of the model's `choices`) over its defaults.
    */
-  net(size: BenchSize, variant: string, options?: Readonly<Record<string, string>>): BenchNet<T>;
+  net(size: BenchSize, variant: string, options?: Readonly<Record<string, string | number>>): BenchNet<T>;
 }
 
 /** A model option the benchmark takes on its command line (`vpps bench bilstm --rnn persistent`). */
 export interface BenchChoice {
   /** The model option and the flag: `rnn` is `--rnn`. */
   readonly name: string;
-  readonly values: readonly string[];
-  readonly defaultValue: string;
+  /** The values it takes, or "density": a kept fraction in (0, 1] (the taggers' --density). */
+  readonly values: readonly string[] | "density";
+  readonly defaultValue: string | number;
   readonly help: string;
 }
 

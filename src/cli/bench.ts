@@ -14,6 +14,7 @@ import { choice, choiceList, existingPath, folder, numberList, wholeNumber } fro
 import { engineSpecs } from "../bench/throughput/engines.js";
 import { commandLine, leaf, outOption, quickOption, run } from "./bench-command.js";
 import { addEngineDiagnostics, addVppsDiagnostics } from "./bench-diagnostics.js";
+import { densityNumber } from "./options.js";
 
 interface ThroughputFlags {
   data?: string;
@@ -38,11 +39,9 @@ function addThroughputCommands(bench: Command): void {
     const sizes = model.sizes.map((s) => s.hidden).join(",");
     const command = bench.command(model.name);
     for (const c of model.choices) {
-      command.addOption(
-        new Option(`--${c.name} <value>`, `${c.help} (default: ${c.defaultValue})`).argParser(
-          choice(`--${c.name}`, c.values),
-        ),
-      );
+      const parse: (v: string) => string | number =
+        c.values === "density" ? densityNumber(`--${c.name}`) : choice(`--${c.name}`, c.values);
+      command.addOption(new Option(`--${c.name} <value>`, `${c.help} (default: ${c.defaultValue})`).argParser(parse));
     }
     leaf(
       command
@@ -127,7 +126,12 @@ function addThroughputCommands(bench: Command): void {
               reference: f.reference,
               out: f.out,
               modelOptions: Object.fromEntries(
-                model.choices.map((c) => [c.name, (f[c.name] as string | undefined) ?? c.defaultValue]),
+                model.choices
+                  .map((c) => [c.name, (f[c.name] as string | number | undefined) ?? c.defaultValue] as const)
+                  // a density of 1 (unpruned) is the model as it is: not recorded
+                  .filter(
+                    ([name, v]) => !(model.choices.find((c) => c.name === name)!.values === "density" && v === 1),
+                  ),
               ),
               command: commandLine(),
             });

@@ -20,6 +20,14 @@ export function taggerBench(title: string): BenchExtras {
           "batch as a handful of row-batch nodes around one rnn op; the eager, autobatch and CPU engines run it, " +
           "VPPS refuses it); the PyTorch reference is the same function either way",
       },
+      {
+        name: "density",
+        values: "density",
+        defaultValue: 1,
+        help:
+          "with --rnn persistent: the kept fraction of each W_hh, pruned by magnitude (row-balanced) as `vpps train " +
+          "--density` does, on the sparse persistent kernels where the mask fits them; the PyTorch reference stays dense",
+      },
     ],
     defaultData: () => (existsSync(join(WIKINER_DIR, "dev.txt")) ? WIKINER_DIR : undefined),
     describeData: (path, isDefault) =>

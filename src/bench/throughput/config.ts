@@ -48,7 +48,7 @@ export interface ThroughputOptions {
    * reference's network (the weights it starts from, and the CPU loss it is checked against) is built without them:
    * the script reads the default formulation's weights.
    */
-  modelOptions?: Readonly<Record<string, string>>;
+  modelOptions?: Readonly<Record<string, string | number>>;
   /** The engines that can be run (a test adds a planted one); engineSpecs(model) when absent. */
   specs?: readonly EngineSpec[];
 }
