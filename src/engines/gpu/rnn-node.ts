@@ -491,14 +491,15 @@ export class GpuRnnNodes {
       [w0!.W_ih, w0!.W_hh, w0!.b_ih, w0!.b_hh].some(
         (id) => id >= 0 && [w1.W_ih, w1.W_hh, w1.b_ih, w1.b_hh].includes(id),
       );
-    // pruned W_hh, read back before direction 1 forks (the read waits for the engine's stream); each direction on a
-    // sparse layer where its mask fits one (then the directions run in turn: a sparse launch takes every SM)
     // computed again in this graph (the engine started it over): the earlier run's workspaces go back first
     const earlier = this.live.get(i);
     if (earlier) {
       for (const w of earlier.ws) this.release(w);
       this.freePruned.push(...earlier.pruned);
     }
+    // pruned W_hh: masks derived (and, where one moved, read back) before direction 1 forks (both wait for the
+    // engine's stream); each direction on a sparse layer where its mask fits one (then the directions run in turn: a
+    // sparse launch takes every SM)
     const { sparse, pruned } = r.sparsity ? this.pruneDirections(r, valPtr) : { sparse: [], pruned: [] };
     const onSparse = sparse.map((s) => typeof s !== "string");
     const pair = D === 2 && !shared && !onSparse.some((x) => x) ? this.pair(r.cell, H) : null;
