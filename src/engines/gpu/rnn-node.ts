@@ -415,13 +415,11 @@ export class GpuRnnNodes {
         this.sparseLayers.delete(key); // most recently used
         this.sparseLayers.set(key, layer);
         layer.refreshValues(whh, this.maskKernel!);
+        // (a batch whose launch does not fit runs on the dense kernels; the next batch tries the layer again)
         const why = layer.prepare(batch);
-        if (why === null) {
-          chosen.add(layer);
-          return layer;
-        }
-        m.choice = why;
-        return why;
+        if (why !== null) return why;
+        chosen.add(layer);
+        return layer;
       }
       // a new or moved mask: the host's derivation decides, and its buffers and the device's last mask follow it
       const w = this.readMask(r, whh);
