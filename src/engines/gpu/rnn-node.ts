@@ -139,13 +139,13 @@ export class GpuRnnNodes {
   private readonly gpu: RnnGpu;
   private readonly layers = new Map<string, RnnLayerBase>();
   /**
-   * The sparse layers of pruned directions by `cell/H/address of W_hh` (each holds its own pairs), most recently used
+   * The sparse layers of pruned directions by `cell/H/kept/address of W_hh` (each holds its own pairs), most recently used
    * last. A parameter's address is the same in every graph, so one layer serves its W_hh in every batch (a key by
    * node id made a new layer, plan and pair upload for almost every batch, and kept them all); W_hh computed in the
    * graph moves, so at most SPARSE_LAYERS are kept, the least recently used not in use dropped first.
    */
   private readonly sparseLayers = new Map<string, SparsePersistentRnnLayer>();
-  /** Row-balanced pruned W_hh's masks on the device by `cell/H/kept/address of W_hh`, most recently used last. */
+  /** Row-balanced pruned W_hh's masks on the device by the same key as `sparseLayers`, most recently used last. */
   private readonly deviceMasks = new Map<string, DeviceMask>();
   /** The prune kernel's "changed" flags, one int per direction. */
   private readonly flags: Grown;
@@ -345,7 +345,7 @@ export class GpuRnnNodes {
 
   /** The device mask of a row-balanced pruned W_hh at `whh` (a new one compares as changed everywhere). */
   private deviceMask(r: RnnNode, whh: DevicePtr): DeviceMask {
-    const key = `${r.cell}/${r.hidden}/${r.sparsity!.kept}/${String(whh)}`;
+    const key = this.sparseKey(r, whh);
     let m = this.deviceMasks.get(key);
     if (m) this.deviceMasks.delete(key);
     else {
@@ -443,8 +443,9 @@ export class GpuRnnNodes {
     return typeof m.choice === "string" || this.sparseLayers.get(m.choice.key) === m.choice.layer;
   }
 
+  /** A pruned W_hh's sparse layer and device mask: one per weights and kept count (each layer holds one mask). */
   private sparseKey(r: RnnNode, whh: DevicePtr): string {
-    return `${r.cell}/${r.hidden}/${String(whh)}`;
+    return `${r.cell}/${r.hidden}/${r.sparsity!.kept}/${String(whh)}`;
   }
 
   private announce(r: RnnNode, layer: RnnLayerBase, why: string): void {
