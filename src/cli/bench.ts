@@ -126,12 +126,11 @@ function addThroughputCommands(bench: Command): void {
               reference: f.reference,
               out: f.out,
               modelOptions: Object.fromEntries(
-                model.choices
-                  .map((c) => [c.name, (f[c.name] as string | number | undefined) ?? c.defaultValue] as const)
+                model.choices.flatMap((c) => {
+                  const v = (f[c.name] as string | number | undefined) ?? c.defaultValue;
                   // a density of 1 (unpruned) is the model as it is: not recorded
-                  .filter(
-                    ([name, v]) => !(model.choices.find((c) => c.name === name)!.values === "density" && v === 1),
-                  ),
+                  return c.values === "density" && v === 1 ? [] : [[c.name, v]];
+                }),
               ),
               command: commandLine(),
             });

@@ -107,6 +107,13 @@ extern "C" __global__ void rnn_gather_pairs(float* values, const int* slots, con
 }
 `;
 
+/** The launch of an element-wise kernel over n items (a grid-stride loop of 256-thread CTAs). */
+const elementwise = (n: number, stream: CudaStream) => ({
+  grid: Math.min(1024, Math.ceil(n / 256)),
+  block: 256,
+  stream,
+});
+
 /** The masked gradient kernel of one device (compiled once per object). */
 export class RnnMaskKernel {
   private readonly kernel: CudaKernel;
@@ -162,7 +169,7 @@ export class RnnMaskKernel {
   /** values[slots[e]] = w[from[e]] for e < n (int32 slots, uint32 from), queued on `stream`. */
   gatherPairs(values: DevicePtr, slots: DevicePtr, from: DevicePtr, w: DevicePtr, n: number, stream: CudaStream): void {
     if (n === 0) return;
-    this.gather.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream }, [
+    this.gather.launch(elementwise(n, stream), [
       karg.ptr(values),
       karg.ptr(slots),
       karg.ptr(from),
@@ -174,12 +181,7 @@ export class RnnMaskKernel {
   /** dst += src ⊙ mask over n floats (mask: 0.0 or 1.0 per element), queued on `stream`. */
   addMasked(dst: DevicePtr, src: DevicePtr, mask: DevicePtr, n: number, stream: CudaStream): void {
     if (n === 0) return;
-    this.kernel.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream }, [
-      karg.ptr(dst),
-      karg.ptr(src),
-      karg.ptr(mask),
-      karg.i32(n),
-    ]);
+    this.kernel.launch(elementwise(n, stream), [karg.ptr(dst), karg.ptr(src), karg.ptr(mask), karg.i32(n)]);
   }
 
   dispose(): void {
