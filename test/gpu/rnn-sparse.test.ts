@@ -15,12 +15,20 @@
 
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import { CHECK_TOLERANCE, runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
-import { cudaAvailable } from "../../src/cuda/index.js";
+import { CHECK_TOLERANCE, denseOfRows, runSparseRnnBench, type SparseRnnBenchRow } from "../../src/bench/rnn-sparse.js";
+import { cudaAvailable, type DevicePtr } from "../../src/cuda/index.js";
 import { pruneKeeping } from "../../src/ops/prune.js";
+import {
+  gatesOf,
+  RnnWorkspace,
+  randomRowBalancedRows,
+  referenceLayerForward,
+  SparsePersistentRnnLayer,
+} from "../../src/rnn/index.js";
 import { PersistentRnn, type PersistentRnnOptions } from "../../src/rnn/layer.js";
 import type { RnnPruning } from "../../src/rnn/prune.js";
 import { GpuRnnBackend, type GpuRnnBackendOptions } from "../../src/rnn/runtime/gpu-backend.js";
+import { RNN_PENDING_BITS } from "../../src/rnn/runtime/index.js";
 import { openRnnGpu } from "../../src/rnn/runtime/layer-base.js";
 import { RnnMaskKernel } from "../../src/rnn/runtime/masked-gradient.js";
 import type { RnnCell } from "../../src/rnn/spec.js";
@@ -372,6 +380,105 @@ describe("the sparse persistent kernels against the masked CPU reference", { ski
         h0,
       );
       assert.ok(Object.is(ref.y[0]![0], -0), "the reference computes −0.0");
+    }
+  });
+});
+
+describe("the exchange buffer between Lamport launches", { skip }, () => {
+  test("a sparse forward leaves it −0.0 everywhere (packed lengths, both directions, tiles 4 / 2 / 1), and the next needs no fill", () => {
+    const gpu = openRnnGpu(0);
+    const d = gpu.device.driver;
+    const ptrs: DevicePtr[] = [];
+    const upload = (a: Float32Array | Int32Array) => {
+      const p = d.memAlloc(Math.max(4, a.byteLength));
+      ptrs.push(p);
+      d.memcpyHtoD(p, a);
+      return p;
+    };
+    const rng = new RandomStream(11);
+    try {
+      for (const cell of ["rnn-tanh", "lstm"] as const) {
+        const H = 256;
+        const I = 16;
+        const G = gatesOf(cell);
+        const rows = randomRowBalancedRows(G * H, H, 26, 5);
+        for (let i = 0; i < rows.value.length; i++) rows.value[i]! *= 0.2;
+        const whh = denseOfRows(rows);
+        const wih = randoms(rng, G * H * I, 0.3);
+        const bih = randoms(rng, G * H, 0.1);
+        const bhh = randoms(rng, G * H, 0.1);
+        const weights = { wih: upload(wih), whh: upload(new Float32Array(1)), bih: upload(bih), bhh: upload(bhh) };
+        const layer = new SparsePersistentRnnLayer(gpu, cell, H, {});
+        const ws = new RnnWorkspace(gpu, cell, H, 16 * 40, 16);
+        try {
+          // shrinking batches (forward: replicas run out of tiles), one sequence, a full batch, reverse; with
+          // the batch tile of 4, 2 and 1 as the launch rule picks them
+          for (const [lengths, reverse] of [
+            [[40, 33, 33, 30, 21, 20, 20, 18, 11, 9, 9, 5, 4, 3, 2, 1], false],
+            [[7], false],
+            [[12, 12, 12, 12, 12, 12, 12, 12], true],
+            [[9, 6, 6, 2, 1], true],
+            [[25, 25, 3], false],
+          ] as const) {
+            const B = lengths.length;
+            const steps = lengths[0]!;
+            const batchSizes = Int32Array.from({ length: steps }, (_, t) => lengths.filter((n) => n > t).length);
+            const offsets = new Int32Array(steps);
+            for (let t = 1; t < steps; t++) offsets[t] = offsets[t - 1]! + batchSizes[t - 1]!;
+            const N = offsets[steps - 1]! + batchSizes[steps - 1]!;
+            const x = randoms(rng, N * I, 1);
+            const h0 = randoms(rng, B * H, 0.5);
+            const c0 = randoms(rng, B * H, 0.5);
+            assert.equal(layer.setRows(rows, B), null);
+            const y = upload(new Float32Array(N * H));
+            const a = {
+              weights,
+              x: upload(x),
+              h0: upload(h0),
+              c0: upload(c0),
+              y,
+              ldy: H,
+              hn: upload(new Float32Array(B * H)),
+              cn: upload(new Float32Array(B * H)),
+              steps: { batchSizes, offsets, total: N, dBatchSizes: upload(batchSizes), dOffsets: upload(offsets) },
+              reverse,
+              train: false,
+              ws,
+            };
+            layer.forward(a, I);
+            layer.checkStatus(ws);
+            const shown = `${cell} ${reverse ? "reverse" : "forward"} lengths ${lengths.join(",")}`;
+            const words = layer.exchangeWords()!;
+            const stale = words.findIndex((w) => w !== RNN_PENDING_BITS);
+            assert.equal(
+              stale,
+              -1,
+              `${shown}: word ${stale} of the exchange buffer is 0x${words[stale]?.toString(16)}`,
+            );
+            const got = new Float32Array(N * H);
+            d.memcpyDtoH(got, y, 4 * N * H);
+            const ref = referenceLayerForward(
+              { cell, hidden: H, inputSize: I, batchSizes: [...batchSizes], reverse },
+              Float64Array.from(x),
+              {
+                weightIh: Float64Array.from(wih),
+                weightHh: whh,
+                biasIh: Float64Array.from(bih),
+                biasHh: Float64Array.from(bhh),
+              },
+              Float64Array.from(h0),
+              G === 4 ? Float64Array.from(c0) : null,
+            );
+            close(got, ref.y, `${shown}: y`, 1e-4);
+          }
+        } finally {
+          ws.dispose();
+          layer.dispose();
+        }
+      }
+    } finally {
+      for (const p of ptrs) d.memFree(p);
+      gpu.dispose();
     }
   });
 });

@@ -264,6 +264,14 @@ export interface RawDriver {
   cuMemcpyDtoDAsync_v2(dst: DevicePtr, src: DevicePtr, bytes: number, stream: Handle): number;
   cuMemsetD32_v2(dst: DevicePtr, value: number, count: number): number;
   cuMemsetD32Async(dst: DevicePtr, value: number, count: number, stream: Handle): number;
+  cuMemsetD2D32Async(
+    dst: DevicePtr,
+    pitch: number,
+    value: number,
+    width: number,
+    height: number,
+    stream: Handle,
+  ): number;
   cuStreamCreate(out: BigUint64Array, flags: number): number;
   cuStreamSynchronize(stream: Handle): number;
   cuStreamWaitEvent(stream: Handle, event: Handle, flags: number): number;
@@ -339,6 +347,8 @@ const DRIVER_PROTOTYPES: Record<keyof RawDriver, string> = {
   cuMemcpyDtoDAsync_v2: "int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, void *stream)",
   cuMemsetD32_v2: "int cuMemsetD32_v2(uint64_t dst, unsigned int value, size_t count)",
   cuMemsetD32Async: "int cuMemsetD32Async(uint64_t dst, unsigned int value, size_t count, void *stream)",
+  cuMemsetD2D32Async:
+    "int cuMemsetD2D32Async(uint64_t dst, size_t pitch, unsigned int value, size_t width, size_t height, void *stream)",
   cuStreamCreate: "int cuStreamCreate(void **stream, unsigned int flags)",
   cuStreamSynchronize: "int cuStreamSynchronize(void *stream)",
   cuStreamWaitEvent: "int cuStreamWaitEvent(void *stream, void *event, unsigned int flags)",

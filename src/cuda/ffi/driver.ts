@@ -273,6 +273,25 @@ export class CudaDriver {
     this.check(this.raw.cuMemsetD32Async(dst, value >>> 0, count, stream), "cuMemsetD32Async");
   }
 
+  /**
+   * Sets `width` 32-bit words of each of `height` rows `pitchBytes` apart to `value` (one strided fill; the contiguous
+   * case is memsetD32Async).
+   */
+  memsetD2D32Async(
+    dst: DevicePtr,
+    pitchBytes: number,
+    value: number,
+    width: number,
+    height: number,
+    stream: Handle,
+  ): void {
+    if (pitchBytes === 4 * width || height <= 1) {
+      this.memsetD32Async(dst, value, width * height, stream);
+      return;
+    }
+    this.check(this.raw.cuMemsetD2D32Async(dst, pitchBytes, value >>> 0, width, height, stream), "cuMemsetD2D32Async");
+  }
+
   // --- streams and events ---
 
   streamCreate(flags: number = StreamFlags.Default): Handle {

@@ -39,7 +39,7 @@ ${LOAD_TILE}
 ${LOAD_TILE_MC}
 ${TILE_PIPE}
 
-// dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 by rnn_fill; what W_hh's gradient
+// dpre_h [N, G·H]: gradients of the recurrent pre-activations (filled with −0.0 before the launch; what W_hh's gradient
 // and the next step read); dpre_x [N, G·H]: those of the input side (GRU only: its n gate differs by r; else null).
 // Shared memory after the tile: per (unit, sequence) what one step hands the next in this thread [2][UC][bcap]
 // (LSTM: dc; GRU: dh ⊙ z). Everything a cell thread reads from global memory is fetched before the poll.

@@ -37,7 +37,7 @@ ${LOAD_TILE}
 ${LOAD_TILE_MC}
 ${TILE_PIPE}
 
-// y [N, ldy] (this direction's columns; filled with −0.0 by rnn_fill), saved: LSTM gates [N, 4H], c [N, H];
+// y [N, ldy] (this direction's columns; filled with −0.0 before the launch), saved: LSTM gates [N, 4H], c [N, H];
 // GRU r, z, n [N, 3H], W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H] when 'train'.
 extern "C" __global__ void ${clusterSize(plan, opts) ? `__cluster_dims__(${clusterSize(plan, opts)}, 1, 1) ` : ""}__launch_bounds__(NT, 1) ${RNN_KERNEL_NAMES.forward}(
 ${renderParams(PERSISTENT_FORWARD_PARAMS)}) {

@@ -15,7 +15,7 @@ export const RNN_ERRORS = {
 export const POLL_SPIN_LIMIT = 1 << 21;
 
 /** Kernel names in a generated module. */
-export const RNN_KERNEL_NAMES = { forward: "rnn_forward", backward: "rnn_backward", fill: "rnn_fill" } as const;
+export const RNN_KERNEL_NAMES = { forward: "rnn_forward", backward: "rnn_backward" } as const;
 
 /** The −0.0 bit pattern that marks a value not yet written. */
 export const PENDING_BITS = 0x80000000;

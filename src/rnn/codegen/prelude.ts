@@ -1,11 +1,11 @@
 /**
  * The CUDA every generated persistent RNN module starts with: types, limits, the status block and its grid barrier,
  * activations, polled loads and the publish of a value others poll, fp16 packing, the replicas' column rule, the
- * cluster / mbarrier / TMA bulk-copy primitives of the pair multicast, and the pending fill kernel.
+ * cluster / mbarrier / TMA bulk-copy primitives of the pair multicast.
  */
 import { DEVICE_ACTIVATIONS } from "../../codegen/device-math.js";
 import { GRID_BARRIER_CUDA, GRID_ERRORS } from "../../codegen/grid-barrier.js";
-import { POLL_SPIN_LIMIT, RNN_ERRORS, RNN_KERNEL_NAMES } from "./kernel-options.js";
+import { POLL_SPIN_LIMIT, RNN_ERRORS } from "./kernel-options.js";
 
 /**
  * Shared-memory addresses, the CTA's cluster rank and barrier, mbarriers, and TMA bulk copies (alone or multicast to
@@ -86,6 +86,10 @@ __device__ __forceinline__ void st_publish(float* p, float x) {
   x = (x == 0.f) ? 0.f : x;
   asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(x) : "memory");
 }
+// The pending mark (−0.0) back into a published value's place, once nobody reads it (the sparse forward's reset)
+__device__ __forceinline__ void st_pending(float* p) {
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(__uint_as_float(0x80000000u)) : "memory");
+}
 
 // Replicas: a launch runs 'nrep' copies of the layer side by side, replica r on the batch's sequences r, r + nrep,
 // r + 2·nrep, … (local column j is sequence r + j·nrep). How many of the first n sequences are replica r's:
@@ -98,14 +102,4 @@ ${TMA_CUDA}
 // No proxy fence between a step's reads of a buffer and the partner's multicast into it two steps later: the reads
 // have completed (their values are in what this CTA published, which the partner waited for), and a fence is only
 // needed to make generic-proxy writes visible to the async proxy.
-
-// Fills rows × cols floats of a matrix with row stride ld with the pending mark (−0.0) before a launch.
-extern "C" __global__ void ${RNN_KERNEL_NAMES.fill}(float* p, int rows, int cols, int ld) {
-  long long n = (long long)rows * cols;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    long long r = i / cols;
-    int c = (int)(i - r * cols);
-    p[r * ld + c] = __uint_as_float(0x80000000u);
-  }
-}
 `;

@@ -26,7 +26,7 @@ import {
   sparseSharedFloats,
 } from "./sparse-product.js";
 
-/** The module of a sparse backward kernel (with the pending fill, rnn_fill). */
+/** The module of a sparse backward kernel. */
 export function sparseBackwardSource(plan: SparseRnnKernelPlan, opts: SparseKernelOptions = {}): string {
   if (plan.kind !== "backward") throw new Error(`sparseBackwardSource: plan is for the ${plan.kind} kernel`);
   const code = CELLS[plan.cell];
@@ -38,7 +38,7 @@ ${sparseConstants(plan, opts)}
 ${SPARSE_HELPERS}
 
 // dpre_h [N, G·H]: gradients of the recurrent pre-activations (what W_hh's gradient reads; the step before reads
-// them from the exchange buffer xh, filled with −0.0 by rnn_fill for Lamport builds); dpre_x [N, G·H]: those of the
+// them from the exchange buffer xh, filled with −0.0 by the host for Lamport builds); dpre_x [N, G·H]: those of the
 // input side (GRU only: its n gate differs by r).
 extern "C" __global__ void __launch_bounds__(NT, CPS) ${SPARSE_KERNEL_NAMES.backward}(
 ${renderParams(SPARSE_BACKWARD_PARAMS)}) {

@@ -9,6 +9,13 @@
  * Any batch: a step's sequences run in tiles of BT columns (the last one partial), the tiles of a step side by side on
  * the launch's replicas (sparse-product.ts). LSTM's c stays in `cn` between a sequence's steps (its cell thread is the
  * same every step: column b of unit u is thread u·BT + b mod BT of a CTA of the tile's replica).
+ *
+ * Lamport builds leave the exchange buffer as they found it, −0.0 everywhere, so that the next launch needs no fill
+ * (the host fills it only after other launches: runtime/sparse.ts). Each cell thread resets the values it published
+ * once no CTA reads them any more: when the first tile of step s finds step s − 1's values of every CTA of the replica,
+ * each of those CTAs has finished step s − 2 and with it its copies of step s − 3's regions, so the thread resets what
+ * it published up to step s − 3; what it published last (the last steps', and a replica's after its tiles ran out)
+ * waits for one grid barrier at the end of the launch.
  */
 import type { SparseRnnKernelPlan } from "../plan/index.js";
 import { CELLS, type CellCode } from "./cells/index.js";
@@ -27,7 +34,7 @@ import {
   sparseSharedFloats,
 } from "./sparse-product.js";
 
-/** The module of a sparse forward kernel (with the pending fill, rnn_fill). */
+/** The module of a sparse forward kernel. */
 export function sparseForwardSource(plan: SparseRnnKernelPlan, opts: SparseKernelOptions = {}): string {
   if (plan.kind !== "forward") throw new Error(`sparseForwardSource: plan is for the ${plan.kind} kernel`);
   const code = CELLS[plan.cell];
@@ -40,7 +47,7 @@ ${SPARSE_HELPERS}
 
 // y [N, ldy] (this direction's columns); saved when 'train': LSTM gates [N, 4H], c [N, H]; GRU r, z, n [N, 3H],
 // W_hn h + b_hn [N, H]; then h(t−1) of every row [N, H]. xh: the exchange buffer of the steps' h (filled with −0.0 by
-// rnn_fill for Lamport builds). bar: the barrier build's step counter (zero at launch).
+// the host for Lamport builds). bar: the barrier build's step counter (zero at launch).
 extern "C" __global__ void __launch_bounds__(NT, CPS) ${SPARSE_KERNEL_NAMES.forward}(
 ${renderParams(SPARSE_FORWARD_PARAMS)}) {
   extern __shared__ float4 smem4[];
@@ -61,6 +68,18 @@ ${LOAD_PAIRS}
   float* shprev = saved + (size_t)total * H * (G == 4 ? 5 : G == 3 ? 4 : 0);
   (void)sgates;
   (void)sstate;
+  // Lamport builds: the values this thread published at steps [unreset, upto] back to the pending mark (the header)
+  int unreset = 0;
+  auto reset_published = [&](int upto) {
+    for (; unreset <= upto; unreset++) {
+      const int t = reverse ? steps - 1 - unreset : unreset;
+      const int nb = batch_sizes[t];
+      for (int b0 = rep * BT; b0 < nb; b0 += nrep * BT) {
+        if (cell_thread && b0 + cb < nb) st_pending(${regionOf("t")} + hs_at(unit, cb));
+      }
+    }
+  };
+  (void)reset_published;
   for (int s = 0; s < steps; s++) {
     const int t = reverse ? steps - 1 - s : s;
     const int nb = batch_sizes[t], off = offsets[t];
@@ -96,8 +115,21 @@ ${indented(code.forward(forwardSite(code)), 8)}
         if (train) shprev[row * H + unit] = hprev;
         if (bb >= nnext) hn[(size_t)bb * H + unit] = h;
       }
+      // the replica's first tile found step s − 1's values of every CTA: step s − 3's regions are read (the header)
+      if (LAMPORT && b0 == rep * BT && nprev > b0) reset_published(s - 3);
     }
     if (!step_barrier(bar, s, status)) return;
+  }
+  if (LAMPORT) {
+    // every CTA done with every region: the rest of what this thread published back to the pending mark
+    __syncthreads();
+    bool ok = true;
+    if (tid == 0) {
+      vpps_signal(bar);
+      ok = vpps_wait(bar, gridDim.x, status, (u32)steps, steps);
+    }
+    if (__syncthreads_or(!ok)) return;
+    reset_published(steps - 2);
   }
 }
 `;

@@ -46,7 +46,7 @@ export const SPARSE_LADDER = [
 
 export type SparseRung = (typeof SPARSE_LADDER)[number]["name"];
 
-/** Kernel names of a sparse module (beside the pending fill of the common prelude). */
+/** Kernel names of a sparse module. */
 export const SPARSE_KERNEL_NAMES = { forward: "rnn_sparse_forward", backward: "rnn_sparse_backward" } as const;
 
 /** Words of a thread's index registers: ⌈S/2⌉ (16-bit, two a word) or S. */

@@ -20,31 +20,39 @@ import {
   openDevice,
 } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
-import { savedFloats } from "../codegen/index.js";
+import { PENDING_BITS, savedFloats } from "../codegen/index.js";
 import type { RnnCellName } from "../plan/index.js";
 import { gatesOf } from "../spec.js";
+
+/** The 2-D grid of a helper over a rows × cols matrix (256 threads a block): ≤ 4 blocks a row, ≤ 1024 in all. */
+function rowGrid(rows: number, cols: number): [number, number, number] {
+  const x = Math.min(4, Math.ceil(cols / 256));
+  return [x, Math.max(1, Math.min(rows, Math.floor(1024 / x))), 1];
+}
 
 /** A layer too large for the registers of this GPU: names the size, the reason and the largest that fits. */
 export class RnnDoesNotFitError extends UserError {
   override readonly name = "RnnDoesNotFitError";
 }
 
-/** Helper kernels of the layer: the pending fill and the bias broadcast of the input projection. */
+/**
+ * Helper kernels of the layer: the bias broadcast of the input projection, a direction's columns copied out, a fill.
+ * The matrix ones run a 2-D grid (rowGrid): rows by blockIdx.y, columns by the x threads — no division per element.
+ */
 const HELPER_SOURCE = `
 extern "C" __global__ void rnn_add_bias(float* p, const float* b1, const float* b2, int rows, int cols, int b2_cols) {
-  long long n = (long long)rows * cols;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const int c = (int)(i % cols);
-    p[i] += b1[c] + (c < b2_cols ? b2[c] : 0.f);
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+      p[(size_t)r * cols + c] += b1[c] + (c < b2_cols ? b2[c] : 0.f);
+    }
   }
 }
 // dst[r·ldd + c] = src[r·lds + c] for r < rows, c < cols: a layer direction's y into its columns of a wider output
 extern "C" __global__ void rnn_copy_cols(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
-  long long n = (long long)rows * cols;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const long long r = i / cols;
-    const int c = (int)(i - r * cols);
-    dst[r * ldd + c] = src[r * lds + c];
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+      dst[(size_t)r * ldd + c] = src[(size_t)r * lds + c];
+    }
   }
 }
 extern "C" __global__ void rnn_fill_value(float* p, float v, int n) {
@@ -198,7 +206,7 @@ export abstract class RnnLayerBase {
   copyColumns(dst: DevicePtr, ldd: number, src: DevicePtr, lds: number, rows: number, cols: number): void {
     const n = rows * cols;
     if (n === 0) return;
-    this.copyCols.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
+    this.copyCols.launch({ grid: rowGrid(rows, cols), block: 256, stream: this.stream }, [
       karg.ptr(dst),
       karg.i32(ldd),
       karg.ptr(src),
@@ -231,6 +239,15 @@ export abstract class RnnLayerBase {
     return this.gpu.stream;
   }
 
+  /**
+   * Fills `cols` floats of each of `rows` rows `ld` floats apart with the pending mark (−0.0) before a Lamport launch:
+   * one driver memset (a strided one where ld > cols).
+   */
+  protected fillPending(p: DevicePtr, rows: number, cols: number, ld: number): void {
+    if (rows === 0 || cols === 0) return;
+    this.gpu.device.driver.memsetD2D32Async(p, 4 * ld, PENDING_BITS, cols, rows, this.stream.handle);
+  }
+
   /** xw = x·W_ihᵀ + b_ih + b_hh (GRU: b_hh's n part stays in the kernel). */
   inputProjection(a: ForwardArgs, inputSize: number): void {
     const { total } = a.steps;
@@ -244,7 +261,8 @@ export abstract class RnnLayerBase {
       transB: true,
       C: a.ws.xw,
     });
-    this.addBias.launch({ grid: Math.min(1024, Math.ceil((total * GH) / 256)), block: 256, stream: this.stream }, [
+    if (total === 0) return;
+    this.addBias.launch({ grid: rowGrid(total, GH), block: 256, stream: this.stream }, [
       karg.ptr(a.ws.xw),
       karg.ptr(a.weights.bih),
       karg.ptr(a.weights.bhh),

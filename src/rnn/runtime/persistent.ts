@@ -15,7 +15,7 @@ import {
   STATUS_WORDS,
 } from "../../codegen/grid-barrier.js";
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { type CudaKernel, type DevicePtr, KernelSpillError, karg, PinnedBuffer } from "../../cuda/index.js";
+import { KernelSpillError, PinnedBuffer } from "../../cuda/index.js";
 import { UserError } from "../../util/errors.js";
 import {
   clustered,
@@ -108,7 +108,6 @@ interface LaunchSetup {
 export class PersistentRnnLayer extends RnnLayerBase {
   readonly path = "persistent" as const;
   readonly model: DeviceModel;
-  private readonly fill: CudaKernel;
   private readonly statusBack: PinnedBuffer;
   /**
    * Whether launches use the CTA pairs' multicast copies (where the batch fits one group): on, unless
@@ -185,8 +184,6 @@ export class PersistentRnnLayer extends RnnLayerBase {
     }
     this.forcedReplicas = forced;
     this.pipeline = rnnPipelineSetting(options.pipeline, process.env.VPPS_RNN_PIPELINE);
-    const base = this.builds.kernelsOf(layouts[0]!);
-    this.fill = base.modules.forward.getFunction(RNN_KERNEL_NAMES.fill);
     this.statusBack = PinnedBuffer.alloc(4 * STATUS_WORDS);
   }
 
@@ -315,17 +312,6 @@ export class PersistentRnnLayer extends RnnLayerBase {
       out[name] = sum / ctas;
     });
     return out;
-  }
-
-  private fillPending(p: DevicePtr, rows: number, cols: number, ld: number): void {
-    const n = rows * cols;
-    if (n === 0) return;
-    this.fill.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
-      karg.ptr(p),
-      karg.i32(rows),
-      karg.i32(cols),
-      karg.i32(ld),
-    ]);
   }
 
   /**

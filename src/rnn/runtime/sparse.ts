@@ -14,12 +14,11 @@
  */
 import { PersistentKernelError, readStatusError, STATUS_WORDS } from "../../codegen/grid-barrier.js";
 import { type DeviceModel, deviceModelOfCuda } from "../../cuda/hw/device-model.js";
-import { type CudaKernel, type CudaModule, type DevicePtr, karg, loadModule } from "../../cuda/index.js";
+import { type CudaKernel, type CudaModule, type DevicePtr, loadModule } from "../../cuda/index.js";
 import {
   exchangeShape,
   indexWords,
   kernelArgs,
-  RNN_KERNEL_NAMES,
   SPARSE_BACKWARD_PARAMS,
   SPARSE_FORWARD_PARAMS,
   SPARSE_KERNEL_NAMES,
@@ -136,7 +135,6 @@ interface KernelBuild {
   /** Replicas a launch of this build runs at most (one per tile). */
   readonly replicas: number;
   readonly fn: CudaKernel;
-  readonly fill: CudaKernel;
   readonly module: CudaModule;
   pairs?: {
     /** The weights (`version`) and mask (`pattern`) they were uploaded for. */
@@ -165,6 +163,12 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   /** The exchange buffer of the steps' vectors (grown to the largest launch). */
   private xh: DevicePtr | null = null;
   private xhBytes = 0;
+  /**
+   * Bytes [lo, hi) of the exchange buffer that may hold something other than the pending mark: a Lamport forward
+   * leaves the buffer as it found it (its kernel resets what it publishes: codegen/sparse-forward.ts), so only a new
+   * buffer, a backward or barrier launch, or a failed launch makes a later Lamport launch fill it again.
+   */
+  private xhDirty = { lo: 0, hi: 0 };
   private csr: SparseRows | null = null;
   private transposed: SparseRows | null = null;
   /**
@@ -343,7 +347,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
         );
       }
       const replicas = Math.min(Math.ceil(batch / plan.batchTile), plan.replicas);
-      b = { plan, replicas, fn, fill: module.getFunction(RNN_KERNEL_NAMES.fill), module };
+      b = { plan, replicas, fn, module };
       this.builds.set(key, b);
     }
     if (b.pairs?.version !== this.version) {
@@ -381,11 +385,13 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
   }
 
   /**
-   * The exchange buffer of a launch of `b` over `steps` steps of at most `batch` sequences, [steps][tiles][K·BT],
-   * filled with −0.0 (the pending mark; barrier builds copy only what was written): its pointer and tiles per step.
+   * The exchange buffer of a `kind` launch of `b` over `steps` steps of at most `batch` sequences,
+   * [steps][tiles][K·BT]: bytes [0, bytes) of a buffer grown to the largest launch, holding −0.0 (the pending mark)
+   * for Lamport builds (filled where `xhDirty` says it may not; barrier builds copy only what was written). Its
+   * pointer and tiles per step.
    */
-  private exchange(b: KernelBuild, steps: number, batch: number): { xh: DevicePtr; tiles: number } {
-    const { tiles, floatsPerStep, rows, bytes } = exchangeShape(b.plan, steps, batch);
+  private exchange(kind: Kind, b: KernelBuild, steps: number, batch: number): { xh: DevicePtr; tiles: number } {
+    const { tiles, bytes } = exchangeShape(b.plan, steps, batch);
     const d = this.gpu.device.driver;
     if (this.xh === null || this.xhBytes < bytes) {
       if (this.xh !== null) {
@@ -394,8 +400,20 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
       }
       this.xh = d.memAlloc(bytes);
       this.xhBytes = bytes;
+      this.xhDirty = { lo: 0, hi: bytes };
     }
-    if (this.options.sync === "lamport") this.fillPending(b.fill, this.xh, rows, floatsPerStep, floatsPerStep);
+    const dirty = this.xhDirty;
+    const lamport = this.options.sync === "lamport";
+    if (lamport && dirty.lo < Math.min(dirty.hi, bytes)) {
+      const floats = (Math.min(dirty.hi, bytes) - dirty.lo) / 4;
+      this.fillPending(this.xh + dirty.lo, 1, floats, floats);
+      this.xhDirty = bytes < dirty.hi ? { lo: bytes, hi: dirty.hi } : { lo: 0, hi: 0 };
+    }
+    // what the launch leaves: a Lamport forward restores its bytes; the others write values there
+    if (!(lamport && kind === "forward")) {
+      const d0 = this.xhDirty;
+      this.xhDirty = { lo: 0, hi: Math.max(bytes, d0.lo < d0.hi ? d0.hi : 0) };
+    }
     return { xh: this.xh, tiles };
   }
 
@@ -420,17 +438,6 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     b.module.unload();
   }
 
-  private fillPending(fill: CudaKernel, p: DevicePtr, rows: number, cols: number, ld: number): void {
-    const n = rows * cols;
-    if (n === 0) return;
-    fill.launch({ grid: Math.min(1024, Math.ceil(n / 256)), block: 256, stream: this.stream }, [
-      karg.ptr(p),
-      karg.i32(rows),
-      karg.i32(cols),
-      karg.i32(ld),
-    ]);
-  }
-
   private resetSync(ws: RnnWorkspace): void {
     const d = this.gpu.device.driver;
     d.memsetD32Async(ws.status, 0, STATUS_WORDS, this.stream.handle);
@@ -445,7 +452,7 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     const batch = Math.max(1, batchSizes[0] ?? 1);
     const b = this.buildFor(kind, batch);
     this.last[kind] = b.plan;
-    const { xh, tiles } = this.exchange(b, batchSizes.length, batch);
+    const { xh, tiles } = this.exchange(kind, b, batchSizes.length, batch);
     this.resetSync(ws);
     return { b, xh, tiles };
   }
@@ -535,11 +542,22 @@ export class SparsePersistentRnnLayer extends RnnLayerBase {
     this.launch(b, args);
   }
 
+  /** The exchange buffer's words as they are now, after the stream (tests: what a Lamport forward leaves). */
+  exchangeWords(): Uint32Array | null {
+    if (this.xh === null) return null;
+    this.stream.synchronize();
+    const out = new Uint32Array(this.xhBytes / 4);
+    this.gpu.device.driver.memcpyDtoH(out, this.xh, this.xhBytes);
+    return out;
+  }
+
   checkStatus(ws: RnnWorkspace): void {
     this.stream.synchronize();
     this.gpu.device.driver.memcpyDtoH(this.statusBack, ws.status);
     const e = readStatusError(this.statusBack);
     if (!e) return;
+    // a launch that ended early left values in the exchange buffer
+    if (this.xhBytes > 0) this.xhDirty = { lo: 0, hi: this.xhBytes };
     const what = `sparse persistent ${this.cell} kernel, CTA ${e.cta}`;
     throw new PersistentKernelError(
       `${what}: step ${e.a} failed with code ${e.code} (row ${e.b}, column ${e.c}): a value another CTA writes never arrived`,
