@@ -483,8 +483,8 @@ describe("the exchange buffer between Lamport launches", { skip }, () => {
   });
 });
 
-describe("row-balanced masks derived on the device", { skip }, () => {
-  test("rnn_prune_rows keeps exactly what pruneKeeping keeps (ties, NaN, ±inf, −0; keep 1 … all) and says when a mask moved", () => {
+describe("masks derived on the device (row-balanced and plain)", { skip }, () => {
+  test("rnn_prune_rows keeps exactly what pruneKeeping keeps (ties, NaN, ±inf, −0; keep 1 … all; plain) and says when a mask moved", () => {
     const gpu = openRnnGpu(0);
     const kernel = new RnnMaskKernel(gpu);
     const d = gpu.device.driver;
@@ -516,6 +516,7 @@ describe("row-balanced masks derived on the device", { skip }, () => {
         [16, 1000, 100],
         [3, 5000, 499],
         [4, 4, 3],
+        [1024, 256, 26],
       ] as const) {
         const w = new Float32Array(rows * cols);
         // even rows: a few values, many ties; odd rows: random magnitudes, some specials
@@ -565,6 +566,18 @@ describe("row-balanced masks derived on the device", { skip }, () => {
         w[cols + r1] = 0;
         d.memcpyHtoD(wd, w);
         assert.equal(run(), keep < cols ? 1 : 0, `${at}: a kept weight zeroed`);
+        // plain: the keep·rows largest |w| of the whole matrix, ties in row-major order (one CTA over all of it)
+        d.memsetD32(last, 0x02020202, words);
+        d.memsetD32(changed, 0, 1);
+        const t0 = performance.now();
+        kernel.pruneMatrix({ mode: "plain", w: wd, rows, cols, keep, mask, masked, last, changed }, gpu.stream);
+        gpu.stream.synchronize();
+        const ms = performance.now() - t0;
+        if (n >= 1 << 18) console.log(`# plain mask of ${rows} × ${cols} on the device: ${ms.toFixed(2)} ms`);
+        const wantPlain = pruneKeeping(w, rows, cols, keep, "plain");
+        d.memcpyDtoH(got, mask);
+        for (let i = 0; i < n; i++)
+          assert.equal(got[i], wantPlain[i], `${at}: plain, entry ${i} (|w| ${Math.abs(w[i]!)})`);
       }
     } finally {
       for (const p of held) d.memFree(p);

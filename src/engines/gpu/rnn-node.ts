@@ -16,12 +16,11 @@
  * (VPPS_RNN_CONCURRENT=0 turns this off). Its dx GEMM, which accumulates into the same buffer as direction 0's, runs
  * after the join.
  *
- * A node with a pruned W_hh (`density` < 1): row-balanced masks are derived on the device (RnnMaskKernel.pruneRows,
- * the op's order), compared there with the last mask of the same W_hh; only where one moved (or is new) does the
+ * A node with a pruned W_hh (`density` < 1): its masks are derived on the device (RnnMaskKernel.pruneMatrix, the op's
+ * order, row-balanced or plain), compared there with the last mask of the same W_hh; only where one moved (or is new) does the
  * forward read W_hh back to the host (waiting for the stream) and derive the mask with the op's own code, the one that
  * decides (so that every engine keeps the same weights) — a training step whose masks did not move only gathers the
- * sparse layers' values from W_hh on the device (SparsePersistentRnnLayer.refreshValues). Plain masks are derived on
- * the host every forward. Each direction runs on
+ * sparse layers' values from W_hh on the device (SparsePersistentRnnLayer.refreshValues). Each direction runs on
  * the sparse persistent kernels (src/rnn/runtime/sparse.ts, one layer per node and direction holding its pairs)
  * where its mask fits them — the directions then run in turn, each launch on all SMs — else on the dense kernels with
  * W_hh ⊙ mask uploaded (the pruned weights as stored zeros), which it says once per layer size and density, in one
@@ -343,7 +342,7 @@ export class GpuRnnNodes {
     return { floats, masked: alloc(), mask: alloc(), grad: alloc() };
   }
 
-  /** The device mask of a row-balanced pruned W_hh at `whh` (a new one compares as changed everywhere). */
+  /** The device mask of a pruned W_hh at `whh` (a new one compares as changed everywhere). */
   private deviceMask(r: RnnNode, whh: DevicePtr): DeviceMask {
     const key = this.sparseKey(r, whh);
     let m = this.deviceMasks.get(key);
@@ -366,7 +365,7 @@ export class GpuRnnNodes {
 
   /**
    * Each pruned direction's buffers (W_hh ⊙ mask and the mask, filled) and what it runs on: its sparse layer with the
-   * pairs set, or why the dense kernels run it. Row-balanced masks are derived on the device first; a direction whose
+   * pairs set, or why the dense kernels run it. The masks are derived on the device first; a direction whose
    * mask did not move keeps its choice, its sparse layer's values gathered on the device. The others read W_hh back.
    */
   private pruneDirections(
@@ -377,7 +376,7 @@ export class GpuRnnNodes {
     const rows = gatesOf(r.cell) * r.hidden;
     const whhs = r.weights.map((w) => valPtr[w.W_hh]!);
     const pruned = whhs.map(() => this.takePruned(rows * r.hidden));
-    const onDevice = r.sparsity!.pruning === "row-balanced" && process.env.VPPS_RNN_PRUNE_ON_HOST !== "1";
+    const onDevice = process.env.VPPS_RNN_PRUNE_ON_HOST !== "1";
     const masks = onDevice ? whhs.map((whh) => this.deviceMask(r, whh)) : [];
     let moved = whhs.map(() => true);
     if (onDevice) {
@@ -386,8 +385,9 @@ export class GpuRnnNodes {
       driver.memsetD32Async(flags, 0, whhs.length, this.ctx.stream.handle);
       for (let d = 0; d < whhs.length; d++) {
         const b = pruned[d]!;
-        this.maskKernel.pruneRows(
+        this.maskKernel.pruneMatrix(
           {
+            mode: r.sparsity!.pruning,
             w: whhs[d]!,
             rows,
             cols: r.hidden,

@@ -2,9 +2,10 @@
  * What a pruned layer needs on the device (docs/RNN.md, "Sparse (pruned) recurrent layers"), one module:
  * - its W_hh gradient — computed dense into a buffer of its own — added at the kept weights only: dW_hh += dW ⊙ mask
  *   (where it runs the dense kernels on W_hh ⊙ mask, and on the sparse kernels' path alike);
- * - the row-balanced mask derived on the device from W_hh as src/ops/prune.ts derives it (each row's `keep` largest
- *   |w|, NaN the largest, ties to the lower column), with W_hh ⊙ mask, and whether it differs from the last mask of the
- *   same weights — so that a training step whose mask did not move never reads W_hh back to the host;
+ * - the mask derived on the device from W_hh as src/ops/prune.ts derives it (row-balanced: each row's `keep` largest
+ *   |w|, NaN the largest, ties to the lower column; plain: the keep·rows largest of the matrix, ties in row-major
+ *   order), with W_hh ⊙ mask, and whether it differs from the last mask of the same weights — so that a training step
+ *   whose mask did not move never reads W_hh back to the host;
  * - the pairs' values of a sparse layer gathered from W_hh on the device (SparsePersistentRnnLayer.refreshValues).
  */
 import {
@@ -16,6 +17,7 @@ import {
   karg,
   loadModule,
 } from "../../cuda/index.js";
+import type { PruningMode } from "../../ops/prune.js";
 import type { RnnGpu } from "./layer-base.js";
 
 /** Threads of a CTA of rnn_prune_rows (one row at a time; a multiple of 32). */
@@ -164,6 +166,20 @@ export class RnnMaskKernel {
       karg.ptr(a.last),
       karg.ptr(a.changed),
     ]);
+  }
+
+  /**
+   * The mask of `mode` (src/ops/prune.ts) keeping `keep` per row: row-balanced as pruneRows; plain, the keep·rows
+   * largest |w| of the whole matrix, ties in row-major order — pruneRows over one row of rows·cols entries (one CTA).
+   */
+  pruneMatrix(a: Parameters<RnnMaskKernel["pruneRows"]>[0] & { mode: PruningMode }, stream: CudaStream): void {
+    const { mode, ...rest } = a;
+    if (mode === "row-balanced") {
+      this.pruneRows(rest, stream);
+      return;
+    }
+    const keep = Math.min(a.cols, Math.max(1, a.keep)) * a.rows;
+    this.pruneRows({ ...rest, rows: 1, cols: a.rows * a.cols, keep }, stream);
   }
 
   /** values[slots[e]] = w[from[e]] for e < n (int32 slots, uint32 from), queued on `stream`. */
