@@ -88,19 +88,24 @@ describe("vpps bench: options", () => {
 });
 
 describe("vpps bench bilstm --rnn (the taggers' formulation)", () => {
-  test("--rnn persistent times the batch-level path, says so and records it; a bad value is one line", () => {
-    const out = mkdtempSync(join(tmpdir(), "vpps-bench-rnn-"));
+  /** A tiny CPU run of `vpps bench bilstm` with these model flags: its output and the JSON it wrote. */
+  const tinyRun = (...flags: string[]) => {
+    const out = mkdtempSync(join(tmpdir(), "vpps-bench-bilstm-"));
     const r = vpps(
       "bench",
       "bilstm",
-      ...["--rnn", "persistent", "--engines", "cpu", "--batches", "4", "--sentences", "4", "--hidden", "16"],
-      ...["--out", out],
+      ...flags,
+      ...["--engines", "cpu", "--batches", "4", "--sentences", "4", "--hidden", "16", "--out", out],
     );
     assert.equal(r.code, 0, r.stderr);
+    return { r, json: JSON.parse(readFileSync(join(out, "bilstm.json"), "utf8")) };
+  };
+
+  test("--rnn persistent times the batch-level path, says so and records it; a bad value is one line", () => {
+    const { r, json } = tinyRun("--rnn", "persistent");
     assert.match(r.stdout, /; --rnn persistent\n/);
     // a batch of the persistent path is six work nodes (and parameters and inputs), not nodes per word
     assert.match(r.stdout, /cpu +batch +4: .*, 18 nodes,/);
-    const json = JSON.parse(readFileSync(join(out, "bilstm.json"), "utf8"));
     assert.deepEqual(json.options.modelOptions, { rnn: "persistent" });
     const bad = vpps("bench", "bilstm", "--rnn", "fused");
     assert.equal(bad.code, 2);
@@ -108,16 +113,8 @@ describe("vpps bench bilstm --rnn (the taggers' formulation)", () => {
   });
 
   test("--density prunes each W_hh as vpps train does, says so and records it; a bad value is one line", () => {
-    const out = mkdtempSync(join(tmpdir(), "vpps-bench-density-"));
-    const r = vpps(
-      "bench",
-      "bilstm",
-      ...["--rnn", "persistent", "--density", "0.25", "--engines", "cpu", "--batches", "4", "--sentences", "4"],
-      ...["--hidden", "16", "--out", out],
-    );
-    assert.equal(r.code, 0, r.stderr);
+    const { r, json } = tinyRun("--rnn", "persistent", "--density", "0.25");
     assert.match(r.stdout, /; --rnn persistent; --density 0.25\n/);
-    const json = JSON.parse(readFileSync(join(out, "bilstm.json"), "utf8"));
     assert.deepEqual(json.options.modelOptions, { rnn: "persistent", density: 0.25 });
     const bad = vpps("bench", "bilstm", "--rnn", "persistent", "--density", "0");
     assert.equal(bad.code, 2);
