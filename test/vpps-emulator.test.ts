@@ -254,6 +254,42 @@ function waitsOf(script: Uint32Array, ctas: number): { cta: number; at: number }
   return out;
 }
 
+/**
+ * The waits that order something: a wait is covered when, by the time its processor reaches it, that processor has
+ * already synchronised (directly or through other processors' waits) with every signal of its barrier, so removing
+ * it changes nothing. Found by running the script once with a vector clock per processor (each processor's clock
+ * counts its own instructions and takes the maximum of the signals' clocks at each wait).
+ */
+function uncoveredWaits(script: Uint32Array, ctas: number): { cta: number; at: number }[] {
+  const header = ctas + 1;
+  const pc = Int32Array.from({ length: ctas }, (_, c) => header + script[c]!);
+  const clock = Array.from({ length: ctas }, () => new Int32Array(ctas));
+  const signals = new Map<number, Int32Array[]>();
+  const out: { cta: number; at: number }[] = [];
+  for (let moved = true; moved; ) {
+    moved = false;
+    for (let c = 0; c < ctas; c++) {
+      const mine = clock[c]!;
+      for (const end = header + script[c + 1]!; pc[c]! < end; ) {
+        const at = pc[c]!;
+        const code = script[at]! & 0xff;
+        const bar = script[at]! >>> 8;
+        if (code === Opcode.Wait) {
+          const seen = signals.get(bar) ?? [];
+          if (seen.length < script[at + 1]!) break;
+          if (seen.some((v) => v.some((x, k) => x > mine[k]!))) out.push({ cta: c, at });
+          for (const v of seen) for (let k = 0; k < ctas; k++) mine[k] = Math.max(mine[k]!, v[k]!);
+        }
+        mine[c]!++;
+        if (code === Opcode.Signal) signals.set(bar, [...(signals.get(bar) ?? []), mine.slice()]);
+        pc[c] = at + instructionWords(script, at);
+        moved = true;
+      }
+    }
+  }
+  return out;
+}
+
 /** The script without the 2-word instruction at `at` of processor `cta`. */
 function without(script: Uint32Array, ctas: number, cta: number, at: number): Uint32Array {
   const out = new Uint32Array(script.length - 2);
@@ -325,11 +361,21 @@ describe("VPPS script synchronisation", () => {
     assert.ok(groupWaits > 10 && elementwiseSignals > 10, `${groupWaits} matrix waits, ${elementwiseSignals} signals`);
   });
 
-  test("a script with one wait removed is caught by some interleaving", () => {
-    // Waits of the forward and backward passes. Not every wait is essential: one may be covered transitively by
-    // an earlier wait on a later step of the same producers (release/acquire chains compose), and the waits of the
-    // seed step and of the norm change results too little or not at all. So a sample must mostly be caught.
-    const waits = waitsOf(sched.script, ctas).filter(({ at }) => {
+  test("the waits that order something are found (a covered wait is one whose signals its processor has seen)", () => {
+    const all = waitsOf(sched.script, ctas);
+    const uncovered = uncoveredWaits(sched.script, ctas);
+    assert.ok(uncovered.length > 10 && uncovered.length < all.length, `${uncovered.length} of ${all.length}`);
+    // removing a covered wait leaves every other wait uncovered as before, and the results equal
+    const covered = all.find(({ at }) => !uncovered.some((u) => u.at === at))!;
+    const broken = without(sched.script, ctas, covered.cta, covered.at);
+    assert.equal(uncoveredWaits(broken, ctas).length, uncovered.length);
+  });
+
+  test("a script with one uncovered wait removed is caught by some interleaving", () => {
+    // Waits of the forward and backward passes that order something (a wait covered transitively, by an earlier
+    // wait on a later signal of the same producers, changes nothing when removed); the waits of the seed step and
+    // of the norm change results too little or not at all.
+    const waits = uncoveredWaits(sched.script, ctas).filter(({ at }) => {
       const b = sched.script[at]! >>> 8;
       return b > 0 && b < sched.barriers - 4;
     });
@@ -349,7 +395,7 @@ describe("VPPS script synchronisation", () => {
       if (!caught) missed.push(`processor ${cta} wait on barrier ${sched.script[at]! >>> 8}`);
     }
     console.log(`removed-wait sample: ${sample.length - missed.length}/${sample.length} caught`);
-    assert.ok(missed.length <= 2, `removed waits that no interleaving noticed: ${missed.join("; ")}`);
+    assert.ok(missed.length <= 1, `removed waits that no interleaving noticed: ${missed.join("; ")}`);
   });
 
   test("a wait that can never be satisfied is reported as a deadlock, naming the barrier", () => {
