@@ -11,6 +11,7 @@ import { benchModel } from "../src/bench/models/index.js";
 import { configsOf } from "../src/bench/throughput/config.js";
 import { engineSpecs } from "../src/bench/throughput/engines.js";
 import { runThroughput } from "../src/bench/throughput/suite.js";
+import { cudaAvailable } from "../src/cuda/index.js";
 import { CpuEngine } from "../src/engines/cpu.js";
 import type { Expression } from "../src/graph/graph.js";
 import { MODELS } from "../src/models/registry.js";
@@ -84,6 +85,26 @@ describe("vpps bench: options", () => {
     const diag = vpps("bench", "vpps", "timing", "--cell", "x");
     assert.equal(diag.code, 2);
     assert.match(diag.stderr, /--cell: expected one of fused, ops, both; got 'x'/);
+  });
+
+  test("vpps bench vpps profile --model: the six dynamic models (not LeNet); without a GPU one line", () => {
+    const help = vpps("bench", "vpps", "profile", "--help");
+    assert.equal(help.code, 0, help.stderr);
+    assert.match(help.stdout, /--model <name>/);
+    for (const name of ["cnn", "nope"]) {
+      const bad = vpps("bench", "vpps", "profile", "--model", name);
+      assert.equal(bad.code, 2, bad.stderr);
+      assert.match(
+        bad.stderr,
+        new RegExp(`--model: expected one of treelstm, bilstm, bilstm-char, td-rnn, td-lstm, rvnn; got '${name}'`),
+      );
+    }
+    if (!cudaAvailable().ok) {
+      const r = vpps("bench", "vpps", "profile", "--model", "td-rnn");
+      assert.equal(r.code, 1, r.stderr);
+      assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+      assert.match(r.stderr, /^vpps: vpps bench vpps profile --model td-rnn: this benchmark needs an NVIDIA GPU/);
+    }
   });
 });
 

@@ -127,15 +127,35 @@ export function addVppsDiagnostics(bench: Command): void {
     vpps
       .command("profile")
       .description(
-        "where the kernel's cycles go (barrier waits, matrix instructions, the rest) per batch, rpw and cell",
+        "where the kernel's cycles go (barrier waits, matrix instructions, the rest) per batch, rpw and cell; " +
+          "with --model, per batch and formulation of that model",
+      )
+      .addOption(
+        new Option(
+          "--model <name>",
+          "a registered model at its default size and data, each formulation at rpw 1 (default: the Tree-LSTM " +
+            "sweep of cells and rpw 1-3); --data as for `vpps bench <model>`",
+        ).argParser(
+          choice(
+            "--model",
+            // LeNet's convolutions are not VPPS instructions: the six dynamic models only
+            MODELS.map((t) => t.name).filter((n) => n !== "cnn"),
+          ),
+        ),
       )
       .addOption(dataOption())
       .addOption(quickOption())
       .addOption(outOption())
       .action(
-        run(async (f: { data?: string; quick: boolean; out?: string }) => {
+        run(async (f: { model?: string; data?: string; quick: boolean; out?: string }) => {
           const { runVppsProfile } = await import("../bench/diagnostics/vpps-profile.js");
-          return runVppsProfile({ dataFile: f.data, quick: f.quick, out: f.out, command: commandLine() });
+          return runVppsProfile({
+            model: f.model,
+            dataFile: f.data,
+            quick: f.quick,
+            out: f.out,
+            command: commandLine(),
+          });
         }),
       ),
   );
