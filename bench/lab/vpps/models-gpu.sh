@@ -27,13 +27,13 @@ for phase in "$@"; do
   bench)
     for m in $MODELS; do
       # shellcheck disable=SC2086
-      timeout "$LIMIT" npx vpps bench "$m" --data "$(data "$m")" --reference ${BENCH_ARGS:-} --out "$OUT/bench-$m" \
+      timeout "$LIMIT" node bin/vpps.js bench "$m" --data "$(data "$m")" --reference ${BENCH_ARGS:-} --out "$OUT/bench-$m" \
         > "$OUT/bench-$m.log" 2>&1
       echo "bench $m: rc $?"; tail -3 "$OUT/bench-$m.log"
     done ;;
   profile)
     for m in $MODELS; do
-      timeout "$LIMIT" npx vpps bench vpps profile --model "$m" --data "$(data "$m")" --quick --out "$OUT/profile-$m" \
+      timeout "$LIMIT" node bin/vpps.js bench vpps profile --model "$m" --data "$(data "$m")" --quick --out "$OUT/profile-$m" \
         > "$OUT/profile-$m.log" 2>&1
       echo "profile $m: rc $?"; grep -E "^== |barrier" "$OUT/profile-$m.log" | head -8
     done ;;
@@ -53,7 +53,7 @@ for phase in "$@"; do
   workers)
     for w in ${WORKERS:-6 8 10 12 14}; do
       log="$OUT/workers-$w"
-      VPPS_SCHEDULE_WORKERS=$w timeout "$LIMIT" npx vpps train treelstm --engine vpps --batch 128 --epochs "${EPOCHS:-4}" \
+      VPPS_SCHEDULE_WORKERS=$w timeout "$LIMIT" node bin/vpps.js train treelstm --engine vpps --batch 128 --epochs "${EPOCHS:-4}" \
         --data "$SST" --seed 1 --json > "$log.json" 2> "$log.log"
       echo "workers $w: $(rate "$log.json") sentences/s per epoch (rc $?)"
     done ;;
