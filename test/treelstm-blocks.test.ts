@@ -1,8 +1,8 @@
 /**
  * The Tree-LSTM's fast build (src/models/treelstm/blocks.ts over the checked tree orders of
- * src/models/shared/tree-order.ts) must build exactly what the node builders build: node for node on SST batches,
- * after trees change in any way, and with the builders' messages for what they refuse. The reference is the model's
- * build before the blocks, kept here: a walk of the tree objects through the node builders.
+ * src/models/shared/tree-order.ts, in order of height over the batch) must build exactly what the node builders
+ * build: node for node on SST batches, after trees change in any way, and with the builders' messages for what they
+ * refuse. The reference is kept here: a walk of the tree objects through the node builders, in the same order.
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
@@ -14,7 +14,7 @@ import { type TreeNode, treeSize } from "../src/data/tree.js";
 import { Vocabulary } from "../src/data/vocab.js";
 import { ComputationGraph } from "../src/graph/graph.js";
 import { Op } from "../src/graph/opcodes.js";
-import { TreeLstmModel } from "../src/models/treelstm/model.js";
+import { BY_HEIGHT_MIN_TREES, TreeLstmModel } from "../src/models/treelstm/model.js";
 import { TreeLstmTaskModel } from "../src/models/treelstm/task.js";
 import { cellNode0, cellNode2 } from "../src/ops/cells.js";
 import { affineNode } from "../src/ops/linear.js";
@@ -27,8 +27,12 @@ const trees: TreeNode[] = existsSync(SST_TRAIN) ? readTrees(SST_TRAIN, { maxTree
 const vocab = Vocabulary.fromTrees(trees.slice(0, 200));
 const sizes = { vocabSize: vocab.size, embed: 6, hidden: 4 };
 
-/** The fused Tree-LSTM's batch loss as the model built it with the node builders, walking the tree objects. */
+/**
+ * The fused Tree-LSTM's batch loss through the node builders, walking the tree objects as the model builds it: tree
+ * by tree in post-order, or from BY_HEIGHT_MIN_TREES trees on, by height (`byHeight`).
+ */
 function referenceBatchLoss(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNode[], v: Vocabulary): number {
+  if (batch.length >= BY_HEIGHT_MIN_TREES) return byHeight(m, cg, batch, v);
   const H = m.hidden;
   const treeLosses: number[] = [];
   for (const tree of batch) {
@@ -69,6 +73,79 @@ function referenceBatchLoss(m: TreeLstmModel, cg: ComputationGraph, batch: reado
   return treeLosses.length === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, treeLosses.length);
 }
 
+/**
+ * The same through the builders with every tree node of the batch in order of its height (leaves 0, an internal node
+ * one more than its taller child), ties in batch order and then post-order; each tree's losses summed in post-order,
+ * then the trees' sums.
+ */
+function byHeight(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNode[], v: Vocabulary): number {
+  const H = m.hidden;
+  interface Entry {
+    readonly node: TreeNode;
+    readonly height: number;
+    /** Entries of the children (a node with a word is a leaf, whatever its children). */
+    readonly left: number;
+    readonly right: number;
+  }
+  const entries: Entry[] = [];
+  const perTree: number[][] = [];
+  for (const tree of batch) {
+    const order: number[] = [];
+    const work: TreeNode[] = [tree];
+    const expanded: boolean[] = [false];
+    const done: number[] = [];
+    while (work.length > 0) {
+      const n = work[work.length - 1]!;
+      if (n.word === null && !expanded[expanded.length - 1]) {
+        expanded[expanded.length - 1] = true;
+        work.push(n.children[1]!, n.children[0]!);
+        expanded.push(false, false);
+        continue;
+      }
+      work.pop();
+      expanded.pop();
+      const [left, right] = n.word === null ? [done[done.length - 2]!, done[done.length - 1]!] : [-1, -1];
+      if (n.word === null) done.length -= 2;
+      const height = n.word === null ? 1 + Math.max(entries[left]!.height, entries[right]!.height) : 0;
+      entries.push({ node: n, height, left, right });
+      done.push(entries.length - 1);
+      order.push(entries.length - 1);
+    }
+    perTree.push(order);
+  }
+  const byHeight = entries.map((_, i) => i).sort((a, b) => entries[a]!.height - entries[b]!.height || a - b);
+  const hs: number[] = [];
+  const cs: number[] = [];
+  const losses: number[] = [];
+  for (const i of byHeight) {
+    const { node: n, left, right } = entries[i]!;
+    let hc: number;
+    if (n.word !== null) {
+      const x = lookupNode(cg, m.E, v.index(n.word));
+      hc = cellNode0(cg, affineNode(cg, cg.parameterNode(m.b_iou), cg.parameterNode(m.W_iou), x));
+    } else {
+      const [h1, h2, c1, c2] = [hs[left]!, hs[right]!, cs[left]!, cs[right]!];
+      const h12 = concat2Node(cg, h1, h2);
+      const iou = affineNode(cg, cg.parameterNode(m.b_iou), cg.parameterNode(m.U_iou), h12);
+      const f1 = affineNode(cg, cg.parameterNode(m.b_f), cg.parameterNode(m.U_f1), h1);
+      const f2 = affineNode(cg, cg.parameterNode(m.b_f), cg.parameterNode(m.U_f2), h2);
+      hc = cellNode2(cg, concat3Node(cg, iou, f1, f2), c1, c2);
+    }
+    hs[i] = pickRangeNode(cg, hc, 0, H);
+    cs[i] = pickRangeNode(cg, hc, H, 2 * H);
+    const scores = affineNode(cg, cg.parameterNode(m.b_out), cg.parameterNode(m.W_out), hs[i]!);
+    losses[i] = pickNegLogSoftmaxNode(cg, scores, n.label);
+  }
+  const treeLosses = perTree.map((order) =>
+    sumNode(
+      cg,
+      order.map((i) => losses[i]!),
+      order.length,
+    ),
+  );
+  return treeLosses.length === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, treeLosses.length);
+}
+
 const ARRAYS = ["op", "rows", "cols", "argStart", "argCount", "aux", "aux2", "auxF", "depth", "valueOffset"] as const;
 
 function assertSameGraph(got: ComputationGraph, want: ComputationGraph, what: string): void {
@@ -106,7 +183,7 @@ describe("Tree-LSTM blocks", () => {
     const fast = new TreeLstmModel(sizes);
     const { cg, calls } = countingGraph();
     const ref = new ComputationGraph();
-    for (const batch of [1, 2, 8, 64]) {
+    for (const batch of [1, 2, 8, BY_HEIGHT_MIN_TREES, 64]) {
       for (let pass = 0; pass < 2; pass++) {
         for (let start = 0; start + batch <= trees.length; start += 97) {
           const b = trees.slice(start, start + batch);
@@ -132,12 +209,16 @@ describe("Tree-LSTM blocks", () => {
     const s = { vocabSize: v.size, embed: 3, hidden: 2 };
     const fast = new TreeLstmModel(s);
     const cg = new ComputationGraph();
+    // two trees (built tree by tree) and BY_HEIGHT_MIN_TREES of them (by height), the changed one among them
+    const large = [other, tree!, ...Array.from({ length: BY_HEIGHT_MIN_TREES - 3 }, () => other), tree!];
     const check = (what: string, wellFormed = true) => {
-      cg.renew();
-      fast.buildBatchLoss(cg, [other, tree!], v);
-      const ref = new ComputationGraph();
-      referenceBatchLoss(fast, ref, [other, tree!], v);
-      assertSameGraph(cg, ref, what);
+      for (const batch of [[other, tree!], large]) {
+        cg.renew();
+        fast.buildBatchLoss(cg, batch, v);
+        const ref = new ComputationGraph();
+        referenceBatchLoss(fast, ref, batch, v);
+        assertSameGraph(cg, ref, `${what}, ${batch.length} trees`);
+      }
       // a loss unit per loss node built, while every node with a word has no children
       if (!wellFormed) return;
       cg.renew();
@@ -173,10 +254,14 @@ describe("Tree-LSTM blocks", () => {
     const cg = new ComputationGraph();
     cg.renew();
     fast.buildBatchLoss(cg, [tree!, tree!], v);
-    const message = (model: TreeLstmModel, vocabulary: Vocabulary) => {
+    const message = (model: TreeLstmModel, vocabulary: Vocabulary, copies = 2) => {
       const g = new ComputationGraph();
       try {
-        model.buildBatchLoss(g, [tree!, tree!], vocabulary);
+        model.buildBatchLoss(
+          g,
+          Array.from({ length: copies }, () => tree!),
+          vocabulary,
+        );
       } catch (e) {
         return (e as Error).message;
       }
@@ -195,6 +280,8 @@ describe("Tree-LSTM blocks", () => {
       const want = reference();
       assert.match(want, /^pickNegLogSoftmax: /);
       assert.equal(message(fast, v), want, `label ${String(bad)}`);
+      // a batch large enough to be written by height is refused before any node, then built tree by tree
+      assert.equal(message(fast, v, BY_HEIGHT_MIN_TREES), want, `label ${String(bad)}, ${BY_HEIGHT_MIN_TREES} trees`);
     }
     tree!.children[0]!.children[1]!.label = 2;
     assert.equal(message(fast, v), "no error");

@@ -310,3 +310,30 @@ export function nodeBlock(
   cg.valueSize = v;
   return id;
 }
+
+/**
+ * sum(losses) of one tree, its `n` loss nodes at `ids[from…from + n)` in post-order (the root's last): the node
+ * `sumNode` writes, without reading each loss node's shape and depth back from the graph (1×1 pickNegLogSoftmax
+ * nodes by construction; the root's is the deepest, its tree node's h being deeper than every other's). In a batch
+ * written by height those nodes are scattered over the graph, and the reads were a cache miss each.
+ */
+export function lossSumBlock(cg: ComputationGraph, ids: Int32Array, from: number, n: number): number {
+  cg.ensureRoom(1, n);
+  const id = cg.size;
+  const a = cg.argsSize;
+  cg.args.set(ids.subarray(from, from + n), a);
+  cg.op[id] = Op.Sum;
+  cg.rows[id] = 1;
+  cg.cols[id] = 1;
+  cg.argStart[id] = a;
+  cg.argCount[id] = n;
+  cg.aux[id] = 0;
+  cg.aux2[id] = 0;
+  cg.auxF[id] = 0;
+  cg.depth[id] = cg.depth[ids[from + n - 1]!]! + 1;
+  cg.valueOffset[id] = cg.valueSize;
+  cg.size = id + 1;
+  cg.argsSize = a + n;
+  cg.valueSize += 1;
+  return id;
+}
