@@ -7,9 +7,11 @@
 import { splitSyntheticTagged } from "../../data/synthetic-tagged.js";
 import { readTagged, type TaggedSentence } from "../../data/tagged.js";
 import { loadTaggedSplits } from "../../data/tagged-split.js";
+import type { GraphBuilderSpec } from "../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../../model/parameters.js";
 import { entityF1, tokenAccuracy } from "../metrics.js";
+import { taskBuilderSpec } from "../shared/task-builder.js";
 import { checkModelOption, type ModelOption, type ModelOptions, type Task, type TaskModel } from "../task.js";
 import { BiLstmTagger, biLstmTaggerShapes, type SpelledSentence } from "./model.js";
 import { TAGGER_RNNS, type TaggerRnn } from "./packed.js";
@@ -36,11 +38,23 @@ export const PLAN_TAGS = 5;
 /** A tagger with its vocabulary, as the training loop uses it: sentences are encoded once and remembered. */
 export class TaggerTaskModel implements TaskModel<TaggedSentence> {
   private readonly encoded = new WeakMap<TaggedSentence, SpelledSentence>();
+  /**
+   * Worker threads build its batches with the generic builder (shared/task-builder.ts) in the per-step formulation
+   * (`--rnn persistent` batches are a handful of rnn-op nodes, nothing to move off the main thread).
+   */
+  readonly workerBuilder?: (train: readonly TaggedSentence[]) => GraphBuilderSpec;
 
   constructor(
     readonly net: BiLstmTagger<SpelledSentence>,
     readonly vocab: TaggerVocabulary,
-  ) {}
+    /** Its task's name and options: for worker threads (`workerBuilder`). */
+    origin?: { readonly task: string; readonly options: TaggerOptions },
+  ) {
+    if (origin !== undefined && origin.options.rnn === "steps") {
+      const { task, options } = origin;
+      this.workerBuilder = (train) => taskBuilderSpec(task, options, vocab.toJSON(), train);
+    }
+  }
 
   get params(): ParameterCollection {
     return this.net.params;
@@ -182,7 +196,8 @@ export function taggerTask<O extends TaggerOptions>(
     },
     // entity F1 first: it decides the best epoch (83% of WikiNER's tokens are O, so token accuracy says little)
     metrics: [entityF1(gold, tagName), tokenAccuracy(gold, tagName)],
-    create: (o, vocab, seed) => new TaggerTaskModel(spec.createNet(o, vocab, seed), vocab),
+    create: (o, vocab, seed) =>
+      new TaggerTaskModel(spec.createNet(o, vocab, seed), vocab, { task: spec.name, options: o }),
     parameterShapes: (o, vocabSize) => spec.parameterShapes(o, vocabSize),
     describe: (o) => spec.describe(o),
     savedOptions: (o) => Object.fromEntries(options.map((opt) => [opt.key, o[opt.key as keyof O]])),

@@ -4,11 +4,13 @@
  * sentence. Each model's task.ts is this with its name, its data and its network.
  */
 import type { Vocabulary } from "../../data/vocab.js";
+import type { GraphBuilderSpec } from "../../graph/builder.js";
 import type { ComputationGraph, Expression } from "../../graph/graph.js";
 import type { ParameterCollection, ParameterShape } from "../../model/parameters.js";
-import type { Task, TaskData, TaskModel, TaskVocabulary } from "../task.js";
+import type { ModelOptions, Task, TaskData, TaskModel, TaskVocabulary } from "../task.js";
 import { restoreSavedOptions, SIZE_OPTIONS } from "./options.js";
 import { rootAccuracy } from "./sst-data.js";
+import { taskBuilderSpec } from "./task-builder.js";
 
 /** The options of a root-label sentence model: its sizes. */
 export type SentenceModelOptions = { readonly hidden: number; readonly embed: number };
@@ -28,7 +30,15 @@ export class RootTaskModel<E, N extends RootModel<E>> implements TaskModel<E> {
   constructor(
     readonly net: N,
     readonly vocab: Vocabulary,
+    /** Its task's name and options, and the vocabulary as the task saves it: for worker threads (`workerBuilder`). */
+    private readonly origin?: { readonly task: string; readonly options: ModelOptions; readonly vocabulary: unknown },
   ) {}
+
+  /** The generic builder (shared/task-builder.ts): workers make this model from its task and build its batches. */
+  workerBuilder(train: readonly E[]): GraphBuilderSpec {
+    if (this.origin === undefined) throw new Error("RootTaskModel.workerBuilder: made without its task");
+    return taskBuilderSpec(this.origin.task, this.origin.options, this.origin.vocabulary, train);
+  }
 
   get params(): ParameterCollection {
     return this.net.params;
@@ -78,7 +88,12 @@ export function rootTask<E extends { readonly label: number }, N extends RootMod
     data: spec.data,
     vocabulary: spec.vocabulary,
     metrics: [rootAccuracy<E>()],
-    create: (options, vocab, seed) => new RootTaskModel(spec.create(options, vocab.size, seed), vocab),
+    create: (options, vocab, seed) =>
+      new RootTaskModel(spec.create(options, vocab.size, seed), vocab, {
+        task: spec.name,
+        options,
+        vocabulary: spec.vocabulary.toJSON(vocab),
+      }),
     parameterShapes: (options, vocabSize) => spec.parameterShapes(options, vocabSize),
     describe: (o) => `${spec.title}, hidden ${o.hidden}, embedding ${o.embed}`,
     savedOptions: (o, model) => ({ hidden: o.hidden, embed: o.embed, labels: model.net.labels }),
