@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import { cpuSlug, deviceSlug } from "../src/bench/device.js";
 import { runPlot } from "../src/bench/diagnostics/plot.js";
 import { checkFirstLoss } from "../src/bench/first-loss.js";
-import { benchModel } from "../src/bench/models/index.js";
+import { BENCH_MODELS, benchModel } from "../src/bench/models/index.js";
 import { configsOf } from "../src/bench/throughput/config.js";
 import { engineSpecs } from "../src/bench/throughput/engines.js";
 import { runThroughput } from "../src/bench/throughput/suite.js";
@@ -85,6 +85,27 @@ describe("vpps bench: options", () => {
     const diag = vpps("bench", "vpps", "timing", "--cell", "x");
     assert.equal(diag.code, 2);
     assert.match(diag.stderr, /--cell: expected one of fused, ops, both; got 'x'/);
+  });
+
+  test("a bench task names each batch's items by index, and the dynamic models' nets have a worker graph builder", () => {
+    for (const bm of BENCH_MODELS) {
+      const task = bm.load(undefined, 50);
+      for (const [size, k] of [
+        [1, 0],
+        [4, 3],
+        [8, 7],
+        [64, 2],
+      ] as const) {
+        const items = task.batch(size, k);
+        assert.deepEqual(
+          Array.from(task.indices(size, k), (i) => task.batch(task.items, 0)[i]),
+          items,
+          `${bm.name} batch ${k} of ${size}`,
+        );
+      }
+      const net = task.net(bm.sizes[0]!, bm.variants[0]!.name);
+      assert.equal(net.workerBuilder !== undefined, bm.name !== "cnn", `${bm.name}: a worker graph builder`);
+    }
   });
 
   test("vpps bench vpps profile --model: the six dynamic models (not LeNet); without a GPU one line", () => {

@@ -4,6 +4,7 @@
  * a graph. Each model is one small adapter object (models/treelstm.ts); everything else in the suite is the same for
  * every model.
  */
+import type { GraphBuilderSpec } from "../graph/builder.js";
 import type { ComputationGraph, Expression } from "../graph/graph.js";
 import type { ParameterCollection } from "../model/parameters.js";
 
@@ -12,6 +13,11 @@ export interface BenchNet<T> {
   readonly params: ParameterCollection;
   /** Adds the summed loss of `items` to `cg` (its node count is the graph's size afterwards). */
   batchLoss(cg: ComputationGraph, items: readonly T[]): Expression;
+  /**
+   * The model's graph builder for worker threads over the task's loaded items (`BenchTask.indices` name a batch's),
+   * when the model has one (TaskModel.workerBuilder): VPPS's workers then build batches as in training.
+   */
+  workerBuilder?(): GraphBuilderSpec;
 }
 
 /** One model size the suite runs. */
@@ -31,6 +37,8 @@ export interface BenchTask<T> {
   readonly vocabulary: number | undefined;
   /** Batch k of `size` items. */
   batch(size: number, k: number): readonly T[];
+  /** The indices of batch k's items among the loaded ones (what a worker-thread graph builder is given). */
+  indices(size: number, k: number): Int32Array;
   /**
    * A fresh network (seed 1: every call has the same weights) in `variant` (a name of the model's `variants`), with
    * `options` (values of the model's `choices`) over its defaults.

@@ -25,3 +25,9 @@ export function batchAt<T>(items: readonly T[], size: number, k: number): T[] {
   const start = (k * size) % Math.max(1, items.length - size);
   return items.slice(start, start + size);
 }
+
+/** The indices among `count` items of `batchAt`'s batch k of `size`. */
+export function batchIndices(count: number, size: number, k: number): Int32Array {
+  const start = (k * size) % Math.max(1, count - size);
+  return Int32Array.from({ length: Math.max(0, Math.min(size, count - start)) }, (_, i) => start + i);
+}

@@ -11,7 +11,14 @@
 import { deviceModelOfCuda } from "../cuda/hw/device-model.js";
 import type { DeviceProperties } from "../cuda/index.js";
 import { CpuEngine } from "../engines/cpu.js";
-import { enumeratePlans, planVpps, type VariantInfo, Vpps, VppsPlanError } from "../engines/vpps/index.js";
+import {
+  enumeratePlans,
+  planVpps,
+  type VariantInfo,
+  Vpps,
+  VppsPlanError,
+  workerBuildFromEnv,
+} from "../engines/vpps/index.js";
 import { ComputationGraph } from "../graph/graph.js";
 import { onChipMatrices } from "../model/parameters.js";
 import type { BenchNet } from "./model.js";
@@ -32,8 +39,10 @@ export interface VppsRow {
   sentencesPerSecond: number;
   msPerBatch: number;
   nodesPerBatch: number;
-  /** Host ms per batch. */
+  /** Main-thread build ms per batch (averaged over every batch, those built on the workers counting 0). */
   buildMs: number;
+  /** The share of the batches the schedule workers built (their build is in scheduleMs); 0 when none can. */
+  builtOnWorkers?: number;
   /** Scheduling + encoding; with schedule workers, the workers' time (summed over threads). */
   scheduleMs: number;
   /** Schedule worker threads (0: scheduled inside fb). */
@@ -191,6 +200,34 @@ export interface VppsBatchOptions<T> {
   agenda: number | undefined;
   /** Where the row's line goes (stdout by default). */
   log?: (line: string) => void;
+  /**
+   * The indices of `batchOf`'s batch among the loaded items: with it, a net that has a worker graph builder and
+   * schedule workers, and VPPS_WORKER_BUILD not 0, batches are built as training builds them — by the workers when
+   * one has room, else on the main thread.
+   */
+  indicesOf?: (size: number, k: number) => Int32Array;
+}
+
+/** The Vpps instances whose workers were given a bench net's graph builder (once per instance). */
+const builderSet = new WeakMap<Vpps, unknown>();
+
+/**
+ * Whether this row's batches go to the workers' graph builder (VppsBatchOptions.indicesOf): sets it on the first
+ * row of `vpps` and waits (up to 60 s) for every worker to load it.
+ */
+async function useWorkerBuilder<T>(vpps: Vpps, net: BenchNet<T>, o: VppsBatchOptions<T>): Promise<boolean> {
+  if (o.indicesOf === undefined || net.workerBuilder === undefined || vpps.scheduleWorkers === 0) return false;
+  if (!workerBuildFromEnv()) return false;
+  if (builderSet.get(vpps) !== net) {
+    vpps.setGraphBuilder(net.workerBuilder());
+    builderSet.set(vpps, net);
+  }
+  const t0 = performance.now();
+  while (!vpps.buildsInWorkers) {
+    if (performance.now() - t0 > 60_000) return false;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  return true;
 }
 
 /** Times one batch size and prints a line. Throws when the loss becomes non-finite. */
@@ -198,7 +235,13 @@ export async function timeVppsBatch<T>(vpps: Vpps, net: BenchNet<T>, o: VppsBatc
   const { cell, batch, batchOf, weightFloats, agenda } = o;
   const count = Math.max(20, Math.ceil(o.sentences / batch));
   const graphs = [new ComputationGraph(), new ComputationGraph(), new ComputationGraph()];
-  const run = (k: number, stats: { build: number }) => {
+  const onWorkers = await useWorkerBuilder(vpps, net, o);
+  const run = (k: number, stats: { build: number; onWorkers: number }) => {
+    // as the training loop: the workers build the batch when one has room (Vpps.workersHaveRoom)
+    if (onWorkers && vpps.workersHaveRoom) {
+      stats.onWorkers++;
+      return vpps.fbBuilt({ examples: o.indicesOf!(batch, k), training: true, dropoutKey: k });
+    }
     const cg = graphs[k % 3]!; // a graph stays untouched while its batch may still be in flight
     cg.renew();
     const t0 = performance.now();
@@ -206,13 +249,13 @@ export async function timeVppsBatch<T>(vpps: Vpps, net: BenchNet<T>, o: VppsBatc
     stats.build += performance.now() - t0;
     return vpps.fb(cg, loss);
   };
-  const scratch = { build: 0 };
+  const scratch = { build: 0, onWorkers: 0 };
   const warm = Math.max(5, Math.ceil(o.warmSentences / batch));
   // the warm-up trains on the batches after the timed ones: the timed batches are the data's first `count`
   for (let k = 0; k < warm; k++) run(count + k, scratch);
   await vpps.syncLatestLoss();
   const s0 = { ...vpps.stats };
-  const host = { build: 0 };
+  const host = { build: 0, onWorkers: 0 };
   const t0 = performance.now();
   let last = 0;
   for (let k = 0; k < count; k++) last = run(k, host);
@@ -230,6 +273,7 @@ export async function timeVppsBatch<T>(vpps: Vpps, net: BenchNet<T>, o: VppsBatc
     msPerBatch: wall / count,
     nodesPerBatch: nodes,
     buildMs: per(host.build),
+    builtOnWorkers: host.onWorkers / count,
     scheduleMs: per(s1.scheduleMs - s0.scheduleMs),
     workers: vpps.scheduleWorkers,
     snapshotMs: per(s1.snapshotMs - s0.snapshotMs),
@@ -243,7 +287,9 @@ export async function timeVppsBatch<T>(vpps: Vpps, net: BenchNet<T>, o: VppsBatc
   };
   (o.log ?? ((l: string) => console.log(l)))(
     `${cell} batch ${String(batch).padStart(3)}: ${sps.toFixed(0).padStart(7)} sentences/s, ` +
-      `${row.msPerBatch.toFixed(3)} ms/batch (build ${row.buildMs.toFixed(3)}, schedule ${row.scheduleMs.toFixed(3)} = ` +
+      `${row.msPerBatch.toFixed(3)} ms/batch (build ${row.buildMs.toFixed(3)}` +
+      `${host.onWorkers > 0 ? `, ${Math.round(100 * row.builtOnWorkers!)}% of the batches built on the workers` : ""}, ` +
+      `schedule ${row.scheduleMs.toFixed(3)} = ` +
       `${row.scheduleNsPerNode.toFixed(0)} ns/node${row.workers > 0 ? ` on ${row.workers} workers, snapshot ${row.snapshotMs.toFixed(3)}, wait ${row.waitMs.toFixed(3)}` : ""}, ` +
       `submit ${row.submitMs.toFixed(3)}; kernel ${row.kernelMs.toFixed(3)}` +
       `${row.gapMs !== null ? `, between kernels ${row.gapMs.toFixed(3)}` : ""}), ` +

@@ -6,7 +6,7 @@
 import { statSync } from "node:fs";
 import type { AnyTask } from "../../models/task.js";
 import type { BenchChoice, BenchModel, BenchSize, BenchTask } from "../model.js";
-import { batchAt } from "../trees.js";
+import { batchAt, batchIndices } from "../trees.js";
 
 export interface BenchExtras {
   /** The sizes the suite runs: the first every engine, the others a sweep (default: the task's hidden/embed). */
@@ -77,6 +77,7 @@ export function benchModelOf(task: AnyTask, extras: BenchExtras = {}): BenchMode
         items: items.length,
         vocabulary: typeof size === "number" ? size : undefined,
         batch: (n, k) => batchAt(items, n, k),
+        indices: (n, k) => batchIndices(items.length, n, k),
         net(s, variant, chosen = {}) {
           const options = {
             ...defaults,
@@ -85,7 +86,12 @@ export function benchModelOf(task: AnyTask, extras: BenchExtras = {}): BenchMode
             ...(variantOption === undefined ? {} : { [variantOption]: variant }),
           };
           const model = task.create(options, vocab, 1);
-          return { params: model.params, batchLoss: (cg, batch) => model.buildBatchLoss(cg, batch) };
+          const builder = model.workerBuilder?.bind(model);
+          return {
+            params: model.params,
+            batchLoss: (cg, batch) => model.buildBatchLoss(cg, batch),
+            ...(builder ? { workerBuilder: () => builder(items) } : {}),
+          };
         },
       };
     },

@@ -327,6 +327,7 @@ export class ThroughputSuite<T> {
           sentences: c.sentences,
           warmSentences: c.warmSentences,
           batchOf: this.batchOf,
+          indicesOf: (size, k) => this.task.indices(size, k),
           weightFloats,
           agenda: this.agendaAt(c.hidden, batch),
         });

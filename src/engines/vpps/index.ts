@@ -8,6 +8,7 @@ export { compileVppsKernels } from "./codegen/ahead.js";
 export { VppsEngine } from "./engine.js";
 export { formatKernelProfile, type KernelProfile } from "./instrument/profile.js";
 export { formatKernelTrace, type TraceAnalysis } from "./instrument/trace.js";
+export { workerBuildFromEnv } from "./options.js";
 export { formatPlan } from "./plan/format.js";
 export { createModelLayout } from "./plan/layout.js";
 export { enumeratePlans, planVpps, VppsPlanError } from "./plan/plan.js";
