@@ -27,66 +27,18 @@ const trees: TreeNode[] = existsSync(SST_TRAIN) ? readTrees(SST_TRAIN, { maxTree
 const vocab = Vocabulary.fromTrees(trees.slice(0, 200));
 const sizes = { vocabSize: vocab.size, embed: 6, hidden: 4 };
 
-/**
- * The fused Tree-LSTM's batch loss through the node builders, walking the tree objects as the model builds it: tree
- * by tree in post-order, or from BY_HEIGHT_MIN_TREES trees on, by height (`byHeight`).
- */
-function referenceBatchLoss(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNode[], v: Vocabulary): number {
-  if (batch.length >= BY_HEIGHT_MIN_TREES) return byHeight(m, cg, batch, v);
-  const H = m.hidden;
-  const treeLosses: number[] = [];
-  for (const tree of batch) {
-    const losses: number[] = [];
-    const work: TreeNode[] = [tree];
-    const expanded: boolean[] = [false];
-    const hs: number[] = [];
-    const cs: number[] = [];
-    while (work.length > 0) {
-      const n = work[work.length - 1]!;
-      if (n.word === null && !expanded[expanded.length - 1]) {
-        expanded[expanded.length - 1] = true;
-        work.push(n.children[1]!, n.children[0]!);
-        expanded.push(false, false);
-        continue;
-      }
-      work.pop();
-      expanded.pop();
-      let hc: number;
-      if (n.word !== null) {
-        const x = lookupNode(cg, m.E, v.index(n.word));
-        hc = cellNode0(cg, affineNode(cg, cg.parameterNode(m.b_iou), cg.parameterNode(m.W_iou), x));
-      } else {
-        const [h2, h1, c2, c1] = [hs.pop()!, hs.pop()!, cs.pop()!, cs.pop()!];
-        const h12 = concat2Node(cg, h1, h2);
-        const iou = affineNode(cg, cg.parameterNode(m.b_iou), cg.parameterNode(m.U_iou), h12);
-        const f1 = affineNode(cg, cg.parameterNode(m.b_f), cg.parameterNode(m.U_f1), h1);
-        const f2 = affineNode(cg, cg.parameterNode(m.b_f), cg.parameterNode(m.U_f2), h2);
-        hc = cellNode2(cg, concat3Node(cg, iou, f1, f2), c1, c2);
-      }
-      hs.push(pickRangeNode(cg, hc, 0, H));
-      cs.push(pickRangeNode(cg, hc, H, 2 * H));
-      const scores = affineNode(cg, cg.parameterNode(m.b_out), cg.parameterNode(m.W_out), hs[hs.length - 1]!);
-      losses.push(pickNegLogSoftmaxNode(cg, scores, n.label));
-    }
-    treeLosses.push(sumNode(cg, losses, losses.length));
-  }
-  return treeLosses.length === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, treeLosses.length);
+/** A tree node of a batch, in the post-order the models build: its node, height and its children's entries. */
+interface Entry {
+  readonly node: TreeNode;
+  /** 0 at a leaf; an internal node's is one more than its taller child's. */
+  readonly height: number;
+  /** Entries of the children (-1 at a leaf: a node with a word, whatever its children). */
+  readonly left: number;
+  readonly right: number;
 }
 
-/**
- * The same through the builders with every tree node of the batch in order of its height (leaves 0, an internal node
- * one more than its taller child), ties in batch order and then post-order; each tree's losses summed in post-order,
- * then the trees' sums.
- */
-function byHeight(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNode[], v: Vocabulary): number {
-  const H = m.hidden;
-  interface Entry {
-    readonly node: TreeNode;
-    readonly height: number;
-    /** Entries of the children (a node with a word is a leaf, whatever its children). */
-    readonly left: number;
-    readonly right: number;
-  }
+/** The batch's tree nodes, tree by tree in post-order (walking the tree objects), and each tree's entries. */
+function postOrder(batch: readonly TreeNode[]): { entries: Entry[]; perTree: number[][] } {
   const entries: Entry[] = [];
   const perTree: number[][] = [];
   for (const tree of batch) {
@@ -113,11 +65,21 @@ function byHeight(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNo
     }
     perTree.push(order);
   }
-  const byHeight = entries.map((_, i) => i).sort((a, b) => entries[a]!.height - entries[b]!.height || a - b);
+  return { entries, perTree };
+}
+
+/**
+ * The fused Tree-LSTM's batch loss through the node builders, walking the tree objects as the model builds it: tree
+ * by tree in post-order, or from BY_HEIGHT_MIN_TREES trees on every tree node of the batch in order of its height,
+ * ties in batch order and then post-order; each tree's losses summed in post-order, then the trees' sums.
+ */
+function referenceBatchLoss(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNode[], v: Vocabulary): number {
+  const H = m.hidden;
+  const { entries, perTree } = postOrder(batch);
   const hs: number[] = [];
   const cs: number[] = [];
   const losses: number[] = [];
-  for (const i of byHeight) {
+  const build = (i: number) => {
     const { node: n, left, right } = entries[i]!;
     let hc: number;
     if (n.word !== null) {
@@ -135,14 +97,25 @@ function byHeight(m: TreeLstmModel, cg: ComputationGraph, batch: readonly TreeNo
     cs[i] = pickRangeNode(cg, hc, H, 2 * H);
     const scores = affineNode(cg, cg.parameterNode(m.b_out), cg.parameterNode(m.W_out), hs[i]!);
     losses[i] = pickNegLogSoftmaxNode(cg, scores, n.label);
-  }
-  const treeLosses = perTree.map((order) =>
+  };
+  const sum = (tree: number[]) =>
     sumNode(
       cg,
-      order.map((i) => losses[i]!),
-      order.length,
-    ),
-  );
+      tree.map((i) => losses[i]!),
+      tree.length,
+    );
+  let treeLosses: number[];
+  if (batch.length >= BY_HEIGHT_MIN_TREES) {
+    const order = entries.map((_, i) => i).sort((a, b) => entries[a]!.height - entries[b]!.height || a - b);
+    for (const i of order) build(i);
+    treeLosses = perTree.map(sum);
+  } else {
+    // tree by tree, each tree's sum right after its nodes
+    treeLosses = perTree.map((tree) => {
+      for (const i of tree) build(i);
+      return sum(tree);
+    });
+  }
   return treeLosses.length === 1 ? treeLosses[0]! : sumNode(cg, treeLosses, treeLosses.length);
 }
 

@@ -13,7 +13,7 @@ import { detachSchedule } from "../src/engines/vpps/schedule/batch.js";
 import { SchedulePool } from "../src/engines/vpps/schedule/pool.js";
 import { VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
 import type { GraphBuilderModule } from "../src/graph/builder.js";
-import { ComputationGraph, type GraphParameter } from "../src/graph/graph.js";
+import { ComputationGraph } from "../src/graph/graph.js";
 import { onChipMatrices } from "../src/model/parameters.js";
 import { findModel } from "../src/models/registry.js";
 import type { AnyTask, ModelOptions, TaskModel } from "../src/models/task.js";
@@ -35,16 +35,6 @@ function setup(name: string, extra: ModelOptions = {}) {
   const model: TaskModel<unknown> = task.create(options, vocab, 5);
   return { task, train: data.train, model };
 }
-
-const graphParams = (model: TaskModel<unknown>): GraphParameter[] =>
-  model.params.all.map((p) => ({
-    index: p.index,
-    name: p.name,
-    rows: p.rows,
-    cols: p.cols,
-    kind: p.kind,
-    collection: p.collection,
-  }));
 
 const ARRAYS = ["op", "rows", "cols", "argStart", "argCount", "aux", "aux2", "auxF", "depth", "valueOffset"] as const;
 
@@ -74,7 +64,7 @@ describe("the generic worker graph builder", () => {
       assert.match(spec.module, /\/models\/worker-builder\.ts$/);
       const mod = (await import(spec.module)) as GraphBuilderModule;
       // what a worker receives: a structured clone of the data
-      const build = mod.createGraphBuilder(structuredClone(spec.data), graphParams(model));
+      const build = mod.createGraphBuilder(structuredClone(spec.data), model.params.all);
       const main = new ComputationGraph();
       const worker = new ComputationGraph();
       for (const [k, examples] of batches(train.length).entries()) {
@@ -104,7 +94,7 @@ describe("the generic worker graph builder", () => {
     const spec = model.workerBuilder!(train);
     const mod = (await import(spec.module)) as GraphBuilderModule;
     assert.throws(
-      () => mod.createGraphBuilder(structuredClone(spec.data), graphParams(other)),
+      () => mod.createGraphBuilder(structuredClone(spec.data), other.params.all),
       /graph builder td-rnn: its model's parameter 0 is E lookup \d+×8, the engine's is E lookup \d+×12/,
     );
     assert.equal(setup("bilstm", { rnn: "persistent" }).model.workerBuilder, undefined);
