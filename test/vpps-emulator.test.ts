@@ -10,6 +10,7 @@ import { createModelLayout, type ModelLayout } from "../src/engines/vpps/plan/la
 import { ADAM_DEFAULTS, adamStep, momentLayout } from "../src/engines/vpps/plan/moments.js";
 import { type PlanOptions, planVpps } from "../src/engines/vpps/plan/plan.js";
 import { type BatchSchedule, type ScheduleOptions, VppsScheduler } from "../src/engines/vpps/schedule/scheduler.js";
+import { waitCoverage } from "../src/engines/vpps/script/coverage.js";
 import { disassemble } from "../src/engines/vpps/script/disassemble.js";
 import { type EmulatedBatch, emulateBatch } from "../src/engines/vpps/script/emulate-batch.js";
 import { instructionWords, Opcode } from "../src/engines/vpps/script/format.js";
@@ -254,40 +255,9 @@ function waitsOf(script: Uint32Array, ctas: number): { cta: number; at: number }
   return out;
 }
 
-/**
- * The waits that order something: a wait is covered when, by the time its processor reaches it, that processor has
- * already synchronised (directly or through other processors' waits) with every signal of its barrier, so removing
- * it changes nothing. Found by running the script once with a vector clock per processor (each processor's clock
- * counts its own instructions and takes the maximum of the signals' clocks at each wait).
- */
+/** The waits that order something (script/coverage.ts). */
 function uncoveredWaits(script: Uint32Array, ctas: number): { cta: number; at: number }[] {
-  const header = ctas + 1;
-  const pc = Int32Array.from({ length: ctas }, (_, c) => header + script[c]!);
-  const clock = Array.from({ length: ctas }, () => new Int32Array(ctas));
-  const signals = new Map<number, Int32Array[]>();
-  const out: { cta: number; at: number }[] = [];
-  for (let moved = true; moved; ) {
-    moved = false;
-    for (let c = 0; c < ctas; c++) {
-      const mine = clock[c]!;
-      for (const end = header + script[c + 1]!; pc[c]! < end; ) {
-        const at = pc[c]!;
-        const code = script[at]! & 0xff;
-        const bar = script[at]! >>> 8;
-        if (code === Opcode.Wait) {
-          const seen = signals.get(bar) ?? [];
-          if (seen.length < script[at + 1]!) break;
-          if (seen.some((v) => v.some((x, k) => x > mine[k]!))) out.push({ cta: c, at });
-          for (const v of seen) for (let k = 0; k < ctas; k++) mine[k] = Math.max(mine[k]!, v[k]!);
-        }
-        mine[c]!++;
-        if (code === Opcode.Signal) signals.set(bar, [...(signals.get(bar) ?? []), mine.slice()]);
-        pc[c] = at + instructionWords(script, at);
-        moved = true;
-      }
-    }
-  }
-  return out;
+  return waitCoverage(script, ctas).filter((w) => !w.covered);
 }
 
 /** The script without the 2-word instruction at `at` of processor `cta`. */

@@ -23,6 +23,7 @@ import { H100_SXM } from "../../../src/cuda/hw/device-model.js";
 import { createModelLayout } from "../../../src/engines/vpps/plan/layout.js";
 import { planVpps } from "../../../src/engines/vpps/plan/plan.js";
 import { VppsScheduler } from "../../../src/engines/vpps/schedule/scheduler.js";
+import { waitCoverage } from "../../../src/engines/vpps/script/coverage.js";
 import { instructionWords, Opcode } from "../../../src/engines/vpps/script/format.js";
 import { ComputationGraph } from "../../../src/graph/graph.js";
 import { onChipMatrices } from "../../../src/model/parameters.js";
@@ -84,59 +85,47 @@ async function baseLayout(): Promise<typeof createModelLayout> {
 
 /**
  * Replays one script: processors run in turn until each blocks on a wait whose signals have not all been given;
- * time and the hop count follow the latest signal a wait needed; a vector clock per processor finds covered waits.
+ * time and the hop count follow the latest signal a wait needed. Covered waits: script/coverage.ts.
  */
 function replay(script: Uint32Array, ctas: number): Replayed {
   const header = ctas + 1;
   const pc = Int32Array.from({ length: ctas }, (_, c) => header + script[c]!);
   const t = new Float64Array(ctas);
   const hops = new Int32Array(ctas);
-  const clock = Array.from({ length: ctas }, () => new Int32Array(ctas));
-  const given = new Map<number, { t: number; hops: number; clocks: Int32Array[] }>();
-  let waits = 0;
-  let covered = 0;
+  const given = new Map<number, { t: number; hops: number; count: number }>();
   for (let moved = true; moved; ) {
     moved = false;
     for (let c = 0; c < ctas; c++) {
-      const mine = clock[c]!;
       for (const end = header + script[c + 1]!; pc[c]! < end; ) {
         const at = pc[c]!;
         const code = script[at]! & 0xff;
         const n = script[at]! >>> 8;
         if (code === Opcode.Wait) {
           const g = given.get(n);
-          if (g === undefined || g.clocks.length < script[at + 1]!) break;
-          waits++;
-          if (!g.clocks.some((v) => v.some((x, k) => x > mine[k]!))) covered++;
-          for (const v of g.clocks) for (let k = 0; k < ctas; k++) if (v[k]! > mine[k]!) mine[k] = v[k]!;
+          if (g === undefined || g.count < script[at + 1]!) break;
           if (g.t + COST.hop > t[c]!) {
             t[c] = g.t + COST.hop;
             hops[c] = g.hops + 1;
           }
         } else if (code === Opcode.Signal) {
           t[c]! += SIG_US;
-        } else t[c]! += cost(code, script[at + 2]!);
-        mine[c]!++;
-        if (code === Opcode.Signal) {
-          const g = given.get(n) ?? { t: 0, hops: 0, clocks: [] };
+          const g = given.get(n) ?? { t: 0, hops: 0, count: 0 };
+          g.count++;
           if (t[c]! > g.t) {
             g.t = t[c]!;
             g.hops = hops[c]!;
           }
-          g.clocks.push(mine.slice());
           given.set(n, g);
-        }
+        } else t[c]! += cost(code, script[at + 2]!);
         pc[c] = at + instructionWords(script, at);
         moved = true;
       }
     }
   }
+  const waits = waitCoverage(script, ctas);
   let last = 0;
-  for (let c = 0; c < ctas; c++) {
-    if (pc[c]! < header + script[c + 1]!) throw new Error(`replay: processor ${c} never passes its wait`);
-    if (t[c]! > t[last]!) last = c;
-  }
-  return { us: t[last]!, hops: hops[last]!, waits, covered };
+  for (let c = 1; c < ctas; c++) if (t[c]! > t[last]!) last = c;
+  return { us: t[last]!, hops: hops[last]!, waits: waits.length, covered: waits.filter((w) => w.covered).length };
 }
 
 /** Modelled µs of one instruction (`count`: a list's entries). */
